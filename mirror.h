@@ -1,0 +1,2828 @@
+/* mirror.h - synchronous data-parallel training on every replica of one machine.
+   C99, one header, no dependencies beyond libc, libm and POSIX threads.
+
+// >>manual ==================================================================
+
+   mirror trains a small neural network the way tf.distribute.MirroredStrategy
+   and PyTorch DDP do: one copy of the model per replica, each replica runs
+   forward and backward on its shard of the global batch, an all-reduce sums
+   the gradients, and every replica applies the same optimizer update. On the
+   CPU backend a replica is a POSIX thread; mirror_cuda.h adds GPUs.
+
+   QUICK START
+
+      #define MIRROR_IMPLEMENTATION     // in exactly one file, before any
+      #include "mirror.h"               // other #include (see BUILDING)
+
+      mirror_error err = {0};
+      mirror_strategy *s;               // zero desc: one replica per core
+      mirror_strategy_desc sd = {0};
+      if (mirror_strategy_create(&sd, &s, &err)) die(err.message);
+
+      mirror_dataset train = {0}, test = {0};
+      mirror_dataset_load_mnist(&train, &test, "/usr/share/datasets/fashion-mnist", &err);
+
+      mirror_model_desc md = {0};
+      md.strategy = s;
+      md.channels = 1; md.height = 28; md.width = 28;
+      md.optimizer.kind = MIRROR_OPT_ADAM;
+      mirror_model *m;
+      mirror_model_create(&md, &m, &err);
+      mirror_flatten(m); mirror_dense(m, 128); mirror_relu(m); mirror_dense(m, 10);
+      if (mirror_model_build(m)) die(mirror_model_error(m));   // first error wins
+
+      mirror_fit_desc fd = {0};
+      fd.train = &train; fd.validation = &test; fd.epochs = 3;
+      mirror_fit(m, &fd, NULL);
+
+      mirror_model_destroy(m); mirror_strategy_destroy(s);
+      mirror_dataset_free(&train); mirror_dataset_free(&test);
+
+   BUILDING
+
+      CPU:   cc -O3 -march=native -ffp-contract=fast -std=c99 app.c -lm -lpthread
+             (add -DMIRROR_ZLIB -lz to read .gz files,
+              -DMIRROR_CBLAS -lopenblas to route GEMMs through a CBLAS)
+
+      The implementation uses clock_gettime, isatty and fileno, which glibc
+      declares under -std=c99 only with _POSIX_C_SOURCE. mirror.h defines
+      _POSIX_C_SOURCE itself when it is the first include of the file that
+      defines MIRROR_IMPLEMENTATION; otherwise compile that file with
+      -D_POSIX_C_SOURCE=200809L. -ffp-contract=fast lets the compiler fuse
+      multiply-adds (ISO C modes turn it off); it roughly doubles GEMM speed.
+
+   OPTION MACROS (define before including)
+
+      MIRROR_IMPLEMENTATION   emit the implementation in this translation unit
+      MIRROR_STATIC           make every function static (private copy)
+      MIRROR_API              decoration of every public function (extern)
+      MIRROR_MALLOC(n)        allocator, with MIRROR_FREE(p): both or neither
+      MIRROR_FREE(p)
+      MIRROR_ZLIB             read gzip-compressed files through zlib (-lz)
+      MIRROR_CBLAS            use cblas_sgemm from <cblas.h> for every GEMM
+      MIRROR_GEMM_MC/KC/NC    blocking of the built-in GEMM (120/256/2048)
+
+   DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
+
+      mirror_strategy_desc  devices        $MIRROR_DEVICES, else "cpu:<online cores>"
+                            num_replicas   the count the device list gives
+      mirror_model_desc     max_batch      256 (largest global batch)
+                            loss           MIRROR_LOSS_SOFTMAX_CE
+                            init           He uniform before a relu, Glorot
+                                           uniform elsewhere; biases zero
+                            seed           0 is a seed like any other
+      mirror_optimizer_desc kind           MIRROR_OPT_SGD
+                            lr             0.01 (SGD), 0.001 (Adam, AdamW)
+                            beta1, beta2   0.9, 0.999
+                            eps            1e-8
+                            weight_decay   0 (SGD, Adam: L2 added to the
+                                           gradient); 0.01 (AdamW: decoupled)
+                            momentum       0; nesterov 0
+      mirror_fit_desc       epochs         1
+                            batch          min(64, max_batch)
+                            progress       MIRROR_PROGRESS_AUTO: a bar on a
+                                           terminal, one line per epoch otherwise
+
+   OWNERSHIP
+
+      Create/destroy pairs: mirror_strategy_create/_destroy,
+      mirror_model_create/_destroy, mirror_dataset_load_* and mirror_dataset_free.
+      A model keeps a pointer to its strategy: destroy the model first.
+      Batches and datasets passed to a call are only read during that call.
+      Destroy functions accept NULL.
+
+   ERRORS
+
+      Every call that can fail returns an int: MIRROR_OK (0) or a negative
+      mirror_result. Calls on a model record the detail (what failed, where)
+      in the model, readable with mirror_model_error(); calls without an
+      object take an optional mirror_error* that receives the code and the
+      message. mirror_result_string() names every code. A logger set with
+      mirror_set_logger() sees every error and notice as it happens. The
+      library never exits or aborts on bad input; a failed call changes
+      nothing the caller can observe (a model stays usable).
+
+   THREADING
+
+      One strategy runs one call at a time: do not call into the same
+      strategy or model from two threads at once. Different strategies are
+      independent. Inside a call, replicas run on the strategy's worker
+      threads; the caller's thread waits for them.
+
+   HOW A STEP FLOWS (mirror_train_step)
+
+      1. The global batch of n samples is cut into contiguous shards, one
+         per replica; shard sizes differ by at most one, a shard may be
+         empty (mirror_shard).
+      2. Every replica, in its own thread, copies its shard into its input
+         arena and runs forward and backward. The loss gradient is divided
+         by n, the global count, never by the shard size...
+      3. ...so the all-reduce SUM of the replicas' gradients is exactly the
+         mean gradient of the global batch, whatever the split. The CPU
+         reducer adds replica 0, 1, 2, ... in that order for every element,
+         with the elements split across the worker threads.
+      4. Every replica runs the same optimizer update on the same reduced
+         gradient: parameters stay bitwise identical without a broadcast.
+      5. The metrics (loss sum, correct count, sample count) are summed.
+
+   MEMORY
+
+      mirror_model_build gives each replica four flat arenas: parameters,
+      gradients, optimizer state, and activations plus workspace, sized for
+      the largest shard, ceil(max_batch / replicas). Tensors are views into
+      them, so one all-reduce covers every gradient, and a training step
+      allocates nothing. mirror_memory_report() gives the bytes of each.
+
+   LIMITS
+
+      POSIX only (pthreads). float32 only. Layers: dense, conv2d, relu,
+      maxpool2d, flatten; losses: softmax cross-entropy and mean squared
+      error. A model is a sequence of layers.
+
+   REVISION HISTORY
+
+      0.1  CPU replicas, layers, optimizers, data, fit.
+*/
+
+#if defined(MIRROR_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, fileno under -std=c99 */
+#endif
+
+#ifndef MIRROR_H
+#define MIRROR_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// >>declarations ============================================================
+
+#ifndef MIRROR_API
+#ifdef MIRROR_STATIC
+#define MIRROR_API static
+#else
+#define MIRROR_API extern
+#endif
+#endif
+
+/* Shared math is host code under a C compiler and host+device code under nvcc. */
+#ifdef __CUDACC__
+#define MIRROR_HD __host__ __device__
+#else
+#define MIRROR_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result codes: 0 is success, errors are negative and grouped by area. */
+#define MIRROR_RESULT_LIST(X)                                                  \
+    X(MIRROR_OK, 0, "success")                                                 \
+    X(MIRROR_ERR_ARGUMENT, -1, "invalid argument")                             \
+    X(MIRROR_ERR_SHAPE, -2, "layer shapes do not chain")                       \
+    X(MIRROR_ERR_STATE, -3, "call out of order")                               \
+    X(MIRROR_ERR_CAPACITY, -4, "batch larger than the arenas")                 \
+    X(MIRROR_ERR_LABEL, -5, "label out of range")                              \
+    X(MIRROR_ERR_NO_MEMORY, -10, "out of memory")                              \
+    X(MIRROR_ERR_THREAD, -11, "thread creation failed")                        \
+    X(MIRROR_ERR_DEVICE, -12, "device unavailable")                            \
+    X(MIRROR_ERR_IO, -20, "file input/output failed")                          \
+    X(MIRROR_ERR_FORMAT, -21, "malformed file")                                \
+    X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
+    X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")
+
+typedef enum mirror_result {
+#define MIRROR__ENUM(name, value, text) name = value,
+    MIRROR_RESULT_LIST(MIRROR__ENUM)
+#undef MIRROR__ENUM
+} mirror_result;
+
+/* The code of a failure and its detail ("conv2d (layer 2): kernel 5 larger
+   than the padded input 4x4"). Zero-initialise before use. */
+typedef struct mirror_error {
+    int code;
+    char message[256];
+} mirror_error;
+
+/* "invalid argument" for MIRROR_ERR_ARGUMENT; "unknown result" otherwise. */
+MIRROR_API const char *mirror_result_string(int result);
+
+enum { MIRROR_LOG_ERROR = 1, MIRROR_LOG_NOTICE = 2 };
+/* Sees every error and notice. The default prints notices to stderr and
+   leaves errors to the caller. Set it before creating a strategy. */
+typedef void (*mirror_log_fn)(void *user, int level, const char *message);
+MIRROR_API void mirror_set_logger(mirror_log_fn fn, void *user);
+
+// >>declarations: strategy --------------------------------------------------
+
+typedef struct mirror_strategy mirror_strategy;
+
+typedef struct mirror_strategy_desc {
+    /* "cpu:4" is four CPU replicas, "cpu" one per online core. NULL: the
+       MIRROR_DEVICES environment variable, else "cpu". */
+    const char *devices;
+    /* 0: as many as the device list gives. For "cpu", sets the count. */
+    size_t num_replicas;
+} mirror_strategy_desc;
+
+MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc,
+                                      mirror_strategy **out, mirror_error *err);
+MIRROR_API void mirror_strategy_destroy(mirror_strategy *s);
+/* num_replicas_in_sync: the replicas that every step splits across. */
+MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s);
+/* The desc with defaults applied ("cpu:2", 2). */
+MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy *s);
+/* One line: "2 CPU replicas (threads), reducer cpu-ordered". */
+MIRROR_API const char *mirror_strategy_describe(const mirror_strategy *s);
+
+/* All-reduce SUM in place: bufs[r] is replica r's buffer of n floats; after
+   the call every buffer holds sum over r of the inputs, added in replica
+   order 0, 1, 2, ... for every element (deterministic). n may be 0. */
+MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n);
+/* Copy bufs[root] into every other buffer. */
+MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root);
+
+/* Replica r's contiguous shard of a global batch of n: samples
+   [*begin, *begin + *count). Sizes differ by at most one; early replicas
+   take the extra samples; a shard is empty when n < replicas. */
+MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin, size_t *count);
+
+// >>declarations: model -----------------------------------------------------
+
+typedef struct mirror_model mirror_model;
+
+typedef enum mirror_loss {
+    MIRROR_LOSS_DEFAULT = 0,
+    /* loss_i = logsumexp(z_i) - z_i[y_i]; z [B,K] logits, y [B] in [0,K) */
+    MIRROR_LOSS_SOFTMAX_CE,
+    /* loss_i = (1/D) sum_j (z_ij - t_ij)^2; z, t [B,D] (torch mean MSE) */
+    MIRROR_LOSS_MSE
+} mirror_loss;
+
+typedef enum mirror_init {
+    MIRROR_INIT_DEFAULT = 0, /* He before a relu, Glorot elsewhere */
+    MIRROR_INIT_HE,          /* W ~ U(-a, a), a = sqrt(6 / fan_in) */
+    MIRROR_INIT_GLOROT       /* W ~ U(-a, a), a = sqrt(6 / (fan_in + fan_out)) */
+} mirror_init;
+
+typedef enum mirror_optimizer_kind {
+    MIRROR_OPT_DEFAULT = 0,
+    /* g += wd*w; v = mu*v + g; w -= lr * (nesterov ? g + mu*v : v) */
+    MIRROR_OPT_SGD,
+    /* g += wd*w; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+       w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps) */
+    MIRROR_OPT_ADAM,
+    /* w *= 1 - lr*wd, then Adam without the L2 term */
+    MIRROR_OPT_ADAMW
+} mirror_optimizer_kind;
+
+typedef struct mirror_optimizer_desc {
+    mirror_optimizer_kind kind;
+    float lr;
+    float momentum; /* SGD */
+    int nesterov;   /* SGD, needs momentum > 0 */
+    float weight_decay;
+    float beta1, beta2, eps; /* Adam, AdamW */
+} mirror_optimizer_desc;
+
+typedef struct mirror_model_desc {
+    mirror_strategy *strategy; /* required */
+    /* Shape of one input sample, NCHW without the N. A vector of F features
+       is channels = F, height = width = 1 (0 means 1 for height and width). */
+    size_t channels, height, width;
+    size_t max_batch; /* largest global batch a step or evaluation takes */
+    mirror_loss loss;
+    mirror_init init;
+    uint64_t seed; /* parameter initialisation */
+    mirror_optimizer_desc optimizer;
+} mirror_model_desc;
+
+/* Creates an empty model; add layers, then build. */
+MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model **out,
+                                   mirror_error *err);
+MIRROR_API void mirror_model_destroy(mirror_model *m);
+/* The detail of the model's last error ("" when none). */
+MIRROR_API const char *mirror_model_error(const mirror_model *m);
+MIRROR_API mirror_model_desc mirror_model_query_desc(const mirror_model *m);
+
+/* Layers. Shapes per sample, NCHW; the first error is kept and returned
+   again by mirror_model_build, so a model can be written without checks. */
+
+/* y = x W^T + b.  x [B,F] -> y [B,units];  W [units,F], b [units].
+   Needs a flat input (channels = F, height = width = 1): see mirror_flatten. */
+MIRROR_API int mirror_dense(mirror_model *m, size_t units);
+/* y[o] = b[o] + sum_{c,i,j} W[o,c,i,j] x_pad[c, s*y+i, s*x+j].
+   x [B,C,H,W] -> y [B,filters,Ho,Wo], Ho = (H + 2p - k)/s + 1;
+   W [filters,C,k,k], b [filters]; zero padding p. */
+MIRROR_API int mirror_conv2d(mirror_model *m, size_t filters, size_t kernel, size_t stride,
+                             size_t padding);
+/* y = max(0, x), any shape. */
+MIRROR_API int mirror_relu(mirror_model *m);
+/* y[c,i,j] = max over the window x[c, s*i .. s*i+k-1, s*j .. s*j+k-1].
+   x [B,C,H,W] -> y [B,C,Ho,Wo], Ho = (H - k)/s + 1 (no padding). */
+MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride);
+/* [B,C,H,W] -> [B,C*H*W,1,1]; no data moves. */
+MIRROR_API int mirror_flatten(mirror_model *m);
+
+/* Allocates every replica's arenas and initialises the parameters from the
+   model's seed, identically on every replica. */
+MIRROR_API int mirror_model_build(mirror_model *m);
+
+/* Sizes after build: parameters (= gradients), optimizer state floats per
+   replica, and the model's output width (classes for softmax CE). */
+MIRROR_API size_t mirror_num_parameters(const mirror_model *m);
+MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m);
+MIRROR_API size_t mirror_num_outputs(const mirror_model *m);
+/* One line per layer with shapes and parameter counts, into buf. */
+MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size);
+
+/* Copies replica r's flat parameters / optimizer state to dst (n floats). */
+MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n);
+MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n);
+/* Sets the parameters of every replica from src (n floats). */
+MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n);
+/* Optimizer steps taken (the t of Adam's bias correction). */
+MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m);
+
+typedef struct mirror_memory_report {
+    size_t parameters, gradients, optimizer, activations; /* bytes */
+} mirror_memory_report;
+MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_memory_report *out);
+
+// >>declarations: steps ---------------------------------------------------
+
+/* A global batch. Sample i is row i of x (and of labels or targets), or
+   row index[i] when index is given, so a shuffled batch needs no copy. */
+typedef struct mirror_batch {
+    const float *x;         /* [rows, C, H, W] */
+    const int32_t *labels;  /* [rows], softmax cross-entropy */
+    const float *targets;   /* [rows, outputs], mean squared error */
+    const size_t *index;    /* optional, [n] */
+    size_t rows;            /* rows of x (and labels, targets); needed with index */
+    size_t n;
+} mirror_batch;
+
+typedef struct mirror_metrics {
+    double loss_sum; /* sum of per-sample losses */
+    size_t correct;  /* argmax == label (softmax cross-entropy) */
+    size_t count;    /* samples */
+} mirror_metrics;
+
+/* One synchronous step on a global batch (n <= max_batch). out may be NULL. */
+MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
+/* Forward only, split across replicas, in chunks of max_batch. */
+MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
+/* out [n, outputs]: the last layer's output (logits, not probabilities). */
+MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *out);
+
+// >>declarations: data ------------------------------------------------------
+
+/* An in-memory dataset; the library allocates and mirror_dataset_free frees. */
+typedef struct mirror_dataset {
+    float *x;          /* [count, channels, height, width] */
+    int32_t *labels;   /* [count] in [0, num_classes), or NULL */
+    float *targets;    /* [count, target_dim], or NULL */
+    size_t count, channels, height, width, num_classes, target_dim;
+} mirror_dataset;
+
+/* Loads an MNIST-format IDX pair: images (type ubyte, dims n,h,w) scaled to
+   [0,1] and labels (ubyte, dims n) in [0, num_classes) (0 means 10). Plain or
+   gzip files (gzip needs MIRROR_ZLIB). On error ds is left empty. */
+MIRROR_API int mirror_dataset_load_idx(mirror_dataset *ds, const char *images_path,
+                                       const char *labels_path, size_t num_classes,
+                                       mirror_error *err);
+/* DIR/train-images-idx3-ubyte[.gz] etc.: the four files of MNIST or
+   Fashion-MNIST. Either output may be NULL. */
+MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *test,
+                                         const char *dir, mirror_error *err);
+/* count 28x28 hand-drawn-style digits, 10 classes, balanced, made from
+   seed: random shift, rotation, scale, stroke width and noise. */
+MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
+                                               mirror_error *err);
+MIRROR_API void mirror_dataset_free(mirror_dataset *ds);
+
+/* perm [n]: the permutation of epoch `epoch` for `seed`: a pure function of
+   (seed, epoch, n), so every replica and every process agrees on it. */
+MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_t epoch);
+/* Number of global batches in an epoch: the final partial batch is kept
+   unless drop_remainder. */
+MIRROR_API size_t mirror_num_batches(size_t count, size_t batch, int drop_remainder);
+
+// >>declarations: fit -------------------------------------------------------
+
+typedef enum mirror_progress {
+    MIRROR_PROGRESS_AUTO = 0, /* a bar on a terminal, else one line per epoch */
+    MIRROR_PROGRESS_BAR,
+    MIRROR_PROGRESS_LINES,
+    MIRROR_PROGRESS_NONE
+} mirror_progress;
+
+typedef struct mirror_epoch_log {
+    size_t epoch, epochs; /* epoch counts from 1 */
+    size_t steps, samples;
+    double train_loss, train_acc;
+    double val_loss, val_acc; /* -1 without a validation set */
+    double seconds;           /* this epoch's training time */
+    double samples_per_s;     /* this epoch's training throughput */
+    double elapsed;           /* since fit started, validation included */
+} mirror_epoch_log;
+
+/* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED). */
+typedef int (*mirror_epoch_fn)(void *user, const mirror_epoch_log *log);
+
+typedef struct mirror_fit_desc {
+    const mirror_dataset *train;      /* required */
+    const mirror_dataset *validation; /* optional */
+    size_t epochs;
+    size_t initial_epoch; /* epochs already done (resume): shuffles continue */
+    size_t batch;         /* global batch */
+    int drop_remainder;
+    uint64_t shuffle_seed; /* 0: the model's seed */
+    mirror_progress progress;
+    mirror_epoch_fn on_epoch;
+    void *user;
+} mirror_fit_desc;
+
+/* model.fit: epochs of shuffled global batches, then validation. last (may
+   be NULL) receives the final epoch's log. */
+MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
+/* Loss and accuracy over a dataset, in global batches of `batch` (0: max_batch). */
+MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch,
+                               mirror_metrics *out);
+
+
+// >>shared math =============================================================
+/* Every per-element or per-row formula of the library, written once. The
+   CPU backend calls these in loops; CUDA kernels call the same functions and
+   add only the indexing, so the CPU tests check the arithmetic the GPU runs. */
+
+/* y = max(0, x) */
+MIRROR_HD static inline float mirror_hd_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+/* dx = dy where the output was positive; y = relu(x), so y > 0 iff x > 0. */
+MIRROR_HD static inline float mirror_hd_relu_grad(float y, float dy) { return y > 0.0f ? dy : 0.0f; }
+
+/* One row of fused, stable softmax cross-entropy over k logits z with label
+   y. Writes dz = (softmax(z) - onehot(y)) * inv_count, where inv_count is
+   1 / (global batch size); returns the loss logsumexp(z) - z[y] and sets
+   *correct when the first maximum of z is at y. */
+MIRROR_HD static inline float mirror_hd_softmax_ce_row(const float *z, size_t k, int32_t y,
+                                                       float inv_count, float *dz, int *correct)
+{
+    size_t j, arg = 0;
+    float zmax = z[0], sum = 0.0f;
+    for (j = 1; j < k; j++)
+        if (z[j] > zmax) {
+            zmax = z[j];
+            arg = j;
+        }
+    for (j = 0; j < k; j++) {
+        dz[j] = expf(z[j] - zmax);
+        sum += dz[j];
+    }
+    for (j = 0; j < k; j++)
+        dz[j] = (dz[j] / sum - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count;
+    *correct = arg == (size_t)y;
+    return zmax + logf(sum) - z[y];
+}
+
+/* One row of mean squared error over d outputs: returns (1/d) sum (z - t)^2
+   and writes dz = 2 (z - t) / d * inv_count. */
+MIRROR_HD static inline float mirror_hd_mse_row(const float *z, const float *t, size_t d,
+                                                float inv_count, float *dz)
+{
+    size_t j;
+    float loss = 0.0f, scale = 2.0f * inv_count / (float)d;
+    for (j = 0; j < d; j++) {
+        float e = z[j] - t[j];
+        loss += e * e;
+        dz[j] = scale * e;
+    }
+    return loss / (float)d;
+}
+
+/* One SGD element (torch.optim.SGD, dampening 0): w, the momentum buffer v
+   (unused when momentum is 0) and the gradient g. */
+MIRROR_HD static inline void mirror_hd_sgd(float *w, float *v, float g, float lr, float momentum,
+                                           float weight_decay, int nesterov)
+{
+    g += weight_decay * *w;
+    if (momentum != 0.0f) {
+        *v = momentum * *v + g;
+        g = nesterov ? g + momentum * *v : *v;
+    }
+    *w -= lr * g;
+}
+
+/* One Adam / AdamW element (torch.optim.Adam / AdamW). bc1 = 1 - beta1^t and
+   bc2_sqrt = sqrt(1 - beta2^t) for step t >= 1. decoupled selects AdamW's
+   w *= 1 - lr*wd over Adam's L2 term g += wd*w. */
+MIRROR_HD static inline void mirror_hd_adam(float *w, float *m, float *v, float g, float lr,
+                                            float beta1, float beta2, float eps,
+                                            float weight_decay, int decoupled, float bc1,
+                                            float bc2_sqrt)
+{
+    if (decoupled)
+        *w *= 1.0f - lr * weight_decay;
+    else
+        g += weight_decay * *w;
+    *m = beta1 * *m + (1.0f - beta1) * g;
+    *v = beta2 * *v + (1.0f - beta2) * g * g;
+    *w -= (lr / bc1) * *m / (sqrtf(*v) / bc2_sqrt + eps);
+}
+
+/* The half-width of the uniform initialisers: He a = sqrt(6/fan_in),
+   Glorot a = sqrt(6/(fan_in + fan_out)). */
+MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t fan_out)
+{
+    return sqrtf(6.0f / (float)(he ? fan_in : fan_in + fan_out));
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIRROR_H */
+
+// >>implementation ==========================================================
+#ifdef MIRROR_IMPLEMENTATION
+#ifndef MIRROR_IMPLEMENTATION_DONE
+#define MIRROR_IMPLEMENTATION_DONE
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef MIRROR_ZLIB
+#include <zlib.h>
+#endif
+#ifdef MIRROR_CBLAS
+#include <cblas.h>
+#endif
+
+#if defined(MIRROR_MALLOC) != defined(MIRROR_FREE)
+#error "define both MIRROR_MALLOC and MIRROR_FREE, or neither"
+#endif
+#ifndef MIRROR_MALLOC
+#define MIRROR_MALLOC(n) malloc(n)
+#define MIRROR_FREE(p) free(p)
+#endif
+
+#define MIRROR__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MIRROR__MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// >>errors ------------------------------------------------------------------
+
+static mirror_log_fn mirror__log_fn;
+static void *mirror__log_user;
+
+MIRROR_API void mirror_set_logger(mirror_log_fn fn, void *user)
+{
+    mirror__log_fn = fn;
+    mirror__log_user = user;
+}
+
+MIRROR_API const char *mirror_result_string(int result)
+{
+    switch (result) {
+#define MIRROR__CASE(name, value, text) \
+    case value: return text;
+        MIRROR_RESULT_LIST(MIRROR__CASE)
+#undef MIRROR__CASE
+    default: return "unknown result";
+    }
+}
+
+static void mirror__log(int level, const char *message)
+{
+    if (mirror__log_fn)
+        mirror__log_fn(mirror__log_user, level, message);
+    else if (level == MIRROR_LOG_NOTICE)
+        fprintf(stderr, "mirror: %s\n", message);
+}
+
+/* Records code and message in err (which may be NULL), logs it, returns code. */
+static int mirror__verror(mirror_error *err, int code, const char *fmt, va_list ap)
+{
+    char message[sizeof(err->message)];
+    vsnprintf(message, sizeof message, fmt, ap);
+    if (err) {
+        err->code = code;
+        memcpy(err->message, message, sizeof message);
+    }
+    mirror__log(MIRROR_LOG_ERROR, message);
+    return code;
+}
+
+static int mirror__error(mirror_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = mirror__verror(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+// >>allocation --------------------------------------------------------------
+
+/* a * b into *out; 0 when it overflows. */
+static int mirror__mul(size_t a, size_t b, size_t *out)
+{
+    if (a && b > (size_t)-1 / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* n * size bytes, or NULL when that overflows or the allocator fails. */
+static void *mirror__alloc(size_t n, size_t size)
+{
+    size_t bytes;
+    if (!mirror__mul(n, size, &bytes)) return NULL;
+    return MIRROR_MALLOC(bytes ? bytes : 1);
+}
+
+static void *mirror__zalloc(size_t n, size_t size)
+{
+    void *p = mirror__alloc(n, size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+static double mirror__now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// >>random ------------------------------------------------------------------
+/* splitmix64: one 64-bit state, fast, and good enough for shuffles and
+   initialisation. Every random number of the library comes from here. */
+
+static uint64_t mirror__next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 random bits: exact in float. */
+static float mirror__uniform(uint64_t *state)
+{
+    return (float)(mirror__next(state) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Uniform integer in [0, bound), without modulo bias. */
+static uint64_t mirror__below(uint64_t *state, uint64_t bound)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % bound, x;
+    do x = mirror__next(state);
+    while (x >= limit);
+    return x % bound;
+}
+
+/* Standard normal (Box-Muller). */
+static float mirror__normal(uint64_t *state)
+{
+    float u = mirror__uniform(state) + (1.0f / 33554432.0f), v = mirror__uniform(state);
+    return sqrtf(-2.0f * logf(u)) * cosf(6.28318530718f * v);
+}
+
+// >>threads -----------------------------------------------------------------
+/* A fixed team of worker threads, one per replica. mirror__run hands every
+   worker the same job and returns when all have finished it. With one
+   replica the job runs on the caller's thread and no thread is created. */
+
+typedef void (*mirror__job_fn)(void *ctx, size_t worker);
+
+typedef struct mirror__team {
+    size_t size; /* workers; the job sees worker in [0, size) */
+    pthread_t *threads;
+    struct mirror__team_arg *args;
+    pthread_mutex_t mutex;
+    pthread_cond_t wake, done;
+    uint64_t generation; /* bumped once per job */
+    size_t pending;      /* workers still running the current job */
+    int quit;
+    mirror__job_fn job;
+    void *ctx;
+} mirror__team;
+
+typedef struct mirror__team_arg {
+    mirror__team *team;
+    size_t worker;
+} mirror__team_arg;
+
+static void *mirror__worker_main(void *p)
+{
+    mirror__team_arg *arg = (mirror__team_arg *)p;
+    mirror__team *t = arg->team;
+    uint64_t seen = 0;
+    for (;;) {
+        mirror__job_fn job;
+        void *ctx;
+        pthread_mutex_lock(&t->mutex);
+        while (t->generation == seen && !t->quit)
+            pthread_cond_wait(&t->wake, &t->mutex);
+        if (t->quit) {
+            pthread_mutex_unlock(&t->mutex);
+            return NULL;
+        }
+        seen = t->generation;
+        job = t->job;
+        ctx = t->ctx;
+        pthread_mutex_unlock(&t->mutex);
+
+        job(ctx, arg->worker);
+
+        pthread_mutex_lock(&t->mutex);
+        if (--t->pending == 0) pthread_cond_signal(&t->done);
+        pthread_mutex_unlock(&t->mutex);
+    }
+}
+
+static void mirror__team_stop(mirror__team *t, size_t started)
+{
+    size_t i;
+    if (t->size > 1) {
+        pthread_mutex_lock(&t->mutex);
+        t->quit = 1;
+        pthread_cond_broadcast(&t->wake);
+        pthread_mutex_unlock(&t->mutex);
+        for (i = 0; i < started; i++) pthread_join(t->threads[i], NULL);
+        pthread_cond_destroy(&t->wake);
+        pthread_cond_destroy(&t->done);
+        pthread_mutex_destroy(&t->mutex);
+    }
+    MIRROR_FREE(t->threads);
+    MIRROR_FREE(t->args);
+    t->threads = NULL;
+    t->args = NULL;
+}
+
+static int mirror__team_start(mirror__team *t, size_t size, mirror_error *err)
+{
+    size_t i;
+    memset(t, 0, sizeof *t);
+    t->size = size;
+    if (size <= 1) return MIRROR_OK;
+    t->threads = (pthread_t *)mirror__alloc(size, sizeof *t->threads);
+    t->args = (mirror__team_arg *)mirror__alloc(size, sizeof *t->args);
+    if (!t->threads || !t->args) {
+        MIRROR_FREE(t->threads);
+        MIRROR_FREE(t->args);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: no memory for %zu threads",
+                             size);
+    }
+    pthread_mutex_init(&t->mutex, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    pthread_cond_init(&t->done, NULL);
+    for (i = 0; i < size; i++) {
+        t->args[i].team = t;
+        t->args[i].worker = i;
+        if (pthread_create(&t->threads[i], NULL, mirror__worker_main, &t->args[i]) != 0) {
+            mirror__team_stop(t, i);
+            return mirror__error(err, MIRROR_ERR_THREAD, "strategy: could not start thread %zu of %zu",
+                                 i + 1, size);
+        }
+    }
+    return MIRROR_OK;
+}
+
+static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
+{
+    if (t->size <= 1) {
+        job(ctx, 0);
+        return;
+    }
+    pthread_mutex_lock(&t->mutex);
+    t->job = job;
+    t->ctx = ctx;
+    t->pending = t->size;
+    t->generation++;
+    pthread_cond_broadcast(&t->wake);
+    while (t->pending) pthread_cond_wait(&t->done, &t->mutex);
+    pthread_mutex_unlock(&t->mutex);
+}
+
+// >>gemm --------------------------------------------------------------------
+/* C = alpha op(A) op(B) + beta C, row-major, op(X) = X or X^T. The built-in
+   kernel follows the BLIS recipe: blocks of C of MC x NC, panels of A and B
+   packed contiguously (KC deep) so that a small MR x NR register tile reads
+   them with unit stride. The tile is plain C that the compiler vectorises;
+   -O3 -march=native -ffp-contract=fast make it fast. */
+
+#if defined(__AVX512F__)
+#define MIRROR__MR 8
+#define MIRROR__NR 32
+#else
+#define MIRROR__MR 6
+#define MIRROR__NR 16
+#endif
+#ifndef MIRROR_GEMM_MC
+#define MIRROR_GEMM_MC 120
+#endif
+#ifndef MIRROR_GEMM_KC
+#define MIRROR_GEMM_KC 256
+#endif
+#ifndef MIRROR_GEMM_NC
+#define MIRROR_GEMM_NC 2048
+#endif
+
+/* Floats of packing workspace one GEMM call needs. */
+#define MIRROR__GEMM_WORKSPACE                                                            \
+    ((MIRROR_GEMM_MC + MIRROR__MR) * MIRROR_GEMM_KC + MIRROR_GEMM_KC * (MIRROR_GEMM_NC + MIRROR__NR))
+
+/* A[ic.., pc..] as panels of MR rows: pa[panel][p][i], scaled by alpha,
+   zero rows past m so the tile never branches. */
+static void mirror__pack_a(int ta, const float *a, size_t lda, size_t mc, size_t kc, float alpha,
+                           float *pa)
+{
+    size_t i0, i, p;
+    for (i0 = 0; i0 < mc; i0 += MIRROR__MR) {
+        size_t mr = MIRROR__MIN(MIRROR__MR, mc - i0);
+        for (p = 0; p < kc; p++) {
+            for (i = 0; i < mr; i++)
+                pa[p * MIRROR__MR + i] = alpha * (ta ? a[p * lda + i0 + i] : a[(i0 + i) * lda + p]);
+            for (; i < MIRROR__MR; i++) pa[p * MIRROR__MR + i] = 0.0f;
+        }
+        pa += MIRROR__MR * kc;
+    }
+}
+
+/* B[pc.., jc..] as panels of NR columns: pb[panel][p][j]. */
+static void mirror__pack_b(int tb, const float *b, size_t ldb, size_t kc, size_t nc, float *pb)
+{
+    size_t j0, j, p;
+    for (j0 = 0; j0 < nc; j0 += MIRROR__NR) {
+        size_t nr = MIRROR__MIN(MIRROR__NR, nc - j0);
+        for (p = 0; p < kc; p++) {
+            float *dst = pb + p * MIRROR__NR;
+            if (!tb && nr == MIRROR__NR)
+                memcpy(dst, b + p * ldb + j0, MIRROR__NR * sizeof(float));
+            else {
+                for (j = 0; j < nr; j++) dst[j] = tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+                for (; j < MIRROR__NR; j++) dst[j] = 0.0f;
+            }
+        }
+        pb += MIRROR__NR * kc;
+    }
+}
+
+/* The register tile: C[mr, nr] = beta C + A-panel . B-panel. */
+static void mirror__tile(size_t kc, const float *pa, const float *pb, float *c, size_t ldc,
+                         size_t mr, size_t nr, float beta)
+{
+    float acc[MIRROR__MR * MIRROR__NR];
+    size_t i, j, p;
+    for (i = 0; i < MIRROR__MR * MIRROR__NR; i++) acc[i] = 0.0f;
+    for (p = 0; p < kc; p++) {
+        const float *a = pa + p * MIRROR__MR, *b = pb + p * MIRROR__NR;
+        for (i = 0; i < MIRROR__MR; i++)
+            for (j = 0; j < MIRROR__NR; j++) acc[i * MIRROR__NR + j] += a[i] * b[j];
+    }
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++)
+            c[i * ldc + j] = beta == 0.0f ? acc[i * MIRROR__NR + j]
+                                          : beta * c[i * ldc + j] + acc[i * MIRROR__NR + j];
+}
+
+/* ws holds MIRROR__GEMM_WORKSPACE floats. */
+static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
+                          size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc,
+                          float *ws)
+{
+#ifdef MIRROR_CBLAS
+    (void)ws;
+    if (m && n)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+#else
+    float *pa = ws, *pb = ws + (MIRROR_GEMM_MC + MIRROR__MR) * MIRROR_GEMM_KC;
+    size_t jc, pc, ic, jr, ir, i, j;
+    if (k == 0 || alpha == 0.0f) {
+        for (i = 0; i < m; i++)
+            for (j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    for (jc = 0; jc < n; jc += MIRROR_GEMM_NC) {
+        size_t nc = MIRROR__MIN(MIRROR_GEMM_NC, n - jc);
+        for (pc = 0; pc < k; pc += MIRROR_GEMM_KC) {
+            size_t kc = MIRROR__MIN(MIRROR_GEMM_KC, k - pc);
+            float bk = pc == 0 ? beta : 1.0f;
+            mirror__pack_b(tb, tb ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, kc, nc, pb);
+            for (ic = 0; ic < m; ic += MIRROR_GEMM_MC) {
+                size_t mc = MIRROR__MIN(MIRROR_GEMM_MC, m - ic);
+                mirror__pack_a(ta, ta ? a + pc * lda + ic : a + ic * lda + pc, lda, mc, kc, alpha, pa);
+                for (jr = 0; jr < nc; jr += MIRROR__NR)
+                    for (ir = 0; ir < mc; ir += MIRROR__MR)
+                        mirror__tile(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr,
+                                     ldc, MIRROR__MIN(MIRROR__MR, mc - ir),
+                                     MIRROR__MIN(MIRROR__NR, nc - jr), bk);
+            }
+        }
+    }
+#endif
+}
+
+// >>backend -----------------------------------------------------------------
+/* The device operations that layers, optimizers and the step use. Layers
+   never touch replica memory themselves; they call these, so a backend is
+   this table and nothing else. Every member is required. `dev` is the
+   backend's per-replica context from open(). Shapes: rows is the shard's
+   sample count, inner the spatial size of a channel. */
+
+typedef struct mirror__backend {
+    const char *name;
+    /* Per-replica context; *workspace_bytes reports what it holds. */
+    void *(*open)(size_t replica, size_t *workspace_bytes);
+    void (*close)(void *dev);
+    void *(*alloc)(void *dev, size_t bytes); /* zeroed */
+    void (*release)(void *dev, void *p);
+    void (*zero)(void *dev, void *p, size_t bytes);
+    void (*upload)(void *dev, void *dst, const void *host, size_t bytes);
+    void (*download)(void *dev, void *host, const void *src, size_t bytes);
+    void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                 const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
+                 size_t ldc);
+    /* y[r, c, i] += bias[c] */
+    void (*bias_add)(void *dev, float *y, const float *bias, size_t rows, size_t channels,
+                     size_t inner);
+    /* db[c] += sum over r, i of dy[r, c, i] */
+    void (*bias_grad)(void *dev, float *db, const float *dy, size_t rows, size_t channels,
+                      size_t inner);
+    void (*relu_forward)(void *dev, float *y, const float *x, size_t n);
+    /* in place: d = d where y > 0, else 0 */
+    void (*relu_backward)(void *dev, float *d, const float *y, size_t n);
+    /* One sample: x [C,H,W] -> col [C*k*k, Ho*Wo], and col2im's sum back. */
+    void (*im2col)(void *dev, float *col, const float *x, size_t c, size_t h, size_t w, size_t k,
+                   size_t stride, size_t pad, size_t ho, size_t wo);
+    void (*col2im)(void *dev, float *x, const float *col, size_t c, size_t h, size_t w, size_t k,
+                   size_t stride, size_t pad, size_t ho, size_t wo);
+    /* planes = rows * channels; arg[i] is the argmax's offset in its plane. */
+    void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
+                            size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
+    void (*maxpool_backward)(void *dev, float *dx, const int32_t *arg, const float *dy,
+                             size_t planes, size_t h, size_t w, size_t ho, size_t wo);
+    /* Per row: loss[r], correct[r], dz[r, :]. */
+    void (*softmax_ce)(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
+                       const int32_t *labels, size_t rows, size_t k, float inv_count);
+    void (*mse)(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows,
+                size_t d, float inv_count);
+    /* One launch over the whole flat parameter arena. */
+    void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, float lr, float momentum,
+                float weight_decay, int nesterov);
+    void (*adam)(void *dev, float *w, float *m, float *v, const float *g, size_t n, float lr,
+                 float beta1, float beta2, float eps, float weight_decay, int decoupled, float bc1,
+                 float bc2_sqrt);
+} mirror__backend;
+
+/* The reducer sums n floats over the replicas' buffers (see mirror_all_reduce_sum). */
+typedef struct mirror__reducer {
+    const char *name;
+    void (*all_reduce_sum)(mirror_strategy *s, float *const *bufs, size_t n);
+    void (*broadcast)(mirror_strategy *s, float *const *bufs, size_t n, size_t root);
+} mirror__reducer;
+
+// >>cpu backend -------------------------------------------------------------
+/* The reference backend: host memory, loops over the shared math. */
+
+typedef struct mirror__cpu_dev {
+    float *gemm_ws; /* MIRROR__GEMM_WORKSPACE floats */
+} mirror__cpu_dev;
+
+static void *mirror__cpu_open(size_t replica, size_t *workspace_bytes)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)mirror__zalloc(1, sizeof *d);
+    (void)replica;
+    if (!d) return NULL;
+#ifdef MIRROR_CBLAS
+    *workspace_bytes = 0;
+    d->gemm_ws = NULL;
+#else
+    *workspace_bytes = MIRROR__GEMM_WORKSPACE * sizeof(float);
+    d->gemm_ws = (float *)mirror__alloc(MIRROR__GEMM_WORKSPACE, sizeof(float));
+    if (!d->gemm_ws) {
+        MIRROR_FREE(d);
+        return NULL;
+    }
+#endif
+    return d;
+}
+
+static void mirror__cpu_close(void *dev)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    if (!d) return;
+    MIRROR_FREE(d->gemm_ws);
+    MIRROR_FREE(d);
+}
+
+static void *mirror__cpu_alloc(void *dev, size_t bytes)
+{
+    (void)dev;
+    return mirror__zalloc(bytes, 1);
+}
+
+static void mirror__cpu_release(void *dev, void *p)
+{
+    (void)dev;
+    MIRROR_FREE(p);
+}
+
+static void mirror__cpu_zero(void *dev, void *p, size_t bytes)
+{
+    (void)dev;
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void mirror__cpu_copy(void *dev, void *dst, const void *src, size_t bytes)
+{
+    (void)dev;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                             const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                             float *c, size_t ldc)
+{
+    mirror__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                  ((mirror__cpu_dev *)dev)->gemm_ws);
+}
+
+static void mirror__cpu_bias_add(void *dev, float *y, const float *bias, size_t rows,
+                                 size_t channels, size_t inner)
+{
+    size_t r, c, i;
+    (void)dev;
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < channels; c++, y += inner)
+            for (i = 0; i < inner; i++) y[i] += bias[c];
+}
+
+static void mirror__cpu_bias_grad(void *dev, float *db, const float *dy, size_t rows,
+                                  size_t channels, size_t inner)
+{
+    size_t r, c, i;
+    (void)dev;
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < channels; c++, dy += inner) {
+            float s = 0.0f;
+            for (i = 0; i < inner; i++) s += dy[i];
+            db[c] += s;
+        }
+}
+
+static void mirror__cpu_relu_forward(void *dev, float *y, const float *x, size_t n)
+{
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i++) y[i] = mirror_hd_relu(x[i]);
+}
+
+static void mirror__cpu_relu_backward(void *dev, float *d, const float *y, size_t n)
+{
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i++) d[i] = mirror_hd_relu_grad(y[i], d[i]);
+}
+
+/* The input row of output row oy at kernel row ki, or -1 in the padding. */
+static long mirror__tap(size_t o, size_t ki, size_t stride, size_t pad, size_t size)
+{
+    long v = (long)(o * stride + ki) - (long)pad;
+    return v >= 0 && v < (long)size ? v : -1;
+}
+
+static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t c, size_t h, size_t w,
+                               size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    size_t ch, ki, kj, oy, ox;
+    (void)dev;
+    for (ch = 0; ch < c; ch++)
+        for (ki = 0; ki < k; ki++)
+            for (kj = 0; kj < k; kj++)
+                for (oy = 0; oy < ho; oy++) {
+                    long iy = mirror__tap(oy, ki, stride, pad, h);
+                    const float *row = x + (ch * h + (size_t)(iy < 0 ? 0 : iy)) * w;
+                    for (ox = 0; ox < wo; ox++) {
+                        long ix = mirror__tap(ox, kj, stride, pad, w);
+                        *col++ = iy < 0 || ix < 0 ? 0.0f : row[ix];
+                    }
+                }
+}
+
+static void mirror__cpu_col2im(void *dev, float *x, const float *col, size_t c, size_t h, size_t w,
+                               size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    size_t ch, ki, kj, oy, ox;
+    (void)dev;
+    memset(x, 0, c * h * w * sizeof(float));
+    for (ch = 0; ch < c; ch++)
+        for (ki = 0; ki < k; ki++)
+            for (kj = 0; kj < k; kj++)
+                for (oy = 0; oy < ho; oy++) {
+                    long iy = mirror__tap(oy, ki, stride, pad, h);
+                    float *row = x + (ch * h + (size_t)(iy < 0 ? 0 : iy)) * w;
+                    for (ox = 0; ox < wo; ox++, col++) {
+                        long ix = mirror__tap(ox, kj, stride, pad, w);
+                        if (iy >= 0 && ix >= 0) row[ix] += *col;
+                    }
+                }
+}
+
+static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
+                                        size_t planes, size_t h, size_t w, size_t k, size_t stride,
+                                        size_t ho, size_t wo)
+{
+    size_t p, oy, ox, i, j;
+    (void)dev;
+    for (p = 0; p < planes; p++, x += h * w)
+        for (oy = 0; oy < ho; oy++)
+            for (ox = 0; ox < wo; ox++) {
+                size_t best = oy * stride * w + ox * stride;
+                for (i = 0; i < k; i++)
+                    for (j = 0; j < k; j++) {
+                        size_t at = (oy * stride + i) * w + ox * stride + j;
+                        if (x[at] > x[best]) best = at;
+                    }
+                *y++ = x[best];
+                *arg++ = (int32_t)best;
+            }
+}
+
+static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
+                                         size_t planes, size_t h, size_t w, size_t ho, size_t wo)
+{
+    size_t p, i;
+    (void)dev;
+    memset(dx, 0, planes * h * w * sizeof(float));
+    for (p = 0; p < planes; p++, dx += h * w)
+        for (i = 0; i < ho * wo; i++) dx[*arg++] += *dy++;
+}
+
+static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct,
+                                   const float *z, const int32_t *labels, size_t rows, size_t k,
+                                   float inv_count)
+{
+    size_t r;
+    (void)dev;
+    for (r = 0; r < rows; r++) {
+        int ok;
+        loss[r] = mirror_hd_softmax_ce_row(z + r * k, k, labels[r], inv_count, dz + r * k, &ok);
+        correct[r] = ok;
+    }
+}
+
+static void mirror__cpu_mse(void *dev, float *dz, float *loss, const float *z, const float *t,
+                            size_t rows, size_t d, float inv_count)
+{
+    size_t r;
+    (void)dev;
+    for (r = 0; r < rows; r++)
+        loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
+}
+
+static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n, float lr,
+                            float momentum, float weight_decay, int nesterov)
+{
+    size_t i;
+    float unused = 0.0f;
+    (void)dev;
+    for (i = 0; i < n; i++)
+        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i], lr, momentum, weight_decay, nesterov);
+}
+
+static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             int decoupled, float bc1, float bc2_sqrt)
+{
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i++)
+        mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled,
+                       bc1, bc2_sqrt);
+}
+
+static const mirror__backend mirror__cpu_backend = {
+    "cpu",
+    mirror__cpu_open,
+    mirror__cpu_close,
+    mirror__cpu_alloc,
+    mirror__cpu_release,
+    mirror__cpu_zero,
+    mirror__cpu_copy,
+    mirror__cpu_copy,
+    mirror__cpu_gemm,
+    mirror__cpu_bias_add,
+    mirror__cpu_bias_grad,
+    mirror__cpu_relu_forward,
+    mirror__cpu_relu_backward,
+    mirror__cpu_im2col,
+    mirror__cpu_col2im,
+    mirror__cpu_maxpool_forward,
+    mirror__cpu_maxpool_backward,
+    mirror__cpu_softmax_ce,
+    mirror__cpu_mse,
+    mirror__cpu_sgd,
+    mirror__cpu_adam,
+};
+
+// >>strategy and devices ----------------------------------------------------
+
+struct mirror_strategy {
+    size_t replicas;
+    char devices[32];  /* the device list in force, "cpu:2" */
+    char describe[128];
+    const mirror__backend *backend;
+    const mirror__reducer *reducer;
+    mirror__team team;
+    /* the reducer's current job */
+    float *const *reduce_bufs;
+    size_t reduce_n, reduce_root;
+};
+
+/* "cpu" or "cpu:N" into a replica count (0 for "cpu": one per core). */
+static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *err)
+{
+    const char *p = spec;
+    unsigned long v;
+    char *end;
+    if (strncmp(p, "cuda", 4) == 0)
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                             "devices \"%s\": this program was built without CUDA "
+                             "(compile one .cu file with mirror_cuda.h)",
+                             spec);
+    if (strncmp(p, "cpu", 3) != 0)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
+    p += 3;
+    if (*p == '\0') {
+        *count = 0;
+        return MIRROR_OK;
+    }
+    if (*p != ':' || p[1] < '0' || p[1] > '9')
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
+    errno = 0;
+    v = strtoul(p + 1, &end, 10);
+    if (*end != '\0' || errno || v < 1 || v > 4096)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": the replica count must be 1 to 4096", spec);
+    *count = (size_t)v;
+    return MIRROR_OK;
+}
+
+static void mirror__cpu_all_reduce_job(void *ctx, size_t worker);
+static void mirror__cpu_broadcast_job(void *ctx, size_t worker);
+
+static void mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n)
+{
+    s->reduce_bufs = bufs;
+    s->reduce_n = n;
+    mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+}
+
+static void mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
+{
+    s->reduce_bufs = bufs;
+    s->reduce_n = n;
+    s->reduce_root = root;
+    mirror__run(&s->team, mirror__cpu_broadcast_job, s);
+}
+
+static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_all_reduce,
+                                                    mirror__cpu_broadcast};
+
+MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_strategy **out,
+                                      mirror_error *err)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s;
+    size_t count = 0;
+    int rc;
+    if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_strategy_create: out is NULL");
+    *out = NULL;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (!d.devices) d.devices = getenv("MIRROR_DEVICES");
+    if (!d.devices || !*d.devices) d.devices = "cpu";
+    if ((rc = mirror__parse_devices(d.devices, &count, err)) != MIRROR_OK) return rc;
+    if (count && d.num_replicas && count != d.num_replicas)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\" gives %zu replicas but num_replicas is %zu",
+                             d.devices, count, d.num_replicas);
+    if (!count) count = d.num_replicas;
+    if (!count) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        count = cores > 0 ? (size_t)cores : 1;
+    }
+    if (count > 4096)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "num_replicas %zu: at most 4096", count);
+
+    s = (mirror_strategy *)mirror__zalloc(1, sizeof *s);
+    if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    s->replicas = count;
+    s->backend = &mirror__cpu_backend;
+    s->reducer = &mirror__cpu_reducer;
+    snprintf(s->devices, sizeof s->devices, "cpu:%zu", count);
+    snprintf(s->describe, sizeof s->describe, "%zu CPU replica%s (threads), reducer %s", count,
+             count == 1 ? "" : "s", s->reducer->name);
+    if ((rc = mirror__team_start(&s->team, count, err)) != MIRROR_OK) {
+        MIRROR_FREE(s);
+        return rc;
+    }
+    *out = s;
+    return MIRROR_OK;
+}
+
+MIRROR_API void mirror_strategy_destroy(mirror_strategy *s)
+{
+    if (!s) return;
+    mirror__team_stop(&s->team, s->team.size);
+    MIRROR_FREE(s);
+}
+
+MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s) { return s ? s->replicas : 0; }
+
+MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy *s)
+{
+    mirror_strategy_desc d;
+    memset(&d, 0, sizeof d);
+    if (s) {
+        d.devices = s->devices;
+        d.num_replicas = s->replicas;
+    }
+    return d;
+}
+
+MIRROR_API const char *mirror_strategy_describe(const mirror_strategy *s)
+{
+    return s ? s->describe : "";
+}
+
+MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin, size_t *count)
+{
+    size_t base, extra;
+    if (!replicas || r >= replicas) {
+        *begin = n;
+        *count = 0;
+        return;
+    }
+    base = n / replicas;
+    extra = n % replicas;
+    *begin = r * base + MIRROR__MIN(r, extra);
+    *count = base + (r < extra);
+}
+
+// >>reducers ----------------------------------------------------------------
+/* Worker w owns the elements of its shard of [0, n) and, for each, adds the
+   replicas in order 0, 1, 2, ...: the same additions in the same order
+   whatever the thread count, so the sum is deterministic. */
+
+#define MIRROR__REDUCE_CHUNK 512
+
+static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin, count, i, r, end;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    end = begin + count;
+    for (; begin < end; begin += MIRROR__REDUCE_CHUNK) {
+        size_t len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        memcpy(acc, s->reduce_bufs[0] + begin, len * sizeof(float));
+        for (r = 1; r < s->replicas; r++) {
+            const float *b = s->reduce_bufs[r] + begin;
+            for (i = 0; i < len; i++) acc[i] += b[i];
+        }
+        for (r = 0; r < s->replicas; r++) memcpy(s->reduce_bufs[r] + begin, acc, len * sizeof(float));
+    }
+}
+
+static void mirror__cpu_broadcast_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    size_t begin, count, r;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    for (r = 0; r < s->replicas; r++)
+        if (r != s->reduce_root && count)
+            memcpy(s->reduce_bufs[r] + begin, s->reduce_bufs[s->reduce_root] + begin,
+                   count * sizeof(float));
+}
+
+static int mirror__check_bufs(float *const *bufs, size_t replicas, size_t n, const char *what,
+                              mirror_error *err)
+{
+    size_t r;
+    if (!bufs) return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: bufs is NULL", what);
+    for (r = 0; r < replicas && n; r++)
+        if (!bufs[r]) return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: bufs[%zu] is NULL", what, r);
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n)
+{
+    int rc;
+    if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_all_reduce_sum: strategy is NULL");
+    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_all_reduce_sum", NULL))) return rc;
+    if (n) s->reducer->all_reduce_sum(s, bufs, n);
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
+{
+    int rc;
+    if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: strategy is NULL");
+    if (root >= s->replicas)
+        return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: root %zu of %zu replicas",
+                             root, s->replicas);
+    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL))) return rc;
+    if (n) s->reducer->broadcast(s, bufs, n, root);
+    return MIRROR_OK;
+}
+
+// >>model -------------------------------------------------------------------
+
+#define MIRROR__MAX_LAYERS 64
+
+typedef enum mirror__kind {
+    MIRROR__DENSE = 1,
+    MIRROR__CONV2D,
+    MIRROR__RELU,
+    MIRROR__MAXPOOL2D,
+    MIRROR__FLATTEN
+} mirror__kind;
+
+static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d",
+                                                 "flatten"};
+
+typedef struct mirror__layer {
+    mirror__kind kind;
+    size_t c, h, w;         /* input shape of one sample */
+    size_t oc, oh, ow;      /* output shape */
+    size_t k, stride, pad;  /* conv2d, maxpool2d */
+    size_t w_off, b_off;    /* floats into the parameter and gradient arenas */
+    size_t n_w, n_b;
+    size_t out_off, arg_off; /* bytes into the activation arena */
+} mirror__layer;
+
+/* One replica: its device context, its four arenas and the views into the
+   activation arena (each sized for shard_max samples). */
+typedef struct mirror__replica {
+    void *dev;
+    float *params, *grads, *state;
+    unsigned char *acts;
+    size_t workspace_bytes;
+    float *input;     /* [S, in_size] */
+    int32_t *labels;  /* [S] */
+    float *targets;   /* [S, out_size] */
+    float *delta[2];  /* [S, max_size] each: backward ping-pong */
+    float *col;       /* im2col of one sample */
+    float *loss;      /* [S] per-sample loss */
+    int32_t *correct; /* [S] */
+    float *host_loss; /* [S] host copies for the metric sums */
+    int32_t *host_correct;
+    /* this step's shard and results */
+    size_t begin, count;
+    double loss_sum;
+    size_t correct_sum;
+} mirror__replica;
+
+enum { MIRROR__TRAIN = 1, MIRROR__EVAL, MIRROR__PREDICT };
+
+struct mirror_model {
+    mirror_model_desc desc;
+    mirror_strategy *s;
+    const mirror__backend *be;
+    mirror__layer layers[MIRROR__MAX_LAYERS];
+    size_t nlayers;
+    size_t c, h, w; /* current output shape while layers are added */
+    int built;
+    int sticky;          /* the first error of a layer call, returned by build */
+    mirror_error err;
+    size_t nparams, nstate;
+    size_t in_size, out_size, max_size, col_size;
+    size_t shard_max, act_bytes;
+    mirror__replica *rep;
+    float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
+    float **param_bufs;
+    uint64_t steps;
+    /* the current job */
+    int mode;
+    const mirror_batch *batch;
+    size_t batch_offset; /* first sample of this chunk within batch */
+    size_t batch_n;
+    float inv_count;
+    float *predict_out;
+};
+
+static int mirror__fail(mirror_model *m, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = mirror__verror(&m->err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+MIRROR_API const char *mirror_model_error(const mirror_model *m)
+{
+    return m ? m->err.message : "model is NULL";
+}
+
+/* Defaults for zero fields, in one place. */
+static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
+{
+    mirror_optimizer_desc *o = &d.optimizer;
+    if (!d.height) d.height = 1;
+    if (!d.width) d.width = 1;
+    if (!d.max_batch) d.max_batch = 256;
+    if (d.loss == MIRROR_LOSS_DEFAULT) d.loss = MIRROR_LOSS_SOFTMAX_CE;
+    if (o->kind == MIRROR_OPT_DEFAULT) o->kind = MIRROR_OPT_SGD;
+    if (o->lr == 0.0f) o->lr = o->kind == MIRROR_OPT_SGD ? 0.01f : 0.001f;
+    if (o->beta1 == 0.0f) o->beta1 = 0.9f;
+    if (o->beta2 == 0.0f) o->beta2 = 0.999f;
+    if (o->eps == 0.0f) o->eps = 1e-8f;
+    if (o->weight_decay == 0.0f && o->kind == MIRROR_OPT_ADAMW) o->weight_decay = 0.01f;
+    return d;
+}
+
+static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
+
+MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model **out,
+                                   mirror_error *err)
+{
+    mirror_model_desc d;
+    mirror_model *m;
+    const mirror_optimizer_desc *o;
+    size_t in_size;
+    if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: out is NULL");
+    *out = NULL;
+    if (!desc) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: desc is NULL");
+    if (!desc->strategy)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: desc.strategy is NULL");
+    d = mirror__model_defaults(*desc);
+    o = &d.optimizer;
+    if (!d.channels)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: desc.channels is 0");
+    if (!mirror__mul(d.channels, d.height, &in_size) || !mirror__mul(in_size, d.width, &in_size) ||
+        in_size > ((size_t)1 << 28))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: input %zux%zux%zu is too large", d.channels,
+                             d.height, d.width);
+    if (d.max_batch > ((size_t)1 << 24))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: max_batch %zu is too large", d.max_batch);
+    if ((int)d.loss < 0 || d.loss > MIRROR_LOSS_MSE || (int)d.init < 0 || d.init > MIRROR_INIT_GLOROT ||
+        (int)o->kind < 0 || o->kind > MIRROR_OPT_ADAMW)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: unknown loss, init or optimizer kind");
+    if (mirror__bad_float(o->lr, 0.0f, 1e6f) || mirror__bad_float(o->momentum, 0.0f, 1.0f) ||
+        mirror__bad_float(o->weight_decay, 0.0f, 1e6f) || mirror__bad_float(o->beta1, 0.0f, 0.999999f) ||
+        mirror__bad_float(o->beta2, 0.0f, 0.99999999f) || mirror__bad_float(o->eps, 0.0f, 1.0f) ||
+        (o->nesterov && o->momentum == 0.0f))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: optimizer hyper-parameters out of range "
+                             "(lr %g, momentum %g, weight decay %g, betas %g %g, eps %g, nesterov %d)",
+                             (double)o->lr, (double)o->momentum, (double)o->weight_decay,
+                             (double)o->beta1, (double)o->beta2, (double)o->eps, o->nesterov);
+    m = (mirror_model *)mirror__zalloc(1, sizeof *m);
+    if (!m) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_model_create: out of memory");
+    m->desc = d;
+    m->s = d.strategy;
+    m->be = m->s->backend;
+    m->c = d.channels;
+    m->h = d.height;
+    m->w = d.width;
+    m->in_size = in_size;
+    *out = m;
+    return MIRROR_OK;
+}
+
+MIRROR_API mirror_model_desc mirror_model_query_desc(const mirror_model *m)
+{
+    mirror_model_desc d;
+    memset(&d, 0, sizeof d);
+    return m ? m->desc : d;
+}
+
+/* Appends a layer whose input is the current shape; records the first error. */
+static int mirror__add(mirror_model *m, mirror__layer *l)
+{
+    const char *name;
+    size_t n = m ? m->nlayers : 0, size;
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "layer added to a NULL model");
+    name = mirror__kind_names[l->kind];
+    if (m->sticky) return m->sticky;
+    if (m->built)
+        return mirror__fail(m, MIRROR_ERR_STATE, "%s: the model is already built", name);
+    if (n == MIRROR__MAX_LAYERS)
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: more than %d layers", name,
+                                        MIRROR__MAX_LAYERS);
+    l->c = m->c;
+    l->h = m->h;
+    l->w = m->w;
+    switch (l->kind) {
+    case MIRROR__DENSE:
+        if (l->h != 1 || l->w != 1)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
+                                            "dense (layer %zu): input %zux%zux%zu is not flat; "
+                                            "add mirror_flatten first",
+                                            n, l->c, l->h, l->w);
+        l->oh = l->ow = 1;
+        l->n_w = l->oc * l->c;
+        l->n_b = l->oc;
+        break;
+    case MIRROR__CONV2D:
+        if (l->k > l->h + 2 * l->pad || l->k > l->w + 2 * l->pad)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
+                                            "conv2d (layer %zu): kernel %zu larger than the padded "
+                                            "input %zux%zu",
+                                            n, l->k, l->h + 2 * l->pad, l->w + 2 * l->pad);
+        if (l->pad >= l->k)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                            "conv2d (layer %zu): padding %zu must be below the "
+                                            "kernel size %zu",
+                                            n, l->pad, l->k);
+        l->oh = (l->h + 2 * l->pad - l->k) / l->stride + 1;
+        l->ow = (l->w + 2 * l->pad - l->k) / l->stride + 1;
+        l->n_w = l->oc * l->c * l->k * l->k;
+        l->n_b = l->oc;
+        break;
+    case MIRROR__MAXPOOL2D:
+        if (l->k > l->h || l->k > l->w)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
+                                            "maxpool2d (layer %zu): window %zu larger than the "
+                                            "input %zux%zu",
+                                            n, l->k, l->h, l->w);
+        l->oc = l->c;
+        l->oh = (l->h - l->k) / l->stride + 1;
+        l->ow = (l->w - l->k) / l->stride + 1;
+        break;
+    case MIRROR__FLATTEN:
+        l->oc = l->c * l->h * l->w;
+        l->oh = l->ow = 1;
+        break;
+    default: /* relu */
+        l->oc = l->c;
+        l->oh = l->h;
+        l->ow = l->w;
+        break;
+    }
+    if (!mirror__mul(l->oc, l->oh, &size) || !mirror__mul(size, l->ow, &size) || size > ((size_t)1 << 28) ||
+        l->n_w > ((size_t)1 << 30))
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s (layer %zu): too large", name, n);
+    m->layers[m->nlayers++] = *l;
+    m->c = l->oc;
+    m->h = l->oh;
+    m->w = l->ow;
+    return MIRROR_OK;
+}
+
+static int mirror__bad_size(mirror_model *m, const char *what, size_t v, size_t max)
+{
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "%s: model is NULL", what);
+    if (m->sticky) return m->sticky;
+    if (v >= 1 && v <= max) return MIRROR_OK;
+    return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s (layer %zu): %zu is out of range [1, %zu]",
+                                    what, m->nlayers, v, max);
+}
+
+MIRROR_API int mirror_dense(mirror_model *m, size_t units)
+{
+    mirror__layer l;
+    int rc;
+    if ((rc = mirror__bad_size(m, "dense: units", units, (size_t)1 << 24))) return rc;
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__DENSE;
+    l.oc = units;
+    return mirror__add(m, &l);
+}
+
+MIRROR_API int mirror_conv2d(mirror_model *m, size_t filters, size_t kernel, size_t stride,
+                             size_t padding)
+{
+    mirror__layer l;
+    int rc;
+    if ((rc = mirror__bad_size(m, "conv2d: filters", filters, (size_t)1 << 16)) ||
+        (rc = mirror__bad_size(m, "conv2d: kernel", kernel, 64)) ||
+        (rc = mirror__bad_size(m, "conv2d: stride", stride, 64)))
+        return rc;
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__CONV2D;
+    l.oc = filters;
+    l.k = kernel;
+    l.stride = stride;
+    l.pad = padding;
+    return mirror__add(m, &l);
+}
+
+MIRROR_API int mirror_relu(mirror_model *m)
+{
+    mirror__layer l;
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__RELU;
+    return mirror__add(m, &l);
+}
+
+MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride)
+{
+    mirror__layer l;
+    int rc;
+    if ((rc = mirror__bad_size(m, "maxpool2d: window", window, 64)) ||
+        (rc = mirror__bad_size(m, "maxpool2d: stride", stride, 64)))
+        return rc;
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__MAXPOOL2D;
+    l.k = window;
+    l.stride = stride;
+    return mirror__add(m, &l);
+}
+
+MIRROR_API int mirror_flatten(mirror_model *m)
+{
+    mirror__layer l;
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__FLATTEN;
+    return mirror__add(m, &l);
+}
+
+// >>pool --------------------------------------------------------------------
+/* Arena layout, computed once at build. Parameters and gradients: each
+   weighted layer's W then b, back to back, so one all-reduce and one
+   optimizer launch cover them all. Activations: the input shard, labels,
+   targets, each layer's output, maxpool argmaxes, two backward buffers,
+   one im2col buffer and the per-sample loss, each 64-byte aligned. */
+
+static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
+{
+    size_t at = (*cursor + 63) & ~(size_t)63;
+    *cursor = at + count * elem;
+    return at;
+}
+
+static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
+
+static void mirror__plan(mirror_model *m)
+{
+    size_t i, S = m->shard_max, at = 0, p = 0;
+    const mirror__layer *last = &m->layers[m->nlayers - 1];
+    m->out_size = mirror__out_size(last);
+    m->max_size = m->in_size;
+    m->col_size = 0;
+    for (i = 0; i < m->nlayers; i++) {
+        mirror__layer *l = &m->layers[i];
+        m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
+        l->w_off = p;
+        l->b_off = p + l->n_w;
+        p += l->n_w + l->n_b;
+        if (l->kind == MIRROR__CONV2D)
+            m->col_size = MIRROR__MAX(m->col_size, l->c * l->k * l->k * l->oh * l->ow);
+    }
+    m->nparams = p;
+    switch (m->desc.optimizer.kind) {
+    case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? p : 0; break;
+    default: m->nstate = 2 * p; break;
+    }
+    mirror__carve(&at, S * m->in_size, sizeof(float)); /* input, at 0 */
+    for (i = 0; i < m->nlayers; i++) {
+        mirror__layer *l = &m->layers[i];
+        if (l->kind == MIRROR__FLATTEN) /* a view of its input */
+            l->out_off = i ? m->layers[i - 1].out_off : 0;
+        else
+            l->out_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(float));
+        if (l->kind == MIRROR__MAXPOOL2D)
+            l->arg_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(int32_t));
+    }
+    m->act_bytes = at;
+}
+
+/* Views into one replica's activation arena, repeating the carve order. */
+static void mirror__views(mirror_model *m, mirror__replica *r)
+{
+    size_t S = m->shard_max, at = m->act_bytes;
+    unsigned char *a = r->acts;
+    r->input = (float *)a;
+    r->labels = (int32_t *)(a + mirror__carve(&at, S, sizeof(int32_t)));
+    r->targets = (float *)(a + mirror__carve(&at, S * m->out_size, sizeof(float)));
+    r->delta[0] = (float *)(a + mirror__carve(&at, S * m->max_size, sizeof(float)));
+    r->delta[1] = (float *)(a + mirror__carve(&at, S * m->max_size, sizeof(float)));
+    r->col = (float *)(a + mirror__carve(&at, m->col_size, sizeof(float)));
+    r->loss = (float *)(a + mirror__carve(&at, S, sizeof(float)));
+    r->correct = (int32_t *)(a + mirror__carve(&at, S, sizeof(int32_t)));
+}
+
+/* Bytes of the activation arena: the layers' part plus the step buffers. */
+static size_t mirror__act_total(const mirror_model *m)
+{
+    size_t S = m->shard_max, at = m->act_bytes;
+    mirror__carve(&at, S, sizeof(int32_t));
+    mirror__carve(&at, S * m->out_size, sizeof(float));
+    mirror__carve(&at, S * m->max_size, sizeof(float));
+    mirror__carve(&at, S * m->max_size, sizeof(float));
+    mirror__carve(&at, m->col_size, sizeof(float));
+    mirror__carve(&at, S, sizeof(float));
+    mirror__carve(&at, S, sizeof(int32_t));
+    return (at + 63) & ~(size_t)63;
+}
+
+static void mirror__free_replicas(mirror_model *m)
+{
+    size_t r;
+    if (!m->rep) return;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        if (!p->dev) continue;
+        m->be->release(p->dev, p->params);
+        m->be->release(p->dev, p->grads);
+        m->be->release(p->dev, p->state);
+        m->be->release(p->dev, p->acts);
+        MIRROR_FREE(p->host_loss);
+        MIRROR_FREE(p->host_correct);
+        m->be->close(p->dev);
+    }
+    MIRROR_FREE(m->rep);
+    MIRROR_FREE(m->grad_bufs);
+    MIRROR_FREE(m->param_bufs);
+    m->rep = NULL;
+    m->grad_bufs = m->param_bufs = NULL;
+}
+
+MIRROR_API void mirror_model_destroy(mirror_model *m)
+{
+    if (!m) return;
+    mirror__free_replicas(m);
+    MIRROR_FREE(m);
+}
+
+/* He before a relu, Glorot elsewhere, unless the desc says otherwise. */
+static int mirror__uses_he(const mirror_model *m, size_t i)
+{
+    if (m->desc.init != MIRROR_INIT_DEFAULT) return m->desc.init == MIRROR_INIT_HE;
+    return i + 1 < m->nlayers && m->layers[i + 1].kind == MIRROR__RELU;
+}
+
+/* Fills host[nparams] from the model's seed: one generator, layer by layer. */
+static void mirror__init_params(const mirror_model *m, float *host)
+{
+    uint64_t state = m->desc.seed;
+    size_t i, j;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        size_t fan_in = l->n_w / (l->n_b ? l->n_b : 1), fan_out = l->oc * l->k * l->k;
+        float a;
+        if (!l->n_w) continue;
+        if (l->kind == MIRROR__DENSE) fan_out = l->oc;
+        a = mirror_hd_init_bound(mirror__uses_he(m, i), fan_in, fan_out);
+        for (j = 0; j < l->n_w; j++) host[l->w_off + j] = a * (2.0f * mirror__uniform(&state) - 1.0f);
+        for (j = 0; j < l->n_b; j++) host[l->b_off + j] = 0.0f;
+    }
+}
+
+MIRROR_API int mirror_model_build(mirror_model *m)
+{
+    size_t R, r, act_total;
+    float *init;
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_build: model is NULL");
+    if (m->sticky) return m->sticky;
+    if (m->built) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: already built");
+    if (!m->nlayers) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: no layers");
+    R = m->s->replicas;
+    m->shard_max = (m->desc.max_batch + R - 1) / R;
+    mirror__plan(m);
+    if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "mirror_model_build: softmax cross-entropy needs at least 2 outputs, "
+                            "the last layer gives %zu",
+                            m->out_size);
+    act_total = mirror__act_total(m);
+    m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
+    m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
+    m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
+    init = (float *)mirror__alloc(m->nparams, sizeof(float));
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !init) goto oom;
+    for (r = 0; r < R; r++) {
+        mirror__replica *p = &m->rep[r];
+        p->dev = m->be->open(r, &p->workspace_bytes);
+        if (!p->dev) goto oom;
+        p->params = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
+        p->grads = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
+        p->state = (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
+        p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
+        p->host_loss = (float *)mirror__alloc(m->shard_max, sizeof(float));
+        p->host_correct = (int32_t *)mirror__alloc(m->shard_max, sizeof(int32_t));
+        if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct)
+            goto oom;
+        mirror__views(m, p);
+        m->grad_bufs[r] = p->grads;
+        m->param_bufs[r] = p->params;
+    }
+    /* One generator fills replica 0; the broadcast makes every replica equal. */
+    mirror__init_params(m, init);
+    m->be->upload(m->rep[0].dev, m->rep[0].params, init, m->nparams * sizeof(float));
+    MIRROR_FREE(init);
+    m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0);
+    m->built = 1;
+    return MIRROR_OK;
+oom:
+    MIRROR_FREE(init);
+    mirror__free_replicas(m);
+    return mirror__fail(m, MIRROR_ERR_NO_MEMORY,
+                        "mirror_model_build: out of memory for %zu replicas of %zu parameters and "
+                        "%zu activation bytes",
+                        R, m->nparams, act_total);
+}
+
+MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
+MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m) { return m && m->built ? m->nstate : 0; }
+MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->out_size : 0; }
+MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m) { return m ? m->steps : 0; }
+
+MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size)
+{
+    size_t i, used = 0;
+    if (!m || !buf || !size) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_summary: NULL argument");
+    buf[0] = '\0';
+    for (i = 0; i < m->nlayers && used < size; i++) {
+        const mirror__layer *l = &m->layers[i];
+        int n = snprintf(buf + used, size - used, "%2zu %-9s %zux%zux%zu -> %zux%zux%zu  %zu params\n",
+                         i, mirror__kind_names[l->kind], l->c, l->h, l->w, l->oc, l->oh, l->ow,
+                         l->n_w + l->n_b);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+    return used < size ? MIRROR_OK : MIRROR_ERR_CAPACITY;
+}
+
+static int mirror__check_built(mirror_model *m, const char *what)
+{
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "%s: model is NULL", what);
+    if (!m->built) return mirror__fail(m, MIRROR_ERR_STATE, "%s: build the model first", what);
+    return MIRROR_OK;
+}
+
+static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int state)
+{
+    const char *what = state ? "mirror_get_optimizer_state" : "mirror_get_parameters";
+    size_t want;
+    int rc;
+    if ((rc = mirror__check_built(m, what))) return rc;
+    want = state ? m->nstate : m->nparams;
+    if (r >= m->s->replicas)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: replica %zu of %zu", what, r, m->s->replicas);
+    if (n != want || (!dst && n))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dst must hold %zu floats (got %zu%s)", what,
+                            want, n, dst ? "" : ", NULL");
+    if (n) m->be->download(m->rep[r].dev, dst, state ? m->rep[r].state : m->rep[r].params, n * sizeof(float));
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    return mirror__copy_out(m, r, dst, n, 0);
+}
+
+MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    return mirror__copy_out(m, r, dst, n, 1);
+}
+
+MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n)
+{
+    size_t r;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_set_parameters"))) return rc;
+    if (!src || n != m->nparams)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_set_parameters: src must hold %zu floats",
+                            m->nparams);
+    for (r = 0; r < m->s->replicas; r++)
+        m->be->upload(m->rep[r].dev, m->rep[r].params, src, n * sizeof(float));
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_memory_report *out)
+{
+    if (!m || !out || !m->built || r >= m->s->replicas)
+        return mirror__error(NULL, MIRROR_ERR_ARGUMENT,
+                             "mirror_memory_report_get: needs a built model, a replica index and out");
+    out->parameters = m->nparams * sizeof(float);
+    out->gradients = m->nparams * sizeof(float);
+    out->optimizer = m->nstate * sizeof(float);
+    out->activations = mirror__act_total(m) + m->rep[r].workspace_bytes;
+    return MIRROR_OK;
+}
+
+// >>layers ------------------------------------------------------------------
+/* Forward and backward of one replica's shard of S samples. Shapes are in
+   the comments as [S, ...]; `act(m, r, l)` is layer l's output. */
+
+static float *mirror__act(const mirror__replica *r, const mirror__layer *l)
+{
+    return (float *)(r->acts + l->out_off);
+}
+
+static float *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
+{
+    return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
+}
+
+static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
+{
+    const mirror__backend *be = m->be;
+    void *dev = r->dev;
+    size_t i, s;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        const float *x = mirror__layer_input(m, r, i), *W = r->params + l->w_off,
+                    *b = r->params + l->b_off;
+        float *y = mirror__act(r, l);
+        size_t in = l->c * l->h * l->w, out = mirror__out_size(l), ckk = l->c * l->k * l->k;
+        switch (l->kind) {
+        case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b */
+            be->gemm(dev, 0, 1, S, l->oc, l->c, 1.0f, x, l->c, W, l->c, 0.0f, y, l->oc);
+            be->bias_add(dev, y, b, S, l->oc, 1);
+            break;
+        case MIRROR__CONV2D: /* per sample: y [OC, Ho*Wo] = W [OC, C*k*k] . col [C*k*k, Ho*Wo] */
+            for (s = 0; s < S; s++) {
+                be->im2col(dev, r->col, x + s * in, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+                be->gemm(dev, 0, 0, l->oc, l->oh * l->ow, ckk, 1.0f, W, ckk, r->col, l->oh * l->ow, 0.0f,
+                         y + s * out, l->oh * l->ow);
+            }
+            be->bias_add(dev, y, b, S, l->oc, l->oh * l->ow);
+            break;
+        case MIRROR__RELU: be->relu_forward(dev, y, x, S * out); break;
+        case MIRROR__MAXPOOL2D:
+            be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off), x, S * l->c, l->h, l->w, l->k,
+                                l->stride, l->oh, l->ow);
+            break;
+        case MIRROR__FLATTEN: break; /* y is x */
+        }
+    }
+}
+
+/* d = dLoss/d(output) in r->delta[0]; leaves dLoss/dW in r->grads. */
+static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
+{
+    const mirror__backend *be = m->be;
+    void *dev = r->dev;
+    size_t i, s, first = m->nlayers;
+    float *d = r->delta[0], *dx = r->delta[1], *swap;
+    /* Input gradients are needed only above the first layer with weights. */
+    for (i = 0; i < m->nlayers; i++)
+        if (m->layers[i].n_w) {
+            first = i;
+            break;
+        }
+    be->zero(dev, r->grads, m->nparams * sizeof(float));
+    for (i = m->nlayers; i-- > 0 && i >= first;) {
+        const mirror__layer *l = &m->layers[i];
+        const float *x = mirror__layer_input(m, r, i), *W = r->params + l->w_off;
+        float *dW = r->grads + l->w_off, *db = r->grads + l->b_off;
+        size_t in = l->c * l->h * l->w, out = mirror__out_size(l), ckk = l->c * l->k * l->k,
+               hw = l->oh * l->ow;
+        int need_dx = i > first;
+        switch (l->kind) {
+        case MIRROR__DENSE:
+            /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
+               dx [S,F] = d [S,units] . W [units,F] */
+            be->gemm(dev, 1, 0, l->oc, l->c, S, 1.0f, d, l->oc, x, l->c, 0.0f, dW, l->c);
+            be->bias_grad(dev, db, d, S, l->oc, 1);
+            if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
+            break;
+        case MIRROR__CONV2D:
+            /* per sample: dW += d_s [OC,hw] . col^T [hw,C*k*k];
+               dcol [C*k*k,hw] = W^T . d_s, summed back into dx_s by col2im */
+            for (s = 0; s < S; s++) {
+                be->im2col(dev, r->col, x + s * in, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+                be->gemm(dev, 0, 1, l->oc, ckk, hw, 1.0f, d + s * out, hw, r->col, hw, 1.0f, dW, ckk);
+                if (!need_dx) continue;
+                be->gemm(dev, 1, 0, ckk, hw, l->oc, 1.0f, W, ckk, d + s * out, hw, 0.0f, r->col, hw);
+                be->col2im(dev, dx + s * in, r->col, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+            }
+            be->bias_grad(dev, db, d, S, l->oc, hw);
+            break;
+        case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
+        case MIRROR__MAXPOOL2D:
+            be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
+                                 l->oh, l->ow);
+            break;
+        case MIRROR__FLATTEN: continue;
+        }
+        swap = d;
+        d = dx;
+        dx = swap;
+    }
+}
+
+// >>step --------------------------------------------------------------------
+/* mirror_train_step: validate on the caller's thread, then three jobs on
+   the replica threads: forward + backward on each shard, the all-reduce of
+   the gradient arenas, and the optimizer update on every replica. */
+
+/* Copies replica r's shard of the current chunk into its input arena. */
+static void mirror__load_shard(mirror_model *m, mirror__replica *r)
+{
+    const mirror_batch *b = m->batch;
+    size_t i, in = m->in_size, out = m->out_size;
+    for (i = 0; i < r->count; i++) {
+        size_t k = m->batch_offset + r->begin + i, row = b->index ? b->index[k] : k;
+        m->be->upload(r->dev, r->input + i * in, b->x + row * in, in * sizeof(float));
+        if (m->mode == MIRROR__PREDICT) continue;
+        if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE)
+            m->be->upload(r->dev, r->labels + i, b->labels + row, sizeof(int32_t));
+        else
+            m->be->upload(r->dev, r->targets + i * out, b->targets + row * out, out * sizeof(float));
+    }
+}
+
+/* The loss layer: per-sample loss, correct flags and the output gradient
+   (divided by the global count) into delta[0]; sums in r->loss_sum. */
+static void mirror__loss(mirror_model *m, mirror__replica *r)
+{
+    const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
+    size_t i, S = r->count;
+    r->loss_sum = 0.0;
+    r->correct_sum = 0;
+    if (!S) return;
+    if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE) {
+        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size,
+                          m->inv_count);
+        m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
+        for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
+    } else {
+        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, m->inv_count);
+    }
+    m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
+    for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
+}
+
+static void mirror__compute_job(void *ctx, size_t worker)
+{
+    mirror_model *m = (mirror_model *)ctx;
+    mirror__replica *r = &m->rep[worker];
+    mirror_shard(m->batch_n, m->s->replicas, worker, &r->begin, &r->count);
+    mirror__load_shard(m, r);
+    mirror__forward(m, r, r->count);
+    if (m->mode == MIRROR__PREDICT) {
+        const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
+        m->be->download(r->dev, m->predict_out + (m->batch_offset + r->begin) * m->out_size, z,
+                        r->count * m->out_size * sizeof(float));
+        return;
+    }
+    mirror__loss(m, r);
+    if (m->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count);
+}
+
+// >>optimizers --------------------------------------------------------------
+
+static void mirror__update_job(void *ctx, size_t worker)
+{
+    mirror_model *m = (mirror_model *)ctx;
+    mirror__replica *r = &m->rep[worker];
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    size_t n = m->nparams;
+    if (o->kind == MIRROR_OPT_SGD) {
+        m->be->sgd(r->dev, r->params, m->nstate ? r->state : NULL, r->grads, n, o->lr, o->momentum,
+                   o->weight_decay, o->nesterov);
+    } else {
+        /* Bias corrections in double on the host, identical for every replica. */
+        double t = (double)m->steps;
+        float bc1 = (float)(1.0 - pow((double)o->beta1, t));
+        float bc2_sqrt = (float)sqrt(1.0 - pow((double)o->beta2, t));
+        m->be->adam(r->dev, r->params, r->state, r->state + n, r->grads, n, o->lr, o->beta1, o->beta2,
+                    o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
+    }
+}
+
+/* Checks a batch against the model: sizes, pointers and every label. */
+static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const char *what, int need_y)
+{
+    size_t i;
+    int rc;
+    if ((rc = mirror__check_built(m, what))) return rc;
+    if (!b) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch is NULL", what);
+    if (b->n && !b->x) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.x is NULL", what);
+    for (i = 0; b->index && i < b->n; i++)
+        if (b->index[i] >= b->rows)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: index[%zu] = %zu is outside the %zu rows",
+                                what, i, b->index[i], b->rows);
+    if (!need_y || !b->n) return MIRROR_OK;
+    if (m->desc.loss == MIRROR_LOSS_MSE) {
+        if (!b->targets)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.targets is NULL (MSE loss)", what);
+        return MIRROR_OK;
+    }
+    if (!b->labels)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.labels is NULL (softmax cross-entropy)",
+                            what);
+    for (i = 0; i < b->n; i++) {
+        int32_t y = b->labels[b->index ? b->index[i] : i];
+        if (y < 0 || (size_t)y >= m->out_size)
+            return mirror__fail(m, MIRROR_ERR_LABEL, "%s: label %ld of sample %zu is outside [0, %zu)",
+                                what, (long)y, i, m->out_size);
+    }
+    return MIRROR_OK;
+}
+
+static void mirror__collect(mirror_model *m, mirror_metrics *acc)
+{
+    size_t r;
+    for (r = 0; r < m->s->replicas; r++) {
+        acc->loss_sum += m->rep[r].loss_sum;
+        acc->correct += m->rep[r].correct_sum;
+        acc->count += m->rep[r].count;
+    }
+}
+
+MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+{
+    mirror_metrics sum = {0.0, 0, 0};
+    int rc;
+    if ((rc = mirror__check_batch(m, b, "mirror_train_step", 1))) return rc;
+    if (b->n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_train_step: empty batch");
+    if (b->n > m->desc.max_batch)
+        return mirror__fail(m, MIRROR_ERR_CAPACITY,
+                            "mirror_train_step: batch of %zu exceeds max_batch %zu the arenas were "
+                            "sized for",
+                            b->n, m->desc.max_batch);
+    m->mode = MIRROR__TRAIN;
+    m->batch = b;
+    m->batch_offset = 0;
+    m->batch_n = b->n;
+    m->inv_count = 1.0f / (float)b->n;
+    mirror__run(&m->s->team, mirror__compute_job, m);
+    m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams);
+    m->steps++;
+    mirror__run(&m->s->team, mirror__update_job, m);
+    mirror__collect(m, &sum);
+    if (out) *out = sum;
+    return MIRROR_OK;
+}
+
+/* Forward passes over b in chunks of max_batch (evaluate or predict). */
+static void mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t chunk, int mode,
+                                   float *pred, mirror_metrics *acc)
+{
+    size_t off;
+    if (!chunk || chunk > m->desc.max_batch) chunk = m->desc.max_batch;
+    m->mode = mode;
+    m->batch = b;
+    m->predict_out = pred;
+    for (off = 0; off < b->n; off += chunk) {
+        m->batch_offset = off;
+        m->batch_n = MIRROR__MIN(chunk, b->n - off);
+        m->inv_count = 1.0f / (float)m->batch_n;
+        mirror__run(&m->s->team, mirror__compute_job, m);
+        if (acc) mirror__collect(m, acc);
+    }
+}
+
+MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+{
+    mirror_metrics sum = {0.0, 0, 0};
+    int rc;
+    if ((rc = mirror__check_batch(m, b, "mirror_evaluate_batch", 1))) return rc;
+    mirror__forward_chunks(m, b, 0, MIRROR__EVAL, NULL, &sum);
+    if (out) *out = sum;
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *out)
+{
+    mirror_batch b;
+    int rc;
+    memset(&b, 0, sizeof b);
+    b.x = x;
+    b.n = n;
+    if ((rc = mirror__check_batch(m, &b, "mirror_predict", 0))) return rc;
+    if (n && !out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_predict: out is NULL");
+    mirror__forward_chunks(m, &b, 0, MIRROR__PREDICT, out, NULL);
+    return MIRROR_OK;
+}
+
+// >>data --------------------------------------------------------------------
+
+MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
+{
+    if (!ds) return;
+    MIRROR_FREE(ds->x);
+    MIRROR_FREE(ds->labels);
+    MIRROR_FREE(ds->targets);
+    memset(ds, 0, sizeof *ds);
+}
+
+MIRROR_API size_t mirror_num_batches(size_t count, size_t batch, int drop_remainder)
+{
+    if (!batch) return 0;
+    return drop_remainder ? count / batch : (count + batch - 1) / batch;
+}
+
+MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_t epoch)
+{
+    uint64_t state = seed ^ (0xD1B54A32D192ED03ull * (epoch + 1));
+    size_t i;
+    if (!perm && n) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_permutation: perm is NULL");
+    mirror__next(&state); /* decorrelate nearby (seed, epoch) pairs */
+    for (i = 0; i < n; i++) perm[i] = i;
+    for (i = n; i > 1; i--) { /* Fisher-Yates */
+        size_t j = (size_t)mirror__below(&state, i), t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+    return MIRROR_OK;
+}
+
+/* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
+#define MIRROR__MAX_FILE ((size_t)1 << 32)
+
+static int mirror__read_file(const char *path, unsigned char **data, size_t *size, mirror_error *err)
+{
+    unsigned char *buf = NULL, *grown;
+    size_t cap = 0, len = 0;
+    int got;
+#ifdef MIRROR_ZLIB
+    gzFile f = gzopen(path, "rb");
+#else
+    FILE *f = fopen(path, "rb");
+#endif
+    *data = NULL;
+    *size = 0;
+    if (!f) return mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            if (cap > MIRROR__MAX_FILE || !(grown = (unsigned char *)MIRROR_MALLOC(cap))) {
+                MIRROR_FREE(buf);
+#ifdef MIRROR_ZLIB
+                gzclose(f);
+#else
+                fclose(f);
+#endif
+                return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: too large to read into memory", path);
+            }
+            if (len) memcpy(grown, buf, len);
+            MIRROR_FREE(buf);
+            buf = grown;
+        }
+#ifdef MIRROR_ZLIB
+        got = gzread(f, buf + len, (unsigned)MIRROR__MIN(cap - len, (size_t)1 << 30));
+#else
+        got = (int)fread(buf + len, 1, MIRROR__MIN(cap - len, (size_t)1 << 30), f);
+#endif
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
+#ifdef MIRROR_ZLIB
+    {
+        int zerr = Z_OK;
+        const char *msg = gzerror(f, &zerr);
+        if (got < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR)) {
+            char what[96];
+            snprintf(what, sizeof what, "%s", msg ? msg : "read error");
+            gzclose(f);
+            MIRROR_FREE(buf);
+            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: cannot decompress: %s", path, what);
+        }
+        gzclose(f);
+    }
+#else
+    {
+        int failed = ferror(f);
+        fclose(f);
+        if (failed) {
+            MIRROR_FREE(buf);
+            return mirror__error(err, MIRROR_ERR_IO, "%s: read error", path);
+        }
+    }
+    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
+        MIRROR_FREE(buf);
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                             "%s: gzip file, but this build has no zlib (define MIRROR_ZLIB, link -lz, "
+                             "or gunzip the file)",
+                             path);
+    }
+#endif
+    *data = buf;
+    *size = len;
+    return MIRROR_OK;
+}
+
+static size_t mirror__be32(const unsigned char *p)
+{
+    return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | (size_t)p[3];
+}
+
+/* Checks an IDX header of `dims` dimensions of unsigned bytes; dim[] gets
+   the sizes; the payload must fill the rest of the file exactly. */
+static int mirror__idx_header(const char *path, const unsigned char *p, size_t size, size_t dims,
+                              size_t *dim, mirror_error *err)
+{
+    size_t i, payload = 1, header = 4 + 4 * dims;
+    if (size < 4)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, an IDX file starts with "
+                             "a 4-byte magic number", path, size);
+    if (p[0] != 0 || p[1] != 0)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: bad magic %02x %02x (not an IDX file)", path,
+                             p[0], p[1]);
+    if (p[2] != 0x08)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: element type 0x%02x, expected 0x08 (unsigned byte)",
+                             path, p[2]);
+    if (p[3] != dims)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: %u dimensions, expected %zu", path, p[3], dims);
+    if (size < header)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated header: %zu of %zu bytes", path, size,
+                             header);
+    for (i = 0; i < dims; i++) {
+        dim[i] = mirror__be32(p + 4 + 4 * i);
+        if (!mirror__mul(payload, dim[i], &payload))
+            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: dimensions overflow", path);
+    }
+    if (payload > size - header)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", path,
+                             size - header, payload);
+    if (payload < size - header)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", path,
+                             size - header - payload);
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_dataset_load_idx(mirror_dataset *ds, const char *images_path,
+                                       const char *labels_path, size_t num_classes, mirror_error *err)
+{
+    unsigned char *img = NULL, *lab = NULL;
+    size_t img_size = 0, lab_size = 0, idim[3], ldim[1], i, pixels = 0;
+    int rc;
+    if (!ds || !images_path || !labels_path)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_idx: NULL argument");
+    memset(ds, 0, sizeof *ds);
+    if (!num_classes) num_classes = 10;
+    if (num_classes > 256)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_idx: num_classes %zu > 256",
+                             num_classes);
+    if ((rc = mirror__read_file(images_path, &img, &img_size, err)) ||
+        (rc = mirror__read_file(labels_path, &lab, &lab_size, err)) ||
+        (rc = mirror__idx_header(images_path, img, img_size, 3, idim, err)) ||
+        (rc = mirror__idx_header(labels_path, lab, lab_size, 1, ldim, err)))
+        goto done;
+    if (idim[0] != ldim[0]) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s has %zu images but %s has %zu labels", images_path,
+                           idim[0], labels_path, ldim[0]);
+        goto done;
+    }
+    if (!idim[0] || !idim[1] || !idim[2]) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: empty (%zu images of %zux%zu)", images_path,
+                           idim[0], idim[1], idim[2]);
+        goto done;
+    }
+    for (i = 0; i < ldim[0]; i++)
+        if (lab[8 + i] >= num_classes) {
+            rc = mirror__error(err, MIRROR_ERR_LABEL, "%s: label %u of sample %zu is outside [0, %zu)",
+                               labels_path, lab[8 + i], i, num_classes);
+            goto done;
+        }
+    pixels = idim[0] * idim[1] * idim[2]; /* fits: the file holds them */
+    ds->x = (float *)mirror__alloc(pixels, sizeof(float));
+    ds->labels = (int32_t *)mirror__alloc(idim[0], sizeof(int32_t));
+    if (!ds->x || !ds->labels) {
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: no memory for %zu images", images_path, idim[0]);
+        goto done;
+    }
+    for (i = 0; i < pixels; i++) ds->x[i] = (float)img[16 + i] * (1.0f / 255.0f);
+    for (i = 0; i < idim[0]; i++) ds->labels[i] = lab[8 + i];
+    ds->count = idim[0];
+    ds->channels = 1;
+    ds->height = idim[1];
+    ds->width = idim[2];
+    ds->num_classes = num_classes;
+done:
+    MIRROR_FREE(img);
+    MIRROR_FREE(lab);
+    if (rc) mirror_dataset_free(ds);
+    return rc;
+}
+
+/* DIR/NAME, or DIR/NAME.gz when only that exists. */
+static void mirror__find(char *out, size_t size, const char *dir, const char *name)
+{
+    FILE *f;
+    snprintf(out, size, "%s/%s", dir, name);
+    if ((f = fopen(out, "rb")) != NULL) {
+        fclose(f);
+        return;
+    }
+    snprintf(out, size, "%s/%s.gz", dir, name);
+}
+
+MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *test, const char *dir,
+                                         mirror_error *err)
+{
+    static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    mirror_dataset *out[2];
+    char img[1024], lab[1024];
+    int i, rc;
+    out[0] = train;
+    out[1] = test;
+    if (!dir || (!train && !test))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_mnist: NULL argument");
+    if (strlen(dir) > 900)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_mnist: directory name too long");
+    for (i = 0; i < 2; i++) {
+        if (!out[i]) continue;
+        mirror__find(img, sizeof img, dir, names[2 * i]);
+        mirror__find(lab, sizeof lab, dir, names[2 * i + 1]);
+        if ((rc = mirror_dataset_load_idx(out[i], img, lab, 10, err)) != MIRROR_OK) {
+            if (i == 1 && train) mirror_dataset_free(train);
+            return rc;
+        }
+    }
+    return MIRROR_OK;
+}
+
+/* Synthetic digits: each class is a few strokes in a unit box (x right,
+   y down). A sample jitters the control points, then draws the strokes
+   with a random rotation, scale, shift and stroke width, adds noise. */
+
+#define MIRROR__GLYPH_POINTS 14
+typedef struct mirror__stroke {
+    int n;
+    float p[MIRROR__GLYPH_POINTS][2];
+} mirror__stroke;
+
+/* Up to two strokes per digit; ovals are made by mirror__oval. */
+static const mirror__stroke mirror__glyphs[10][2] = {
+    {{0, {{0}}}, {0, {{0}}}}, /* 0: oval */
+    {{3, {{0.35f, 0.28f}, {0.52f, 0.12f}, {0.52f, 0.9f}}}, {0, {{0}}}},
+    {{8, {{0.25f, 0.3f}, {0.35f, 0.15f}, {0.5f, 0.1f}, {0.67f, 0.16f}, {0.72f, 0.32f}, {0.62f, 0.5f},
+          {0.25f, 0.9f}, {0.78f, 0.9f}}},
+     {0, {{0}}}},
+    {{9, {{0.25f, 0.16f}, {0.72f, 0.14f}, {0.45f, 0.45f}, {0.62f, 0.5f}, {0.74f, 0.65f}, {0.7f, 0.8f},
+          {0.55f, 0.9f}, {0.38f, 0.9f}, {0.24f, 0.8f}}},
+     {0, {{0}}}},
+    {{3, {{0.62f, 0.9f}, {0.62f, 0.1f}, {0.2f, 0.64f}}}, {2, {{0.2f, 0.64f}, {0.8f, 0.64f}}}},
+    {{10, {{0.74f, 0.12f}, {0.32f, 0.12f}, {0.28f, 0.46f}, {0.48f, 0.4f}, {0.66f, 0.46f}, {0.74f, 0.64f},
+           {0.68f, 0.82f}, {0.52f, 0.9f}, {0.36f, 0.88f}, {0.24f, 0.8f}}},
+     {0, {{0}}}},
+    {{11, {{0.68f, 0.12f}, {0.46f, 0.24f}, {0.32f, 0.44f}, {0.27f, 0.64f}, {0.33f, 0.84f}, {0.5f, 0.91f},
+           {0.67f, 0.84f}, {0.72f, 0.68f}, {0.62f, 0.54f}, {0.44f, 0.52f}, {0.3f, 0.62f}}},
+     {0, {{0}}}},
+    {{3, {{0.24f, 0.12f}, {0.76f, 0.12f}, {0.42f, 0.9f}}}, {2, {{0.36f, 0.5f}, {0.66f, 0.5f}}}},
+    {{0, {{0}}}, {0, {{0}}}}, /* 8: two ovals */
+    {{0, {{0}}}, {4, {{0.7f, 0.34f}, {0.68f, 0.6f}, {0.62f, 0.78f}, {0.55f, 0.9f}}}}, /* 9: oval + tail */
+};
+
+static void mirror__oval(mirror__stroke *s, float cx, float cy, float rx, float ry)
+{
+    int i;
+    s->n = 13;
+    for (i = 0; i < 13; i++) {
+        float a = 6.28318530718f * (float)i / 12.0f;
+        s->p[i][0] = cx + rx * sinf(a);
+        s->p[i][1] = cy - ry * cosf(a);
+    }
+}
+
+/* The strokes of one digit, jittered; returns how many. */
+static int mirror__digit_strokes(int digit, mirror__stroke *out, uint64_t *rng)
+{
+    int n = 0, i, j;
+    const mirror__stroke *g = mirror__glyphs[digit];
+    if (digit == 0) mirror__oval(&out[n++], 0.5f, 0.5f, 0.26f, 0.38f);
+    if (digit == 8) {
+        mirror__oval(&out[n++], 0.5f, 0.3f, 0.18f, 0.19f);
+        mirror__oval(&out[n++], 0.5f, 0.69f, 0.22f, 0.21f);
+    }
+    if (digit == 9) mirror__oval(&out[n++], 0.5f, 0.33f, 0.2f, 0.2f);
+    for (i = 0; i < 2; i++)
+        if (g[i].n) out[n++] = g[i];
+    for (i = 0; i < n; i++)
+        for (j = 0; j < out[i].n; j++) {
+            out[i].p[j][0] += 0.08f * (mirror__uniform(rng) - 0.5f);
+            out[i].p[j][1] += 0.08f * (mirror__uniform(rng) - 0.5f);
+        }
+    return n;
+}
+
+/* Distance from (x, y) to the segment a-b. */
+static float mirror__segment_distance(float x, float y, const float *a, const float *b)
+{
+    float dx = b[0] - a[0], dy = b[1] - a[1], len2 = dx * dx + dy * dy, t = 0.0f, ex, ey;
+    if (len2 > 0.0f) t = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, ((x - a[0]) * dx + (y - a[1]) * dy) / len2));
+    ex = x - (a[0] + t * dx);
+    ey = y - (a[1] + t * dy);
+    return sqrtf(ex * ex + ey * ey);
+}
+
+static void mirror__draw_digit(float *img, int digit, uint64_t *rng)
+{
+    mirror__stroke strokes[3];
+    int n = mirror__digit_strokes(digit, strokes, rng), s, j;
+    float angle = 0.5f * (mirror__uniform(rng) - 0.5f), scale = 17.0f + 5.0f * mirror__uniform(rng);
+    float shear = 0.3f * (mirror__uniform(rng) - 0.5f);
+    float cx = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f), cy = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f);
+    float half = 0.6f + 0.9f * mirror__uniform(rng), ca = cosf(angle), sa = sinf(angle);
+    float noise = 0.05f + 0.1f * mirror__uniform(rng);
+    size_t i;
+    /* Control points to pixels: centre, shear, rotate, scale, shift. */
+    for (s = 0; s < n; s++)
+        for (j = 0; j < strokes[s].n; j++) {
+            float u = strokes[s].p[j][0] - 0.5f, v = strokes[s].p[j][1] - 0.5f;
+            u += shear * v;
+            strokes[s].p[j][0] = cx + scale * (ca * u - sa * v);
+            strokes[s].p[j][1] = cy + scale * (sa * u + ca * v);
+        }
+    for (i = 0; i < 28 * 28; i++) {
+        float x = (float)(i % 28) + 0.5f, y = (float)(i / 28) + 0.5f, d = 1e9f, v;
+        for (s = 0; s < n; s++)
+            for (j = 0; j + 1 < strokes[s].n; j++)
+                d = MIRROR__MIN(d, mirror__segment_distance(x, y, strokes[s].p[j], strokes[s].p[j + 1]));
+        v = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, half + 0.5f - d)) + noise * mirror__normal(rng);
+        img[i] = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, v));
+    }
+}
+
+MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
+                                               mirror_error *err)
+{
+    uint64_t rng = seed;
+    size_t i;
+    if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
+    memset(ds, 0, sizeof *ds);
+    if (!count || count > ((size_t)1 << 24))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: count %zu", count);
+    ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
+    ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
+    if (!ds->x || !ds->labels) {
+        mirror_dataset_free(ds);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_synthetic_digits: out of memory");
+    }
+    for (i = 0; i < count; i++) {
+        ds->labels[i] = (int32_t)(i % 10);
+        mirror__draw_digit(ds->x + i * 28 * 28, (int)(i % 10), &rng);
+    }
+    ds->count = count;
+    ds->channels = 1;
+    ds->height = ds->width = 28;
+    ds->num_classes = 10;
+    return MIRROR_OK;
+}
+
+// >>fit ---------------------------------------------------------------------
+
+static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, const char *what)
+{
+    if (!ds || !ds->x || !ds->count)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dataset is NULL or empty", what);
+    if (ds->channels * ds->height * ds->width != m->in_size)
+        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: samples of %zux%zux%zu, the model takes %zux%zux%zu",
+                            what, ds->channels, ds->height, ds->width, m->desc.channels, m->desc.height,
+                            m->desc.width);
+    if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->out_size))
+        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->out_size);
+    return MIRROR_OK;
+}
+
+static void mirror__batch_of(mirror_batch *b, const mirror_dataset *ds, const size_t *index, size_t n)
+{
+    memset(b, 0, sizeof *b);
+    b->x = ds->x;
+    b->labels = ds->labels;
+    b->targets = ds->targets;
+    b->index = index;
+    b->rows = ds->count;
+    b->n = n;
+}
+
+MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+{
+    mirror_metrics sum;
+    mirror_batch b;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_evaluate")) ||
+        (rc = mirror__check_dataset(m, ds, "mirror_evaluate")))
+        return rc;
+    mirror__batch_of(&b, ds, NULL, ds->count);
+    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1))) return rc;
+    memset(out ? out : &sum, 0, sizeof sum);
+    mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
+    return MIRROR_OK;
+}
+
+static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps,
+                                 const mirror_metrics *acc, double seconds)
+{
+    char bar[31];
+    size_t i, fill = steps ? 30 * step / steps : 30;
+    for (i = 0; i < 30; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : '.');
+    bar[30] = '\0';
+    printf("\repoch %zu/%zu [%s] %zu/%zu  loss %.4f  acc %.4f  %.0f samples/s ", log->epoch, log->epochs,
+           bar, step, steps, acc->count ? acc->loss_sum / (double)acc->count : 0.0,
+           acc->count ? (double)acc->correct / (double)acc->count : 0.0,
+           seconds > 0 ? (double)acc->count / seconds : 0.0);
+    fflush(stdout);
+}
+
+static void mirror__epoch_line(const mirror_epoch_log *log, int bar)
+{
+    printf("%sepoch %zu/%zu  loss %.4f  acc %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs,
+           log->train_loss, log->train_acc);
+    if (log->val_loss >= 0) printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
+    printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
+    fflush(stdout);
+}
+
+MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
+{
+    mirror_fit_desc d;
+    mirror_epoch_log log;
+    size_t *perm, epoch, step, steps;
+    double start = mirror__now();
+    int rc = MIRROR_OK, bar;
+    if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
+    if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
+    d = *desc;
+    if ((rc = mirror__check_dataset(m, d.train, "mirror_fit (train)")) ||
+        (d.validation && (rc = mirror__check_dataset(m, d.validation, "mirror_fit (validation)"))))
+        return rc;
+    if (!d.epochs) d.epochs = 1;
+    if (!d.batch) d.batch = MIRROR__MIN(64, m->desc.max_batch);
+    if (!d.shuffle_seed) d.shuffle_seed = m->desc.seed;
+    if (d.batch > m->desc.max_batch)
+        return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_fit: batch %zu exceeds max_batch %zu", d.batch,
+                            m->desc.max_batch);
+    if ((int)d.progress < 0 || d.progress > MIRROR_PROGRESS_NONE)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
+    if (d.progress == MIRROR_PROGRESS_AUTO)
+        d.progress = isatty(fileno(stdout)) ? MIRROR_PROGRESS_BAR : MIRROR_PROGRESS_LINES;
+    bar = d.progress == MIRROR_PROGRESS_BAR;
+    steps = mirror_num_batches(d.train->count, d.batch, d.drop_remainder);
+    if (!steps)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
+                            d.train->count, d.batch);
+    perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
+    if (!perm) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
+    memset(&log, 0, sizeof log);
+    for (epoch = d.initial_epoch; epoch < d.epochs && rc == MIRROR_OK; epoch++) {
+        mirror_metrics acc = {0.0, 0, 0}, val = {0.0, 0, 0};
+        double t0 = mirror__now(), shown = t0;
+        log.epoch = epoch + 1;
+        log.epochs = d.epochs;
+        mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
+        for (step = 0; step < steps && rc == MIRROR_OK; step++) {
+            mirror_batch b;
+            mirror_metrics one;
+            mirror__batch_of(&b, d.train, perm + step * d.batch,
+                             MIRROR__MIN(d.batch, d.train->count - step * d.batch));
+            if ((rc = mirror_train_step(m, &b, &one))) break;
+            acc.loss_sum += one.loss_sum;
+            acc.correct += one.correct;
+            acc.count += one.count;
+            if (bar && (mirror__now() - shown > 0.1 || step + 1 == steps)) {
+                shown = mirror__now();
+                mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
+            }
+        }
+        if (rc) break;
+        log.steps = steps;
+        log.samples = acc.count;
+        log.seconds = mirror__now() - t0;
+        log.samples_per_s = log.seconds > 0 ? (double)acc.count / log.seconds : 0.0;
+        log.train_loss = acc.loss_sum / (double)acc.count;
+        log.train_acc = (double)acc.correct / (double)acc.count;
+        log.val_loss = log.val_acc = -1.0;
+        if (d.validation) {
+            if ((rc = mirror_evaluate(m, d.validation, d.batch, &val))) break;
+            log.val_loss = val.loss_sum / (double)val.count;
+            log.val_acc = (double)val.correct / (double)val.count;
+        }
+        log.elapsed = mirror__now() - start;
+        if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar);
+        if (d.on_epoch && d.on_epoch(d.user, &log))
+            rc = mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped by on_epoch after epoch %zu",
+                              log.epoch);
+    }
+    MIRROR_FREE(perm);
+    if (last) *last = log;
+    return rc;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MIRROR_IMPLEMENTATION_DONE */
+#endif /* MIRROR_IMPLEMENTATION */
+
+/* ---------------------------------------------------------------------------
+   MIT License. Copyright (c) 2026 the mirror authors. See LICENSE.
+--------------------------------------------------------------------------- */
