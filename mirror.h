@@ -337,8 +337,11 @@ MIRROR_API size_t mirror_num_outputs(const mirror_model *m);
 /* One line per layer with shapes and parameter counts, into buf. */
 MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size);
 
-/* Copies replica r's flat parameters / optimizer state to dst (n floats). */
+/* Copies replica r's flat parameters, gradients (after a step: the reduced
+   mean gradient of the last global batch) or optimizer state to dst, which
+   holds n floats (n must be the arena's size). Adam's state is m then v. */
 MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n);
+MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n);
 /* Sets the parameters of every replica from src (n floats). */
 MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n);
@@ -1972,30 +1975,41 @@ static int mirror__check_built(mirror_model *m, const char *what)
     return MIRROR_OK;
 }
 
-static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int state)
+enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
+
+static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int which)
 {
-    const char *what = state ? "mirror_get_optimizer_state" : "mirror_get_parameters";
+    static const char *const what_names[] = {"mirror_get_parameters", "mirror_get_gradients",
+                                              "mirror_get_optimizer_state"};
+    const char *what = what_names[which];
     size_t want;
+    const float *src;
     int rc;
     if ((rc = mirror__check_built(m, what))) return rc;
-    want = state ? m->nstate : m->nparams;
+    want = which == MIRROR__STATE ? m->nstate : m->nparams;
     if (r >= m->s->replicas)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: replica %zu of %zu", what, r, m->s->replicas);
     if (n != want || (!dst && n))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dst must hold %zu floats (got %zu%s)", what,
                             want, n, dst ? "" : ", NULL");
-    if (n) m->be->download(m->rep[r].dev, dst, state ? m->rep[r].state : m->rep[r].params, n * sizeof(float));
+    src = which == MIRROR__STATE ? m->rep[r].state : which == MIRROR__GRADS ? m->rep[r].grads : m->rep[r].params;
+    if (n) m->be->download(m->rep[r].dev, dst, src, n * sizeof(float));
     return MIRROR_OK;
 }
 
 MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n)
 {
-    return mirror__copy_out(m, r, dst, n, 0);
+    return mirror__copy_out(m, r, dst, n, MIRROR__PARAMS);
+}
+
+MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    return mirror__copy_out(m, r, dst, n, MIRROR__GRADS);
 }
 
 MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n)
 {
-    return mirror__copy_out(m, r, dst, n, 1);
+    return mirror__copy_out(m, r, dst, n, MIRROR__STATE);
 }
 
 MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n)
@@ -2461,7 +2475,7 @@ MIRROR_API int mirror_dataset_load_idx(mirror_dataset *ds, const char *images_pa
                                        const char *labels_path, size_t num_classes, mirror_error *err)
 {
     unsigned char *img = NULL, *lab = NULL;
-    size_t img_size = 0, lab_size = 0, idim[3], ldim[1], i, pixels = 0;
+    size_t img_size = 0, lab_size = 0, idim[3] = {0, 0, 0}, ldim[1] = {0}, i, pixels = 0;
     int rc;
     if (!ds || !images_path || !labels_path)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_idx: NULL argument");

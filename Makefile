@@ -1,0 +1,80 @@
+# mirror: make (examples), make run (train), make test (everything that runs
+# on this machine), make bench. Variables: CC, OPT, ARCH, BUILD, SAN (address
+# | thread), NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas).
+
+CC    ?= cc
+CXX   ?= c++
+OPT   ?= -O3
+ARCH  ?= -march=native
+BUILD ?= build
+WARN   = -std=c99 -Wall -Wextra -Wpedantic
+CFLAGS_ALL = $(OPT) $(ARCH) -ffp-contract=fast $(WARN) -g $(CFLAGS)
+LDLIBS_ALL = -lm -lpthread $(LDLIBS)
+
+ifeq ($(SAN),address)
+  CFLAGS_ALL += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  BUILD = build/asan
+endif
+ifeq ($(SAN),thread)
+  CFLAGS_ALL += -fsanitize=thread
+  BUILD = build/tsan
+endif
+
+# Detect zlib by compiling a probe, not by asking a package manager.
+ifneq ($(NO_ZLIB),1)
+  HAVE_ZLIB := $(shell printf '\043include <zlib.h>\nint main(void){return zlibVersion()==0;}\n' | \
+                 $(CC) -x c - -o /dev/null -lz >/dev/null 2>&1 && echo 1)
+endif
+ifeq ($(HAVE_ZLIB),1)
+  CFLAGS_ALL += -DMIRROR_ZLIB
+  LDLIBS_ALL += -lz
+endif
+ifeq ($(MIRROR_CBLAS),1)
+  CBLAS_LIBS ?= -lopenblas
+  CFLAGS_ALL += -DMIRROR_CBLAS
+  LDLIBS_ALL += $(CBLAS_LIBS)
+endif
+HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;}\n' | \
+                 $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
+
+EXAMPLES = $(BUILD)/train $(BUILD)/hello
+TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+
+all: info $(EXAMPLES)
+
+info:
+	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) build=$(BUILD)"
+
+$(BUILD)/%: examples/%.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/test_%: tests/test_%.c tests/check.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD):
+	mkdir -p $@
+
+RUN_ARGS ?= --model cnn --epochs 3
+run: info $(BUILD)/train
+	./$(BUILD)/train $(RUN_ARGS)
+
+# Every test binary, the header compile checks and the examples; the last
+# line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
+test: info $(TESTS) $(EXAMPLES)
+	@CC="$(CC)" CXX="$(CXX)" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
+
+bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
+	./$(BUILD)/bench_train
+	$(if $(HAVE_OPENBLAS),./$(BUILD)/bench_gemm,@echo "bench_gemm: needs OpenBLAS (apt-get install libopenblas-dev)")
+
+$(BUILD)/bench_train: bench/bench_train.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL) -lopenblas
+
+clean:
+	rm -rf build
+
+.PHONY: all info run test bench clean
+.PRECIOUS: $(BUILD)/%

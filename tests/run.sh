@@ -1,0 +1,76 @@
+#!/bin/sh
+# tests/run.sh BINARY... - runs every test binary and the build checks, then
+# prints "N passed, N failed" alone on the last line. Called by make test;
+# TEST_RUNNER (e.g. valgrind) wraps each binary, BUILD names the build dir.
+BUILD=${BUILD:-build}
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+passed=0
+failed=0
+log=$BUILD/test.log
+: >"$log"
+
+# One check: a name and a command; passes when the command exits 0.
+check() {
+    name=$1
+    shift
+    if "$@" >>"$log" 2>&1; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAILED: $name"
+    fi
+}
+
+for t in "$@"; do
+    out=$BUILD/$(basename "$t").out
+    $TEST_RUNNER "$t" >"$out" 2>&1
+    rc=$?
+    line=$(grep -E '^[a-z_0-9]+: [0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "$(basename "$t"): no result line (exit $rc)"
+        tail -n 20 "$out"
+        failed=$((failed + 1))
+        continue
+    fi
+    echo "$line"
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "$(basename "$t"): exit $rc with no failed check (sanitizer or crash)"
+        failed=$((failed + 1))
+    fi
+    [ "$f" -ne 0 ] || [ "$rc" -ne 0 ] && grep -E 'FAILED|ERROR|runtime error' "$out" | head -n 20
+done
+
+# The header on its own: C99 and C++ with warnings as errors, as static.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '#define MIRROR_IMPLEMENTATION\n#include "mirror.h"\nint main(void){return 0;}\n' >"$tmp/impl.c"
+printf '#include "mirror.h"\nint main(void){return mirror_result_string(0)[0] != 0;}\n' >"$tmp/decl.c"
+cp "$tmp/impl.c" "$tmp/impl.cpp"
+check "mirror.h compiles as C99 (-Wall -Wextra -Wpedantic -Werror)" \
+    $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -I. -c "$tmp/impl.c" -o "$tmp/impl.o"
+check "mirror.h declarations compile alone as C89-free C99" \
+    $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -I. -c "$tmp/decl.c" -o "$tmp/decl.o"
+check "mirror.h compiles as C++ (-Wall -Wextra -Werror)" \
+    $CXX -Wall -Wextra -Wpedantic -Werror -I. -c "$tmp/impl.cpp" -o "$tmp/impl_cpp.o"
+check "mirror.h compiles with MIRROR_STATIC" \
+    $CC -std=c99 -Wall -Wextra -Werror -Wno-unused-function -DMIRROR_STATIC -I. -c "$tmp/impl.c" -o "$tmp/static.o"
+if printf '#include <cblas.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
+    check "mirror.h compiles with MIRROR_CBLAS" \
+        $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_CBLAS -I. -c "$tmp/impl.c" -o "$tmp/cblas.o"
+fi
+
+# The trainer end to end: a short run must end with the final: line.
+if [ -x "$BUILD/train" ]; then
+    check "build/train ends with a final: line" sh -c \
+        "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 1000 --replicas 2 --batch 50 | grep -E '^final: replicas=2 epochs=1 .*train_loss=.*test_acc=.*samples_per_s='"
+    check "build/train rejects a bad flag with exit 2" sh -c \
+        "$BUILD/train --replicas zero >/dev/null 2>&1; test \$? -eq 2"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
