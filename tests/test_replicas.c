@@ -1,0 +1,313 @@
+/* test_replicas.c - the invariants of synchronous data parallelism:
+   N replicas equal one replica, replicas stay bitwise equal, runs are
+   deterministic, the reducer adds correctly, a step allocates nothing. */
+#define _POSIX_C_SOURCE 200809L /* mirror.h is not the first include here */
+#include <stdlib.h>
+
+static long live_allocs, total_allocs;
+static void *count_malloc(size_t n)
+{
+    live_allocs++;
+    total_allocs++;
+    return malloc(n);
+}
+static void count_free(void *p)
+{
+    if (p) live_allocs--;
+    free(p);
+}
+#define MIRROR_MALLOC(n) count_malloc(n)
+#define MIRROR_FREE(p) count_free(p)
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+
+#include <math.h>
+#include <string.h>
+
+static mirror_strategy *strategy(size_t replicas)
+{
+    mirror_strategy_desc d = {"cpu", 0};
+    mirror_strategy *s = NULL;
+    d.num_replicas = replicas;
+    mirror_strategy_create(&d, &s, NULL);
+    return s;
+}
+
+/* A small CNN or MLP on 12x12 crops of synthetic digits. */
+static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt, size_t max_batch)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = 12, d.width = 12;
+    d.max_batch = max_batch;
+    d.seed = 7;
+    d.optimizer.kind = opt;
+    d.optimizer.lr = opt == MIRROR_OPT_SGD ? 0.05f : 0.002f;
+    d.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    d.optimizer.nesterov = opt == MIRROR_OPT_SGD;
+    d.optimizer.weight_decay = 1e-3f;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    if (cnn) {
+        mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+        mirror_conv2d(m, 6, 3, 2, 1), mirror_relu(m);
+    }
+    mirror_flatten(m);
+    mirror_dense(m, 16), mirror_relu(m);
+    mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* 95 samples of 12x12: crops of synthetic digits, so an epoch of batch 10
+   ends with a partial batch of 5. */
+static mirror_dataset data;
+static void make_data(void)
+{
+    mirror_dataset full;
+    size_t i, y, x;
+    mirror_dataset_synthetic_digits(&full, 95, 3, NULL);
+    data = full;
+    data.x = (float *)MIRROR_MALLOC(95 * 144 * sizeof(float));
+    for (i = 0; i < 95; i++)
+        for (y = 0; y < 12; y++)
+            for (x = 0; x < 12; x++) data.x[i * 144 + y * 12 + x] = full.x[i * 784 + (2 * y + 2) * 28 + 2 * x + 2];
+    MIRROR_FREE(full.x);
+    data.height = data.width = 12;
+}
+
+/* One training step on batch `step` of the epoch order (seed 11). */
+static int step(mirror_model *m, size_t k, size_t batch, size_t *perm)
+{
+    size_t per_epoch = mirror_num_batches(data.count, batch, 0), b = k % per_epoch;
+    mirror_batch g;
+    memset(&g, 0, sizeof g);
+    if (b == 0) mirror_permutation(perm, data.count, 11, k / per_epoch);
+    g.x = data.x, g.labels = data.labels, g.rows = data.count;
+    g.index = perm + b * batch;
+    g.n = b * batch + batch <= data.count ? batch : data.count - b * batch;
+    return mirror_train_step(m, &g, NULL);
+}
+
+static float *params_of(mirror_model *m, size_t r)
+{
+    size_t n = mirror_num_parameters(m);
+    float *p = (float *)malloc(n * sizeof(float));
+    mirror_get_parameters(m, r, p, n);
+    return p;
+}
+
+static float *state_of(mirror_model *m, size_t r)
+{
+    size_t n = mirror_optimizer_state_size(m);
+    float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+    mirror_get_optimizer_state(m, r, p, n);
+    return p;
+}
+
+/* Replicas of m hold bitwise-equal parameters and optimizer state. */
+static int replicas_equal(mirror_model *m, size_t replicas)
+{
+    size_t r, np = mirror_num_parameters(m), ns = mirror_optimizer_state_size(m);
+    float *p0 = params_of(m, 0), *s0 = state_of(m, 0);
+    int same = 1;
+    for (r = 1; r < replicas; r++) {
+        float *p = params_of(m, r), *s = state_of(m, r);
+        same &= !memcmp(p0, p, np * sizeof(float)) && !memcmp(s0, s, ns * sizeof(float));
+        free(p);
+        free(s);
+    }
+    free(p0);
+    free(s0);
+    return same;
+}
+
+static void test_all_reduce(void)
+{
+    static const size_t lengths[] = {0, 1, 7, 511, 512, 513, 4099};
+    size_t R, li, r, i;
+    for (R = 1; R <= 4; R++) {
+        mirror_strategy *s = strategy(R);
+        for (li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            size_t n = lengths[li];
+            float *bufs[4];
+            int ok = 1, bok = 1;
+            for (r = 0; r < R; r++) {
+                bufs[r] = (float *)malloc((n ? n : 1) * sizeof(float));
+                for (i = 0; i < n; i++) bufs[r][i] = (float)(r + 1) + 0.25f * (float)(i % 8);
+            }
+            CHECK(mirror_all_reduce_sum(s, bufs, n) == MIRROR_OK, "all-reduce R=%zu n=%zu", R, n);
+            for (r = 0; r < R; r++)
+                for (i = 0; i < n; i++)
+                    ok &= bufs[r][i] == (float)(R * (R + 1) / 2) + 0.25f * (float)(R * (i % 8));
+            CHECK(ok, "all-reduce of r+1 over %zu replicas, %zu elements: every buffer holds the sum", R, n);
+            for (i = 0; i < n; i++) bufs[R - 1][i] = -(float)i;
+            CHECK(mirror_broadcast(s, bufs, n, R - 1) == MIRROR_OK, "broadcast");
+            for (r = 0; r < R; r++)
+                for (i = 0; i < n; i++) bok &= bufs[r][i] == -(float)i;
+            CHECK(bok, "broadcast from the last replica, R=%zu n=%zu", R, n);
+            for (r = 0; r < R; r++) free(bufs[r]);
+        }
+        CHECK(mirror_all_reduce_sum(s, NULL, 4) == MIRROR_ERR_ARGUMENT, "NULL buffers are an error");
+        CHECK(mirror_broadcast(s, NULL, 0, R) == MIRROR_ERR_ARGUMENT, "root out of range is an error");
+        mirror_strategy_destroy(s);
+    }
+}
+
+/* Invariant 1 and 2: N replicas give the parameters of one (within 1e-5 abs
+   + 1e-5 rel after 20 steps), and replicas are bitwise equal after every step. */
+static void test_equivalence(int cnn, mirror_optimizer_kind opt)
+{
+    const char *name = opt == MIRROR_OPT_SGD ? "SGD" : "AdamW";
+    size_t perm[95], R, k, i, n;
+    float *ref = NULL;
+    for (R = 1; R <= 4; R++) {
+        mirror_strategy *s = strategy(R);
+        mirror_model *m = model(s, cnn, opt, 10);
+        float *p;
+        double worst = 0.0;
+        int equal = 1;
+        CHECK(m != NULL, "model builds");
+        if (!m) return;
+        n = mirror_num_parameters(m);
+        CHECK(replicas_equal(m, R), "initial parameters equal on %zu replicas", R);
+        for (k = 0; k < 20; k++) {
+            CHECK(step(m, k, 10, perm) == MIRROR_OK, "step %zu: %s", k, mirror_model_error(m));
+            equal &= replicas_equal(m, R);
+        }
+        CHECK(equal, "%s %s: %zu replicas bitwise equal after every one of 20 steps", cnn ? "cnn" : "mlp",
+              name, R);
+        p = params_of(m, 0);
+        if (!ref) {
+            ref = p;
+        } else {
+            for (i = 0; i < n; i++) {
+                double d = fabs((double)p[i] - ref[i]) - 1e-5 * fabs(ref[i]);
+                if (d > worst) worst = d;
+            }
+            CHECK(worst <= 1e-5, "%s %s: %zu replicas vs 1 after 20 steps: excess %.3g over 1e-5 + 1e-5 rel",
+                  cnn ? "cnn" : "mlp", name, R, worst);
+            free(p);
+        }
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+    free(ref);
+}
+
+/* Invariant 3: same seed, same replica count, bitwise identical runs. */
+static void test_determinism(void)
+{
+    size_t perm[95], k, run;
+    float *p[2];
+    mirror_metrics met[2];
+    for (run = 0; run < 2; run++) {
+        mirror_strategy *s = strategy(3);
+        mirror_model *m = model(s, 1, MIRROR_OPT_ADAMW, 10);
+        for (k = 0; k < 12; k++) step(m, k, 10, perm);
+        p[run] = params_of(m, 1);
+        mirror_evaluate(m, &data, 0, &met[run]);
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+    CHECK(!memcmp(p[0], p[1], 4 * 10), "two runs give bitwise equal parameters");
+    CHECK(met[0].loss_sum == met[1].loss_sum && met[0].correct == met[1].correct, "and equal metrics");
+    free(p[0]);
+    free(p[1]);
+}
+
+/* Sharding keeps every sample: a batch smaller than the replica count
+   (empty shards), and evaluate/predict agree across replica counts. */
+static void test_small_batches_and_predict(void)
+{
+    size_t R, perm[95], i, out;
+    float *pred[2] = {NULL, NULL};
+    mirror_metrics ev[2];
+    for (R = 1; R <= 4; R += 3) {
+        mirror_strategy *s = strategy(R);
+        mirror_model *m = model(s, 1, MIRROR_OPT_SGD, 8);
+        mirror_batch b;
+        mirror_metrics got;
+        size_t idx = R == 1 ? 0 : 1, arg, correct = 0;
+        memset(&b, 0, sizeof b);
+        mirror_permutation(perm, 95, 5, 0);
+        b.x = data.x, b.labels = data.labels, b.rows = 95, b.index = perm, b.n = 2;
+        CHECK(mirror_train_step(m, &b, &got) == MIRROR_OK && got.count == 2,
+              "a batch of 2 on %zu replicas (empty shards) trains and counts 2 samples", R);
+        out = mirror_num_outputs(m);
+        pred[idx] = (float *)malloc(95 * out * sizeof(float));
+        CHECK(mirror_predict(m, data.x, 95, pred[idx]) == MIRROR_OK, "predict");
+        CHECK(mirror_evaluate(m, &data, 0, &ev[idx]) == MIRROR_OK && ev[idx].count == 95, "evaluate counts all");
+        for (i = 0; i < 95; i++) {
+            size_t j;
+            for (arg = 0, j = 1; j < out; j++)
+                if (pred[idx][i * out + j] > pred[idx][i * out + arg]) arg = j;
+            correct += (int32_t)arg == data.labels[i];
+        }
+        CHECK(correct == ev[idx].correct, "argmax of predict matches evaluate's correct count (%zu vs %zu)",
+              correct, ev[idx].correct);
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+    {
+        double worst = 0.0;
+        for (i = 0; i < 95 * 10; i++) worst = fmax(worst, fabs((double)pred[0][i] - pred[1][i]));
+        CHECK(worst < 1e-5, "predictions on 1 and 4 replicas agree (max difference %.3g)", worst);
+        CHECK(fabs(ev[0].loss_sum - ev[1].loss_sum) < 1e-4 * fabs(ev[0].loss_sum),
+              "evaluation loss agrees across replica counts");
+    }
+    free(pred[0]);
+    free(pred[1]);
+}
+
+/* The steady-state step allocates nothing; the arenas are sized for the
+   largest shard and reported. */
+static void test_pool(void)
+{
+    size_t perm[95], k;
+    long before, live = live_allocs;
+    mirror_memory_report one, two;
+    mirror_strategy *s1 = strategy(1), *s2 = strategy(2);
+    mirror_model *m1 = model(s1, 1, MIRROR_OPT_ADAM, 10), *m2 = model(s2, 1, MIRROR_OPT_ADAM, 10);
+    mirror_metrics met;
+    mirror_batch b;
+    step(m2, 0, 10, perm);
+    before = total_allocs;
+    for (k = 1; k < 8; k++) step(m2, k, 10, perm);
+    memset(&b, 0, sizeof b);
+    b.x = data.x, b.labels = data.labels, b.n = 10;
+    mirror_evaluate_batch(m2, &b, &met);
+    CHECK(total_allocs == before, "7 steps and an evaluation allocated %ld times (want 0)", total_allocs - before);
+    CHECK(mirror_memory_report_get(m1, 0, &one) == MIRROR_OK && mirror_memory_report_get(m2, 1, &two) == MIRROR_OK,
+          "memory report");
+    CHECK(one.parameters == 4 * mirror_num_parameters(m1) && one.gradients == one.parameters &&
+              one.optimizer == 2 * one.parameters,
+          "parameter, gradient and Adam state arenas: %zu %zu %zu bytes", one.parameters, one.gradients,
+          one.optimizer);
+    CHECK(two.activations < one.activations, "2 replicas: smaller activation arenas (%zu < %zu bytes)",
+          two.activations, one.activations);
+    mirror_model_destroy(m1);
+    mirror_model_destroy(m2);
+    mirror_strategy_destroy(s1);
+    mirror_strategy_destroy(s2);
+    CHECK(live_allocs == live, "destroy freed every allocation (%ld left)", live_allocs - live);
+}
+
+int main(void)
+{
+    make_data();
+    test_all_reduce();
+    test_equivalence(1, MIRROR_OPT_SGD);
+    test_equivalence(1, MIRROR_OPT_ADAMW);
+    test_equivalence(0, MIRROR_OPT_ADAMW);
+    test_determinism();
+    test_small_batches_and_predict();
+    test_pool();
+    mirror_dataset_free(&data);
+    return check_done("test_replicas");
+}
