@@ -1,6 +1,6 @@
 # mirror: make (examples), make run (train), make test (everything that runs
 # on this machine), make bench. Variables: CC, OPT, ARCH, BUILD, SAN (address
-# | thread), NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas).
+# | thread | valgrind), NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas).
 
 CC    ?= cc
 CXX   ?= c++
@@ -18,6 +18,12 @@ endif
 ifeq ($(SAN),thread)
   CFLAGS_ALL += -fsanitize=thread
   BUILD = build/tsan
+endif
+# valgrind knows no AVX-512: a baseline build, every binary run under memcheck.
+ifeq ($(SAN),valgrind)
+  ARCH =
+  BUILD = build/valgrind
+  TEST_RUNNER = valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
 endif
 
 # Detect zlib by compiling a probe, not by asking a package manager.

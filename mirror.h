@@ -900,17 +900,11 @@ static void mirror__tile(size_t kc, const float *pa, const float *pb, float *c, 
                                           : beta * c[i * ldc + j] + acc[i * MIRROR__NR + j];
 }
 
-/* ws holds MIRROR__GEMM_WORKSPACE floats. */
-static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
-                          size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc,
-                          float *ws)
+/* The built-in GEMM; ws holds MIRROR__GEMM_WORKSPACE floats. */
+static void mirror__sgemm_builtin(int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                                  const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                                  float *c, size_t ldc, float *ws)
 {
-#ifdef MIRROR_CBLAS
-    (void)ws;
-    if (m && n)
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
-#else
     float *pa = ws, *pb = ws + (MIRROR_GEMM_MC + MIRROR__MR) * MIRROR_GEMM_KC;
     size_t jc, pc, ic, jr, ir, i, j;
     if (k == 0 || alpha == 0.0f) {
@@ -935,6 +929,22 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
             }
         }
     }
+}
+
+/* Every GEMM of the CPU backend: a CBLAS when MIRROR_CBLAS, else built in. */
+static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
+                          size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc,
+                          float *ws)
+{
+#ifdef MIRROR_CBLAS
+    (void)ws;
+    (void)mirror__sgemm_builtin;
+    if (m && n)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a, (int)MIRROR__MAX(lda, 1), b, (int)MIRROR__MAX(ldb, 1),
+                    beta, c, (int)MIRROR__MAX(ldc, 1));
+#else
+    mirror__sgemm_builtin(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
 #endif
 }
 
