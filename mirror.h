@@ -894,10 +894,12 @@ static void mirror__tile(size_t kc, const float *pa, const float *pb, float *c, 
         for (i = 0; i < MIRROR__MR; i++)
             for (j = 0; j < MIRROR__NR; j++) acc[i * MIRROR__NR + j] += a[i] * b[j];
     }
-    for (i = 0; i < mr; i++)
-        for (j = 0; j < nr; j++)
-            c[i * ldc + j] = beta == 0.0f ? acc[i * MIRROR__NR + j]
-                                          : beta * c[i * ldc + j] + acc[i * MIRROR__NR + j];
+    if (beta == 0.0f) /* C may hold NaN: overwrite, never scale */
+        for (i = 0; i < mr; i++)
+            for (j = 0; j < nr; j++) c[i * ldc + j] = acc[i * MIRROR__NR + j];
+    else
+        for (i = 0; i < mr; i++)
+            for (j = 0; j < nr; j++) c[i * ldc + j] = beta * c[i * ldc + j] + acc[i * MIRROR__NR + j];
 }
 
 /* The built-in GEMM; ws holds MIRROR__GEMM_WORKSPACE floats. */
