@@ -8,7 +8,7 @@ OPT   ?= -O3
 ARCH  ?= -march=native
 BUILD ?= build
 WARN   = -std=c99 -Wall -Wextra -Wpedantic
-CFLAGS_ALL = $(OPT) $(ARCH) -ffp-contract=fast $(WARN) -g $(CFLAGS)
+CFLAGS_ALL = $(OPT) $(ARCH) -ffp-contract=fast -fno-math-errno $(WARN) -g $(CFLAGS)
 LDLIBS_ALL = -lm -lpthread $(LDLIBS)
 
 ifeq ($(SAN),address)

@@ -487,7 +487,7 @@ MIRROR_HD static inline float mirror_hd_softmax_ce_row(const float *z, size_t k,
     for (j = 0; j < k; j++)
         dz[j] = (dz[j] / sum - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count;
     *correct = arg == (size_t)y;
-    return zmax + logf(sum) - z[y];
+    return logf(sum) - (z[y] - zmax); /* not zmax + log(sum) - z[y]: cancels at large z */
 }
 
 /* One row of mean squared error over d outputs: returns (1/d) sum (z - t)^2
@@ -702,21 +702,37 @@ static float mirror__normal(uint64_t *state)
 }
 
 // >>threads -----------------------------------------------------------------
-/* A fixed team of worker threads, one per replica. mirror__run hands every
-   worker the same job and returns when all have finished it. With one
-   replica the job runs on the caller's thread and no thread is created. */
+/* A fixed team of threads, one per replica: the caller's thread is worker 0
+   and size - 1 threads are the others. mirror__run hands every worker the
+   same job and returns when all have finished it. A step runs three jobs
+   back to back, so an idle worker spins briefly on the job counter before
+   it sleeps on the condition variable: waking a sleeping thread costs tens
+   of microseconds, a spinning one sees the next job at once. */
 
 typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 
+#if defined(__GNUC__) || defined(__clang__)
+#define MIRROR__LOAD(p) __atomic_load_n(p, __ATOMIC_ACQUIRE)
+#define MIRROR__STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELEASE)
+#define MIRROR__DECREMENT(p) __atomic_sub_fetch(p, 1, __ATOMIC_ACQ_REL)
+#define MIRROR__SPINS 20000
+#else /* no atomics in C99: always sleep, under the mutex */
+#define MIRROR__LOAD(p) (*(p))
+#define MIRROR__STORE(p, v) (*(p) = (v))
+#define MIRROR__DECREMENT(p) (--*(p))
+#define MIRROR__SPINS 0
+#endif
+
 typedef struct mirror__team {
-    size_t size; /* workers; the job sees worker in [0, size) */
+    size_t size; /* workers, the caller included */
     pthread_t *threads;
     struct mirror__team_arg *args;
     pthread_mutex_t mutex;
     pthread_cond_t wake, done;
-    uint64_t generation; /* bumped once per job */
-    size_t pending;      /* workers still running the current job */
+    unsigned long generation; /* bumped once per job */
+    unsigned long pending;    /* helper threads still running the current job */
     int quit;
+    int sleepers, caller_sleeps; /* under the mutex: who waits on wake / done */
     mirror__job_fn job;
     void *ctx;
 } mirror__team;
@@ -726,42 +742,57 @@ typedef struct mirror__team_arg {
     size_t worker;
 } mirror__team_arg;
 
+/* Spins until *p != seen or the budget runs out; returns the last value. */
+static unsigned long mirror__spin_while(unsigned long *p, unsigned long seen)
+{
+    unsigned long v = MIRROR__LOAD(p);
+    long i;
+    for (i = 0; i < MIRROR__SPINS && v == seen; i++) v = MIRROR__LOAD(p);
+    return v;
+}
+
 static void *mirror__worker_main(void *p)
 {
     mirror__team_arg *arg = (mirror__team_arg *)p;
     mirror__team *t = arg->team;
-    uint64_t seen = 0;
+    unsigned long seen = 0;
     for (;;) {
-        mirror__job_fn job;
-        void *ctx;
-        pthread_mutex_lock(&t->mutex);
-        while (t->generation == seen && !t->quit)
-            pthread_cond_wait(&t->wake, &t->mutex);
-        if (t->quit) {
+        if (mirror__spin_while(&t->generation, seen) == seen) {
+            pthread_mutex_lock(&t->mutex);
+            t->sleepers++;
+            while (MIRROR__LOAD(&t->generation) == seen && !t->quit) pthread_cond_wait(&t->wake, &t->mutex);
+            t->sleepers--;
             pthread_mutex_unlock(&t->mutex);
-            return NULL;
         }
-        seen = t->generation;
-        job = t->job;
-        ctx = t->ctx;
-        pthread_mutex_unlock(&t->mutex);
-
-        job(ctx, arg->worker);
-
-        pthread_mutex_lock(&t->mutex);
-        if (--t->pending == 0) pthread_cond_signal(&t->done);
-        pthread_mutex_unlock(&t->mutex);
+        seen = MIRROR__LOAD(&t->generation);
+        if (seen == (unsigned long)-1) return NULL; /* quit */
+        t->job(t->ctx, arg->worker);
+        if (MIRROR__DECREMENT(&t->pending) == 0) {
+            pthread_mutex_lock(&t->mutex);
+            if (t->caller_sleeps) pthread_cond_signal(&t->done);
+            pthread_mutex_unlock(&t->mutex);
+        }
     }
+}
+
+/* Publishes a job (or quit) and wakes the sleepers. */
+static void mirror__publish(mirror__team *t, mirror__job_fn job, void *ctx, unsigned long generation)
+{
+    pthread_mutex_lock(&t->mutex);
+    t->job = job;
+    t->ctx = ctx;
+    t->quit = generation == (unsigned long)-1;
+    MIRROR__STORE(&t->pending, (unsigned long)(t->size - 1));
+    MIRROR__STORE(&t->generation, generation);
+    if (t->sleepers) pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->mutex);
 }
 
 static void mirror__team_stop(mirror__team *t, size_t started)
 {
     size_t i;
-    if (t->size > 1) {
-        pthread_mutex_lock(&t->mutex);
-        t->quit = 1;
-        pthread_cond_broadcast(&t->wake);
-        pthread_mutex_unlock(&t->mutex);
+    if (t->threads) {
+        mirror__publish(t, NULL, NULL, (unsigned long)-1);
         for (i = 0; i < started; i++) pthread_join(t->threads[i], NULL);
         pthread_cond_destroy(&t->wake);
         pthread_cond_destroy(&t->done);
@@ -779,24 +810,25 @@ static int mirror__team_start(mirror__team *t, size_t size, mirror_error *err)
     memset(t, 0, sizeof *t);
     t->size = size;
     if (size <= 1) return MIRROR_OK;
-    t->threads = (pthread_t *)mirror__alloc(size, sizeof *t->threads);
-    t->args = (mirror__team_arg *)mirror__alloc(size, sizeof *t->args);
+    t->threads = (pthread_t *)mirror__alloc(size - 1, sizeof *t->threads);
+    t->args = (mirror__team_arg *)mirror__alloc(size - 1, sizeof *t->args);
     if (!t->threads || !t->args) {
         MIRROR_FREE(t->threads);
         MIRROR_FREE(t->args);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: no memory for %zu threads",
-                             size);
+        t->threads = NULL;
+        t->args = NULL;
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: no memory for %zu threads", size);
     }
     pthread_mutex_init(&t->mutex, NULL);
     pthread_cond_init(&t->wake, NULL);
     pthread_cond_init(&t->done, NULL);
-    for (i = 0; i < size; i++) {
+    for (i = 0; i + 1 < size; i++) {
         t->args[i].team = t;
-        t->args[i].worker = i;
+        t->args[i].worker = i + 1;
         if (pthread_create(&t->threads[i], NULL, mirror__worker_main, &t->args[i]) != 0) {
             mirror__team_stop(t, i);
-            return mirror__error(err, MIRROR_ERR_THREAD, "strategy: could not start thread %zu of %zu",
-                                 i + 1, size);
+            return mirror__error(err, MIRROR_ERR_THREAD, "strategy: could not start thread %zu of %zu", i + 2,
+                                 size);
         }
     }
     return MIRROR_OK;
@@ -804,17 +836,14 @@ static int mirror__team_start(mirror__team *t, size_t size, mirror_error *err)
 
 static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
 {
-    if (t->size <= 1) {
-        job(ctx, 0);
-        return;
-    }
+    if (t->size > 1) mirror__publish(t, job, ctx, t->generation + 1 == (unsigned long)-1 ? 1 : t->generation + 1);
+    job(ctx, 0); /* the caller is worker 0 */
+    if (t->size <= 1 || mirror__spin_while(&t->pending, t->size - 1) == 0) return;
+    if (MIRROR__LOAD(&t->pending) == 0) return;
     pthread_mutex_lock(&t->mutex);
-    t->job = job;
-    t->ctx = ctx;
-    t->pending = t->size;
-    t->generation++;
-    pthread_cond_broadcast(&t->wake);
-    while (t->pending) pthread_cond_wait(&t->done, &t->mutex);
+    t->caller_sleeps = 1;
+    while (MIRROR__LOAD(&t->pending) != 0) pthread_cond_wait(&t->done, &t->mutex);
+    t->caller_sleeps = 0;
     pthread_mutex_unlock(&t->mutex);
 }
 
@@ -1364,7 +1393,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 MIRROR_API void mirror_strategy_destroy(mirror_strategy *s)
 {
     if (!s) return;
-    mirror__team_stop(&s->team, s->team.size);
+    mirror__team_stop(&s->team, s->team.size - 1); /* the helper threads */
     MIRROR_FREE(s);
 }
 
@@ -2351,7 +2380,7 @@ MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
 MIRROR_API size_t mirror_num_batches(size_t count, size_t batch, int drop_remainder)
 {
     if (!batch) return 0;
-    return drop_remainder ? count / batch : (count + batch - 1) / batch;
+    return count / batch + (!drop_remainder && count % batch != 0);
 }
 
 MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_t epoch)
@@ -2413,7 +2442,7 @@ static int mirror__read_file(const char *path, unsigned char **data, size_t *siz
     {
         int zerr = Z_OK;
         const char *msg = gzerror(f, &zerr);
-        if (got < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR)) {
+        if (got < 0 || zerr != Z_OK) { /* Z_BUF_ERROR: the stream ended early */
             char what[96];
             snprintf(what, sizeof what, "%s", msg ? msg : "read error");
             gzclose(f);
@@ -2489,9 +2518,9 @@ MIRROR_API int mirror_dataset_load_idx(mirror_dataset *ds, const char *images_pa
     unsigned char *img = NULL, *lab = NULL;
     size_t img_size = 0, lab_size = 0, idim[3] = {0, 0, 0}, ldim[1] = {0}, i, pixels = 0;
     int rc;
+    if (ds) memset(ds, 0, sizeof *ds);
     if (!ds || !images_path || !labels_path)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_idx: NULL argument");
-    memset(ds, 0, sizeof *ds);
     if (!num_classes) num_classes = 10;
     if (num_classes > 256)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_idx: num_classes %zu > 256",
@@ -2560,6 +2589,8 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
     int i, rc;
     out[0] = train;
     out[1] = test;
+    if (train) memset(train, 0, sizeof *train);
+    if (test) memset(test, 0, sizeof *test);
     if (!dir || (!train && !test))
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_mnist: NULL argument");
     if (strlen(dir) > 900)

@@ -1,0 +1,1053 @@
+/* test_layers.c - the numerics: finite-difference gradient checks of every
+   layer and both losses through the public API, the shared math against
+   hand-computed values and double-precision references of the torch
+   formulas, the GEMM against a naive reference, im2col/col2im adjointness
+   and maxpool on a hand-made example. Deterministic: fixed seeds only. */
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+// >>helpers ------------------------------------------------------------------
+
+static uint64_t rng_state = 0x5EEDF00Dull;
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static float frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng_next() >> 40) * (1.0f / 16777216.0f);
+}
+
+static int close_to(double a, double b, double abs_tol, double rel_tol)
+{
+    return fabs(a - b) <= abs_tol + rel_tol * fabs(b);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_layers: out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+// >>finite differences ---------------------------------------------------------
+/* A model, its global batch (labels or targets) and, for MSE, the same data
+   as a dataset so that the loss goes through mirror_evaluate too. */
+
+typedef struct fd_case {
+    const char *name;
+    mirror_strategy *s;
+    mirror_model *m;
+    size_t n, in, out; /* batch, input and output floats per sample */
+    float *x, *targets;
+    int32_t *labels;
+    mirror_batch b;
+    mirror_dataset ds; /* MSE: x and targets, target_dim = out (not owned) */
+    int use_ds;
+    int32_t *sig; /* the relu masks and maxpool argmaxes of the last evaluation */
+    size_t sig_cap;
+} fd_case;
+
+/* The tolerance of a gradient check, float32 forward and central differences. */
+#define FD_ABS 2e-3
+#define FD_REL 2e-2
+#define FD_H 1e-3f
+
+static int fd_agrees(double analytic, double numeric)
+{
+    return close_to(analytic, numeric, FD_ABS, FD_REL);
+}
+
+/* The kink signature of the last forward pass (replica 0 holds the whole
+   batch with cpu:1): every relu's y > 0 and every maxpool argmax. Two
+   evaluations with the same signature lie in the same linear piece of every
+   relu and maxpool, where the loss is smooth and differences are valid. */
+static size_t fd_signature(fd_case *c, int32_t *out)
+{
+    mirror_model *m = c->m;
+    const mirror__replica *r = &m->rep[0];
+    size_t i, j, k = 0, S = r->count;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        size_t len = S * mirror__out_size(l);
+        if (l->kind == MIRROR__RELU) {
+            const float *y = (const float *)(r->acts + l->out_off);
+            for (j = 0; j < len; j++, k++)
+                if (out) out[k] = y[j] > 0.0f;
+        } else if (l->kind == MIRROR__MAXPOOL2D) {
+            const int32_t *arg = (const int32_t *)(r->acts + l->arg_off);
+            for (j = 0; j < len; j++, k++)
+                if (out) out[k] = arg[j];
+        }
+    }
+    return k;
+}
+
+/* Mean loss of the batch at the current parameters; the signature into sig. */
+static double fd_loss(fd_case *c, int32_t *sig)
+{
+    mirror_metrics met;
+    int rc;
+    memset(&met, 0, sizeof met);
+    rc = c->use_ds ? mirror_evaluate(c->m, &c->ds, 0, &met) : mirror_evaluate_batch(c->m, &c->b, &met);
+    if (rc || met.count != c->n) {
+        fprintf(stderr, "%s: evaluation failed: %s\n", c->name, mirror_model_error(c->m));
+        return NAN;
+    }
+    if (sig) fd_signature(c, sig);
+    return met.loss_sum / (double)met.count;
+}
+
+/* Builds c->m from its layers (already added) and the data. */
+static void fd_setup(fd_case *c, size_t n, int mse)
+{
+    mirror_model *m = c->m;
+    size_t i, j;
+    int rc = mirror_model_build(m);
+    CHECK(rc == MIRROR_OK, "%s: build: %s", c->name, mirror_model_error(m));
+    if (rc) exit(1);
+    c->n = n;
+    c->in = m->in_size;
+    c->out = mirror_num_outputs(m);
+    c->x = (float *)xmalloc(n * c->in * sizeof(float));
+    for (i = 0; i < n * c->in; i++) c->x[i] = frand(-1.0f, 1.0f);
+    memset(&c->b, 0, sizeof c->b);
+    c->b.x = c->x;
+    c->b.n = n;
+    c->b.rows = n;
+    if (mse) {
+        c->targets = (float *)xmalloc(n * c->out * sizeof(float));
+        for (i = 0; i < n * c->out; i++) c->targets[i] = frand(-1.0f, 1.0f);
+        c->b.targets = c->targets;
+        memset(&c->ds, 0, sizeof c->ds);
+        c->ds.x = c->x;
+        c->ds.targets = c->targets;
+        c->ds.count = n;
+        c->ds.channels = m->desc.channels;
+        c->ds.height = m->desc.height;
+        c->ds.width = m->desc.width;
+        c->ds.target_dim = c->out;
+        c->use_ds = 1;
+    } else {
+        c->labels = (int32_t *)xmalloc(n * sizeof(int32_t));
+        for (i = 0; i < n; i++) c->labels[i] = (int32_t)((i * 7 + 3) % c->out);
+        c->b.labels = c->labels;
+    }
+    /* Non-zero biases, so every bias matters and the pieces are not symmetric. */
+    {
+        size_t np = mirror_num_parameters(m);
+        float *p = (float *)xmalloc(np * sizeof(float));
+        mirror_get_parameters(m, 0, p, np);
+        for (i = 0; i < m->nlayers; i++)
+            for (j = 0; j < m->layers[i].n_b; j++) p[m->layers[i].b_off + j] = frand(-0.2f, 0.2f);
+        mirror_set_parameters(m, p, np);
+        free(p);
+    }
+    fd_loss(c, NULL);
+    c->sig_cap = fd_signature(c, NULL);
+}
+
+static fd_case fd_begin(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
+                        size_t batch)
+{
+    fd_case fc;
+    mirror_strategy_desc sd;
+    mirror_model_desc md;
+    mirror_error err;
+    memset(&fc, 0, sizeof fc);
+    memset(&sd, 0, sizeof sd);
+    memset(&md, 0, sizeof md);
+    memset(&err, 0, sizeof err);
+    fc.name = name;
+    sd.devices = "cpu:1";
+    if (mirror_strategy_create(&sd, &fc.s, &err)) {
+        fprintf(stderr, "%s: strategy: %s\n", name, err.message);
+        exit(1);
+    }
+    md.strategy = fc.s;
+    md.channels = c;
+    md.height = h;
+    md.width = w;
+    md.max_batch = batch;
+    md.loss = loss;
+    md.seed = seed;
+    md.optimizer.kind = MIRROR_OPT_SGD;
+    md.optimizer.lr = 0.05f;
+    if (mirror_model_create(&md, &fc.m, &err)) {
+        fprintf(stderr, "%s: model: %s\n", name, err.message);
+        exit(1);
+    }
+    return fc;
+}
+
+static void fd_end(fd_case *c)
+{
+    mirror_model_destroy(c->m);
+    mirror_strategy_destroy(c->s);
+    free(c->x);
+    free(c->targets);
+    free(c->labels);
+}
+
+/* The analytic gradient of the mean loss: one SGD step, then the reduced
+   gradient; parameters restored afterwards. Also checks that the step's
+   reported loss is the evaluated one and that SGD moved w by -lr g. */
+static void fd_analytic(fd_case *c, float *g)
+{
+    mirror_model *m = c->m;
+    size_t np = mirror_num_parameters(m), i, bad = 0;
+    float *p0 = (float *)xmalloc(np * sizeof(float)), *p1 = (float *)xmalloc(np * sizeof(float));
+    float lr = m->desc.optimizer.lr;
+    mirror_metrics met;
+    double base = fd_loss(c, NULL);
+    mirror_get_parameters(m, 0, p0, np);
+    CHECK(mirror_train_step(m, &c->b, &met) == MIRROR_OK, "%s: train step: %s", c->name, mirror_model_error(m));
+    CHECK(met.count == c->n, "%s: train step counted %zu of %zu samples", c->name, met.count, c->n);
+    CHECK(close_to(met.loss_sum / (double)met.count, base, 1e-6, 1e-6),
+          "%s: train step loss %.9g, evaluated loss %.9g", c->name, met.loss_sum / (double)met.count, base);
+    mirror_get_gradients(m, 0, g, np);
+    mirror_get_parameters(m, 0, p1, np);
+    for (i = 0; i < np; i++)
+        if (!close_to(p1[i], (double)p0[i] - (double)lr * g[i], 1e-6, 1e-6)) bad++;
+    CHECK(bad == 0, "%s: %zu of %zu parameters are not w - lr g after the SGD step", c->name, bad, np);
+    mirror_set_parameters(m, p0, np);
+    free(p0);
+    free(p1);
+}
+
+/* Central differences of the mean loss for every parameter, each taken
+   inside one linear piece of the relus and maxpools: when a side crosses a
+   kink, the one-sided difference on the other side; when both do, a smaller
+   step. Returns how many parameters found no kink-free step. */
+static size_t fd_numeric(fd_case *c, double *num)
+{
+    mirror_model *m = c->m;
+    size_t np = mirror_num_parameters(m), i, unresolved = 0, one_sided = 0, smaller = 0;
+    float *p = (float *)xmalloc(np * sizeof(float));
+    int32_t *s0 = (int32_t *)xmalloc((c->sig_cap + 1) * sizeof(int32_t));
+    int32_t *sp = (int32_t *)xmalloc((c->sig_cap + 1) * sizeof(int32_t));
+    int32_t *sm = (int32_t *)xmalloc((c->sig_cap + 1) * sizeof(int32_t));
+    size_t sig_bytes = c->sig_cap * sizeof(int32_t);
+    double l0;
+    mirror_get_parameters(m, 0, p, np);
+    l0 = fd_loss(c, s0);
+    for (i = 0; i < np; i++) {
+        float w = p[i], h = FD_H;
+        int tries, done = 0;
+        for (tries = 0; tries < 4 && !done; tries++, h *= 0.25f) {
+            float wp = w + h, wm = w - h;
+            double hp = (double)wp - (double)w, hm = (double)w - (double)wm, lp, lm;
+            int okp, okm;
+            p[i] = wp;
+            mirror_set_parameters(m, p, np);
+            lp = fd_loss(c, sp);
+            p[i] = wm;
+            mirror_set_parameters(m, p, np);
+            lm = fd_loss(c, sm);
+            p[i] = w;
+            okp = memcmp(sp, s0, sig_bytes) == 0;
+            okm = memcmp(sm, s0, sig_bytes) == 0;
+            if (okp && okm)
+                num[i] = (lp - lm) / (hp + hm);
+            else if (okp)
+                num[i] = (lp - l0) / hp, one_sided++;
+            else if (okm)
+                num[i] = (l0 - lm) / hm, one_sided++;
+            else
+                continue;
+            done = 1;
+            if (tries) smaller++;
+        }
+        if (!done) {
+            num[i] = NAN;
+            unresolved++;
+        }
+    }
+    mirror_set_parameters(m, p, np);
+    printf("  %s: %zu parameters, %zu one-sided, %zu with a smaller step, %zu unresolved\n", c->name, np,
+           one_sided, smaller, unresolved);
+    free(p);
+    free(s0);
+    free(sp);
+    free(sm);
+    return unresolved;
+}
+
+/* Every parameter: analytic against numeric. With `vacuity`, also shows the
+   comparison rejects a gradient scaled by 1.1 and one wrong element. */
+static void fd_check(fd_case *c, int vacuity)
+{
+    size_t np = mirror_num_parameters(c->m), i, worst = 0, scaled_bad = 0;
+    float *g = (float *)xmalloc(np * sizeof(float));
+    double *num = (double *)xmalloc(np * sizeof(double)), worst_err = 0.0;
+    size_t unresolved;
+    fd_analytic(c, g);
+    unresolved = fd_numeric(c, num);
+    CHECK(unresolved == 0, "%s: %zu parameters cross a relu/maxpool kink at every step size", c->name,
+          unresolved);
+    for (i = 0; i < np; i++) {
+        double err = fabs((double)g[i] - num[i]);
+        if (isnan(num[i])) continue;
+        CHECK(fd_agrees(g[i], num[i]), "%s: parameter %zu: analytic %.6g, numeric %.6g", c->name, i,
+              (double)g[i], num[i]);
+        if (err > worst_err) worst_err = err, worst = i;
+        if (!fd_agrees(1.1 * g[i], num[i])) scaled_bad++;
+    }
+    printf("  %s: worst |analytic - numeric| %.3g at parameter %zu (analytic %.6g)\n", c->name, worst_err,
+           worst, (double)g[worst]);
+    if (vacuity) {
+        size_t big = 0;
+        for (i = 1; i < np; i++)
+            if (fabs(g[i]) > fabs(g[big])) big = i;
+        CHECK(scaled_bad > np / 4, "%s: the check rejects only %zu of %zu gradients scaled by 1.1", c->name,
+              scaled_bad, np);
+        CHECK(!fd_agrees(g[big] + 0.01 + 0.05 * fabs(g[big]), num[big]),
+              "%s: the check accepts a wrong gradient at parameter %zu", c->name, big);
+        printf("  %s: gradient*1.1 rejected at %zu of %zu parameters\n", c->name, scaled_bad, np);
+    }
+    free(g);
+    free(num);
+}
+
+static void test_gradients(void)
+{
+    fd_case c;
+    printf("finite differences:\n");
+
+    /* conv(s1,p1) -> relu -> maxpool(2,2) -> flatten -> dense -> relu -> dense, softmax CE */
+    c = fd_begin("cnn/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 11, 4);
+    mirror_conv2d(c.m, 3, 3, 1, 1);
+    mirror_relu(c.m);
+    mirror_maxpool2d(c.m, 2, 2);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 5);
+    mirror_relu(c.m);
+    mirror_dense(c.m, 4);
+    fd_setup(&c, 4, 0);
+    fd_check(&c, 1);
+    fd_end(&c);
+
+    /* conv -> relu -> conv(k3,s2,p0; col2im with stride) -> relu ->
+       overlapping maxpool(2,1) -> flatten -> dense, MSE through a dataset */
+    c = fd_begin("cnn2/mse", 2, 7, 7, MIRROR_LOSS_MSE, 12, 5);
+    mirror_conv2d(c.m, 3, 3, 1, 1);
+    mirror_relu(c.m);
+    mirror_conv2d(c.m, 4, 3, 2, 0);
+    mirror_relu(c.m);
+    mirror_maxpool2d(c.m, 2, 1);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 5, 1);
+    fd_check(&c, 1);
+    fd_end(&c);
+
+    /* conv(k3,s2,p0) first on a non-square 7x6 input -> 3x2 -> relu -> dense, CE */
+    c = fd_begin("conv-s2/ce", 2, 7, 6, MIRROR_LOSS_SOFTMAX_CE, 13, 3);
+    mirror_conv2d(c.m, 3, 3, 2, 0);
+    mirror_relu(c.m);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 3, 0);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* maxpool before the first weighted layer, then conv(k5,s1,p2) on 4x5, MSE */
+    c = fd_begin("pool-conv-k5/mse", 1, 5, 6, MIRROR_LOSS_MSE, 14, 3);
+    mirror_maxpool2d(c.m, 2, 1);
+    mirror_conv2d(c.m, 2, 5, 1, 2);
+    mirror_relu(c.m);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 2);
+    fd_setup(&c, 3, 1);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* conv(k3,s2,p2): padding wider than the stride, on 3x5x4 */
+    c = fd_begin("conv-s2-p2/ce", 3, 5, 4, MIRROR_LOSS_SOFTMAX_CE, 15, 4);
+    mirror_conv2d(c.m, 2, 3, 2, 2);
+    mirror_relu(c.m);
+    mirror_conv2d(c.m, 2, 2, 1, 0);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 4, 0);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* plain dense MLP, CE */
+    c = fd_begin("mlp/ce", 7, 1, 1, MIRROR_LOSS_SOFTMAX_CE, 16, 5);
+    mirror_dense(c.m, 6);
+    mirror_relu(c.m);
+    mirror_dense(c.m, 5);
+    mirror_relu(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 5, 0);
+    fd_check(&c, 1);
+    fd_end(&c);
+
+    /* plain dense MLP, MSE */
+    c = fd_begin("mlp/mse", 4, 1, 1, MIRROR_LOSS_MSE, 17, 4);
+    mirror_dense(c.m, 5);
+    mirror_relu(c.m);
+    mirror_dense(c.m, 2);
+    fd_setup(&c, 4, 1);
+    fd_check(&c, 0);
+    fd_end(&c);
+}
+
+/* The reduced gradient is the mean over the global batch whatever the split,
+   empty shards included: cpu:3 against cpu:1 on the same model and batch. */
+static void test_gradient_replicas(void)
+{
+    static const size_t batches[2] = {5, 2}; /* 2,2,1 and 1,1,0 */
+    size_t bi;
+    for (bi = 0; bi < 2; bi++) {
+        mirror_strategy *s[2];
+        mirror_model *m[2];
+        float *g[2], *x, *t;
+        size_t k, i, np = 0, n = batches[bi], bad = 0;
+        mirror_batch b;
+        for (k = 0; k < 2; k++) {
+            mirror_strategy_desc sd;
+            mirror_model_desc md;
+            memset(&sd, 0, sizeof sd);
+            memset(&md, 0, sizeof md);
+            sd.devices = k ? "cpu:3" : "cpu:1";
+            if (mirror_strategy_create(&sd, &s[k], NULL)) exit(1);
+            md.strategy = s[k];
+            md.channels = 2;
+            md.height = md.width = 5;
+            md.max_batch = 6;
+            md.loss = MIRROR_LOSS_MSE;
+            md.seed = 21;
+            if (mirror_model_create(&md, &m[k], NULL)) exit(1);
+            mirror_conv2d(m[k], 3, 3, 1, 1);
+            mirror_relu(m[k]);
+            mirror_maxpool2d(m[k], 2, 2);
+            mirror_flatten(m[k]);
+            mirror_dense(m[k], 2);
+            CHECK(mirror_model_build(m[k]) == MIRROR_OK, "replicas: build: %s", mirror_model_error(m[k]));
+            np = mirror_num_parameters(m[k]);
+            g[k] = (float *)xmalloc(np * sizeof(float));
+        }
+        x = (float *)xmalloc(n * 50 * sizeof(float));
+        t = (float *)xmalloc(n * 2 * sizeof(float));
+        for (i = 0; i < n * 50; i++) x[i] = frand(-1.0f, 1.0f);
+        for (i = 0; i < n * 2; i++) t[i] = frand(-1.0f, 1.0f);
+        memset(&b, 0, sizeof b);
+        b.x = x;
+        b.targets = t;
+        b.n = b.rows = n;
+        for (k = 0; k < 2; k++) {
+            CHECK(mirror_train_step(m[k], &b, NULL) == MIRROR_OK, "replicas: step: %s", mirror_model_error(m[k]));
+            mirror_get_gradients(m[k], k ? 2 : 0, g[k], np);
+        }
+        for (i = 0; i < np; i++)
+            if (!close_to(g[1][i], g[0][i], 1e-6, 1e-5)) bad++;
+        CHECK(bad == 0, "batch %zu: %zu of %zu gradients differ between cpu:3 and cpu:1", n, bad, np);
+        for (k = 0; k < 2; k++) {
+            mirror_model_destroy(m[k]);
+            mirror_strategy_destroy(s[k]);
+            free(g[k]);
+        }
+        free(x);
+        free(t);
+    }
+}
+
+// >>shared math ----------------------------------------------------------------
+
+static void test_softmax_ce(void)
+{
+    float dz[4], z[4];
+    float loss;
+    int correct = -1;
+    size_t j;
+
+    /* z = (1, 2, 3), y = 2: softmax = (0.0900306, 0.2447285, 0.6652410),
+       loss = log(e^1 + e^2 + e^3) - 3 = 0.4076059644 */
+    {
+        static const float zz[3] = {1.0f, 2.0f, 3.0f};
+        static const double sm[3] = {0.09003057317038046, 0.24472847105479764, 0.6652409557748219};
+        loss = mirror_hd_softmax_ce_row(zz, 3, 2, 0.25f, dz, &correct);
+        CHECK(close_to(loss, 0.4076059644443803, 1e-6, 1e-6), "softmax_ce (1,2,3), y=2: loss %.9g", (double)loss);
+        CHECK(correct == 1, "softmax_ce (1,2,3), y=2: correct %d", correct);
+        for (j = 0; j < 3; j++)
+            CHECK(close_to(dz[j], 0.25 * (sm[j] - (j == 2)), 1e-7, 1e-6), "softmax_ce (1,2,3): dz[%zu] = %.9g", j,
+                  (double)dz[j]);
+        loss = mirror_hd_softmax_ce_row(zz, 3, 0, 1.0f, dz, &correct);
+        CHECK(close_to(loss, 2.4076059644443803, 1e-6, 1e-6), "softmax_ce (1,2,3), y=0: loss %.9g", (double)loss);
+        CHECK(correct == 0, "softmax_ce (1,2,3), y=0: correct %d", correct);
+        CHECK(close_to(dz[0], sm[0] - 1.0, 1e-7, 1e-6) && close_to(dz[1], sm[1], 1e-7, 1e-6) &&
+                  close_to(dz[2], sm[2], 1e-7, 1e-6),
+              "softmax_ce (1,2,3), y=0: dz %.9g %.9g %.9g", (double)dz[0], (double)dz[1], (double)dz[2]);
+    }
+    /* Equal logits: loss log 4, dz = (1/4 - onehot) / count. */
+    for (j = 0; j < 4; j++) z[j] = 0.5f;
+    loss = mirror_hd_softmax_ce_row(z, 4, 1, 0.5f, dz, &correct);
+    CHECK(close_to(loss, 1.3862943611198906, 1e-6, 1e-6), "softmax_ce equal logits: loss %.9g", (double)loss);
+    CHECK(dz[0] == 0.125f && dz[1] == -0.375f && dz[2] == 0.125f && dz[3] == 0.125f,
+          "softmax_ce equal logits: dz %g %g %g %g", (double)dz[0], (double)dz[1], (double)dz[2], (double)dz[3]);
+    CHECK(correct == 0, "softmax_ce equal logits, y=1: the first maximum is 0, correct %d", correct);
+    loss = mirror_hd_softmax_ce_row(z, 4, 0, 0.5f, dz, &correct);
+    CHECK(correct == 1, "softmax_ce equal logits, y=0: correct %d", correct);
+
+    /* The first maximum decides: z = (1, 3, 3, 2). */
+    {
+        static const float zz[4] = {1.0f, 3.0f, 3.0f, 2.0f};
+        int c0, c1, c2, c3;
+        mirror_hd_softmax_ce_row(zz, 4, 0, 1.0f, dz, &c0);
+        mirror_hd_softmax_ce_row(zz, 4, 1, 1.0f, dz, &c1);
+        mirror_hd_softmax_ce_row(zz, 4, 2, 1.0f, dz, &c2);
+        mirror_hd_softmax_ce_row(zz, 4, 3, 1.0f, dz, &c3);
+        CHECK(c0 == 0 && c1 == 1 && c2 == 0 && c3 == 0, "softmax_ce tie (1,3,3,2): correct %d %d %d %d", c0, c1,
+              c2, c3);
+    }
+    /* Stability: huge logits give finite, exact answers. */
+    {
+        static const float zz[3] = {1000.0f, -1000.0f, 0.0f};
+        loss = mirror_hd_softmax_ce_row(zz, 3, 0, 1.0f, dz, &correct);
+        CHECK(isfinite(loss) && fabsf(loss) <= 1e-6f, "softmax_ce (1000,-1000,0), y=0: loss %g", (double)loss);
+        CHECK(isfinite(dz[0]) && isfinite(dz[1]) && isfinite(dz[2]) && fabsf(dz[0]) <= 1e-6f && dz[1] == 0.0f &&
+                  fabsf(dz[2]) <= 1e-6f,
+              "softmax_ce (1000,-1000,0), y=0: dz %g %g %g", (double)dz[0], (double)dz[1], (double)dz[2]);
+        CHECK(correct == 1, "softmax_ce (1000,-1000,0), y=0: correct %d", correct);
+        loss = mirror_hd_softmax_ce_row(zz, 3, 1, 0.5f, dz, &correct);
+        CHECK(loss == 2000.0f, "softmax_ce (1000,-1000,0), y=1: loss %g (want 2000)", (double)loss);
+        CHECK(dz[0] == 0.5f && dz[1] == -0.5f && fabsf(dz[2]) <= 1e-30f,
+              "softmax_ce (1000,-1000,0), y=1: dz %g %g %g", (double)dz[0], (double)dz[1], (double)dz[2]);
+        CHECK(correct == 0, "softmax_ce (1000,-1000,0), y=1: correct %d", correct);
+    }
+    /* The loss is zmax + log(sum) - z[y] in float: with |z| = 1000 it is
+       exact to an ulp of 1000 (6.1e-5), not of the loss (backward stable). */
+    {
+        static const float zz[2] = {1000.0f, 1000.0f}, nn[3] = {-1000.0f, -1000.0f, -1000.0f};
+        loss = mirror_hd_softmax_ce_row(zz, 2, 1, 1.0f, dz, &correct);
+        CHECK(close_to(loss, 0.6931471805599453, 1.3e-4, 0) && dz[0] == 0.5f && dz[1] == -0.5f,
+              "softmax_ce (1000,1000): loss %g dz %g %g", (double)loss, (double)dz[0], (double)dz[1]);
+        loss = mirror_hd_softmax_ce_row(nn, 3, 2, 1.0f, dz, &correct);
+        CHECK(close_to(loss, 1.0986122886681098, 1.3e-4, 0) && close_to(dz[0], 1.0 / 3.0, 1e-7, 1e-6) &&
+                  close_to(dz[2], -2.0 / 3.0, 1e-7, 1e-6),
+              "softmax_ce (-1000 x3): loss %g dz %g %g %g", (double)loss, (double)dz[0], (double)dz[1],
+              (double)dz[2]);
+    }
+    /* Gradient rows sum to zero; against a double reference on random rows. */
+    {
+        int trial, bad = 0;
+        for (trial = 0; trial < 50; trial++) {
+            float zz[7], d[7];
+            double mx = -1e30, sum = 0.0, ref, s = 0.0;
+            int32_t y = (int32_t)(rng_next() % 7);
+            for (j = 0; j < 7; j++) {
+                zz[j] = frand(-20.0f, 20.0f);
+                if (zz[j] > mx) mx = zz[j];
+            }
+            for (j = 0; j < 7; j++) sum += exp(zz[j] - mx);
+            ref = mx + log(sum) - zz[y];
+            loss = mirror_hd_softmax_ce_row(zz, 7, y, 1.0f / 3.0f, d, &correct);
+            if (!close_to(loss, ref, 1e-5, 1e-5)) bad++;
+            for (j = 0; j < 7; j++) {
+                double dref = (exp(zz[j] - mx) / sum - (j == (size_t)y)) / 3.0;
+                if (!close_to(d[j], dref, 1e-7, 1e-5)) bad++;
+                s += d[j];
+            }
+            if (fabs(s) > 1e-6) bad++;
+        }
+        CHECK(bad == 0, "softmax_ce: %d mismatches against the double reference on random rows", bad);
+    }
+}
+
+static void test_mse(void)
+{
+    static const float z[3] = {1.0f, 2.0f, 3.0f}, t[3] = {0.0f, 2.0f, 5.0f};
+    float dz[3], loss;
+    /* errors (1, 0, -2): loss (1 + 0 + 4) / 3; dz = 2 e / 3 * inv_count */
+    loss = mirror_hd_mse_row(z, t, 3, 0.5f, dz);
+    CHECK(close_to(loss, 5.0 / 3.0, 1e-7, 1e-6), "mse: loss %.9g (want 5/3)", (double)loss);
+    CHECK(close_to(dz[0], 1.0 / 3.0, 1e-7, 1e-6) && dz[1] == 0.0f && close_to(dz[2], -2.0 / 3.0, 1e-7, 1e-6),
+          "mse: dz %.9g %.9g %.9g (want 1/3 0 -2/3)", (double)dz[0], (double)dz[1], (double)dz[2]);
+    loss = mirror_hd_mse_row(z, z, 3, 1.0f, dz);
+    CHECK(loss == 0.0f && dz[0] == 0.0f && dz[1] == 0.0f && dz[2] == 0.0f, "mse: z == t gives loss %g",
+          (double)loss);
+    {
+        static const float z1 = -1.5f, t1 = 2.5f;
+        loss = mirror_hd_mse_row(&z1, &t1, 1, 0.25f, dz);
+        CHECK(loss == 16.0f && dz[0] == -2.0f, "mse d=1: loss %g (want 16), dz %g (want -2)", (double)loss,
+              (double)dz[0]);
+    }
+}
+
+static void test_relu(void)
+{
+    CHECK(mirror_hd_relu(2.5f) == 2.5f && mirror_hd_relu(-1.0f) == 0.0f && mirror_hd_relu(0.0f) == 0.0f &&
+              mirror_hd_relu(1e-30f) == 1e-30f && mirror_hd_relu(-1e30f) == 0.0f,
+          "relu values");
+    CHECK(mirror_hd_relu_grad(2.5f, 3.0f) == 3.0f && mirror_hd_relu_grad(0.0f, 3.0f) == 0.0f &&
+              mirror_hd_relu_grad(1e-30f, -7.0f) == -7.0f,
+          "relu_grad values");
+}
+
+/* torch.optim.SGD (dampening 0) in double: the first step sets buf = d_p. */
+static void ref_sgd(double *w, double *buf, int t, double g, double lr, double mu, double wd, int nesterov)
+{
+    double d = g + wd * *w;
+    if (mu != 0.0) {
+        *buf = t == 0 ? d : mu * *buf + d;
+        d = nesterov ? d + mu * *buf : *buf;
+    }
+    *w -= lr * d;
+}
+
+static void test_sgd(void)
+{
+    static const struct {
+        float lr, mu, wd;
+        int nesterov;
+    } cfg[5] = {{0.1f, 0.0f, 0.0f, 0}, {0.05f, 0.9f, 0.0f, 0}, {0.05f, 0.9f, 0.0f, 1},
+                {0.1f, 0.0f, 0.1f, 0}, {0.02f, 0.8f, 0.05f, 1}};
+    static const float grads[6] = {0.5f, -1.25f, 2.0f, 0.125f, -0.75f, 1.5f};
+    int ci, t;
+    /* A hand-computed case: w=1, g=0.5, lr=0.1, mu=0.9 nesterov, wd=0.1:
+       d = 0.6, v = 0.6, step d + 0.9 v = 1.14, w = 1 - 0.114 = 0.886. */
+    {
+        float w = 1.0f, v = 0.0f;
+        mirror_hd_sgd(&w, &v, 0.5f, 0.1f, 0.9f, 0.1f, 1);
+        CHECK(close_to(w, 0.886, 1e-7, 1e-6) && close_to(v, 0.6, 1e-7, 1e-6), "sgd hand case: w %.9g v %.9g",
+              (double)w, (double)v);
+    }
+    for (ci = 0; ci < 5; ci++) {
+        float w = 0.75f, v = 0.0f;
+        double rw = 0.75, rbuf = 0.0;
+        int ok = 1;
+        for (t = 0; t < 6; t++) {
+            mirror_hd_sgd(&w, &v, grads[t], cfg[ci].lr, cfg[ci].mu, cfg[ci].wd, cfg[ci].nesterov);
+            ref_sgd(&rw, &rbuf, t, grads[t], cfg[ci].lr, cfg[ci].mu, cfg[ci].wd, cfg[ci].nesterov);
+            if (!close_to(w, rw, 1e-6, 1e-5)) ok = 0;
+            if (cfg[ci].mu != 0.0f && !close_to(v, rbuf, 1e-6, 1e-5)) ok = 0;
+        }
+        CHECK(ok, "sgd lr %g momentum %g wd %g nesterov %d: w %.9g, torch %.9g", (double)cfg[ci].lr,
+              (double)cfg[ci].mu, (double)cfg[ci].wd, cfg[ci].nesterov, (double)w, rw);
+    }
+}
+
+/* torch.optim.Adam / AdamW in double. */
+static void ref_adam(double *w, double *m, double *v, int t, double g, double lr, double b1, double b2,
+                     double eps, double wd, int decoupled)
+{
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    if (decoupled)
+        *w *= 1.0 - lr * wd;
+    else
+        g += wd * *w;
+    *m = b1 * *m + (1.0 - b1) * g;
+    *v = b2 * *v + (1.0 - b2) * g * g;
+    *w -= lr / bc1 * *m / (sqrt(*v) / sqrt(bc2) + eps);
+}
+
+static void test_adam(void)
+{
+    static const struct {
+        float lr, b1, b2, eps, wd;
+        int decoupled;
+    } cfg[5] = {{0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, 0},   {0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0},
+                {0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1},  {0.05f, 0.8f, 0.99f, 1e-6f, 0.5f, 1},
+                {0.003f, 0.5f, 0.9f, 1e-3f, 0.0f, 1}};
+    static const float grads[8] = {0.5f, -0.25f, 1.5f, 0.0f, -2.0f, 0.001f, 0.75f, -0.125f};
+    int ci, t;
+    /* Hand case, first step of Adam: m = 0.1 g, v = 0.001 g^2, bc1 = 0.1,
+       bc2_sqrt = sqrt(0.001): the step is lr * g / (|g| + eps') = lr sign(g). */
+    {
+        float w = 1.0f, m = 0.0f, v = 0.0f;
+        mirror_hd_adam(&w, &m, &v, 0.5f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 0.1f, sqrtf(0.001f));
+        CHECK(close_to(w, 0.99, 1e-6, 0) && close_to(m, 0.05, 1e-8, 1e-6) && close_to(v, 0.00025, 1e-10, 1e-4), /* 1 - 0.999f = 0.000999987 */
+              "adam hand case: w %.9g m %.9g v %.9g", (double)w, (double)m, (double)v);
+        w = 2.0f, m = 0.0f, v = 0.0f;
+        /* AdamW: w = 2 (1 - 0.01 * 0.5) = 1.99, then - 0.01 sign(g) */
+        mirror_hd_adam(&w, &m, &v, -0.5f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.5f, 1, 0.1f, sqrtf(0.001f));
+        CHECK(close_to(w, 2.0, 1e-6, 0) && close_to(m, -0.05, 1e-8, 1e-6),
+              "adamw hand case: w %.9g (want 1.99 + 0.01) m %.9g", (double)w, (double)m);
+    }
+    for (ci = 0; ci < 5; ci++) {
+        float w = -0.6f, m = 0.0f, v = 0.0f;
+        double rw = -0.6, rm = 0.0, rv = 0.0;
+        int ok = 1;
+        for (t = 1; t <= 8; t++) {
+            float bc1 = (float)(1.0 - pow((double)cfg[ci].b1, t));
+            float bc2s = (float)sqrt(1.0 - pow((double)cfg[ci].b2, t));
+            mirror_hd_adam(&w, &m, &v, grads[t - 1], cfg[ci].lr, cfg[ci].b1, cfg[ci].b2, cfg[ci].eps, cfg[ci].wd,
+                           cfg[ci].decoupled, bc1, bc2s);
+            ref_adam(&rw, &rm, &rv, t, grads[t - 1], cfg[ci].lr, cfg[ci].b1, cfg[ci].b2, cfg[ci].eps,
+                     cfg[ci].wd, cfg[ci].decoupled);
+            if (!close_to(w, rw, 1e-6, 1e-5) || !close_to(m, rm, 1e-8, 1e-5) || !close_to(v, rv, 1e-10, 1e-5))
+                ok = 0;
+        }
+        CHECK(ok, "%s lr %g betas %g %g eps %g wd %g: w %.9g, torch %.9g", cfg[ci].decoupled ? "adamw" : "adam",
+              (double)cfg[ci].lr, (double)cfg[ci].b1, (double)cfg[ci].b2, (double)cfg[ci].eps, (double)cfg[ci].wd,
+              (double)w, rw);
+    }
+}
+
+/* Through the public API: a few steps of each optimizer against the torch
+   formulas in double, fed with the gradients the steps report. */
+static void test_optimizer_steps(void)
+{
+    static const mirror_optimizer_kind kinds[4] = {MIRROR_OPT_SGD, MIRROR_OPT_SGD, MIRROR_OPT_ADAM,
+                                                   MIRROR_OPT_ADAMW};
+    int ki;
+    for (ki = 0; ki < 4; ki++) {
+        mirror_strategy_desc sd;
+        mirror_model_desc md;
+        mirror_strategy *s;
+        mirror_model *m;
+        mirror_batch b;
+        mirror_optimizer_desc o;
+        float x[4 * 5], t[4 * 2], *g, *p;
+        double *rw, *rm, *rv;
+        size_t np, i, bad = 0, state_bad = 0;
+        int step;
+        memset(&sd, 0, sizeof sd);
+        memset(&md, 0, sizeof md);
+        sd.devices = "cpu:1";
+        if (mirror_strategy_create(&sd, &s, NULL)) exit(1);
+        md.strategy = s;
+        md.channels = 5;
+        md.max_batch = 4;
+        md.loss = MIRROR_LOSS_MSE;
+        md.seed = 31;
+        md.optimizer.kind = kinds[ki];
+        if (ki == 0) {
+            md.optimizer.lr = 0.1f;
+        } else if (ki == 1) {
+            md.optimizer.lr = 0.05f, md.optimizer.momentum = 0.9f, md.optimizer.nesterov = 1;
+            md.optimizer.weight_decay = 0.01f;
+        } else if (ki == 2) {
+            md.optimizer.lr = 0.01f, md.optimizer.weight_decay = 0.05f;
+        } /* AdamW: the defaults, lr 0.001 and weight decay 0.01 */
+        if (mirror_model_create(&md, &m, NULL)) exit(1);
+        mirror_dense(m, 3);
+        mirror_relu(m);
+        mirror_dense(m, 2);
+        CHECK(mirror_model_build(m) == MIRROR_OK, "optimizer steps: build: %s", mirror_model_error(m));
+        o = mirror_model_query_desc(m).optimizer;
+        np = mirror_num_parameters(m);
+        g = (float *)xmalloc(np * sizeof(float));
+        p = (float *)xmalloc(np * sizeof(float));
+        rw = (double *)xmalloc(np * sizeof(double));
+        rm = (double *)calloc(np, sizeof(double));
+        rv = (double *)calloc(np, sizeof(double));
+        if (!rm || !rv) exit(2);
+        for (i = 0; i < 20; i++) x[i] = frand(-1.0f, 1.0f);
+        for (i = 0; i < 8; i++) t[i] = frand(-1.0f, 1.0f);
+        memset(&b, 0, sizeof b);
+        b.x = x;
+        b.targets = t;
+        b.n = b.rows = 4;
+        mirror_get_parameters(m, 0, p, np);
+        for (i = 0; i < np; i++) rw[i] = p[i];
+        for (step = 1; step <= 3; step++) {
+            mirror_train_step(m, &b, NULL);
+            mirror_get_gradients(m, 0, g, np);
+            mirror_get_parameters(m, 0, p, np);
+            for (i = 0; i < np; i++) {
+                if (o.kind == MIRROR_OPT_SGD)
+                    ref_sgd(&rw[i], &rm[i], step - 1, g[i], o.lr, o.momentum, o.weight_decay, o.nesterov);
+                else
+                    ref_adam(&rw[i], &rm[i], &rv[i], step, g[i], o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                             o.kind == MIRROR_OPT_ADAMW);
+                if (!close_to(p[i], rw[i], 1e-6, 1e-5)) bad++;
+            }
+        }
+        CHECK(bad == 0, "optimizer kind %d (lr %g): %zu parameter updates differ from torch over 3 steps", (int)o.kind,
+              (double)o.lr, bad);
+        CHECK(mirror_optimizer_steps(m) == 3, "optimizer kind %d: %llu steps", (int)o.kind,
+              (unsigned long long)mirror_optimizer_steps(m));
+        {
+            size_t ns = mirror_optimizer_state_size(m);
+            float *st = (float *)xmalloc((ns ? ns : 1) * sizeof(float));
+            mirror_get_optimizer_state(m, 0, st, ns);
+            if (o.kind == MIRROR_OPT_SGD && o.momentum == 0.0f)
+                state_bad = ns != 0;
+            else if (o.kind == MIRROR_OPT_SGD)
+                for (i = 0; i < np; i++) state_bad += !close_to(st[i], rm[i], 1e-6, 1e-5);
+            else
+                for (i = 0; i < np; i++)
+                    state_bad += !close_to(st[i], rm[i], 1e-7, 1e-5) + !close_to(st[np + i], rv[i], 1e-9, 1e-5);
+            CHECK(state_bad == 0, "optimizer kind %d: %zu state entries differ from torch", (int)o.kind, state_bad);
+            free(st);
+        }
+        free(g);
+        free(p);
+        free(rw);
+        free(rm);
+        free(rv);
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
+// >>gemm ---------------------------------------------------------------------
+
+/* One GEMM case against a double reference; A, B padding holds NaN and C's
+   padding a sentinel that must survive. */
+static void gemm_case(float *ws, int ta, int tb, size_t m, size_t n, size_t k, size_t pad, float alpha, float beta)
+{
+    size_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    size_t lda = ac + pad, ldb = bc + pad, ldc = n + pad + (pad ? 1 : 0);
+    size_t i, j, p, bad = 0, nan_count = 0, pad_bad = 0;
+    float *a = (float *)xmalloc((ar * lda + 1) * sizeof(float));
+    float *b = (float *)xmalloc((br * ldb + 1) * sizeof(float));
+    float *c = (float *)xmalloc((m * ldc + 1) * sizeof(float));
+    float *c0 = (float *)xmalloc((m * ldc + 1) * sizeof(float));
+    double worst = 0.0;
+    for (i = 0; i < ar * lda; i++) a[i] = (i % lda) < ac ? frand(-1.0f, 1.0f) : NAN;
+    for (i = 0; i < br * ldb; i++) b[i] = (i % ldb) < bc ? frand(-1.0f, 1.0f) : NAN;
+    for (i = 0; i < m * ldc; i++) c[i] = (i % ldc) < n ? (beta == 0.0f ? NAN : frand(-1.0f, 1.0f)) : 12345.0f;
+    memcpy(c0, c, m * ldc * sizeof(float));
+    mirror__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
+    for (i = 0; i < m; i++) {
+        for (j = 0; j < n; j++) {
+            double sum = 0.0, mag = 0.0, ref, tol;
+            for (p = 0; p < k; p++) {
+                double av = ta ? a[p * lda + i] : a[i * lda + p], bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                sum += av * bv;
+                mag += fabs(av * bv);
+            }
+            ref = (double)alpha * sum;
+            mag *= fabs((double)alpha);
+            if (beta != 0.0f) {
+                ref += (double)beta * c0[i * ldc + j];
+                mag += fabs((double)beta * c0[i * ldc + j]);
+            }
+            tol = (double)(k + 4) * FLT_EPSILON * mag + 1e-30;
+            if (isnan(c[i * ldc + j])) {
+                nan_count++;
+            } else if (fabs(c[i * ldc + j] - ref) > tol) {
+                bad++;
+            }
+            if (mag > 0 && fabs(c[i * ldc + j] - ref) / mag > worst) worst = fabs(c[i * ldc + j] - ref) / mag;
+        }
+        for (j = n; j < ldc; j++) pad_bad += c[i * ldc + j] != 12345.0f;
+    }
+    CHECK(bad == 0 && nan_count == 0 && pad_bad == 0,
+          "sgemm ta=%d tb=%d m=%zu n=%zu k=%zu pad=%zu alpha=%g beta=%g: %zu wrong, %zu NaN, %zu padding "
+          "written (worst relative error %.3g)",
+          ta, tb, m, n, k, pad, (double)alpha, (double)beta, bad, nan_count, pad_bad, worst);
+    free(a);
+    free(b);
+    free(c);
+    free(c0);
+}
+
+static void test_gemm(void)
+{
+    static const size_t sizes[][3] = {
+        {1, 1, 1},    {7, 33, 1},  {1, 300, 7},   {33, 7, 300},  {130, 33, 7}, {7, 130, 300},
+        {130, 7, 33}, {300, 1, 33}, {33, 130, 1}, {130, 33, 300}, {1, 1, 300}, {300, 7, 130},
+        {2, 2100, 5}, {3, 2100, 260}, /* n > NC */
+    };
+    static const float alphas[3] = {1.0f, -0.75f, 2.5f}, betas[3] = {0.0f, 1.0f, 0.5f};
+    float *ws = (float *)xmalloc(MIRROR__GEMM_WORKSPACE * sizeof(float));
+    size_t si, cases = 0;
+    int t;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (t = 0; t < 4; t++, cases++)
+            gemm_case(ws, t >> 1, t & 1, sizes[si][0], sizes[si][1], sizes[si][2], (si + (size_t)t) % 3 == 0 ? 0 : 3,
+                      alphas[cases % 3], betas[(cases / 3 + si) % 3]);
+    /* Every beta with every transpose on a size that crosses MC and KC. */
+    for (si = 0; si < 3; si++)
+        for (t = 0; t < 4; t++) gemm_case(ws, t >> 1, t & 1, 121, 17, 257, 2, 1.0f, betas[si]);
+    /* k = 0: C = beta C (NaN cleared when beta = 0); alpha = 0 likewise. */
+    for (si = 0; si < 3; si++) {
+        gemm_case(ws, 0, 0, 5, 9, 0, 1, 1.0f, betas[si]);
+        gemm_case(ws, 1, 1, 7, 3, 0, 0, -2.0f, betas[si]);
+        gemm_case(ws, 0, 1, 6, 4, 3, 2, 0.0f, betas[si]);
+    }
+    /* m = 0 or n = 0: nothing is written. */
+    {
+        float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4] = {7, 7, 7, 7};
+        mirror__sgemm(0, 0, 0, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws);
+        mirror__sgemm(0, 0, 2, 0, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws);
+        CHECK(c[0] == 7 && c[1] == 7 && c[2] == 7 && c[3] == 7, "sgemm m=0 / n=0 wrote C");
+    }
+    /* A hand case: [1 2; 3 4] [5 6; 7 8] = [19 22; 43 50]; 2 * that - C. */
+    {
+        float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {1, 1, 1, 1};
+        mirror__sgemm(0, 0, 2, 2, 2, 2.0f, a, 2, b, 2, -1.0f, c, 2, ws);
+        CHECK(c[0] == 37 && c[1] == 43 && c[2] == 85 && c[3] == 99, "sgemm 2x2 hand case: %g %g %g %g",
+              (double)c[0], (double)c[1], (double)c[2], (double)c[3]);
+        c[0] = c[1] = c[2] = c[3] = 0;
+        /* A^T B^T = (B A)^T: B A = [23 34; 31 46] */
+        mirror__sgemm(1, 1, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws);
+        CHECK(c[0] == 23 && c[1] == 31 && c[2] == 34 && c[3] == 46, "sgemm 2x2 A^T B^T: %g %g %g %g", (double)c[0],
+              (double)c[1], (double)c[2], (double)c[3]);
+    }
+    free(ws);
+}
+
+// >>im2col and maxpool ----------------------------------------------------------
+
+static void test_im2col(void)
+{
+    static const size_t shapes[][6] = {
+        /* C, H, W, k, stride, pad */
+        {1, 5, 5, 3, 1, 1}, {2, 6, 7, 3, 2, 0}, {3, 7, 5, 2, 2, 1}, {2, 4, 4, 4, 1, 3},
+        {1, 1, 1, 1, 1, 0}, {2, 8, 6, 5, 3, 2}, {1, 3, 9, 3, 2, 2}, {4, 6, 6, 1, 2, 0},
+    };
+    size_t si;
+    for (si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        size_t C = shapes[si][0], H = shapes[si][1], W = shapes[si][2], k = shapes[si][3], s = shapes[si][4],
+               p = shapes[si][5];
+        size_t ho = (H + 2 * p - k) / s + 1, wo = (W + 2 * p - k) / s + 1, nx = C * H * W, nc = C * k * k * ho * wo;
+        size_t i, zeros = 0, expect_zeros = 0, ch, ki, kj, oy, ox;
+        float *x = (float *)xmalloc(nx * sizeof(float)), *col = (float *)xmalloc(nc * sizeof(float));
+        float *c = (float *)xmalloc(nc * sizeof(float)), *xb = (float *)xmalloc(nx * sizeof(float));
+        double lhs = 0.0, rhs = 0.0, mag = 0.0;
+        for (i = 0; i < nx; i++) x[i] = frand(0.5f, 1.5f); /* never zero: counts the padding taps */
+        for (i = 0; i < nc; i++) c[i] = frand(-1.0f, 1.0f);
+        for (i = 0; i < nx; i++) xb[i] = NAN; /* col2im must overwrite, not accumulate */
+        mirror__cpu_im2col(NULL, col, x, C, H, W, k, s, p, ho, wo);
+        mirror__cpu_col2im(NULL, xb, c, C, H, W, k, s, p, ho, wo);
+        for (i = 0; i < nc; i++) {
+            lhs += (double)col[i] * c[i];
+            mag += fabs((double)col[i] * c[i]);
+            zeros += col[i] == 0.0f;
+        }
+        for (i = 0; i < nx; i++) rhs += (double)x[i] * xb[i];
+        CHECK(fabs(lhs - rhs) <= 1e-5 * mag + 1e-12,
+              "im2col/col2im C=%zu H=%zu W=%zu k=%zu s=%zu p=%zu: <im2col x, c> %.9g, <x, col2im c> %.9g", C, H,
+              W, k, s, p, lhs, rhs);
+        /* im2col against the definition, element by element */
+        {
+            size_t wrong = 0;
+            const float *q = col;
+            for (ch = 0; ch < C; ch++)
+                for (ki = 0; ki < k; ki++)
+                    for (kj = 0; kj < k; kj++)
+                        for (oy = 0; oy < ho; oy++)
+                            for (ox = 0; ox < wo; ox++, q++) {
+                                long iy = (long)(oy * s + ki) - (long)p, ix = (long)(ox * s + kj) - (long)p;
+                                int in = iy >= 0 && iy < (long)H && ix >= 0 && ix < (long)W;
+                                float want = in ? x[(ch * H + (size_t)iy) * W + (size_t)ix] : 0.0f;
+                                expect_zeros += !in;
+                                wrong += *q != want;
+                            }
+            CHECK(wrong == 0 && zeros == expect_zeros,
+                  "im2col C=%zu H=%zu W=%zu k=%zu s=%zu p=%zu: %zu wrong, %zu zeros (want %zu)", C, H, W, k, s, p,
+                  wrong, zeros, expect_zeros);
+        }
+        free(x);
+        free(col);
+        free(c);
+        free(xb);
+    }
+    /* Hand case: x = 1..9 as 3x3, k = 2, s = 1, p = 0: rows (0,0) (0,1) (1,0) (1,1). */
+    {
+        static const float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        static const float want[16] = {1, 2, 4, 5, 2, 3, 5, 6, 4, 5, 7, 8, 5, 6, 8, 9};
+        static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        static const float cover[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1}; /* taps per pixel */
+        float col[16], back[9];
+        mirror__cpu_im2col(NULL, col, x, 1, 3, 3, 2, 1, 0, 2, 2);
+        CHECK(memcmp(col, want, sizeof want) == 0, "im2col 3x3 k2 hand case");
+        mirror__cpu_col2im(NULL, back, ones, 1, 3, 3, 2, 1, 0, 2, 2);
+        CHECK(memcmp(back, cover, sizeof cover) == 0, "col2im 3x3 k2 of ones counts the taps");
+    }
+    /* Hand case with padding: x 2x2 = (1 2; 3 4), k = 3, s = 1, p = 1: the
+       centre tap row is x itself, the corner tap (0,0) sees (0 0; 0 1). */
+    {
+        static const float x[4] = {1, 2, 3, 4};
+        float col[9 * 4];
+        mirror__cpu_im2col(NULL, col, x, 1, 2, 2, 3, 1, 1, 2, 2);
+        CHECK(col[16] == 1 && col[17] == 2 && col[18] == 3 && col[19] == 4, "im2col padded: centre tap %g %g %g %g",
+              (double)col[16], (double)col[17], (double)col[18], (double)col[19]);
+        CHECK(col[0] == 0 && col[1] == 0 && col[2] == 0 && col[3] == 1, "im2col padded: corner tap %g %g %g %g",
+              (double)col[0], (double)col[1], (double)col[2], (double)col[3]);
+    }
+}
+
+static void test_maxpool(void)
+{
+    /* Plane 0, 4x4, window 2 stride 2: maxima 5 (offset 1), 8 (6), 9 (8), 4 (15).
+       Plane 1: all equal, so the first element of each window wins. */
+    static const float x[32] = {1, 5, 2, 0, 3, 4, 8, 7, 9, 0, 1, 1, 2, 6, 3, 4,
+                                7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+    static const float want_y[8] = {5, 8, 9, 4, 7, 7, 7, 7};
+    static const int32_t want_arg[8] = {1, 6, 8, 15, 0, 2, 8, 10};
+    static const float dy[8] = {0.1f, 0.2f, 0.3f, 0.4f, 1, 2, 3, 4};
+    float y[8], dx[32];
+    int32_t arg[8];
+    size_t i, wrong = 0;
+    mirror__cpu_maxpool_forward(NULL, y, arg, x, 2, 4, 4, 2, 2, 2, 2);
+    CHECK(memcmp(y, want_y, sizeof y) == 0, "maxpool forward values %g %g %g %g", (double)y[0], (double)y[1],
+          (double)y[2], (double)y[3]);
+    CHECK(memcmp(arg, want_arg, sizeof arg) == 0, "maxpool argmax %d %d %d %d | %d %d %d %d", arg[0], arg[1], arg[2],
+          arg[3], arg[4], arg[5], arg[6], arg[7]);
+    for (i = 0; i < 32; i++) dx[i] = NAN;
+    mirror__cpu_maxpool_backward(NULL, dx, arg, dy, 2, 4, 4, 2, 2);
+    for (i = 0; i < 32; i++) {
+        float want = 0.0f;
+        size_t j;
+        for (j = 0; j < 8; j++)
+            if ((size_t)want_arg[j] + (j / 4) * 16 == i) want = dy[j];
+        wrong += dx[i] != want;
+    }
+    CHECK(wrong == 0, "maxpool backward: %zu elements wrong", wrong);
+
+    /* Overlapping windows (k 2, stride 1) all holding the centre 9: the
+       backward sums every window's gradient into it. */
+    {
+        static const float x3[9] = {1, 2, 3, 4, 9, 5, 6, 7, 8};
+        static const float dy3[4] = {1, 2, 3, 4};
+        float y3[4], dx3[9];
+        int32_t a3[4];
+        mirror__cpu_maxpool_forward(NULL, y3, a3, x3, 1, 3, 3, 2, 1, 2, 2);
+        CHECK(y3[0] == 9 && y3[1] == 9 && y3[2] == 9 && y3[3] == 9 && a3[0] == 4 && a3[1] == 4 && a3[2] == 4 &&
+                  a3[3] == 4,
+              "maxpool overlapping forward");
+        mirror__cpu_maxpool_backward(NULL, dx3, a3, dy3, 1, 3, 3, 2, 2);
+        wrong = 0;
+        for (i = 0; i < 9; i++) wrong += dx3[i] != (i == 4 ? 10.0f : 0.0f);
+        CHECK(wrong == 0, "maxpool overlapping backward: centre %g (want 10)", (double)dx3[4]);
+    }
+    /* Window 3 stride 2 on 5x5 negatives: the maximum is the least negative. */
+    {
+        float x5[25], y5[4];
+        int32_t a5[4];
+        for (i = 0; i < 25; i++) x5[i] = -1.0f - (float)i;
+        x5[12] = -0.5f; /* shared by all four windows */
+        mirror__cpu_maxpool_forward(NULL, y5, a5, x5, 1, 5, 5, 3, 2, 2, 2);
+        CHECK(a5[0] == 12 && a5[1] == 12 && a5[2] == 12 && a5[3] == 12 && y5[0] == -0.5f,
+              "maxpool k3 s2 negatives: argmax %d %d %d %d", a5[0], a5[1], a5[2], a5[3]);
+    }
+}
+
+int main(void)
+{
+    test_softmax_ce();
+    test_mse();
+    test_relu();
+    test_sgd();
+    test_adam();
+    test_gemm();
+    test_im2col();
+    test_maxpool();
+    test_optimizer_steps();
+    test_gradients();
+    test_gradient_replicas();
+    return check_done("test_layers");
+}
