@@ -1688,17 +1688,17 @@ static int mirror__add(mirror_model *m, mirror__layer *l)
         l->n_w = l->oc * l->c;
         l->n_b = l->oc;
         break;
-    case MIRROR__CONV2D:
-        if (l->k > l->h + 2 * l->pad || l->k > l->w + 2 * l->pad)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
-                                            "conv2d (layer %zu): kernel %zu larger than the padded "
-                                            "input %zux%zu",
-                                            n, l->k, l->h + 2 * l->pad, l->w + 2 * l->pad);
+    case MIRROR__CONV2D: /* pad < k <= 64 first, so h + 2 pad cannot overflow */
         if (l->pad >= l->k)
             return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                             "conv2d (layer %zu): padding %zu must be below the "
                                             "kernel size %zu",
                                             n, l->pad, l->k);
+        if (l->k > l->h + 2 * l->pad || l->k > l->w + 2 * l->pad)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
+                                            "conv2d (layer %zu): kernel %zu larger than the padded "
+                                            "input %zux%zu",
+                                            n, l->k, l->h + 2 * l->pad, l->w + 2 * l->pad);
         l->oh = (l->h + 2 * l->pad - l->k) / l->stride + 1;
         l->ow = (l->w + 2 * l->pad - l->k) / l->stride + 1;
         l->n_w = l->oc * l->c * l->k * l->k;

@@ -1,0 +1,1126 @@
+/* test_api.c - API misuse: every bad call returns an error (with a message)
+   and never crashes, a failed call leaves its objects usable and unchanged,
+   the defaults of the manual's DESC DEFAULTS table are applied, result
+   codes are named, the logger sees errors, and nothing leaks. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, sysconf; mirror.h is not the first include */
+#include <stdlib.h>
+
+static long live_allocs;
+static void *count_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p) live_allocs++;
+    return p;
+}
+static void count_free(void *p)
+{
+    if (p) live_allocs--;
+    free(p);
+}
+#define MIRROR_MALLOC(n) count_malloc(n)
+#define MIRROR_FREE(p) count_free(p)
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A pointer that no call may leave behind in an out parameter. */
+static char sentinel_byte;
+#define SENTINEL ((void *)&sentinel_byte)
+
+// >>logger ---------------------------------------------------------------------
+
+static int log_errors, log_notices, log_user_ok;
+static char log_last[256];
+static void test_logger(void *user, int level, const char *message)
+{
+    log_user_ok = user == (void *)&log_errors;
+    if (level == MIRROR_LOG_ERROR) log_errors++;
+    if (level == MIRROR_LOG_NOTICE) log_notices++;
+    snprintf(log_last, sizeof log_last, "%s", message);
+}
+
+// >>strategy ---------------------------------------------------------------------
+
+static mirror_strategy *strategy(const char *devices, size_t replicas)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    d.devices = devices;
+    d.num_replicas = replicas;
+    if (mirror_strategy_create(&d, &s, NULL) != MIRROR_OK) return NULL;
+    return s;
+}
+
+/* mirror_strategy_create(devices, replicas) must fail with want; the message
+   must contain mention when given. */
+static void expect_strategy_fail(const char *devices, size_t replicas, int want, const char *mention)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = (mirror_strategy *)SENTINEL;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+    d.devices = devices;
+    d.num_replicas = replicas;
+    rc = mirror_strategy_create(&d, &s, &err);
+    CHECK(rc == want, "devices \"%s\", num_replicas %zu: got %d (%s), want %s", devices ? devices : "(NULL)",
+          replicas, rc, mirror_result_string(rc), mirror_result_string(want));
+    CHECK(s == NULL, "devices \"%s\": *out is NULL after the failure", devices ? devices : "(NULL)");
+    CHECK(err.code == rc && err.message[0], "devices \"%s\": err gets the code and a message",
+          devices ? devices : "(NULL)");
+    if (mention)
+        CHECK(strstr(err.message, mention) != NULL, "the message \"%s\" mentions %s", err.message, mention);
+    CHECK(live_allocs == live, "devices \"%s\": nothing leaked", devices ? devices : "(NULL)");
+    if (rc == MIRROR_OK && s != SENTINEL) mirror_strategy_destroy(s);
+}
+
+static void test_strategy(void)
+{
+    static const char *const bad[] = {"gpu", "cpu:0", "cpu:x", "cpu:4x", "cpu:99999", "cpu:4097",
+                                      "cpu:", "cpu:-1", "cpu:+2", "cpu: 2", "cpu:2 ", "cpux", "CPU:2",
+                                      "cpu:18446744073709551617", " cpu", "tpu:0"};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t want_default = cores > 0 ? (size_t)cores : 1, i;
+    mirror_strategy_desc d, q;
+    mirror_strategy *s = (mirror_strategy *)SENTINEL;
+    mirror_error err = {0, ""};
+    char want_devices[32];
+
+    unsetenv("MIRROR_DEVICES");
+    CHECK(mirror_strategy_create(NULL, NULL, &err) == MIRROR_ERR_ARGUMENT && err.code == MIRROR_ERR_ARGUMENT &&
+              err.message[0],
+          "NULL out is an argument error");
+    CHECK(mirror_strategy_create(NULL, NULL, NULL) == MIRROR_ERR_ARGUMENT, "NULL out, NULL err");
+
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) expect_strategy_fail(bad[i], 0, MIRROR_ERR_ARGUMENT, bad[i]);
+    expect_strategy_fail("cuda:0", 0, MIRROR_ERR_UNSUPPORTED, "CUDA");
+    expect_strategy_fail("cuda", 0, MIRROR_ERR_UNSUPPORTED, "CUDA");
+    expect_strategy_fail("cpu:3", 2, MIRROR_ERR_ARGUMENT, NULL);
+    expect_strategy_fail("cpu:1", 4, MIRROR_ERR_ARGUMENT, NULL);
+    expect_strategy_fail(NULL, 5000, MIRROR_ERR_ARGUMENT, NULL);
+    expect_strategy_fail("cpu", (size_t)-1, MIRROR_ERR_ARGUMENT, NULL);
+
+    s = strategy("cpu:3", 3);
+    CHECK(s && mirror_num_replicas(s) == 3, "\"cpu:3\" with num_replicas 3 agrees: 3 replicas");
+    mirror_strategy_destroy(s);
+    s = strategy(NULL, 3);
+    CHECK(s && mirror_num_replicas(s) == 3, "num_replicas 3 alone gives 3 replicas");
+    q = mirror_strategy_query_desc(s);
+    CHECK(q.devices && !strcmp(q.devices, "cpu:3") && q.num_replicas == 3, "query_desc: \"%s\", %zu",
+          q.devices ? q.devices : "(NULL)", q.num_replicas);
+    CHECK(mirror_strategy_describe(s)[0] != '\0', "describe: \"%s\"", mirror_strategy_describe(s));
+    mirror_strategy_destroy(s);
+    s = strategy("cpu", 2);
+    CHECK(s && mirror_num_replicas(s) == 2, "\"cpu\" with num_replicas 2 gives 2");
+    mirror_strategy_destroy(s);
+
+    /* The default: one replica per online core, "cpu:N". */
+    memset(&d, 0, sizeof d);
+    s = (mirror_strategy *)SENTINEL;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK, "zero desc: %s", err.message);
+    snprintf(want_devices, sizeof want_devices, "cpu:%zu", want_default);
+    q = mirror_strategy_query_desc(s);
+    CHECK(mirror_num_replicas(s) == want_default && q.num_replicas == want_default,
+          "the default is the %zu online cores (got %zu)", want_default, mirror_num_replicas(s));
+    CHECK(q.devices && !strcmp(q.devices, want_devices), "query_desc fills devices \"%s\" (got \"%s\")",
+          want_devices, q.devices ? q.devices : "(NULL)");
+    mirror_strategy_destroy(s);
+    s = (mirror_strategy *)SENTINEL;
+    CHECK(mirror_strategy_create(NULL, &s, &err) == MIRROR_OK && mirror_num_replicas(s) == want_default,
+          "NULL desc: the defaults");
+    mirror_strategy_destroy(s);
+    s = strategy("", 0);
+    CHECK(s && mirror_num_replicas(s) == want_default, "an empty device list is the default");
+    mirror_strategy_destroy(s);
+
+    /* MIRROR_DEVICES when desc.devices is NULL. */
+    setenv("MIRROR_DEVICES", "cpu:2", 1);
+    s = (mirror_strategy *)SENTINEL;
+    CHECK(mirror_strategy_create(NULL, &s, &err) == MIRROR_OK && mirror_num_replicas(s) == 2,
+          "MIRROR_DEVICES=cpu:2, NULL desc: 2 replicas");
+    q = mirror_strategy_query_desc(s);
+    CHECK(q.devices && !strcmp(q.devices, "cpu:2") && q.num_replicas == 2, "query_desc reports \"cpu:2\", 2");
+    mirror_strategy_destroy(s);
+    s = strategy(NULL, 0);
+    CHECK(s && mirror_num_replicas(s) == 2, "MIRROR_DEVICES=cpu:2, zero desc: 2 replicas");
+    mirror_strategy_destroy(s);
+    s = strategy("cpu:1", 0);
+    CHECK(s && mirror_num_replicas(s) == 1, "desc.devices \"cpu:1\" wins over MIRROR_DEVICES");
+    mirror_strategy_destroy(s);
+    expect_strategy_fail(NULL, 3, MIRROR_ERR_ARGUMENT, NULL); /* cpu:2 from the environment vs 3 */
+    setenv("MIRROR_DEVICES", "bogus", 1);
+    expect_strategy_fail(NULL, 0, MIRROR_ERR_ARGUMENT, "bogus");
+    s = strategy("cpu:2", 0);
+    CHECK(s && mirror_num_replicas(s) == 2, "a bad MIRROR_DEVICES is ignored when desc.devices is set");
+    mirror_strategy_destroy(s);
+    setenv("MIRROR_DEVICES", "cuda:0", 1);
+    expect_strategy_fail(NULL, 0, MIRROR_ERR_UNSUPPORTED, "CUDA");
+    setenv("MIRROR_DEVICES", "", 1);
+    s = strategy(NULL, 0);
+    CHECK(s && mirror_num_replicas(s) == want_default, "an empty MIRROR_DEVICES is the default");
+    mirror_strategy_destroy(s);
+    unsetenv("MIRROR_DEVICES");
+
+    /* NULL strategy to every strategy function. */
+    q = mirror_strategy_query_desc(NULL);
+    CHECK(q.devices == NULL && q.num_replicas == 0, "query_desc(NULL) is zero");
+    CHECK(mirror_num_replicas(NULL) == 0, "num_replicas(NULL) is 0");
+    CHECK(mirror_strategy_describe(NULL) != NULL, "describe(NULL) is a string");
+    {
+        float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+        float *bufs[2], *holes[2];
+        bufs[0] = a, bufs[1] = b, holes[0] = a, holes[1] = NULL;
+        CHECK(mirror_all_reduce_sum(NULL, bufs, 4) == MIRROR_ERR_ARGUMENT, "all-reduce on a NULL strategy");
+        CHECK(mirror_broadcast(NULL, bufs, 4, 0) == MIRROR_ERR_ARGUMENT, "broadcast on a NULL strategy");
+        s = strategy("cpu:2", 0);
+        CHECK(mirror_all_reduce_sum(s, NULL, 4) == MIRROR_ERR_ARGUMENT, "all-reduce of NULL buffers");
+        CHECK(mirror_all_reduce_sum(s, holes, 4) == MIRROR_ERR_ARGUMENT && a[0] == 1.0f,
+              "all-reduce with bufs[1] NULL: an error, nothing changed");
+        CHECK(mirror_broadcast(s, bufs, 4, 2) == MIRROR_ERR_ARGUMENT && b[0] == 5.0f,
+              "broadcast from root 2 of 2: an error, nothing changed");
+        CHECK(mirror_all_reduce_sum(s, bufs, 4) == MIRROR_OK && a[0] == 6.0f && b[3] == 12.0f,
+              "the strategy still reduces");
+        mirror_strategy_destroy(s);
+    }
+}
+
+// >>model creation -----------------------------------------------------------------
+
+static mirror_model_desc base_desc(mirror_strategy *s)
+{
+    mirror_model_desc d;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 4;
+    return d;
+}
+
+static void expect_create_fail(const char *what, const mirror_model_desc *d)
+{
+    mirror_model *m = (mirror_model *)SENTINEL;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc = mirror_model_create(d, &m, &err);
+    CHECK(rc == MIRROR_ERR_ARGUMENT, "%s: got %d (%s), want an argument error", what, rc, mirror_result_string(rc));
+    CHECK(m == NULL, "%s: *out is NULL", what);
+    CHECK(err.code == rc && err.message[0], "%s: err gets the code and a message", what);
+    CHECK(live_allocs == live, "%s: nothing leaked", what);
+    if (rc == MIRROR_OK && m != SENTINEL) mirror_model_destroy(m);
+}
+
+static void test_model_create(mirror_strategy *s)
+{
+    mirror_model_desc d;
+    mirror_model *m;
+    mirror_error err = {0, ""};
+
+    d = base_desc(s);
+    CHECK(mirror_model_create(&d, NULL, &err) == MIRROR_ERR_ARGUMENT && err.message[0], "NULL out");
+    CHECK(mirror_model_create(&d, NULL, NULL) == MIRROR_ERR_ARGUMENT, "NULL out, NULL err");
+    expect_create_fail("NULL desc", NULL);
+    d.strategy = NULL;
+    expect_create_fail("NULL strategy", &d);
+    d = base_desc(s);
+    d.channels = 0;
+    expect_create_fail("channels 0", &d);
+    d = base_desc(s);
+    d.channels = (size_t)-1, d.height = 2;
+    expect_create_fail("channels SIZE_MAX x height 2 (overflows)", &d);
+    d = base_desc(s);
+    d.channels = 1, d.height = (size_t)-1, d.width = (size_t)-1;
+    expect_create_fail("height and width SIZE_MAX", &d);
+    d = base_desc(s);
+    d.channels = (size_t)1 << 20, d.height = (size_t)1 << 10;
+    expect_create_fail("a 2^30-float input", &d);
+    d = base_desc(s);
+    d.channels = (size_t)1 << 16, d.height = (size_t)1 << 16, d.width = (size_t)1 << 16;
+    expect_create_fail("65536^3 input (2^48 floats)", &d);
+    d = base_desc(s);
+    d.max_batch = ((size_t)1 << 24) + 1;
+    expect_create_fail("max_batch 2^24 + 1", &d);
+    d.max_batch = (size_t)-1;
+    expect_create_fail("max_batch SIZE_MAX", &d);
+
+    d = base_desc(s);
+    d.loss = (mirror_loss)3;
+    expect_create_fail("loss 3 (unknown)", &d);
+    d.loss = (mirror_loss)-1;
+    expect_create_fail("loss -1 (unknown)", &d);
+    d = base_desc(s);
+    d.init = (mirror_init)3;
+    expect_create_fail("init 3 (unknown)", &d);
+    d = base_desc(s);
+    d.optimizer.kind = (mirror_optimizer_kind)4;
+    expect_create_fail("optimizer kind 4 (unknown)", &d);
+    d.optimizer.kind = (mirror_optimizer_kind)-1;
+    expect_create_fail("optimizer kind -1 (unknown)", &d);
+
+    d = base_desc(s);
+    d.optimizer.lr = -0.01f;
+    expect_create_fail("negative lr", &d);
+    d.optimizer.lr = NAN;
+    expect_create_fail("NaN lr", &d);
+    d.optimizer.lr = INFINITY;
+    expect_create_fail("infinite lr", &d);
+    d = base_desc(s);
+    d.optimizer.momentum = 1.5f;
+    expect_create_fail("momentum 1.5", &d);
+    d.optimizer.momentum = -0.1f;
+    expect_create_fail("momentum -0.1", &d);
+    d.optimizer.momentum = NAN;
+    expect_create_fail("NaN momentum", &d);
+    d = base_desc(s);
+    d.optimizer.nesterov = 1;
+    expect_create_fail("nesterov without momentum", &d);
+    d = base_desc(s);
+    d.optimizer.weight_decay = -1e-4f;
+    expect_create_fail("negative weight decay", &d);
+    d = base_desc(s);
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    d.optimizer.beta1 = 1.0f;
+    expect_create_fail("Adam beta1 1.0", &d);
+    d.optimizer.beta1 = -0.5f;
+    expect_create_fail("Adam beta1 -0.5", &d);
+    d.optimizer.beta1 = 0.0f, d.optimizer.beta2 = 1.5f;
+    expect_create_fail("Adam beta2 1.5", &d);
+    d.optimizer.beta2 = 0.0f, d.optimizer.eps = -1e-8f;
+    expect_create_fail("Adam negative eps", &d);
+    d.optimizer.eps = NAN;
+    expect_create_fail("Adam NaN eps", &d);
+
+    /* Good values near the edges are accepted. */
+    d = base_desc(s);
+    d.optimizer.momentum = 1.0f, d.optimizer.nesterov = 1;
+    m = NULL;
+    CHECK(mirror_model_create(&d, &m, &err) == MIRROR_OK && m, "momentum 1 with nesterov is accepted");
+    mirror_model_destroy(m);
+    d = base_desc(s);
+    d.max_batch = (size_t)1 << 24;
+    m = NULL;
+    CHECK(mirror_model_create(&d, &m, &err) == MIRROR_OK && m, "max_batch 2^24 is accepted (nothing allocated yet)");
+    mirror_model_destroy(m);
+}
+
+/* mirror_model_query_desc: every default of the manual's DESC DEFAULTS. */
+static void test_model_defaults(mirror_strategy *s)
+{
+    mirror_model_desc d = base_desc(s), q;
+    mirror_model *m = NULL;
+    mirror_error err = {0, ""};
+
+    CHECK(mirror_model_create(&d, &m, &err) == MIRROR_OK, "zero desc with 4 channels: %s", err.message);
+    q = mirror_model_query_desc(m);
+    CHECK(q.strategy == s && q.channels == 4, "strategy and channels are kept");
+    CHECK(q.height == 1 && q.width == 1, "height and width 0 mean 1 (got %zu, %zu)", q.height, q.width);
+    CHECK(q.max_batch == 256, "max_batch defaults to 256 (got %zu)", q.max_batch);
+    CHECK(q.loss == MIRROR_LOSS_SOFTMAX_CE, "loss defaults to softmax cross-entropy (got %d)", (int)q.loss);
+    CHECK(q.seed == 0, "seed 0 stays 0");
+    CHECK(q.optimizer.kind == MIRROR_OPT_SGD, "the optimizer defaults to SGD (got %d)", (int)q.optimizer.kind);
+    CHECK(q.optimizer.lr == 0.01f, "SGD lr defaults to 0.01 (got %g)", (double)q.optimizer.lr);
+    CHECK(q.optimizer.beta1 == 0.9f && q.optimizer.beta2 == 0.999f, "betas default to 0.9, 0.999 (got %g, %g)",
+          (double)q.optimizer.beta1, (double)q.optimizer.beta2);
+    CHECK(q.optimizer.eps == 1e-8f, "eps defaults to 1e-8 (got %g)", (double)q.optimizer.eps);
+    CHECK(q.optimizer.weight_decay == 0.0f, "SGD weight decay defaults to 0");
+    CHECK(q.optimizer.momentum == 0.0f && q.optimizer.nesterov == 0, "momentum 0, nesterov 0");
+    mirror_model_destroy(m);
+
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    m = NULL;
+    CHECK(mirror_model_create(&d, &m, &err) == MIRROR_OK, "Adam: %s", err.message);
+    q = mirror_model_query_desc(m);
+    CHECK(q.optimizer.lr == 0.001f, "Adam lr defaults to 0.001 (got %g)", (double)q.optimizer.lr);
+    CHECK(q.optimizer.beta1 == 0.9f && q.optimizer.beta2 == 0.999f && q.optimizer.eps == 1e-8f,
+          "Adam betas 0.9, 0.999, eps 1e-8");
+    CHECK(q.optimizer.weight_decay == 0.0f, "Adam weight decay defaults to 0 (got %g)",
+          (double)q.optimizer.weight_decay);
+    mirror_model_destroy(m);
+
+    d.optimizer.kind = MIRROR_OPT_ADAMW;
+    m = NULL;
+    CHECK(mirror_model_create(&d, &m, &err) == MIRROR_OK, "AdamW: %s", err.message);
+    q = mirror_model_query_desc(m);
+    CHECK(q.optimizer.lr == 0.001f, "AdamW lr defaults to 0.001 (got %g)", (double)q.optimizer.lr);
+    CHECK(q.optimizer.weight_decay == 0.01f, "AdamW weight decay defaults to 0.01 (got %g)",
+          (double)q.optimizer.weight_decay);
+    CHECK(q.optimizer.beta1 == 0.9f && q.optimizer.beta2 == 0.999f && q.optimizer.eps == 1e-8f,
+          "AdamW betas 0.9, 0.999, eps 1e-8");
+    mirror_model_destroy(m);
+
+    /* Values given are kept. */
+    d = base_desc(s);
+    d.height = 5, d.width = 3, d.max_batch = 7, d.loss = MIRROR_LOSS_MSE, d.seed = 99;
+    d.optimizer.lr = 0.5f, d.optimizer.momentum = 0.8f, d.optimizer.weight_decay = 0.125f;
+    m = NULL;
+    CHECK(mirror_model_create(&d, &m, &err) == MIRROR_OK, "explicit desc: %s", err.message);
+    q = mirror_model_query_desc(m);
+    CHECK(q.height == 5 && q.width == 3 && q.max_batch == 7 && q.loss == MIRROR_LOSS_MSE && q.seed == 99 &&
+              q.optimizer.lr == 0.5f && q.optimizer.momentum == 0.8f && q.optimizer.weight_decay == 0.125f,
+          "explicit values are kept");
+    mirror_model_destroy(m);
+    q = mirror_model_query_desc(NULL);
+    CHECK(q.strategy == NULL && q.channels == 0 && q.max_batch == 0, "query_desc(NULL) is zero");
+}
+
+// >>layers ----------------------------------------------------------------------------
+
+/* A model of c x h x w inputs (no layers yet). */
+static mirror_model *empty_model(mirror_strategy *s, size_t c, size_t h, size_t w)
+{
+    mirror_model_desc d = base_desc(s);
+    mirror_model *m = NULL;
+    d.channels = c, d.height = h, d.width = w;
+    d.max_batch = 8;
+    d.seed = 5;
+    mirror_model_create(&d, &m, NULL);
+    return m;
+}
+
+/* rc, the model's error and build agree on a failed layer call. */
+static void layer_failed(mirror_model *m, const char *what, int rc, int want)
+{
+    CHECK(rc == want, "%s: got %d (%s), want %s", what, rc, mirror_result_string(rc), mirror_result_string(want));
+    CHECK(mirror_model_error(m)[0] != '\0', "%s: the model records a message", what);
+    CHECK(mirror_model_build(m) == want, "%s: build returns the first error", what);
+    CHECK(mirror_num_parameters(m) == 0, "%s: the model is not built", what);
+}
+
+static float X[16 * 4];
+static int32_t Y[16];
+static float T[16 * 3];
+
+static mirror_batch batch_of(size_t n)
+{
+    mirror_batch b;
+    memset(&b, 0, sizeof b);
+    b.x = X, b.labels = Y, b.targets = T, b.rows = 16, b.n = n;
+    return b;
+}
+
+static void test_layers(mirror_strategy *s)
+{
+    mirror_model *m;
+    int rc, i;
+    long live = live_allocs;
+
+    /* Dense on a non-flat input: a sticky shape error naming flatten. */
+    m = empty_model(s, 1, 4, 4);
+    rc = mirror_dense(m, 3);
+    CHECK(rc == MIRROR_ERR_SHAPE, "dense on 1x4x4: got %d, want a shape error", rc);
+    CHECK(strstr(mirror_model_error(m), "flatten") != NULL, "the message mentions flatten: \"%s\"",
+          mirror_model_error(m));
+    CHECK(mirror_flatten(m) == MIRROR_ERR_SHAPE && mirror_relu(m) == MIRROR_ERR_SHAPE &&
+              mirror_dense(m, 2) == MIRROR_ERR_SHAPE,
+          "the error is sticky: later layer calls return it");
+    CHECK(mirror_model_build(m) == MIRROR_ERR_SHAPE, "build returns the sticky error");
+    CHECK(strstr(mirror_model_error(m), "flatten") != NULL, "and the message still names flatten: \"%s\"",
+          mirror_model_error(m));
+    CHECK(mirror_train_step(m, NULL, NULL) != MIRROR_OK, "an unbuilt model does not train");
+    mirror_model_destroy(m);
+
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d kernel 7 on 4x4 padded by 1", mirror_conv2d(m, 2, 7, 1, 1), MIRROR_ERR_SHAPE);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d kernel 5 on 4x4 unpadded", mirror_conv2d(m, 2, 5, 1, 0), MIRROR_ERR_SHAPE);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d padding 3 with kernel 3", mirror_conv2d(m, 2, 3, 1, 3), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d padding 4 with kernel 3", mirror_conv2d(m, 2, 3, 1, 4), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d padding SIZE_MAX", mirror_conv2d(m, 2, 3, 1, (size_t)-1), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d padding SIZE_MAX/2 + 1", mirror_conv2d(m, 2, 3, 1, (size_t)-1 / 2 + 1),
+                 MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "maxpool2d window 5 on 4x4", mirror_maxpool2d(m, 5, 1), MIRROR_ERR_SHAPE);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    mirror_conv2d(m, 2, 3, 1, 0); /* 2x2 */
+    layer_failed(m, "maxpool2d window 3 on the 2x2 output of a conv", mirror_maxpool2d(m, 3, 3), MIRROR_ERR_SHAPE);
+    mirror_model_destroy(m);
+
+    m = empty_model(s, 4, 1, 1);
+    layer_failed(m, "dense with 0 units", mirror_dense(m, 0), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 4, 1, 1);
+    layer_failed(m, "dense with 2^24 + 1 units", mirror_dense(m, ((size_t)1 << 24) + 1), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d with 0 filters", mirror_conv2d(m, 0, 3, 1, 1), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d with kernel 0", mirror_conv2d(m, 2, 0, 1, 0), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d with stride 0", mirror_conv2d(m, 2, 3, 0, 1), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "conv2d with kernel 65", mirror_conv2d(m, 2, 65, 1, 40), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "maxpool2d with window 0", mirror_maxpool2d(m, 0, 1), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+    m = empty_model(s, 1, 4, 4);
+    layer_failed(m, "maxpool2d with stride 0", mirror_maxpool2d(m, 2, 0), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+
+    /* More than 64 layers. */
+    m = empty_model(s, 4, 1, 1);
+    for (rc = MIRROR_OK, i = 0; i < 64; i++) rc |= mirror_relu(m);
+    CHECK(rc == MIRROR_OK, "64 layers are accepted");
+    layer_failed(m, "a 65th layer", mirror_relu(m), MIRROR_ERR_ARGUMENT);
+    mirror_model_destroy(m);
+
+    /* Build with no layers, then the model is still usable. */
+    m = empty_model(s, 4, 1, 1);
+    CHECK(mirror_model_build(m) == MIRROR_ERR_STATE && mirror_model_error(m)[0], "build with no layers: state error");
+    CHECK(mirror_dense(m, 3) == MIRROR_OK && mirror_model_build(m) == MIRROR_OK,
+          "after that failure, layers can be added and the model builds");
+    mirror_model_destroy(m);
+
+    /* Softmax CE with one output, then fixed. */
+    m = empty_model(s, 4, 1, 1);
+    mirror_dense(m, 1);
+    CHECK(mirror_model_build(m) == MIRROR_ERR_SHAPE && mirror_model_error(m)[0],
+          "softmax cross-entropy with 1 output: shape error at build (\"%s\")", mirror_model_error(m));
+    CHECK(mirror_num_parameters(m) == 0, "and the model is not built");
+    CHECK(mirror_dense(m, 2) == MIRROR_OK && mirror_model_build(m) == MIRROR_OK && mirror_num_outputs(m) == 2,
+          "the failed build left the model usable: another dense(2) and it builds (%s)", mirror_model_error(m));
+    mirror_model_destroy(m);
+
+    /* After build: adding a layer and building again are state errors, and
+       the model still trains. */
+    m = empty_model(s, 4, 1, 1);
+    mirror_dense(m, 5), mirror_relu(m), mirror_dense(m, 3);
+    CHECK(mirror_model_build(m) == MIRROR_OK, "dense-relu-dense builds: %s", mirror_model_error(m));
+    {
+        size_t np = mirror_num_parameters(m);
+        mirror_batch b = batch_of(8);
+        char before[1024], after[1024];
+        mirror_model_summary(m, before, sizeof before);
+        CHECK(mirror_dense(m, 4) == MIRROR_ERR_STATE, "dense after build: state error");
+        CHECK(mirror_relu(m) == MIRROR_ERR_STATE && mirror_flatten(m) == MIRROR_ERR_STATE &&
+                  mirror_conv2d(m, 1, 1, 1, 0) == MIRROR_ERR_STATE && mirror_maxpool2d(m, 1, 1) == MIRROR_ERR_STATE,
+              "every layer after build: state error");
+        CHECK(mirror_model_build(m) == MIRROR_ERR_STATE && mirror_model_error(m)[0], "build twice: state error");
+        mirror_model_summary(m, after, sizeof after);
+        CHECK(mirror_num_parameters(m) == np && mirror_num_outputs(m) == 3 && !strcmp(before, after),
+              "the model is unchanged");
+        CHECK(mirror_train_step(m, &b, NULL) == MIRROR_OK, "and still trains: %s", mirror_model_error(m));
+    }
+    CHECK(mirror_model_summary(m, NULL, 10) == MIRROR_ERR_ARGUMENT, "summary into NULL");
+    {
+        char tiny[4] = "abc";
+        CHECK(mirror_model_summary(m, tiny, 0) == MIRROR_ERR_ARGUMENT && tiny[0] == 'a', "summary into 0 bytes");
+        CHECK(mirror_model_summary(m, tiny, sizeof tiny) == MIRROR_ERR_CAPACITY && strlen(tiny) < sizeof tiny,
+              "summary into 4 bytes: capacity error, terminated");
+    }
+    mirror_model_destroy(m);
+
+    /* NULL model to every model function. */
+    CHECK(mirror_dense(NULL, 3) == MIRROR_ERR_ARGUMENT, "mirror_dense(NULL, 3)");
+    CHECK(mirror_conv2d(NULL, 2, 3, 1, 1) == MIRROR_ERR_ARGUMENT, "mirror_conv2d(NULL, ...)");
+    CHECK(mirror_relu(NULL) == MIRROR_ERR_ARGUMENT, "mirror_relu(NULL)");
+    CHECK(mirror_maxpool2d(NULL, 2, 2) == MIRROR_ERR_ARGUMENT, "mirror_maxpool2d(NULL, ...)");
+    CHECK(mirror_flatten(NULL) == MIRROR_ERR_ARGUMENT, "mirror_flatten(NULL)");
+    CHECK(mirror_model_build(NULL) == MIRROR_ERR_ARGUMENT, "mirror_model_build(NULL)");
+    CHECK(mirror_model_error(NULL) != NULL && mirror_model_error(NULL)[0], "mirror_model_error(NULL) is a message");
+    CHECK(mirror_num_parameters(NULL) == 0 && mirror_optimizer_state_size(NULL) == 0 &&
+              mirror_num_outputs(NULL) == 0 && mirror_optimizer_steps(NULL) == 0,
+          "the size queries of NULL are 0");
+    {
+        char buf[64];
+        float f[4];
+        mirror_batch b = batch_of(2);
+        mirror_metrics met;
+        mirror_memory_report rep;
+        mirror_fit_desc fd;
+        mirror_dataset ds;
+        memset(&fd, 0, sizeof fd);
+        memset(&ds, 0, sizeof ds);
+        fd.train = &ds;
+        CHECK(mirror_model_summary(NULL, buf, sizeof buf) == MIRROR_ERR_ARGUMENT, "summary(NULL)");
+        CHECK(mirror_get_parameters(NULL, 0, f, 4) == MIRROR_ERR_ARGUMENT &&
+                  mirror_get_gradients(NULL, 0, f, 4) == MIRROR_ERR_ARGUMENT &&
+                  mirror_get_optimizer_state(NULL, 0, f, 4) == MIRROR_ERR_ARGUMENT &&
+                  mirror_set_parameters(NULL, f, 4) == MIRROR_ERR_ARGUMENT,
+              "get/set parameters of NULL");
+        CHECK(mirror_memory_report_get(NULL, 0, &rep) == MIRROR_ERR_ARGUMENT, "memory report of NULL");
+        CHECK(mirror_train_step(NULL, &b, &met) == MIRROR_ERR_ARGUMENT, "train_step(NULL)");
+        CHECK(mirror_evaluate_batch(NULL, &b, &met) == MIRROR_ERR_ARGUMENT, "evaluate_batch(NULL)");
+        CHECK(mirror_predict(NULL, X, 2, f) == MIRROR_ERR_ARGUMENT, "predict(NULL)");
+        CHECK(mirror_fit(NULL, &fd, NULL) == MIRROR_ERR_ARGUMENT, "fit(NULL)");
+        CHECK(mirror_evaluate(NULL, &ds, 0, &met) == MIRROR_ERR_ARGUMENT, "evaluate(NULL)");
+    }
+    CHECK(live_allocs == live, "the layer tests freed everything (%ld left)", live_allocs - live);
+}
+
+// >>steps --------------------------------------------------------------------------
+
+/* dense(5)-relu-dense(3) on 4 features; SGD with momentum, so a step
+   changes both the parameters and the optimizer state. */
+static mirror_model *small_model(mirror_strategy *s, mirror_loss loss)
+{
+    mirror_model_desc d = base_desc(s);
+    mirror_model *m = NULL;
+    d.max_batch = 8;
+    d.seed = 5;
+    d.loss = loss;
+    d.optimizer.lr = 0.1f;
+    d.optimizer.momentum = 0.9f;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_dense(m, 5), mirror_relu(m), mirror_dense(m, 3);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+#define MAXP 64
+typedef struct snapshot {
+    float p[4][MAXP], st[MAXP]; /* every replica's parameters; replica 0's state */
+    uint64_t steps;
+} snapshot;
+
+static void take(mirror_model *m, snapshot *s)
+{
+    size_t r, R = mirror_num_replicas(mirror_model_query_desc(m).strategy);
+    memset(s, 0, sizeof *s);
+    for (r = 0; r < R && r < 4; r++) mirror_get_parameters(m, r, s->p[r], mirror_num_parameters(m));
+    mirror_get_optimizer_state(m, 0, s->st, mirror_optimizer_state_size(m));
+    s->steps = mirror_optimizer_steps(m);
+}
+
+static int same(const snapshot *a, const snapshot *b)
+{
+    return !memcmp(a, b, sizeof *a);
+}
+
+/* A failed call (rc, want) on m: an error with a message, nothing changed,
+   and a valid step afterwards trains. */
+static void after_failure(mirror_model *m, const snapshot *before, const char *what, int rc, int want)
+{
+    snapshot now;
+    mirror_batch good = batch_of(6);
+    mirror_metrics met;
+    CHECK(rc == want, "%s: got %d (%s), want %s", what, rc, mirror_result_string(rc), mirror_result_string(want));
+    CHECK(mirror_model_error(m)[0] != '\0', "%s: the model records a message", what);
+    take(m, &now);
+    CHECK(same(before, &now), "%s: parameters, optimizer state and step count unchanged", what);
+    CHECK(mirror_train_step(m, &good, &met) == MIRROR_OK && met.count == 6,
+          "%s: a valid step afterwards succeeds (%s)", what, mirror_model_error(m));
+    take(m, &now);
+    CHECK(!same(before, &now) && now.steps == before->steps + 1, "%s: and changes the parameters", what);
+}
+
+static void test_steps(mirror_strategy *s3)
+{
+    mirror_model *m = small_model(s3, MIRROR_LOSS_SOFTMAX_CE), *u;
+    mirror_model_desc d = base_desc(s3);
+    mirror_batch b;
+    snapshot before;
+    size_t np, idx[8], i;
+    int32_t labels[16];
+    float buf[MAXP + 1], out[8 * 3];
+    long live;
+
+    CHECK(m != NULL, "the small model builds");
+    if (!m) return;
+    np = mirror_num_parameters(m);
+    CHECK(np == 4 * 5 + 5 + 5 * 3 + 3 && np <= MAXP, "43 parameters (got %zu)", np);
+    CHECK(mirror_optimizer_state_size(m) == np, "SGD with momentum keeps one buffer");
+
+    /* An unbuilt model: every step and query is a state error. */
+    d.max_batch = 8;
+    CHECK(mirror_model_create(&d, &u, NULL) == MIRROR_OK, "an unbuilt model");
+    mirror_dense(u, 3);
+    b = batch_of(4);
+    CHECK(mirror_train_step(u, &b, NULL) == MIRROR_ERR_STATE && mirror_model_error(u)[0],
+          "train_step before build: state error");
+    CHECK(mirror_evaluate_batch(u, &b, NULL) == MIRROR_ERR_STATE, "evaluate_batch before build");
+    CHECK(mirror_predict(u, X, 4, out) == MIRROR_ERR_STATE, "predict before build");
+    CHECK(mirror_get_parameters(u, 0, buf, 0) == MIRROR_ERR_STATE, "get_parameters before build");
+    CHECK(mirror_set_parameters(u, buf, 0) == MIRROR_ERR_STATE, "set_parameters before build");
+    {
+        mirror_memory_report rep;
+        mirror_fit_desc fd;
+        mirror_dataset ds;
+        memset(&ds, 0, sizeof ds);
+        ds.x = X, ds.labels = Y, ds.count = 16, ds.channels = 4, ds.height = 1, ds.width = 1, ds.num_classes = 3;
+        memset(&fd, 0, sizeof fd);
+        fd.train = &ds;
+        fd.progress = MIRROR_PROGRESS_NONE;
+        CHECK(mirror_fit(u, &fd, NULL) == MIRROR_ERR_STATE, "fit before build");
+        CHECK(mirror_evaluate(u, &ds, 0, NULL) == MIRROR_ERR_STATE, "evaluate before build");
+        CHECK(mirror_memory_report_get(u, 0, &rep) == MIRROR_ERR_ARGUMENT, "memory report before build");
+    }
+    CHECK(mirror_model_build(u) == MIRROR_OK, "it builds after all those errors: %s", mirror_model_error(u));
+    b = batch_of(4);
+    CHECK(mirror_train_step(u, &b, NULL) == MIRROR_OK, "and trains");
+    mirror_model_destroy(u);
+
+    /* Bad batches on a built model. */
+    b = batch_of(4);
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_OK, "a first valid step: %s", mirror_model_error(m));
+    live = live_allocs;
+
+    take(m, &before);
+    after_failure(m, &before, "NULL batch", mirror_train_step(m, NULL, NULL), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    b = batch_of(0);
+    after_failure(m, &before, "n = 0", mirror_train_step(m, &b, NULL), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    b = batch_of(9);
+    after_failure(m, &before, "n = 9 > max_batch 8", mirror_train_step(m, &b, NULL), MIRROR_ERR_CAPACITY);
+    take(m, &before);
+    b = batch_of(16);
+    after_failure(m, &before, "n = 16 > max_batch 8", mirror_train_step(m, &b, NULL), MIRROR_ERR_CAPACITY);
+    take(m, &before);
+    b = batch_of(4);
+    b.x = NULL;
+    after_failure(m, &before, "NULL x", mirror_train_step(m, &b, NULL), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    b = batch_of(4);
+    b.labels = NULL;
+    after_failure(m, &before, "NULL labels with softmax cross-entropy", mirror_train_step(m, &b, NULL),
+                  MIRROR_ERR_ARGUMENT);
+
+    /* Labels out of range: the message names the sample. */
+    memcpy(labels, Y, sizeof labels);
+    labels[2] = -1;
+    take(m, &before);
+    b = batch_of(6);
+    b.labels = labels;
+    after_failure(m, &before, "label -1 at sample 2", mirror_train_step(m, &b, NULL), MIRROR_ERR_LABEL);
+    take(m, &before);
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_ERR_LABEL && strstr(mirror_model_error(m), "sample 2"),
+          "label -1: the message names sample 2: \"%s\"", mirror_model_error(m));
+    labels[2] = Y[2];
+    labels[5] = 3;
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_ERR_LABEL && strstr(mirror_model_error(m), "sample 5"),
+          "label 3 of 3 classes: the message names sample 5: \"%s\"", mirror_model_error(m));
+    labels[5] = INT32_MIN;
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_ERR_LABEL, "label INT32_MIN");
+    labels[5] = INT32_MAX;
+    after_failure(m, &before, "label INT32_MAX at sample 5", mirror_train_step(m, &b, NULL), MIRROR_ERR_LABEL);
+    labels[5] = Y[5];
+    labels[11] = 7; /* a row the index selects as sample 3 */
+    for (i = 0; i < 8; i++) idx[i] = (i * 5 + 3) % 16;
+    idx[3] = 11;
+    b = batch_of(8);
+    b.labels = labels;
+    b.index = idx;
+    take(m, &before);
+    {
+        int rc = mirror_train_step(m, &b, NULL);
+        CHECK(rc == MIRROR_ERR_LABEL && strstr(mirror_model_error(m), "sample 3"),
+              "through an index, row 11 as sample 3: label error naming sample 3: \"%s\"", mirror_model_error(m));
+        after_failure(m, &before, "a bad label through the index", rc, MIRROR_ERR_LABEL);
+    }
+    labels[11] = Y[11];
+    CHECK(mirror_evaluate_batch(m, &b, NULL) == MIRROR_OK, "the same indexed batch with good labels evaluates");
+
+    /* Index entries outside the rows. */
+    idx[7] = 16;
+    take(m, &before);
+    after_failure(m, &before, "index[7] = 16 of 16 rows", mirror_train_step(m, &b, NULL), MIRROR_ERR_ARGUMENT);
+    idx[7] = (size_t)-1;
+    take(m, &before);
+    after_failure(m, &before, "index[7] = SIZE_MAX", mirror_train_step(m, &b, NULL), MIRROR_ERR_ARGUMENT);
+    idx[7] = 0;
+    b.rows = 0;
+    take(m, &before);
+    after_failure(m, &before, "an index with rows 0", mirror_train_step(m, &b, NULL), MIRROR_ERR_ARGUMENT);
+    b.rows = 16;
+    take(m, &before);
+    CHECK(mirror_evaluate_batch(m, NULL, NULL) == MIRROR_ERR_ARGUMENT, "evaluate_batch(NULL batch)");
+    labels[0] = -5;
+    b.labels = labels;
+    b.index = NULL;
+    after_failure(m, &before, "evaluate_batch with label -5", mirror_evaluate_batch(m, &b, NULL), MIRROR_ERR_LABEL);
+    labels[0] = Y[0];
+
+    /* get / set parameters. */
+    take(m, &before);
+    after_failure(m, &before, "get_parameters n - 1", mirror_get_parameters(m, 0, buf, np - 1), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_parameters n + 1", mirror_get_parameters(m, 0, buf, np + 1), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_parameters n = 0", mirror_get_parameters(m, 0, buf, 0), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_parameters replica 3 of 3", mirror_get_parameters(m, 3, buf, np),
+                  MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_parameters replica SIZE_MAX", mirror_get_parameters(m, (size_t)-1, buf, np),
+                  MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_parameters into NULL", mirror_get_parameters(m, 0, NULL, np), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_gradients n - 1", mirror_get_gradients(m, 0, buf, np - 1), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_gradients into NULL", mirror_get_gradients(m, 1, NULL, np), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_optimizer_state n + 1",
+                  mirror_get_optimizer_state(m, 0, buf, mirror_optimizer_state_size(m) + 1), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "get_optimizer_state replica 3", mirror_get_optimizer_state(m, 3, buf, np),
+                  MIRROR_ERR_ARGUMENT);
+    for (i = 0; i < np; i++) buf[i] = 0.25f;
+    take(m, &before);
+    after_failure(m, &before, "set_parameters n - 1", mirror_set_parameters(m, buf, np - 1), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "set_parameters n + 1", mirror_set_parameters(m, buf, np + 1), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "set_parameters from NULL", mirror_set_parameters(m, NULL, np), MIRROR_ERR_ARGUMENT);
+    {
+        float got[MAXP];
+        CHECK(mirror_set_parameters(m, buf, np) == MIRROR_OK && mirror_get_parameters(m, 2, got, np) == MIRROR_OK &&
+                  !memcmp(got, buf, np * sizeof(float)),
+              "a valid set_parameters reaches every replica");
+    }
+
+    /* predict. */
+    take(m, &before);
+    after_failure(m, &before, "predict into NULL", mirror_predict(m, X, 4, NULL), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "predict from NULL", mirror_predict(m, NULL, 4, out), MIRROR_ERR_ARGUMENT);
+    CHECK(mirror_predict(m, X, 0, NULL) == MIRROR_OK, "predict of 0 samples is fine");
+    CHECK(mirror_predict(m, X, 8, out) == MIRROR_OK, "predict of 8 samples");
+    CHECK(live_allocs == live, "failed steps allocate nothing (%ld)", live_allocs - live);
+    mirror_model_destroy(m);
+
+    /* MSE: NULL targets. */
+    m = small_model(s3, MIRROR_LOSS_MSE);
+    CHECK(m != NULL, "an MSE model builds");
+    if (!m) return;
+    b = batch_of(4);
+    b.labels = NULL;
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_OK, "MSE trains without labels: %s", mirror_model_error(m));
+    take(m, &before);
+    b.targets = NULL;
+    after_failure(m, &before, "NULL targets with MSE", mirror_train_step(m, &b, NULL), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    CHECK(mirror_evaluate_batch(m, &b, NULL) == MIRROR_ERR_ARGUMENT, "evaluate_batch with NULL targets (MSE)");
+    mirror_model_destroy(m);
+}
+
+// >>fit and evaluate -------------------------------------------------------------------
+
+static int hook_calls;
+static size_t hook_epoch;
+static int stop_hook(void *user, const mirror_epoch_log *log)
+{
+    hook_calls++;
+    hook_epoch = log->epoch;
+    return *(int *)user;
+}
+
+static void test_fit(mirror_strategy *s3)
+{
+    mirror_model *m = small_model(s3, MIRROR_LOSS_SOFTMAX_CE);
+    mirror_dataset ds, wrong, empty;
+    mirror_fit_desc fd;
+    mirror_epoch_log last;
+    mirror_metrics met;
+    snapshot before;
+    int32_t labels[16];
+    int stop = 1;
+    long live;
+
+    CHECK(m != NULL, "the model for fit builds");
+    if (!m) return;
+    memset(&ds, 0, sizeof ds);
+    ds.x = X, ds.labels = Y, ds.count = 16, ds.channels = 4, ds.height = 1, ds.width = 1, ds.num_classes = 3;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &ds;
+    fd.batch = 5;
+    fd.progress = MIRROR_PROGRESS_NONE;
+    live = live_allocs;
+
+    take(m, &before);
+    after_failure(m, &before, "fit with a NULL desc", mirror_fit(m, NULL, NULL), MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    fd.train = NULL;
+    after_failure(m, &before, "fit with no train set", mirror_fit(m, &fd, NULL), MIRROR_ERR_ARGUMENT);
+    fd.train = &ds;
+    wrong = ds;
+    wrong.channels = 2, wrong.height = 1, wrong.width = 1;
+    take(m, &before);
+    fd.train = &wrong;
+    after_failure(m, &before, "fit on 2-feature samples (the model takes 4)", mirror_fit(m, &fd, NULL),
+                  MIRROR_ERR_SHAPE);
+    wrong.channels = 1, wrong.height = 2, wrong.width = 3;
+    take(m, &before);
+    after_failure(m, &before, "fit on 1x2x3 samples", mirror_fit(m, &fd, NULL), MIRROR_ERR_SHAPE);
+    fd.train = &ds;
+    fd.validation = &wrong;
+    take(m, &before);
+    after_failure(m, &before, "fit with a validation set of the wrong shape", mirror_fit(m, &fd, NULL),
+                  MIRROR_ERR_SHAPE);
+    fd.validation = NULL;
+    fd.batch = 9;
+    take(m, &before);
+    after_failure(m, &before, "fit with batch 9 > max_batch 8", mirror_fit(m, &fd, NULL), MIRROR_ERR_CAPACITY);
+    fd.batch = 5;
+    fd.progress = (mirror_progress)9;
+    take(m, &before);
+    after_failure(m, &before, "fit with progress 9", mirror_fit(m, &fd, NULL), MIRROR_ERR_ARGUMENT);
+    fd.progress = MIRROR_PROGRESS_NONE;
+    wrong = ds;
+    wrong.count = 4;
+    fd.train = &wrong;
+    fd.batch = 5;
+    fd.drop_remainder = 1;
+    take(m, &before);
+    after_failure(m, &before, "fit of 4 samples in dropped batches of 5 (no batch)", mirror_fit(m, &fd, NULL),
+                  MIRROR_ERR_ARGUMENT);
+    fd.train = &ds;
+    fd.drop_remainder = 0;
+    memset(&empty, 0, sizeof empty);
+    fd.train = &empty;
+    take(m, &before);
+    after_failure(m, &before, "fit on an empty dataset", mirror_fit(m, &fd, NULL), MIRROR_ERR_ARGUMENT);
+    fd.train = &ds;
+
+    /* An epoch hook that returns non-zero stops after the first epoch. */
+    fd.epochs = 3;
+    fd.on_epoch = stop_hook;
+    fd.user = &stop;
+    hook_calls = 0;
+    memset(&last, 0, sizeof last);
+    take(m, &before);
+    {
+        int rc = mirror_fit(m, &fd, &last);
+        CHECK(rc == MIRROR_ERR_STOPPED, "the hook returns 1: fit stops with MIRROR_ERR_STOPPED (got %d)", rc);
+        CHECK(hook_calls == 1 && hook_epoch == 1 && last.epoch == 1 && last.epochs == 3,
+              "after the first epoch (%d hook calls, epoch %zu, last.epoch %zu)", hook_calls, hook_epoch, last.epoch);
+        CHECK(mirror_optimizer_steps(m) == before.steps + mirror_num_batches(16, 5, 0),
+              "one epoch of 4 steps ran (%llu)", (unsigned long long)(mirror_optimizer_steps(m) - before.steps));
+        CHECK(mirror_model_error(m)[0] != '\0', "the model records why: \"%s\"", mirror_model_error(m));
+    }
+    stop = 0;
+    hook_calls = 0;
+    CHECK(mirror_fit(m, &fd, &last) == MIRROR_OK && hook_calls == 3 && last.epoch == 3,
+          "after the stop the model fits 3 epochs with a hook that returns 0: %s", mirror_model_error(m));
+
+    /* A train set with a bad label: fit fails with a label error. */
+    memcpy(labels, Y, sizeof labels);
+    labels[9] = 3;
+    wrong = ds;
+    wrong.labels = labels;
+    fd.train = &wrong;
+    fd.epochs = 1;
+    fd.on_epoch = NULL;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_LABEL, "fit on a set with label 3 of 3 classes: label error");
+    fd.train = &ds;
+
+    /* evaluate. */
+    take(m, &before);
+    after_failure(m, &before, "evaluate an empty (zeroed) dataset", mirror_evaluate(m, &empty, 0, &met),
+                  MIRROR_ERR_ARGUMENT);
+    wrong = ds;
+    wrong.count = 0;
+    take(m, &before);
+    after_failure(m, &before, "evaluate a dataset of count 0", mirror_evaluate(m, &wrong, 0, &met),
+                  MIRROR_ERR_ARGUMENT);
+    take(m, &before);
+    after_failure(m, &before, "evaluate NULL", mirror_evaluate(m, NULL, 0, &met), MIRROR_ERR_ARGUMENT);
+    wrong = ds;
+    wrong.channels = 3;
+    take(m, &before);
+    after_failure(m, &before, "evaluate a dataset of the wrong shape", mirror_evaluate(m, &wrong, 0, &met),
+                  MIRROR_ERR_SHAPE);
+    wrong = ds;
+    wrong.labels = labels;
+    take(m, &before);
+    after_failure(m, &before, "evaluate a dataset with label 3 of 3", mirror_evaluate(m, &wrong, 0, &met),
+                  MIRROR_ERR_LABEL);
+    wrong.labels = NULL;
+    take(m, &before);
+    after_failure(m, &before, "evaluate a dataset without labels", mirror_evaluate(m, &wrong, 0, &met),
+                  MIRROR_ERR_ARGUMENT);
+    memset(&met, 0xff, sizeof met);
+    CHECK(mirror_evaluate(m, &ds, 100, &met) == MIRROR_OK && met.count == 16,
+          "evaluate with batch 100 > max_batch: chunks of max_batch, 16 samples (got %zu)", met.count);
+    CHECK(mirror_evaluate(m, &ds, 0, NULL) == MIRROR_OK, "evaluate with out NULL");
+    CHECK(live_allocs == live, "fit and evaluate failures leaked nothing (%ld)", live_allocs - live);
+    mirror_model_destroy(m);
+
+    /* MSE fit without targets. */
+    m = small_model(s3, MIRROR_LOSS_MSE);
+    if (m) {
+        fd.train = &ds;
+        fd.on_epoch = NULL;
+        take(m, &before);
+        after_failure(m, &before, "MSE fit on a dataset without targets", mirror_fit(m, &fd, NULL), MIRROR_ERR_SHAPE);
+        wrong = ds;
+        wrong.targets = T, wrong.target_dim = 2;
+        fd.train = &wrong;
+        take(m, &before);
+        after_failure(m, &before, "MSE fit with targets of width 2 for 3 outputs", mirror_fit(m, &fd, NULL),
+                      MIRROR_ERR_SHAPE);
+        wrong.target_dim = 3;
+        CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "MSE fit with targets of width 3: %s", mirror_model_error(m));
+        mirror_model_destroy(m);
+    }
+}
+
+// >>results, logger, memory, destroy ---------------------------------------------------
+
+static void test_results(void)
+{
+#define T_CODE(name, value, text) {name, value, #name, text},
+    static const struct {
+        int code, value;
+        const char *name, *text;
+    } codes[] = {MIRROR_RESULT_LIST(T_CODE)};
+#undef T_CODE
+    static const int unknown[] = {1, 2, -6, -9, -13, -19, -23, -29, -31, 100, -100, INT_MIN, INT_MAX};
+    size_t i, j, n = sizeof codes / sizeof *codes;
+    int distinct = 1;
+    for (i = 0; i < n; i++) {
+        const char *got = mirror_result_string(codes[i].code);
+        CHECK(codes[i].code == codes[i].value && (codes[i].code == 0) == (i == 0) && (i == 0 || codes[i].code < 0),
+              "%s is %d: 0 for success, negative for errors", codes[i].name, codes[i].code);
+        CHECK(got && !strcmp(got, codes[i].text), "mirror_result_string(%s) is \"%s\" (got \"%s\")", codes[i].name,
+              codes[i].text, got ? got : "(NULL)");
+        CHECK(got && strcmp(got, "unknown result") != 0 && got[0], "%s has a name of its own", codes[i].name);
+        for (j = 0; j < i; j++) distinct &= codes[i].code != codes[j].code && strcmp(codes[i].text, codes[j].text);
+    }
+    CHECK(n == 13, "13 result codes (got %zu)", n);
+    CHECK(distinct, "codes and names are distinct");
+    CHECK(!strcmp(mirror_result_string(MIRROR_ERR_ARGUMENT), "invalid argument"), "the header's example");
+    for (i = 0; i < sizeof unknown / sizeof *unknown; i++)
+        CHECK(!strcmp(mirror_result_string(unknown[i]), "unknown result"), "mirror_result_string(%d) is "
+              "\"unknown result\" (got \"%s\")", unknown[i], mirror_result_string(unknown[i]));
+}
+
+static void test_logger_hook(mirror_strategy *s)
+{
+    mirror_error err = {0, ""};
+    mirror_model *m;
+    int before;
+    log_errors = log_notices = 0;
+    mirror_set_logger(test_logger, &log_errors);
+    CHECK(mirror_strategy_create(NULL, NULL, &err) == MIRROR_ERR_ARGUMENT, "an error with the logger set");
+    CHECK(log_errors == 1 && log_user_ok && !strcmp(log_last, err.message),
+          "the logger receives it as an error with its user pointer: \"%s\"", log_last);
+    {
+        mirror_model_desc d = base_desc(s);
+        d.channels = 0;
+        m = NULL;
+        mirror_model_create(&d, &m, NULL);
+        CHECK(log_errors == 2 && log_last[0], "an error with err NULL still reaches the logger: \"%s\"", log_last);
+    }
+    m = empty_model(s, 4, 1, 1);
+    mirror_dense(m, 0);
+    CHECK(log_errors == 3 && !strcmp(log_last, mirror_model_error(m)),
+          "a model error reaches the logger with the model's message: \"%s\"", log_last);
+    mirror_model_destroy(m);
+    {
+        mirror_dataset ds;
+        mirror_dataset_load_idx(&ds, "/nonexistent/mirror/images", "/nonexistent/mirror/labels", 10, NULL);
+        CHECK(log_errors == 4 && strstr(log_last, "/nonexistent/mirror/images"),
+              "a loader error reaches the logger: \"%s\"", log_last);
+    }
+    CHECK(log_notices == 0, "no notices from these calls");
+    mirror_set_logger(NULL, NULL);
+    before = log_errors;
+    mirror_strategy_create(NULL, NULL, NULL);
+    CHECK(log_errors == before, "after mirror_set_logger(NULL, NULL) the logger is no longer called");
+}
+
+static void test_memory_report(mirror_strategy *s)
+{
+    static const struct {
+        mirror_optimizer_kind kind;
+        float momentum;
+        size_t state_per_param;
+        const char *name;
+    } opts[] = {{MIRROR_OPT_SGD, 0.0f, 0, "SGD"},
+                {MIRROR_OPT_SGD, 0.9f, 1, "SGD with momentum"},
+                {MIRROR_OPT_ADAM, 0.0f, 2, "Adam"},
+                {MIRROR_OPT_ADAMW, 0.0f, 2, "AdamW"},
+                {MIRROR_OPT_DEFAULT, 0.0f, 0, "the default optimizer"}};
+    size_t i, r;
+    for (i = 0; i < sizeof opts / sizeof *opts; i++) {
+        mirror_model_desc d = base_desc(s);
+        mirror_model *m = NULL;
+        mirror_memory_report rep;
+        size_t np;
+        int ok = 1;
+        d.channels = 1, d.height = 6, d.width = 6, d.max_batch = 8;
+        d.optimizer.kind = opts[i].kind;
+        d.optimizer.momentum = opts[i].momentum;
+        mirror_model_create(&d, &m, NULL);
+        CHECK(mirror_memory_report_get(m, 0, &rep) == MIRROR_ERR_ARGUMENT, "%s: no report before build",
+              opts[i].name);
+        mirror_conv2d(m, 2, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2), mirror_flatten(m);
+        mirror_dense(m, 3);
+        CHECK(mirror_model_build(m) == MIRROR_OK, "%s: the small CNN builds: %s", opts[i].name, mirror_model_error(m));
+        np = mirror_num_parameters(m);
+        CHECK(np == 2 * 9 + 2 + 3 * 18 + 3, "%s: %zu parameters", opts[i].name, np);
+        CHECK(mirror_optimizer_state_size(m) == opts[i].state_per_param * np, "%s: optimizer state %zu = %zu x %zu",
+              opts[i].name, mirror_optimizer_state_size(m), opts[i].state_per_param, np);
+        for (r = 0; r < mirror_num_replicas(s); r++) {
+            memset(&rep, 0, sizeof rep);
+            ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * np &&
+                  rep.gradients == 4 * np && rep.optimizer == 4 * mirror_optimizer_state_size(m) &&
+                  rep.activations > 0;
+        }
+        CHECK(ok, "%s: every replica reports parameters = gradients = 4 x %zu bytes, optimizer = 4 x state, "
+                  "activations > 0", opts[i].name, np);
+        CHECK(mirror_memory_report_get(m, mirror_num_replicas(s), &rep) == MIRROR_ERR_ARGUMENT,
+              "%s: replica out of range", opts[i].name);
+        CHECK(mirror_memory_report_get(m, 0, NULL) == MIRROR_ERR_ARGUMENT, "%s: NULL out", opts[i].name);
+        mirror_model_destroy(m);
+    }
+}
+
+static void test_destroy_null(void)
+{
+    mirror_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    mirror_strategy_destroy(NULL);
+    mirror_model_destroy(NULL);
+    mirror_dataset_free(NULL);
+    mirror_dataset_free(&ds);
+    CHECK(ds.x == NULL && ds.count == 0, "destroy and free accept NULL and a zeroed dataset");
+}
+
+int main(void)
+{
+    mirror_strategy *s3;
+    size_t i;
+    for (i = 0; i < 16 * 4; i++) X[i] = (float)((i * 7) % 11) / 10.0f - 0.5f;
+    for (i = 0; i < 16; i++) Y[i] = (int32_t)(i % 3);
+    for (i = 0; i < 16 * 3; i++) T[i] = (float)(i % 5) / 4.0f;
+
+    test_strategy();
+    s3 = strategy("cpu:3", 0);
+    CHECK(s3 != NULL, "a strategy of 3 replicas");
+    if (!s3) return check_done("test_api");
+    test_model_create(s3);
+    test_model_defaults(s3);
+    test_layers(s3);
+    test_steps(s3);
+    test_fit(s3);
+    test_results();
+    test_logger_hook(s3);
+    test_memory_report(s3);
+    test_destroy_null();
+    mirror_strategy_destroy(s3);
+    CHECK(live_allocs == 0, "every allocation freed (%ld live)", live_allocs);
+    return check_done("test_api");
+}
