@@ -45,6 +45,9 @@ HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;
 
 EXAMPLES = $(BUILD)/train $(BUILD)/hello
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+ifeq ($(HAVE_ZLIB),1)
+  TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
+endif
 
 all: info $(EXAMPLES)
 
@@ -56,6 +59,9 @@ $(BUILD)/%: examples/%.c mirror.h | $(BUILD)
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h mirror.h | $(BUILD)
+	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
 $(BUILD):
 	mkdir -p $@
