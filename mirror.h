@@ -898,13 +898,16 @@ static void mirror__pack_b(int tb, const float *b, size_t ldb, size_t kc, size_t
     size_t j0, j, p;
     for (j0 = 0; j0 < nc; j0 += MIRROR__NR) {
         size_t nr = MIRROR__MIN(MIRROR__NR, nc - j0);
-        for (p = 0; p < kc; p++) {
-            float *dst = pb + p * MIRROR__NR;
-            if (!tb && nr == MIRROR__NR)
-                memcpy(dst, b + p * ldb + j0, MIRROR__NR * sizeof(float));
-            else {
-                for (j = 0; j < nr; j++) dst[j] = tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
-                for (; j < MIRROR__NR; j++) dst[j] = 0.0f;
+        if (tb) { /* read each row of B^T along p, contiguous */
+            for (j = 0; j < nr; j++)
+                for (p = 0; p < kc; p++) pb[p * MIRROR__NR + j] = b[(j0 + j) * ldb + p];
+            for (p = 0; p < kc && nr < MIRROR__NR; p++)
+                for (j = nr; j < MIRROR__NR; j++) pb[p * MIRROR__NR + j] = 0.0f;
+        } else {
+            for (p = 0; p < kc; p++) {
+                float *dst = pb + p * MIRROR__NR;
+                memcpy(dst, b + p * ldb + j0, nr * sizeof(float));
+                for (j = nr; j < MIRROR__NR; j++) dst[j] = 0.0f;
             }
         }
         pb += MIRROR__NR * kc;
@@ -1114,17 +1117,25 @@ static void mirror__cpu_bias_add(void *dev, float *y, const float *bias, size_t 
             for (i = 0; i < inner; i++) y[i] += bias[c];
 }
 
+/* Sum of n floats in 8 fixed lanes: the same order every time (deterministic)
+   yet free for the compiler to vectorise, which a plain running sum is not. */
+static float mirror__sum(const float *x, size_t n)
+{
+    float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    size_t i, j;
+    for (i = 0; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) lane[j] += x[i + j];
+    for (j = 0; i < n; i++, j++) lane[j] += x[i];
+    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+
 static void mirror__cpu_bias_grad(void *dev, float *db, const float *dy, size_t rows,
                                   size_t channels, size_t inner)
 {
-    size_t r, c, i;
+    size_t r, c;
     (void)dev;
     for (r = 0; r < rows; r++)
-        for (c = 0; c < channels; c++, dy += inner) {
-            float s = 0.0f;
-            for (i = 0; i < inner; i++) s += dy[i];
-            db[c] += s;
-        }
+        for (c = 0; c < channels; c++, dy += inner) db[c] += inner == 1 ? dy[0] : mirror__sum(dy, inner);
 }
 
 static void mirror__cpu_relu_forward(void *dev, float *y, const float *x, size_t n)
@@ -1141,48 +1152,70 @@ static void mirror__cpu_relu_backward(void *dev, float *d, const float *y, size_
     for (i = 0; i < n; i++) d[i] = mirror_hd_relu_grad(y[i], d[i]);
 }
 
-/* The input row of output row oy at kernel row ki, or -1 in the padding. */
+/* The input row of output row o at kernel row ki, or -1 in the padding. */
 static long mirror__tap(size_t o, size_t ki, size_t stride, size_t pad, size_t size)
 {
     long v = (long)(o * stride + ki) - (long)pad;
     return v >= 0 && v < (long)size ? v : -1;
 }
 
+/* The output columns [*lo, *hi) whose input column o*stride + kj - pad is
+   inside [0, w); the others read the zero padding. */
+static void mirror__inside(size_t kj, size_t stride, size_t pad, size_t w, size_t wo, size_t *lo,
+                           size_t *hi)
+{
+    size_t a = pad > kj ? (pad - kj + stride - 1) / stride : 0;
+    size_t b = w + pad > kj ? (w + pad - kj + stride - 1) / stride : 0;
+    *lo = MIRROR__MIN(a, wo);
+    *hi = MIRROR__MAX(*lo, MIRROR__MIN(b, wo));
+}
+
+/* col[(ch*k + ki)*k + kj][oy*wo + ox] = x[ch][oy*s + ki - p][ox*s + kj - p], 0 outside. */
 static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t c, size_t h, size_t w,
                                size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, oy, ox;
+    size_t ch, ki, kj, oy, ox, lo, hi;
     (void)dev;
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++)
-                for (oy = 0; oy < ho; oy++) {
+            for (kj = 0; kj < k; kj++) {
+                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
+                for (oy = 0; oy < ho; oy++, col += wo) {
                     long iy = mirror__tap(oy, ki, stride, pad, h);
-                    const float *row = x + (ch * h + (size_t)(iy < 0 ? 0 : iy)) * w;
-                    for (ox = 0; ox < wo; ox++) {
-                        long ix = mirror__tap(ox, kj, stride, pad, w);
-                        *col++ = iy < 0 || ix < 0 ? 0.0f : row[ix];
+                    const float *row;
+                    if (iy < 0) {
+                        memset(col, 0, wo * sizeof(float));
+                        continue;
                     }
+                    row = x + (ch * h + (size_t)iy) * w; /* ox reads row[ox*s + kj - p] */
+                    for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
+                    if (stride == 1 && hi > lo)
+                        memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
+                    else
+                        for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
+                    for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
                 }
+            }
 }
 
+/* The adjoint of im2col: x = 0, then every col entry added back to its pixel. */
 static void mirror__cpu_col2im(void *dev, float *x, const float *col, size_t c, size_t h, size_t w,
                                size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, oy, ox;
+    size_t ch, ki, kj, oy, ox, lo, hi;
     (void)dev;
     memset(x, 0, c * h * w * sizeof(float));
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++)
-                for (oy = 0; oy < ho; oy++) {
+            for (kj = 0; kj < k; kj++) {
+                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
+                for (oy = 0; oy < ho; oy++, col += wo) {
                     long iy = mirror__tap(oy, ki, stride, pad, h);
                     float *row = x + (ch * h + (size_t)(iy < 0 ? 0 : iy)) * w;
-                    for (ox = 0; ox < wo; ox++, col++) {
-                        long ix = mirror__tap(ox, kj, stride, pad, w);
-                        if (iy >= 0 && ix >= 0) row[ix] += *col;
-                    }
+                    if (iy < 0) continue;
+                    for (ox = lo; ox < hi; ox++) row[ox * stride + kj - pad] += col[ox];
                 }
+            }
 }
 
 static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
