@@ -45,6 +45,7 @@ HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;
 
 EXAMPLES = $(BUILD)/train $(BUILD)/hello
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
 endif
@@ -62,6 +63,9 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h mirror.h | $(BUILD)
 
 $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
+
+$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD):
 	mkdir -p $@

@@ -60,6 +60,8 @@
       MIRROR_FREE(p)
       MIRROR_ZLIB             read gzip-compressed files through zlib (-lz)
       MIRROR_CBLAS            use cblas_sgemm from <cblas.h> for every GEMM
+      MIRROR_NO_ATOMICS       replica threads sync through the mutex only
+                              (the default without GCC/Clang atomics)
       MIRROR_GEMM_MC/KC/NC    blocking of the built-in GEMM (120/256/2048)
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
@@ -703,28 +705,28 @@ static float mirror__normal(uint64_t *state)
 
 // >>threads -----------------------------------------------------------------
 /* A fixed team of threads, one per replica: the caller's thread is worker 0
-   and size - 1 threads are the others. mirror__run hands every worker the
-   same job and returns when all have finished it. A step runs three jobs
-   back to back, so an idle worker spins briefly on the job counter before
-   it sleeps on the condition variable: waking a sleeping thread costs tens
-   of microseconds, a spinning one sees the next job at once. */
+   and size - 1 helper threads are the others. mirror__run hands every
+   worker the same job and returns when all have finished it. A step runs
+   three jobs back to back, so where there is a core for every worker an
+   idle worker spins briefly on the job counter before it sleeps on the
+   condition variable: waking a sleeping thread costs tens of microseconds,
+   a spinning one sees the next job at once. Without GCC-style atomics
+   (MIRROR__ATOMICS 0) every exchange goes through the mutex. */
 
 typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(MIRROR_NO_ATOMICS)
+#define MIRROR__ATOMICS 1
 #define MIRROR__LOAD(p) __atomic_load_n(p, __ATOMIC_ACQUIRE)
 #define MIRROR__STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELEASE)
-#define MIRROR__DECREMENT(p) __atomic_sub_fetch(p, 1, __ATOMIC_ACQ_REL)
-#define MIRROR__SPINS 20000
-#else /* no atomics in C99: always sleep, under the mutex */
-#define MIRROR__LOAD(p) (*(p))
-#define MIRROR__STORE(p, v) (*(p) = (v))
-#define MIRROR__DECREMENT(p) (--*(p))
-#define MIRROR__SPINS 0
+#else
+#define MIRROR__ATOMICS 0
 #endif
+#define MIRROR__SPINS 20000
 
 typedef struct mirror__team {
     size_t size; /* workers, the caller included */
+    long spins;  /* spin budget before sleeping; 0 when cores are scarce */
     pthread_t *threads;
     struct mirror__team_arg *args;
     pthread_mutex_t mutex;
@@ -732,7 +734,7 @@ typedef struct mirror__team {
     unsigned long generation; /* bumped once per job */
     unsigned long pending;    /* helper threads still running the current job */
     int quit;
-    int sleepers, caller_sleeps; /* under the mutex: who waits on wake / done */
+    int sleepers, caller_sleeps; /* who waits on wake / done */
     mirror__job_fn job;
     void *ctx;
 } mirror__team;
@@ -742,13 +744,17 @@ typedef struct mirror__team_arg {
     size_t worker;
 } mirror__team_arg;
 
-/* Spins until *p != seen or the budget runs out; returns the last value. */
-static unsigned long mirror__spin_while(unsigned long *p, unsigned long seen)
+/* Spins while *p == value, within the budget; returns whether it changed. */
+static int mirror__spin_while_equal(const mirror__team *t, unsigned long *p, unsigned long value)
 {
-    unsigned long v = MIRROR__LOAD(p);
+#if MIRROR__ATOMICS
     long i;
-    for (i = 0; i < MIRROR__SPINS && v == seen; i++) v = MIRROR__LOAD(p);
-    return v;
+    for (i = 0; i < t->spins; i++)
+        if (MIRROR__LOAD(p) != value) return 1;
+#else
+    (void)t, (void)p, (void)value;
+#endif
+    return 0;
 }
 
 static void *mirror__worker_main(void *p)
@@ -757,33 +763,56 @@ static void *mirror__worker_main(void *p)
     mirror__team *t = arg->team;
     unsigned long seen = 0;
     for (;;) {
-        if (mirror__spin_while(&t->generation, seen) == seen) {
+        mirror__job_fn job;
+        void *ctx;
+        int quit;
+        if (!mirror__spin_while_equal(t, &t->generation, seen)) {
             pthread_mutex_lock(&t->mutex);
             t->sleepers++;
-            while (MIRROR__LOAD(&t->generation) == seen && !t->quit) pthread_cond_wait(&t->wake, &t->mutex);
+            while (t->generation == seen) pthread_cond_wait(&t->wake, &t->mutex);
             t->sleepers--;
             pthread_mutex_unlock(&t->mutex);
         }
+        /* A new generation was published with job, ctx and quit before it. */
+#if MIRROR__ATOMICS
         seen = MIRROR__LOAD(&t->generation);
-        if (seen == (unsigned long)-1) return NULL; /* quit */
-        t->job(t->ctx, arg->worker);
-        if (MIRROR__DECREMENT(&t->pending) == 0) {
+        job = t->job, ctx = t->ctx, quit = t->quit;
+#else
+        pthread_mutex_lock(&t->mutex);
+        seen = t->generation;
+        job = t->job, ctx = t->ctx, quit = t->quit;
+        pthread_mutex_unlock(&t->mutex);
+#endif
+        if (quit) return NULL;
+        job(ctx, arg->worker);
+#if MIRROR__ATOMICS
+        if (__atomic_sub_fetch(&t->pending, 1, __ATOMIC_ACQ_REL) == 0) {
             pthread_mutex_lock(&t->mutex);
             if (t->caller_sleeps) pthread_cond_signal(&t->done);
             pthread_mutex_unlock(&t->mutex);
         }
+#else
+        pthread_mutex_lock(&t->mutex);
+        if (--t->pending == 0) pthread_cond_signal(&t->done);
+        pthread_mutex_unlock(&t->mutex);
+#endif
     }
 }
 
-/* Publishes a job (or quit) and wakes the sleepers. */
-static void mirror__publish(mirror__team *t, mirror__job_fn job, void *ctx, unsigned long generation)
+/* Hands the helpers a job (or, with quit, the order to return) and wakes the sleepers. */
+static void mirror__publish(mirror__team *t, mirror__job_fn job, void *ctx, int quit)
 {
     pthread_mutex_lock(&t->mutex);
     t->job = job;
     t->ctx = ctx;
-    t->quit = generation == (unsigned long)-1;
+    t->quit = quit;
+#if MIRROR__ATOMICS
     MIRROR__STORE(&t->pending, (unsigned long)(t->size - 1));
-    MIRROR__STORE(&t->generation, generation);
+    MIRROR__STORE(&t->generation, t->generation + 1);
+#else
+    t->pending = t->size - 1;
+    t->generation++;
+#endif
     if (t->sleepers) pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mutex);
 }
@@ -792,7 +821,7 @@ static void mirror__team_stop(mirror__team *t, size_t started)
 {
     size_t i;
     if (t->threads) {
-        mirror__publish(t, NULL, NULL, (unsigned long)-1);
+        mirror__publish(t, NULL, NULL, 1);
         for (i = 0; i < started; i++) pthread_join(t->threads[i], NULL);
         pthread_cond_destroy(&t->wake);
         pthread_cond_destroy(&t->done);
@@ -804,24 +833,26 @@ static void mirror__team_stop(mirror__team *t, size_t started)
     t->args = NULL;
 }
 
-static int mirror__team_start(mirror__team *t, size_t size, mirror_error *err)
+static int mirror__team_start(mirror__team *t, size_t size, size_t cores, mirror_error *err)
 {
     size_t i;
     memset(t, 0, sizeof *t);
     t->size = size;
+    t->spins = size <= cores ? MIRROR__SPINS : 0;
     if (size <= 1) return MIRROR_OK;
     t->threads = (pthread_t *)mirror__alloc(size - 1, sizeof *t->threads);
     t->args = (mirror__team_arg *)mirror__alloc(size - 1, sizeof *t->args);
-    if (!t->threads || !t->args) {
+    if (!t->threads || !t->args || pthread_mutex_init(&t->mutex, NULL) != 0) {
         MIRROR_FREE(t->threads);
         MIRROR_FREE(t->args);
         t->threads = NULL;
         t->args = NULL;
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: no memory for %zu threads", size);
     }
-    pthread_mutex_init(&t->mutex, NULL);
-    pthread_cond_init(&t->wake, NULL);
-    pthread_cond_init(&t->done, NULL);
+    if (pthread_cond_init(&t->wake, NULL) != 0 || pthread_cond_init(&t->done, NULL) != 0) {
+        mirror__team_stop(t, 0); /* destroying a condition never initialised is harmless here */
+        return mirror__error(err, MIRROR_ERR_THREAD, "strategy: could not create condition variables");
+    }
     for (i = 0; i + 1 < size; i++) {
         t->args[i].team = t;
         t->args[i].worker = i + 1;
@@ -836,13 +867,23 @@ static int mirror__team_start(mirror__team *t, size_t size, mirror_error *err)
 
 static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
 {
-    if (t->size > 1) mirror__publish(t, job, ctx, t->generation + 1 == (unsigned long)-1 ? 1 : t->generation + 1);
+    long i;
+    if (t->size > 1) mirror__publish(t, job, ctx, 0);
     job(ctx, 0); /* the caller is worker 0 */
-    if (t->size <= 1 || mirror__spin_while(&t->pending, t->size - 1) == 0) return;
-    if (MIRROR__LOAD(&t->pending) == 0) return;
+    if (t->size <= 1) return;
+#if MIRROR__ATOMICS
+    for (i = 0; i < t->spins; i++)
+        if (MIRROR__LOAD(&t->pending) == 0) return;
+#else
+    (void)i;
+#endif
     pthread_mutex_lock(&t->mutex);
     t->caller_sleeps = 1;
+#if MIRROR__ATOMICS
     while (MIRROR__LOAD(&t->pending) != 0) pthread_cond_wait(&t->done, &t->mutex);
+#else
+    while (t->pending != 0) pthread_cond_wait(&t->done, &t->mutex);
+#endif
     t->caller_sleeps = 0;
     pthread_mutex_unlock(&t->mutex);
 }
@@ -1386,13 +1427,14 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 {
     mirror_strategy_desc d;
     mirror_strategy *s;
-    size_t count = 0;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t count = 0, cores = online > 0 ? (size_t)online : 1;
     int rc;
     if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_strategy_create: out is NULL");
     *out = NULL;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
-    if (!d.devices) d.devices = getenv("MIRROR_DEVICES");
+    if (!d.devices && !d.num_replicas) d.devices = getenv("MIRROR_DEVICES");
     if (!d.devices || !*d.devices) d.devices = "cpu";
     if ((rc = mirror__parse_devices(d.devices, &count, err)) != MIRROR_OK) return rc;
     if (count && d.num_replicas && count != d.num_replicas)
@@ -1400,10 +1442,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
                              "devices \"%s\" gives %zu replicas but num_replicas is %zu",
                              d.devices, count, d.num_replicas);
     if (!count) count = d.num_replicas;
-    if (!count) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        count = cores > 0 ? (size_t)cores : 1;
-    }
+    if (!count) count = MIRROR__MIN(cores, 4096);
     if (count > 4096)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "num_replicas %zu: at most 4096", count);
 
@@ -1415,7 +1454,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     snprintf(s->devices, sizeof s->devices, "cpu:%zu", count);
     snprintf(s->describe, sizeof s->describe, "%zu CPU replica%s (threads), reducer %s", count,
              count == 1 ? "" : "s", s->reducer->name);
-    if ((rc = mirror__team_start(&s->team, count, err)) != MIRROR_OK) {
+    if ((rc = mirror__team_start(&s->team, count, cores, err)) != MIRROR_OK) {
         MIRROR_FREE(s);
         return rc;
     }
