@@ -19,15 +19,16 @@
       mirror_strategy_desc sd = {0};
       if (mirror_strategy_create(&sd, &s, &err)) die(err.message);
 
-      mirror_dataset train = {0}, test = {0};
-      mirror_dataset_load_mnist(&train, &test, "/usr/share/datasets/fashion-mnist", &err);
+      mirror_dataset train, test;
+      if (mirror_dataset_load_mnist(&train, &test, "/usr/share/datasets/fashion-mnist", &err))
+          die(err.message);
 
       mirror_model_desc md = {0};
       md.strategy = s;
       md.channels = 1; md.height = 28; md.width = 28;
       md.optimizer.kind = MIRROR_OPT_ADAM;
       mirror_model *m;
-      mirror_model_create(&md, &m, &err);
+      if (mirror_model_create(&md, &m, &err)) die(err.message);
       mirror_flatten(m); mirror_dense(m, 128); mirror_relu(m); mirror_dense(m, 10);
       if (mirror_model_build(m)) die(mirror_model_error(m));   // first error wins
 
@@ -54,9 +55,12 @@
    OPTION MACROS (define before including)
 
       MIRROR_IMPLEMENTATION   emit the implementation in this translation unit
-      MIRROR_STATIC           make every function static (private copy)
+      MIRROR_STATIC           make every function static (private copy; define
+                              it with MIRROR_IMPLEMENTATION in the same file)
       MIRROR_API              decoration of every public function (extern)
       MIRROR_MALLOC(n)        allocator, with MIRROR_FREE(p): both or neither
+                              (the header declaring them is then included
+                              first: add -D_POSIX_C_SOURCE=200809L)
       MIRROR_FREE(p)
       MIRROR_ZLIB             read gzip-compressed files through zlib (-lz)
       MIRROR_CBLAS            use cblas_sgemm from <cblas.h> for every GEMM
@@ -74,6 +78,8 @@
                                            uniform elsewhere; biases zero
                             seed           0 is a seed like any other
       mirror_optimizer_desc kind           MIRROR_OPT_SGD
+                            (zero always means default: beta1 = 0 and AdamW
+                            without decay cannot be asked for; use Adam)
                             lr             0.01 (SGD), 0.001 (Adam, AdamW)
                             beta1, beta2   0.9, 0.999
                             eps            1e-8
@@ -91,7 +97,10 @@
       mirror_model_create/_destroy, mirror_dataset_load_* and mirror_dataset_free.
       A model keeps a pointer to its strategy: destroy the model first.
       Batches and datasets passed to a call are only read during that call.
-      Destroy functions accept NULL.
+      Destroy functions accept NULL. A dataset's arrays belong to the
+      dataset: mirror_dataset_free releases x, labels and targets with
+      MIRROR_FREE, so arrays a caller attaches (targets for MSE) must come
+      from MIRROR_MALLOC, or be detached (set to NULL) before the free.
 
    ERRORS
 
@@ -99,17 +108,20 @@
       mirror_result. Calls on a model record the detail (what failed, where)
       in the model, readable with mirror_model_error(); calls without an
       object take an optional mirror_error* that receives the code and the
-      message. mirror_result_string() names every code. A logger set with
-      mirror_set_logger() sees every error and notice as it happens. The
-      library never exits or aborts on bad input; a failed call changes
-      nothing the caller can observe (a model stays usable).
+      message. mirror_result_string() names each code. A logger set with
+      mirror_set_logger() sees every error message as it happens (and
+      notices, such as a backend falling back). The library never exits or
+      aborts on bad input; a failed call changes nothing the caller can
+      observe and the model stays usable. (mirror_fit checks every label
+      before its first step; a stop from the epoch hook keeps the epochs
+      already trained.)
 
    THREADING
 
       One strategy runs one call at a time: do not call into the same
       strategy or model from two threads at once. Different strategies are
-      independent. Inside a call, replicas run on the strategy's worker
-      threads; the caller's thread waits for them.
+      independent. Inside a call, the caller's thread runs replica 0 and
+      the strategy's helper threads run the others.
 
    HOW A STEP FLOWS (mirror_train_step)
 
@@ -133,7 +145,7 @@
       gradients, optimizer state, and activations plus workspace, sized for
       the largest shard, ceil(max_batch / replicas). Tensors are views into
       them, so one all-reduce covers every gradient, and a training step
-      allocates nothing. mirror_memory_report() gives the bytes of each.
+      allocates nothing. mirror_memory_report_get() gives the bytes of each.
 
    LIMITS
 
@@ -207,7 +219,8 @@ typedef struct mirror_error {
     char message[256];
 } mirror_error;
 
-/* "invalid argument" for MIRROR_ERR_ARGUMENT; "unknown result" otherwise. */
+/* The text of a result code ("invalid argument" for MIRROR_ERR_ARGUMENT),
+   or "unknown result" for a value that is not one. */
 MIRROR_API const char *mirror_result_string(int result);
 
 enum { MIRROR_LOG_ERROR = 1, MIRROR_LOG_NOTICE = 2 };
@@ -293,7 +306,8 @@ typedef struct mirror_model_desc {
     /* Shape of one input sample, NCHW without the N. A vector of F features
        is channels = F, height = width = 1 (0 means 1 for height and width). */
     size_t channels, height, width;
-    size_t max_batch; /* largest global batch a step or evaluation takes */
+    size_t max_batch; /* largest global batch of a step; evaluation and prediction
+                         run larger inputs in chunks of max_batch */
     mirror_loss loss;
     mirror_init init;
     uint64_t seed; /* parameter initialisation */
@@ -452,7 +466,8 @@ typedef struct mirror_fit_desc {
 /* model.fit: epochs of shuffled global batches, then validation. last (may
    be NULL) receives the final epoch's log. */
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
-/* Loss and accuracy over a dataset, in global batches of `batch` (0: max_batch). */
+/* Loss and accuracy over a dataset, in global batches of `batch` (0, or more
+   than max_batch: max_batch). */
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch,
                                mirror_metrics *out);
 
@@ -1629,19 +1644,23 @@ struct mirror_model {
     mirror_error err;
     size_t nparams, nstate;
     size_t in_size, out_size, max_size, col_size;
-    size_t shard_max, act_bytes;
+    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas) */
+    size_t layer_bytes; /* the layers' part of the activation arena */
     mirror__replica *rep;
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
     float **param_bufs;
     uint64_t steps;
-    /* the current job */
-    int mode;
-    const mirror_batch *batch;
-    size_t batch_offset; /* first sample of this chunk within batch */
-    size_t batch_n;
-    float inv_count;
-    float *predict_out;
 };
+
+/* What the replica threads run on: one global batch, or one chunk of it. */
+typedef struct mirror__job {
+    mirror_model *m;
+    int mode; /* MIRROR__TRAIN, MIRROR__EVAL or MIRROR__PREDICT */
+    const mirror_batch *batch;
+    size_t offset, n; /* the chunk: samples [offset, offset + n) of batch */
+    float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
+    float *predict_out;
+} mirror__job;
 
 static int mirror__fail(mirror_model *m, int code, const char *fmt, ...)
 {
@@ -1921,43 +1940,39 @@ static void mirror__plan(mirror_model *m)
         if (l->kind == MIRROR__MAXPOOL2D)
             l->arg_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(int32_t));
     }
-    m->act_bytes = at;
+    m->layer_bytes = at;
 }
 
-/* Views into one replica's activation arena, repeating the carve order. */
-static void mirror__views(mirror_model *m, mirror__replica *r)
+/* The step buffers after the layers' part of the activation arena; sets
+   replica r's views when r is given. Returns the arena's total bytes. */
+static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->act_bytes;
-    unsigned char *a = r->acts;
-    r->input = (float *)a;
-    r->labels = (int32_t *)(a + mirror__carve(&at, S, sizeof(int32_t)));
-    r->targets = (float *)(a + mirror__carve(&at, S * m->out_size, sizeof(float)));
-    r->delta[0] = (float *)(a + mirror__carve(&at, S * m->max_size, sizeof(float)));
-    r->delta[1] = (float *)(a + mirror__carve(&at, S * m->max_size, sizeof(float)));
-    r->col = (float *)(a + mirror__carve(&at, m->col_size, sizeof(float)));
-    r->loss = (float *)(a + mirror__carve(&at, S, sizeof(float)));
-    r->correct = (int32_t *)(a + mirror__carve(&at, S, sizeof(int32_t)));
-}
-
-/* Bytes of the activation arena: the layers' part plus the step buffers. */
-static size_t mirror__act_total(const mirror_model *m)
-{
-    size_t S = m->shard_max, at = m->act_bytes;
-    mirror__carve(&at, S, sizeof(int32_t));
-    mirror__carve(&at, S * m->out_size, sizeof(float));
-    mirror__carve(&at, S * m->max_size, sizeof(float));
-    mirror__carve(&at, S * m->max_size, sizeof(float));
-    mirror__carve(&at, m->col_size, sizeof(float));
-    mirror__carve(&at, S, sizeof(float));
-    mirror__carve(&at, S, sizeof(int32_t));
+    size_t S = m->shard_max, at = m->layer_bytes, off[7];
+    off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
+    off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
+    off[2] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[0] */
+    off[3] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[1] */
+    off[4] = mirror__carve(&at, m->col_size, sizeof(float));       /* col */
+    off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
+    off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
+    if (r) {
+        unsigned char *a = r->acts;
+        r->input = (float *)a; /* carved first, at 0 */
+        r->labels = (int32_t *)(a + off[0]);
+        r->targets = (float *)(a + off[1]);
+        r->delta[0] = (float *)(a + off[2]);
+        r->delta[1] = (float *)(a + off[3]);
+        r->col = (float *)(a + off[4]);
+        r->loss = (float *)(a + off[5]);
+        r->correct = (int32_t *)(a + off[6]);
+    }
     return (at + 63) & ~(size_t)63;
 }
 
 static void mirror__free_replicas(mirror_model *m)
 {
     size_t r;
-    if (!m->rep) return;
-    for (r = 0; r < m->s->replicas; r++) {
+    for (r = 0; m->rep && r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         if (!p->dev) continue;
         m->be->release(p->dev, p->params);
@@ -2017,12 +2032,17 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     R = m->s->replicas;
     m->shard_max = (m->desc.max_batch + R - 1) / R;
     mirror__plan(m);
+    /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
+       bound in double catches what would overflow a 32-bit one. */
+    if (4.0 * ((double)m->shard_max * (double)(m->in_size + (m->nlayers + 4) * m->max_size) +
+               (double)m->col_size + (double)m->nparams) > (double)((size_t)-1 / 2))
+        return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_model_build: the arenas would not fit in memory");
     if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
         return mirror__fail(m, MIRROR_ERR_SHAPE,
                             "mirror_model_build: softmax cross-entropy needs at least 2 outputs, "
                             "the last layer gives %zu",
                             m->out_size);
-    act_total = mirror__act_total(m);
+    act_total = mirror__step_buffers(m, NULL);
     m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
@@ -2040,7 +2060,7 @@ MIRROR_API int mirror_model_build(mirror_model *m)
         p->host_correct = (int32_t *)mirror__alloc(m->shard_max, sizeof(int32_t));
         if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct)
             goto oom;
-        mirror__views(m, p);
+        mirror__step_buffers(m, p);
         m->grad_bufs[r] = p->grads;
         m->param_bufs[r] = p->params;
     }
@@ -2078,7 +2098,9 @@ MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t siz
         if (n < 0) break;
         used += (size_t)n;
     }
-    return used < size ? MIRROR_OK : MIRROR_ERR_CAPACITY;
+    return used < size ? MIRROR_OK
+                       : mirror__error(NULL, MIRROR_ERR_CAPACITY, "mirror_model_summary: %zu bytes are too few",
+                                       size);
 }
 
 static int mirror__check_built(mirror_model *m, const char *what)
@@ -2146,13 +2168,13 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     out->parameters = m->nparams * sizeof(float);
     out->gradients = m->nparams * sizeof(float);
     out->optimizer = m->nstate * sizeof(float);
-    out->activations = mirror__act_total(m) + m->rep[r].workspace_bytes;
+    out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes;
     return MIRROR_OK;
 }
 
 // >>layers ------------------------------------------------------------------
 /* Forward and backward of one replica's shard of S samples. Shapes are in
-   the comments as [S, ...]; `act(m, r, l)` is layer l's output. */
+   the comments as [S, ...]; mirror__act(r, l) is layer l's output. */
 
 static float *mirror__act(const mirror__replica *r, const mirror__layer *l)
 {
@@ -2257,15 +2279,16 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
    the replica threads: forward + backward on each shard, the all-reduce of
    the gradient arenas, and the optimizer update on every replica. */
 
-/* Copies replica r's shard of the current chunk into its input arena. */
-static void mirror__load_shard(mirror_model *m, mirror__replica *r)
+/* Copies replica r's shard of the job's chunk into its input arena. */
+static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 {
-    const mirror_batch *b = m->batch;
+    const mirror_model *m = job->m;
+    const mirror_batch *b = job->batch;
     size_t i, in = m->in_size, out = m->out_size;
     for (i = 0; i < r->count; i++) {
-        size_t k = m->batch_offset + r->begin + i, row = b->index ? b->index[k] : k;
+        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
         m->be->upload(r->dev, r->input + i * in, b->x + row * in, in * sizeof(float));
-        if (m->mode == MIRROR__PREDICT) continue;
+        if (job->mode == MIRROR__PREDICT) continue;
         if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE)
             m->be->upload(r->dev, r->labels + i, b->labels + row, sizeof(int32_t));
         else
@@ -2275,7 +2298,7 @@ static void mirror__load_shard(mirror_model *m, mirror__replica *r)
 
 /* The loss layer: per-sample loss, correct flags and the output gradient
    (divided by the global count) into delta[0]; sums in r->loss_sum. */
-static void mirror__loss(mirror_model *m, mirror__replica *r)
+static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count)
 {
     const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
     size_t i, S = r->count;
@@ -2284,38 +2307,42 @@ static void mirror__loss(mirror_model *m, mirror__replica *r)
     if (!S) return;
     if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE) {
         m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size,
-                          m->inv_count);
+                          inv_count);
         m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
         for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
     } else {
-        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, m->inv_count);
+        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count);
     }
     m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
     for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
 }
 
+/* Replica `worker`: its shard in, forward, then the loss and backward, or
+   the outputs out for predict. */
 static void mirror__compute_job(void *ctx, size_t worker)
 {
-    mirror_model *m = (mirror_model *)ctx;
+    const mirror__job *job = (const mirror__job *)ctx;
+    mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
-    mirror_shard(m->batch_n, m->s->replicas, worker, &r->begin, &r->count);
-    mirror__load_shard(m, r);
+    mirror_shard(job->n, m->s->replicas, worker, &r->begin, &r->count);
+    mirror__load_shard(job, r);
     mirror__forward(m, r, r->count);
-    if (m->mode == MIRROR__PREDICT) {
+    if (job->mode == MIRROR__PREDICT) {
         const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
-        m->be->download(r->dev, m->predict_out + (m->batch_offset + r->begin) * m->out_size, z,
+        m->be->download(r->dev, job->predict_out + (job->offset + r->begin) * m->out_size, z,
                         r->count * m->out_size * sizeof(float));
         return;
     }
-    mirror__loss(m, r);
-    if (m->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count);
+    mirror__loss(m, r, job->inv_count);
+    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count);
 }
 
 // >>optimizers --------------------------------------------------------------
 
+/* Replica `worker` applies the optimizer to its own copy, with the reduced gradient. */
 static void mirror__update_job(void *ctx, size_t worker)
 {
-    mirror_model *m = (mirror_model *)ctx;
+    mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     size_t n = m->nparams;
@@ -2362,19 +2389,25 @@ static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const cha
     return MIRROR_OK;
 }
 
-static void mirror__collect(mirror_model *m, mirror_metrics *acc)
+static void mirror__metrics_add(mirror_metrics *acc, double loss_sum, size_t correct, size_t count)
+{
+    acc->loss_sum += loss_sum;
+    acc->correct += correct;
+    acc->count += count;
+}
+
+/* The metric sums of every replica, added in replica order. */
+static void mirror__collect(const mirror_model *m, mirror_metrics *acc)
 {
     size_t r;
-    for (r = 0; r < m->s->replicas; r++) {
-        acc->loss_sum += m->rep[r].loss_sum;
-        acc->correct += m->rep[r].correct_sum;
-        acc->count += m->rep[r].count;
-    }
+    for (r = 0; r < m->s->replicas; r++)
+        mirror__metrics_add(acc, m->rep[r].loss_sum, m->rep[r].correct_sum, m->rep[r].count);
 }
 
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     mirror_metrics sum = {0.0, 0, 0};
+    mirror__job job;
     int rc;
     if ((rc = mirror__check_batch(m, b, "mirror_train_step", 1))) return rc;
     if (b->n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_train_step: empty batch");
@@ -2383,15 +2416,16 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
                             "mirror_train_step: batch of %zu exceeds max_batch %zu the arenas were "
                             "sized for",
                             b->n, m->desc.max_batch);
-    m->mode = MIRROR__TRAIN;
-    m->batch = b;
-    m->batch_offset = 0;
-    m->batch_n = b->n;
-    m->inv_count = 1.0f / (float)b->n;
-    mirror__run(&m->s->team, mirror__compute_job, m);
+    memset(&job, 0, sizeof job);
+    job.m = m;
+    job.mode = MIRROR__TRAIN;
+    job.batch = b;
+    job.n = b->n;
+    job.inv_count = 1.0f / (float)b->n;
+    mirror__run(&m->s->team, mirror__compute_job, &job);
     m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams);
     m->steps++;
-    mirror__run(&m->s->team, mirror__update_job, m);
+    mirror__run(&m->s->team, mirror__update_job, &job);
     mirror__collect(m, &sum);
     if (out) *out = sum;
     return MIRROR_OK;
@@ -2401,16 +2435,17 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
 static void mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t chunk, int mode,
                                    float *pred, mirror_metrics *acc)
 {
-    size_t off;
+    mirror__job job;
     if (!chunk || chunk > m->desc.max_batch) chunk = m->desc.max_batch;
-    m->mode = mode;
-    m->batch = b;
-    m->predict_out = pred;
-    for (off = 0; off < b->n; off += chunk) {
-        m->batch_offset = off;
-        m->batch_n = MIRROR__MIN(chunk, b->n - off);
-        m->inv_count = 1.0f / (float)m->batch_n;
-        mirror__run(&m->s->team, mirror__compute_job, m);
+    memset(&job, 0, sizeof job);
+    job.m = m;
+    job.mode = mode;
+    job.batch = b;
+    job.predict_out = pred;
+    for (job.offset = 0; job.offset < b->n; job.offset += chunk) {
+        job.n = MIRROR__MIN(chunk, b->n - job.offset);
+        job.inv_count = 1.0f / (float)job.n;
+        mirror__run(&m->s->team, mirror__compute_job, &job);
         if (acc) mirror__collect(m, acc);
     }
 }
@@ -2471,7 +2506,7 @@ MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_
 }
 
 /* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
-#define MIRROR__MAX_FILE ((size_t)1 << 32)
+#define MIRROR__MAX_FILE ((size_t)-1 / 4 < ((size_t)1 << 30) * 4 ? (size_t)-1 / 4 : ((size_t)1 << 30) * 4)
 
 static int mirror__read_file(const char *path, unsigned char **data, size_t *size, mirror_error *err)
 {
@@ -2811,9 +2846,11 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
 
 static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, const char *what)
 {
+    size_t in_size = 0;
     if (!ds || !ds->x || !ds->count)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dataset is NULL or empty", what);
-    if (ds->channels * ds->height * ds->width != m->in_size)
+    if (!mirror__mul(ds->channels, ds->height, &in_size) || !mirror__mul(in_size, ds->width, &in_size) ||
+        in_size != m->in_size)
         return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: samples of %zux%zux%zu, the model takes %zux%zux%zu",
                             what, ds->channels, ds->height, ds->width, m->desc.channels, m->desc.height,
                             m->desc.width);
@@ -2874,6 +2911,7 @@ static void mirror__epoch_line(const mirror_epoch_log *log, int bar)
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
 {
     mirror_fit_desc d;
+    mirror_batch all;
     mirror_epoch_log log;
     size_t *perm, epoch, step, steps;
     double start = mirror__now();
@@ -2884,6 +2922,13 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     if ((rc = mirror__check_dataset(m, d.train, "mirror_fit (train)")) ||
         (d.validation && (rc = mirror__check_dataset(m, d.validation, "mirror_fit (validation)"))))
         return rc;
+    /* Every label up front, so that a bad one fails before the first step. */
+    mirror__batch_of(&all, d.train, NULL, d.train->count);
+    if ((rc = mirror__check_batch(m, &all, "mirror_fit (train)", 1))) return rc;
+    if (d.validation) {
+        mirror__batch_of(&all, d.validation, NULL, d.validation->count);
+        if ((rc = mirror__check_batch(m, &all, "mirror_fit (validation)", 1))) return rc;
+    }
     if (!d.epochs) d.epochs = 1;
     if (!d.batch) d.batch = MIRROR__MIN(64, m->desc.max_batch);
     if (!d.shuffle_seed) d.shuffle_seed = m->desc.seed;
@@ -2914,9 +2959,7 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
             mirror__batch_of(&b, d.train, perm + step * d.batch,
                              MIRROR__MIN(d.batch, d.train->count - step * d.batch));
             if ((rc = mirror_train_step(m, &b, &one))) break;
-            acc.loss_sum += one.loss_sum;
-            acc.correct += one.correct;
-            acc.count += one.count;
+            mirror__metrics_add(&acc, one.loss_sum, one.correct, one.count);
             if (bar && (mirror__now() - shown > 0.1 || step + 1 == steps)) {
                 shown = mirror__now();
                 mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
