@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#define SAMPLES 2000
+
 static void die(const char *what) { fprintf(stderr, "hello: %s\n", what); exit(1); }
 
 int main(void)
@@ -20,10 +22,10 @@ int main(void)
     mirror_strategy *s;
     mirror_model *m;
     mirror_metrics got;
-    size_t perm[2000], epoch, step, batch = 100;
+    size_t perm[SAMPLES], epoch, step, batch = 100;
 
     if (mirror_strategy_create(&sd, &s, &err)) die(err.message);
-    if (mirror_dataset_synthetic_digits(&train, 2000, 1, &err) ||
+    if (mirror_dataset_synthetic_digits(&train, SAMPLES, 1, &err) ||
         mirror_dataset_synthetic_digits(&test, 500, 2, &err))
         die(err.message);
 

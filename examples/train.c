@@ -119,7 +119,10 @@ static mirror_optimizer_kind optimizer_kind(const char *name, float *momentum)
 {
     *momentum = 0.0f;
     if (!strcmp(name, "sgd")) return MIRROR_OPT_SGD;
-    if (!strcmp(name, "momentum")) return *momentum = 0.9f, MIRROR_OPT_SGD;
+    if (!strcmp(name, "momentum")) {
+        *momentum = 0.9f;
+        return MIRROR_OPT_SGD;
+    }
     if (!strcmp(name, "adam")) return MIRROR_OPT_ADAM;
     if (!strcmp(name, "adamw")) return MIRROR_OPT_ADAMW;
     fprintf(stderr, "train: --optimizer must be sgd, momentum, adam or adamw, got \"%s\"\n", name);
@@ -136,15 +139,15 @@ int main(int argc, char **argv)
     mirror_dataset train = {0}, test = {0};
     mirror_strategy *s = NULL;
     mirror_model *m = NULL;
-    mirror_metrics final_test = {0.0, 0, 0};
     mirror_epoch_log log;
     totals sums = {0.0, 0};
     int rc;
 
     parse(argc, argv, &o);
-    rc = o.data ? mirror_dataset_load_mnist(&train, &test, o.data, &err)
-                : mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err) ||
-                      mirror_dataset_synthetic_digits(&test, o.synthetic / 5 + 1, o.seed + 7919, &err);
+    if (o.data)
+        rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
+    else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
+        rc = mirror_dataset_synthetic_digits(&test, o.synthetic / 5 + 1, o.seed + 7919, &err);
     sd.devices = o.devices;
     sd.num_replicas = o.replicas;
     if (rc || (rc = mirror_strategy_create(&sd, &s, &err))) {
@@ -180,14 +183,14 @@ int main(int argc, char **argv)
     fd.batch = o.batch;
     fd.on_epoch = on_epoch;
     fd.user = &sums;
-    if ((rc = mirror_fit(m, &fd, &log)) || (rc = mirror_evaluate(m, &test, o.batch, &final_test))) {
+    if ((rc = mirror_fit(m, &fd, &log))) {
         fprintf(stderr, "train: %s\n", mirror_model_error(m));
         goto out;
     }
     printf("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
            "test_acc=%.4f samples_per_s=%.0f seconds=%.1f\n",
            mirror_num_replicas(s), o.epochs, o.model, log.train_loss, log.train_acc,
-           final_test.loss_sum / (double)final_test.count, (double)final_test.correct / (double)final_test.count,
+           log.val_loss, log.val_acc,
            sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0.0, log.elapsed);
 out:
     mirror_model_destroy(m);
