@@ -954,17 +954,13 @@ static void mirror__pack_b(int tb, const float *b, size_t ldb, size_t kc, size_t
     size_t j0, j, p;
     for (j0 = 0; j0 < nc; j0 += MIRROR__NR) {
         size_t nr = MIRROR__MIN(MIRROR__NR, nc - j0);
-        if (tb) { /* read each row of B^T along p, contiguous */
-            for (j = 0; j < nr; j++)
-                for (p = 0; p < kc; p++) pb[p * MIRROR__NR + j] = b[(j0 + j) * ldb + p];
-            for (p = 0; p < kc && nr < MIRROR__NR; p++)
-                for (j = nr; j < MIRROR__NR; j++) pb[p * MIRROR__NR + j] = 0.0f;
-        } else {
-            for (p = 0; p < kc; p++) {
-                float *dst = pb + p * MIRROR__NR;
+        for (p = 0; p < kc; p++) {
+            float *dst = pb + p * MIRROR__NR;
+            if (!tb)
                 memcpy(dst, b + p * ldb + j0, nr * sizeof(float));
-                for (j = nr; j < MIRROR__NR; j++) dst[j] = 0.0f;
-            }
+            else
+                for (j = 0; j < nr; j++) dst[j] = b[(j0 + j) * ldb + p];
+            for (j = nr; j < MIRROR__NR; j++) dst[j] = 0.0f;
         }
         pb += MIRROR__NR * kc;
     }
