@@ -58,13 +58,13 @@ info:
 $(BUILD)/%: examples/%.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h mirror.h | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h mirror.h | $(BUILD)
+$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
-$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h mirror.h | $(BUILD)
+$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD):

@@ -1830,64 +1830,49 @@ static int mirror__bad_size(mirror_model *m, const char *what, size_t v, size_t 
                                     what, m->nlayers, v, max);
 }
 
-MIRROR_API int mirror_dense(mirror_model *m, size_t units)
+static int mirror__add_layer(mirror_model *m, mirror__kind kind, size_t oc, size_t k, size_t stride,
+                             size_t pad)
 {
     mirror__layer l;
+    memset(&l, 0, sizeof l);
+    l.kind = kind;
+    l.oc = oc;
+    l.k = k;
+    l.stride = stride;
+    l.pad = pad;
+    return mirror__add(m, &l);
+}
+
+MIRROR_API int mirror_dense(mirror_model *m, size_t units)
+{
     int rc;
     if ((rc = mirror__bad_size(m, "dense: units", units, (size_t)1 << 24))) return rc;
-    memset(&l, 0, sizeof l);
-    l.kind = MIRROR__DENSE;
-    l.oc = units;
-    return mirror__add(m, &l);
+    return mirror__add_layer(m, MIRROR__DENSE, units, 0, 0, 0);
 }
 
 MIRROR_API int mirror_conv2d(mirror_model *m, size_t filters, size_t kernel, size_t stride,
                              size_t padding)
 {
-    mirror__layer l;
     int rc;
     if ((rc = mirror__bad_size(m, "conv2d: filters", filters, (size_t)1 << 16)) ||
         (rc = mirror__bad_size(m, "conv2d: kernel", kernel, 64)) ||
         (rc = mirror__bad_size(m, "conv2d: stride", stride, 64)))
         return rc;
-    memset(&l, 0, sizeof l);
-    l.kind = MIRROR__CONV2D;
-    l.oc = filters;
-    l.k = kernel;
-    l.stride = stride;
-    l.pad = padding;
-    return mirror__add(m, &l);
+    return mirror__add_layer(m, MIRROR__CONV2D, filters, kernel, stride, padding);
 }
 
-MIRROR_API int mirror_relu(mirror_model *m)
-{
-    mirror__layer l;
-    memset(&l, 0, sizeof l);
-    l.kind = MIRROR__RELU;
-    return mirror__add(m, &l);
-}
+MIRROR_API int mirror_relu(mirror_model *m) { return mirror__add_layer(m, MIRROR__RELU, 0, 0, 0, 0); }
 
 MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride)
 {
-    mirror__layer l;
     int rc;
     if ((rc = mirror__bad_size(m, "maxpool2d: window", window, 64)) ||
         (rc = mirror__bad_size(m, "maxpool2d: stride", stride, 64)))
         return rc;
-    memset(&l, 0, sizeof l);
-    l.kind = MIRROR__MAXPOOL2D;
-    l.k = window;
-    l.stride = stride;
-    return mirror__add(m, &l);
+    return mirror__add_layer(m, MIRROR__MAXPOOL2D, 0, window, stride, 0);
 }
 
-MIRROR_API int mirror_flatten(mirror_model *m)
-{
-    mirror__layer l;
-    memset(&l, 0, sizeof l);
-    l.kind = MIRROR__FLATTEN;
-    return mirror__add(m, &l);
-}
+MIRROR_API int mirror_flatten(mirror_model *m) { return mirror__add_layer(m, MIRROR__FLATTEN, 0, 0, 0, 0); }
 
 // >>pool --------------------------------------------------------------------
 /* Arena layout, computed once at build. Parameters and gradients: each

@@ -64,6 +64,13 @@ if printf '#include <cblas.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
         $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_CBLAS -I. -c "$tmp/impl.c" -o "$tmp/cblas.o"
 fi
 
+# nvcc sees the header as CUDA C++; the shared math must compile for the device.
+NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")}
+if [ -x "$NVCC" ]; then
+    check "mirror.h compiles under nvcc with -Werror all-warnings" \
+        "$NVCC" -Werror all-warnings -I. -c tests/compile_nvcc.cu -o "$tmp/nvcc.o"
+fi
+
 # The trainer end to end: a short run must end with the final: line.
 if [ -x "$BUILD/train" ]; then
     check "build/train ends with a final: line" sh -c \

@@ -3,22 +3,7 @@
    the defaults of the manual's DESC DEFAULTS table are applied, result
    codes are named, the logger sees errors, and nothing leaks. */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, sysconf; mirror.h is not the first include */
-#include <stdlib.h>
-
-static long live_allocs;
-static void *count_malloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p) live_allocs++;
-    return p;
-}
-static void count_free(void *p)
-{
-    if (p) live_allocs--;
-    free(p);
-}
-#define MIRROR_MALLOC(n) count_malloc(n)
-#define MIRROR_FREE(p) count_free(p)
+#include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"

@@ -3,24 +3,7 @@
    everything), gzip through zlib or its absence, the synthetic digits, and
    the epoch order: permutations, batch counts and shards. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, rmdir; mirror.h is not the first include */
-#include <stdlib.h>
-
-/* Live allocations made through MIRROR_MALLOC: every failed load must bring
-   the count back to where it was. */
-static long live_allocs;
-static void *count_malloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p) live_allocs++;
-    return p;
-}
-static void count_free(void *p)
-{
-    if (p) live_allocs--;
-    free(p);
-}
-#define MIRROR_MALLOC(n) count_malloc(n)
-#define MIRROR_FREE(p) count_free(p)
+#include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"

@@ -2,22 +2,7 @@
    N replicas equal one replica, replicas stay bitwise equal, runs are
    deterministic, the reducer adds correctly, a step allocates nothing. */
 #define _POSIX_C_SOURCE 200809L /* mirror.h is not the first include here */
-#include <stdlib.h>
-
-static long live_allocs, total_allocs;
-static void *count_malloc(size_t n)
-{
-    live_allocs++;
-    total_allocs++;
-    return malloc(n);
-}
-static void count_free(void *p)
-{
-    if (p) live_allocs--;
-    free(p);
-}
-#define MIRROR_MALLOC(n) count_malloc(n)
-#define MIRROR_FREE(p) count_free(p)
+#include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"

@@ -1,0 +1,25 @@
+/* alloc_count.h - routes mirror's allocations through counters. Include it
+   before mirror.h: live_allocs is what is still allocated, total_allocs
+   every allocation so far (a training step must add none). */
+#ifndef ALLOC_COUNT_H
+#define ALLOC_COUNT_H
+#include <stdlib.h>
+
+static long live_allocs, total_allocs;
+
+static void *count_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p) live_allocs++, total_allocs++;
+    return p;
+}
+
+static void count_free(void *p)
+{
+    if (p) live_allocs--;
+    free(p);
+}
+
+#define MIRROR_MALLOC(n) count_malloc(n)
+#define MIRROR_FREE(p) count_free(p)
+#endif
