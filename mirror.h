@@ -41,9 +41,12 @@
 
    BUILDING
 
-      CPU:   cc -O3 -march=native -ffp-contract=fast -std=c99 app.c -lm -lpthread
+      CPU:   cc -O3 -march=native -ffp-contract=fast -fno-math-errno -std=c99 \
+                app.c -lm -lpthread
              (add -DMIRROR_ZLIB -lz to read .gz files,
-              -DMIRROR_CBLAS -lopenblas to route GEMMs through a CBLAS)
+              -DMIRROR_CBLAS -lopenblas to route GEMMs through a CBLAS; set
+              OPENBLAS_NUM_THREADS=1 then, the replicas being the threads)
+             C++ (C++11 or later) and nvcc compile the header as well.
 
       The implementation uses clock_gettime, isatty and fileno, which glibc
       declares under -std=c99 only with _POSIX_C_SOURCE. mirror.h defines
@@ -51,6 +54,7 @@
       defines MIRROR_IMPLEMENTATION; otherwise compile that file with
       -D_POSIX_C_SOURCE=200809L. -ffp-contract=fast lets the compiler fuse
       multiply-adds (ISO C modes turn it off); it roughly doubles GEMM speed.
+      -fno-math-errno lets it vectorise sqrtf in the Adam update.
 
    OPTION MACROS (define before including)
 
@@ -70,7 +74,8 @@
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
 
-      mirror_strategy_desc  devices        $MIRROR_DEVICES, else "cpu:<online cores>"
+      mirror_strategy_desc  devices        $MIRROR_DEVICES when num_replicas is 0
+                                           too, else "cpu:<online cores>"
                             num_replicas   the count the device list gives
       mirror_model_desc     max_batch      256 (largest global batch)
                             loss           MIRROR_LOSS_SOFTMAX_CE
