@@ -238,12 +238,24 @@ MIRROR_API void mirror_set_logger(mirror_log_fn fn, void *user);
 
 typedef struct mirror_strategy mirror_strategy;
 
+typedef enum mirror_reducer {
+    MIRROR_REDUCER_DEFAULT = 0, /* $MIRROR_REDUCER, else NCCL on distinct GPUs, else copy */
+    MIRROR_REDUCER_NCCL,        /* NCCL all-reduce: replicas on distinct GPUs */
+    MIRROR_REDUCER_COPY         /* sum on one device in replica order, then broadcast */
+} mirror_reducer;
+
 typedef struct mirror_strategy_desc {
-    /* "cpu:4" is four CPU replicas, "cpu" one per online core. NULL: the
-       MIRROR_DEVICES environment variable, else "cpu". */
+    /* "cpu:4" is four CPU replicas, "cpu" one per online core; with
+       mirror_cuda.h, "cuda" is every visible GPU, "cuda:0,1" two GPUs and
+       "cuda:0,0,0,0" four replicas on GPU 0. NULL: the MIRROR_DEVICES
+       environment variable (when num_replicas is 0 too), else every GPU in
+       a CUDA build that finds one, else "cpu". */
     const char *devices;
-    /* 0: as many as the device list gives. For "cpu", sets the count. */
+    /* 0: as many as the device list gives. For "cpu", sets the count; for
+       "cuda", takes the first num_replicas GPUs. */
     size_t num_replicas;
+    /* GPU replicas only; the CPU reducer sums in replica order already. */
+    mirror_reducer reducer;
 } mirror_strategy_desc;
 
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc,
@@ -253,10 +265,12 @@ MIRROR_API void mirror_strategy_destroy(mirror_strategy *s);
 MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s);
 /* The desc with defaults applied ("cpu:2", 2). */
 MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy *s);
-/* One line: "2 CPU replicas (threads), reducer cpu-ordered". */
+/* One line: "2 CPU replicas (threads), reducer cpu-ordered". A CUDA build
+   that falls back to CPU replicas says why here too. */
 MIRROR_API const char *mirror_strategy_describe(const mirror_strategy *s);
 
-/* All-reduce SUM in place: bufs[r] is replica r's buffer of n floats; after
+/* All-reduce SUM in place: bufs[r] is replica r's buffer of n floats (in
+   replica r's device memory: host memory for CPU replicas); after
    the call every buffer holds sum over r of the inputs, added in replica
    order 0, 1, 2, ... for every element (deterministic). n may be 0. */
 MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n);
@@ -393,8 +407,12 @@ typedef struct mirror_metrics {
     size_t count;    /* samples */
 } mirror_metrics;
 
-/* One synchronous step on a global batch (n <= max_batch). out may be NULL. */
+/* One synchronous step on a global batch (n <= max_batch). With out, waits
+   for the step's metrics; with out NULL, the host never waits for the
+   device: the metrics add up on the device until mirror_take_metrics. */
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
+/* The summed metrics of the steps run with out NULL since the last take. */
+MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
 /* Forward only, split across replicas, in chunks of max_batch. */
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
 /* out [n, outputs]: the last layer's output (logits, not probabilities). */
@@ -1044,18 +1062,30 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
    never touch replica memory themselves; they call these, so a backend is
    this table and nothing else. Every member is required. `dev` is the
    backend's per-replica context from open(). Shapes: rows is the shard's
-   sample count, inner the spatial size of a channel. */
+   sample count, inner the spatial size of a channel. Operations may run
+   asynchronously (a GPU stream): only download and status wait for them.
+   A failure inside an operation is kept in dev and reported by status. */
 
 typedef struct mirror__backend {
     const char *name;
-    /* Per-replica context; *workspace_bytes reports what it holds. */
-    void *(*open)(size_t replica, size_t *workspace_bytes);
+    /* Per-replica context for replica r of s; *workspace_bytes reports what
+       it holds. NULL with err set on failure. */
+    void *(*open)(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err);
     void (*close)(void *dev);
-    void *(*alloc)(void *dev, size_t bytes); /* zeroed */
+    /* Makes dev current on the calling thread (a GPU: cudaSetDevice). */
+    void (*bind)(void *dev);
+    /* The first failure since the last call (MIRROR_OK if none), into err. */
+    int (*status)(void *dev, mirror_error *err);
+    void *(*alloc)(void *dev, size_t bytes); /* zeroed device memory */
     void (*release)(void *dev, void *p);
+    /* Host memory the device copies from and to quickly (pinned on a GPU). */
+    void *(*host_alloc)(void *dev, size_t bytes);
+    void (*host_release)(void *dev, void *p);
+    /* Waits until no upload still reads the host buffers of dev. */
+    void (*host_wait)(void *dev);
     void (*zero)(void *dev, void *p, size_t bytes);
     void (*upload)(void *dev, void *dst, const void *host, size_t bytes);
-    void (*download)(void *dev, void *host, const void *src, size_t bytes);
+    void (*download)(void *dev, void *host, const void *src, size_t bytes); /* waits */
     void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                  const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                  size_t ldc);
@@ -1083,6 +1113,10 @@ typedef struct mirror__backend {
                        const int32_t *labels, size_t rows, size_t k, float inv_count);
     void (*mse)(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows,
                 size_t d, float inv_count);
+    /* acc[0] += sum of loss[r], acc[1] += sum of correct[r] (correct may be
+       NULL), in row order: a step's metrics stay on the device. */
+    void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
+                       size_t rows);
     /* One launch over the whole flat parameter arena. */
     void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, float lr, float momentum,
                 float weight_decay, int nesterov);
@@ -1091,11 +1125,14 @@ typedef struct mirror__backend {
                  float bc2_sqrt);
 } mirror__backend;
 
-/* The reducer sums n floats over the replicas' buffers (see mirror_all_reduce_sum). */
+/* The reducer sums n floats over the replicas' buffers (see
+   mirror_all_reduce_sum), queued after the work already issued on every
+   replica and before the work issued next. */
 typedef struct mirror__reducer {
     const char *name;
-    void (*all_reduce_sum)(mirror_strategy *s, float *const *bufs, size_t n);
-    void (*broadcast)(mirror_strategy *s, float *const *bufs, size_t n, size_t root);
+    int (*all_reduce_sum)(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err);
+    int (*broadcast)(mirror_strategy *s, float *const *bufs, size_t n, size_t root,
+                     mirror_error *err);
 } mirror__reducer;
 
 // >>cpu backend -------------------------------------------------------------
@@ -1105,11 +1142,14 @@ typedef struct mirror__cpu_dev {
     float *gemm_ws; /* MIRROR__GEMM_WORKSPACE floats */
 } mirror__cpu_dev;
 
-static void *mirror__cpu_open(size_t replica, size_t *workspace_bytes)
+static void *mirror__cpu_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)mirror__zalloc(1, sizeof *d);
-    (void)replica;
-    if (!d) return NULL;
+    (void)s, (void)r;
+    if (!d) {
+        mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: out of memory", r);
+        return NULL;
+    }
 #ifdef MIRROR_CBLAS
     *workspace_bytes = 0;
     d->gemm_ws = NULL;
@@ -1118,6 +1158,7 @@ static void *mirror__cpu_open(size_t replica, size_t *workspace_bytes)
     d->gemm_ws = (float *)mirror__alloc(MIRROR__GEMM_WORKSPACE, sizeof(float));
     if (!d->gemm_ws) {
         MIRROR_FREE(d);
+        mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: no memory for the GEMM workspace", r);
         return NULL;
     }
 #endif
@@ -1142,6 +1183,14 @@ static void mirror__cpu_release(void *dev, void *p)
 {
     (void)dev;
     MIRROR_FREE(p);
+}
+
+static void mirror__cpu_nothing(void *dev) { (void)dev; }
+
+static int mirror__cpu_status(void *dev, mirror_error *err)
+{
+    (void)dev, (void)err;
+    return MIRROR_OK;
 }
 
 static void mirror__cpu_zero(void *dev, void *p, size_t bytes)
@@ -1327,6 +1376,17 @@ static void mirror__cpu_mse(void *dev, float *dz, float *loss, const float *z, c
         loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
 }
 
+static void mirror__cpu_accumulate(void *dev, double *acc, const float *loss, const int32_t *correct,
+                                   size_t rows)
+{
+    size_t r;
+    (void)dev;
+    for (r = 0; r < rows; r++) {
+        acc[0] += (double)loss[r];
+        if (correct) acc[1] += (double)correct[r];
+    }
+}
+
 static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n, float lr,
                             float momentum, float weight_decay, int nesterov)
 {
@@ -1352,8 +1412,13 @@ static const mirror__backend mirror__cpu_backend = {
     "cpu",
     mirror__cpu_open,
     mirror__cpu_close,
+    mirror__cpu_nothing,
+    mirror__cpu_status,
     mirror__cpu_alloc,
     mirror__cpu_release,
+    mirror__cpu_alloc,
+    mirror__cpu_release,
+    mirror__cpu_nothing,
     mirror__cpu_zero,
     mirror__cpu_copy,
     mirror__cpu_copy,
@@ -1368,6 +1433,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_maxpool_backward,
     mirror__cpu_softmax_ce,
     mirror__cpu_mse,
+    mirror__cpu_accumulate,
     mirror__cpu_sgd,
     mirror__cpu_adam,
 };
@@ -1376,10 +1442,12 @@ static const mirror__backend mirror__cpu_backend = {
 
 struct mirror_strategy {
     size_t replicas;
-    char devices[32];  /* the device list in force, "cpu:2" */
-    char describe[128];
+    char devices[256]; /* the device list in force, "cpu:2" */
+    char describe[256];
+    mirror_reducer reducer_kind;
     const mirror__backend *backend;
     const mirror__reducer *reducer;
+    void *gpu; /* the CUDA backend's state (mirror_cuda.h), else NULL */
     mirror__team team;
     /* the reducer's current job */
     float *const *reduce_bufs;
@@ -1420,23 +1488,52 @@ static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *
 static void mirror__cpu_all_reduce_job(void *ctx, size_t worker);
 static void mirror__cpu_broadcast_job(void *ctx, size_t worker);
 
-static void mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n)
+static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
+    (void)err;
     s->reduce_bufs = bufs;
     s->reduce_n = n;
     mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+    return MIRROR_OK;
 }
 
-static void mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
+static int mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root,
+                                 mirror_error *err)
 {
+    (void)err;
     s->reduce_bufs = bufs;
     s->reduce_n = n;
     s->reduce_root = root;
     mirror__run(&s->team, mirror__cpu_broadcast_job, s);
+    return MIRROR_OK;
 }
 
 static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_all_reduce,
                                                     mirror__cpu_broadcast};
+
+#ifdef MIRROR_CUDA
+/* In mirror_cuda.h. Sets s up for GPU replicas: spec is a "cuda..." device
+   list, or NULL for every visible GPU (the first count, when count > 0);
+   sets replicas, devices, backend, reducer and gpu. On failure s is left
+   as it was and the error says why (MIRROR_ERR_DEVICE: no usable GPU). */
+static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
+static void mirror__cuda_teardown(mirror_strategy *s);
+#endif
+
+/* The reducer from the desc, else $MIRROR_REDUCER, else the default. */
+static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirror_error *err)
+{
+    const char *env = getenv("MIRROR_REDUCER");
+    if ((int)asked < 0 || asked > MIRROR_REDUCER_COPY)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: unknown reducer %d", (int)asked);
+    *out = asked;
+    if (asked != MIRROR_REDUCER_DEFAULT || !env || !*env) return MIRROR_OK;
+    if (!strcmp(env, "nccl")) *out = MIRROR_REDUCER_NCCL;
+    else if (!strcmp(env, "copy")) *out = MIRROR_REDUCER_COPY;
+    else
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_REDUCER=\"%s\": expected nccl or copy", env);
+    return MIRROR_OK;
+}
 
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_strategy **out,
                                       mirror_error *err)
@@ -1445,43 +1542,75 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     mirror_strategy *s;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     size_t count = 0, cores = online > 0 ? (size_t)online : 1;
-    int rc;
+    const char *why_cpu = "";
+    int rc, explicit_list;
     if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_strategy_create: out is NULL");
     *out = NULL;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
     if (!d.devices && !d.num_replicas) d.devices = getenv("MIRROR_DEVICES");
-    if (!d.devices || !*d.devices) d.devices = "cpu";
-    if ((rc = mirror__parse_devices(d.devices, &count, err)) != MIRROR_OK) return rc;
-    if (count && d.num_replicas && count != d.num_replicas)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\" gives %zu replicas but num_replicas is %zu",
-                             d.devices, count, d.num_replicas);
-    if (!count) count = d.num_replicas;
-    if (!count) count = MIRROR__MIN(cores, 4096);
-    if (count > 4096)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "num_replicas %zu: at most 4096", count);
-
+    explicit_list = d.devices && *d.devices;
+    if (d.num_replicas > 4096)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "num_replicas %zu: at most 4096", d.num_replicas);
     s = (mirror_strategy *)mirror__zalloc(1, sizeof *s);
     if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    if ((rc = mirror__reducer_kind(d.reducer, &s->reducer_kind, err)) != MIRROR_OK) goto fail;
+#ifdef MIRROR_CUDA
+    /* GPUs when asked for, or by default when there are any. */
+    if (!explicit_list || strncmp(d.devices, "cuda", 4) == 0) {
+        mirror_error cuda_err = {0, ""};
+        rc = mirror__cuda_setup(s, explicit_list ? d.devices : NULL, d.num_replicas,
+                                explicit_list ? err : &cuda_err);
+        if (rc == MIRROR_OK) goto team;
+        if (explicit_list) goto fail;
+        why_cpu = " (no usable GPU)";
+        {
+            char notice[320];
+            snprintf(notice, sizeof notice, "no usable GPU (%s): using CPU replicas", cuda_err.message);
+            mirror__log(MIRROR_LOG_NOTICE, notice);
+        }
+    }
+#endif
+    if ((rc = mirror__parse_devices(explicit_list ? d.devices : "cpu", &count, err)) != MIRROR_OK) goto fail;
+    if (count && d.num_replicas && count != d.num_replicas) {
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\" gives %zu replicas but num_replicas is %zu",
+                           d.devices, count, d.num_replicas);
+        goto fail;
+    }
+    if (d.reducer == MIRROR_REDUCER_NCCL) {
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: the NCCL reducer needs cuda: devices");
+        goto fail;
+    }
+    if (!count) count = d.num_replicas;
+    if (!count) count = MIRROR__MIN(cores, 4096);
     s->replicas = count;
     s->backend = &mirror__cpu_backend;
     s->reducer = &mirror__cpu_reducer;
+    s->reducer_kind = MIRROR_REDUCER_COPY;
     snprintf(s->devices, sizeof s->devices, "cpu:%zu", count);
-    snprintf(s->describe, sizeof s->describe, "%zu CPU replica%s (threads), reducer %s", count,
-             count == 1 ? "" : "s", s->reducer->name);
-    if ((rc = mirror__team_start(&s->team, count, cores, err)) != MIRROR_OK) {
-        MIRROR_FREE(s);
-        return rc;
-    }
+    snprintf(s->describe, sizeof s->describe, "%zu CPU replica%s (threads)%s, reducer %s", count,
+             count == 1 ? "" : "s", why_cpu, s->reducer->name);
+#ifdef MIRROR_CUDA
+team:
+#endif
+    if ((rc = mirror__team_start(&s->team, s->replicas, cores, err)) != MIRROR_OK) goto fail;
     *out = s;
     return MIRROR_OK;
+fail:
+#ifdef MIRROR_CUDA
+    mirror__cuda_teardown(s);
+#endif
+    MIRROR_FREE(s);
+    return rc;
 }
 
 MIRROR_API void mirror_strategy_destroy(mirror_strategy *s)
 {
     if (!s) return;
     mirror__team_stop(&s->team, s->team.size - 1); /* the helper threads */
+#ifdef MIRROR_CUDA
+    mirror__cuda_teardown(s);
+#endif
     MIRROR_FREE(s);
 }
 
@@ -1494,6 +1623,7 @@ MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy
     if (s) {
         d.devices = s->devices;
         d.num_replicas = s->replicas;
+        d.reducer = s->reducer_kind;
     }
     return d;
 }
@@ -1568,8 +1698,7 @@ MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, siz
     int rc;
     if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_all_reduce_sum: strategy is NULL");
     if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_all_reduce_sum", NULL))) return rc;
-    if (n) s->reducer->all_reduce_sum(s, bufs, n);
-    return MIRROR_OK;
+    return n ? s->reducer->all_reduce_sum(s, bufs, n, NULL) : MIRROR_OK;
 }
 
 MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
@@ -1580,8 +1709,7 @@ MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: root %zu of %zu replicas",
                              root, s->replicas);
     if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL))) return rc;
-    if (n) s->reducer->broadcast(s, bufs, n, root);
-    return MIRROR_OK;
+    return n ? s->reducer->broadcast(s, bufs, n, root, NULL) : MIRROR_OK;
 }
 
 // >>model -------------------------------------------------------------------
@@ -1623,8 +1751,11 @@ typedef struct mirror__replica {
     float *col;       /* im2col of one sample */
     float *loss;      /* [S] per-sample loss */
     int32_t *correct; /* [S] */
-    float *host_loss; /* [S] host copies for the metric sums */
-    int32_t *host_correct;
+    double *acc;      /* [2] loss and correct sums of the steps not yet taken */
+    /* host buffers (pinned on a GPU): the shard gathered, metrics read back */
+    float *host_x, *host_targets, *host_loss;
+    int32_t *host_labels, *host_correct;
+    double *host_acc;
     /* this step's shard and results */
     size_t begin, count;
     double loss_sum;
@@ -1651,6 +1782,7 @@ struct mirror_model {
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
     float **param_bufs;
     uint64_t steps;
+    size_t untaken; /* samples of the steps whose metrics stay on the device */
 };
 
 /* What the replica threads run on: one global batch, or one chunk of it. */
@@ -1660,6 +1792,7 @@ typedef struct mirror__job {
     const mirror_batch *batch;
     size_t offset, n; /* the chunk: samples [offset, offset + n) of batch */
     float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
+    int metrics_now;  /* read the loss back now, or leave it on the device */
     float *predict_out;
 } mirror__job;
 
@@ -1933,7 +2066,7 @@ static void mirror__plan(mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[7];
+    size_t S = m->shard_max, at = m->layer_bytes, off[8];
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[0] */
@@ -1941,6 +2074,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[4] = mirror__carve(&at, m->col_size, sizeof(float));       /* col */
     off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
+    off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
     if (r) {
         unsigned char *a = r->acts;
         r->input = (float *)a; /* carved first, at 0 */
@@ -1951,6 +2085,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
         r->col = (float *)(a + off[4]);
         r->loss = (float *)(a + off[5]);
         r->correct = (int32_t *)(a + off[6]);
+        r->acc = (double *)(a + off[7]);
     }
     return (at + 63) & ~(size_t)63;
 }
@@ -1965,8 +2100,12 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->grads);
         m->be->release(p->dev, p->state);
         m->be->release(p->dev, p->acts);
-        MIRROR_FREE(p->host_loss);
-        MIRROR_FREE(p->host_correct);
+        m->be->host_release(p->dev, p->host_x);
+        m->be->host_release(p->dev, p->host_labels);
+        m->be->host_release(p->dev, p->host_targets);
+        m->be->host_release(p->dev, p->host_loss);
+        m->be->host_release(p->dev, p->host_correct);
+        m->be->host_release(p->dev, p->host_acc);
         m->be->close(p->dev);
     }
     MIRROR_FREE(m->rep);
@@ -1974,6 +2113,21 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->param_bufs);
     m->rep = NULL;
     m->grad_bufs = m->param_bufs = NULL;
+}
+
+/* The first failure any replica's device met since the last check. */
+static int mirror__device_status(mirror_model *m)
+{
+    size_t r;
+    int rc = MIRROR_OK, one;
+    mirror_error e = {0, ""};
+    for (r = 0; m->rep && r < m->s->replicas; r++)
+        if (m->rep[r].dev && (one = m->be->status(m->rep[r].dev, &e)) != MIRROR_OK && rc == MIRROR_OK) {
+            rc = one;
+            m->err = e;
+        }
+    if (rc) mirror__log(MIRROR_LOG_ERROR, m->err.message);
+    return rc;
 }
 
 MIRROR_API void mirror_model_destroy(mirror_model *m)
@@ -2011,6 +2165,7 @@ MIRROR_API int mirror_model_build(mirror_model *m)
 {
     size_t R, r, act_total;
     float *init;
+    int rc;
     if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_build: model is NULL");
     if (m->sticky) return m->sticky;
     if (m->built) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: already built");
@@ -2036,15 +2191,23 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     if (!m->rep || !m->grad_bufs || !m->param_bufs || !init) goto oom;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
-        p->dev = m->be->open(r, &p->workspace_bytes);
-        if (!p->dev) goto oom;
+        size_t S = m->shard_max;
+        if (!(p->dev = m->be->open(m->s, r, &p->workspace_bytes, &m->err))) {
+            rc = m->err.code;
+            goto fail;
+        }
         p->params = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
         p->grads = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
         p->state = (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
-        p->host_loss = (float *)mirror__alloc(m->shard_max, sizeof(float));
-        p->host_correct = (int32_t *)mirror__alloc(m->shard_max, sizeof(int32_t));
-        if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct)
+        p->host_x = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
+        p->host_labels = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
+        p->host_targets = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
+        p->host_loss = (float *)m->be->host_alloc(p->dev, S * sizeof(float));
+        p->host_correct = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
+        p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
+        if (!p->params || !p->grads || !p->state || !p->acts || !p->host_x || !p->host_labels ||
+            !p->host_targets || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
         mirror__step_buffers(m, p);
         m->grad_bufs[r] = p->grads;
@@ -2054,16 +2217,21 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     mirror__init_params(m, init);
     m->be->upload(m->rep[0].dev, m->rep[0].params, init, m->nparams * sizeof(float));
     MIRROR_FREE(init);
-    m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0);
+    init = NULL;
+    if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0, &m->err)) ||
+        (rc = mirror__device_status(m)))
+        goto fail;
     m->built = 1;
     return MIRROR_OK;
 oom:
+    rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY,
+                      "mirror_model_build: out of memory for %zu replicas of %zu parameters and "
+                      "%zu activation bytes",
+                      R, m->nparams, act_total);
+fail:
     MIRROR_FREE(init);
     mirror__free_replicas(m);
-    return mirror__fail(m, MIRROR_ERR_NO_MEMORY,
-                        "mirror_model_build: out of memory for %zu replicas of %zu parameters and "
-                        "%zu activation bytes",
-                        R, m->nparams, act_total);
+    return rc;
 }
 
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
@@ -2265,42 +2433,54 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
    the replica threads: forward + backward on each shard, the all-reduce of
    the gradient arenas, and the optimizer update on every replica. */
 
-/* Copies replica r's shard of the job's chunk into its input arena. */
+/* Copies replica r's shard of the job's chunk into its arenas: gathered
+   row by row into the replica's host buffers, then one upload each. */
 static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 {
     const mirror_model *m = job->m;
     const mirror_batch *b = job->batch;
-    size_t i, in = m->in_size, out = m->out_size;
-    for (i = 0; i < r->count; i++) {
+    size_t i, in = m->in_size, out = m->out_size, S = r->count;
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT;
+    m->be->host_wait(r->dev); /* the previous upload from these buffers is done */
+    for (i = 0; i < S; i++) {
         size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
-        m->be->upload(r->dev, r->input + i * in, b->x + row * in, in * sizeof(float));
-        if (job->mode == MIRROR__PREDICT) continue;
-        if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE)
-            m->be->upload(r->dev, r->labels + i, b->labels + row, sizeof(int32_t));
+        memcpy(r->host_x + i * in, b->x + row * in, in * sizeof(float));
+        if (!with_y) continue;
+        if (ce)
+            r->host_labels[i] = b->labels[row];
         else
-            m->be->upload(r->dev, r->targets + i * out, b->targets + row * out, out * sizeof(float));
+            memcpy(r->host_targets + i * out, b->targets + row * out, out * sizeof(float));
     }
+    if (!S) return;
+    m->be->upload(r->dev, r->input, r->host_x, S * in * sizeof(float));
+    if (with_y && ce) m->be->upload(r->dev, r->labels, r->host_labels, S * sizeof(int32_t));
+    if (with_y && !ce) m->be->upload(r->dev, r->targets, r->host_targets, S * out * sizeof(float));
 }
 
 /* The loss layer: per-sample loss, correct flags and the output gradient
-   (divided by the global count) into delta[0]; sums in r->loss_sum. */
-static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count)
+   (divided by the global count) into delta[0]. The sums go to the host now
+   (r->loss_sum, which waits for the device) or stay on the device (r->acc). */
+static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count, int now)
 {
     const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
     size_t i, S = r->count;
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
     r->loss_sum = 0.0;
     r->correct_sum = 0;
     if (!S) return;
-    if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE) {
-        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size,
-                          inv_count);
-        m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
-        for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
-    } else {
+    if (ce)
+        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size, inv_count);
+    else
         m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count);
+    if (!now) {
+        m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
+        return;
     }
     m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
     for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
+    if (!ce) return;
+    m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
+    for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
 }
 
 /* Replica `worker`: its shard in, forward, then the loss and backward, or
@@ -2310,16 +2490,18 @@ static void mirror__compute_job(void *ctx, size_t worker)
     const mirror__job *job = (const mirror__job *)ctx;
     mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
+    m->be->bind(r->dev);
     mirror_shard(job->n, m->s->replicas, worker, &r->begin, &r->count);
     mirror__load_shard(job, r);
     mirror__forward(m, r, r->count);
     if (job->mode == MIRROR__PREDICT) {
         const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
-        m->be->download(r->dev, job->predict_out + (job->offset + r->begin) * m->out_size, z,
-                        r->count * m->out_size * sizeof(float));
+        if (r->count)
+            m->be->download(r->dev, job->predict_out + (job->offset + r->begin) * m->out_size, z,
+                            r->count * m->out_size * sizeof(float));
         return;
     }
-    mirror__loss(m, r, job->inv_count);
+    mirror__loss(m, r, job->inv_count, job->metrics_now);
     if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count);
 }
 
@@ -2330,6 +2512,7 @@ static void mirror__update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
+    m->be->bind(r->dev);
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     size_t n = m->nparams;
     if (o->kind == MIRROR_OPT_SGD) {
@@ -2408,40 +2591,74 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
     job.batch = b;
     job.n = b->n;
     job.inv_count = 1.0f / (float)b->n;
+    job.metrics_now = out != NULL;
     mirror__run(&m->s->team, mirror__compute_job, &job);
-    m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams);
+    if ((rc = mirror__device_status(m)) ||
+        (rc = m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams, &m->err)))
+        return rc;
     m->steps++;
     mirror__run(&m->s->team, mirror__update_job, &job);
+    if ((rc = mirror__device_status(m))) return rc;
+    if (!out) {
+        m->untaken += b->n;
+        return MIRROR_OK;
+    }
     mirror__collect(m, &sum);
-    if (out) *out = sum;
+    *out = sum;
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
+{
+    mirror_metrics sum = {0.0, 0, 0};
+    size_t r;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_take_metrics"))) return rc;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_take_metrics: out is NULL");
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        m->be->download(p->dev, p->host_acc, p->acc, 2 * sizeof(double));
+        m->be->zero(p->dev, p->acc, 2 * sizeof(double));
+        mirror__metrics_add(&sum, p->host_acc[0], (size_t)p->host_acc[1], 0);
+    }
+    if ((rc = mirror__device_status(m))) return rc;
+    sum.count = m->untaken;
+    m->untaken = 0;
+    *out = sum;
     return MIRROR_OK;
 }
 
 /* Forward passes over b in chunks of max_batch (evaluate or predict). */
-static void mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t chunk, int mode,
-                                   float *pred, mirror_metrics *acc)
+static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t chunk, int mode,
+                                  float *pred, mirror_metrics *acc)
 {
     mirror__job job;
+    int rc;
     if (!chunk || chunk > m->desc.max_batch) chunk = m->desc.max_batch;
     memset(&job, 0, sizeof job);
     job.m = m;
     job.mode = mode;
     job.batch = b;
+    job.metrics_now = 1;
     job.predict_out = pred;
     for (job.offset = 0; job.offset < b->n; job.offset += chunk) {
         job.n = MIRROR__MIN(chunk, b->n - job.offset);
         job.inv_count = 1.0f / (float)job.n;
         mirror__run(&m->s->team, mirror__compute_job, &job);
+        if ((rc = mirror__device_status(m))) return rc;
         if (acc) mirror__collect(m, acc);
     }
+    return MIRROR_OK;
 }
 
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     mirror_metrics sum = {0.0, 0, 0};
     int rc;
-    if ((rc = mirror__check_batch(m, b, "mirror_evaluate_batch", 1))) return rc;
-    mirror__forward_chunks(m, b, 0, MIRROR__EVAL, NULL, &sum);
+    if ((rc = mirror__check_batch(m, b, "mirror_evaluate_batch", 1)) ||
+        (rc = mirror__forward_chunks(m, b, 0, MIRROR__EVAL, NULL, &sum)))
+        return rc;
     if (out) *out = sum;
     return MIRROR_OK;
 }
@@ -2455,8 +2672,7 @@ MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *
     b.n = n;
     if ((rc = mirror__check_batch(m, &b, "mirror_predict", 0))) return rc;
     if (n && !out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_predict: out is NULL");
-    mirror__forward_chunks(m, &b, 0, MIRROR__PREDICT, out, NULL);
-    return MIRROR_OK;
+    return mirror__forward_chunks(m, &b, 0, MIRROR__PREDICT, out, NULL);
 }
 
 // >>data --------------------------------------------------------------------
@@ -2867,8 +3083,7 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
     mirror__batch_of(&b, ds, NULL, ds->count);
     if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1))) return rc;
     memset(out ? out : &sum, 0, sizeof sum);
-    mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
-    return MIRROR_OK;
+    return mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
 }
 
 static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps,
@@ -2941,14 +3156,15 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
         mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
         for (step = 0; step < steps && rc == MIRROR_OK; step++) {
             mirror_batch b;
-            mirror_metrics one;
+            mirror_metrics taken;
             mirror__batch_of(&b, d.train, perm + step * d.batch,
                              MIRROR__MIN(d.batch, d.train->count - step * d.batch));
-            if ((rc = mirror_train_step(m, &b, &one))) break;
-            mirror__metrics_add(&acc, one.loss_sum, one.correct, one.count);
-            if (bar && (mirror__now() - shown > 0.1 || step + 1 == steps)) {
+            if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
+            if (step + 1 == steps || (bar && mirror__now() - shown > 0.1)) {
+                if ((rc = mirror_take_metrics(m, &taken))) break;
+                mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
-                mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
+                if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
             }
         }
         if (rc) break;

@@ -76,7 +76,7 @@ int main(void)
     mirror_model *m[2][2][2]; /* [batch][cnn][replicas - 1] */
     size_t perm[SAMPLES], cnn, r, round, n, bi;
     double t[2][2][2][ROUNDS], fwd[2][ROUNDS], reduce[ROUNDS];
-    mirror_strategy_desc sd = {"cpu:1", 0};
+    mirror_strategy_desc sd = {"cpu:1", 0, MIRROR_REDUCER_DEFAULT};
     float *bufs[2];
 
     mirror_dataset_synthetic_digits(&ds, SAMPLES, 1, NULL);

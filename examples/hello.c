@@ -16,7 +16,7 @@ static void die(const char *what) { fprintf(stderr, "hello: %s\n", what); exit(1
 int main(void)
 {
     mirror_error err = {0, ""};
-    mirror_strategy_desc sd = {"cpu:2", 0}; /* two replicas, each a thread */
+    mirror_strategy_desc sd = {"cpu:2", 0, MIRROR_REDUCER_DEFAULT}; /* 2 replicas, 2 threads */
     mirror_model_desc md = {0};
     mirror_dataset train, test;
     mirror_strategy *s;

@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 {
     options o = {NULL, "cnn", NULL, "adam", 0, 3, 64, 10000, 0.0, 1};
     mirror_error err = {0, ""};
-    mirror_strategy_desc sd = {NULL, 0};
+    mirror_strategy_desc sd;
     mirror_model_desc md;
     mirror_fit_desc fd;
     mirror_dataset train = {0}, test = {0};
@@ -148,6 +148,7 @@ int main(int argc, char **argv)
         rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
     else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
         rc = mirror_dataset_synthetic_digits(&test, o.synthetic / 5 + 1, o.seed + 7919, &err);
+    memset(&sd, 0, sizeof sd);
     sd.devices = o.devices;
     sd.num_replicas = o.replicas;
     if (rc || (rc = mirror_strategy_create(&sd, &s, &err))) {

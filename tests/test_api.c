@@ -35,6 +35,7 @@ static mirror_strategy *strategy(const char *devices, size_t replicas)
 {
     mirror_strategy_desc d;
     mirror_strategy *s = NULL;
+    memset(&d, 0, sizeof d);
     d.devices = devices;
     d.num_replicas = replicas;
     if (mirror_strategy_create(&d, &s, NULL) != MIRROR_OK) return NULL;
@@ -50,6 +51,7 @@ static void expect_strategy_fail(const char *devices, size_t replicas, int want,
     mirror_error err = {0, ""};
     long live = live_allocs;
     int rc;
+    memset(&d, 0, sizeof d);
     d.devices = devices;
     d.num_replicas = replicas;
     rc = mirror_strategy_create(&d, &s, &err);
@@ -1086,6 +1088,34 @@ static void test_destroy_null(void)
     CHECK(ds.x == NULL && ds.count == 0, "destroy and free accept NULL and a zeroed dataset");
 }
 
+/* The reducer: NCCL is a GPU reducer; MIRROR_REDUCER must name one. */
+static void test_reducer(void)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    mirror_error err = {0, ""};
+    memset(&d, 0, sizeof d);
+    d.devices = "cpu:2";
+    d.reducer = MIRROR_REDUCER_NCCL;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && !s && strstr(err.message, "NCCL"),
+          "the NCCL reducer on CPU replicas is an error naming NCCL (%s)", err.message);
+    d.reducer = (mirror_reducer)7;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && !s, "an unknown reducer is an error");
+    d.reducer = MIRROR_REDUCER_COPY;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK && mirror_strategy_query_desc(s).reducer == MIRROR_REDUCER_COPY,
+          "the copy reducer on CPU replicas");
+    mirror_strategy_destroy(s);
+    s = NULL;
+    d.reducer = MIRROR_REDUCER_DEFAULT;
+    setenv("MIRROR_REDUCER", "bogus", 1);
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && !s && strstr(err.message, "MIRROR_REDUCER"),
+          "MIRROR_REDUCER=bogus is an error naming the variable (%s)", err.message);
+    setenv("MIRROR_REDUCER", "nccl", 1);
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK, "MIRROR_REDUCER=nccl is ignored by CPU replicas");
+    mirror_strategy_destroy(s);
+    unsetenv("MIRROR_REDUCER");
+}
+
 int main(void)
 {
     mirror_strategy *s3;
@@ -1095,6 +1125,7 @@ int main(void)
     for (i = 0; i < 16 * 3; i++) T[i] = (float)(i % 5) / 4.0f;
 
     test_strategy();
+    test_reducer();
     s3 = strategy("cpu:3", 0);
     CHECK(s3 != NULL, "a strategy of 3 replicas");
     if (!s3) return check_done("test_api");

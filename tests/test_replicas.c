@@ -12,7 +12,7 @@
 
 static mirror_strategy *strategy(size_t replicas)
 {
-    mirror_strategy_desc d = {"cpu", 0};
+    mirror_strategy_desc d = {"cpu", 0, MIRROR_REDUCER_DEFAULT};
     mirror_strategy *s = NULL;
     d.num_replicas = replicas;
     mirror_strategy_create(&d, &s, NULL);
@@ -283,6 +283,35 @@ static void test_pool(void)
     CHECK(live_allocs == live, "destroy freed every allocation (%ld left)", live_allocs - live);
 }
 
+/* Metrics left on the device (out NULL) and taken later equal the ones
+   read back at every step. */
+static void test_deferred_metrics(void)
+{
+    size_t perm[95], k;
+    mirror_strategy *s = strategy(3);
+    mirror_model *now = model(s, 1, MIRROR_OPT_SGD, 10), *later = model(s, 1, MIRROR_OPT_SGD, 10);
+    mirror_metrics sum = {0.0, 0, 0}, one, taken, empty;
+    mirror_batch b;
+    for (k = 0; k < 10; k++) {
+        memset(&b, 0, sizeof b);
+        if (k == 0) mirror_permutation(perm, data.count, 11, 0);
+        b.x = data.x, b.labels = data.labels, b.rows = data.count;
+        b.index = perm + k * 10, b.n = k == 9 ? 5 : 10;
+        mirror_train_step(now, &b, &one);
+        sum.loss_sum += one.loss_sum, sum.correct += one.correct, sum.count += one.count;
+        CHECK(mirror_train_step(later, &b, NULL) == MIRROR_OK, "step without metrics");
+    }
+    CHECK(mirror_take_metrics(later, &taken) == MIRROR_OK, "take metrics");
+    CHECK(taken.count == 95 && taken.correct == sum.correct && fabs(taken.loss_sum - sum.loss_sum) <= 1e-9 * sum.loss_sum,
+          "taken metrics (%zu samples, %zu correct, loss %.9g) equal the per-step ones (%zu, %zu, %.9g)",
+          taken.count, taken.correct, taken.loss_sum, sum.count, sum.correct, sum.loss_sum);
+    CHECK(mirror_take_metrics(later, &empty) == MIRROR_OK && empty.count == 0 && empty.loss_sum == 0.0,
+          "a second take is empty");
+    mirror_model_destroy(now);
+    mirror_model_destroy(later);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     make_data();
@@ -293,6 +322,7 @@ int main(void)
     test_determinism();
     test_small_batches_and_predict();
     test_pool();
+    test_deferred_metrics();
     mirror_dataset_free(&data);
     return check_done("test_replicas");
 }
