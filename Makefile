@@ -1,6 +1,8 @@
 # mirror: make (examples), make run (train), make test (everything that runs
-# on this machine), make bench. Variables: CC, OPT, ARCH, BUILD, SAN (address
-# | thread | valgrind), NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas).
+# on this machine), make test-gpu (needs a GPU), make bench. Variables: CC,
+# OPT, ARCH, BUILD, SAN (address | thread | valgrind), NO_ZLIB=1,
+# MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH, NCCL_HOME,
+# NO_CUDA=1, CUDA_ARCH.
 
 CC    ?= cc
 CXX   ?= c++
@@ -40,10 +42,34 @@ ifeq ($(MIRROR_CBLAS),1)
   CFLAGS_ALL += -DMIRROR_CBLAS
   LDLIBS_ALL += $(CBLAS_LIBS)
 endif
+# nvcc and NCCL, found by compiling probes.
+CUDA_PATH ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_PATH)
+NVCC      ?= $(CUDA_PATH)/bin/nvcc
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+ifneq ($(NO_CUDA),1)
+  HAVE_NVCC := $(shell printf '__global__ void k(void){}\nint main(void){k<<<1,1>>>();return 0;}\n' >/tmp/mirror_probe_$$$$.cu && \
+                 $(NVCC) -c /tmp/mirror_probe_$$$$.cu -o /tmp/mirror_probe_$$$$.o >/dev/null 2>&1 && echo 1; \
+                 rm -f /tmp/mirror_probe_$$$$.cu /tmp/mirror_probe_$$$$.o)
+endif
+ifeq ($(HAVE_NVCC),1)
+  HAVE_NCCL := $(shell printf '\043include <nccl.h>\nint main(void){int v; return ncclGetVersion(&v);}\n' | \
+                 $(CC) -x c - -o /dev/null -I$(NCCL_HOME)/include -I$(CUDA_PATH)/include \
+                 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -lnccl >/dev/null 2>&1 && echo 1)
+endif
+comma := ,
+NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
+            -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno)) \
+            $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
+CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
+            -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart -lcublas \
+            $(if $(HAVE_NCCL),-lnccl) -lstdc++
+
 HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;}\n' | \
                  $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
 
-EXAMPLES = $(BUILD)/train $(BUILD)/hello
+EXAMPLES = $(BUILD)/train $(BUILD)/hello $(if $(HAVE_NVCC),$(BUILD)/train_cuda)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 ifeq ($(HAVE_ZLIB),1)
@@ -53,13 +79,20 @@ endif
 all: info $(EXAMPLES)
 
 info:
-	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) build=$(BUILD)"
+	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no) nccl=$(if $(HAVE_NCCL),yes,no) build=$(BUILD)"
 
 $(BUILD)/%: examples/%.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+# The CUDA trainer: examples/train.c from C, the library from the one .cu file.
+$(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/train_cuda: examples/train.c $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
@@ -71,13 +104,14 @@ $(BUILD):
 	mkdir -p $@
 
 RUN_ARGS ?= --model cnn --epochs 3
-run: info $(BUILD)/train
-	./$(BUILD)/train $(RUN_ARGS)
+TRAINER = $(if $(HAVE_NVCC),train_cuda,train)
+run: info $(BUILD)/$(TRAINER)
+	./$(BUILD)/$(TRAINER) $(RUN_ARGS)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
 test: info $(TESTS) $(EXAMPLES)
-	@CC="$(CC)" CXX="$(CXX)" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
+	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 	./$(BUILD)/bench_train

@@ -1107,7 +1107,8 @@ typedef struct mirror__backend {
     void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
                             size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
     void (*maxpool_backward)(void *dev, float *dx, const int32_t *arg, const float *dy,
-                             size_t planes, size_t h, size_t w, size_t ho, size_t wo);
+                             size_t planes, size_t h, size_t w, size_t k, size_t stride, size_t ho,
+                             size_t wo);
     /* Per row: loss[r], correct[r], dz[r, :]. */
     void (*softmax_ce)(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
                        const int32_t *labels, size_t rows, size_t k, float inv_count);
@@ -1345,10 +1346,11 @@ static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const
 }
 
 static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
-                                         size_t planes, size_t h, size_t w, size_t ho, size_t wo)
+                                         size_t planes, size_t h, size_t w, size_t k, size_t stride,
+                                         size_t ho, size_t wo)
 {
     size_t p, i;
-    (void)dev;
+    (void)dev, (void)k, (void)stride;
     memset(dx, 0, planes * h * w * sizeof(float));
     for (p = 0; p < planes; p++, dx += h * w)
         for (i = 0; i < ho * wo; i++) dx[*arg++] += *dy++;
@@ -2418,7 +2420,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
         case MIRROR__MAXPOOL2D:
             be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
-                                 l->oh, l->ow);
+                                 l->k, l->stride, l->oh, l->ow);
             break;
         case MIRROR__FLATTEN: continue;
         }

@@ -1,13 +1,18 @@
 /* train.c - the mirror example trainer: an MLP or a small CNN on every replica.
 
-   Build and run:   make run            (or: make && ./build/train --help)
+   Build and run:   make run            (or: make && ./build/train --help;
+                                         build/train_cuda is the same on GPUs)
    Fashion-MNIST:   apt install dataset-fashion-mnist
                     ./build/train --data /usr/share/datasets/fashion-mnist --model cnn --epochs 3
 
    Without --data it trains on mirror's built-in synthetic digits. It prints a
    progress bar on a terminal, one line per epoch, and a closing line
    "final: key=value ...". */
+/* The CPU build compiles the library here; the CUDA build (build/train_cuda)
+   links it from examples/mirror_cuda.cu, compiled by nvcc, instead. */
+#ifndef TRAIN_LINKS_MIRROR
 #define MIRROR_IMPLEMENTATION
+#endif
 #include "../mirror.h"
 
 #include <stdio.h>

@@ -994,7 +994,7 @@ static void test_maxpool(void)
     CHECK(memcmp(arg, want_arg, sizeof arg) == 0, "maxpool argmax %d %d %d %d | %d %d %d %d", arg[0], arg[1], arg[2],
           arg[3], arg[4], arg[5], arg[6], arg[7]);
     for (i = 0; i < 32; i++) dx[i] = NAN;
-    mirror__cpu_maxpool_backward(NULL, dx, arg, dy, 2, 4, 4, 2, 2);
+    mirror__cpu_maxpool_backward(NULL, dx, arg, dy, 2, 4, 4, 2, 2, 2, 2);
     for (i = 0; i < 32; i++) {
         float want = 0.0f;
         size_t j;
@@ -1015,7 +1015,7 @@ static void test_maxpool(void)
         CHECK(y3[0] == 9 && y3[1] == 9 && y3[2] == 9 && y3[3] == 9 && a3[0] == 4 && a3[1] == 4 && a3[2] == 4 &&
                   a3[3] == 4,
               "maxpool overlapping forward");
-        mirror__cpu_maxpool_backward(NULL, dx3, a3, dy3, 1, 3, 3, 2, 2);
+        mirror__cpu_maxpool_backward(NULL, dx3, a3, dy3, 1, 3, 3, 2, 1, 2, 2);
         wrong = 0;
         for (i = 0; i < 9; i++) wrong += dx3[i] != (i == 4 ? 10.0f : 0.0f);
         CHECK(wrong == 0, "maxpool overlapping backward: centre %g (want 10)", (double)dx3[4]);

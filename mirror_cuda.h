@@ -1,0 +1,922 @@
+/* mirror_cuda.h - the CUDA backend of mirror.h: replicas on every GPU of a
+   machine, kernels that call mirror.h's shared math, cuBLAS GEMMs, NCCL.
+
+// >>manual ==================================================================
+
+   BUILDING
+
+      Exactly one .cu file of the program compiles the implementation:
+
+          // mirror_cuda.cu
+          #define MIRROR_IMPLEMENTATION
+          #include "mirror_cuda.h"
+
+          nvcc -O3 -arch=sm_90 -c mirror_cuda.cu -o mirror_cuda.o
+          cc -O3 -std=c99 app.c mirror_cuda.o -o app -L$CUDA_PATH/lib64 \
+             -lcudart -lcublas -lnccl -lstdc++ -lm -lpthread
+
+      Every other file includes mirror.h alone, from C, without
+      MIRROR_IMPLEMENTATION: the same API, now with GPU replicas. Define
+      MIRROR_NO_NCCL to build without NCCL (the copy reducer then does all
+      reductions).
+
+   DEVICES
+
+      With no device list, every visible GPU is a replica (CUDA_VISIBLE_DEVICES
+      is honoured by the runtime); mirror_strategy_desc.devices or
+      MIRROR_DEVICES take "cuda" (all), "cuda:0,1" (GPUs 0 and 1),
+      "cuda:0,0,0,0" (four replicas on GPU 0) or "cpu:N". When the program
+      finds no driver or no GPU it trains on CPU replicas and logs one notice
+      line saying why; an explicit "cuda..." list there is an error
+      (MIRROR_ERR_DEVICE) with the runtime's message.
+
+   REDUCERS
+
+      nccl   ncclCommInitAll over the replicas' GPUs, one all-reduce per step
+             over the flat gradient arena, on the replicas' streams inside
+             ncclGroupStart/End. Needs distinct GPUs: NCCL refuses two ranks
+             on one GPU.
+      copy   the sum on the first replica's GPU, adding replica 0, 1, 2, ...
+             in that order (the CPU reducer's order, so the same bits), then
+             copies back; GPUs reached by peer copies. The default when
+             replicas share a GPU or NCCL is absent.
+      Choose with mirror_strategy_desc.reducer or MIRROR_REDUCER=nccl|copy.
+
+   STREAMS AND WAITING
+
+      Each replica has one stream; a replica's host thread only queues work
+      on it. Shards are gathered into pinned host buffers and copied
+      asynchronously. Within mirror_train_step the host waits for nothing
+      unless the caller asks for the step's metrics (out != NULL); with
+      out == NULL the loss sums stay on the device until mirror_take_metrics.
+      mirror_fit reads them once per progress update and once per epoch.
+
+   ERRORS
+
+      Every CUDA, cuBLAS and NCCL call is checked. A failure becomes a
+      result code (MIRROR_ERR_NO_MEMORY for out-of-memory, MIRROR_ERR_DEVICE
+      otherwise) with a message naming the call and the library's own error
+      string, returned by the mirror_* call that met it.
+*/
+#ifndef MIRROR_CUDA_H
+#define MIRROR_CUDA_H
+
+#define MIRROR_CUDA 1
+#include "mirror.h"
+
+#if defined(MIRROR_IMPLEMENTATION) && !defined(MIRROR_CUDA_IMPLEMENTATION_DONE)
+#define MIRROR_CUDA_IMPLEMENTATION_DONE
+
+#ifndef __CUDACC__
+#error "compile the file that defines MIRROR_IMPLEMENTATION and includes mirror_cuda.h with nvcc"
+#endif
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#ifndef MIRROR_NO_NCCL
+#include <nccl.h>
+#endif
+
+extern "C" {
+
+// >>cuda errors -------------------------------------------------------------
+
+/* A replica's device context: its GPU, its stream (the strategy's), its
+   cuBLAS handle, and the first failure since the last status() call. */
+typedef struct mirror__cuda_dev {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t uploaded; /* after the last upload from the host buffers */
+    int code;
+    char message[256];
+} mirror__cuda_dev;
+
+static void mirror__cuda_record(mirror__cuda_dev *d, int code, const char *what, const char *why)
+{
+    if (d->code) return;
+    d->code = code;
+    snprintf(d->message, sizeof d->message, "GPU %d: %s: %s", d->device, what, why);
+}
+
+/* Records a failed runtime call; returns whether it succeeded. */
+static int mirror__cuda_ok(mirror__cuda_dev *d, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return 1;
+    mirror__cuda_record(d, e == cudaErrorMemoryAllocation ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_DEVICE, what,
+                        cudaGetErrorString(e));
+    return 0;
+}
+
+static int mirror__blas_ok(mirror__cuda_dev *d, cublasStatus_t e, const char *what)
+{
+    if (e == CUBLAS_STATUS_SUCCESS) return 1;
+    mirror__cuda_record(d, e == CUBLAS_STATUS_ALLOC_FAILED ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_DEVICE, what,
+                        cublasGetStatusString(e));
+    return 0;
+}
+
+/* After a launch: the launch error, if any (does not wait). */
+#define MIRROR__LAUNCHED(d, name) mirror__cuda_ok(d, cudaGetLastError(), name)
+
+// >>kernels -----------------------------------------------------------------
+/* Each kernel adds indexing to the shared math of mirror.h and nothing more;
+   where the CPU backend sums in a fixed order, so does the kernel, so that
+   the two give the same bits. A grid-stride loop covers any n. */
+
+#define MIRROR__THREADS 256
+
+static unsigned mirror__blocks(size_t n)
+{
+    size_t b = (n + MIRROR__THREADS - 1) / MIRROR__THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+#define MIRROR__FOR_EACH(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void mirror__k_bias_add(float *y, const float *bias, size_t total, size_t channels, size_t inner)
+{
+    MIRROR__FOR_EACH(i, total) y[i] += bias[(i / inner) % channels];
+}
+
+/* One block per channel: each thread sums a fixed stride of the (row, i)
+   pairs, then a fixed tree: the same order every run. */
+__global__ void mirror__k_bias_grad(float *db, const float *dy, size_t rows, size_t channels, size_t inner)
+{
+    __shared__ float part[MIRROR__THREADS];
+    size_t c = blockIdx.x, n = rows * inner, j;
+    float s = 0.0f;
+    for (j = threadIdx.x; j < n; j += blockDim.x) s += dy[((j / inner) * channels + c) * inner + j % inner];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) db[c] += part[0];
+}
+
+__global__ void mirror__k_relu_forward(float *y, const float *x, size_t n)
+{
+    MIRROR__FOR_EACH(i, n) y[i] = mirror_hd_relu(x[i]);
+}
+
+__global__ void mirror__k_relu_backward(float *d, const float *y, size_t n)
+{
+    MIRROR__FOR_EACH(i, n) d[i] = mirror_hd_relu_grad(y[i], d[i]);
+}
+
+/* col[(ch*k + ki)*k + kj][oy*wo + ox] = x[ch][oy*s + ki - p][ox*s + kj - p] */
+__global__ void mirror__k_im2col(float *col, const float *x, size_t c, size_t h, size_t w, size_t k,
+                                 size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    size_t hw = ho * wo;
+    MIRROR__FOR_EACH(i, c * k * k * hw)
+    {
+        size_t row = i / hw, pos = i % hw, ch = row / (k * k), ki = row / k % k, kj = row % k;
+        long iy = (long)(pos / wo * stride + ki) - (long)pad, ix = (long)(pos % wo * stride + kj) - (long)pad;
+        col[i] = iy >= 0 && iy < (long)h && ix >= 0 && ix < (long)w ? x[(ch * h + iy) * w + ix] : 0.0f;
+    }
+}
+
+/* One thread per pixel gathers its col entries in the CPU's order (ki, kj). */
+__global__ void mirror__k_col2im(float *x, const float *col, size_t c, size_t h, size_t w, size_t k,
+                                 size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    MIRROR__FOR_EACH(i, c * h * w)
+    {
+        size_t ch = i / (h * w), iy = i / w % h, ix = i % w, ki, kj;
+        float s = 0.0f;
+        for (ki = 0; ki < k; ki++)
+            for (kj = 0; kj < k; kj++) {
+                size_t ty = iy + pad - ki, tx = ix + pad - kj; /* = o*stride when it is a tap */
+                if (iy + pad < ki || ix + pad < kj || ty % stride || tx % stride) continue;
+                if (ty / stride >= ho || tx / stride >= wo) continue;
+                s += col[((ch * k + ki) * k + kj) * ho * wo + ty / stride * wo + tx / stride];
+            }
+        x[i] = s;
+    }
+}
+
+__global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x, size_t planes, size_t h,
+                                          size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    MIRROR__FOR_EACH(o, planes * ho * wo)
+    {
+        const float *p = x + o / (ho * wo) * h * w;
+        size_t oy = o / wo % ho, ox = o % wo, best = oy * stride * w + ox * stride, i, j;
+        for (i = 0; i < k; i++)
+            for (j = 0; j < k; j++) {
+                size_t at = (oy * stride + i) * w + ox * stride + j;
+                if (p[at] > p[best]) best = at;
+            }
+        y[o] = p[best];
+        arg[o] = (int32_t)best;
+    }
+}
+
+/* One thread per input pixel adds the outputs that chose it, in output order. */
+__global__ void mirror__k_maxpool_backward(float *dx, const int32_t *arg, const float *dy, size_t planes,
+                                           size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    MIRROR__FOR_EACH(i, planes * h * w)
+    {
+        size_t plane = i / (h * w), at = i % (h * w), iy = at / w, ix = at % w, oy, ox;
+        size_t oy0 = iy + 1 > k ? (iy + 1 - k + stride - 1) / stride : 0, ox0 = ix + 1 > k ? (ix + 1 - k + stride - 1) / stride : 0;
+        float s = 0.0f;
+        for (oy = oy0; oy < ho && oy * stride <= iy; oy++)
+            for (ox = ox0; ox < wo && ox * stride <= ix; ox++) {
+                size_t o = (plane * ho + oy) * wo + ox;
+                if ((size_t)arg[o] == at) s += dy[o];
+            }
+        dx[i] = s;
+    }
+}
+
+__global__ void mirror__k_softmax_ce(float *dz, float *loss, int32_t *correct, const float *z,
+                                     const int32_t *labels, size_t rows, size_t k, float inv_count)
+{
+    MIRROR__FOR_EACH(r, rows)
+    {
+        int ok;
+        loss[r] = mirror_hd_softmax_ce_row(z + r * k, k, labels[r], inv_count, dz + r * k, &ok);
+        correct[r] = ok;
+    }
+}
+
+__global__ void mirror__k_mse(float *dz, float *loss, const float *z, const float *t, size_t rows, size_t d,
+                              float inv_count)
+{
+    MIRROR__FOR_EACH(r, rows) loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
+}
+
+/* One thread, rows in order: the CPU backend's sum, on the device. */
+__global__ void mirror__k_accumulate(double *acc, const float *loss, const int32_t *correct, size_t rows)
+{
+    size_t r;
+    for (r = 0; r < rows; r++) {
+        acc[0] += (double)loss[r];
+        if (correct) acc[1] += (double)correct[r];
+    }
+}
+
+__global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, float lr, float momentum,
+                              float weight_decay, int nesterov)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float unused = 0.0f;
+        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i], lr, momentum, weight_decay, nesterov);
+    }
+}
+
+__global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+                               float beta2, float eps, float weight_decay, int decoupled, float bc1,
+                               float bc2_sqrt)
+{
+    MIRROR__FOR_EACH(i, n)
+    mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
+}
+
+/* The copy reducer's sum: out[i] = in[0][i] + in[1][i] + ... in that order. */
+#define MIRROR__COPY_MAX 64
+typedef struct mirror__sources {
+    const float *p[MIRROR__COPY_MAX];
+} mirror__sources;
+
+__global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float s = in.p[0][i];
+        size_t r;
+        for (r = 1; r < count; r++) s += in.p[r][i];
+        out[i] = s;
+    }
+}
+
+// >>cuda backend ------------------------------------------------------------
+
+/* The strategy's GPU state: one stream per replica, NCCL communicators. */
+typedef struct mirror__gpu {
+    size_t replicas;
+    int *device;
+    cudaStream_t *stream;
+    cudaEvent_t *ready; /* recorded on a replica's stream before a reduction */
+    cudaEvent_t reduced;
+    int nccl;
+#ifndef MIRROR_NO_NCCL
+    ncclComm_t *comm;
+#endif
+    float *stage; /* the copy reducer's staging on the first GPU, for other GPUs' buffers */
+    size_t stage_floats;
+} mirror__gpu;
+
+static mirror__cuda_dev *mirror__cuda_enter(void *dev)
+{
+    mirror__cuda_dev *d = (mirror__cuda_dev *)dev;
+    mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice");
+    return d;
+}
+
+static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
+{
+    const mirror__gpu *g = (const mirror__gpu *)s->gpu;
+    mirror__cuda_dev *d = (mirror__cuda_dev *)mirror__zalloc(1, sizeof *d);
+    if (!d) {
+        mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: out of memory", r);
+        return NULL;
+    }
+    d->device = g->device[r];
+    d->stream = g->stream[r];
+    *workspace_bytes = 0;
+    if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
+        !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
+        !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
+        !mirror__cuda_ok(d, cudaEventCreateWithFlags(&d->uploaded, cudaEventDisableTiming), "cudaEventCreate")) {
+        mirror__error(err, d->code, "replica %zu: %s", r, d->message);
+        if (d->blas) cublasDestroy(d->blas);
+        MIRROR_FREE(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void mirror__cuda_close(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    cudaStreamSynchronize(d->stream);
+    cublasDestroy(d->blas);
+    cudaEventDestroy(d->uploaded);
+    MIRROR_FREE(d);
+}
+
+static void mirror__cuda_bind(void *dev) { mirror__cuda_enter(dev); }
+
+static int mirror__cuda_status(void *dev, mirror_error *err)
+{
+    mirror__cuda_dev *d = (mirror__cuda_dev *)dev;
+    int code = d->code;
+    if (!code) return MIRROR_OK;
+    mirror__error(err, code, "%s", d->message);
+    d->code = 0;
+    return code;
+}
+
+static void *mirror__cuda_alloc(void *dev, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    void *p = NULL;
+    bytes = bytes ? bytes : 256; /* never NULL for an empty arena */
+    if (!mirror__cuda_ok(d, cudaMalloc(&p, bytes), "cudaMalloc")) return NULL;
+    if (!mirror__cuda_ok(d, cudaMemsetAsync(p, 0, bytes, d->stream), "cudaMemsetAsync")) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void mirror__cuda_release(void *dev, void *p)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!p) return;
+    cudaStreamSynchronize(d->stream);
+    cudaFree(p);
+}
+
+static void *mirror__cuda_host_alloc(void *dev, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    void *p = NULL;
+    bytes = bytes ? bytes : 64;
+    if (!mirror__cuda_ok(d, cudaMallocHost(&p, bytes), "cudaMallocHost")) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void mirror__cuda_host_release(void *dev, void *p)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!p) return;
+    cudaStreamSynchronize(d->stream);
+    cudaFreeHost(p);
+}
+
+static void mirror__cuda_host_wait(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__cuda_ok(d, cudaEventSynchronize(d->uploaded), "cudaEventSynchronize");
+}
+
+static void mirror__cuda_zero(void *dev, void *p, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (bytes) mirror__cuda_ok(d, cudaMemsetAsync(p, 0, bytes, d->stream), "cudaMemsetAsync");
+}
+
+static void mirror__cuda_upload(void *dev, void *dst, const void *host, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!bytes) return;
+    if (mirror__cuda_ok(d, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, d->stream), "cudaMemcpyAsync"))
+        mirror__cuda_ok(d, cudaEventRecord(d->uploaded, d->stream), "cudaEventRecord");
+}
+
+static void mirror__cuda_download(void *dev, void *host, const void *src, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!bytes) return;
+    if (mirror__cuda_ok(d, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, d->stream), "cudaMemcpyAsync"))
+        mirror__cuda_ok(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
+                              size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!m || !n) return;
+    if (!k) { /* cuBLAS needs k >= 1: C = beta C */
+        if (beta == 0.0f && ldc == n)
+            mirror__cuda_ok(d, cudaMemsetAsync(c, 0, m * n * sizeof(float), d->stream), "cudaMemsetAsync");
+        else
+            mirror__blas_ok(d, cublasSscal(d->blas, (int)(m * ldc), &beta, c, 1), "cublasSscal");
+        return;
+    }
+    mirror__blas_ok(d,
+                    cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
+                                (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc),
+                    "cublasSgemm");
+}
+
+static void mirror__cuda_bias_add(void *dev, float *y, const float *bias, size_t rows, size_t channels, size_t inner)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    size_t n = rows * channels * inner;
+    if (!n) return;
+    mirror__k_bias_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, bias, n, channels, inner);
+    MIRROR__LAUNCHED(d, "bias_add kernel");
+}
+
+static void mirror__cuda_bias_grad(void *dev, float *db, const float *dy, size_t rows, size_t channels, size_t inner)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows || !channels) return;
+    mirror__k_bias_grad<<<(unsigned)channels, MIRROR__THREADS, 0, d->stream>>>(db, dy, rows, channels, inner);
+    MIRROR__LAUNCHED(d, "bias_grad kernel");
+}
+
+static void mirror__cuda_relu_forward(void *dev, float *y, const float *x, size_t n)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_relu_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, x, n);
+    MIRROR__LAUNCHED(d, "relu_forward kernel");
+}
+
+static void mirror__cuda_relu_backward(void *dev, float *dd, const float *y, size_t n)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_relu_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(dd, y, n);
+    MIRROR__LAUNCHED(d, "relu_backward kernel");
+}
+
+static void mirror__cuda_im2col(void *dev, float *col, const float *x, size_t c, size_t h, size_t w, size_t k,
+                                size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_im2col<<<mirror__blocks(c * k * k * ho * wo), MIRROR__THREADS, 0, d->stream>>>(col, x, c, h, w, k, stride,
+                                                                                          pad, ho, wo);
+    MIRROR__LAUNCHED(d, "im2col kernel");
+}
+
+static void mirror__cuda_col2im(void *dev, float *x, const float *col, size_t c, size_t h, size_t w, size_t k,
+                                size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_col2im<<<mirror__blocks(c * h * w), MIRROR__THREADS, 0, d->stream>>>(x, col, c, h, w, k, stride, pad, ho,
+                                                                                wo);
+    MIRROR__LAUNCHED(d, "col2im kernel");
+}
+
+static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x, size_t planes, size_t h,
+                                         size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!planes) return;
+    mirror__k_maxpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(y, arg, x, planes, h, w,
+                                                                                                 k, stride, ho, wo);
+    MIRROR__LAUNCHED(d, "maxpool_forward kernel");
+}
+
+static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy, size_t planes,
+                                          size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!planes) return;
+    mirror__k_maxpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(dx, arg, dy, planes, h,
+                                                                                                w, k, stride, ho, wo);
+    MIRROR__LAUNCHED(d, "maxpool_backward kernel");
+}
+
+static void mirror__cuda_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
+                                    const int32_t *labels, size_t rows, size_t k, float inv_count)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows) return;
+    mirror__k_softmax_ce<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, correct, z, labels, rows, k,
+                                                                               inv_count);
+    MIRROR__LAUNCHED(d, "softmax_ce kernel");
+}
+
+static void mirror__cuda_mse(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows, size_t dd,
+                             float inv_count)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows) return;
+    mirror__k_mse<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, z, t, rows, dd, inv_count);
+    MIRROR__LAUNCHED(d, "mse kernel");
+}
+
+static void mirror__cuda_accumulate(void *dev, double *acc, const float *loss, const int32_t *correct, size_t rows)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows) return;
+    mirror__k_accumulate<<<1, 1, 0, d->stream>>>(acc, loss, correct, rows);
+    MIRROR__LAUNCHED(d, "accumulate kernel");
+}
+
+static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n, float lr, float momentum,
+                             float weight_decay, int nesterov)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_sgd<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, g, n, lr, momentum, weight_decay, nesterov);
+    MIRROR__LAUNCHED(d, "sgd kernel");
+}
+
+static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+                              float beta2, float eps, float weight_decay, int decoupled, float bc1, float bc2_sqrt)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, lr, beta1, beta2, eps,
+                                                                       weight_decay, decoupled, bc1, bc2_sqrt);
+    MIRROR__LAUNCHED(d, "adam kernel");
+}
+
+static const mirror__backend mirror__cuda_backend = {
+    "cuda",
+    mirror__cuda_open,
+    mirror__cuda_close,
+    mirror__cuda_bind,
+    mirror__cuda_status,
+    mirror__cuda_alloc,
+    mirror__cuda_release,
+    mirror__cuda_host_alloc,
+    mirror__cuda_host_release,
+    mirror__cuda_host_wait,
+    mirror__cuda_zero,
+    mirror__cuda_upload,
+    mirror__cuda_download,
+    mirror__cuda_gemm,
+    mirror__cuda_bias_add,
+    mirror__cuda_bias_grad,
+    mirror__cuda_relu_forward,
+    mirror__cuda_relu_backward,
+    mirror__cuda_im2col,
+    mirror__cuda_col2im,
+    mirror__cuda_maxpool_forward,
+    mirror__cuda_maxpool_backward,
+    mirror__cuda_softmax_ce,
+    mirror__cuda_mse,
+    mirror__cuda_accumulate,
+    mirror__cuda_sgd,
+    mirror__cuda_adam,
+};
+
+// >>cuda reducers -----------------------------------------------------------
+
+/* The strategy-level error of a runtime or NCCL call. */
+static int mirror__gpu_ok(cudaError_t e, const char *what, mirror_error *err)
+{
+    if (e == cudaSuccess) return 1;
+    mirror__error(err, e == cudaErrorMemoryAllocation ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_DEVICE, "%s: %s", what,
+                  cudaGetErrorString(e));
+    return 0;
+}
+
+#ifndef MIRROR_NO_NCCL
+static int mirror__nccl_ok(ncclResult_t e, const char *what, mirror_error *err)
+{
+    if (e == ncclSuccess) return 1;
+    mirror__error(err, MIRROR_ERR_DEVICE, "%s: %s", what, ncclGetErrorString(e));
+    return 0;
+}
+
+/* One NCCL call per replica, on its stream, inside a group: after the work
+   already queued on every stream, before the work queued next. */
+static int mirror__nccl_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    size_t r;
+    int ok;
+    if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return err ? err->code : MIRROR_ERR_DEVICE;
+    for (r = 0, ok = 1; r < g->replicas && ok; r++)
+        ok = mirror__nccl_ok(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat, ncclSum, g->comm[r], g->stream[r]),
+                             "ncclAllReduce", err);
+    if (!mirror__nccl_ok(ncclGroupEnd(), "ncclGroupEnd", ok ? err : NULL) || !ok) return MIRROR_ERR_DEVICE;
+    return MIRROR_OK;
+}
+
+static int mirror__nccl_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    size_t r;
+    int ok;
+    if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return MIRROR_ERR_DEVICE;
+    for (r = 0, ok = 1; r < g->replicas && ok; r++)
+        ok = mirror__nccl_ok(ncclBroadcast(bufs[r], bufs[r], n, ncclFloat, (int)root, g->comm[r], g->stream[r]),
+                             "ncclBroadcast", err);
+    if (!mirror__nccl_ok(ncclGroupEnd(), "ncclGroupEnd", ok ? err : NULL) || !ok) return MIRROR_ERR_DEVICE;
+    return MIRROR_OK;
+}
+
+static const mirror__reducer mirror__nccl_reducer = {"nccl", mirror__nccl_all_reduce, mirror__nccl_broadcast};
+#endif
+
+/* The copy reducer, in the strategy's order of events: every replica's
+   stream marks its work done; the root's stream waits for all of them,
+   gathers (peer copies for other GPUs), sums in replica order, copies the
+   result back to every replica; every stream waits for that. */
+static int mirror__copy_gather_wait(mirror__gpu *g, size_t root, mirror_error *err)
+{
+    size_t r;
+    for (r = 0; r < g->replicas; r++) {
+        if (!mirror__gpu_ok(cudaSetDevice(g->device[r]), "cudaSetDevice", err) ||
+            !mirror__gpu_ok(cudaEventRecord(g->ready[r], g->stream[r]), "cudaEventRecord", err))
+            return 0;
+    }
+    if (!mirror__gpu_ok(cudaSetDevice(g->device[root]), "cudaSetDevice", err)) return 0;
+    for (r = 0; r < g->replicas; r++)
+        if (!mirror__gpu_ok(cudaStreamWaitEvent(g->stream[root], g->ready[r], 0), "cudaStreamWaitEvent", err))
+            return 0;
+    return 1;
+}
+
+/* Copies bufs[root] to every other replica on the root's stream, then makes
+   every stream wait for the copies. */
+static int mirror__copy_scatter(mirror__gpu *g, float *const *bufs, size_t n, size_t root, mirror_error *err)
+{
+    size_t r;
+    for (r = 0; r < g->replicas; r++) {
+        if (r == root) continue;
+        if (!mirror__gpu_ok(cudaMemcpyPeerAsync(bufs[r], g->device[r], bufs[root], g->device[root], n * sizeof(float),
+                                                g->stream[root]),
+                            "cudaMemcpyPeerAsync", err))
+            return MIRROR_ERR_DEVICE;
+    }
+    if (!mirror__gpu_ok(cudaEventRecord(g->reduced, g->stream[root]), "cudaEventRecord", err)) return MIRROR_ERR_DEVICE;
+    for (r = 0; r < g->replicas; r++) {
+        if (r == root) continue;
+        if (!mirror__gpu_ok(cudaSetDevice(g->device[r]), "cudaSetDevice", err) ||
+            !mirror__gpu_ok(cudaStreamWaitEvent(g->stream[r], g->reduced, 0), "cudaStreamWaitEvent", err))
+            return MIRROR_ERR_DEVICE;
+    }
+    return MIRROR_OK;
+}
+
+static int mirror__copy_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    mirror__sources src;
+    size_t r, staged = 0;
+    if (g->replicas == 1) return MIRROR_OK;
+    if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
+    /* Buffers on other GPUs come over to the first GPU's staging area. */
+    for (r = 1; r < g->replicas; r++) staged += g->device[r] != g->device[0];
+    if (staged * n > g->stage_floats) {
+        cudaFree(g->stage);
+        g->stage = NULL;
+        g->stage_floats = 0;
+        if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * n * sizeof(float)), "cudaMalloc (copy reducer staging)", err))
+            return err ? err->code : MIRROR_ERR_NO_MEMORY;
+        g->stage_floats = staged * n;
+    }
+    src.p[0] = bufs[0];
+    for (r = 1, staged = 0; r < g->replicas; r++) {
+        if (g->device[r] == g->device[0]) {
+            src.p[r] = bufs[r];
+            continue;
+        }
+        src.p[r] = g->stage + staged++ * n;
+        if (!mirror__gpu_ok(cudaMemcpyPeerAsync((void *)src.p[r], g->device[0], bufs[r], g->device[r], n * sizeof(float),
+                                                g->stream[0]),
+                            "cudaMemcpyPeerAsync", err))
+            return MIRROR_ERR_DEVICE;
+    }
+    mirror__k_sum<<<mirror__blocks(n), MIRROR__THREADS, 0, g->stream[0]>>>(bufs[0], src, g->replicas, n);
+    if (!mirror__gpu_ok(cudaGetLastError(), "copy reducer sum kernel", err)) return MIRROR_ERR_DEVICE;
+    return mirror__copy_scatter(g, bufs, n, 0, err);
+}
+
+static int mirror__copy_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    if (g->replicas == 1) return MIRROR_OK;
+    if (!mirror__copy_gather_wait(g, root, err)) return MIRROR_ERR_DEVICE;
+    return mirror__copy_scatter(g, bufs, n, root, err);
+}
+
+static const mirror__reducer mirror__copy_reducer = {"copy", mirror__copy_all_reduce, mirror__copy_broadcast};
+
+// >>cuda devices ------------------------------------------------------------
+
+static void mirror__cuda_teardown(mirror_strategy *s)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    size_t r;
+    if (!g) return;
+#ifndef MIRROR_NO_NCCL
+    for (r = 0; g->comm && r < g->replicas; r++)
+        if (g->comm[r]) ncclCommDestroy(g->comm[r]);
+    MIRROR_FREE(g->comm);
+#endif
+    for (r = 0; g->stream && r < g->replicas; r++) {
+        cudaSetDevice(g->device[r]);
+        if (g->stream[r]) {
+            cudaStreamSynchronize(g->stream[r]);
+            cudaStreamDestroy(g->stream[r]);
+        }
+        if (g->ready[r]) cudaEventDestroy(g->ready[r]);
+    }
+    if (g->replicas && g->device) {
+        cudaSetDevice(g->device[0]);
+        if (g->reduced) cudaEventDestroy(g->reduced);
+        cudaFree(g->stage);
+    }
+    MIRROR_FREE(g->device);
+    MIRROR_FREE(g->stream);
+    MIRROR_FREE(g->ready);
+    MIRROR_FREE(g);
+    s->gpu = NULL;
+}
+
+/* "cuda", "cuda:0,1", "cuda:0,0,0,0", or NULL (every GPU), into ids. */
+static int mirror__cuda_parse(const char *spec, int visible, size_t count, int **ids, size_t *n, mirror_error *err)
+{
+    const char *p = spec ? spec + 4 : "";
+    size_t i, cap = 1;
+    *ids = NULL;
+    *n = 0;
+    if (spec && strncmp(spec, "cuda", 4) != 0)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\": expected \"cuda\" or \"cuda:0,1,...\"", spec);
+    if (*p == '\0') { /* every visible GPU, or the first count */
+        if (count > (size_t)visible)
+            return mirror__error(err, MIRROR_ERR_DEVICE, "%zu replicas asked for, %d GPUs visible", count, visible);
+        *n = count ? count : (size_t)visible;
+        if (!(*ids = (int *)mirror__alloc(*n, sizeof(int))))
+            return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+        for (i = 0; i < *n; i++) (*ids)[i] = (int)i;
+        return MIRROR_OK;
+    }
+    if (*p != ':' || !p[1])
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\": expected \"cuda:0,1,...\"", spec);
+    for (i = 1; p[i]; i++) cap += p[i] == ',';
+    if (cap > 4096 || !(*ids = (int *)mirror__alloc(cap, sizeof(int))))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\": too many entries", spec);
+    for (p++; *p;) {
+        char *end;
+        long id;
+        errno = 0;
+        id = strtol(p, &end, 10);
+        if (end == p || errno || id < 0 || (*end && *end != ',') || (*end == ',' && !end[1])) {
+            MIRROR_FREE(*ids);
+            *ids = NULL;
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\": expected GPU numbers separated by commas",
+                                 spec);
+        }
+        if (id >= visible) {
+            MIRROR_FREE(*ids);
+            *ids = NULL;
+            return mirror__error(err, MIRROR_ERR_DEVICE, "devices \"%s\": GPU %ld does not exist (%d visible)", spec, id,
+                                 visible);
+        }
+        (*ids)[(*n)++] = (int)id;
+        p = *end ? end + 1 : end;
+    }
+    if (count && count != *n) {
+        MIRROR_FREE(*ids);
+        *ids = NULL;
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\" gives %zu replicas but num_replicas is %zu", spec,
+                             *n, count);
+    }
+    return MIRROR_OK;
+}
+
+static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err)
+{
+    mirror__gpu *g;
+    struct cudaDeviceProp prop;
+    int visible = 0, shared = 0, rc;
+    size_t r, q, used;
+    int *ids;
+    cudaError_t e = cudaGetDeviceCount(&visible);
+    if (e != cudaSuccess)
+        return mirror__error(err, MIRROR_ERR_DEVICE, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    if (visible < 1) return mirror__error(err, MIRROR_ERR_DEVICE, "no CUDA device is visible");
+    if ((rc = mirror__cuda_parse(spec, visible, count, &ids, &count, err))) return rc;
+    for (r = 0; r < count; r++)
+        for (q = 0; q < r; q++) shared |= ids[q] == ids[r];
+    if (s->reducer_kind == MIRROR_REDUCER_NCCL && shared) {
+        MIRROR_FREE(ids);
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "the NCCL reducer needs distinct GPUs (NCCL refuses two ranks on one GPU); "
+                             "use the copy reducer");
+    }
+#ifdef MIRROR_NO_NCCL
+    if (s->reducer_kind == MIRROR_REDUCER_NCCL) {
+        MIRROR_FREE(ids);
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "the NCCL reducer: this build has no NCCL");
+    }
+#endif
+    if (s->reducer_kind != MIRROR_REDUCER_NCCL && count > MIRROR__COPY_MAX) {
+        MIRROR_FREE(ids);
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "the copy reducer takes at most %d replicas", MIRROR__COPY_MAX);
+    }
+    g = (mirror__gpu *)mirror__zalloc(1, sizeof *g);
+    if (!g) {
+        MIRROR_FREE(ids);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    }
+    s->gpu = g;
+    g->replicas = count;
+    g->device = ids;
+    g->stream = (cudaStream_t *)mirror__zalloc(count, sizeof(cudaStream_t));
+    g->ready = (cudaEvent_t *)mirror__zalloc(count, sizeof(cudaEvent_t));
+    if (!g->stream || !g->ready) {
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+        goto fail;
+    }
+    for (r = 0; r < count; r++)
+        if (!mirror__gpu_ok(cudaSetDevice(ids[r]), "cudaSetDevice", err) ||
+            !mirror__gpu_ok(cudaStreamCreateWithFlags(&g->stream[r], cudaStreamNonBlocking), "cudaStreamCreate", err) ||
+            !mirror__gpu_ok(cudaEventCreateWithFlags(&g->ready[r], cudaEventDisableTiming), "cudaEventCreate", err)) {
+            rc = err ? err->code : MIRROR_ERR_DEVICE;
+            goto fail;
+        }
+    if (!mirror__gpu_ok(cudaSetDevice(ids[0]), "cudaSetDevice", err) ||
+        !mirror__gpu_ok(cudaEventCreateWithFlags(&g->reduced, cudaEventDisableTiming), "cudaEventCreate", err)) {
+        rc = err ? err->code : MIRROR_ERR_DEVICE;
+        goto fail;
+    }
+    /* Peer access lets the copy reducer read other GPUs directly; where it
+       is refused, cudaMemcpyPeerAsync still works through the host. */
+    for (r = 0; r < count; r++)
+        if (ids[r] != ids[0]) {
+            int can = 0;
+            cudaDeviceCanAccessPeer(&can, ids[0], ids[r]);
+            if (can && cudaDeviceEnablePeerAccess(ids[r], 0) != cudaSuccess) cudaGetLastError();
+        }
+    g->nccl = s->reducer_kind == MIRROR_REDUCER_NCCL || (s->reducer_kind == MIRROR_REDUCER_DEFAULT && !shared && count > 1);
+#ifdef MIRROR_NO_NCCL
+    g->nccl = 0;
+#else
+    if (g->nccl) {
+        g->comm = (ncclComm_t *)mirror__zalloc(count, sizeof(ncclComm_t));
+        if (!g->comm) {
+            rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+            goto fail;
+        }
+        if (!mirror__nccl_ok(ncclCommInitAll(g->comm, (int)count, ids), "ncclCommInitAll", err)) {
+            rc = MIRROR_ERR_DEVICE;
+            goto fail;
+        }
+    }
+#endif
+    s->replicas = count;
+    s->backend = &mirror__cuda_backend;
+#ifndef MIRROR_NO_NCCL
+    s->reducer = g->nccl ? &mirror__nccl_reducer : &mirror__copy_reducer;
+#else
+    s->reducer = &mirror__copy_reducer;
+#endif
+    s->reducer_kind = g->nccl ? MIRROR_REDUCER_NCCL : MIRROR_REDUCER_COPY;
+    used = (size_t)snprintf(s->devices, sizeof s->devices, "cuda:");
+    for (r = 0; r < count && used < sizeof s->devices; r++)
+        used += (size_t)snprintf(s->devices + used, sizeof s->devices - used, r ? ",%d" : "%d", ids[r]);
+    if (cudaGetDeviceProperties(&prop, ids[0]) != cudaSuccess) snprintf(prop.name, sizeof prop.name, "unknown");
+    snprintf(s->describe, sizeof s->describe, "%zu CUDA replica%s on %s (%s), reducer %s", count, count == 1 ? "" : "s",
+             s->devices, prop.name, s->reducer->name);
+    return MIRROR_OK;
+fail:
+    mirror__cuda_teardown(s);
+    return rc;
+}
+
+} /* extern "C" */
+
+#endif /* MIRROR_IMPLEMENTATION */
+#endif /* MIRROR_CUDA_H */
