@@ -94,6 +94,16 @@ $(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD
 $(BUILD)/train_cuda: examples/train.c $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
+# The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
+$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.h | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/test_cuda: $(BUILD)/test_cuda.o
+	$(CXX) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
+
+test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda
+	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" sh tests/gpu/run.sh
+
 $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
@@ -110,7 +120,7 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-test: info $(TESTS) $(EXAMPLES)
+test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda)
 	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
@@ -126,5 +136,5 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 clean:
 	rm -rf build
 
-.PHONY: all info run test bench clean
+.PHONY: all info run test test-gpu bench clean
 .PRECIOUS: $(BUILD)/%

@@ -2225,11 +2225,12 @@ MIRROR_API int mirror_model_build(mirror_model *m)
         goto fail;
     m->built = 1;
     return MIRROR_OK;
-oom:
-    rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY,
-                      "mirror_model_build: out of memory for %zu replicas of %zu parameters and "
-                      "%zu activation bytes",
-                      R, m->nparams, act_total);
+oom: /* the device's own message (which call, its error string) when it has one */
+    if ((rc = mirror__device_status(m)) == MIRROR_OK)
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY,
+                          "mirror_model_build: out of memory for %zu replicas of %zu parameters and "
+                          "%zu activation bytes",
+                          R, m->nparams, act_total);
 fail:
     MIRROR_FREE(init);
     mirror__free_replicas(m);

@@ -82,6 +82,9 @@ fi
 # The CUDA trainer (built when nvcc is found). Without a GPU it must fall
 # back to CPU replicas with one notice line and train to the same final:
 # line; an explicit cuda: device must fail cleanly.
+if [ -n "$NVCC" ]; then
+    check "tests/gpu/test_cuda.cu builds (make test-gpu runs it on a GPU)" test -x "$BUILD/test_cuda"
+fi
 if [ -x "$BUILD/train_cuda" ]; then
     "$BUILD/train_cuda" --model mlp --epochs 1 --synthetic 1000 --batch 50 --replicas 2 >"$tmp/cuda.out" 2>"$tmp/cuda.err"
     check "build/train_cuda ends with a final: line" grep -q '^final: replicas=2 epochs=1 .*test_acc=' "$tmp/cuda.out"

@@ -1,0 +1,62 @@
+#!/bin/sh
+# tests/gpu/run.sh - make test-gpu: the CUDA backend on a real GPU. Runs the
+# GPU tests, the same under compute-sanitizer (memcheck, racecheck) where it
+# is installed, and the CUDA trainer; writes $BUILD/gpu-results.txt (date,
+# commit, GPU, counts) for bench/RESULTS.md; ends with "N passed, N failed".
+BUILD=${BUILD:-build}
+CUDA_PATH=${CUDA_PATH:-/usr/local/cuda}
+passed=0
+failed=0
+log=$BUILD/test-gpu.log
+: >"$log"
+
+check() {
+    name=$1
+    shift
+    if "$@" >>"$log" 2>&1; then
+        passed=$((passed + 1))
+        echo "ok: $name"
+    else
+        failed=$((failed + 1))
+        echo "FAILED: $name"
+    fi
+}
+
+# The test program's own checks count one by one.
+"$BUILD/test_cuda" >"$BUILD/test_cuda.out" 2>&1
+rc=$?
+cat "$BUILD/test_cuda.out"
+line=$(grep -E '^test_cuda: [0-9]+ passed, [0-9]+ failed$' "$BUILD/test_cuda.out" | tail -n 1)
+if [ -n "$line" ]; then
+    passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')))
+    [ "$rc" -eq 0 ] || [ "$(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')" -ne 0 ] || failed=$((failed + 1))
+else
+    echo "test_cuda: no result line (exit $rc)"
+    failed=$((failed + 1))
+fi
+
+sanitizer=$(command -v compute-sanitizer || echo "$CUDA_PATH/bin/compute-sanitizer")
+if [ -x "$sanitizer" ]; then
+    for tool in memcheck racecheck; do
+        check "compute-sanitizer --tool $tool over the GPU tests" \
+            "$sanitizer" --tool "$tool" --error-exitcode 99 "$BUILD/test_cuda"
+    done
+else
+    echo "compute-sanitizer not found: skipped"
+fi
+
+check "build/train_cuda trains on the GPU to a final: line" sh -c \
+    "$BUILD/train_cuda --model cnn --epochs 1 --synthetic 4000 | tee -a $log | grep -q '^strategy: .*CUDA replica' && grep -q '^final:' $log"
+check "build/train_cuda on 4 replicas of one GPU (copy reducer)" sh -c \
+    "$BUILD/train_cuda --devices cuda:0,0,0,0 --model mlp --epochs 1 --synthetic 4000 | grep -q '^final: replicas=4'"
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+{
+    echo "date: $(date -u +%Y-%m-%d)"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null)"
+    echo "gpu: ${gpu:-unknown}"
+    echo "make test-gpu: $passed passed, $failed failed"
+} >"$BUILD/gpu-results.txt"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
