@@ -120,12 +120,18 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda)
+test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda $(BUILD)/bench_gpu)
 	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 	./$(BUILD)/bench_train
 	$(if $(HAVE_OPENBLAS),./$(BUILD)/bench_gemm,@echo "bench_gemm: needs OpenBLAS (apt-get install libopenblas-dev)")
+
+bench-gpu: info $(BUILD)/bench_gpu
+	@BUILD="$(BUILD)" sh bench/gpu.sh
+
+$(BUILD)/bench_gpu: bench/bench_gpu.c $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 $(BUILD)/bench_train: bench/bench_train.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
@@ -136,5 +142,5 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-gpu bench clean
+.PHONY: all info run test test-gpu bench bench-gpu clean
 .PRECIOUS: $(BUILD)/%

@@ -1,0 +1,21 @@
+#!/bin/sh
+# bench/gpu.sh - make bench-gpu: mirror and PyTorch side by side on one GPU,
+# in one run, then mirror's step time with 1, 2 and 4 replicas on the GPU.
+BUILD=${BUILD:-build}
+"$BUILD/bench_gpu" >"$BUILD/bench_gpu.txt" || exit 1
+if python3 -c 'import torch, numpy' 2>/dev/null; then
+    python3 bench/bench_torch.py >"$BUILD/bench_torch.txt" || : >"$BUILD/bench_torch.txt"
+else
+    echo "PyTorch not installed (pip install torch numpy): mirror's figures only"
+    : >"$BUILD/bench_torch.txt"
+fi
+grep '^#' "$BUILD/bench_gpu.txt" "$BUILD/bench_torch.txt" | cut -d: -f2-
+printf '%-6s %6s %14s %14s %8s\n' model batch "mirror (/s)" "torch (/s)" ratio
+for key in "mlp 128" "cnn 256"; do
+    m=$(grep "^mirror $key " "$BUILD/bench_gpu.txt" | awk '{print $4}')
+    t=$(grep "^torch $key " "$BUILD/bench_torch.txt" | awk '{print $4}')
+    awk -v k="$key" -v m="$m" -v t="$t" 'BEGIN { split(k, a, " ");
+        printf "%-6s %6s %14s %14s %8s\n", a[1], a[2], m, (t == "" ? "-" : t), (t == "" ? "-" : sprintf("%.2fx", m / t)) }'
+done
+echo "step time of the CNN at global batch 256 on one GPU:"
+grep '^replicas' "$BUILD/bench_gpu.txt" | awk '{ printf "  %s replica(s): %s ms\n", $2, $3 }'
