@@ -2218,6 +2218,7 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     /* One generator fills replica 0; the broadcast makes every replica equal. */
     mirror__init_params(m, init);
     m->be->upload(m->rep[0].dev, m->rep[0].params, init, m->nparams * sizeof(float));
+    m->be->host_wait(m->rep[0].dev); /* the copy has read init */
     MIRROR_FREE(init);
     init = NULL;
     if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0, &m->err)) ||
@@ -2312,9 +2313,11 @@ MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n
     if (!src || n != m->nparams)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_set_parameters: src must hold %zu floats",
                             m->nparams);
-    for (r = 0; r < m->s->replicas; r++)
+    for (r = 0; r < m->s->replicas; r++) {
         m->be->upload(m->rep[r].dev, m->rep[r].params, src, n * sizeof(float));
-    return MIRROR_OK;
+        m->be->host_wait(m->rep[r].dev); /* src is the caller's again on return */
+    }
+    return mirror__device_status(m);
 }
 
 MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_memory_report *out)
