@@ -14,13 +14,14 @@ CFLAGS_ALL = $(OPT) $(ARCH) -ffp-contract=fast -fno-math-errno $(WARN) -g $(CFLA
 LDLIBS_ALL = -lm -lpthread $(LDLIBS)
 
 ifeq ($(SAN),address)
-  CFLAGS_ALL += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  SAN_FLAGS = -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
   BUILD = build/asan
 endif
 ifeq ($(SAN),thread)
-  CFLAGS_ALL += -fsanitize=thread
+  SAN_FLAGS = -fsanitize=thread
   BUILD = build/tsan
 endif
+CFLAGS_ALL += $(SAN_FLAGS)
 # valgrind knows no AVX-512: a baseline build, every binary run under memcheck.
 ifeq ($(SAN),valgrind)
   ARCH =
@@ -60,7 +61,7 @@ ifeq ($(HAVE_NVCC),1)
 endif
 comma := ,
 NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
-            -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno)) \
+            -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
 CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
             -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart -lcublas \
@@ -99,7 +100,7 @@ $(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
-	$(CXX) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
+	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" sh tests/gpu/run.sh

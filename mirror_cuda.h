@@ -99,10 +99,13 @@ static void mirror__cuda_record(mirror__cuda_dev *d, int code, const char *what,
     snprintf(d->message, sizeof d->message, "GPU %d: %s: %s", d->device, what, why);
 }
 
-/* Records a failed runtime call; returns whether it succeeded. */
+/* Records a failed runtime call; returns whether it succeeded. The runtime
+   keeps the error as the thread's last error too: clear it, so that the
+   next launch check does not report it again. */
 static int mirror__cuda_ok(mirror__cuda_dev *d, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess) return 1;
+    (void)cudaGetLastError();
     mirror__cuda_record(d, e == cudaErrorMemoryAllocation ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_DEVICE, what,
                         cudaGetErrorString(e));
     return 0;
@@ -304,7 +307,7 @@ typedef struct mirror__gpu {
     int *device;
     cudaStream_t *stream;
     cudaEvent_t *ready; /* recorded on a replica's stream before a reduction */
-    cudaEvent_t reduced;
+    cudaEvent_t *done;  /* recorded on the root's stream after it: one per GPU's replica */
     int nccl;
 #ifndef MIRROR_NO_NCCL
     ncclComm_t *comm;
@@ -437,11 +440,14 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!m || !n) return;
-    if (!k) { /* cuBLAS needs k >= 1: C = beta C */
-        if (beta == 0.0f && ldc == n)
-            mirror__cuda_ok(d, cudaMemsetAsync(c, 0, m * n * sizeof(float), d->stream), "cudaMemsetAsync");
+    if (!k) { /* cuBLAS needs k >= 1: C = beta C, and 0 (not 0 * NaN) for beta 0 */
+        size_t i;
+        if (beta == 0.0f)
+            mirror__cuda_ok(d, cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, d->stream),
+                            "cudaMemset2DAsync");
         else
-            mirror__blas_ok(d, cublasSscal(d->blas, (int)(m * ldc), &beta, c, 1), "cublasSscal");
+            for (i = 0; i < m; i++)
+                if (!mirror__blas_ok(d, cublasSscal(d->blas, (int)n, &beta, c + i * ldc, 1), "cublasSscal")) break;
         return;
     }
     mirror__blas_ok(d,
@@ -603,6 +609,7 @@ static const mirror__backend mirror__cuda_backend = {
 static int mirror__gpu_ok(cudaError_t e, const char *what, mirror_error *err)
 {
     if (e == cudaSuccess) return 1;
+    (void)cudaGetLastError(); /* see mirror__cuda_ok */
     mirror__error(err, e == cudaErrorMemoryAllocation ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_DEVICE, "%s: %s", what,
                   cudaGetErrorString(e));
     return 0;
@@ -678,11 +685,12 @@ static int mirror__copy_scatter(mirror__gpu *g, float *const *bufs, size_t n, si
                             "cudaMemcpyPeerAsync", err))
             return MIRROR_ERR_DEVICE;
     }
-    if (!mirror__gpu_ok(cudaEventRecord(g->reduced, g->stream[root]), "cudaEventRecord", err)) return MIRROR_ERR_DEVICE;
+    if (!mirror__gpu_ok(cudaEventRecord(g->done[root], g->stream[root]), "cudaEventRecord", err))
+        return MIRROR_ERR_DEVICE;
     for (r = 0; r < g->replicas; r++) {
         if (r == root) continue;
         if (!mirror__gpu_ok(cudaSetDevice(g->device[r]), "cudaSetDevice", err) ||
-            !mirror__gpu_ok(cudaStreamWaitEvent(g->stream[r], g->reduced, 0), "cudaStreamWaitEvent", err))
+            !mirror__gpu_ok(cudaStreamWaitEvent(g->stream[r], g->done[root], 0), "cudaStreamWaitEvent", err))
             return MIRROR_ERR_DEVICE;
     }
     return MIRROR_OK;
@@ -698,7 +706,7 @@ static int mirror__copy_all_reduce(mirror_strategy *s, float *const *bufs, size_
     /* Buffers on other GPUs come over to the first GPU's staging area. */
     for (r = 1; r < g->replicas; r++) staged += g->device[r] != g->device[0];
     if (staged * n > g->stage_floats) {
-        cudaFree(g->stage);
+        if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
         g->stage = NULL;
         g->stage_floats = 0;
         if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * n * sizeof(float)), "cudaMalloc (copy reducer staging)", err))
@@ -739,6 +747,8 @@ static void mirror__cuda_teardown(mirror_strategy *s)
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     size_t r;
     if (!g) return;
+    for (r = 0; g->stream && r < g->replicas; r++) /* nothing left in flight */
+        if (g->stream[r] && cudaSetDevice(g->device[r]) == cudaSuccess) cudaStreamSynchronize(g->stream[r]);
 #ifndef MIRROR_NO_NCCL
     for (r = 0; g->comm && r < g->replicas; r++)
         if (g->comm[r]) ncclCommDestroy(g->comm[r]);
@@ -746,20 +756,19 @@ static void mirror__cuda_teardown(mirror_strategy *s)
 #endif
     for (r = 0; g->stream && r < g->replicas; r++) {
         cudaSetDevice(g->device[r]);
-        if (g->stream[r]) {
-            cudaStreamSynchronize(g->stream[r]);
-            cudaStreamDestroy(g->stream[r]);
-        }
-        if (g->ready[r]) cudaEventDestroy(g->ready[r]);
+        if (g->stream[r]) cudaStreamDestroy(g->stream[r]);
+        if (g->ready && g->ready[r]) cudaEventDestroy(g->ready[r]);
+        if (g->done && g->done[r]) cudaEventDestroy(g->done[r]);
     }
-    if (g->replicas && g->device) {
+    if (g->stage) {
         cudaSetDevice(g->device[0]);
-        if (g->reduced) cudaEventDestroy(g->reduced);
         cudaFree(g->stage);
     }
+    (void)cudaGetLastError();
     MIRROR_FREE(g->device);
     MIRROR_FREE(g->stream);
     MIRROR_FREE(g->ready);
+    MIRROR_FREE(g->done);
     MIRROR_FREE(g);
     s->gpu = NULL;
 }
@@ -842,10 +851,6 @@ static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "the NCCL reducer: this build has no NCCL");
     }
 #endif
-    if (s->reducer_kind != MIRROR_REDUCER_NCCL && count > MIRROR__COPY_MAX) {
-        MIRROR_FREE(ids);
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "the copy reducer takes at most %d replicas", MIRROR__COPY_MAX);
-    }
     g = (mirror__gpu *)mirror__zalloc(1, sizeof *g);
     if (!g) {
         MIRROR_FREE(ids);
@@ -856,24 +861,25 @@ static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count
     g->device = ids;
     g->stream = (cudaStream_t *)mirror__zalloc(count, sizeof(cudaStream_t));
     g->ready = (cudaEvent_t *)mirror__zalloc(count, sizeof(cudaEvent_t));
-    if (!g->stream || !g->ready) {
+    g->done = (cudaEvent_t *)mirror__zalloc(count, sizeof(cudaEvent_t));
+    if (!g->stream || !g->ready || !g->done) {
         rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
         goto fail;
     }
     for (r = 0; r < count; r++)
         if (!mirror__gpu_ok(cudaSetDevice(ids[r]), "cudaSetDevice", err) ||
             !mirror__gpu_ok(cudaStreamCreateWithFlags(&g->stream[r], cudaStreamNonBlocking), "cudaStreamCreate", err) ||
-            !mirror__gpu_ok(cudaEventCreateWithFlags(&g->ready[r], cudaEventDisableTiming), "cudaEventCreate", err)) {
+            !mirror__gpu_ok(cudaEventCreateWithFlags(&g->ready[r], cudaEventDisableTiming), "cudaEventCreate", err) ||
+            !mirror__gpu_ok(cudaEventCreateWithFlags(&g->done[r], cudaEventDisableTiming), "cudaEventCreate", err)) {
             rc = err ? err->code : MIRROR_ERR_DEVICE;
             goto fail;
         }
-    if (!mirror__gpu_ok(cudaSetDevice(ids[0]), "cudaSetDevice", err) ||
-        !mirror__gpu_ok(cudaEventCreateWithFlags(&g->reduced, cudaEventDisableTiming), "cudaEventCreate", err)) {
+    /* Peer access lets the copy reducer read other GPUs directly; where it
+       is refused, cudaMemcpyPeerAsync still works through the host. */
+    if (!mirror__gpu_ok(cudaSetDevice(ids[0]), "cudaSetDevice", err)) {
         rc = err ? err->code : MIRROR_ERR_DEVICE;
         goto fail;
     }
-    /* Peer access lets the copy reducer read other GPUs directly; where it
-       is refused, cudaMemcpyPeerAsync still works through the host. */
     for (r = 0; r < count; r++)
         if (ids[r] != ids[0]) {
             int can = 0;
@@ -883,7 +889,12 @@ static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count
     g->nccl = s->reducer_kind == MIRROR_REDUCER_NCCL || (s->reducer_kind == MIRROR_REDUCER_DEFAULT && !shared && count > 1);
 #ifdef MIRROR_NO_NCCL
     g->nccl = 0;
-#else
+#endif
+    if (!g->nccl && count > MIRROR__COPY_MAX) {
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "the copy reducer takes at most %d replicas", MIRROR__COPY_MAX);
+        goto fail;
+    }
+#ifndef MIRROR_NO_NCCL
     if (g->nccl) {
         g->comm = (ncclComm_t *)mirror__zalloc(count, sizeof(ncclComm_t));
         if (!g->comm) {

@@ -58,6 +58,17 @@ static size_t ulp_misses(const float *a, const float *b, size_t n, int k)
     return bad;
 }
 
+/* Within 4 ulp or an absolute margin: a fused multiply-add where the other
+   compiler rounds twice moves a result near zero by many ulp, by at most
+   half an ulp of the product. */
+static int near(const float *a, const float *b, size_t n, float margin)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (ulp_misses(&a[i], &b[i], 1, 4) && !(fabsf(a[i] - b[i]) <= margin)) return 0;
+    return 1;
+}
+
 /* One replica on GPU 0 and one CPU device, to call both backends directly. */
 static mirror_strategy *gpu1;
 static void *gdev, *cdev;
@@ -142,18 +153,18 @@ static void test_optimizers(void)
     C->sgd(cdev, wc, mc, g, n, 0.1f, 0.9f, 1e-4f, 1);
     G->sgd(gdev, dw, dm, dg, n, 0.1f, 0.9f, 1e-4f, 1);
     out = from_gpu(dw, n);
-    CHECK(ulp_misses(wc, out, n, 4) == 0, "SGD Nesterov: weights within 4 ulp");
+    CHECK(near(wc, out, n, 1e-7f), "SGD Nesterov: weights within 4 ulp + 1e-7");
     free(out);
     out = from_gpu(dm, n);
-    CHECK(ulp_misses(mc, out, n, 4) == 0, "SGD Nesterov: momentum within 4 ulp");
+    CHECK(near(mc, out, n, 1e-7f), "SGD Nesterov: momentum within 4 ulp + 1e-7");
     free(out);
     C->adam(cdev, wc, mc, vc, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
     G->adam(gdev, dw, dm, dv, dg, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
     out = from_gpu(dw, n);
-    CHECK(ulp_misses(wc, out, n, 4) == 0, "AdamW: weights within 4 ulp, NaN where the gradient was NaN or Inf");
+    CHECK(near(wc, out, n, 1e-7f), "AdamW: weights within 4 ulp + 1e-7, NaN where the gradient was NaN or Inf");
     free(out);
     out = from_gpu(dv, n);
-    CHECK(ulp_misses(vc, out, n, 4) == 0, "AdamW: second moments within 4 ulp");
+    CHECK(near(vc, out, n, 1e-9f), "AdamW: second moments within 4 ulp + 1e-9");
     free(out);
     free(w), free(g), free(m), free(v), free(wc), free(mc), free(vc);
     G->release(gdev, dw), G->release(gdev, dg), G->release(gdev, dm), G->release(gdev, dv);
@@ -333,16 +344,19 @@ static float *train(mirror_strategy *s, mirror_optimizer_kind opt, int steps, si
     *n = mirror_num_parameters(m);
     p = (float *)malloc(*n * 4);
     mirror_get_parameters(m, mirror_num_replicas(s) - 1, p, *n);
-    if (mirror_num_replicas(s) > 1) {
+    if (mirror_num_replicas(s) > 1) { /* every replica against replica 0 */
         size_t r, ns = mirror_optimizer_state_size(m);
-        float *q = (float *)malloc(*n * 4), *s0 = (float *)malloc((ns + 1) * 4), *sr = (float *)malloc((ns + 1) * 4);
+        float *p0 = (float *)malloc(*n * 4), *q = (float *)malloc(*n * 4);
+        float *s0 = (float *)malloc((ns + 1) * 4), *sr = (float *)malloc((ns + 1) * 4);
         int equal = 1;
+        mirror_get_parameters(m, 0, p0, *n);
         mirror_get_optimizer_state(m, 0, s0, ns);
-        for (r = 0; r + 1 < mirror_num_replicas(s); r++) {
+        for (r = 1; r < mirror_num_replicas(s); r++) {
             mirror_get_parameters(m, r, q, *n);
             mirror_get_optimizer_state(m, r, sr, ns);
-            equal &= same_bits(p, q, *n) && same_bits(s0, sr, ns);
+            equal &= same_bits(p0, q, *n) && same_bits(s0, sr, ns);
         }
+        free(p0);
         CHECK(equal, "%s: replicas bitwise equal after %d steps", mirror_strategy_describe(s), steps);
         free(q), free(s0), free(sr);
     }
@@ -412,17 +426,25 @@ static void test_out_of_memory(void)
     int rc;
     memset(&d, 0, sizeof d);
     d.strategy = s;
-    d.channels = 1 << 14, d.height = 1, d.width = 1;
-    d.max_batch = 1 << 24; /* an input arena of 2^24 x 2^14 floats: 1 TiB */
+    d.channels = 1, d.height = 1, d.width = 1;
+    d.max_batch = 1 << 14; /* activation arenas of 2^14 x 2^24 floats: 1 TiB each; host buffers small */
     mirror_model_create(&d, &m, NULL);
-    mirror_flatten(m);
+    mirror_dense(m, (size_t)1 << 24);
     mirror_dense(m, 16);
     rc = mirror_model_build(m);
-    CHECK(rc == MIRROR_ERR_NO_MEMORY && strstr(mirror_model_error(m), "cudaMalloc"),
+    CHECK(rc == MIRROR_ERR_NO_MEMORY && strstr(mirror_model_error(m), "cudaMalloc:"),
           "a model larger than the GPU: MIRROR_ERR_NO_MEMORY naming cudaMalloc (%d: %s)", rc, mirror_model_error(m));
     mirror_model_destroy(m);
     m = model(s, MIRROR_OPT_SGD);
     CHECK(m != NULL, "after an out-of-memory build, a small model builds");
+    if (m) { /* and trains: the failure is not reported again by a later launch */
+        mirror_batch b;
+        mirror_metrics out;
+        memset(&b, 0, sizeof b);
+        b.x = data.x, b.labels = data.labels, b.n = 40;
+        rc = mirror_train_step(m, &b, &out);
+        CHECK(rc == MIRROR_OK && out.count == 40, "a step after the out-of-memory build: %s", mirror_model_error(m));
+    }
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
 }
