@@ -73,6 +73,7 @@ HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;
 EXAMPLES = $(BUILD)/train $(BUILD)/hello $(if $(HAVE_NVCC),$(BUILD)/train_cuda)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
+TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
 endif
@@ -107,6 +108,9 @@ test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda
 
 $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
+
+$(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)

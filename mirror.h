@@ -1068,6 +1068,9 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
 
 typedef struct mirror__backend {
     const char *name;
+    /* Samples per convolution GEMM (0: the whole shard). One sample keeps
+       the im2col buffer in cache on a CPU; a GPU wants one large GEMM. */
+    size_t conv_chunk;
     /* Per-replica context for replica r of s; *workspace_bytes reports what
        it holds. NULL with err set on failure. */
     void *(*open)(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err);
@@ -1098,11 +1101,14 @@ typedef struct mirror__backend {
     void (*relu_forward)(void *dev, float *y, const float *x, size_t n);
     /* in place: d = d where y > 0, else 0 */
     void (*relu_backward)(void *dev, float *d, const float *y, size_t n);
-    /* One sample: x [C,H,W] -> col [C*k*k, Ho*Wo], and col2im's sum back. */
-    void (*im2col)(void *dev, float *col, const float *x, size_t c, size_t h, size_t w, size_t k,
-                   size_t stride, size_t pad, size_t ho, size_t wo);
-    void (*col2im)(void *dev, float *x, const float *col, size_t c, size_t h, size_t w, size_t k,
-                   size_t stride, size_t pad, size_t ho, size_t wo);
+    /* n samples: x [n,C,H,W] -> col [C*k*k, n*Ho*Wo] (sample s at columns
+       s*Ho*Wo ...), and col2im's sum back into x (overwritten). */
+    void (*im2col)(void *dev, float *col, const float *x, size_t n, size_t c, size_t h, size_t w,
+                   size_t k, size_t stride, size_t pad, size_t ho, size_t wo);
+    void (*col2im)(void *dev, float *x, const float *col, size_t n, size_t c, size_t h, size_t w,
+                   size_t k, size_t stride, size_t pad, size_t ho, size_t wo);
+    /* src [a, b, inner] -> dst [b, a, inner] */
+    void (*permute)(void *dev, float *dst, const float *src, size_t a, size_t b, size_t inner);
     /* planes = rows * channels; arg[i] is the argmax's offset in its plane. */
     void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
                             size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
@@ -1277,16 +1283,17 @@ static void mirror__inside(size_t kj, size_t stride, size_t pad, size_t w, size_
     *hi = MIRROR__MAX(*lo, MIRROR__MIN(b, wo));
 }
 
-/* col[(ch*k + ki)*k + kj][oy*wo + ox] = x[ch][oy*s + ki - p][ox*s + kj - p], 0 outside. */
-static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t c, size_t h, size_t w,
-                               size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
+/* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p],
+   0 outside. */
+static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h,
+                               size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, oy, ox, lo, hi;
+    size_t ch, ki, kj, s, oy, ox, lo, hi;
     (void)dev;
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++) {
-                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
+            for (kj = 0; kj < k; kj++)
+                for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
                 for (oy = 0; oy < ho; oy++, col += wo) {
                     long iy = mirror__tap(oy, ki, stride, pad, h);
                     const float *row;
@@ -1294,7 +1301,7 @@ static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t c, 
                         memset(col, 0, wo * sizeof(float));
                         continue;
                     }
-                    row = x + (ch * h + (size_t)iy) * w; /* ox reads row[ox*s + kj - p] */
+                    row = x + ((s * c + ch) * h + (size_t)iy) * w; /* ox reads row[ox*st + kj - p] */
                     for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
                     if (stride == 1 && hi > lo)
                         memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
@@ -1302,27 +1309,33 @@ static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t c, 
                         for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
                     for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
                 }
-            }
 }
 
 /* The adjoint of im2col: x = 0, then every col entry added back to its pixel. */
-static void mirror__cpu_col2im(void *dev, float *x, const float *col, size_t c, size_t h, size_t w,
-                               size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
+static void mirror__cpu_col2im(void *dev, float *x, const float *col, size_t n, size_t c, size_t h,
+                               size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, oy, ox, lo, hi;
+    size_t ch, ki, kj, s, oy, ox, lo, hi;
     (void)dev;
-    memset(x, 0, c * h * w * sizeof(float));
+    memset(x, 0, n * c * h * w * sizeof(float));
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++) {
-                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
+            for (kj = 0; kj < k; kj++)
+                for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
                 for (oy = 0; oy < ho; oy++, col += wo) {
                     long iy = mirror__tap(oy, ki, stride, pad, h);
-                    float *row = x + (ch * h + (size_t)(iy < 0 ? 0 : iy)) * w;
+                    float *row = x + ((s * c + ch) * h + (size_t)(iy < 0 ? 0 : iy)) * w;
                     if (iy < 0) continue;
                     for (ox = lo; ox < hi; ox++) row[ox * stride + kj - pad] += col[ox];
                 }
-            }
+}
+
+static void mirror__cpu_permute(void *dev, float *dst, const float *src, size_t a, size_t b, size_t inner)
+{
+    size_t i, j;
+    (void)dev;
+    for (i = 0; i < a; i++)
+        for (j = 0; j < b; j++) memcpy(dst + (j * a + i) * inner, src + (i * b + j) * inner, inner * sizeof(float));
 }
 
 static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
@@ -1410,8 +1423,13 @@ static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const floa
                        bc1, bc2_sqrt);
 }
 
+#ifndef MIRROR_CPU_CONV_CHUNK
+#define MIRROR_CPU_CONV_CHUNK 1
+#endif
+
 static const mirror__backend mirror__cpu_backend = {
     "cpu",
+    MIRROR_CPU_CONV_CHUNK,
     mirror__cpu_open,
     mirror__cpu_close,
     mirror__cpu_nothing,
@@ -1431,6 +1449,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_relu_backward,
     mirror__cpu_im2col,
     mirror__cpu_col2im,
+    mirror__cpu_permute,
     mirror__cpu_maxpool_forward,
     mirror__cpu_maxpool_backward,
     mirror__cpu_softmax_ce,
@@ -1750,7 +1769,8 @@ typedef struct mirror__replica {
     int32_t *labels;  /* [S] */
     float *targets;   /* [S, out_size] */
     float *delta[2];  /* [S, max_size] each: backward ping-pong */
-    float *col;       /* im2col of one sample */
+    float *col;       /* im2col of one chunk of samples (conv_chunk) */
+    float *perm;      /* a conv output or gradient of one chunk, channels first */
     float *loss;      /* [S] per-sample loss */
     int32_t *correct; /* [S] */
     double *acc;      /* [2] loss and correct sums of the steps not yet taken */
@@ -1777,7 +1797,7 @@ struct mirror_model {
     int sticky;          /* the first error of a layer call, returned by build */
     mirror_error err;
     size_t nparams, nstate;
-    size_t in_size, out_size, max_size, col_size;
+    size_t in_size, out_size, max_size, col_size, perm_size;
     size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas) */
     size_t layer_bytes; /* the layers' part of the activation arena */
     mirror__replica *rep;
@@ -2030,21 +2050,31 @@ static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
 
 static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
 
+/* Samples per convolution GEMM for this model: the backend's, at most a shard. */
+static size_t mirror__conv_chunk(const mirror_model *m)
+{
+    size_t n = m->be->conv_chunk;
+    return n && n < m->shard_max ? n : MIRROR__MAX(m->shard_max, 1);
+}
+
 static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0;
     const mirror__layer *last = &m->layers[m->nlayers - 1];
     m->out_size = mirror__out_size(last);
     m->max_size = m->in_size;
-    m->col_size = 0;
+    m->col_size = m->perm_size = 0;
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
         l->w_off = p;
         l->b_off = p + l->n_w;
         p += l->n_w + l->n_b;
-        if (l->kind == MIRROR__CONV2D)
-            m->col_size = MIRROR__MAX(m->col_size, l->c * l->k * l->k * l->oh * l->ow);
+        if (l->kind == MIRROR__CONV2D) {
+            size_t n = mirror__conv_chunk(m);
+            m->col_size = MIRROR__MAX(m->col_size, n * l->c * l->k * l->k * l->oh * l->ow);
+            if (n > 1) m->perm_size = MIRROR__MAX(m->perm_size, n * l->oc * l->oh * l->ow);
+        }
     }
     m->nparams = p;
     switch (m->desc.optimizer.kind) {
@@ -2068,7 +2098,7 @@ static void mirror__plan(mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[8];
+    size_t S = m->shard_max, at = m->layer_bytes, off[9];
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[0] */
@@ -2077,6 +2107,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
+    off[8] = mirror__carve(&at, m->perm_size, sizeof(float));      /* perm */
     if (r) {
         unsigned char *a = r->acts;
         r->input = (float *)a; /* carved first, at 0 */
@@ -2088,6 +2119,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
         r->loss = (float *)(a + off[5]);
         r->correct = (int32_t *)(a + off[6]);
         r->acc = (double *)(a + off[7]);
+        r->perm = (float *)(a + off[8]);
     }
     return (at + 63) & ~(size_t)63;
 }
@@ -2178,7 +2210,7 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
     if (4.0 * ((double)m->shard_max * (double)(m->in_size + (m->nlayers + 4) * m->max_size) +
-               (double)m->col_size + (double)m->nparams) > (double)((size_t)-1 / 2))
+               (double)m->col_size + (double)m->perm_size + (double)m->nparams) > (double)((size_t)-1 / 2))
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_model_build: the arenas would not fit in memory");
     if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
         return mirror__fail(m, MIRROR_ERR_SHAPE,
@@ -2350,7 +2382,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, s;
+    size_t i, s, chunk = mirror__conv_chunk(m);
     for (i = 0; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->params + l->w_off,
@@ -2362,11 +2394,15 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
             be->gemm(dev, 0, 1, S, l->oc, l->c, 1.0f, x, l->c, W, l->c, 0.0f, y, l->oc);
             be->bias_add(dev, y, b, S, l->oc, 1);
             break;
-        case MIRROR__CONV2D: /* per sample: y [OC, Ho*Wo] = W [OC, C*k*k] . col [C*k*k, Ho*Wo] */
-            for (s = 0; s < S; s++) {
-                be->im2col(dev, r->col, x + s * in, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-                be->gemm(dev, 0, 0, l->oc, l->oh * l->ow, ckk, 1.0f, W, ckk, r->col, l->oh * l->ow, 0.0f,
-                         y + s * out, l->oh * l->ow);
+        case MIRROR__CONV2D:
+            /* n samples at a time (conv_chunk): col [C*k*k, n*hw];
+               y' [OC, n*hw] = W [OC, C*k*k] . col, then y' to y [n, OC, hw] */
+            for (s = 0; s < S; s += chunk) {
+                size_t n = MIRROR__MIN(chunk, S - s), hw = l->oh * l->ow;
+                float *yn = n == 1 ? y + s * out : r->perm;
+                be->im2col(dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+                be->gemm(dev, 0, 0, l->oc, n * hw, ckk, 1.0f, W, ckk, r->col, n * hw, 0.0f, yn, n * hw);
+                if (n > 1) be->permute(dev, y + s * out, r->perm, l->oc, n, hw);
             }
             be->bias_add(dev, y, b, S, l->oc, l->oh * l->ow);
             break;
@@ -2385,7 +2421,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, s, first = m->nlayers;
+    size_t i, s, first = m->nlayers, chunk = mirror__conv_chunk(m);
     float *d = r->delta[0], *dx = r->delta[1], *swap;
     /* Input gradients are needed only above the first layer with weights. */
     for (i = 0; i < m->nlayers; i++)
@@ -2410,14 +2446,21 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
             if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
             break;
         case MIRROR__CONV2D:
-            /* per sample: dW += d_s [OC,hw] . col^T [hw,C*k*k];
-               dcol [C*k*k,hw] = W^T . d_s, summed back into dx_s by col2im */
-            for (s = 0; s < S; s++) {
-                be->im2col(dev, r->col, x + s * in, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-                be->gemm(dev, 0, 1, l->oc, ckk, hw, 1.0f, d + s * out, hw, r->col, hw, 1.0f, dW, ckk);
+            /* n samples at a time: d' [OC, n*hw] is d [n, OC, hw] channels first;
+               dW += d' . col^T [n*hw, C*k*k];  dcol [C*k*k, n*hw] = W^T . d',
+               summed back into dx by col2im */
+            for (s = 0; s < S; s += chunk) {
+                size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
+                const float *dn = d + s * out;
+                if (n > 1) {
+                    be->permute(dev, r->perm, dn, n, l->oc, hw);
+                    dn = r->perm;
+                }
+                be->im2col(dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+                be->gemm(dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, 1.0f, dW, ckk);
                 if (!need_dx) continue;
-                be->gemm(dev, 1, 0, ckk, hw, l->oc, 1.0f, W, ckk, d + s * out, hw, 0.0f, r->col, hw);
-                be->col2im(dev, dx + s * in, r->col, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+                be->gemm(dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, r->col, nhw);
+                be->col2im(dev, dx + s * in, r->col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
             }
             be->bias_grad(dev, db, d, S, l->oc, hw);
             break;

@@ -170,35 +170,45 @@ __global__ void mirror__k_relu_backward(float *d, const float *y, size_t n)
     MIRROR__FOR_EACH(i, n) d[i] = mirror_hd_relu_grad(y[i], d[i]);
 }
 
-/* col[(ch*k + ki)*k + kj][oy*wo + ox] = x[ch][oy*s + ki - p][ox*s + kj - p] */
-__global__ void mirror__k_im2col(float *col, const float *x, size_t c, size_t h, size_t w, size_t k,
+/* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p] */
+__global__ void mirror__k_im2col(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
                                  size_t stride, size_t pad, size_t ho, size_t wo)
 {
     size_t hw = ho * wo;
-    MIRROR__FOR_EACH(i, c * k * k * hw)
+    MIRROR__FOR_EACH(i, c * k * k * n * hw)
     {
-        size_t row = i / hw, pos = i % hw, ch = row / (k * k), ki = row / k % k, kj = row % k;
+        size_t row = i / (n * hw), smp = i / hw % n, pos = i % hw, ch = row / (k * k), ki = row / k % k, kj = row % k;
         long iy = (long)(pos / wo * stride + ki) - (long)pad, ix = (long)(pos % wo * stride + kj) - (long)pad;
-        col[i] = iy >= 0 && iy < (long)h && ix >= 0 && ix < (long)w ? x[(ch * h + iy) * w + ix] : 0.0f;
+        col[i] = iy >= 0 && iy < (long)h && ix >= 0 && ix < (long)w ? x[((smp * c + ch) * h + iy) * w + ix] : 0.0f;
     }
 }
 
 /* One thread per pixel gathers its col entries in the CPU's order (ki, kj). */
-__global__ void mirror__k_col2im(float *x, const float *col, size_t c, size_t h, size_t w, size_t k,
+__global__ void mirror__k_col2im(float *x, const float *col, size_t n, size_t c, size_t h, size_t w, size_t k,
                                  size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    MIRROR__FOR_EACH(i, c * h * w)
+    MIRROR__FOR_EACH(i, n * c * h * w)
     {
-        size_t ch = i / (h * w), iy = i / w % h, ix = i % w, ki, kj;
+        size_t smp = i / (c * h * w), ch = i / (h * w) % c, iy = i / w % h, ix = i % w, ki, kj;
         float s = 0.0f;
         for (ki = 0; ki < k; ki++)
             for (kj = 0; kj < k; kj++) {
                 size_t ty = iy + pad - ki, tx = ix + pad - kj; /* = o*stride when it is a tap */
                 if (iy + pad < ki || ix + pad < kj || ty % stride || tx % stride) continue;
                 if (ty / stride >= ho || tx / stride >= wo) continue;
-                s += col[((ch * k + ki) * k + kj) * ho * wo + ty / stride * wo + tx / stride];
+                s += col[(((ch * k + ki) * k + kj) * n + smp) * ho * wo + ty / stride * wo + tx / stride];
             }
         x[i] = s;
+    }
+}
+
+/* src [a, b, inner] -> dst [b, a, inner] */
+__global__ void mirror__k_permute(float *dst, const float *src, size_t a, size_t b, size_t inner)
+{
+    MIRROR__FOR_EACH(i, a * b * inner)
+    {
+        size_t ia = i / (b * inner), ib = i / inner % b, ii = i % inner;
+        dst[(ib * a + ia) * inner + ii] = src[i];
     }
 }
 
@@ -489,22 +499,32 @@ static void mirror__cuda_relu_backward(void *dev, float *dd, const float *y, siz
     MIRROR__LAUNCHED(d, "relu_backward kernel");
 }
 
-static void mirror__cuda_im2col(void *dev, float *col, const float *x, size_t c, size_t h, size_t w, size_t k,
-                                size_t stride, size_t pad, size_t ho, size_t wo)
+static void mirror__cuda_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h, size_t w,
+                                size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__k_im2col<<<mirror__blocks(c * k * k * ho * wo), MIRROR__THREADS, 0, d->stream>>>(col, x, c, h, w, k, stride,
-                                                                                          pad, ho, wo);
+    if (!n) return;
+    mirror__k_im2col<<<mirror__blocks(c * k * k * n * ho * wo), MIRROR__THREADS, 0, d->stream>>>(col, x, n, c, h, w, k,
+                                                                                              stride, pad, ho, wo);
     MIRROR__LAUNCHED(d, "im2col kernel");
 }
 
-static void mirror__cuda_col2im(void *dev, float *x, const float *col, size_t c, size_t h, size_t w, size_t k,
-                                size_t stride, size_t pad, size_t ho, size_t wo)
+static void mirror__cuda_col2im(void *dev, float *x, const float *col, size_t n, size_t c, size_t h, size_t w,
+                                size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__k_col2im<<<mirror__blocks(c * h * w), MIRROR__THREADS, 0, d->stream>>>(x, col, c, h, w, k, stride, pad, ho,
-                                                                                wo);
+    if (!n) return;
+    mirror__k_col2im<<<mirror__blocks(n * c * h * w), MIRROR__THREADS, 0, d->stream>>>(x, col, n, c, h, w, k, stride,
+                                                                                    pad, ho, wo);
     MIRROR__LAUNCHED(d, "col2im kernel");
+}
+
+static void mirror__cuda_permute(void *dev, float *dst, const float *src, size_t a, size_t b, size_t inner)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!a || !b || !inner) return;
+    mirror__k_permute<<<mirror__blocks(a * b * inner), MIRROR__THREADS, 0, d->stream>>>(dst, src, a, b, inner);
+    MIRROR__LAUNCHED(d, "permute kernel");
 }
 
 static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x, size_t planes, size_t h,
@@ -575,6 +595,7 @@ static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const flo
 
 static const mirror__backend mirror__cuda_backend = {
     "cuda",
+    0, /* convolutions: one GEMM over the whole shard */
     mirror__cuda_open,
     mirror__cuda_close,
     mirror__cuda_bind,
@@ -594,6 +615,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_relu_backward,
     mirror__cuda_im2col,
     mirror__cuda_col2im,
+    mirror__cuda_permute,
     mirror__cuda_maxpool_forward,
     mirror__cuda_maxpool_backward,
     mirror__cuda_softmax_ce,

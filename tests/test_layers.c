@@ -897,6 +897,39 @@ static void test_gemm(void)
 
 // >>im2col and maxpool ----------------------------------------------------------
 
+/* im2col and col2im over n samples: sample s fills columns s*hw.. of every
+   row, exactly as its own im2col would; permute swaps the first two axes. */
+static void test_batched_im2col(void)
+{
+    const size_t n = 3, C = 2, H = 6, W = 5, k = 3, st = 2, p = 1;
+    const size_t ho = (H + 2 * p - k) / st + 1, wo = (W + 2 * p - k) / st + 1, hw = ho * wo;
+    const size_t nx = C * H * W, rows = C * k * k;
+    float *x = (float *)xmalloc(n * nx * sizeof(float)), *col = (float *)xmalloc(rows * n * hw * sizeof(float));
+    float *one = (float *)xmalloc(rows * hw * sizeof(float)), *back = (float *)xmalloc(n * nx * sizeof(float));
+    float *back1 = (float *)xmalloc(nx * sizeof(float)), *src = (float *)xmalloc(24 * sizeof(float));
+    float dst[24];
+    size_t s, r, i, wrong = 0;
+    for (i = 0; i < n * nx; i++) x[i] = frand(-1.0f, 1.0f);
+    mirror__cpu_im2col(NULL, col, x, n, C, H, W, k, st, p, ho, wo);
+    for (s = 0; s < n; s++) {
+        mirror__cpu_im2col(NULL, one, x + s * nx, 1, C, H, W, k, st, p, ho, wo);
+        for (r = 0; r < rows; r++) wrong += memcmp(col + (r * n + s) * hw, one + r * hw, hw * sizeof(float)) != 0;
+    }
+    CHECK(wrong == 0, "im2col of 3 samples: each sample's columns equal its own im2col (%zu rows differ)", wrong);
+    mirror__cpu_col2im(NULL, back, col, n, C, H, W, k, st, p, ho, wo);
+    for (s = 0, wrong = 0; s < n; s++) {
+        for (r = 0; r < rows; r++) memcpy(one + r * hw, col + (r * n + s) * hw, hw * sizeof(float));
+        mirror__cpu_col2im(NULL, back1, one, 1, C, H, W, k, st, p, ho, wo);
+        wrong += memcmp(back + s * nx, back1, nx * sizeof(float)) != 0;
+    }
+    CHECK(wrong == 0, "col2im of 3 samples equals the per-sample col2im, bitwise (%zu samples differ)", wrong);
+    for (i = 0; i < 24; i++) src[i] = (float)i; /* [2][3][4] */
+    mirror__cpu_permute(NULL, dst, src, 2, 3, 4);
+    for (i = 0, wrong = 0; i < 24; i++) wrong += dst[i] != src[((i / 4 % 2) * 3 + i / 8) * 4 + i % 4];
+    CHECK(wrong == 0 && dst[4] == 12.0f, "permute [2][3][4] -> [3][2][4] (%zu wrong)", wrong);
+    free(x), free(col), free(one), free(back), free(back1), free(src);
+}
+
 static void test_im2col(void)
 {
     static const size_t shapes[][6] = {
@@ -916,8 +949,8 @@ static void test_im2col(void)
         for (i = 0; i < nx; i++) x[i] = frand(0.5f, 1.5f); /* never zero: counts the padding taps */
         for (i = 0; i < nc; i++) c[i] = frand(-1.0f, 1.0f);
         for (i = 0; i < nx; i++) xb[i] = NAN; /* col2im must overwrite, not accumulate */
-        mirror__cpu_im2col(NULL, col, x, C, H, W, k, s, p, ho, wo);
-        mirror__cpu_col2im(NULL, xb, c, C, H, W, k, s, p, ho, wo);
+        mirror__cpu_im2col(NULL, col, x, 1, C, H, W, k, s, p, ho, wo);
+        mirror__cpu_col2im(NULL, xb, c, 1, C, H, W, k, s, p, ho, wo);
         for (i = 0; i < nc; i++) {
             lhs += (double)col[i] * c[i];
             mag += fabs((double)col[i] * c[i]);
@@ -958,9 +991,9 @@ static void test_im2col(void)
         static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
         static const float cover[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1}; /* taps per pixel */
         float col[16], back[9];
-        mirror__cpu_im2col(NULL, col, x, 1, 3, 3, 2, 1, 0, 2, 2);
+        mirror__cpu_im2col(NULL, col, x, 1, 1, 3, 3, 2, 1, 0, 2, 2);
         CHECK(memcmp(col, want, sizeof want) == 0, "im2col 3x3 k2 hand case");
-        mirror__cpu_col2im(NULL, back, ones, 1, 3, 3, 2, 1, 0, 2, 2);
+        mirror__cpu_col2im(NULL, back, ones, 1, 1, 3, 3, 2, 1, 0, 2, 2);
         CHECK(memcmp(back, cover, sizeof cover) == 0, "col2im 3x3 k2 of ones counts the taps");
     }
     /* Hand case with padding: x 2x2 = (1 2; 3 4), k = 3, s = 1, p = 1: the
@@ -968,7 +1001,7 @@ static void test_im2col(void)
     {
         static const float x[4] = {1, 2, 3, 4};
         float col[9 * 4];
-        mirror__cpu_im2col(NULL, col, x, 1, 2, 2, 3, 1, 1, 2, 2);
+        mirror__cpu_im2col(NULL, col, x, 1, 1, 2, 2, 3, 1, 1, 2, 2);
         CHECK(col[16] == 1 && col[17] == 2 && col[18] == 3 && col[19] == 4, "im2col padded: centre tap %g %g %g %g",
               (double)col[16], (double)col[17], (double)col[18], (double)col[19]);
         CHECK(col[0] == 0 && col[1] == 0 && col[2] == 0 && col[3] == 1, "im2col padded: corner tap %g %g %g %g",
@@ -1041,6 +1074,7 @@ int main(void)
     test_adam();
     test_gemm();
     test_im2col();
+    test_batched_im2col();
     test_maxpool();
     test_optimizer_steps();
     test_gradients();

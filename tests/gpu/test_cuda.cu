@@ -196,25 +196,32 @@ static void test_gemm(void)
 
 static void test_conv_ops(void)
 {
-    static const size_t shapes[][5] = {{3, 9, 7, 3, 1}, {2, 8, 8, 3, 2}, {4, 5, 6, 2, 1}, {1, 28, 28, 5, 1}};
+    static const size_t shapes[][6] = {{1, 3, 9, 7, 3, 1}, {5, 2, 8, 8, 3, 2}, {3, 4, 5, 6, 2, 1}, {7, 1, 28, 28, 5, 1}};
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-        size_t c = shapes[s][0], h = shapes[s][1], w = shapes[s][2], k = shapes[s][3], st = shapes[s][4];
-        size_t pad = k / 2, ho = (h + 2 * pad - k) / st + 1, wo = (w + 2 * pad - k) / st + 1;
-        size_t ncol = c * k * k * ho * wo, nx = c * h * w;
+        size_t ns = shapes[s][0], c = shapes[s][1], h = shapes[s][2], w = shapes[s][3], k = shapes[s][4];
+        size_t st = shapes[s][5], pad = k / 2, ho = (h + 2 * pad - k) / st + 1, wo = (w + 2 * pad - k) / st + 1;
+        size_t ncol = ns * c * k * k * ho * wo, nx = ns * c * h * w;
         float *x = random_floats(nx, 1.0f), *col = (float *)malloc(ncol * 4), *dx = to_gpu(x, nx);
         float *dcol = (float *)G->alloc(gdev, ncol * 4), *got, *back = (float *)malloc(nx * 4);
         poison(x, nx);
         G->upload(gdev, dx, x, nx * 4);
-        C->im2col(cdev, col, x, c, h, w, k, st, pad, ho, wo);
-        G->im2col(gdev, dcol, dx, c, h, w, k, st, pad, ho, wo);
+        C->im2col(cdev, col, x, ns, c, h, w, k, st, pad, ho, wo);
+        G->im2col(gdev, dcol, dx, ns, c, h, w, k, st, pad, ho, wo);
         got = from_gpu(dcol, ncol);
-        CHECK(same_bits(col, got, ncol), "im2col %zux%zux%zu k%zu s%zu: bitwise", c, h, w, k, st);
+        CHECK(same_bits(col, got, ncol), "im2col %zu x %zux%zux%zu k%zu s%zu: bitwise", ns, c, h, w, k, st);
         free(got);
-        C->col2im(cdev, back, col, c, h, w, k, st, pad, ho, wo);
-        G->col2im(gdev, dx, dcol, c, h, w, k, st, pad, ho, wo);
+        C->col2im(cdev, back, col, ns, c, h, w, k, st, pad, ho, wo);
+        G->col2im(gdev, dx, dcol, ns, c, h, w, k, st, pad, ho, wo);
         got = from_gpu(dx, nx);
-        CHECK(ulp_misses(back, got, nx, 0) == 0, "col2im %zux%zux%zu k%zu s%zu: bitwise (CPU order)", c, h, w, k, st);
+        CHECK(ulp_misses(back, got, nx, 0) == 0, "col2im %zu x %zux%zux%zu k%zu s%zu: bitwise (CPU order)", ns, c, h, w,
+              k, st);
+        free(got);
+        C->permute(cdev, back, x, ns * c, h, w);
+        G->upload(gdev, dcol, x, nx * 4);
+        G->permute(gdev, dx, dcol, ns * c, h, w);
+        got = from_gpu(dx, nx);
+        CHECK(same_bits(back, got, nx), "permute [%zu][%zu][%zu]: bitwise", ns * c, h, w);
         free(got), free(x), free(col), free(back);
         G->release(gdev, dx), G->release(gdev, dcol);
     }
