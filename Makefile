@@ -83,7 +83,7 @@ all: info $(EXAMPLES)
 info:
 	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no) nccl=$(if $(HAVE_NCCL),yes,no) build=$(BUILD)"
 
-$(BUILD)/%: examples/%.c mirror.h | $(BUILD)
+$(BUILD)/%: examples/%.c examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h mirror.h | $(BUILD)
@@ -93,7 +93,7 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h mirror.h | $(B
 $(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/train_cuda: examples/train.c $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
+$(BUILD)/train_cuda: examples/train.c examples/models.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
@@ -135,10 +135,10 @@ bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 bench-gpu: info $(BUILD)/bench_gpu
 	@BUILD="$(BUILD)" sh bench/gpu.sh
 
-$(BUILD)/bench_gpu: bench/bench_gpu.c $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
+$(BUILD)/bench_gpu: bench/bench_gpu.c examples/models.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
-$(BUILD)/bench_train: bench/bench_train.c mirror.h | $(BUILD)
+$(BUILD)/bench_train: bench/bench_train.c examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)

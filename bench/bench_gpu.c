@@ -8,6 +8,7 @@
    "replicas <n> <ms per step>". */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c99 */
 #include "../mirror.h"
+#include "../examples/models.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +41,7 @@ static mirror_model *make(mirror_strategy *s, int cnn, size_t batch)
     d.max_batch = batch;
     d.optimizer.kind = MIRROR_OPT_ADAM;
     if (mirror_model_create(&d, &m, NULL)) return NULL;
-    if (cnn) {
-        mirror_conv2d(m, 16, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_conv2d(m, 32, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_flatten(m), mirror_dense(m, 128), mirror_relu(m), mirror_dense(m, 10);
-    } else {
-        mirror_flatten(m), mirror_dense(m, 256), mirror_relu(m), mirror_dense(m, 128), mirror_relu(m);
-        mirror_dense(m, 10);
-    }
-    if (mirror_model_build(m)) {
+    if (example_model(m, cnn ? "cnn" : "mlp")) {
         fprintf(stderr, "bench_gpu: %s\n", mirror_model_error(m));
         mirror_model_destroy(m);
         return NULL;

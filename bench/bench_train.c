@@ -7,6 +7,7 @@
    7 rounds; medians reported. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
+#include "../examples/models.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,15 +26,7 @@ static mirror_model *make(mirror_strategy *s, int cnn, size_t batch)
     d.max_batch = batch;
     d.optimizer.kind = MIRROR_OPT_ADAM;
     mirror_model_create(&d, &m, NULL);
-    if (cnn) { /* as examples/train.c --model cnn */
-        mirror_conv2d(m, 16, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_conv2d(m, 32, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_flatten(m), mirror_dense(m, 128), mirror_relu(m), mirror_dense(m, 10);
-    } else {
-        mirror_flatten(m), mirror_dense(m, 256), mirror_relu(m), mirror_dense(m, 128), mirror_relu(m);
-        mirror_dense(m, 10);
-    }
-    if (mirror_model_build(m)) {
+    if (example_model(m, cnn ? "cnn" : "mlp")) {
         fprintf(stderr, "bench_train: %s\n", mirror_model_error(m));
         exit(1);
     }

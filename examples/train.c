@@ -14,6 +14,7 @@
 #define MIRROR_IMPLEMENTATION
 #endif
 #include "../mirror.h"
+#include "models.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,26 +101,6 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
     return 0;
 }
 
-static int build_model(mirror_model *m, const char *kind)
-{
-    if (!strcmp(kind, "mlp")) {
-        mirror_flatten(m);
-        mirror_dense(m, 256), mirror_relu(m);
-        mirror_dense(m, 128), mirror_relu(m);
-        mirror_dense(m, 10);
-    } else if (!strcmp(kind, "cnn")) {
-        mirror_conv2d(m, 16, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_conv2d(m, 32, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_flatten(m);
-        mirror_dense(m, 128), mirror_relu(m);
-        mirror_dense(m, 10);
-    } else {
-        fprintf(stderr, "train: --model must be mlp or cnn, got \"%s\"\n", kind);
-        return 1;
-    }
-    return mirror_model_build(m);
-}
-
 static mirror_optimizer_kind optimizer_kind(const char *name, float *momentum)
 {
     *momentum = 0.0f;
@@ -175,8 +156,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "train: %s\n", err.message);
         goto out;
     }
-    if ((rc = build_model(m, o.model))) {
-        fprintf(stderr, "train: %s\n", mirror_model_error(m));
+    if ((rc = example_model(m, o.model))) {
+        if (strcmp(o.model, "mlp") && strcmp(o.model, "cnn"))
+            fprintf(stderr, "train: --model must be mlp or cnn, got \"%s\"\n", o.model);
+        else
+            fprintf(stderr, "train: %s\n", mirror_model_error(m));
         goto out;
     }
     printf("model: %s, %zu parameters, optimizer %s, global batch %zu\n", o.model, mirror_num_parameters(m),
