@@ -171,6 +171,7 @@
 #define MIRROR_H
 
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -209,6 +210,7 @@ extern "C" {
     X(MIRROR_ERR_IO, -20, "file input/output failed")                          \
     X(MIRROR_ERR_FORMAT, -21, "malformed file")                                \
     X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
+    X(MIRROR_ERR_CHECKSUM, -23, "checksum mismatch")                           \
     X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")
 
 typedef enum mirror_result {
@@ -476,23 +478,73 @@ typedef int (*mirror_epoch_fn)(void *user, const mirror_epoch_log *log);
 typedef struct mirror_fit_desc {
     const mirror_dataset *train;      /* required */
     const mirror_dataset *validation; /* optional */
-    size_t epochs;
+    size_t epochs;        /* in all, counting initial_epoch */
     size_t initial_epoch; /* epochs already done (resume): shuffles continue */
+    size_t initial_step;  /* steps of epoch initial_epoch already done (resume mid-epoch) */
     size_t batch;         /* global batch */
     int drop_remainder;
     uint64_t shuffle_seed; /* 0: the model's seed */
     mirror_progress progress;
     mirror_epoch_fn on_epoch;
     void *user;
+    /* Checkpoints (see mirror_checkpoint_save): written to `checkpoint`
+       every checkpoint_every steps (0: never during an epoch), after the
+       last epoch and when stopped, keeping checkpoint_keep (0: 3). */
+    const char *checkpoint;
+    size_t checkpoint_every, checkpoint_keep;
+    /* When *stop becomes non-zero (a signal handler may set it), fit saves
+       a checkpoint (when it has a path) and returns MIRROR_ERR_STOPPED. */
+    volatile sig_atomic_t *stop;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
-   be NULL) receives the final epoch's log. */
+   be NULL) receives the final epoch's log. A run resumed mid-epoch logs
+   that epoch's metrics over its remaining steps only. */
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
 /* Loss and accuracy over a dataset, in global batches of `batch` (0, or more
    than max_batch: max_batch). */
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch,
                                mirror_metrics *out);
+
+// >>declarations: checkpoints -----------------------------------------------
+/* A checkpoint is a safetensors file: 8 bytes of little-endian header
+   length, a JSON header, then the raw little-endian float32 tensors, so
+   Python opens it with safetensors.numpy.load_file or a few lines of NumPy.
+   Tensors: layers.<i>.weight and layers.<i>.bias (the fp32 master
+   parameters, in the layer's shape), and the optimizer state once (not per
+   replica): optimizer.momentum (SGD with momentum) or optimizer.m and
+   optimizer.v (Adam, AdamW), flat. The header's __metadata__ holds the
+   format ("mirror") and version ("1"), the model's layers, the optimizer
+   and its hyper-parameters, precision, the step, the data cursor (epoch,
+   epoch_step) and the shuffle seed, the loss scaler ("none" in fp32), and
+   a CRC-32 of every tensor and of the header itself.
+
+   Saving is atomic: the file is written beside PATH under a temporary
+   name, flushed to disk (fsync), renamed over PATH, and the directory is
+   flushed. Older checkpoints are kept as PATH.1 (the previous one), PATH.2,
+   ... up to keep - 1 of them: PATH is always the newest. A failed save
+   (no space, I/O error, permission) returns an error and leaves the
+   previous checkpoint as it was. */
+
+typedef struct mirror_checkpoint_info {
+    uint64_t step;         /* optimizer steps taken */
+    uint64_t epoch;        /* the epoch in progress, counted from 0 */
+    uint64_t epoch_step;   /* its steps already done */
+    uint64_t shuffle_seed; /* the permutation's seed (mirror_permutation) */
+} mirror_checkpoint_info;
+
+/* Writes replica 0's parameters and optimizer state, and cursor (may be
+   NULL: zeros), to path; keep (0: 3) checkpoints in all. */
+MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
+                                      size_t keep);
+/* Loads path into every replica of m, which must have the same layers; it
+   may have another replica count. Everything is checked (format, version,
+   shapes, offsets, checksums) before anything in m changes. With
+   weights_only, the optimizer state and step are left as they are (for
+   evaluation or fine-tuning); otherwise the optimizer kind must match.
+   info (may be NULL) receives the step and the data cursor. */
+MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
+                                      mirror_checkpoint_info *info);
 
 
 // >>shared math =============================================================
@@ -593,12 +645,14 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #define MIRROR_IMPLEMENTATION_DONE
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef MIRROR_ZLIB
@@ -3093,6 +3147,625 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
     return MIRROR_OK;
 }
 
+// >>checkpoints -------------------------------------------------------------
+
+/* CRC-32 (the polynomial of zlib, PNG and gzip), continuing from crc. */
+static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint32_t table[256], c;
+    size_t i;
+    int k;
+    for (i = 0; i < 256; i++) {
+        for (c = (uint32_t)i, k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        table[i] = c;
+    }
+    crc = ~crc;
+    for (i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* A growing text buffer for the header; a failed allocation sticks. */
+typedef struct mirror__text {
+    char *p;
+    size_t len, cap;
+    int failed;
+} mirror__text;
+
+static void mirror__printf(mirror__text *t, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    if (t->failed) return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if (t->p && t->len + (size_t)n < t->cap) break;
+        {
+            size_t cap = (t->cap ? t->cap : 4096);
+            char *grown;
+            while (cap <= t->len + (size_t)n) cap *= 2;
+            if (!(grown = (char *)MIRROR_MALLOC(cap))) {
+                t->failed = 1;
+                return;
+            }
+            if (t->p) memcpy(grown, t->p, t->len + 1);
+            MIRROR_FREE(t->p);
+            t->p = grown;
+            t->cap = cap;
+        }
+    }
+    t->len += (size_t)n;
+}
+
+/* The model's layers in one line: the identity a checkpoint is checked against. */
+static void mirror__describe_model(const mirror_model *m, mirror__text *t)
+{
+    size_t i;
+    mirror__printf(t, "input(%zu,%zu,%zu)", m->desc.channels, m->desc.height, m->desc.width);
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        switch (l->kind) {
+        case MIRROR__DENSE: mirror__printf(t, ";dense(%zu)", l->oc); break;
+        case MIRROR__CONV2D: mirror__printf(t, ";conv2d(%zu,%zu,%zu,%zu)", l->oc, l->k, l->stride, l->pad); break;
+        case MIRROR__MAXPOOL2D: mirror__printf(t, ";maxpool2d(%zu,%zu)", l->k, l->stride); break;
+        default: mirror__printf(t, ";%s", mirror__kind_names[l->kind]); break;
+        }
+    }
+    mirror__printf(t, ";loss(%s)", m->desc.loss == MIRROR_LOSS_MSE ? "mse" : "softmax_ce");
+}
+
+static const char *const mirror__opt_names[] = {"default", "sgd", "adam", "adamw"};
+
+/* One tensor of a checkpoint: its name, shape, and where its floats are. */
+typedef struct mirror__tensor {
+    char name[64];
+    size_t shape[4], rank, count;
+    const float *host; /* saving */
+    uint64_t begin, end; /* loading: byte offsets in the data */
+} mirror__tensor;
+
+#define MIRROR__MAX_TENSORS (2 * MIRROR__MAX_LAYERS + 2)
+
+/* The tensors a checkpoint of m holds, pointing into params and state. */
+static size_t mirror__tensors(const mirror_model *m, const float *params, const float *state, mirror__tensor *t)
+{
+    size_t i, n = 0;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        if (!l->n_w) continue;
+        snprintf(t[n].name, sizeof t[n].name, "layers.%zu.weight", i);
+        t[n].shape[0] = l->oc;
+        t[n].shape[1] = l->c;
+        t[n].rank = 2;
+        if (l->kind == MIRROR__CONV2D) t[n].shape[2] = t[n].shape[3] = l->k, t[n].rank = 4;
+        t[n].count = l->n_w;
+        t[n++].host = params ? params + l->w_off : NULL;
+        snprintf(t[n].name, sizeof t[n].name, "layers.%zu.bias", i);
+        t[n].shape[0] = t[n].count = l->n_b;
+        t[n].rank = 1;
+        t[n++].host = params ? params + l->b_off : NULL;
+    }
+    if (m->nstate) {
+        int adam = m->desc.optimizer.kind != MIRROR_OPT_SGD;
+        snprintf(t[n].name, sizeof t[n].name, "%s", adam ? "optimizer.m" : "optimizer.momentum");
+        t[n].shape[0] = t[n].count = m->nparams;
+        t[n].rank = 1;
+        t[n++].host = state ? state : NULL;
+        if (adam) {
+            snprintf(t[n].name, sizeof t[n].name, "optimizer.v");
+            t[n].shape[0] = t[n].count = m->nparams;
+            t[n].rank = 1;
+            t[n++].host = state ? state + m->nparams : NULL;
+        }
+    }
+    return n;
+}
+
+/* The header JSON, padded with spaces to a multiple of 8 bytes (safetensors'
+   alignment); crc32.header is computed over the text with its own value as
+   "00000000", then written in place. */
+static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpoint_info *c, const mirror__tensor *t,
+                                     size_t nt, mirror__text *h)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    uint64_t offset = 0;
+    size_t i, j;
+    char *crc_at;
+    mirror__printf(h, "{\"__metadata__\":{\"format\":\"mirror\",\"version\":\"1\",\"model\":\"");
+    mirror__describe_model(m, h);
+    mirror__printf(h, "\",\"optimizer\":\"%s\",\"lr\":\"%.9g\",\"momentum\":\"%.9g\",\"nesterov\":\"%d\","
+                      "\"weight_decay\":\"%.9g\",\"beta1\":\"%.9g\",\"beta2\":\"%.9g\",\"eps\":\"%.9g\","
+                      "\"precision\":\"fp32\",\"loss_scaler\":\"none\",\"step\":\"%llu\",\"epoch\":\"%llu\","
+                      "\"epoch_step\":\"%llu\",\"shuffle_seed\":\"%llu\",\"seed\":\"%llu\"",
+                   mirror__opt_names[o->kind], (double)o->lr, (double)o->momentum, o->nesterov,
+                   (double)o->weight_decay, (double)o->beta1, (double)o->beta2, (double)o->eps,
+                   (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
+                   (unsigned long long)c->shuffle_seed, (unsigned long long)m->desc.seed);
+    for (i = 0; i < nt; i++)
+        mirror__printf(h, ",\"crc32.%s\":\"%08lx\"", t[i].name,
+                       (unsigned long)mirror__crc32(0, (const unsigned char *)t[i].host, t[i].count * sizeof(float)));
+    mirror__printf(h, ",\"crc32.header\":\"00000000\"}");
+    for (i = 0; i < nt; i++) {
+        mirror__printf(h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[", t[i].name);
+        for (j = 0; j < t[i].rank; j++) mirror__printf(h, j ? ",%zu" : "%zu", t[i].shape[j]);
+        mirror__printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
+                       (unsigned long long)(offset + t[i].count * sizeof(float)));
+        offset += t[i].count * sizeof(float);
+    }
+    mirror__printf(h, "}");
+    while (!h->failed && h->len % 8) mirror__printf(h, " ");
+    if (h->failed) return MIRROR_ERR_NO_MEMORY;
+    crc_at = strstr(h->p, "\"crc32.header\":\"00000000\"") + 16;
+    {
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)h->p, h->len));
+        memcpy(crc_at, hex, 8);
+    }
+    return MIRROR_OK;
+}
+
+/* write(2) all of it, through short writes and EINTR. */
+static int mirror__write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    while (n) {
+        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync of the directory holding path, so that a rename survives a crash. */
+static int mirror__sync_dir(const char *path)
+{
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    int fd, rc;
+    if (n >= sizeof dir) return -1;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
+    rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* PATH.1 ... PATH.(keep-1) move one place back, then PATH.1 becomes a
+   second name of the current PATH: PATH itself is never missing. */
+static int mirror__rotate(const char *path, size_t keep, char *a, char *b, size_t size)
+{
+    size_t i;
+    if (keep < 2 || access(path, F_OK) != 0) return 0;
+    for (i = keep - 1; i >= 2; i--) {
+        snprintf(a, size, "%s.%zu", path, i - 1);
+        snprintf(b, size, "%s.%zu", path, i);
+        if (rename(a, b) != 0 && errno != ENOENT) return -1;
+    }
+    snprintf(a, size, "%s.1", path);
+    if (unlink(a) != 0 && errno != ENOENT) return -1;
+    return link(path, a);
+}
+
+MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
+                                      size_t keep)
+{
+    mirror_checkpoint_info c;
+    mirror__tensor t[MIRROR__MAX_TENSORS];
+    mirror__text h = {NULL, 0, 0, 0};
+    float *params = NULL, *state = NULL;
+    size_t nt, i, plen;
+    char *tmp = NULL, *a = NULL, *b = NULL;
+    unsigned char len8[8];
+    int rc, fd = -1;
+    if ((rc = mirror__check_built(m, "mirror_checkpoint_save"))) return rc;
+    if (!path || !*path || (plen = strlen(path)) > 900)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_save: path is NULL, empty or too long");
+    memset(&c, 0, sizeof c);
+    if (cursor) c = *cursor;
+    if (!keep) keep = 3;
+    params = (float *)mirror__alloc(m->nparams, sizeof(float));
+    state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));
+    tmp = (char *)MIRROR_MALLOC(3 * (plen + 32));
+    if (!params || !state || !tmp) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_checkpoint_save: out of memory");
+        goto done;
+    }
+    a = tmp + plen + 32;
+    b = a + plen + 32;
+    if ((rc = mirror_get_parameters(m, 0, params, m->nparams)) ||
+        (rc = mirror_get_optimizer_state(m, 0, state, m->nstate)))
+        goto done;
+    nt = mirror__tensors(m, params, state, t);
+    if ((rc = mirror__checkpoint_header(m, &c, t, nt, &h))) {
+        rc = mirror__fail(m, rc, "mirror_checkpoint_save: out of memory for the header");
+        goto done;
+    }
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
+    if ((fd = mkstemp(tmp)) < 0) {
+        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        goto done;
+    }
+    fchmod(fd, 0644);
+    if (mirror__write_all(fd, len8, 8) || mirror__write_all(fd, h.p, h.len)) goto write_failed;
+    for (i = 0; i < nt; i++)
+        if (mirror__write_all(fd, t[i].host, t[i].count * sizeof(float))) goto write_failed;
+    if (fsync(fd) != 0) goto write_failed;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto write_failed;
+    }
+    fd = -1;
+    if (mirror__rotate(path, keep, a, b, plen + 32) != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot keep the previous checkpoints: %s", path, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot rename the new checkpoint into place: %s", path, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    if (mirror__sync_dir(path) != 0)
+        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: saved, but flushing its directory failed: %s", path, strerror(errno));
+    goto done;
+write_failed:
+    rc = mirror__fail(m, MIRROR_ERR_IO, "%s: writing the checkpoint failed (%s); the previous one is intact", path,
+                      strerror(errno));
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+done:
+    MIRROR_FREE(h.p);
+    MIRROR_FREE(params);
+    MIRROR_FREE(state);
+    MIRROR_FREE(tmp);
+    return rc;
+}
+
+/* ---- reading: a strict little JSON reader for the header ---- */
+
+typedef struct mirror__json {
+    const char *p, *end;
+} mirror__json;
+
+static void mirror__json_ws(mirror__json *j)
+{
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static int mirror__json_char(mirror__json *j, char c)
+{
+    mirror__json_ws(j);
+    if (j->p >= j->end || *j->p != c) return 0;
+    j->p++;
+    return 1;
+}
+
+/* A string without escapes other than \" and \\ (a mirror header has none),
+   into out (size bytes, NUL-terminated). */
+static int mirror__json_string(mirror__json *j, char *out, size_t size)
+{
+    size_t n = 0;
+    if (!mirror__json_char(j, '"')) return 0;
+    while (j->p < j->end && *j->p != '"') {
+        char c = *j->p++;
+        if (c == '\\') {
+            if (j->p >= j->end || (*j->p != '"' && *j->p != '\\')) return 0;
+            c = *j->p++;
+        }
+        if ((unsigned char)c < 0x20 || n + 1 >= size) return 0;
+        out[n++] = c;
+    }
+    if (j->p >= j->end) return 0;
+    j->p++;
+    out[n] = '\0';
+    return 1;
+}
+
+static int mirror__json_uint(mirror__json *j, uint64_t *v)
+{
+    int digits = 0;
+    mirror__json_ws(j);
+    *v = 0;
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+        if (*v > (UINT64_MAX - 9) / 10 || ++digits > 19) return 0;
+        *v = *v * 10 + (uint64_t)(*j->p++ - '0');
+    }
+    return digits > 0;
+}
+
+/* [u, u, ...] with at most max entries. */
+static int mirror__json_uints(mirror__json *j, uint64_t *v, size_t max, size_t *n)
+{
+    *n = 0;
+    if (!mirror__json_char(j, '[')) return 0;
+    if (mirror__json_char(j, ']')) return 1;
+    do {
+        if (*n == max || !mirror__json_uint(j, &v[(*n)++])) return 0;
+    } while (mirror__json_char(j, ','));
+    return mirror__json_char(j, ']');
+}
+
+#define MIRROR__MAX_META 96
+
+typedef struct mirror__header {
+    char key[MIRROR__MAX_META][80];
+    char value[MIRROR__MAX_META][4096];
+    size_t nmeta;
+    mirror__tensor t[MIRROR__MAX_TENSORS];
+    char dtype[MIRROR__MAX_TENSORS][8];
+    size_t nt;
+} mirror__header;
+
+static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
+{
+    mirror__json j;
+    char key[80];
+    j.p = text;
+    j.end = text + len;
+    h->nmeta = h->nt = 0;
+    if (!mirror__json_char(&j, '{')) return 0;
+    if (mirror__json_char(&j, '}')) goto end;
+    do {
+        if (!mirror__json_string(&j, key, sizeof key) || !mirror__json_char(&j, ':')) return 0;
+        if (!strcmp(key, "__metadata__")) {
+            if (!mirror__json_char(&j, '{')) return 0;
+            if (mirror__json_char(&j, '}')) continue;
+            do {
+                if (h->nmeta == MIRROR__MAX_META ||
+                    !mirror__json_string(&j, h->key[h->nmeta], sizeof h->key[0]) || !mirror__json_char(&j, ':') ||
+                    !mirror__json_string(&j, h->value[h->nmeta], sizeof h->value[0]))
+                    return 0;
+                h->nmeta++;
+            } while (mirror__json_char(&j, ','));
+            if (!mirror__json_char(&j, '}')) return 0;
+        } else {
+            mirror__tensor *t = &h->t[h->nt];
+            char field[16];
+            uint64_t v[4];
+            size_t n, i;
+            int have = 0;
+            if (h->nt == MIRROR__MAX_TENSORS || strlen(key) >= sizeof t->name) return 0;
+            memset(t, 0, sizeof *t);
+            memcpy(t->name, key, strlen(key) + 1);
+            if (!mirror__json_char(&j, '{')) return 0;
+            do {
+                if (!mirror__json_string(&j, field, sizeof field) || !mirror__json_char(&j, ':')) return 0;
+                if (!strcmp(field, "dtype") && !(have & 1)) {
+                    if (!mirror__json_string(&j, h->dtype[h->nt], sizeof h->dtype[0])) return 0;
+                    have |= 1;
+                } else if (!strcmp(field, "shape") && !(have & 2)) {
+                    if (!mirror__json_uints(&j, v, 4, &n)) return 0;
+                    for (i = 0, t->rank = n; i < n; i++) t->shape[i] = (size_t)v[i];
+                    for (i = 0, t->count = 1; i < n; i++)
+                        if (v[i] > ((size_t)1 << 31) || !mirror__mul(t->count, (size_t)v[i], &t->count)) return 0;
+                    have |= 2;
+                } else if (!strcmp(field, "data_offsets") && !(have & 4)) {
+                    if (!mirror__json_uints(&j, v, 2, &n) || n != 2) return 0;
+                    t->begin = v[0];
+                    t->end = v[1];
+                    have |= 4;
+                } else {
+                    return 0;
+                }
+            } while (mirror__json_char(&j, ','));
+            if (!mirror__json_char(&j, '}') || have != 7) return 0;
+            h->nt++;
+        }
+    } while (mirror__json_char(&j, ','));
+    if (!mirror__json_char(&j, '}')) return 0;
+end:
+    mirror__json_ws(&j);
+    return j.p == j.end;
+}
+
+static const char *mirror__meta(const mirror__header *h, const char *key)
+{
+    size_t i;
+    for (i = 0; i < h->nmeta; i++)
+        if (!strcmp(h->key[i], key)) return h->value[i];
+    return NULL;
+}
+
+static int mirror__meta_u64(const mirror__header *h, const char *key, uint64_t *v)
+{
+    const char *s = mirror__meta(h, key);
+    mirror__json j;
+    if (!s) return 0;
+    j.p = s;
+    j.end = s + strlen(s);
+    return mirror__json_uint(&j, v) && j.p == j.end;
+}
+
+/* Checks a whole checkpoint file in memory against m; on success the
+   parameters and state are ready in the returned header's tensors. */
+static int mirror__check_checkpoint(mirror_model *m, const char *path, const unsigned char *buf, size_t size,
+                                    int weights_only, mirror__header *h, mirror_checkpoint_info *info)
+{
+    mirror__tensor want[MIRROR__MAX_TENSORS];
+    mirror__text model = {NULL, 0, 0, 0};
+    uint64_t hlen = 0, data_size, covered = 0;
+    size_t i, k, nwant;
+    const char *s;
+    char *text = NULL;
+    int rc = MIRROR_OK;
+    if (size < 8) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %zu bytes: not a checkpoint", path, size);
+    for (i = 0; i < 8; i++) hlen |= (uint64_t)buf[i] << (8 * i);
+    if (hlen < 2 || hlen > size - 8 || hlen > ((uint64_t)1 << 26))
+        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: header length %llu does not fit the file of %zu bytes", path,
+                            (unsigned long long)hlen, size);
+    data_size = size - 8 - hlen;
+    if (!(text = (char *)MIRROR_MALLOC((size_t)hlen + 1)))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    memcpy(text, buf + 8, (size_t)hlen);
+    text[hlen] = '\0';
+    if (memchr(text, '\0', (size_t)hlen) || !mirror__parse_header(text, (size_t)hlen, h)) {
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the header is not the JSON of a checkpoint", path);
+        goto done;
+    }
+    /* The header's own checksum: over the text with its value zeroed. */
+    {
+        char *at = strstr(text, "\"crc32.header\":\"");
+        char want_hex[9], got_hex[9];
+        if (!at || !(s = mirror__meta(h, "crc32.header")) || strlen(s) != 8) {
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: no header checksum", path);
+            goto done;
+        }
+        at += 16;
+        memcpy(got_hex, at, 8);
+        got_hex[8] = '\0';
+        memcpy(at, "00000000", 8);
+        snprintf(want_hex, sizeof want_hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)text, (size_t)hlen));
+        if (strcmp(want_hex, got_hex) != 0) {
+            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: the header's checksum is %s, its contents give %s", path,
+                              got_hex, want_hex);
+            goto done;
+        }
+    }
+    if (!(s = mirror__meta(h, "format")) || strcmp(s, "mirror") != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: not a mirror checkpoint", path);
+        goto done;
+    }
+    if (!(s = mirror__meta(h, "version")) || strcmp(s, "1") != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: checkpoint version \"%s\", this mirror reads version 1", path,
+                          s ? s : "(none)");
+        goto done;
+    }
+    if (!(s = mirror__meta(h, "precision")) || strcmp(s, "fp32") != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: precision \"%s\", this mirror reads fp32", path, s ? s : "(none)");
+        goto done;
+    }
+    mirror__describe_model(m, &model);
+    if (model.failed || !(s = mirror__meta(h, "model")) || strcmp(s, model.p) != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: a checkpoint of %s, not of this model (%s)", path,
+                          s ? s : "(no model)", model.p ? model.p : "");
+        goto done;
+    }
+    memset(info, 0, sizeof *info);
+    if (!mirror__meta_u64(h, "step", &info->step) || !mirror__meta_u64(h, "epoch", &info->epoch) ||
+        !mirror__meta_u64(h, "epoch_step", &info->epoch_step) ||
+        !mirror__meta_u64(h, "shuffle_seed", &info->shuffle_seed)) {
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: step, epoch, epoch_step or shuffle_seed missing or not a number",
+                          path);
+        goto done;
+    }
+    if (!weights_only && (!(s = mirror__meta(h, "optimizer")) || strcmp(s, mirror__opt_names[m->desc.optimizer.kind]))) {
+        rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: optimizer \"%s\", this model's is \"%s\" (load weights only?)", path,
+                          s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
+        goto done;
+    }
+    /* Offsets: inside the data, no overlap, the data covered exactly. */
+    for (i = 0; i < h->nt; i++) {
+        mirror__tensor *t = &h->t[i];
+        if (strcmp(h->dtype[i], "F32") != 0 || t->end < t->begin || t->end > data_size ||
+            t->count > data_size / 4 || t->end - t->begin != (uint64_t)t->count * 4) {
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensor %s: dtype %s, %zu elements at bytes [%llu, %llu) of %llu",
+                              path, t->name, h->dtype[i], t->count, (unsigned long long)t->begin,
+                              (unsigned long long)t->end, (unsigned long long)data_size);
+            goto done;
+        }
+        for (k = 0; k < i; k++)
+            if (t->begin < h->t[k].end && h->t[k].begin < t->end && t->end > t->begin) {
+                rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensors %s and %s overlap", path, h->t[k].name, t->name);
+                goto done;
+            }
+        covered += t->end - t->begin;
+    }
+    if (covered != data_size) {
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the tensors cover %llu of %llu data bytes", path,
+                          (unsigned long long)covered, (unsigned long long)data_size);
+        goto done;
+    }
+    /* Every tensor this model needs: present, same shape, checksum right. */
+    memset(want, 0, sizeof want);
+    nwant = mirror__tensors(m, NULL, NULL, want);
+    for (i = 0; i < nwant; i++) {
+        const mirror__tensor *t = NULL;
+        char key[96], hex[9];
+        int optimizer = !strncmp(want[i].name, "optimizer.", 10);
+        if (optimizer && weights_only) continue;
+        for (k = 0; k < h->nt; k++)
+            if (!strcmp(h->t[k].name, want[i].name)) t = &h->t[k];
+        if (!t || t->rank != want[i].rank || memcmp(t->shape, want[i].shape, t->rank * sizeof(size_t))) {
+            rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: tensor %s %s", path, want[i].name,
+                              t ? "has another shape than the model's" : "is missing");
+            goto done;
+        }
+        snprintf(key, sizeof key, "crc32.%s", t->name);
+        snprintf(hex, sizeof hex, "%08lx",
+                 (unsigned long)mirror__crc32(0, buf + 8 + hlen + t->begin, (size_t)(t->end - t->begin)));
+        if (!(s = mirror__meta(h, key)) || strcmp(s, hex) != 0) {
+            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: tensor %s: checksum %s, its data gives %s", path, t->name,
+                              s ? s : "(none)", hex);
+            goto done;
+        }
+        want[i].begin = 8 + hlen + t->begin; /* where its floats start in buf */
+    }
+    /* Hand the wanted tensors back in the model's order. */
+    memcpy(h->t, want, nwant * sizeof *want);
+    h->nt = nwant;
+done:
+    MIRROR_FREE(text);
+    MIRROR_FREE(model.p);
+    return rc;
+}
+
+MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
+                                      mirror_checkpoint_info *info)
+{
+    unsigned char *buf = NULL;
+    size_t size = 0, i, r;
+    float *params = NULL, *state = NULL;
+    mirror__header *h = NULL;
+    mirror_checkpoint_info got;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_checkpoint_load"))) return rc;
+    if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
+    if ((rc = mirror__read_file(path, &buf, &size, &m->err))) return rc;
+    h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
+    params = (float *)mirror__alloc(m->nparams, sizeof(float));
+    state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));
+    if (!h || !params || !state) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        goto done;
+    }
+    if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got))) goto done;
+    /* Everything checked: now, and only now, the model changes. */
+    {
+        mirror__tensor dst[MIRROR__MAX_TENSORS];
+        size_t n = mirror__tensors(m, params, state, dst);
+        for (i = 0; i < n; i++) {
+            if (!strncmp(dst[i].name, "optimizer.", 10) && weights_only) continue;
+            memcpy((void *)dst[i].host, buf + h->t[i].begin, dst[i].count * sizeof(float));
+        }
+    }
+    if ((rc = mirror_set_parameters(m, params, m->nparams))) goto done;
+    if (!weights_only) {
+        for (r = 0; r < m->s->replicas && m->nstate; r++) {
+            m->be->upload(m->rep[r].dev, m->rep[r].state, state, m->nstate * sizeof(float));
+            m->be->host_wait(m->rep[r].dev);
+        }
+        m->steps = got.step;
+        if ((rc = mirror__device_status(m))) goto done;
+    }
+    if (info) *info = got;
+done:
+    MIRROR_FREE(buf);
+    MIRROR_FREE(h);
+    MIRROR_FREE(params);
+    MIRROR_FREE(state);
+    return rc;
+}
+
 // >>fit ---------------------------------------------------------------------
 
 static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, const char *what)
@@ -3194,6 +3867,9 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     if (!steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
                             d.train->count, d.batch);
+    if (d.initial_step >= steps && d.initial_epoch < d.epochs)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
+                            d.initial_step, steps);
     perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
     if (!perm) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     memset(&log, 0, sizeof log);
@@ -3203,17 +3879,34 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
         log.epoch = epoch + 1;
         log.epochs = d.epochs;
         mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
-        for (step = 0; step < steps && rc == MIRROR_OK; step++) {
+        for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
             mirror_batch b;
             mirror_metrics taken;
+            int stopping;
             mirror__batch_of(&b, d.train, perm + step * d.batch,
                              MIRROR__MIN(d.batch, d.train->count - step * d.batch));
             if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
+            stopping = d.stop && *d.stop;
             if (step + 1 == steps || (bar && mirror__now() - shown > 0.1)) {
                 if ((rc = mirror_take_metrics(m, &taken))) break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
                 if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
+            }
+            /* The cursor names the next step to run. */
+            if (d.checkpoint && (stopping || (d.checkpoint_every && m->steps % d.checkpoint_every == 0))) {
+                mirror_checkpoint_info at;
+                at.step = m->steps;
+                at.epoch = step + 1 < steps ? epoch : epoch + 1;
+                at.epoch_step = step + 1 < steps ? step + 1 : 0;
+                at.shuffle_seed = d.shuffle_seed;
+                if ((rc = mirror_checkpoint_save(m, d.checkpoint, &at, d.checkpoint_keep))) break;
+            }
+            if (stopping) {
+                if (bar) printf("\n");
+                rc = mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped at step %zu of epoch %zu%s%s", step + 1,
+                                  epoch + 1, d.checkpoint ? "; checkpoint saved to " : "",
+                                  d.checkpoint ? d.checkpoint : "");
             }
         }
         if (rc) break;
@@ -3234,6 +3927,14 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
         if (d.on_epoch && d.on_epoch(d.user, &log))
             rc = mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped by on_epoch after epoch %zu",
                               log.epoch);
+    }
+    if (rc == MIRROR_OK && d.checkpoint && !(d.checkpoint_every && m->steps % d.checkpoint_every == 0)) {
+        mirror_checkpoint_info at; /* the end, unless the last step just saved it */
+        at.step = m->steps;
+        at.epoch = d.epochs;
+        at.epoch_step = 0;
+        at.shuffle_seed = d.shuffle_seed;
+        rc = mirror_checkpoint_save(m, d.checkpoint, &at, d.checkpoint_keep);
     }
     MIRROR_FREE(perm);
     if (last) *last = log;

@@ -16,16 +16,25 @@
 #include "../mirror.h"
 #include "models.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct options {
-    const char *data, *model, *devices, *optimizer;
-    size_t replicas, epochs, batch, synthetic;
+    const char *data, *model, *devices, *optimizer, *save, *resume;
+    size_t replicas, epochs, batch, synthetic, checkpoint_every;
     double lr;
     unsigned long long seed;
 } options;
+
+/* Ctrl-C: fit saves a checkpoint after the step in progress and returns. */
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
 
 static void usage(FILE *f)
 {
@@ -39,7 +48,10 @@ static void usage(FILE *f)
                "  --batch N           global batch (default 64)\n"
                "  --lr X              learning rate (default: the optimizer's)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
-               "  --seed N            (default 1)\n");
+               "  --seed N            (default 1)\n"
+               "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C)\n"
+               "  --checkpoint-every N  also every N steps (needs --save)\n"
+               "  --resume PATH       continue from a checkpoint; --epochs counts the total\n");
 }
 
 /* Parses a positive count; exits on anything else (an example may exit). */
@@ -78,6 +90,9 @@ static void parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--batch")) o->batch = count_arg(a, v);
         else if (!strcmp(a, "--synthetic")) o->synthetic = count_arg(a, v);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--save")) o->save = v;
+        else if (!strcmp(a, "--resume")) o->resume = v;
+        else if (!strcmp(a, "--checkpoint-every")) o->checkpoint_every = count_arg(a, v);
         else if (!strcmp(a, "--lr")) o->lr = atof(v);
         else {
             fprintf(stderr, "train: unknown option %s\n", a);
@@ -117,7 +132,8 @@ static mirror_optimizer_kind optimizer_kind(const char *name, float *momentum)
 
 int main(int argc, char **argv)
 {
-    options o = {NULL, "cnn", NULL, "adam", 0, 3, 64, 10000, 0.0, 1};
+    options o = {NULL, "cnn", NULL, "adam", NULL, NULL, 0, 3, 64, 10000, 0, 0.0, 1};
+    mirror_checkpoint_info at = {0, 0, 0, 0};
     mirror_error err = {0, ""};
     mirror_strategy_desc sd;
     mirror_model_desc md;
@@ -166,15 +182,37 @@ int main(int argc, char **argv)
     printf("model: %s, %zu parameters, optimizer %s, global batch %zu\n", o.model, mirror_num_parameters(m),
            o.optimizer, o.batch);
 
+    if (o.resume) {
+        if ((rc = mirror_checkpoint_load(m, o.resume, 0, &at))) {
+            fprintf(stderr, "train: %s\n", mirror_model_error(m));
+            goto out;
+        }
+        printf("resume: %s, step %llu, epoch %llu step %llu\n", o.resume, (unsigned long long)at.step,
+               (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step);
+    }
+
     memset(&fd, 0, sizeof fd);
     fd.train = &train;
     fd.validation = &test;
     fd.epochs = o.epochs;
+    fd.initial_epoch = (size_t)at.epoch;
+    fd.initial_step = (size_t)at.epoch_step;
+    fd.shuffle_seed = at.shuffle_seed;
     fd.batch = o.batch;
     fd.on_epoch = on_epoch;
     fd.user = &sums;
+    fd.checkpoint = o.save ? o.save : o.checkpoint_every ? NULL : NULL;
+    fd.checkpoint_every = o.checkpoint_every;
+    fd.stop = &interrupted;
+    signal(SIGINT, on_sigint);
+    if (at.epoch >= o.epochs) {
+        printf("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
+               o.epochs);
+        goto out;
+    }
     if ((rc = mirror_fit(m, &fd, &log))) {
         fprintf(stderr, "train: %s\n", mirror_model_error(m));
+        if (rc == MIRROR_ERR_STOPPED && interrupted) rc = 130;
         goto out;
     }
     printf("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
@@ -187,5 +225,5 @@ out:
     mirror_strategy_destroy(s);
     mirror_dataset_free(&train);
     mirror_dataset_free(&test);
-    return rc ? 1 : 0;
+    return rc == 130 ? 130 : rc ? 1 : 0;
 }
