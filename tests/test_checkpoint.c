@@ -1,0 +1,455 @@
+/* test_checkpoint.c - checkpoints: exact resume (bitwise parameters and
+   equal losses at every step), loading on another replica count, weights
+   only, atomic saves that survive a failed write, the kept files, and
+   hostile files (truncations at every byte, single bit flips, wrong types,
+   wrong shapes, bad offsets, unknown versions): an error every time and an
+   unchanged model. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, setrlimit; mirror.h is not the first include */
+#include "alloc_count.h"
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static char dir[64];
+static mirror_dataset data;
+
+static void path_of(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", dir, name); }
+
+static mirror_strategy *strategy(size_t replicas)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.num_replicas = replicas;
+    mirror_strategy_create(&d, &s, NULL);
+    return s;
+}
+
+/* A small CNN on 8x8 crops (cnn) or an MLP, seed 3. */
+static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = 8, d.width = 8;
+    d.max_batch = 12;
+    d.seed = 3;
+    d.optimizer.kind = opt;
+    d.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    if (cnn) mirror_conv2d(m, 3, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    mirror_flatten(m), mirror_dense(m, 8), mirror_relu(m), mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void make_data(void)
+{
+    mirror_dataset full;
+    size_t i, y, x;
+    mirror_dataset_synthetic_digits(&full, 50, 5, NULL);
+    data = full;
+    data.x = (float *)MIRROR_MALLOC(50 * 64 * sizeof(float));
+    for (i = 0; i < 50; i++)
+        for (y = 0; y < 8; y++)
+            for (x = 0; x < 8; x++) data.x[i * 64 + y * 8 + x] = full.x[i * 784 + (3 * y + 3) * 28 + 3 * x + 3];
+    MIRROR_FREE(full.x);
+    data.height = data.width = 8;
+}
+
+/* Step k of a fixed schedule: epochs of 50 samples in batches of 12 (the
+   fifth batch has 2), shuffled by (11, epoch). Returns the step's loss sum. */
+static double step(mirror_model *m, size_t k)
+{
+    size_t perm[50], b = k % 5;
+    mirror_batch g;
+    mirror_metrics out;
+    mirror_permutation(perm, 50, 11, k / 5);
+    memset(&g, 0, sizeof g);
+    g.x = data.x, g.labels = data.labels, g.rows = 50;
+    g.index = perm + b * 12, g.n = b == 4 ? 2 : 12;
+    if (mirror_train_step(m, &g, &out)) return -1.0;
+    return out.loss_sum;
+}
+
+static float *params(mirror_model *m, size_t r)
+{
+    size_t n = mirror_num_parameters(m);
+    float *p = (float *)malloc(n * sizeof(float));
+    mirror_get_parameters(m, r, p, n);
+    return p;
+}
+
+/* 2K steps straight, against K steps, save, a new model, load, K steps. */
+static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replicas)
+{
+    const size_t K = 7;
+    char path[128];
+    double straight[14], resumed[14];
+    mirror_strategy *s = strategy(replicas);
+    mirror_model *a = model(s, cnn, opt), *b = model(s, cnn, opt), *c = model(s, cnn, opt);
+    mirror_checkpoint_info at = {0, 1, 2, 11}, got;
+    size_t k, n = mirror_num_parameters(a);
+    float *pa, *pc, *sa, *sc;
+    int same_loss = 1;
+    path_of(path, sizeof path, "resume.ckpt");
+    for (k = 0; k < 2 * K; k++) straight[k] = step(a, k);
+    for (k = 0; k < K; k++) resumed[k] = step(b, k);
+    CHECK(mirror_checkpoint_save(b, path, &at, 0) == MIRROR_OK, "save: %s", mirror_model_error(b));
+    CHECK(mirror_checkpoint_load(c, path, 0, &got) == MIRROR_OK, "load: %s", mirror_model_error(c));
+    CHECK(got.step == K && got.epoch == 1 && got.epoch_step == 2 && got.shuffle_seed == 11,
+          "the cursor comes back (step %llu, epoch %llu, epoch_step %llu, seed %llu)", (unsigned long long)got.step,
+          (unsigned long long)got.epoch, (unsigned long long)got.epoch_step, (unsigned long long)got.shuffle_seed);
+    CHECK(mirror_optimizer_steps(c) == K, "the optimizer's step count comes back");
+    for (k = K; k < 2 * K; k++) resumed[k] = step(c, k);
+    for (k = 0; k < 2 * K; k++) same_loss &= straight[k] == resumed[k];
+    CHECK(same_loss, "%s %s on %zu replicas: the same loss at every one of %zu steps", cnn ? "cnn" : "mlp",
+          opt == MIRROR_OPT_SGD ? "SGD" : "AdamW", replicas, 2 * K);
+    pa = params(a, replicas - 1), pc = params(c, replicas - 1);
+    sa = (float *)malloc((mirror_optimizer_state_size(a) + 1) * 4), sc = (float *)malloc((mirror_optimizer_state_size(a) + 1) * 4);
+    mirror_get_optimizer_state(a, 0, sa, mirror_optimizer_state_size(a));
+    mirror_get_optimizer_state(c, 0, sc, mirror_optimizer_state_size(c));
+    CHECK(!memcmp(pa, pc, n * 4) && !memcmp(sa, sc, mirror_optimizer_state_size(a) * 4),
+          "parameters and optimizer state bitwise equal to the run without the checkpoint");
+    free(pa), free(pc), free(sa), free(sc);
+    mirror_model_destroy(a), mirror_model_destroy(b), mirror_model_destroy(c);
+    mirror_strategy_destroy(s);
+}
+
+/* fit with a checkpoint every 3 steps; resuming fit from one taken
+   mid-epoch ends where the uninterrupted fit ends. */
+static void test_fit_resume(void)
+{
+    char path[128], mid[140];
+    mirror_strategy *s = strategy(2);
+    mirror_model *a = model(s, 1, MIRROR_OPT_ADAMW), *b = model(s, 1, MIRROR_OPT_ADAMW);
+    mirror_fit_desc fd;
+    mirror_checkpoint_info at;
+    float *pa, *pb;
+    path_of(path, sizeof path, "fit.ckpt");
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 3, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.checkpoint = path, fd.checkpoint_every = 3, fd.checkpoint_keep = 20;
+    CHECK(mirror_fit(a, &fd, NULL) == MIRROR_OK, "fit with checkpoints: %s", mirror_model_error(a));
+    /* 15 steps: saves after steps 3, 6, 9, 12, 15; PATH.3 is the one after step 6 (epoch 2, step 1). */
+    snprintf(mid, sizeof mid, "%s.3", path);
+    CHECK(mirror_checkpoint_load(b, mid, 0, &at) == MIRROR_OK && at.step == 6 && at.epoch == 1 && at.epoch_step == 1,
+          "the checkpoint after step 6 says epoch 2, step 1 (%llu, %llu, %llu)", (unsigned long long)at.step,
+          (unsigned long long)at.epoch, (unsigned long long)at.epoch_step);
+    fd.checkpoint = NULL;
+    fd.initial_epoch = (size_t)at.epoch, fd.initial_step = (size_t)at.epoch_step, fd.shuffle_seed = at.shuffle_seed;
+    CHECK(mirror_fit(b, &fd, NULL) == MIRROR_OK, "resumed fit: %s", mirror_model_error(b));
+    pa = params(a, 1), pb = params(b, 1);
+    CHECK(!memcmp(pa, pb, mirror_num_parameters(a) * 4), "resumed fit ends bitwise where the straight fit ends");
+    free(pa), free(pb);
+    mirror_model_destroy(a), mirror_model_destroy(b);
+    mirror_strategy_destroy(s);
+}
+
+static void test_replicas_and_weights_only(void)
+{
+    char path[128];
+    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_model *a = model(s2, 1, MIRROR_OPT_ADAM), *b = model(s3, 1, MIRROR_OPT_ADAM), *c = model(s3, 1, MIRROR_OPT_SGD);
+    size_t k, r, n = mirror_num_parameters(a);
+    float *pa, *pb;
+    int equal = 1;
+    path_of(path, sizeof path, "replicas.ckpt");
+    for (k = 0; k < 4; k++) step(a, k);
+    mirror_checkpoint_save(a, path, NULL, 1);
+    CHECK(mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK, "a 2-replica checkpoint loads on 3 replicas");
+    pa = params(a, 0);
+    for (r = 0; r < 3; r++) {
+        pb = params(b, r);
+        equal &= !memcmp(pa, pb, n * 4);
+        free(pb);
+    }
+    CHECK(equal, "every one of the 3 replicas holds the saved parameters");
+    CHECK(step(b, 4) > 0.0, "and trains on");
+    CHECK(mirror_checkpoint_load(c, path, 0, NULL) == MIRROR_ERR_SHAPE && strstr(mirror_model_error(c), "optimizer"),
+          "an Adam checkpoint into an SGD model: a shape error naming the optimizer (%s)", mirror_model_error(c));
+    CHECK(mirror_checkpoint_load(c, path, 1, NULL) == MIRROR_OK, "weights only: loads into the SGD model");
+    pb = params(c, 2);
+    CHECK(!memcmp(pa, pb, n * 4) && mirror_optimizer_steps(c) == 0, "weights only: parameters, and no step count");
+    free(pa), free(pb);
+    mirror_model_destroy(a), mirror_model_destroy(b), mirror_model_destroy(c);
+    mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
+}
+
+static int count_files(const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
+}
+
+/* keep 3: PATH is the newest, PATH.1 and PATH.2 the two before; a write
+   that fails (here: the file size limit, as on a full disk) leaves them. */
+static void test_durability(void)
+{
+    char path[128], older[140];
+    mirror_strategy *s = strategy(1);
+    mirror_model *m = model(s, 0, MIRROR_OPT_SGD), *probe = model(s, 0, MIRROR_OPT_SGD);
+    mirror_checkpoint_info at;
+    struct rlimit old, tiny;
+    size_t k;
+    int rc;
+    path_of(path, sizeof path, "keep.ckpt");
+    for (k = 0; k < 5; k++) {
+        step(m, k);
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "save %zu: %s", k, mirror_model_error(m));
+    }
+    CHECK(count_files("keep.ckpt") == 3, "keep 3: three files (%d)", count_files("keep.ckpt"));
+    snprintf(older, sizeof older, "%s.2", path);
+    CHECK(mirror_checkpoint_load(probe, path, 0, &at) == MIRROR_OK && at.step == 5, "PATH is the newest (step %llu)",
+          (unsigned long long)at.step);
+    CHECK(mirror_checkpoint_load(probe, older, 0, &at) == MIRROR_OK && at.step == 3, "PATH.2 is two saves older");
+    step(m, 5);
+    signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old);
+    tiny = old;
+    tiny.rlim_cur = 200;
+    setrlimit(RLIMIT_FSIZE, &tiny);
+    rc = mirror_checkpoint_save(m, path, NULL, 3);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(m), "intact"),
+          "a write cut short (file size limit): MIRROR_ERR_IO saying the previous checkpoint is intact (%s)",
+          mirror_model_error(m));
+    CHECK(mirror_checkpoint_load(probe, path, 0, &at) == MIRROR_OK && at.step == 5,
+          "after the failed write PATH still loads, with the previous step (%llu)", (unsigned long long)at.step);
+    CHECK(count_files("keep.ckpt") == 3, "no temporary file left behind (%d files)", count_files("keep.ckpt"));
+    path_of(older, sizeof older, "no-such-dir/x.ckpt");
+    CHECK(mirror_checkpoint_save(m, older, NULL, 3) == MIRROR_ERR_IO, "a directory that does not exist: MIRROR_ERR_IO");
+    CHECK(mirror_checkpoint_save(m, NULL, NULL, 3) == MIRROR_ERR_ARGUMENT, "NULL path");
+    mirror_model_destroy(m), mirror_model_destroy(probe);
+    mirror_strategy_destroy(s);
+}
+
+/* ---- hostile files ---- */
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *p;
+    long size;
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    p = (unsigned char *)malloc((size_t)size + 1);
+    *n = fread(p, 1, (size_t)size, f);
+    fclose(f);
+    return p;
+}
+
+static void spit(const char *path, const unsigned char *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static mirror_model *victim;
+static float *victim_before;
+static size_t victim_n;
+static long victim_steps;
+
+/* Loads bytes as a checkpoint: must fail with a message, change nothing, leak nothing. */
+static int hostile(const unsigned char *p, size_t n, const char *what, int want)
+{
+    char path[128];
+    float *now;
+    long live = live_allocs;
+    int rc, ok;
+    path_of(path, sizeof path, "hostile.ckpt");
+    spit(path, p, n);
+    rc = mirror_checkpoint_load(victim, path, 0, NULL);
+    now = params(victim, 1);
+    ok = rc < 0 && (!want || rc == want) && mirror_model_error(victim)[0] && !memcmp(now, victim_before, victim_n * 4) &&
+         (long)mirror_optimizer_steps(victim) == victim_steps && live_allocs == live;
+    if (!ok)
+        fprintf(stderr, "hostile %s: rc %d (%s), want %d; unchanged %d; leaked %ld\n", what, rc,
+                mirror_model_error(victim), want, !memcmp(now, victim_before, victim_n * 4), live_allocs - live);
+    free(now);
+    return ok;
+}
+
+/* Rewrites the header text (new_text, NUL-terminated, same or any length)
+   with a correct header checksum, so that the later checks are reached. */
+static unsigned char *reheader(const unsigned char *file, size_t n, const char *text, size_t *out_n)
+{
+    size_t hlen = 0, len = strlen(text), i;
+    unsigned char *out;
+    char *crc;
+    for (i = 0; i < 8; i++) hlen |= (size_t)file[i] << (8 * i);
+    out = (unsigned char *)malloc(8 + len + (n - 8 - hlen) + 1);
+    for (i = 0; i < 8; i++) out[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    memcpy(out + 8, text, len);
+    memcpy(out + 8 + len, file + 8 + hlen, n - 8 - hlen);
+    crc = strstr((char *)out + 8, "\"crc32.header\":\"");
+    if (crc && crc + 24 <= (char *)out + 8 + len) {
+        char hex[9];
+        memcpy(crc + 16, "00000000", 8);
+        snprintf(hex, sizeof hex, "%08lx", (unsigned long)mirror__crc32(0, out + 8, len));
+        memcpy(crc + 16, hex, 8);
+    }
+    *out_n = 8 + len + (n - 8 - hlen);
+    return out;
+}
+
+/* The header text with the first `from` replaced by `to`. */
+static char *edit(const unsigned char *file, const char *from, const char *to)
+{
+    size_t hlen = 0, i;
+    char *text, *at, *out;
+    for (i = 0; i < 8; i++) hlen |= (size_t)file[i] << (8 * i);
+    text = (char *)malloc(hlen + 1);
+    memcpy(text, file + 8, hlen);
+    text[hlen] = '\0';
+    out = (char *)malloc(hlen + strlen(to) + 1);
+    at = strstr(text, from);
+    if (!at) {
+        strcpy(out, text);
+    } else {
+        memcpy(out, text, (size_t)(at - text));
+        strcpy(out + (at - text), to);
+        strcat(out, at + strlen(from));
+    }
+    free(text);
+    return out;
+}
+
+static void test_hostile(void)
+{
+    char path[128];
+    mirror_strategy *s = strategy(2);
+    mirror_model *src = model(s, 1, MIRROR_OPT_ADAM), *other;
+    unsigned char *good, *bad;
+    size_t n, hlen = 0, i, bit, fails;
+    int all;
+    static const struct {
+        const char *from, *to, *what;
+        int want;
+    } edits[] = {
+        {"\"version\":\"1\"", "\"version\":\"2\"", "an unknown version", MIRROR_ERR_UNSUPPORTED},
+        {"\"format\":\"mirror\"", "\"format\":\"other\"", "another format", MIRROR_ERR_FORMAT},
+        {"\"precision\":\"fp32\"", "\"precision\":\"fp16\"", "another precision", MIRROR_ERR_UNSUPPORTED},
+        {"\"dtype\":\"F32\"", "\"dtype\":\"F16\"", "another dtype", MIRROR_ERR_FORMAT},
+        {"\"dtype\":\"F32\"", "\"dtype\":32", "a dtype that is a number", MIRROR_ERR_FORMAT},
+        {"\"shape\":[3,1,3,3]", "\"shape\":\"3,1,3,3\"", "a shape that is a string", MIRROR_ERR_FORMAT},
+        {"\"shape\":[3,1,3,3]", "\"shape\":[3,1,9]", "a shape that is not the model's", MIRROR_ERR_SHAPE},
+        {"\"shape\":[3,1,3,3]", "\"shape\":[-3,1,3,3]", "a negative dimension", MIRROR_ERR_FORMAT},
+        {"\"data_offsets\":[0,108]", "\"data_offsets\":[0,108,4]", "three offsets", MIRROR_ERR_FORMAT},
+        {"\"data_offsets\":[0,108]", "\"data_offsets\":[4,112]", "overlapping offsets", MIRROR_ERR_FORMAT},
+        {"\"data_offsets\":[0,108]", "\"data_offsets\":[99999999,100000107]", "offsets past the end", MIRROR_ERR_FORMAT},
+        {"\"data_offsets\":[0,108]", "\"data_offsets\":[108,0]", "offsets backwards", MIRROR_ERR_FORMAT},
+        {"\"step\":\"", "\"step\":\"x", "a step that is not a number", MIRROR_ERR_FORMAT},
+        {"\"model\":\"input(1,8,8)", "\"model\":\"input(1,9,8)", "another model", MIRROR_ERR_SHAPE},
+        {"{\"__metadata__\"", "[\"__metadata__\"", "a header that is not an object", MIRROR_ERR_FORMAT},
+        {"\"layers.0.weight\":{", "\"layers.0.weight\":{\"extra\":1,", "an unknown field", MIRROR_ERR_FORMAT},
+        {"\"layers.0.weight\":{", "\"layers.9.weight\":{", "a missing tensor", MIRROR_ERR_SHAPE},
+    };
+    path_of(path, sizeof path, "good.ckpt");
+    step(src, 0);
+    mirror_checkpoint_save(src, path, NULL, 1);
+    good = slurp(path, &n);
+    for (i = 0; i < 8; i++) hlen |= (size_t)good[i] << (8 * i);
+    victim = model(s, 1, MIRROR_OPT_ADAM);
+    step(victim, 1), step(victim, 2);
+    victim_n = mirror_num_parameters(victim);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    CHECK(!hostile(good, n, "the good file", 0), "the good file itself loads (the harness can tell)");
+    mirror_checkpoint_load(victim, path, 0, NULL); /* back to the victim's own state */
+    free(victim_before);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+
+    for (i = 0, all = 1; i < 8 + hlen + 64 && i < n; i++) all &= hostile(good, i, "truncated", 0);
+    for (; i < n; i += 97) all &= hostile(good, i, "truncated in the data", 0);
+    CHECK(all, "truncated at every byte of the header and the first data, and every 97th byte after: an error");
+
+    bad = (unsigned char *)malloc(n);
+    for (bit = 0, fails = 0; bit < 8 * n; bit += bit < 8 * (8 + hlen) ? 1 : 61) {
+        memcpy(bad, good, n);
+        bad[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        fails += !hostile(bad, n, "bit flip", 0);
+    }
+    CHECK(fails == 0, "every single bit flip in the header, every 61st in the data: an error (%zu loaded)", fails);
+    memcpy(bad, good, n);
+    for (i = 0; i < 8; i++) bad[i] = 0xFF;
+    CHECK(hostile(bad, n, "absurd header length", MIRROR_ERR_FORMAT), "an absurd header length");
+    CHECK(hostile(good, 0, "empty", MIRROR_ERR_FORMAT), "an empty file");
+    free(bad);
+
+    for (i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char *text = edit(good, edits[i].from, edits[i].to);
+        size_t m2;
+        unsigned char *file = reheader(good, n, text, &m2);
+        CHECK(strstr(text, edits[i].to) != NULL, "edit %s applies", edits[i].what);
+        CHECK(hostile(file, m2, edits[i].what, edits[i].want), "%s: error %d", edits[i].what, edits[i].want);
+        free(text), free(file);
+    }
+    { /* a data byte changed with its checksum left: a checksum error */
+        unsigned char *file = (unsigned char *)malloc(n);
+        memcpy(file, good, n);
+        file[n - 1] ^= 0x40;
+        CHECK(hostile(file, n, "data changed", MIRROR_ERR_CHECKSUM), "a changed tensor: MIRROR_ERR_CHECKSUM");
+        memcpy(file, good, n);
+        file[8 + 20] ^= 0x01;
+        CHECK(hostile(file, n, "header changed", 0), "a changed header byte: an error");
+        free(file);
+    }
+    path_of(path, sizeof path, "missing.ckpt");
+    CHECK(mirror_checkpoint_load(victim, path, 0, NULL) == MIRROR_ERR_IO, "a missing file: MIRROR_ERR_IO");
+    other = model(s, 0, MIRROR_OPT_ADAM);
+    path_of(path, sizeof path, "good.ckpt");
+    CHECK(mirror_checkpoint_load(other, path, 0, NULL) == MIRROR_ERR_SHAPE, "a checkpoint of another model: MIRROR_ERR_SHAPE");
+    mirror_model_destroy(other);
+    free(good), free(victim_before);
+    mirror_model_destroy(src), mirror_model_destroy(victim);
+    mirror_strategy_destroy(s);
+}
+
+static void remove_all(void)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[400];
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/mirror-ckpt-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    make_data();
+    test_exact_resume(1, MIRROR_OPT_ADAMW, 2);
+    test_exact_resume(0, MIRROR_OPT_SGD, 3);
+    test_fit_resume();
+    test_replicas_and_weights_only();
+    test_durability();
+    test_hostile();
+    mirror_dataset_free(&data);
+    remove_all();
+    return check_done("test_checkpoint");
+}
