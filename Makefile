@@ -103,6 +103,9 @@ $(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.
 $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
 	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
+test-crash: info $(BUILD)/train
+	@BUILD="$(BUILD)" sh tests/crash_test.sh
+
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" sh tests/gpu/run.sh
 
@@ -147,5 +150,5 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-gpu bench bench-gpu clean
+.PHONY: all info run test test-crash test-gpu bench bench-gpu clean
 .PRECIOUS: $(BUILD)/%

@@ -91,12 +91,13 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
             return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_cifar10: paths[%zu] is NULL", i);
     buf = (unsigned char **)mirror__alloc(npaths, sizeof *buf);
     size = (size_t *)mirror__alloc(npaths, sizeof *size);
+    if (buf)
+        for (i = 0; i < npaths; i++) buf[i] = NULL;
     if (!buf || !size) {
         rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_load_cifar10: no memory for %zu files",
                            npaths);
         goto done;
     }
-    for (i = 0; i < npaths; i++) buf[i] = NULL;
     /* Every file is read and checked (its own name in the messages), then
        the records are put back to back and decoded in one pass. */
     for (i = 0; i < npaths; i++) {

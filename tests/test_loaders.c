@@ -1,0 +1,932 @@
+/* test_loaders.c - the CIFAR-10 and NumPy .npy loaders on good and hostile
+   files: batches concatenated in order, every .npy dtype, rank and header
+   version; truncations at every length, bad headers, odd shapes, bad labels
+   and bit flips each return an error with a message naming the file, leave
+   the dataset empty and free everything. The parsers also run on exact-size
+   copies in memory, so a sanitizer sees any read past the end. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, rmdir; mirror.h is not the first include */
+#include "alloc_count.h"
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef MIRROR_ZLIB
+#include <zlib.h>
+#endif
+
+// >>files -------------------------------------------------------------------
+
+static char root[64]; /* the temporary directory, removed at the end */
+
+/* root/name into out (256 bytes). */
+static const char *path_in(char *out, const char *name)
+{
+    snprintf(out, 256, "%s/%s", root, name);
+    return out;
+}
+
+/* A new file each time: rewriting in place (truncation) makes some file
+   systems flush on close, which slows the thousands of rewrites here. */
+static int write_file(const char *path, const unsigned char *data, size_t n)
+{
+    FILE *f;
+    int ok;
+    unlink(path);
+    if (!(f = fopen(path, "wb"))) return 0;
+    ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+#ifdef MIRROR_ZLIB
+static int write_gz(const char *path, const unsigned char *data, size_t n)
+{
+    gzFile f = gzopen(path, "wb9");
+    int ok;
+    if (!f) return 0;
+    ok = gzwrite(f, data, (unsigned)n) == (int)n;
+    return gzclose(f) == Z_OK && ok;
+}
+#endif
+
+/* Removes a directory tree (only what this test made). */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char sub[512];
+    struct stat st;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(sub);
+        else
+            unlink(sub);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int zeroed(const mirror_dataset *ds)
+{
+    return !ds->x && !ds->labels && !ds->targets && !ds->count && !ds->channels && !ds->height &&
+           !ds->width && !ds->num_classes && !ds->target_dim;
+}
+
+/* After a load that should have failed with want (0: any error): err has the
+   code and a message that contains mention (when given) and mention2 (when
+   given), ds is empty and the allocations are back to live. */
+static void failed(const char *what, int rc, mirror_dataset *ds, const mirror_error *err, long live, int want,
+                   const char *mention, const char *mention2)
+{
+    CHECK(rc < 0 && (want == 0 || rc == want), "%s: got %d (%s: %s), want %s", what, rc, mirror_result_string(rc),
+          err->message, want ? mirror_result_string(want) : "an error");
+    CHECK(err->code == rc && err->message[0] != '\0', "%s: err gets the code and a message (%d, \"%s\")", what,
+          err->code, err->message);
+    if (mention)
+        CHECK(strstr(err->message, mention) != NULL, "%s: the message \"%s\" names %s", what, err->message,
+              mention);
+    if (mention2)
+        CHECK(strstr(err->message, mention2) != NULL, "%s: the message \"%s\" names %s", what, err->message,
+              mention2);
+    CHECK(zeroed(ds), "%s: the dataset is left empty", what);
+    if (rc == MIRROR_OK) mirror_dataset_free(ds); /* a wrong success: free it, leak-check the rest */
+    CHECK(live_allocs == live, "%s: %ld allocations leaked", what, live_allocs - live);
+}
+
+/* An exact-size heap copy of p (so that reading past size is caught). */
+static unsigned char *exact_copy(const unsigned char *p, size_t size)
+{
+    unsigned char *c = (unsigned char *)malloc(size ? size : 1);
+    if (c && size) memcpy(c, p, size);
+    return c;
+}
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8), p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+    put_le32(p, (uint32_t)v);
+    put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+// >>CIFAR-10 ------------------------------------------------------------------
+
+#define REC 3073 /* a label byte and 3 x 32 x 32 pixels */
+#define PIX 3072
+static unsigned char batch_a[3 * REC], batch_b[2 * REC];
+static const unsigned char labels_a[3] = {0, 9, 4}, labels_b[2] = {7, 2};
+static char cifar_a[256], cifar_b[256];
+
+static void make_batch(unsigned char *b, size_t n, const unsigned char *labels, unsigned salt)
+{
+    size_t r, j;
+    for (r = 0; r < n; r++) {
+        b[r * REC] = labels[r];
+        for (j = 0; j < PIX; j++) b[r * REC + 1 + j] = (unsigned char)((7 * j + 131 * r + salt) % 256);
+    }
+}
+
+/* ds holds the records of the batches in order. */
+static int holds_batches(const mirror_dataset *ds, const unsigned char *const *batches, const size_t *counts,
+                         size_t nbatches)
+{
+    size_t b, r, j, at = 0;
+    if (!ds->x || !ds->labels || ds->targets || ds->channels != 3 || ds->height != 32 || ds->width != 32 ||
+        ds->num_classes != 10 || ds->target_dim != 0)
+        return 0;
+    for (b = 0; b < nbatches; b++)
+        for (r = 0; r < counts[b]; r++, at++) {
+            const unsigned char *rec = batches[b] + r * REC;
+            if (at >= ds->count || ds->labels[at] != rec[0]) return 0;
+            for (j = 0; j < PIX; j++)
+                if (ds->x[at * PIX + j] != (float)rec[1 + j] * (1.0f / 255.0f)) return 0;
+        }
+    return at == ds->count;
+}
+
+static void cifar_fail(const char *what, const char *const *paths, size_t npaths, int want, const char *mention)
+{
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+    memset(&ds, 0x5a, sizeof ds); /* garbage in: the loader must not read it */
+    rc = mirror_dataset_load_cifar10(&ds, paths, npaths, &err);
+    failed(what, rc, &ds, &err, live, want, mention, NULL);
+}
+
+/* The parser on an exact-size copy: fails with want, ds empty, no leak. */
+static void cifar_parse_fail(const char *what, const unsigned char *p, size_t size, int want)
+{
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    unsigned char *c = exact_copy(p, size);
+    int rc;
+    memset(&ds, 0x5a, sizeof ds);
+    rc = mirror__parse_cifar10(&ds, c, size, "memory", &err);
+    failed(what, rc, &ds, &err, live, want, "memory", NULL);
+    free(c);
+}
+
+static void test_cifar_good(void)
+{
+    const char *paths[3];
+    const unsigned char *batches[3];
+    size_t counts[3];
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+
+    make_batch(batch_a, 3, labels_a, 11);
+    make_batch(batch_b, 2, labels_b, 200);
+    write_file(path_in(cifar_a, "data_batch_1.bin"), batch_a, sizeof batch_a);
+    write_file(path_in(cifar_b, "data_batch_2.bin"), batch_b, sizeof batch_b);
+
+    paths[0] = cifar_a, paths[1] = cifar_b;
+    batches[0] = batch_a, counts[0] = 3, batches[1] = batch_b, counts[1] = 2;
+    memset(&ds, 0x5a, sizeof ds);
+    rc = mirror_dataset_load_cifar10(&ds, paths, 2, &err);
+    CHECK(rc == MIRROR_OK, "load batches of 3 and 2 records: %d %s", rc, err.message);
+    CHECK(ds.count == 5 && ds.channels == 3 && ds.height == 32 && ds.width == 32,
+          "5 images of 3x32x32 (got %zu of %zux%zux%zu)", ds.count, ds.channels, ds.height, ds.width);
+    CHECK(ds.num_classes == 10 && ds.targets == NULL && ds.target_dim == 0, "10 classes, no targets");
+    CHECK(holds_batches(&ds, batches, counts, 2), "the records of both files in order: labels, pixels byte/255");
+    CHECK(ds.labels && ds.labels[0] == 0 && ds.labels[1] == 9 && ds.labels[2] == 4 && ds.labels[3] == 7 &&
+              ds.labels[4] == 2,
+          "labels 0 9 4 then 7 2");
+    /* NCHW as stored: image 4 (record 1 of the second file), green, row 2, column 5. */
+    CHECK(ds.x && ds.x[4 * PIX + 1 * 1024 + 2 * 32 + 5] ==
+                      (float)batch_b[REC + 1 + 1024 + 2 * 32 + 5] * (1.0f / 255.0f),
+          "image 4, plane G, row 2, column 5 is the G plane's byte 69 of its record");
+    {
+        size_t i, lo = 0, hi = 0;
+        for (i = 0; ds.x && i < 5 * PIX; i++) lo += ds.x[i] == 0.0f, hi += ds.x[i] == 1.0f;
+        CHECK(lo > 0 && hi > 0, "byte 0 is 0.0 and byte 255 is exactly 1.0 (%zu, %zu)", lo, hi);
+    }
+    mirror_dataset_free(&ds);
+    CHECK(live_allocs == live, "free released the load's allocations");
+
+    paths[0] = cifar_b, paths[1] = cifar_a, paths[2] = cifar_b;
+    batches[0] = batch_b, counts[0] = 2, batches[1] = batch_a, counts[1] = 3, batches[2] = batch_b, counts[2] = 2;
+    rc = mirror_dataset_load_cifar10(&ds, paths, 3, NULL);
+    CHECK(rc == MIRROR_OK && ds.count == 7 && holds_batches(&ds, batches, counts, 3),
+          "b, a, b: 7 records in the order given (err NULL)");
+    mirror_dataset_free(&ds);
+
+    rc = mirror_dataset_load_cifar10(&ds, paths + 1, 1, &err);
+    CHECK(rc == MIRROR_OK && ds.count == 3 && holds_batches(&ds, batches + 1, counts + 1, 1), "one file: %s",
+          err.message);
+    mirror_dataset_free(&ds);
+
+    rc = mirror__parse_cifar10(&ds, batch_b, sizeof batch_b, "memory", &err);
+    CHECK(rc == MIRROR_OK && ds.count == 2 && holds_batches(&ds, batches, counts, 1),
+          "mirror__parse_cifar10 from memory");
+    mirror_dataset_free(&ds);
+#ifdef MIRROR_ZLIB
+    {
+        char gz[256];
+        write_gz(path_in(gz, "data_batch_1.bin.gz"), batch_a, sizeof batch_a);
+        paths[0] = gz, paths[1] = cifar_b;
+        batches[0] = batch_a, counts[0] = 3, batches[1] = batch_b, counts[1] = 2;
+        rc = mirror_dataset_load_cifar10(&ds, paths, 2, &err);
+        CHECK(rc == MIRROR_OK && holds_batches(&ds, batches, counts, 2), "a gzip batch and a plain one: %s",
+              err.message);
+        mirror_dataset_free(&ds);
+    }
+#endif
+    CHECK(live_allocs == live, "the good loads were all freed");
+}
+
+static void test_cifar_hostile(void)
+{
+    char p[256], what[128], dir[256];
+    const char *paths[3];
+    unsigned char bad[3 * REC];
+    size_t len;
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live;
+
+    /* Every length up to two records and one byte that is not a positive
+       whole number of records: as a file and in memory. */
+    path_in(p, "truncated.bin");
+    for (len = 0; len <= 2 * REC + 1; len++) {
+        if (len % REC == 0 && len != 0) continue;
+        write_file(p, batch_a, len);
+        snprintf(what, sizeof what, "CIFAR batch of %zu bytes", len);
+        paths[0] = p;
+        cifar_fail(what, paths, 1, MIRROR_ERR_FORMAT, p);
+        cifar_parse_fail(what, batch_a, len, MIRROR_ERR_FORMAT);
+    }
+    write_file(p, batch_a, 2 * REC + 7);
+    paths[0] = cifar_a, paths[1] = p;
+    cifar_fail("a good batch, then one of 2 records and 7 bytes", paths, 2, MIRROR_ERR_FORMAT, p);
+    cifar_fail("a good batch, then one of 2 records and 7 bytes (names the bad one)", paths, 2, MIRROR_ERR_FORMAT,
+               "7 bytes over");
+
+    path_in(p, "empty.bin");
+    write_file(p, batch_a, 0);
+    paths[0] = p;
+    cifar_fail("an empty CIFAR file", paths, 1, MIRROR_ERR_FORMAT, p);
+    paths[0] = cifar_a, paths[1] = p;
+    cifar_fail("a good batch and an empty one", paths, 2, MIRROR_ERR_FORMAT, p);
+
+    /* Labels: 10 and 255 in any record, from file and memory. */
+    memcpy(bad, batch_a, sizeof bad);
+    bad[2 * REC] = 10;
+    path_in(p, "label10.bin");
+    write_file(p, bad, sizeof bad);
+    paths[0] = cifar_a, paths[1] = p, paths[2] = cifar_b;
+    cifar_fail("label 10 in record 2 of the second file", paths, 3, MIRROR_ERR_LABEL, p);
+    cifar_fail("label 10: the message gives the label", paths, 3, MIRROR_ERR_LABEL, "label 10 of record 2");
+    cifar_parse_fail("label 10 in memory", bad, sizeof bad, MIRROR_ERR_LABEL);
+    memcpy(bad, batch_a, sizeof bad);
+    bad[0] = 255;
+    write_file(p, bad, sizeof bad);
+    paths[0] = p;
+    cifar_fail("label 255 in record 0", paths, 1, MIRROR_ERR_LABEL, p);
+
+    /* Missing files, a directory, NULL arguments. */
+    path_in(p, "no-such-batch.bin");
+    paths[0] = p;
+    cifar_fail("a missing CIFAR file", paths, 1, MIRROR_ERR_IO, p);
+    paths[0] = cifar_a, paths[1] = cifar_b, paths[2] = p;
+    cifar_fail("two good batches, then a missing one", paths, 3, MIRROR_ERR_IO, p);
+    path_in(dir, "a-directory");
+    mkdir(dir, 0700);
+    paths[0] = dir;
+    cifar_fail("a directory as a CIFAR batch", paths, 1, 0, NULL);
+
+    live = live_allocs;
+    CHECK(mirror_dataset_load_cifar10(NULL, paths, 1, &err) == MIRROR_ERR_ARGUMENT && err.message[0],
+          "NULL dataset is an argument error");
+    memset(&ds, 0x5a, sizeof ds);
+    CHECK(mirror_dataset_load_cifar10(&ds, NULL, 1, &err) == MIRROR_ERR_ARGUMENT && zeroed(&ds),
+          "NULL paths is an argument error, the dataset left empty");
+    memset(&ds, 0x5a, sizeof ds);
+    CHECK(mirror_dataset_load_cifar10(&ds, paths, 0, NULL) == MIRROR_ERR_ARGUMENT && zeroed(&ds),
+          "no paths is an argument error");
+    paths[0] = cifar_a, paths[1] = NULL;
+    memset(&ds, 0x5a, sizeof ds);
+    CHECK(mirror_dataset_load_cifar10(&ds, paths, 2, &err) == MIRROR_ERR_ARGUMENT && zeroed(&ds) &&
+              strstr(err.message, "paths[1]"),
+          "paths[1] NULL is an argument error: %s", err.message);
+    CHECK(live_allocs == live, "NULL arguments allocate nothing");
+}
+
+// >>.npy files ----------------------------------------------------------------
+
+/* A .npy file: version major.minor, the header dict padded with spaces and a
+   newline to a multiple of 64 bytes (as numpy writes it), then the data.
+   Returns its size. */
+static size_t make_npy_version(unsigned char *buf, unsigned major, unsigned minor, const char *dict,
+                               const void *data, size_t n)
+{
+    size_t pre = major == 1 ? 10 : 12, len = strlen(dict), hlen = len + 1;
+    hlen += (64 - (pre + hlen) % 64) % 64;
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major, buf[7] = (unsigned char)minor;
+    if (major == 1)
+        buf[8] = (unsigned char)hlen, buf[9] = (unsigned char)(hlen >> 8);
+    else
+        put_le32(buf + 8, (uint32_t)hlen);
+    memcpy(buf + pre, dict, len);
+    memset(buf + pre + len, ' ', hlen - len - 1);
+    buf[pre + hlen - 1] = '\n';
+    if (n) memcpy(buf + pre + hlen, data, n);
+    return pre + hlen + n;
+}
+
+static size_t make_npy(unsigned char *buf, unsigned major, const char *dict, const void *data, size_t n)
+{
+    return make_npy_version(buf, major, 0, dict, data, n);
+}
+
+/* The dict numpy writes for descr and shape (C order). */
+static const char *dict_of(char *out, const char *descr, const char *shape)
+{
+    snprintf(out, 256, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    return out;
+}
+
+/* Written by numpy 2.4: np.save of np.array([[0.5, -1.25, 3.0], [1e-3, 65504.0,
+   -0.0]], dtype='<f4') and of np.array([3, 1], dtype='<i8'). */
+static const char numpy_x[] = "\x93NUMPY\x01\x00\x76\x00"
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
+    "                                                          "
+    "\n"
+    "\x00\x00\x00\x3f\x00\x00\xa0\xbf\x00\x00\x40\x40\x6f\x12\x83\x3a\x00\xe0\x7f\x47\x00\x00\x00\x80";
+static const char numpy_y[] = "\x93NUMPY\x01\x00\x76\x00"
+    "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }"
+    "                                                            "
+    "\n"
+    "\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00";
+
+/* The good pair the hostile cases start from: x <f4 (4, 3), y <i4 (4,). */
+#define NX 4
+#define FX 3
+static const uint32_t good_bits[NX * FX] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                            0x7fc00001u, 0x00000001u, 0x3f800000u, 0x7149f2cau,
+                                            0xbf000000u, 0x3eaaaaabu, 0x42f60000u, 0x00800000u};
+static const int32_t good_y[NX] = {0, 2, 1, 2};
+static unsigned char gx[1024], gy[1024], xdata[NX * FX * 4], ydata[NX * 4];
+static size_t gx_size, gy_size;
+static char x_path[256], y_path[256];
+
+static void make_good_npy(void)
+{
+    char d[256];
+    size_t i;
+    for (i = 0; i < NX * FX; i++) put_le32(xdata + 4 * i, good_bits[i]);
+    for (i = 0; i < NX; i++) put_le32(ydata + 4 * i, (uint32_t)good_y[i]);
+    gx_size = make_npy(gx, 1, dict_of(d, "<f4", "(4, 3)"), xdata, sizeof xdata);
+    gy_size = make_npy(gy, 1, dict_of(d, "<i4", "(4,)"), ydata, sizeof ydata);
+    write_file(path_in(x_path, "x.npy"), gx, gx_size);
+    write_file(path_in(y_path, "y.npy"), gy, gy_size);
+}
+
+/* ds holds the good pair (labels too when with_y). */
+static int holds_good(const mirror_dataset *ds, int with_y)
+{
+    size_t i;
+    if (!ds->x || ds->targets || ds->count != NX || ds->channels != FX || ds->height != 1 || ds->width != 1 ||
+        ds->target_dim != 0)
+        return 0;
+    for (i = 0; i < NX * FX; i++)
+        if (bits_of(ds->x[i]) != good_bits[i]) return 0;
+    if (!with_y) return !ds->labels && ds->num_classes == 0;
+    if (!ds->labels || ds->num_classes != 3) return 0;
+    for (i = 0; i < NX; i++)
+        if (ds->labels[i] != good_y[i]) return 0;
+    return 1;
+}
+
+/* Loads x (and y) as files; returns the result, ds filled. */
+static int load_pair(mirror_dataset *ds, const unsigned char *x, size_t xn, const unsigned char *y, size_t yn,
+                     mirror_error *err)
+{
+    char xp[256], yp[256];
+    if (x) write_file(path_in(xp, "pair-x.npy"), x, xn);
+    if (y) write_file(path_in(yp, "pair-y.npy"), y, yn);
+    return mirror_dataset_load_npy(ds, x ? xp : x_path, y ? yp : y_path, err);
+}
+
+static void test_npy_good(void)
+{
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    unsigned char buf[4096], lab[1024], data[2 * 3 * 4 * 5 * 4];
+    char d[256], p[256];
+    long live = live_allocs;
+    size_t i, n;
+    int rc;
+
+    make_good_npy();
+    memset(&ds, 0x5a, sizeof ds);
+    rc = mirror_dataset_load_npy(&ds, x_path, y_path, &err);
+    CHECK(rc == MIRROR_OK, "load <f4 (4, 3) and <i4 (4,), version 1.0: %d %s", rc, err.message);
+    CHECK(holds_good(&ds, 1), "4 samples of 3 features (3x1x1), floats bit for bit (-0, inf, NaN, denormal), "
+                              "labels, num_classes 3");
+    mirror_dataset_free(&ds);
+    rc = mirror_dataset_load_npy(&ds, x_path, NULL, NULL);
+    CHECK(rc == MIRROR_OK && holds_good(&ds, 0), "y NULL: no labels, num_classes 0 (err NULL)");
+    mirror_dataset_free(&ds);
+    CHECK(live_allocs == live, "free released the loads");
+
+    /* What numpy itself writes. */
+    CHECK(sizeof numpy_x - 1 == 152 && sizeof numpy_y - 1 == 144, "the numpy files are as long as numpy's");
+    rc = load_pair(&ds, (const unsigned char *)numpy_x, sizeof numpy_x - 1, (const unsigned char *)numpy_y,
+                   sizeof numpy_y - 1, &err);
+    CHECK(rc == MIRROR_OK && ds.count == 2 && ds.channels == 3 && ds.height == 1 && ds.width == 1 &&
+              ds.num_classes == 4 && ds.labels && ds.labels[0] == 3 && ds.labels[1] == 1,
+          "numpy's own files: 2 x 3 floats, <i8 labels 3 1, 4 classes: %s", err.message);
+    CHECK(ds.x && ds.x[0] == 0.5f && ds.x[1] == -1.25f && ds.x[2] == 3.0f && ds.x[3] == 1e-3f &&
+              ds.x[4] == 65504.0f && bits_of(ds.x[5]) == 0x80000000u,
+          "numpy's floats: 0.5 -1.25 3 0.001 65504 -0");
+    mirror_dataset_free(&ds);
+
+    /* |u1 (4, 5, 6), version 2.0, labels |u1: one channel, byte/255. */
+    for (i = 0; i < 4 * 5 * 6; i++) data[i] = (unsigned char)(i * 37 % 256);
+    data[0] = 0, data[4 * 5 * 6 - 1] = 255;
+    {
+        static const unsigned char ys[4] = {5, 0, 1, 1};
+        n = make_npy(buf, 2, dict_of(d, "|u1", "(4, 5, 6)"), data, 4 * 5 * 6);
+        rc = load_pair(&ds, buf, n, lab, make_npy(lab, 2, dict_of(d, "|u1", "(4,)"), ys, 4), &err);
+        CHECK(rc == MIRROR_OK && ds.count == 4 && ds.channels == 1 && ds.height == 5 && ds.width == 6 &&
+                  ds.num_classes == 6,
+              "|u1 (4, 5, 6) v2.0: 4 images of 1x5x6, |u1 labels, 6 classes: %s", err.message);
+        for (i = 0; ds.x && i < 4 * 5 * 6; i++)
+            if (ds.x[i] != (float)data[i] * (1.0f / 255.0f)) break;
+        CHECK(ds.x && i == 4 * 5 * 6 && ds.x[0] == 0.0f && ds.x[4 * 5 * 6 - 1] == 1.0f,
+              "|u1 pixels are byte/255, 255 is exactly 1.0");
+        CHECK(ds.labels && ds.labels[0] == 5 && ds.labels[3] == 1, "|u1 labels as written");
+        mirror_dataset_free(&ds);
+    }
+
+    /* <f4 (2, 3, 4, 5), version 3.0, labels <i8 up to 65535: NCHW. */
+    for (i = 0; i < 2 * 3 * 4 * 5; i++) put_le32(data + 4 * i, bits_of((float)i * 0.25f - 7.0f));
+    {
+        unsigned char ys[16];
+        put_le64(ys, 65535), put_le64(ys + 8, 0);
+        n = make_npy(buf, 3, dict_of(d, "<f4", "(2, 3, 4, 5)"), data, sizeof data);
+        rc = load_pair(&ds, buf, n, lab, make_npy(lab, 3, dict_of(d, "<i8", "(2,)"), ys, 16), &err);
+        CHECK(rc == MIRROR_OK && ds.count == 2 && ds.channels == 3 && ds.height == 4 && ds.width == 5 &&
+                  ds.num_classes == 65536,
+              "<f4 (2, 3, 4, 5) v3.0: 2 images of 3x4x5, <i8 label 65535 gives 65536 classes: %s", err.message);
+        for (i = 0; ds.x && i < 2 * 3 * 4 * 5; i++)
+            if (ds.x[i] != (float)i * 0.25f - 7.0f) break;
+        CHECK(ds.x && i == 2 * 3 * 4 * 5, "the rank-4 floats in C order");
+        CHECK(ds.labels && ds.labels[0] == 65535 && ds.labels[1] == 0, "<i8 labels 65535 0");
+        mirror_dataset_free(&ds);
+    }
+
+    /* Headers that are written differently but mean the same (4, 3) <f4. */
+    {
+        static const char *const dicts[] = {
+            "{'shape': (4, 3), 'fortran_order': False, 'descr': '<f4'}",
+            "{'fortran_order': False, 'descr': '<f4', 'shape': (4, 3,), }",
+            "{ \"descr\" : \"<f4\" ,\n\t'fortran_order':False,'shape':( 4 , 3 , ) ,\r\n }",
+            "{'descr':'<f4','fortran_order':False,'shape':(4,3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4L, 3L), }", /* Python 2, in version 1.0 */
+        };
+        for (i = 0; i < sizeof dicts / sizeof *dicts; i++) {
+            n = make_npy(buf, 1, dicts[i], xdata, sizeof xdata);
+            rc = load_pair(&ds, buf, n, NULL, 0, &err);
+            CHECK(rc == MIRROR_OK && holds_good(&ds, 1), "header %s: %s", dicts[i], err.message);
+            mirror_dataset_free(&ds);
+        }
+        /* No padding at all, the newline alone, and a header of spaces without the newline. */
+        n = (size_t)sprintf((char *)buf + 10, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)}\n");
+        memcpy(buf, "\x93NUMPY\x01\x00", 8);
+        buf[8] = (unsigned char)n, buf[9] = 0;
+        memcpy(buf + 10 + n, xdata, sizeof xdata);
+        rc = load_pair(&ds, buf, 10 + n + sizeof xdata, NULL, 0, &err);
+        CHECK(rc == MIRROR_OK && holds_good(&ds, 1), "an unpadded header: %s", err.message);
+        mirror_dataset_free(&ds);
+        buf[10 + n - 1] = ' ';
+        rc = load_pair(&ds, buf, 10 + n + sizeof xdata, NULL, 0, &err);
+        CHECK(rc == MIRROR_OK && holds_good(&ds, 1), "a header ending in a space, not a newline: %s", err.message);
+        mirror_dataset_free(&ds);
+    }
+
+    /* <u1 (as other writers spell uint8) and (n, f) of bytes; the y file of an x. */
+    n = make_npy(buf, 1, dict_of(d, "<u1", "(4, 3)"), data, 12);
+    rc = load_pair(&ds, buf, n, NULL, 0, &err);
+    CHECK(rc == MIRROR_OK && ds.count == 4 && ds.channels == 3 && ds.x && ds.x[5] == (float)data[5] * (1.0f / 255.0f),
+          "<u1 is uint8 too: %s", err.message);
+    mirror_dataset_free(&ds);
+
+#ifdef MIRROR_ZLIB
+    write_gz(path_in(p, "x.npy.gz"), gx, gx_size);
+    rc = mirror_dataset_load_npy(&ds, p, y_path, &err);
+    CHECK(rc == MIRROR_OK && holds_good(&ds, 1), "a gzip .npy: %s", err.message);
+    mirror_dataset_free(&ds);
+#endif
+    (void)p;
+
+    /* The parser from memory: the data pointer, the shape, the count. */
+    {
+        mirror__npy a;
+        rc = mirror__parse_npy(gx, gx_size, "memory", &a, &err);
+        CHECK(rc == MIRROR_OK && a.dtype == MIRROR__NPY_F4 && a.ndim == 2 && a.shape[0] == 4 && a.shape[1] == 3 &&
+                  a.count == 12 && a.data == gx + 128 && !strcmp(a.descr, "<f4"),
+              "mirror__parse_npy: <f4 (4, 3), 12 elements at byte 128");
+        rc = mirror__parse_npy((const unsigned char *)numpy_y, sizeof numpy_y - 1, "memory", &a, &err);
+        CHECK(rc == MIRROR_OK && a.dtype == MIRROR__NPY_I8 && a.ndim == 1 && a.count == 2,
+              "mirror__parse_npy: <i8 (2,)");
+        n = make_npy(buf, 1, dict_of(d, "<f4", "()"), xdata, 4);
+        rc = mirror__parse_npy(buf, n, "memory", &a, &err);
+        CHECK(rc == MIRROR_OK && a.ndim == 0 && a.count == 1, "mirror__parse_npy: shape () is one element");
+    }
+    CHECK(live_allocs == live, "the good loads were all freed");
+}
+
+/* The load of x (NULL: the good x file) and y (NULL: the good y file) must
+   fail with want; the message names the x file (names 'x'), the y file
+   ('y') or both ('b'), and contains text when given. The parser also runs
+   on exact-size copies of the bytes given. */
+static void npy_fail(const char *what, const unsigned char *x, size_t xn, const unsigned char *y, size_t yn,
+                     int want, int names, const char *text)
+{
+    char xp[256], yp[256];
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+    if (x) write_file(path_in(xp, "bad-x.npy"), x, xn);
+    if (y) write_file(path_in(yp, "bad-y.npy"), y, yn);
+    memset(&ds, 0x5a, sizeof ds);
+    rc = mirror_dataset_load_npy(&ds, x ? xp : x_path, y ? yp : y_path, &err);
+    failed(what, rc, &ds, &err, live, want, names == 'y' ? (y ? yp : y_path) : (x ? xp : x_path),
+           names == 'b' ? (y ? yp : y_path) : text);
+    if (names == 'b' && text) CHECK(strstr(err.message, text) != NULL, "%s: \"%s\" says %s", what, err.message, text);
+    if (x || y) {
+        mirror__npy a;
+        unsigned char *c = exact_copy(x ? x : y, x ? xn : yn);
+        rc = mirror__parse_npy(c, x ? xn : yn, "memory", &a, &err);
+        CHECK(rc == MIRROR_OK || (rc < 0 && err.code == rc && strstr(err.message, "memory")),
+              "%s: the parser from memory: %d %s", what, rc, err.message);
+        free(c);
+    }
+}
+
+/* An x file of header dict and nbytes of data (zeros past the good data). */
+static size_t bad_x(unsigned char *buf, unsigned major, const char *dict, size_t nbytes)
+{
+    static unsigned char zeros[4096];
+    memcpy(zeros, xdata, sizeof xdata);
+    return make_npy(buf, major, dict, zeros, nbytes);
+}
+
+static void test_npy_truncated(void)
+{
+    unsigned char buf[1024];
+    char what[128], d[256];
+    size_t len, n, i;
+    static const size_t in_data[] = {129, 131, 132, 133, 150, 175};
+
+    /* Every byte of the version 1.0 header, the preamble included. */
+    for (len = 0; len <= 128; len++) {
+        snprintf(what, sizeof what, "x truncated to %zu of %zu bytes", len, gx_size);
+        npy_fail(what, gx, len, NULL, 0, MIRROR_ERR_FORMAT, 'x', NULL);
+    }
+    for (i = 0; i < sizeof in_data / sizeof *in_data; i++) {
+        snprintf(what, sizeof what, "x truncated in the data to %zu of %zu bytes", in_data[i], gx_size);
+        npy_fail(what, gx, in_data[i], NULL, 0, MIRROR_ERR_FORMAT, 'x', "truncated data");
+    }
+    for (len = 0; len < gy_size; len++) {
+        snprintf(what, sizeof what, "y truncated to %zu of %zu bytes", len, gy_size);
+        npy_fail(what, NULL, 0, gy, len, MIRROR_ERR_FORMAT, 'y', NULL);
+    }
+    /* Version 2.0: a 4-byte header length. */
+    n = make_npy(buf, 2, dict_of(d, "<f4", "(4, 3)"), xdata, sizeof xdata);
+    for (len = 0; len < n; len += len < 140 ? 1 : 7) {
+        snprintf(what, sizeof what, "version 2.0 x truncated to %zu of %zu bytes", len, n);
+        npy_fail(what, buf, len, NULL, 0, MIRROR_ERR_FORMAT, 'x', NULL);
+    }
+}
+
+static void test_npy_headers(void)
+{
+    unsigned char buf[4096];
+    char d[256], what[300];
+    size_t i, n;
+
+    /* Magic and version. */
+    for (i = 0; i < 6; i++) {
+        memcpy(buf, gx, gx_size);
+        buf[i] ^= 0x20;
+        snprintf(what, sizeof what, "magic byte %zu changed", i);
+        npy_fail(what, buf, gx_size, NULL, 0, MIRROR_ERR_FORMAT, 'x', "magic");
+    }
+    {
+        static const unsigned char versions[][2] = {{0, 0}, {1, 1}, {2, 1}, {3, 9}, {4, 0}, {255, 255}};
+        for (i = 0; i < sizeof versions / sizeof *versions; i++) {
+            n = make_npy_version(buf, versions[i][0], versions[i][1], dict_of(d, "<f4", "(4, 3)"), xdata,
+                                 sizeof xdata);
+            snprintf(what, sizeof what, "version %u.%u", versions[i][0], versions[i][1]);
+            npy_fail(what, buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', "version");
+        }
+    }
+
+    /* Header lengths past the end of the file, and too short. */
+    memcpy(buf, gx, gx_size);
+    buf[8] = (unsigned char)(gx_size - 10 + 1), buf[9] = 0;
+    npy_fail("header length one past the end", buf, gx_size, NULL, 0, MIRROR_ERR_FORMAT, 'x', "header");
+    buf[8] = 0xff, buf[9] = 0xff;
+    npy_fail("header length 65535", buf, gx_size, NULL, 0, MIRROR_ERR_FORMAT, 'x', "header");
+    buf[8] = 100, buf[9] = 0;
+    npy_fail("header length 100 (the data starts in the padding)", buf, gx_size, NULL, 0, MIRROR_ERR_FORMAT, 'x',
+             "trailing");
+    buf[8] = 0, buf[9] = 0;
+    npy_fail("header length 0", buf, gx_size, NULL, 0, MIRROR_ERR_FORMAT, 'x', "not a dict");
+    n = make_npy(buf, 2, dict_of(d, "<f4", "(4, 3)"), xdata, sizeof xdata);
+    put_le32(buf + 8, 0xffffffffu);
+    npy_fail("version 2.0 header length 0xffffffff", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "header");
+    put_le32(buf + 8, 0x80000000u);
+    npy_fail("version 2.0 header length 0x80000000", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "header");
+
+    /* Headers that are not the dict. */
+    {
+        static const char *const odd[] = {
+            "", "   ", "[('descr', '<f4')]", "descr: <f4", "'descr'", "{",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)",
+            "{'descr': '<f4' 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), } x",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)}}",
+            "{,}", "{'descr': '<f4',, 'fortran_order': False, 'shape': (4, 3)}",
+            "{descr: '<f4', 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr' '<f4', 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4\\'', 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4, 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': \"<f4', 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': <f4, 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), 'extra': 1}",
+            "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False}",
+            "{'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'shape': (4, 3)}",
+            "{}",
+            "{'descr': '<f4', 'fortran_order': false, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': 0, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': True_, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4,,3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': 4}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': [4, 3]}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4.0, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (04, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (0x4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (+4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)L}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (-4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, -3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999999, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (18446744073709551616,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536, 65536, 65536)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 1)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)}\x01",
+            "{'descr': '<f\x7f', 'fortran_order': False, 'shape': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }x",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), '': 1}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), 'shapes': (4, 3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), 1: 2}",
+        };
+        for (i = 0; i < sizeof odd / sizeof *odd; i++) {
+            n = bad_x(buf, 1, odd[i], sizeof xdata);
+            snprintf(what, sizeof what, "header %s", odd[i]);
+            npy_fail(what, buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', NULL);
+        }
+        n = bad_x(buf, 1, "{'descr': '<f4', 'fortran_order': False}", sizeof xdata);
+        npy_fail("no shape: the message names the key", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "'shape'");
+        n = bad_x(buf, 1, "{'descr': '<f4', 'shape': (4, 3)}", sizeof xdata);
+        npy_fail("no fortran_order: the message names the key", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x',
+                 "'fortran_order'");
+        n = bad_x(buf, 1, "{'fortran_order': False, 'shape': (4, 3)}", sizeof xdata);
+        npy_fail("no descr: the message names the key", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "'descr'");
+        n = bad_x(buf, 3, "{'descr': '<f4', 'fortran_order': False, 'shape': (4L, 3L)}", sizeof xdata);
+        npy_fail("Python 2 longs in a version 3.0 header", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', NULL);
+        n = bad_x(buf, 1, dict_of(d, "<f4", "(-4, 3)"), sizeof xdata);
+        npy_fail("a negative dimension: the message says so", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "negative");
+        n = bad_x(buf, 1, dict_of(d, "<f4", "(4294967296, 4294967296)"), sizeof xdata);
+        npy_fail("2^64 elements: the message says it overflows", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x',
+                 "overflow");
+        n = bad_x(buf, 1, dict_of(d, "<f4", "(4611686018427387904, 1)"), sizeof xdata);
+        npy_fail("2^62 elements of 4 bytes: the data size overflows", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x',
+                 "overflow");
+    }
+
+    /* dtypes: unknown, big-endian, the wrong one for x or for the labels. */
+    {
+        static const char *const dtypes[] = {"<f8", "<f2", "|i1", "<U5", "float32", "", "|b1", "<c8",
+                                             "=f4", "f4",  "<i2", "<u4", "|u2", "<O",      "|V4"};
+        for (i = 0; i < sizeof dtypes / sizeof *dtypes; i++) {
+            char quoted[32];
+            n = bad_x(buf, 1, dict_of(d, dtypes[i], "(4, 3)"), sizeof xdata);
+            snprintf(what, sizeof what, "x dtype '%s'", dtypes[i]);
+            snprintf(quoted, sizeof quoted, "'%s'", dtypes[i]);
+            npy_fail(what, buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', quoted);
+        }
+        n = bad_x(buf, 1, dict_of(d, ">f4", "(4, 3)"), sizeof xdata);
+        npy_fail("big-endian x", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', ">f4");
+        n = bad_x(buf, 1, dict_of(d, ">f4", "(4, 3)"), sizeof xdata);
+        npy_fail("big-endian x: the message says big-endian", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x',
+                 "big-endian");
+        n = make_npy(buf, 1, dict_of(d, ">i4", "(4,)"), ydata, sizeof ydata);
+        npy_fail("big-endian labels", NULL, 0, buf, n, MIRROR_ERR_UNSUPPORTED, 'y', ">i4");
+        n = bad_x(buf, 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4, 3)}", sizeof xdata);
+        npy_fail("a structured dtype", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', "structured");
+        n = bad_x(buf, 1, dict_of(d, "<i4", "(4, 3)"), sizeof xdata);
+        npy_fail("x of <i4", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', "<i4");
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(4,)"), xdata, 16);
+        npy_fail("labels of <f4", NULL, 0, buf, n, MIRROR_ERR_UNSUPPORTED, 'y', "<f4");
+        npy_fail("y given the x file", NULL, 0, gx, gx_size, MIRROR_ERR_UNSUPPORTED, 'y', NULL);
+        npy_fail("x given the y file", gy, gy_size, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', NULL);
+    }
+
+    /* Fortran order, ranks, empty shapes. */
+    n = bad_x(buf, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (4, 3), }", sizeof xdata);
+    npy_fail("fortran_order True", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', "fortran");
+    n = bad_x(buf, 1, dict_of(d, "<f4", "(1, 1, 1, 4, 3)"), sizeof xdata);
+    npy_fail("5 dimensions", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', "5 dimensions");
+    n = bad_x(buf, 1, dict_of(d, "<f4", "(1, 1, 1, 1, 1, 1, 1, 1, 4, 3)"), sizeof xdata);
+    npy_fail("10 dimensions", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', NULL);
+    n = bad_x(buf, 1, dict_of(d, "<f4", "()"), 4);
+    npy_fail("x of shape ()", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', NULL);
+    n = bad_x(buf, 1, dict_of(d, "<f4", "(12,)"), sizeof xdata);
+    npy_fail("x of shape (12,)", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', NULL);
+    n = bad_x(buf, 1, dict_of(d, "<f4", "(0, 3)"), 0);
+    npy_fail("x of shape (0, 3)", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "empty");
+    n = bad_x(buf, 1, dict_of(d, "<f4", "(4, 0)"), 0);
+    npy_fail("x of shape (4, 0)", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "empty");
+    n = bad_x(buf, 1, dict_of(d, "<f4", "(4, 3, 0, 5)"), 0);
+    npy_fail("x of shape (4, 3, 0, 5)", buf, n, NULL, 0, MIRROR_ERR_FORMAT, 'x', "empty");
+    n = make_npy(buf, 1, dict_of(d, "<i4", "(4, 1)"), ydata, sizeof ydata);
+    npy_fail("labels of shape (4, 1)", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'y', NULL);
+    n = make_npy(buf, 1, dict_of(d, "<i4", "()"), ydata, 4);
+    npy_fail("labels of shape ()", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'y', NULL);
+
+    /* Trailing bytes; counts that differ. */
+    memcpy(buf, gx, gx_size);
+    buf[gx_size] = 0;
+    npy_fail("x with one trailing byte", buf, gx_size + 1, NULL, 0, MIRROR_ERR_FORMAT, 'x', "trailing");
+    memset(buf + gx_size, 0, 64);
+    npy_fail("x with 64 trailing bytes", buf, gx_size + 64, NULL, 0, MIRROR_ERR_FORMAT, 'x', "64 trailing");
+    memcpy(buf, gy, gy_size);
+    memset(buf + gy_size, 0, 4);
+    npy_fail("y with 4 trailing bytes", NULL, 0, buf, gy_size + 4, MIRROR_ERR_FORMAT, 'y', "trailing");
+    n = make_npy(buf, 1, dict_of(d, "<i4", "(3,)"), ydata, 12);
+    npy_fail("3 labels for 4 samples", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'b', NULL);
+    {
+        unsigned char five[20];
+        memcpy(five, ydata, 16);
+        put_le32(five + 16, 1);
+        n = make_npy(buf, 1, dict_of(d, "<i4", "(5,)"), five, 20);
+        npy_fail("5 labels for 4 samples", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'b', NULL);
+    }
+}
+
+static void test_npy_labels_and_arguments(void)
+{
+    unsigned char buf[1024], ys[4 * 8];
+    char d[256], p[256], what[128];
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live;
+    size_t i, n;
+    static const int64_t bad64[] = {-1, INT64_MIN, (int64_t)INT32_MAX + 1, (int64_t)1 << 40, INT64_MAX, 65536};
+    static const int32_t bad32[] = {-1, INT32_MIN, 65536, INT32_MAX};
+
+    for (i = 0; i < sizeof bad64 / sizeof *bad64; i++) {
+        put_le64(ys, 0), put_le64(ys + 8, 1), put_le64(ys + 16, (uint64_t)bad64[i]), put_le64(ys + 24, 2);
+        n = make_npy(buf, 1, dict_of(d, "<i8", "(4,)"), ys, 32);
+        snprintf(what, sizeof what, "<i8 label %lld", (long long)bad64[i]);
+        npy_fail(what, NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "sample 2");
+    }
+    put_le64(ys + 16, (uint64_t)INT32_MAX + 1);
+    n = make_npy(buf, 1, dict_of(d, "<i8", "(4,)"), ys, 32);
+    npy_fail("<i8 label 2^31: the message says it does not fit int32", NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y',
+             "int32");
+    put_le64(ys + 16, (uint64_t)-5);
+    n = make_npy(buf, 1, dict_of(d, "<i8", "(4,)"), ys, 32);
+    npy_fail("<i8 label -5: the message says -5", NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "label -5 ");
+    for (i = 0; i < sizeof bad32 / sizeof *bad32; i++) {
+        put_le32(ys, 0), put_le32(ys + 4, (uint32_t)bad32[i]), put_le32(ys + 8, 1), put_le32(ys + 12, 2);
+        n = make_npy(buf, 1, dict_of(d, "<i4", "(4,)"), ys, 16);
+        snprintf(what, sizeof what, "<i4 label %ld", (long)bad32[i]);
+        npy_fail(what, NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "sample 1");
+    }
+    put_le32(ys + 4, (uint32_t)-7);
+    n = make_npy(buf, 1, dict_of(d, "<i4", "(4,)"), ys, 16);
+    npy_fail("<i4 label -7: the message says -7 and negative", NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "-7 of");
+    npy_fail("<i4 label -7: negative", NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "negative");
+
+    /* Missing files, a directory, NULL arguments. */
+    path_in(p, "no-such.npy");
+    live = live_allocs;
+    memset(&ds, 0x5a, sizeof ds);
+    failed("missing x file", mirror_dataset_load_npy(&ds, p, y_path, &err), &ds, &err, live, MIRROR_ERR_IO, p,
+           NULL);
+    memset(&ds, 0x5a, sizeof ds);
+    failed("missing y file", mirror_dataset_load_npy(&ds, x_path, p, &err), &ds, &err, live, MIRROR_ERR_IO, p,
+           NULL);
+    path_in(p, "a-directory");
+    mkdir(p, 0700);
+    memset(&ds, 0x5a, sizeof ds);
+    failed("a directory as x", mirror_dataset_load_npy(&ds, p, y_path, &err), &ds, &err, live, 0, NULL, NULL);
+    memset(&ds, 0x5a, sizeof ds);
+    failed("a directory as y", mirror_dataset_load_npy(&ds, x_path, p, &err), &ds, &err, live, 0, NULL, NULL);
+    CHECK(mirror_dataset_load_npy(NULL, x_path, y_path, &err) == MIRROR_ERR_ARGUMENT && err.message[0],
+          "NULL dataset is an argument error");
+    memset(&ds, 0x5a, sizeof ds);
+    CHECK(mirror_dataset_load_npy(&ds, NULL, y_path, NULL) == MIRROR_ERR_ARGUMENT && zeroed(&ds),
+          "NULL x path is an argument error, the dataset left empty");
+    CHECK(live_allocs == live, "failed loads and NULL arguments leaked nothing");
+}
+
+/* Every single-bit flip of the good x file's preamble and header: each loads
+   the same shape or fails cleanly; the parser sees an exact-size copy. */
+static void test_npy_bit_flips(void)
+{
+    unsigned char buf[1024];
+    char what[96];
+    size_t byte, loaded = 0, refused = 0;
+    unsigned bit;
+    for (byte = 0; byte < 128; byte++)
+        for (bit = 0; bit < 8; bit++) {
+            mirror_dataset ds;
+            mirror_error err = {0, ""};
+            long live = live_allocs;
+            int rc;
+            memcpy(buf, gx, gx_size);
+            buf[byte] ^= (unsigned char)(1u << bit);
+            memset(&ds, 0x5a, sizeof ds);
+            rc = load_pair(&ds, buf, gx_size, NULL, 0, &err);
+            snprintf(what, sizeof what, "x with bit %u of byte %zu flipped", bit, byte);
+            if (rc == MIRROR_OK) {
+                loaded++;
+                CHECK(holds_good(&ds, 1), "%s: loads, so to the same shape and values", what);
+                mirror_dataset_free(&ds);
+                CHECK(live_allocs == live, "%s: freed", what);
+            } else {
+                refused++;
+                failed(what, rc, &ds, &err, live, 0, "pair-x.npy", NULL);
+            }
+            {
+                mirror__npy a;
+                unsigned char *c = exact_copy(buf, gx_size);
+                rc = mirror__parse_npy(c, gx_size, "memory", &a, &err);
+                CHECK(rc < 0 || (a.ndim == 2 && a.shape[0] == 4 && a.shape[1] == 3 && a.count == 12 &&
+                                 a.dtype == MIRROR__NPY_F4),
+                      "%s: the parser agrees", what);
+                free(c);
+            }
+        }
+    CHECK(loaded + refused == 1024, "1024 flips (%zu loaded, %zu refused)", loaded, refused);
+}
+
+int main(void)
+{
+    strcpy(root, "/tmp/mirror_test_loaders_XXXXXX");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_cifar_good();
+    test_cifar_hostile();
+    test_npy_good();
+    test_npy_truncated();
+    test_npy_headers();
+    test_npy_labels_and_arguments();
+    test_npy_bit_flips();
+    CHECK(live_allocs == 0, "every allocation was freed (%ld live)", live_allocs);
+    remove_tree(root);
+    return check_done("test_loaders");
+}
