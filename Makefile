@@ -103,6 +103,16 @@ $(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.
 $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
 	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
+# libFuzzer targets (clang): make fuzz FUZZ_SECONDS=30
+CLANG ?= clang
+FUZZ_TARGETS = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h mirror.h
+	@mkdir -p $(BUILD)/fuzz
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $< -o $@ -lm -lpthread
+
+fuzz: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
+	@BUILD="$(BUILD)" FUZZ_SECONDS="$(FUZZ_SECONDS)" sh tests/fuzz/run.sh $(FUZZ_TARGETS)
+
 test-crash: info $(BUILD)/train
 	@BUILD="$(BUILD)" sh tests/crash_test.sh
 
@@ -150,5 +160,5 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu bench bench-gpu clean
+.PHONY: all info run test test-crash test-gpu bench bench-gpu fuzz clean
 .PRECIOUS: $(BUILD)/%
