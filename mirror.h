@@ -71,6 +71,7 @@
       MIRROR_NO_ATOMICS       replica threads sync through the mutex only
                               (the default without GCC/Clang atomics)
       MIRROR_GEMM_MC/KC/NC    blocking of the built-in GEMM (120/256/2048)
+      MIRROR_CPU_CONV_CHUNK   samples per convolution GEMM on the CPU (1)
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
 
@@ -160,6 +161,8 @@
 
    REVISION HISTORY
 
+      0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
+      0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
       0.1  CPU replicas, layers, optimizers, data, fit.
 */
 
