@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "files.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -17,10 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static char dir[64];
 static mirror_dataset data;
-
-static void path_of(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", dir, name); }
 
 static mirror_strategy *strategy(size_t replicas)
 {
@@ -95,7 +93,7 @@ static float *params(mirror_model *m, size_t r)
 static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replicas)
 {
     const size_t K = 7;
-    char path[128];
+    char path[256];
     double straight[14], resumed[14];
     mirror_strategy *s = strategy(replicas);
     mirror_model *a = model(s, cnn, opt), *b = model(s, cnn, opt), *c = model(s, cnn, opt);
@@ -103,7 +101,7 @@ static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replica
     size_t k, n = mirror_num_parameters(a);
     float *pa, *pc, *sa, *sc;
     int same_loss = 1;
-    path_of(path, sizeof path, "resume.ckpt");
+    path_in(path, "resume.ckpt");
     for (k = 0; k < 2 * K; k++) straight[k] = step(a, k);
     for (k = 0; k < K; k++) resumed[k] = step(b, k);
     CHECK(mirror_checkpoint_save(b, path, &at, 0) == MIRROR_OK, "save: %s", mirror_model_error(b));
@@ -131,13 +129,13 @@ static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replica
    mid-epoch ends where the uninterrupted fit ends. */
 static void test_fit_resume(void)
 {
-    char path[128], mid[140];
+    char path[256], mid[270];
     mirror_strategy *s = strategy(2);
     mirror_model *a = model(s, 1, MIRROR_OPT_ADAMW), *b = model(s, 1, MIRROR_OPT_ADAMW);
     mirror_fit_desc fd;
     mirror_checkpoint_info at;
     float *pa, *pb;
-    path_of(path, sizeof path, "fit.ckpt");
+    path_in(path, "fit.ckpt");
     memset(&fd, 0, sizeof fd);
     fd.train = &data, fd.epochs = 3, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE;
     fd.checkpoint = path, fd.checkpoint_every = 3, fd.checkpoint_keep = 20;
@@ -159,13 +157,13 @@ static void test_fit_resume(void)
 
 static void test_replicas_and_weights_only(void)
 {
-    char path[128];
+    char path[256];
     mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
     mirror_model *a = model(s2, 1, MIRROR_OPT_ADAM), *b = model(s3, 1, MIRROR_OPT_ADAM), *c = model(s3, 1, MIRROR_OPT_SGD);
     size_t k, r, n = mirror_num_parameters(a);
     float *pa, *pb;
     int equal = 1;
-    path_of(path, sizeof path, "replicas.ckpt");
+    path_in(path, "replicas.ckpt");
     for (k = 0; k < 4; k++) step(a, k);
     mirror_checkpoint_save(a, path, NULL, 1);
     CHECK(mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK, "a 2-replica checkpoint loads on 3 replicas");
@@ -189,7 +187,7 @@ static void test_replicas_and_weights_only(void)
 
 static int count_files(const char *prefix)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(root);
     struct dirent *e;
     int n = 0;
     while (d && (e = readdir(d)) != NULL) n += !strncmp(e->d_name, prefix, strlen(prefix));
@@ -201,14 +199,14 @@ static int count_files(const char *prefix)
    that fails (here: the file size limit, as on a full disk) leaves them. */
 static void test_durability(void)
 {
-    char path[128], older[140];
+    char path[256], older[270];
     mirror_strategy *s = strategy(1);
     mirror_model *m = model(s, 0, MIRROR_OPT_SGD), *probe = model(s, 0, MIRROR_OPT_SGD);
     mirror_checkpoint_info at;
     struct rlimit old, tiny;
     size_t k;
     int rc;
-    path_of(path, sizeof path, "keep.ckpt");
+    path_in(path, "keep.ckpt");
     for (k = 0; k < 5; k++) {
         step(m, k);
         CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "save %zu: %s", k, mirror_model_error(m));
@@ -232,7 +230,7 @@ static void test_durability(void)
     CHECK(mirror_checkpoint_load(probe, path, 0, &at) == MIRROR_OK && at.step == 5,
           "after the failed write PATH still loads, with the previous step (%llu)", (unsigned long long)at.step);
     CHECK(count_files("keep.ckpt") == 3, "no temporary file left behind (%d files)", count_files("keep.ckpt"));
-    path_of(older, sizeof older, "no-such-dir/x.ckpt");
+    path_in(older, "no-such-dir/x.ckpt");
     CHECK(mirror_checkpoint_save(m, older, NULL, 3) == MIRROR_ERR_IO, "a directory that does not exist: MIRROR_ERR_IO");
     CHECK(mirror_checkpoint_save(m, NULL, NULL, 3) == MIRROR_ERR_ARGUMENT, "NULL path");
     mirror_model_destroy(m), mirror_model_destroy(probe);
@@ -255,12 +253,6 @@ static unsigned char *slurp(const char *path, size_t *n)
     return p;
 }
 
-static void spit(const char *path, const unsigned char *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    fwrite(p, 1, n, f);
-    fclose(f);
-}
 
 static mirror_model *victim;
 static float *victim_before;
@@ -270,12 +262,12 @@ static long victim_steps;
 /* Loads bytes as a checkpoint: must fail with a message, change nothing, leak nothing. */
 static int hostile(const unsigned char *p, size_t n, const char *what, int want)
 {
-    char path[128];
+    char path[256];
     float *now;
     long live = live_allocs;
     int rc, ok;
-    path_of(path, sizeof path, "hostile.ckpt");
-    spit(path, p, n);
+    path_in(path, "hostile.ckpt");
+    write_file(path, p, n);
     rc = mirror_checkpoint_load(victim, path, 0, NULL);
     now = params(victim, 1);
     ok = rc < 0 && (!want || rc == want) && mirror_model_error(victim)[0] && !memcmp(now, victim_before, victim_n * 4) &&
@@ -334,7 +326,7 @@ static char *edit(const unsigned char *file, const char *from, const char *to)
 
 static void test_hostile(void)
 {
-    char path[128];
+    char path[256];
     mirror_strategy *s = strategy(2);
     mirror_model *src = model(s, 1, MIRROR_OPT_ADAM), *other;
     unsigned char *good, *bad;
@@ -362,7 +354,7 @@ static void test_hostile(void)
         {"\"layers.0.weight\":{", "\"layers.0.weight\":{\"extra\":1,", "an unknown field", MIRROR_ERR_FORMAT},
         {"\"layers.0.weight\":{", "\"layers.9.weight\":{", "a missing tensor", MIRROR_ERR_SHAPE},
     };
-    path_of(path, sizeof path, "good.ckpt");
+    path_in(path, "good.ckpt");
     step(src, 0);
     mirror_checkpoint_save(src, path, NULL, 1);
     good = slurp(path, &n);
@@ -413,10 +405,10 @@ static void test_hostile(void)
         CHECK(hostile(file, n, "header changed", 0), "a changed header byte: an error");
         free(file);
     }
-    path_of(path, sizeof path, "missing.ckpt");
+    path_in(path, "missing.ckpt");
     CHECK(mirror_checkpoint_load(victim, path, 0, NULL) == MIRROR_ERR_IO, "a missing file: MIRROR_ERR_IO");
     other = model(s, 0, MIRROR_OPT_ADAM);
-    path_of(path, sizeof path, "good.ckpt");
+    path_in(path, "good.ckpt");
     CHECK(mirror_checkpoint_load(other, path, 0, NULL) == MIRROR_ERR_SHAPE, "a checkpoint of another model: MIRROR_ERR_SHAPE");
     mirror_model_destroy(other);
     free(good), free(victim_before);
@@ -424,24 +416,10 @@ static void test_hostile(void)
     mirror_strategy_destroy(s);
 }
 
-static void remove_all(void)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[400];
-    while (d && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
-}
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/mirror-ckpt-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (!make_root("test_checkpoint")) return 1;
     make_data();
     test_exact_resume(1, MIRROR_OPT_ADAMW, 2);
     test_exact_resume(0, MIRROR_OPT_SGD, 3);
@@ -450,6 +428,6 @@ int main(void)
     test_durability();
     test_hostile();
     mirror_dataset_free(&data);
-    remove_all();
+    remove_tree(root);
     return check_done("test_checkpoint");
 }

@@ -7,6 +7,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "files.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -19,43 +20,6 @@
 
 // >>files -------------------------------------------------------------------
 
-static char root[64]; /* the temporary directory, removed at the end */
-
-/* root/name into out (256 bytes). */
-static const char *path_in(char *out, const char *name)
-{
-    snprintf(out, 256, "%s/%s", root, name);
-    return out;
-}
-
-static int write_file(const char *path, const unsigned char *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
-/* Removes a directory tree (only what this test made). */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char sub[512];
-    struct stat st;
-    if (!d) return;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static void put32(unsigned char *p, unsigned long v)
 {
@@ -472,15 +436,6 @@ static const unsigned char good_lab_gz[] = {
     0x60, 0x65, 0x66, 0xe0, 0x64, 0x64, 0x07, 0x00, 0xf7, 0xb8, 0xb6, 0xc5, 0x0d, 0x00, 0x00, 0x00};
 
 #ifdef MIRROR_ZLIB
-static int write_gz(const char *path, const unsigned char *data, size_t n)
-{
-    gzFile f = gzopen(path, "wb9");
-    int ok;
-    if (!f) return 0;
-    ok = gzwrite(f, data, (unsigned)n) == (int)n;
-    return gzclose(f) == Z_OK && ok;
-}
-
 /* The whole of a file (at most cap bytes); returns its size. */
 static size_t read_all(const char *path, unsigned char *buf, size_t cap)
 {
@@ -817,10 +772,7 @@ static void test_epoch_coverage(void)
 
 int main(void)
 {
-    if (!mkdtemp(strcpy(root, "/tmp/mirror_test_data_XXXXXX"))) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (!make_root("test_data")) return 1;
     make_good();
     test_good_load();
     test_truncated();

@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "files.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -21,57 +22,6 @@
 
 // >>files -------------------------------------------------------------------
 
-static char root[64]; /* the temporary directory, removed at the end */
-
-/* root/name into out (256 bytes). */
-static const char *path_in(char *out, const char *name)
-{
-    snprintf(out, 256, "%s/%s", root, name);
-    return out;
-}
-
-/* A new file each time: rewriting in place (truncation) makes some file
-   systems flush on close, which slows the thousands of rewrites here. */
-static int write_file(const char *path, const unsigned char *data, size_t n)
-{
-    FILE *f;
-    int ok;
-    unlink(path);
-    if (!(f = fopen(path, "wb"))) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
-#ifdef MIRROR_ZLIB
-static int write_gz(const char *path, const unsigned char *data, size_t n)
-{
-    gzFile f = gzopen(path, "wb9");
-    int ok;
-    if (!f) return 0;
-    ok = gzwrite(f, data, (unsigned)n) == (int)n;
-    return gzclose(f) == Z_OK && ok;
-}
-#endif
-
-/* Removes a directory tree (only what this test made). */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char sub[512];
-    struct stat st;
-    if (!d) return;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 static int zeroed(const mirror_dataset *ds)
 {
@@ -914,11 +864,7 @@ static void test_npy_bit_flips(void)
 
 int main(void)
 {
-    strcpy(root, "/tmp/mirror_test_loaders_XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (!make_root("test_loaders")) return 1;
     test_cifar_good();
     test_cifar_hostile();
     test_npy_good();
