@@ -545,14 +545,18 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    previous checkpoint as it was. */
 
 typedef struct mirror_checkpoint_info {
-    uint64_t step;         /* optimizer steps taken */
+    uint64_t step;         /* optimizer steps taken (saving: the model's count) */
     uint64_t epoch;        /* the epoch in progress, counted from 0 */
     uint64_t epoch_step;   /* its steps already done */
     uint64_t shuffle_seed; /* the permutation's seed (mirror_permutation) */
+    /* The schedule the cursor counts in: resuming with another global
+       batch, dataset size or drop_remainder would replay other samples. */
+    uint64_t batch, samples, drop_remainder;
 } mirror_checkpoint_info;
 
 /* Writes replica 0's parameters and optimizer state, and cursor (may be
-   NULL: zeros), to path; keep (0: 3) checkpoints in all. */
+   NULL: zeros), to path; keep (0: 3) checkpoints in all. A failed save
+   leaves a loadable PATH: the previous checkpoint. */
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                       size_t keep);
 /* Loads path into every replica of m, which must have the same layers; it
@@ -560,7 +564,9 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
    shapes, offsets, checksums) before anything in m changes. With
    weights_only, the optimizer state and step are left as they are (for
    evaluation or fine-tuning); otherwise the optimizer kind must match.
-   info (may be NULL) receives the step and the data cursor. */
+   info (may be NULL) receives the step and the data cursor. (A device
+   failure while copying to the replicas is the one error that can leave
+   the model partly loaded.) */
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info);
 
@@ -670,6 +676,7 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -3736,11 +3743,14 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
     mirror__printf(h, "\",\"optimizer\":\"%s\",\"lr\":\"%.9g\",\"momentum\":\"%.9g\",\"nesterov\":\"%d\","
                       "\"weight_decay\":\"%.9g\",\"beta1\":\"%.9g\",\"beta2\":\"%.9g\",\"eps\":\"%.9g\","
                       "\"precision\":\"fp32\",\"loss_scaler\":\"none\",\"step\":\"%llu\",\"epoch\":\"%llu\","
-                      "\"epoch_step\":\"%llu\",\"shuffle_seed\":\"%llu\",\"seed\":\"%llu\"",
+                      "\"epoch_step\":\"%llu\",\"shuffle_seed\":\"%llu\",\"seed\":\"%llu\",\"batch\":\"%llu\","
+                      "\"samples\":\"%llu\",\"drop_remainder\":\"%llu\"",
                    mirror__opt_names[o->kind], (double)o->lr, (double)o->momentum, o->nesterov,
                    (double)o->weight_decay, (double)o->beta1, (double)o->beta2, (double)o->eps,
                    (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
-                   (unsigned long long)c->shuffle_seed, (unsigned long long)m->desc.seed);
+                   (unsigned long long)c->shuffle_seed, (unsigned long long)m->desc.seed,
+                   (unsigned long long)c->batch, (unsigned long long)c->samples,
+                   (unsigned long long)c->drop_remainder);
     for (i = 0; i < nt; i++)
         mirror__printf(h, ",\"crc32.%s\":\"%08lx\"", t[i].name,
                        (unsigned long)mirror__crc32(0, (const unsigned char *)t[i].host, t[i].count * sizeof(float)));
@@ -3794,20 +3804,64 @@ static int mirror__sync_dir(const char *path)
     return rc;
 }
 
-/* PATH.1 ... PATH.(keep-1) move one place back, then PATH.1 becomes a
-   second name of the current PATH: PATH itself is never missing. */
+/* Copies file from to file to through a temporary file and a rename (for
+   file systems without hard links). */
+static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t size)
+{
+    unsigned char buf[1 << 14];
+    int in = open(from, O_RDONLY), out = -1, ok = in >= 0;
+    ssize_t n;
+    snprintf(tmp, size, "%s.tmp.XXXXXX", to);
+    if (ok) ok = (out = mkstemp(tmp)) >= 0;
+    while (ok && (n = read(in, buf, sizeof buf)) != 0) ok = n > 0 && !mirror__write_all(out, buf, (size_t)n);
+    if (ok) ok = fsync(out) == 0;
+    if (out >= 0 && close(out) != 0) ok = 0;
+    if (in >= 0) close(in);
+    if (ok) ok = rename(tmp, to) == 0;
+    if (!ok && out >= 0) unlink(tmp);
+    return ok ? 0 : -1;
+}
+
+/* PATH.1 ... PATH.(keep-2) move one place back (as far as they exist), then
+   PATH.1 becomes a second name of the current PATH (or a copy of it): PATH
+   itself is never missing. */
 static int mirror__rotate(const char *path, size_t keep, char *a, char *b, size_t size)
 {
-    size_t i;
+    size_t i, top = 1;
     if (keep < 2 || access(path, F_OK) != 0) return 0;
-    for (i = keep - 1; i >= 2; i--) {
+    for (;;) { /* the first free place, at most keep - 1 */
+        snprintf(a, size, "%s.%zu", path, top);
+        if (top + 1 >= keep || access(a, F_OK) != 0) break;
+        top++;
+    }
+    for (i = top; i >= 2; i--) {
         snprintf(a, size, "%s.%zu", path, i - 1);
         snprintf(b, size, "%s.%zu", path, i);
         if (rename(a, b) != 0 && errno != ENOENT) return -1;
     }
     snprintf(a, size, "%s.1", path);
     if (unlink(a) != 0 && errno != ENOENT) return -1;
-    return link(path, a);
+    if (link(path, a) == 0) return 0;
+    return mirror__copy_file(path, a, b, size);
+}
+
+/* Temporary files of saves that a crash interrupted: PATH.tmp.* beside PATH. */
+static void mirror__remove_stale(const char *path, char *buf, char *name, size_t size)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t dirlen = slash ? (size_t)(slash - path) : 0, baselen = strlen(base);
+    DIR *d;
+    struct dirent *e;
+    if (dirlen + 2 > size) return;
+    if (slash) memcpy(buf, path, dirlen ? dirlen : 1), buf[dirlen ? dirlen : 1] = '\0';
+    else buf[0] = '.', buf[1] = '\0';
+    if (!(d = opendir(buf))) return;
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, base, baselen) && !strncmp(e->d_name + baselen, ".tmp.", 5)) {
+            snprintf(name, size, "%s/%s", buf, e->d_name);
+            unlink(name);
+        }
+    closedir(d);
 }
 
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
@@ -3829,13 +3883,14 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
     if (!keep) keep = 3;
     params = (float *)mirror__alloc(m->nparams, sizeof(float));
     state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));
-    tmp = (char *)MIRROR_MALLOC(3 * (plen + 32));
-    if (!params || !state || !tmp) {
+    tmp = (char *)MIRROR_MALLOC(plen + 300); /* file names: the new file, two for rotation */
+    a = (char *)MIRROR_MALLOC(plen + 300);
+    b = (char *)MIRROR_MALLOC(plen + 300);
+    if (!params || !state || !tmp || !a || !b) {
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_checkpoint_save: out of memory");
         goto done;
     }
-    a = tmp + plen + 32;
-    b = a + plen + 32;
+    mirror__remove_stale(path, a, b, plen + 300);
     if ((rc = mirror_get_parameters(m, 0, params, m->nparams)) ||
         (rc = mirror_get_optimizer_state(m, 0, state, m->nstate)))
         goto done;
@@ -3845,12 +3900,12 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
         goto done;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    snprintf(tmp, plen + 32, "%s.tmp.XXXXXX", path);
+    snprintf(tmp, plen + 300, "%s.tmp.XXXXXX", path);
     if ((fd = mkstemp(tmp)) < 0) {
         rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;
     }
-    fchmod(fd, 0644);
+    (void)fchmod(fd, 0644); /* mkstemp makes it 0600 */
     if (mirror__write_all(fd, len8, 8) || mirror__write_all(fd, h.p, h.len)) goto write_failed;
     for (i = 0; i < nt; i++)
         if (mirror__write_all(fd, t[i].host, t[i].count * sizeof(float))) goto write_failed;
@@ -3860,7 +3915,7 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
         goto write_failed;
     }
     fd = -1;
-    if (mirror__rotate(path, keep, a, b, plen + 32) != 0) {
+    if (mirror__rotate(path, keep, a, b, plen + 300) != 0) {
         rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot keep the previous checkpoints: %s", path, strerror(errno));
         unlink(tmp);
         goto done;
@@ -3870,8 +3925,11 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
         unlink(tmp);
         goto done;
     }
-    if (mirror__sync_dir(path) != 0)
-        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: saved, but flushing its directory failed: %s", path, strerror(errno));
+    if (mirror__sync_dir(path) != 0) { /* saved; only the rename's durability is in doubt */
+        char notice[300];
+        snprintf(notice, sizeof notice, "%s: saved, but flushing its directory failed: %s", path, strerror(errno));
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
     goto done;
 write_failed:
     rc = mirror__fail(m, MIRROR_ERR_IO, "%s: writing the checkpoint failed (%s); the previous one is intact", path,
@@ -3883,6 +3941,8 @@ done:
     MIRROR_FREE(params);
     MIRROR_FREE(state);
     MIRROR_FREE(tmp);
+    MIRROR_FREE(a);
+    MIRROR_FREE(b);
     return rc;
 }
 
@@ -3932,8 +3992,10 @@ static int mirror__json_uint(mirror__json *j, uint64_t *v)
     mirror__json_ws(j);
     *v = 0;
     while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        if (*v > (UINT64_MAX - 9) / 10 || ++digits > 19) return 0;
-        *v = *v * 10 + (uint64_t)(*j->p++ - '0');
+        uint64_t d = (uint64_t)(*j->p++ - '0');
+        if (*v > (UINT64_MAX - d) / 10) return 0;
+        *v = *v * 10 + d;
+        digits++;
     }
     return digits > 0;
 }
@@ -3950,7 +4012,7 @@ static int mirror__json_uints(mirror__json *j, uint64_t *v, size_t max, size_t *
     return mirror__json_char(j, ']');
 }
 
-#define MIRROR__MAX_META 96
+#define MIRROR__MAX_META (MIRROR__MAX_TENSORS + 32) /* the fixed keys and a checksum a tensor */
 
 typedef struct mirror__header {
     char key[MIRROR__MAX_META][80];
@@ -3965,6 +4027,7 @@ static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
 {
     mirror__json j;
     char key[80];
+    int seen_meta = 0;
     j.p = text;
     j.end = text + len;
     h->nmeta = h->nt = 0;
@@ -3973,13 +4036,16 @@ static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
     do {
         if (!mirror__json_string(&j, key, sizeof key) || !mirror__json_char(&j, ':')) return 0;
         if (!strcmp(key, "__metadata__")) {
-            if (!mirror__json_char(&j, '{')) return 0;
+            if (seen_meta++ || !mirror__json_char(&j, '{')) return 0;
             if (mirror__json_char(&j, '}')) continue;
             do {
+                size_t k;
                 if (h->nmeta == MIRROR__MAX_META ||
                     !mirror__json_string(&j, h->key[h->nmeta], sizeof h->key[0]) || !mirror__json_char(&j, ':') ||
                     !mirror__json_string(&j, h->value[h->nmeta], sizeof h->value[0]))
                     return 0;
+                for (k = 0; k < h->nmeta; k++) /* a repeated key would be read two ways */
+                    if (!strcmp(h->key[k], h->key[h->nmeta])) return 0;
                 h->nmeta++;
             } while (mirror__json_char(&j, ','));
             if (!mirror__json_char(&j, '}')) return 0;
@@ -3990,6 +4056,8 @@ static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
             size_t n, i;
             int have = 0;
             if (h->nt == MIRROR__MAX_TENSORS || strlen(key) >= sizeof t->name) return 0;
+            for (i = 0; i < h->nt; i++)
+                if (!strcmp(h->t[i].name, key)) return 0;
             memset(t, 0, sizeof *t);
             memcpy(t->name, key, strlen(key) + 1);
             if (!mirror__json_char(&j, '{')) return 0;
@@ -4035,7 +4103,7 @@ static int mirror__meta_u64(const mirror__header *h, const char *key, uint64_t *
 {
     const char *s = mirror__meta(h, key);
     mirror__json j;
-    if (!s) return 0;
+    if (!s || s[0] < '0' || s[0] > '9' || (s[0] == '0' && s[1])) return 0; /* digits, no leading zero */
     j.p = s;
     j.end = s + strlen(s);
     return mirror__json_uint(&j, v) && j.p == j.end;
@@ -4095,6 +4163,11 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                           s ? s : "(none)");
         goto done;
     }
+    if (!(s = mirror__meta(h, "loss_scaler")) || strcmp(s, "none") != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: loss scaler \"%s\", this mirror has none", path,
+                          s ? s : "(none)");
+        goto done;
+    }
     if (!(s = mirror__meta(h, "precision")) || strcmp(s, "fp32") != 0) {
         rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: precision \"%s\", this mirror reads fp32", path, s ? s : "(none)");
         goto done;
@@ -4108,9 +4181,10 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     memset(info, 0, sizeof *info);
     if (!mirror__meta_u64(h, "step", &info->step) || !mirror__meta_u64(h, "epoch", &info->epoch) ||
         !mirror__meta_u64(h, "epoch_step", &info->epoch_step) ||
-        !mirror__meta_u64(h, "shuffle_seed", &info->shuffle_seed)) {
-        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: step, epoch, epoch_step or shuffle_seed missing or not a number",
-                          path);
+        !mirror__meta_u64(h, "shuffle_seed", &info->shuffle_seed) || !mirror__meta_u64(h, "batch", &info->batch) ||
+        !mirror__meta_u64(h, "samples", &info->samples) ||
+        !mirror__meta_u64(h, "drop_remainder", &info->drop_remainder)) {
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the step or the data cursor is missing or not a number", path);
         goto done;
     }
     if (!weights_only && (!(s = mirror__meta(h, "optimizer")) || strcmp(s, mirror__opt_names[m->desc.optimizer.kind]))) {
@@ -4185,6 +4259,13 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
     int rc;
     if ((rc = mirror__check_built(m, "mirror_checkpoint_load"))) return rc;
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
+    { /* not a whole multi-gigabyte file into memory to find that out */
+        struct stat st;
+        double most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nparams + (double)m->nstate);
+        if (stat(path, &st) == 0 && (double)st.st_size > most)
+            return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %.0f bytes, more than a checkpoint of this model can have",
+                                path, (double)st.st_size);
+    }
     if ((rc = mirror__read_file(path, &buf, &size, &m->err))) return rc;
     h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
     params = (float *)mirror__alloc(m->nparams, sizeof(float));
@@ -4286,12 +4367,37 @@ static void mirror__epoch_line(const mirror_epoch_log *log, int bar)
     fflush(stdout);
 }
 
+/* A checkpoint at the cursor (epoch, step): the next step to run. */
+static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps)
+{
+    mirror_checkpoint_info at;
+    at.step = m->steps;
+    at.epoch = step < steps ? epoch : epoch + 1;
+    at.epoch_step = step < steps ? step : 0;
+    at.shuffle_seed = d->shuffle_seed;
+    at.batch = d->batch;
+    at.samples = d->train->count;
+    at.drop_remainder = d->drop_remainder != 0;
+    return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
+}
+
+/* Stopping (the stop flag, or the epoch hook): save at the cursor, say where. */
+static int mirror__fit_stop(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps, int bar)
+{
+    int rc;
+    if (bar) printf("\n");
+    if (d->checkpoint && (rc = mirror__fit_save(m, d, epoch, step, steps))) return rc;
+    return mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped before step %zu of epoch %zu%s%s", step + 1,
+                        epoch + 1, d->checkpoint ? "; checkpoint saved to " : "", d->checkpoint ? d->checkpoint : "");
+}
+
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
 {
     mirror_fit_desc d;
     mirror_batch all;
     mirror_epoch_log log;
-    size_t *perm, epoch, step, steps;
+    size_t *perm, epoch, step, steps, ran = 0;
+    uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
     int rc = MIRROR_OK, bar;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
@@ -4337,31 +4443,23 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
         for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
             mirror_batch b;
             mirror_metrics taken;
-            int stopping;
+            if (d.stop && *d.stop) { /* before the step: it is the one to resume at */
+                rc = mirror__fit_stop(m, &d, epoch, step, steps, bar);
+                break;
+            }
             mirror__batch_of(&b, d.train, perm + step * d.batch,
                              MIRROR__MIN(d.batch, d.train->count - step * d.batch));
             if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
-            stopping = d.stop && *d.stop;
+            ran++;
             if (step + 1 == steps || (bar && mirror__now() - shown > 0.1)) {
                 if ((rc = mirror_take_metrics(m, &taken))) break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
                 if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
             }
-            /* The cursor names the next step to run. */
-            if (d.checkpoint && (stopping || (d.checkpoint_every && m->steps % d.checkpoint_every == 0))) {
-                mirror_checkpoint_info at;
-                at.step = m->steps;
-                at.epoch = step + 1 < steps ? epoch : epoch + 1;
-                at.epoch_step = step + 1 < steps ? step + 1 : 0;
-                at.shuffle_seed = d.shuffle_seed;
-                if ((rc = mirror_checkpoint_save(m, d.checkpoint, &at, d.checkpoint_keep))) break;
-            }
-            if (stopping) {
-                if (bar) printf("\n");
-                rc = mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped at step %zu of epoch %zu%s%s", step + 1,
-                                  epoch + 1, d.checkpoint ? "; checkpoint saved to " : "",
-                                  d.checkpoint ? d.checkpoint : "");
+            if (d.checkpoint && d.checkpoint_every && m->steps % d.checkpoint_every == 0) {
+                rc = mirror__fit_save(m, &d, epoch, step + 1, steps);
+                saved = m->steps;
             }
         }
         if (rc) break;
@@ -4379,18 +4477,13 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
         }
         log.elapsed = mirror__now() - start;
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar);
-        if (d.on_epoch && d.on_epoch(d.user, &log))
-            rc = mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped by on_epoch after epoch %zu",
-                              log.epoch);
+        if (d.on_epoch && d.on_epoch(d.user, &log)) {
+            rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);
+            break;
+        }
     }
-    if (rc == MIRROR_OK && d.checkpoint && !(d.checkpoint_every && m->steps % d.checkpoint_every == 0)) {
-        mirror_checkpoint_info at; /* the end, unless the last step just saved it */
-        at.step = m->steps;
-        at.epoch = d.epochs;
-        at.epoch_step = 0;
-        at.shuffle_seed = d.shuffle_seed;
-        rc = mirror_checkpoint_save(m, d.checkpoint, &at, d.checkpoint_keep);
-    }
+    /* The end (unless the last step saved it, or nothing ran). */
+    if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
     MIRROR_FREE(perm);
     if (last) *last = log;
     return rc;

@@ -89,7 +89,7 @@ static void parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--epochs")) o->epochs = count_arg(a, v);
         else if (!strcmp(a, "--batch")) o->batch = count_arg(a, v);
         else if (!strcmp(a, "--synthetic")) o->synthetic = count_arg(a, v);
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) o->seed = strcmp(v, "0") ? count_arg(a, v) : 0;
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--checkpoint-every")) o->checkpoint_every = count_arg(a, v);
@@ -133,7 +133,7 @@ static mirror_optimizer_kind optimizer_kind(const char *name, float *momentum)
 int main(int argc, char **argv)
 {
     options o = {NULL, "cnn", NULL, "adam", NULL, NULL, 0, 3, 64, 10000, 0, 0.0, 1};
-    mirror_checkpoint_info at = {0, 0, 0, 0};
+    mirror_checkpoint_info at;
     mirror_error err = {0, ""};
     mirror_strategy_desc sd;
     mirror_model_desc md;
@@ -146,6 +146,11 @@ int main(int argc, char **argv)
     int rc;
 
     parse(argc, argv, &o);
+    memset(&at, 0, sizeof at);
+    if (o.checkpoint_every && !o.save) {
+        fprintf(stderr, "train: --checkpoint-every needs --save PATH\n");
+        return 2;
+    }
     if (o.data)
         rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
     else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
@@ -189,6 +194,12 @@ int main(int argc, char **argv)
         }
         printf("resume: %s, step %llu, epoch %llu step %llu\n", o.resume, (unsigned long long)at.step,
                (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step);
+        if (at.batch && (at.batch != o.batch || at.samples != train.count || at.drop_remainder)) {
+            fprintf(stderr, "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
+                    (unsigned long long)at.batch, (unsigned long long)at.samples, o.batch, train.count);
+            rc = 1;
+            goto out;
+        }
     }
 
     memset(&fd, 0, sizeof fd);
@@ -201,7 +212,7 @@ int main(int argc, char **argv)
     fd.batch = o.batch;
     fd.on_epoch = on_epoch;
     fd.user = &sums;
-    fd.checkpoint = o.save ? o.save : o.checkpoint_every ? NULL : NULL;
+    fd.checkpoint = o.save;
     fd.checkpoint_every = o.checkpoint_every;
     fd.stop = &interrupted;
     signal(SIGINT, on_sigint);

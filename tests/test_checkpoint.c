@@ -97,7 +97,7 @@ static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replica
     double straight[14], resumed[14];
     mirror_strategy *s = strategy(replicas);
     mirror_model *a = model(s, cnn, opt), *b = model(s, cnn, opt), *c = model(s, cnn, opt);
-    mirror_checkpoint_info at = {0, 1, 2, 11}, got;
+    mirror_checkpoint_info at = {0, 1, 2, 11, 0, 0, 0}, got;
     size_t k, n = mirror_num_parameters(a);
     float *pa, *pc, *sa, *sc;
     int same_loss = 1;
@@ -353,6 +353,9 @@ static void test_hostile(void)
         {"{\"__metadata__\"", "[\"__metadata__\"", "a header that is not an object", MIRROR_ERR_FORMAT},
         {"\"layers.0.weight\":{", "\"layers.0.weight\":{\"extra\":1,", "an unknown field", MIRROR_ERR_FORMAT},
         {"\"layers.0.weight\":{", "\"layers.9.weight\":{", "a missing tensor", MIRROR_ERR_SHAPE},
+        {"\"version\":\"1\"", "\"version\":\"1\",\"version\":\"1\"", "a repeated metadata key", MIRROR_ERR_FORMAT},
+        {"\"step\":\"", "\"step\":\"0", "a step with a leading zero", MIRROR_ERR_FORMAT},
+        {"\"loss_scaler\":\"none\"", "\"loss_scaler\":\"dynamic\"", "a loss scaler", MIRROR_ERR_UNSUPPORTED},
     };
     path_in(path, "good.ckpt");
     step(src, 0);
@@ -417,6 +420,60 @@ static void test_hostile(void)
 }
 
 
+static int stop_after_first_epoch(void *user, const mirror_epoch_log *log)
+{
+    (void)user;
+    return log->epoch == 1;
+}
+
+/* Edge cases: a seed of 2^64 - 1, 40 weighted layers, keep of SIZE_MAX,
+   stops from the hook and from the flag, the schedule in the cursor. */
+static void test_edges(void)
+{
+    char path[256];
+    mirror_strategy *s = strategy(1);
+    mirror_model *m = model(s, 0, MIRROR_OPT_ADAM), *deep = NULL;
+    mirror_model_desc d;
+    mirror_checkpoint_info at, got;
+    mirror_fit_desc fd;
+    volatile sig_atomic_t stop = 0;
+    size_t i;
+    path_in(path, "edges.ckpt");
+    memset(&at, 0, sizeof at);
+    at.shuffle_seed = UINT64_MAX, at.batch = 12, at.samples = 50;
+    CHECK(mirror_checkpoint_save(m, path, &at, 0) == MIRROR_OK && mirror_checkpoint_load(m, path, 0, &got) == MIRROR_OK &&
+              got.shuffle_seed == UINT64_MAX && got.batch == 12 && got.samples == 50,
+          "a shuffle seed of 2^64 - 1 and the schedule come back");
+    CHECK(mirror_checkpoint_save(m, path, NULL, (size_t)-1) == MIRROR_OK &&
+              mirror_checkpoint_save(m, path, NULL, (size_t)-1) == MIRROR_OK,
+          "keep SIZE_MAX: saves without walking 2^64 names");
+    memset(&d, 0, sizeof d);
+    d.strategy = s, d.channels = 4, d.optimizer.kind = MIRROR_OPT_ADAM;
+    mirror_model_create(&d, &deep, NULL);
+    for (i = 0; i < 40; i++) mirror_dense(deep, 4);
+    mirror_model_build(deep);
+    path_in(path, "deep.ckpt");
+    CHECK(mirror_checkpoint_save(deep, path, NULL, 1) == MIRROR_OK && mirror_checkpoint_load(deep, path, 0, NULL) == MIRROR_OK,
+          "40 weighted layers with Adam: saves and loads (%s)", mirror_model_error(deep));
+    mirror_model_destroy(deep);
+
+    path_in(path, "stop.ckpt");
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 3, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.checkpoint = path, fd.on_epoch = stop_after_first_epoch;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_STOPPED && mirror_checkpoint_load(m, path, 0, &got) == MIRROR_OK &&
+              got.epoch == 1 && got.epoch_step == 0,
+          "stopped by the epoch hook: a checkpoint at epoch 2, step 0 (%llu, %llu)", (unsigned long long)got.epoch,
+          (unsigned long long)got.epoch_step);
+    fd.on_epoch = NULL, fd.stop = &stop, stop = 1;
+    fd.initial_epoch = 1, fd.initial_step = 2;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_STOPPED && mirror_checkpoint_load(m, path, 0, &got) == MIRROR_OK &&
+              got.epoch == 1 && got.epoch_step == 2 && got.step == mirror_optimizer_steps(m),
+          "stopped by the flag before any step: the cursor it started from, no step taken");
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -427,6 +484,7 @@ int main(void)
     test_replicas_and_weights_only();
     test_durability();
     test_hostile();
+    test_edges();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_checkpoint");
