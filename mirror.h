@@ -78,6 +78,8 @@
       mirror_strategy_desc  devices        $MIRROR_DEVICES when num_replicas is 0
                                            too, else "cpu:<online cores>"
                             num_replicas   the count the device list gives
+                            reducer        $MIRROR_REDUCER, else NCCL on distinct
+                                           GPUs, else the copy reducer
       mirror_model_desc     max_batch      256 (largest global batch)
                             loss           MIRROR_LOSS_SOFTMAX_CE
                             init           He uniform before a relu, Glorot
@@ -96,6 +98,9 @@
                             batch          min(64, max_batch)
                             progress       MIRROR_PROGRESS_AUTO: a bar on a
                                            terminal, one line per epoch otherwise
+                            shuffle_seed   the model's seed
+                            checkpoint     none; checkpoint_keep 3, and
+                                           checkpoint_every 0 (the end only)
 
    OWNERSHIP
 
