@@ -86,7 +86,7 @@ info:
 $(BUILD)/%: examples/%.c examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h mirror.h | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # The CUDA trainer: examples/train.c from C, the library from the one .cu file.
@@ -119,13 +119,13 @@ test-crash: info $(BUILD)/train
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" sh tests/gpu/run.sh
 
-$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h tests/files.h mirror.h | $(BUILD)
+$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
-$(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h mirror.h | $(BUILD)
+$(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h mirror.h | $(BUILD)
+$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD):

@@ -31,23 +31,6 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static mirror_model *make(mirror_strategy *s, int cnn, size_t batch)
-{
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
-    d.channels = 1, d.height = 28, d.width = 28;
-    d.max_batch = batch;
-    d.optimizer.kind = MIRROR_OPT_ADAM;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    if (example_model(m, cnn ? "cnn" : "mlp")) {
-        fprintf(stderr, "bench_gpu: %s\n", mirror_model_error(m));
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
-}
 
 /* Median seconds per STEPS steps; the last step's metrics are read, which
    waits for the GPU to finish them all. */
@@ -107,7 +90,7 @@ int main(void)
     printf("# %s\n", mirror_strategy_describe(s));
     for (i = 0; i < 2; i++) {
         size_t batch = i ? 256 : 128;
-        mirror_model *m = make(s, (int)i, batch);
+        mirror_model *m = example_bench_model(s, i ? "cnn" : "mlp", batch);
         if (!m) return 1;
         printf("mirror %s %zu %.0f\n", i ? "cnn" : "mlp", batch, STEPS * batch / time_steps(m, &ds, batch));
         mirror_model_destroy(m);
@@ -115,7 +98,7 @@ int main(void)
     mirror_strategy_destroy(s);
     for (i = 0; i < 3; i++) {
         mirror_strategy *r = strategy(lists[i]);
-        mirror_model *m = make(r, 1, 256);
+        mirror_model *m = example_bench_model(r, "cnn", 256);
         if (!m) return 1;
         printf("replicas %zu %.3f\n", mirror_num_replicas(r), 1e3 * time_steps(m, &ds, 256) / STEPS);
         mirror_model_destroy(m);

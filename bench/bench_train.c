@@ -16,22 +16,6 @@
 #define SAMPLES 2560
 #define ROUNDS 7
 
-static mirror_model *make(mirror_strategy *s, int cnn, size_t batch)
-{
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
-    d.channels = 1, d.height = 28, d.width = 28;
-    d.max_batch = batch;
-    d.optimizer.kind = MIRROR_OPT_ADAM;
-    mirror_model_create(&d, &m, NULL);
-    if (example_model(m, cnn ? "cnn" : "mlp")) {
-        fprintf(stderr, "bench_train: %s\n", mirror_model_error(m));
-        exit(1);
-    }
-    return m;
-}
 
 static int cmp(const void *a, const void *b)
 {
@@ -79,7 +63,10 @@ int main(void)
     mirror_strategy_create(&sd, &s[1], NULL);
     for (bi = 0; bi < 2; bi++)
         for (cnn = 0; cnn < 2; cnn++)
-            for (r = 0; r < 2; r++) m[bi][cnn][r] = make(s[r], (int)cnn, batches[bi]);
+            for (r = 0; r < 2; r++) {
+                m[bi][cnn][r] = example_bench_model(s[r], cnn ? "cnn" : "mlp", batches[bi]);
+                if (!m[bi][cnn][r]) return 1;
+            }
     n = mirror_num_parameters(m[0][1][1]);
     bufs[0] = (float *)calloc(n, sizeof(float));
     bufs[1] = (float *)calloc(n, sizeof(float));

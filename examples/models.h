@@ -6,6 +6,7 @@
         flatten, dense 128 - relu, dense 10 */
 #ifndef EXAMPLE_MODELS_H
 #define EXAMPLE_MODELS_H
+#include <stdio.h>
 #include <string.h>
 
 /* Adds the layers of `kind` ("mlp" or "cnn") to m and builds it; returns
@@ -27,5 +28,29 @@ static int example_model(mirror_model *m, const char *kind)
         return MIRROR_ERR_ARGUMENT;
     }
     return mirror_model_build(m);
+}
+
+/* The benchmarks' model: `kind` on 28x28 digits, Adam, arenas for global
+   batches of `batch`; NULL (with a message on stderr) on failure. */
+static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    mirror_error err = {0, ""};
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = 28, d.width = 28;
+    d.max_batch = batch;
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    if (mirror_model_create(&d, &m, &err)) {
+        fprintf(stderr, "%s\n", err.message);
+        return NULL;
+    }
+    if (example_model(m, kind)) {
+        fprintf(stderr, "%s\n", mirror_model_error(m));
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
 }
 #endif

@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "digits.h"
 #include "files.h"
 
 #include <dirent.h>
@@ -52,19 +53,6 @@ static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind op
     return m;
 }
 
-static void make_data(void)
-{
-    mirror_dataset full;
-    size_t i, y, x;
-    mirror_dataset_synthetic_digits(&full, 50, 5, NULL);
-    data = full;
-    data.x = (float *)MIRROR_MALLOC(50 * 64 * sizeof(float));
-    for (i = 0; i < 50; i++)
-        for (y = 0; y < 8; y++)
-            for (x = 0; x < 8; x++) data.x[i * 64 + y * 8 + x] = full.x[i * 784 + (3 * y + 3) * 28 + 3 * x + 3];
-    MIRROR_FREE(full.x);
-    data.height = data.width = 8;
-}
 
 /* Step k of a fixed schedule: epochs of 50 samples in batches of 12 (the
    fifth batch has 2), shuffled by (11, epoch). Returns the step's loss sum. */
@@ -477,7 +465,7 @@ static void test_edges(void)
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
-    make_data();
+    small_digits(&data, 50, 5, 8, 3);
     test_exact_resume(1, MIRROR_OPT_ADAMW, 2);
     test_exact_resume(0, MIRROR_OPT_SGD, 3);
     test_fit_resume();

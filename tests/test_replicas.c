@@ -6,6 +6,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "digits.h"
 
 #include <math.h>
 #include <string.h>
@@ -52,19 +53,6 @@ static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind op
 /* 95 samples of 12x12: crops of synthetic digits, so an epoch of batch 10
    ends with a partial batch of 5. */
 static mirror_dataset data;
-static void make_data(void)
-{
-    mirror_dataset full;
-    size_t i, y, x;
-    mirror_dataset_synthetic_digits(&full, 95, 3, NULL);
-    data = full;
-    data.x = (float *)MIRROR_MALLOC(95 * 144 * sizeof(float));
-    for (i = 0; i < 95; i++)
-        for (y = 0; y < 12; y++)
-            for (x = 0; x < 12; x++) data.x[i * 144 + y * 12 + x] = full.x[i * 784 + (2 * y + 2) * 28 + 2 * x + 2];
-    MIRROR_FREE(full.x);
-    data.height = data.width = 12;
-}
 
 /* One training step on batch `step` of the epoch order (seed 11). */
 static int step(mirror_model *m, size_t k, size_t batch, size_t *perm)
@@ -314,7 +302,7 @@ static void test_deferred_metrics(void)
 
 int main(void)
 {
-    make_data();
+    small_digits(&data, 95, 3, 12, 2);
     test_all_reduce();
     test_equivalence(1, MIRROR_OPT_SGD);
     test_equivalence(1, MIRROR_OPT_ADAMW);
