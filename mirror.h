@@ -219,7 +219,8 @@ extern "C" {
     X(MIRROR_ERR_FORMAT, -21, "malformed file")                                \
     X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
     X(MIRROR_ERR_CHECKSUM, -23, "checksum mismatch")                           \
-    X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")
+    X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")                  \
+    X(MIRROR_ERR_NOT_FINITE, -31, "gradients not finite in too many steps in a row")
 
 typedef enum mirror_result {
 #define MIRROR__ENUM(name, value, text) name = value,
@@ -330,6 +331,59 @@ typedef struct mirror_optimizer_desc {
     float beta1, beta2, eps; /* Adam, AdamW */
 } mirror_optimizer_desc;
 
+/* Where a model's weights, activations and gradients are stored. Mixed
+   modes keep fp32 master weights and optimizer state; the forward and
+   backward pass see 16-bit values, the gradients are all-reduced in 16 bits,
+   and one fused update per step writes the masters and the 16-bit copy. */
+typedef enum mirror_precision {
+    MIRROR_PRECISION_FP32 = 0,
+    MIRROR_PRECISION_FP16, /* IEEE binary16: 5 exponent bits; needs loss scaling */
+    MIRROR_PRECISION_BF16  /* bfloat16: fp32's 8 exponent bits, 8 significant bits */
+} mirror_precision;
+
+typedef enum mirror_loss_scaling {
+    MIRROR_SCALE_DEFAULT = 0, /* dynamic for fp16, none otherwise */
+    MIRROR_SCALE_DYNAMIC,     /* torch.amp.GradScaler: halve on overflow, grow when stable */
+    MIRROR_SCALE_STATIC,      /* a fixed scale, init_scale */
+    MIRROR_SCALE_NONE         /* a scale of 1 */
+} mirror_loss_scaling;
+
+/* The loss scaler of a mixed-precision model. The loss gradient is
+   multiplied by the scale, so that small gradients survive 16-bit storage;
+   after the all-reduce every gradient is divided by it again and checked.
+   A step whose gradient holds an Inf or NaN is skipped on every replica
+   (nothing changes but this state), and a dynamic scale is halved; after
+   growth_interval finite steps in a row it doubles. Mixed modes always
+   check and skip, whatever the kind (with NONE, at a scale of 1). */
+typedef struct mirror_loss_scale_desc {
+    mirror_loss_scaling kind;
+    float init_scale;         /* 65536 (2^16); STATIC: the scale */
+    float growth_factor;      /* 2 */
+    float backoff_factor;     /* 0.5 */
+    uint32_t growth_interval; /* 2000 */
+    float min_scale;          /* 1: never below, however many overflows */
+    float max_scale;          /* 16777216 (2^24): never above */
+    /* Consecutive skipped steps that make a step fail with
+       MIRROR_ERR_NOT_FINITE instead of training nothing in silence: 50. */
+    uint32_t max_consecutive_skips;
+    /* On a skipped step, find the first layer (from the loss back) and
+       replica whose gradient is not finite, and log it. This waits for the
+       device at every step; for debugging. */
+    int report_nonfinite;
+} mirror_loss_scale_desc;
+
+/* The scaler's state, identical on every replica (see mirror_loss_scale_get). */
+typedef struct mirror_loss_scale_state {
+    float scale;
+    float last_scale;           /* the scale the last step's gradients carried */
+    uint32_t good_steps;        /* finite steps since the scale last changed */
+    uint32_t consecutive_skips; /* skipped steps in a row, up to now */
+    uint32_t found_nonfinite;   /* set during a step; 0 between steps */
+    uint32_t last_skipped;      /* the last step was skipped */
+    uint64_t skipped;           /* skipped steps in all */
+    uint64_t applied;           /* optimizer steps applied (Adam's t) */
+} mirror_loss_scale_state;
+
 typedef struct mirror_model_desc {
     mirror_strategy *strategy; /* required */
     /* Shape of one input sample, NCHW without the N. A vector of F features
@@ -341,6 +395,8 @@ typedef struct mirror_model_desc {
     mirror_init init;
     uint64_t seed; /* parameter initialisation */
     mirror_optimizer_desc optimizer;
+    mirror_precision precision;
+    mirror_loss_scale_desc loss_scale; /* mixed precision only */
 } mirror_model_desc;
 
 /* Creates an empty model; add layers, then build. */
@@ -390,8 +446,15 @@ MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_
 MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n);
 /* Sets the parameters of every replica from src (n floats). */
 MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n);
-/* Optimizer steps taken (the t of Adam's bias correction). */
+/* Optimizer steps taken (the t of Adam's bias correction); skipped steps
+   do not count. In a mixed-precision model this waits for the device. */
 MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m);
+/* The loss scaler's state (replica 0's; every replica holds the same).
+   Waits for the device. A model in fp32 has no scaler: MIRROR_ERR_STATE. */
+MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *out);
+/* "fp32", "fp16", "bf16"; and the scaler kinds "dynamic", "static", "none". */
+MIRROR_API const char *mirror_precision_name(mirror_precision p);
+MIRROR_API const char *mirror_loss_scaling_name(mirror_loss_scaling k);
 
 typedef struct mirror_memory_report {
     size_t parameters, gradients, optimizer, activations; /* bytes */
@@ -654,6 +717,146 @@ MIRROR_HD static inline void mirror_hd_adam(float *w, float *m, float *v, float 
     *m = beta1 * *m + (1.0f - beta1) * g;
     *v = beta2 * *v + (1.0f - beta2) * g * g;
     *w -= (lr / bc1) * *m / (sqrtf(*v) / bc2_sqrt + eps);
+}
+
+/* Adam's bias corrections for step t >= 1: bc1 = 1 - beta1^t and
+   bc2_sqrt = sqrt(1 - beta2^t), in double, then rounded once. */
+MIRROR_HD static inline void mirror_hd_adam_bias(float beta1, float beta2, uint64_t t, float *bc1,
+                                                 float *bc2_sqrt)
+{
+    *bc1 = (float)(1.0 - pow((double)beta1, (double)t));
+    *bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+}
+
+/* 16-bit storage. A 16-bit value is a uint16_t holding the bits of an IEEE
+   binary16 (format MIRROR_PRECISION_FP16) or of a bfloat16, the top half of
+   a float32 (MIRROR_PRECISION_BF16). Conversions from float32 round to
+   nearest, ties to even, as the GPU's conversion instructions do: values
+   beyond the largest finite one become Inf, those below the smallest
+   subnormal become zero, NaN stays a (quiet) NaN. Widening is exact. */
+
+MIRROR_HD static inline uint32_t mirror_hd_bits(float x)
+{
+    union { float f; uint32_t u; } v;
+    v.f = x;
+    return v.u;
+}
+
+MIRROR_HD static inline float mirror_hd_float(uint32_t u)
+{
+    union { float f; uint32_t u; } v;
+    v.u = u;
+    return v.f;
+}
+
+MIRROR_HD static inline int mirror_hd_finite(float x)
+{
+    return (mirror_hd_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/* Every candidate is computed and one is selected, with no branch, so
+   that CPU loops over these vectorise. */
+MIRROR_HD static inline uint16_t mirror_hd_f16_from_f32(float x)
+{
+    uint32_t u = mirror_hd_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    /* >= 2^-14, a normal binary16: rebias the exponent, round away the low
+       13 bits to nearest even (a carry moves up an exponent, as it should) */
+    uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    /* below, a subnormal: adding 0.5 makes the float addition round to a
+       multiple of 2^-24, which lands in the low bits (1024 is 2^-14) */
+    uint32_t sub = mirror_hd_bits(mirror_hd_float(a) + 0.5f) - 0x3f000000u;
+    uint32_t big = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) /* NaN, kept quiet */
+                                   : 0x7c00u;                      /* >= 65520: Inf */
+    return (uint16_t)(sign | (a >= 0x477ff000u ? big : a >= 0x38800000u ? normal : sub));
+}
+
+MIRROR_HD static inline float mirror_hd_f32_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t normal = a + (112u << 23), special = a + (224u << 23); /* rebias; Inf, NaN */
+    /* subnormal mant * 2^-24 = 2^-14 * (1 + mant/1024) - 2^-14, exactly */
+    uint32_t sub = mirror_hd_bits(mirror_hd_float(a + (113u << 23)) - mirror_hd_float(113u << 23));
+    return mirror_hd_float(sign | (a >= 0x0f800000u ? special : a >= 0x00800000u ? normal : sub));
+}
+
+MIRROR_HD static inline uint16_t mirror_hd_bf16_from_f32(float x)
+{
+    uint32_t u = mirror_hd_bits(x), nan = (u >> 16) | 0x40u; /* NaN, kept quiet */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* overflows to Inf, as it should */
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+MIRROR_HD static inline float mirror_hd_f32_from_bf16(uint16_t h) { return mirror_hd_float((uint32_t)h << 16); }
+
+/* format: MIRROR_PRECISION_FP16 or MIRROR_PRECISION_BF16. */
+/* (Both converted, one selected: no branch inside a CPU loop.) */
+MIRROR_HD static inline uint16_t mirror_hd_narrow(float x, int format)
+{
+    uint16_t b = mirror_hd_bf16_from_f32(x), h = mirror_hd_f16_from_f32(x);
+    return format == MIRROR_PRECISION_BF16 ? b : h;
+}
+
+MIRROR_HD static inline float mirror_hd_widen(uint16_t h, int format)
+{
+    float b = mirror_hd_f32_from_bf16(h), f = mirror_hd_f32_from_f16(h);
+    return format == MIRROR_PRECISION_BF16 ? b : f;
+}
+
+/* x as the 16-bit format stores it: what a layer's output keeps. */
+MIRROR_HD static inline float mirror_hd_round(float x, int format)
+{
+    return mirror_hd_widen(mirror_hd_narrow(x, format), format);
+}
+
+/* One gradient element unscaled, as torch's _unscale_ does: g * (1/scale). */
+MIRROR_HD static inline float mirror_hd_unscale(uint16_t g, int format, float inv_scale)
+{
+    return mirror_hd_widen(g, format) * inv_scale;
+}
+
+/* The fused mixed-precision updates of one element: the 16-bit gradient
+   unscaled, the fp32 master w (and moments) updated, the 16-bit working
+   copy w16 written. The caller skips the call on a non-finite step. */
+MIRROR_HD static inline void mirror_hd_sgd_mixed(float *w, float *v, uint16_t *w16, uint16_t g, int format,
+                                                 float inv_scale, float lr, float momentum,
+                                                 float weight_decay, int nesterov)
+{
+    mirror_hd_sgd(w, v, mirror_hd_unscale(g, format, inv_scale), lr, momentum, weight_decay, nesterov);
+    *w16 = mirror_hd_narrow(*w, format);
+}
+
+MIRROR_HD static inline void mirror_hd_adam_mixed(float *w, float *m, float *v, uint16_t *w16, uint16_t g,
+                                                  int format, float inv_scale, float lr, float beta1,
+                                                  float beta2, float eps, float weight_decay,
+                                                  int decoupled, float bc1, float bc2_sqrt)
+{
+    mirror_hd_adam(w, m, v, mirror_hd_unscale(g, format, inv_scale), lr, beta1, beta2, eps,
+                   weight_decay, decoupled, bc1, bc2_sqrt);
+    *w16 = mirror_hd_narrow(*w, format);
+}
+
+/* The loss scaler after a step, once found_nonfinite says whether the
+   reduced gradient held an Inf or NaN (torch's _amp_update_scale_, with the
+   scale kept in [min_scale, max_scale]). A skipped step moves only this
+   state; an applied one counts in `applied`, Adam's t. */
+MIRROR_HD static inline void mirror_hd_scaler_update(mirror_loss_scale_state *st, const mirror_loss_scale_desc *d)
+{
+    int dynamic = d->kind == MIRROR_SCALE_DYNAMIC;
+    st->last_scale = st->scale;
+    st->last_skipped = st->found_nonfinite != 0;
+    st->found_nonfinite = 0;
+    if (st->last_skipped) {
+        st->skipped++;
+        st->consecutive_skips++;
+        st->good_steps = 0;
+        if (dynamic) st->scale = fmaxf(st->scale * d->backoff_factor, d->min_scale);
+        return;
+    }
+    st->applied++;
+    st->consecutive_skips = 0;
+    if (!dynamic || ++st->good_steps < d->growth_interval) return;
+    st->good_steps = 0;
+    st->scale = fminf(st->scale * d->growth_factor, d->max_scale);
 }
 
 /* The half-width of the uniform initialisers: He a = sqrt(6/fan_in),
@@ -1199,11 +1402,13 @@ typedef struct mirror__backend {
     void (*maxpool_backward)(void *dev, float *dx, const int32_t *arg, const float *dy,
                              size_t planes, size_t h, size_t w, size_t k, size_t stride, size_t ho,
                              size_t wo);
-    /* Per row: loss[r], correct[r], dz[r, :]. */
+    /* Per row: loss[r], correct[r], dz[r, :]. dz is multiplied by *scale,
+       the loss scale in device memory, unless scale is NULL. */
     void (*softmax_ce)(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
-                       const int32_t *labels, size_t rows, size_t k, float inv_count);
+                       const int32_t *labels, size_t rows, size_t k, float inv_count,
+                       const float *scale);
     void (*mse)(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows,
-                size_t d, float inv_count);
+                size_t d, float inv_count, const float *scale);
     /* acc[0] += sum of loss[r], acc[1] += sum of correct[r] (correct may be
        NULL), in row order: a step's metrics stay on the device. */
     void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
@@ -1214,6 +1419,28 @@ typedef struct mirror__backend {
     void (*adam)(void *dev, float *w, float *m, float *v, const float *g, size_t n, float lr,
                  float beta1, float beta2, float eps, float weight_decay, int decoupled, float bc1,
                  float bc2_sqrt);
+
+    /* Mixed precision; format is MIRROR_PRECISION_FP16 or _BF16. */
+    /* The model's precision, once after open: a GPU picks its GEMM compute type. */
+    void (*set_precision)(void *dev, int precision);
+    /* x[i] = mirror_hd_round(x[i]): a layer's output as 16 bits store it. */
+    void (*round)(void *dev, float *x, size_t n, int format);
+    void (*narrow)(void *dev, uint16_t *dst, const float *src, size_t n, int format);
+    void (*widen)(void *dev, float *dst, const uint16_t *src, size_t n, int format);
+    /* One pass over the reduced gradient: sets st->found_nonfinite when
+       any element, unscaled, is Inf or NaN. */
+    void (*check)(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format);
+    /* One pass each, doing nothing when st->found_nonfinite: unscale g by
+       st->scale, update the fp32 master w and moments, write w16. Adam's t
+       is st->applied + 1. */
+    void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n,
+                      int format, const mirror_loss_scale_state *st, float lr, float momentum,
+                      float weight_decay, int nesterov);
+    void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g,
+                       size_t n, int format, const mirror_loss_scale_state *st, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int decoupled);
+    /* mirror_hd_scaler_update on the device's copy of the state. */
+    void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
 } mirror__backend;
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -1224,6 +1451,11 @@ typedef struct mirror__reducer {
     int (*all_reduce_sum)(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err);
     int (*broadcast)(mirror_strategy *s, float *const *bufs, size_t n, size_t root,
                      mirror_error *err);
+    /* The same sum over 16-bit values (format as in mirror_hd_narrow):
+       each sum is formed in fp32 and rounded once where the reducer can
+       (the CPU and copy reducers; NCCL rounds at every hop). */
+    int (*all_reduce_half)(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
+                           mirror_error *err);
 } mirror__reducer;
 
 // >>cpu backend -------------------------------------------------------------
@@ -1455,10 +1687,11 @@ static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *ar
 
 static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct,
                                    const float *z, const int32_t *labels, size_t rows, size_t k,
-                                   float inv_count)
+                                   float inv_count, const float *scale)
 {
     size_t r;
     (void)dev;
+    if (scale) inv_count *= *scale;
     for (r = 0; r < rows; r++) {
         int ok;
         loss[r] = mirror_hd_softmax_ce_row(z + r * k, k, labels[r], inv_count, dz + r * k, &ok);
@@ -1467,10 +1700,11 @@ static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *c
 }
 
 static void mirror__cpu_mse(void *dev, float *dz, float *loss, const float *z, const float *t,
-                            size_t rows, size_t d, float inv_count)
+                            size_t rows, size_t d, float inv_count, const float *scale)
 {
     size_t r;
     (void)dev;
+    if (scale) inv_count *= *scale;
     for (r = 0; r < rows; r++)
         loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
 }
@@ -1507,6 +1741,72 @@ static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const floa
                        bc1, bc2_sqrt);
 }
 
+static void mirror__cpu_set_precision(void *dev, int precision) { (void)dev, (void)precision; }
+
+static void mirror__cpu_round(void *dev, float *x, size_t n, int format)
+{
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i++) x[i] = mirror_hd_round(x[i], format);
+}
+
+static void mirror__cpu_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
+{
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i++) dst[i] = mirror_hd_narrow(src[i], format);
+}
+
+static void mirror__cpu_widen(void *dev, float *dst, const uint16_t *src, size_t n, int format)
+{
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i++) dst[i] = mirror_hd_widen(src[i], format);
+}
+
+static void mirror__cpu_check(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
+{
+    size_t i;
+    int finite = 1;
+    float inv_scale = 1.0f / st->scale;
+    (void)dev;
+    for (i = 0; i < n; i++) finite &= mirror_hd_finite(mirror_hd_unscale(g[i], format, inv_scale));
+    if (!finite) st->found_nonfinite = 1;
+}
+
+static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n,
+                                  int format, const mirror_loss_scale_state *st, float lr, float momentum,
+                                  float weight_decay, int nesterov)
+{
+    size_t i;
+    float unused = 0.0f, inv_scale = 1.0f / st->scale;
+    (void)dev;
+    if (st->found_nonfinite) return;
+    for (i = 0; i < n; i++)
+        mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
+                            weight_decay, nesterov);
+}
+
+static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g,
+                                   size_t n, int format, const mirror_loss_scale_state *st, float lr,
+                                   float beta1, float beta2, float eps, float weight_decay, int decoupled)
+{
+    size_t i;
+    float bc1, bc2_sqrt, inv_scale = 1.0f / st->scale;
+    (void)dev;
+    if (st->found_nonfinite) return;
+    mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
+    for (i = 0; i < n; i++)
+        mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
+                             weight_decay, decoupled, bc1, bc2_sqrt);
+}
+
+static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d)
+{
+    (void)dev;
+    mirror_hd_scaler_update(st, d);
+}
+
 #ifndef MIRROR_CPU_CONV_CHUNK
 #define MIRROR_CPU_CONV_CHUNK 1
 #endif
@@ -1541,6 +1841,14 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_accumulate,
     mirror__cpu_sgd,
     mirror__cpu_adam,
+    mirror__cpu_set_precision,
+    mirror__cpu_round,
+    mirror__cpu_narrow,
+    mirror__cpu_widen,
+    mirror__cpu_check,
+    mirror__cpu_sgd_mixed,
+    mirror__cpu_adam_mixed,
+    mirror__cpu_scaler_update,
 };
 
 // >>strategy and devices ----------------------------------------------------
@@ -1556,6 +1864,8 @@ struct mirror_strategy {
     mirror__team team;
     /* the reducer's current job */
     float *const *reduce_bufs;
+    uint16_t *const *reduce_half; /* the 16-bit sum's buffers, and their format */
+    int reduce_format;
     size_t reduce_n, reduce_root;
 };
 
@@ -1591,6 +1901,7 @@ static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *
 }
 
 static void mirror__cpu_all_reduce_job(void *ctx, size_t worker);
+static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker);
 static void mirror__cpu_broadcast_job(void *ctx, size_t worker);
 
 static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
@@ -1599,6 +1910,17 @@ static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t
     s->reduce_bufs = bufs;
     s->reduce_n = n;
     mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+    return MIRROR_OK;
+}
+
+static int mirror__cpu_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
+                                       mirror_error *err)
+{
+    (void)err;
+    s->reduce_half = bufs;
+    s->reduce_n = n;
+    s->reduce_format = format;
+    mirror__run(&s->team, mirror__cpu_all_reduce_half_job, s);
     return MIRROR_OK;
 }
 
@@ -1614,7 +1936,7 @@ static int mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t 
 }
 
 static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_all_reduce,
-                                                    mirror__cpu_broadcast};
+                                                    mirror__cpu_broadcast, mirror__cpu_all_reduce_half};
 
 #ifdef MIRROR_CUDA
 /* In mirror_cuda.h. Sets s up for GPU replicas: spec is a "cuda..." device
@@ -1777,6 +2099,29 @@ static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
     }
 }
 
+/* The same over 16-bit buffers: widened, added in fp32 in replica order,
+   rounded once. Gradients are already divided by the global count, so the
+   sum is a mean's size and does not overflow where the parts do not. */
+static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin, count, i, r, end;
+    int f = s->reduce_format;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    end = begin + count;
+    for (; begin < end; begin += MIRROR__REDUCE_CHUNK) {
+        size_t len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(s->reduce_half[0][begin + i], f);
+        for (r = 1; r < s->replicas; r++) {
+            const uint16_t *b = s->reduce_half[r] + begin;
+            for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
+        }
+        for (r = 0; r < s->replicas; r++)
+            for (i = 0; i < len; i++) s->reduce_half[r][begin + i] = mirror_hd_narrow(acc[i], f);
+    }
+}
+
 static void mirror__cpu_broadcast_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
@@ -1847,6 +2192,13 @@ typedef struct mirror__layer {
 typedef struct mirror__replica {
     void *dev;
     float *params, *grads, *state;
+    /* Mixed precision: the 16-bit working copy of the parameters (written
+       by the optimizer), the same widened to fp32 slots for the layers
+       (`weights` is it, or params in fp32), the 16-bit gradient that is
+       all-reduced, and the loss scaler (device memory; host_scaler reads it). */
+    uint16_t *work16, *grad16;
+    float *wide, *weights;
+    mirror_loss_scale_state *scaler, *host_scaler;
     unsigned char *acts;
     size_t workspace_bytes;
     float *input;     /* [S, in_size] */
@@ -1887,7 +2239,10 @@ struct mirror_model {
     mirror__replica *rep;
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
     float **param_bufs;
-    uint64_t steps;
+    uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients */
+    char nonfinite_report[256]; /* the last report_nonfinite finding */
+    int format;             /* mixed precision: the 16-bit format, else 0 */
+    uint64_t steps;         /* steps run, skipped ones included */
     size_t untaken; /* samples of the steps whose metrics stay on the device */
 };
 
@@ -1930,10 +2285,74 @@ static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
     if (o->beta2 == 0.0f) o->beta2 = 0.999f;
     if (o->eps == 0.0f) o->eps = 1e-8f;
     if (o->weight_decay == 0.0f && o->kind == MIRROR_OPT_ADAMW) o->weight_decay = 0.01f;
+    if (d.precision != MIRROR_PRECISION_FP32) {
+        mirror_loss_scale_desc *ls = &d.loss_scale;
+        if (ls->kind == MIRROR_SCALE_DEFAULT)
+            ls->kind = d.precision == MIRROR_PRECISION_FP16 ? MIRROR_SCALE_DYNAMIC : MIRROR_SCALE_NONE;
+        if (ls->init_scale == 0.0f) ls->init_scale = ls->kind == MIRROR_SCALE_NONE ? 1.0f : 65536.0f;
+        if (ls->growth_factor == 0.0f) ls->growth_factor = 2.0f;
+        if (ls->backoff_factor == 0.0f) ls->backoff_factor = 0.5f;
+        if (!ls->growth_interval) ls->growth_interval = 2000;
+        if (ls->min_scale == 0.0f) ls->min_scale = 1.0f;
+        if (ls->max_scale == 0.0f) ls->max_scale = 16777216.0f;
+        if (!ls->max_consecutive_skips) ls->max_consecutive_skips = 50;
+    }
     return d;
 }
 
 static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
+
+/* The loss scaler's settings make sense: a message into err, or MIRROR_OK. */
+static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *err)
+{
+    const mirror_loss_scale_desc *ls = &d->loss_scale;
+    if ((int)d->precision < 0 || d->precision > MIRROR_PRECISION_BF16)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: unknown precision %d",
+                             (int)d->precision);
+    if (d->precision == MIRROR_PRECISION_FP32) {
+        if (ls->kind != MIRROR_SCALE_DEFAULT && ls->kind != MIRROR_SCALE_NONE)
+            return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                                 "mirror_model_create: loss scaling needs precision fp16 or bf16 "
+                                 "(fp32 gradients do not underflow)");
+        return MIRROR_OK;
+    }
+    if ((int)ls->kind < 0 || ls->kind > MIRROR_SCALE_NONE)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: unknown loss scaling %d",
+                             (int)ls->kind);
+    if (mirror__bad_float(ls->min_scale, 1e-30f, 1e30f) || mirror__bad_float(ls->max_scale, ls->min_scale, 1e30f) ||
+        (ls->kind == MIRROR_SCALE_NONE && ls->init_scale != 1.0f) ||
+        mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale) ||
+        mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
+        mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: loss scale settings out of range (%s scaling, "
+                             "init %g in [min %g, max %g], growth %g > 1, backoff %g in (0, 1))",
+                             mirror_loss_scaling_name(ls->kind), (double)ls->init_scale,
+                             (double)ls->min_scale, (double)ls->max_scale, (double)ls->growth_factor,
+                             (double)ls->backoff_factor);
+    return MIRROR_OK;
+}
+
+MIRROR_API const char *mirror_precision_name(mirror_precision p)
+{
+    switch (p) {
+    case MIRROR_PRECISION_FP32: return "fp32";
+    case MIRROR_PRECISION_FP16: return "fp16";
+    case MIRROR_PRECISION_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+MIRROR_API const char *mirror_loss_scaling_name(mirror_loss_scaling k)
+{
+    switch (k) {
+    case MIRROR_SCALE_DEFAULT: return "default";
+    case MIRROR_SCALE_DYNAMIC: return "dynamic";
+    case MIRROR_SCALE_STATIC: return "static";
+    case MIRROR_SCALE_NONE: return "none";
+    }
+    return "unknown";
+}
 
 MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model **out,
                                    mirror_error *err)
@@ -1942,6 +2361,7 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
     mirror_model *m;
     const mirror_optimizer_desc *o;
     size_t in_size;
+    int rc;
     if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: out is NULL");
     *out = NULL;
     if (!desc) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: desc is NULL");
@@ -1972,6 +2392,7 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
                              "(lr %g, momentum %g, weight decay %g, betas %g %g, eps %g, nesterov %d)",
                              (double)o->lr, (double)o->momentum, (double)o->weight_decay,
                              (double)o->beta1, (double)o->beta2, (double)o->eps, o->nesterov);
+    if ((rc = mirror__check_loss_scale(&d, err))) return rc;
     m = (mirror_model *)mirror__zalloc(1, sizeof *m);
     if (!m) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_model_create: out of memory");
     m->desc = d;
@@ -2218,6 +2639,11 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->grads);
         m->be->release(p->dev, p->state);
         m->be->release(p->dev, p->acts);
+        m->be->release(p->dev, p->work16);
+        m->be->release(p->dev, p->grad16);
+        m->be->release(p->dev, p->wide);
+        m->be->release(p->dev, p->scaler);
+        m->be->host_release(p->dev, p->host_scaler);
         m->be->host_release(p->dev, p->host_x);
         m->be->host_release(p->dev, p->host_labels);
         m->be->host_release(p->dev, p->host_targets);
@@ -2229,8 +2655,10 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->rep);
     MIRROR_FREE(m->grad_bufs);
     MIRROR_FREE(m->param_bufs);
+    MIRROR_FREE(m->grad16_bufs);
     m->rep = NULL;
     m->grad_bufs = m->param_bufs = NULL;
+    m->grad16_bufs = NULL;
 }
 
 /* The first failure any replica's device met since the last check. */
@@ -2279,6 +2707,45 @@ static void mirror__init_params(const mirror_model *m, float *host)
     }
 }
 
+/* Mixed precision: every replica's 16-bit working copy and its widened
+   fp32 view from the masters, after the masters were set. */
+static int mirror__refresh_working_copy(mirror_model *m)
+{
+    size_t r;
+    for (r = 0; m->format && r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        m->be->narrow(p->dev, p->work16, p->params, m->nparams, m->format);
+        m->be->widen(p->dev, p->wide, p->work16, m->nparams, m->format);
+    }
+    return mirror__device_status(m);
+}
+
+/* Every replica's loss scaler state from st. */
+static int mirror__set_scaler(mirror_model *m, const mirror_loss_scale_state *st)
+{
+    size_t r;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        m->be->host_wait(p->dev);
+        *p->host_scaler = *st;
+        m->be->upload(p->dev, p->scaler, p->host_scaler, sizeof *st);
+        m->be->host_wait(p->dev);
+    }
+    return mirror__device_status(m);
+}
+
+/* Replica 0's loss scaler state into *st (waits for the device). */
+static int mirror__get_scaler(mirror_model *m, mirror_loss_scale_state *st)
+{
+    mirror__replica *p = &m->rep[0];
+    m->be->bind(p->dev);
+    m->be->download(p->dev, p->host_scaler, p->scaler, sizeof *st);
+    *st = *p->host_scaler;
+    return mirror__device_status(m);
+}
+
 MIRROR_API int mirror_model_build(mirror_model *m)
 {
     size_t R, r, act_total;
@@ -2290,6 +2757,7 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     if (!m->nlayers) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: no layers");
     R = m->s->replicas;
     m->shard_max = (m->desc.max_batch + R - 1) / R;
+    m->format = m->desc.precision == MIRROR_PRECISION_FP32 ? 0 : (int)m->desc.precision;
     mirror__plan(m);
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
@@ -2305,8 +2773,9 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
+    m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
     init = (float *)mirror__alloc(m->nparams, sizeof(float));
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !init) goto oom;
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !init) goto oom;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         size_t S = m->shard_max;
@@ -2327,6 +2796,18 @@ MIRROR_API int mirror_model_build(mirror_model *m)
         if (!p->params || !p->grads || !p->state || !p->acts || !p->host_x || !p->host_labels ||
             !p->host_targets || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
+        p->weights = p->params;
+        if (m->format) {
+            m->be->set_precision(p->dev, m->format);
+            p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nparams * sizeof(uint16_t));
+            p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nparams * sizeof(uint16_t));
+            p->wide = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
+            p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
+            p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
+            if (!p->work16 || !p->grad16 || !p->wide || !p->scaler || !p->host_scaler) goto oom;
+            p->weights = p->wide;
+            m->grad16_bufs[r] = p->grad16;
+        }
         mirror__step_buffers(m, p);
         m->grad_bufs[r] = p->grads;
         m->param_bufs[r] = p->params;
@@ -2340,6 +2821,12 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0, &m->err)) ||
         (rc = mirror__device_status(m)))
         goto fail;
+    if (m->format) {
+        mirror_loss_scale_state st;
+        memset(&st, 0, sizeof st);
+        st.scale = st.last_scale = m->desc.loss_scale.init_scale;
+        if ((rc = mirror__set_scaler(m, &st)) || (rc = mirror__refresh_working_copy(m))) goto fail;
+    }
     m->built = 1;
     return MIRROR_OK;
 oom: /* the device's own message (which call, its error string) when it has one */
@@ -2357,7 +2844,29 @@ fail:
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
 MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m) { return m && m->built ? m->nstate : 0; }
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->out_size : 0; }
-MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m) { return m ? m->steps : 0; }
+static int mirror__check_built(mirror_model *m, const char *what)
+{
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "%s: model is NULL", what);
+    if (!m->built) return mirror__fail(m, MIRROR_ERR_STATE, "%s: build the model first", what);
+    return MIRROR_OK;
+}
+
+MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m)
+{
+    mirror_loss_scale_state st;
+    if (!m || !m->built || !m->format) return m ? m->steps : 0;
+    return mirror__get_scaler((mirror_model *)m, &st) == MIRROR_OK ? st.applied : 0;
+}
+
+MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_loss_scale_get"))) return rc;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_loss_scale_get: out is NULL");
+    if (!m->format)
+        return mirror__fail(m, MIRROR_ERR_STATE, "mirror_loss_scale_get: an fp32 model has no loss scaler");
+    return mirror__get_scaler(m, out);
+}
 
 MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size)
 {
@@ -2377,14 +2886,21 @@ MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t siz
                                        size);
 }
 
-static int mirror__check_built(mirror_model *m, const char *what)
-{
-    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "%s: model is NULL", what);
-    if (!m->built) return mirror__fail(m, MIRROR_ERR_STATE, "%s: build the model first", what);
-    return MIRROR_OK;
-}
-
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
+
+/* Mixed precision: the reduced 16-bit gradient of the last step, widened
+   and divided by the loss scale it carried (through dst as scratch). */
+static int mirror__copy_out_half_grads(mirror_model *m, size_t r, float *dst)
+{
+    mirror_loss_scale_state st;
+    size_t i, n = m->nparams;
+    uint16_t *half = (uint16_t *)dst + n; /* the upper half of dst, read before written */
+    int rc;
+    if ((rc = mirror__get_scaler(m, &st))) return rc;
+    m->be->download(m->rep[r].dev, half, m->rep[r].grad16, n * sizeof(uint16_t));
+    for (i = 0; i < n; i++) dst[i] = mirror_hd_unscale(half[i], m->format, 1.0f / st.last_scale);
+    return mirror__device_status(m);
+}
 
 static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int which)
 {
@@ -2402,6 +2918,7 @@ static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dst must hold %zu floats (got %zu%s)", what,
                             want, n, dst ? "" : ", NULL");
     src = which == MIRROR__STATE ? m->rep[r].state : which == MIRROR__GRADS ? m->rep[r].grads : m->rep[r].params;
+    if (which == MIRROR__GRADS && m->format) return mirror__copy_out_half_grads(m, r, dst);
     if (n) m->be->download(m->rep[r].dev, dst, src, n * sizeof(float));
     return MIRROR_OK;
 }
@@ -2433,7 +2950,7 @@ MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n
         m->be->upload(m->rep[r].dev, m->rep[r].params, src, n * sizeof(float));
         m->be->host_wait(m->rep[r].dev); /* src is the caller's again on return */
     }
-    return mirror__device_status(m);
+    return m->format ? mirror__refresh_working_copy(m) : mirror__device_status(m);
 }
 
 MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_memory_report *out)
@@ -2441,8 +2958,9 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     if (!m || !out || !m->built || r >= m->s->replicas)
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT,
                              "mirror_memory_report_get: needs a built model, a replica index and out");
-    out->parameters = m->nparams * sizeof(float);
-    out->gradients = m->nparams * sizeof(float);
+    /* mixed precision: + the 16-bit copy and its fp32 view; + the 16-bit gradient */
+    out->parameters = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
+    out->gradients = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
     out->optimizer = m->nstate * sizeof(float);
     out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes;
     return MIRROR_OK;
@@ -2469,8 +2987,8 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
     size_t i, s, chunk = mirror__conv_chunk(m);
     for (i = 0; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
-        const float *x = mirror__layer_input(m, r, i), *W = r->params + l->w_off,
-                    *b = r->params + l->b_off;
+        const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off,
+                    *b = r->weights + l->b_off;
         float *y = mirror__act(r, l);
         size_t in = l->c * l->h * l->w, out = mirror__out_size(l), ckk = l->c * l->k * l->k;
         switch (l->kind) {
@@ -2497,6 +3015,9 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
             break;
         case MIRROR__FLATTEN: break; /* y is x */
         }
+        /* Mixed precision: stored in 16 bits (relu, maxpool and flatten
+           only move 16-bit values, which stay exact). */
+        if (m->format && l->n_w) be->round(dev, y, S * out, m->format);
     }
 }
 
@@ -2516,7 +3037,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
     be->zero(dev, r->grads, m->nparams * sizeof(float));
     for (i = m->nlayers; i-- > 0 && i >= first;) {
         const mirror__layer *l = &m->layers[i];
-        const float *x = mirror__layer_input(m, r, i), *W = r->params + l->w_off;
+        const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
         float *dW = r->grads + l->w_off, *db = r->grads + l->b_off;
         size_t in = l->c * l->h * l->w, out = mirror__out_size(l), ckk = l->c * l->k * l->k,
                hw = l->oh * l->ow;
@@ -2555,10 +3076,16 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
             break;
         case MIRROR__FLATTEN: continue;
         }
+        /* Mixed precision: the input gradient is stored in 16 bits too
+           (maxpool's sums of overlapping windows need it as well). */
+        if (m->format && need_dx) be->round(dev, dx, S * in, m->format);
         swap = d;
         d = dx;
         dx = swap;
     }
+    /* Mixed precision: the weight gradients, accumulated in fp32, are
+       stored in 16 bits: the buffer the all-reduce carries. */
+    if (m->format) be->narrow(dev, r->grad16, r->grads, m->nparams, m->format);
 }
 
 // >>step --------------------------------------------------------------------
@@ -2586,6 +3113,7 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
     }
     if (!S) return;
     m->be->upload(r->dev, r->input, r->host_x, S * in * sizeof(float));
+    if (m->format) m->be->round(r->dev, r->input, S * in, m->format); /* a 16-bit input */
     if (with_y && ce) m->be->upload(r->dev, r->labels, r->host_labels, S * sizeof(int32_t));
     if (with_y && !ce) m->be->upload(r->dev, r->targets, r->host_targets, S * out * sizeof(float));
 }
@@ -2601,10 +3129,13 @@ static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_co
     r->loss_sum = 0.0;
     r->correct_sum = 0;
     if (!S) return;
+    const float *scale = m->format ? &r->scaler->scale : NULL; /* the loss scale */
     if (ce)
-        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size, inv_count);
+        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size, inv_count,
+                          scale);
     else
-        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count);
+        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count, scale);
+    if (m->format) m->be->round(r->dev, r->delta[0], S * m->out_size, m->format);
     if (!now) {
         m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
         return;
@@ -2640,6 +3171,26 @@ static void mirror__compute_job(void *ctx, size_t worker)
 
 // >>optimizers --------------------------------------------------------------
 
+/* Mixed precision, on replica r's device and stream, with no wait for it:
+   the reduced 16-bit gradient checked (the same on every replica, so every
+   replica decides alike), the fused update that does nothing on a
+   non-finite step, the scaler's update, and the working copy widened. */
+static void mirror__update_mixed(mirror_model *m, mirror__replica *r)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    size_t n = m->nparams;
+    int f = m->format;
+    m->be->check(r->dev, r->scaler, r->grad16, n, f);
+    if (o->kind == MIRROR_OPT_SGD)
+        m->be->sgd_mixed(r->dev, r->params, m->nstate ? r->state : NULL, r->work16, r->grad16, n, f, r->scaler,
+                         o->lr, o->momentum, o->weight_decay, o->nesterov);
+    else
+        m->be->adam_mixed(r->dev, r->params, r->state, r->state + n, r->work16, r->grad16, n, f, r->scaler,
+                          o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
+    m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
+    m->be->widen(r->dev, r->wide, r->work16, n, f);
+}
+
 /* Replica `worker` applies the optimizer to its own copy, with the reduced gradient. */
 static void mirror__update_job(void *ctx, size_t worker)
 {
@@ -2648,17 +3199,74 @@ static void mirror__update_job(void *ctx, size_t worker)
     m->be->bind(r->dev);
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     size_t n = m->nparams;
-    if (o->kind == MIRROR_OPT_SGD) {
+    if (m->format) {
+        mirror__update_mixed(m, r);
+    } else if (o->kind == MIRROR_OPT_SGD) {
         m->be->sgd(r->dev, r->params, m->nstate ? r->state : NULL, r->grads, n, o->lr, o->momentum,
                    o->weight_decay, o->nesterov);
     } else {
-        /* Bias corrections in double on the host, identical for every replica. */
-        double t = (double)m->steps;
-        float bc1 = (float)(1.0 - pow((double)o->beta1, t));
-        float bc2_sqrt = (float)sqrt(1.0 - pow((double)o->beta2, t));
+        float bc1, bc2_sqrt; /* identical for every replica */
+        mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
         m->be->adam(r->dev, r->params, r->state, r->state + n, r->grads, n, o->lr, o->beta1, o->beta2,
                     o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
     }
+}
+
+/* After a skipped step, with report_nonfinite: the first layer, from the
+   loss back, and the first replica whose own gradient (before the
+   all-reduce) is not finite in 16 bits. Waits for the device. */
+static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_state *st)
+{
+    char msg[256];
+    size_t i, r, j, found_layer = m->nlayers, found_rep = 0;
+    float *host = (float *)mirror__alloc(m->nparams, sizeof(float));
+    for (r = 0; host && r < m->s->replicas; r++) {
+        m->be->download(m->rep[r].dev, host, m->rep[r].grads, m->nparams * sizeof(float));
+        for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
+            const mirror__layer *l = &m->layers[i];
+            for (j = 0; j < l->n_w + l->n_b; j++)
+                if (!mirror_hd_finite(mirror_hd_round(host[l->w_off + j], m->format))) break;
+            if (j < l->n_w + l->n_b) {
+                found_layer = i;
+                found_rep = r;
+                break;
+            }
+        }
+    }
+    MIRROR_FREE(host);
+    if (found_layer < m->nlayers)
+        snprintf(msg, sizeof msg,
+                 "step %llu skipped: the gradient of layer %zu (%s) on replica %zu is not finite; "
+                 "loss scale %g -> %g",
+                 (unsigned long long)m->steps, found_layer, mirror__kind_names[m->layers[found_layer].kind],
+                 found_rep, (double)st->last_scale, (double)st->scale);
+    else
+        snprintf(msg, sizeof msg,
+                 "step %llu skipped: every replica's gradient is finite, their sum is not; "
+                 "loss scale %g -> %g",
+                 (unsigned long long)m->steps, (double)st->last_scale, (double)st->scale);
+    snprintf(m->nonfinite_report, sizeof m->nonfinite_report, "%s", msg);
+    mirror__log(MIRROR_LOG_NOTICE, msg);
+}
+
+/* Mixed precision, where the host reads the device anyway: the step fails
+   once max_consecutive_skips steps in a row were skipped. */
+static int mirror__scaler_verdict(mirror_model *m, const char *what)
+{
+    mirror_loss_scale_state st;
+    const mirror_loss_scale_desc *d = &m->desc.loss_scale;
+    int rc;
+    if (!m->format) return MIRROR_OK;
+    if ((rc = mirror__get_scaler(m, &st))) return rc;
+    if (st.consecutive_skips < d->max_consecutive_skips) return MIRROR_OK;
+    rc = mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                      "%s: the last %u steps were skipped, their gradients not finite (loss scale %g, "
+                      "%s scaling, minimum %g): the model diverged or the data holds Inf or NaN; "
+                      "parameters are those of the last finite step",
+                      what, st.consecutive_skips, (double)st.scale, mirror_loss_scaling_name(d->kind),
+                      (double)d->min_scale);
+    mirror__log(MIRROR_LOG_ERROR, m->err.message);
+    return rc;
 }
 
 /* Checks a batch against the model: sizes, pointers and every label. */
@@ -2726,19 +3334,27 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
     job.inv_count = 1.0f / (float)b->n;
     job.metrics_now = out != NULL;
     mirror__run(&m->s->team, mirror__compute_job, &job);
-    if ((rc = mirror__device_status(m)) ||
-        (rc = m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams, &m->err)))
-        return rc;
+    if ((rc = mirror__device_status(m))) return rc;
+    if (m->format)
+        rc = m->s->reducer->all_reduce_half(m->s, m->grad16_bufs, m->nparams, m->format, &m->err);
+    else
+        rc = m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams, &m->err);
+    if (rc) return rc;
     m->steps++;
     mirror__run(&m->s->team, mirror__update_job, &job);
     if ((rc = mirror__device_status(m))) return rc;
+    if (m->format && m->desc.loss_scale.report_nonfinite) {
+        mirror_loss_scale_state st;
+        if ((rc = mirror__get_scaler(m, &st))) return rc;
+        if (st.last_skipped) mirror__report_nonfinite(m, &st);
+    }
     if (!out) {
         m->untaken += b->n;
         return MIRROR_OK;
     }
     mirror__collect(m, &sum);
     *out = sum;
-    return MIRROR_OK;
+    return mirror__scaler_verdict(m, "mirror_train_step");
 }
 
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
@@ -2759,7 +3375,7 @@ MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
     sum.count = m->untaken;
     m->untaken = 0;
     *out = sum;
-    return MIRROR_OK;
+    return mirror__scaler_verdict(m, "mirror_take_metrics");
 }
 
 /* Forward passes over b in chunks of max_batch (evaluate or predict). */

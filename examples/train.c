@@ -22,8 +22,9 @@
 #include <string.h>
 
 typedef struct options {
-    const char *data, *model, *devices, *optimizer, *save, *resume;
-    size_t replicas, epochs, batch, synthetic, checkpoint_every;
+    const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale;
+    size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips;
+    int report_nonfinite;
     double lr;
     unsigned long long seed;
 } options;
@@ -51,7 +52,12 @@ static void usage(FILE *f)
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C)\n"
                "  --checkpoint-every N  also every N steps (needs --save)\n"
-               "  --resume PATH       continue from a checkpoint; --epochs counts the total\n");
+               "  --resume PATH       continue from a checkpoint; --epochs counts the total\n"
+               "  --precision P       fp32 | fp16 | bf16 (mixed: fp32 master weights; default fp32)\n"
+               "  --loss-scale S      dynamic (fp16's default) | none (bf16's) | a number: a static scale\n"
+               "  --growth-interval N finite steps before a dynamic scale doubles (default 2000)\n"
+               "  --max-skips N       fail after N skipped steps in a row (default 50)\n"
+               "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n");
 }
 
 /* Parses a positive count; exits on anything else (an example may exit). */
@@ -94,12 +100,47 @@ static void parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--checkpoint-every")) o->checkpoint_every = count_arg(a, v);
         else if (!strcmp(a, "--lr")) o->lr = atof(v);
+        else if (!strcmp(a, "--precision")) o->precision = v;
+        else if (!strcmp(a, "--loss-scale")) o->loss_scale = v;
+        else if (!strcmp(a, "--growth-interval")) o->growth_interval = count_arg(a, v);
+        else if (!strcmp(a, "--max-skips")) o->max_skips = count_arg(a, v);
+        else if (!strcmp(a, "--report-nonfinite")) o->report_nonfinite = count_arg(a, v) != 0;
         else {
             fprintf(stderr, "train: unknown option %s\n", a);
             usage(stderr);
             exit(2);
         }
     }
+}
+
+/* --precision and --loss-scale into the model desc; 0, or 2 with a message. */
+static int precision_args(const options *o, mirror_model_desc *md)
+{
+    mirror_loss_scale_desc *ls = &md->loss_scale;
+    char *end;
+    if (!strcmp(o->precision, "fp16")) md->precision = MIRROR_PRECISION_FP16;
+    else if (!strcmp(o->precision, "bf16")) md->precision = MIRROR_PRECISION_BF16;
+    else if (strcmp(o->precision, "fp32")) {
+        fprintf(stderr, "train: --precision must be fp32, fp16 or bf16, got \"%s\"\n", o->precision);
+        return 2;
+    }
+    ls->growth_interval = (uint32_t)o->growth_interval;
+    ls->max_consecutive_skips = (uint32_t)o->max_skips;
+    ls->report_nonfinite = o->report_nonfinite;
+    if (!o->loss_scale) return 0;
+    if (!strcmp(o->loss_scale, "dynamic")) ls->kind = MIRROR_SCALE_DYNAMIC;
+    else if (!strcmp(o->loss_scale, "none")) ls->kind = MIRROR_SCALE_NONE;
+    else {
+        ls->kind = MIRROR_SCALE_STATIC;
+        ls->init_scale = strtof(o->loss_scale, &end);
+        if (*end || !(ls->init_scale > 0.0f)) {
+            fprintf(stderr, "train: --loss-scale must be dynamic, none or a positive number, got \"%s\"\n",
+                    o->loss_scale);
+            return 2;
+        }
+        if (ls->init_scale < 1.0f) ls->min_scale = ls->init_scale;
+    }
+    return 0;
 }
 
 /* The per-epoch hook: sums the training time and samples for the final line. */
@@ -132,7 +173,7 @@ static mirror_optimizer_kind optimizer_kind(const char *name, float *momentum)
 
 int main(int argc, char **argv)
 {
-    options o = {NULL, "cnn", NULL, "adam", NULL, NULL, 0, 3, 64, 10000, 0, 0.0, 1};
+    options o = {NULL, "cnn", NULL, "adam", NULL, NULL, "fp32", NULL, 0, 3, 64, 10000, 0, 0, 0, 0, 0.0, 1};
     mirror_checkpoint_info at;
     mirror_error err = {0, ""};
     mirror_strategy_desc sd;
@@ -173,6 +214,7 @@ int main(int argc, char **argv)
     md.seed = o.seed;
     md.optimizer.kind = optimizer_kind(o.optimizer, &md.optimizer.momentum);
     md.optimizer.lr = (float)o.lr;
+    if ((rc = precision_args(&o, &md))) goto out;
     if ((rc = mirror_model_create(&md, &m, &err))) {
         fprintf(stderr, "train: %s\n", err.message);
         goto out;
@@ -184,8 +226,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "train: %s\n", mirror_model_error(m));
         goto out;
     }
-    printf("model: %s, %zu parameters, optimizer %s, global batch %zu\n", o.model, mirror_num_parameters(m),
-           o.optimizer, o.batch);
+    md = mirror_model_query_desc(m);
+    printf("model: %s, %zu parameters, optimizer %s, global batch %zu, precision %s", o.model,
+           mirror_num_parameters(m), o.optimizer, o.batch, o.precision);
+    if (md.precision != MIRROR_PRECISION_FP32)
+        printf(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
+    printf("\n");
 
     if (o.resume) {
         if ((rc = mirror_checkpoint_load(m, o.resume, 0, &at))) {
