@@ -4352,8 +4352,9 @@ static size_t mirror__tensors(const mirror_model *m, const float *params, const 
 /* The header JSON, padded with spaces to a multiple of 8 bytes (safetensors'
    alignment); crc32.header is computed over the text with its own value as
    "00000000", then written in place. */
-static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpoint_info *c, const mirror__tensor *t,
-                                     size_t nt, mirror__text *h)
+static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpoint_info *c,
+                                     const mirror_loss_scale_state *st, const mirror__tensor *t, size_t nt,
+                                     mirror__text *h)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     uint64_t offset = 0;
@@ -4363,15 +4364,22 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
     mirror__describe_model(m, h);
     mirror__printf(h, "\",\"optimizer\":\"%s\",\"lr\":\"%.9g\",\"momentum\":\"%.9g\",\"nesterov\":\"%d\","
                       "\"weight_decay\":\"%.9g\",\"beta1\":\"%.9g\",\"beta2\":\"%.9g\",\"eps\":\"%.9g\","
-                      "\"precision\":\"fp32\",\"loss_scaler\":\"none\",\"step\":\"%llu\",\"epoch\":\"%llu\","
+                      "\"precision\":\"%s\",\"loss_scaler\":\"%s\",\"step\":\"%llu\",\"epoch\":\"%llu\","
                       "\"epoch_step\":\"%llu\",\"shuffle_seed\":\"%llu\",\"seed\":\"%llu\",\"batch\":\"%llu\","
                       "\"samples\":\"%llu\",\"drop_remainder\":\"%llu\"",
                    mirror__opt_names[o->kind], (double)o->lr, (double)o->momentum, o->nesterov,
                    (double)o->weight_decay, (double)o->beta1, (double)o->beta2, (double)o->eps,
+                   mirror_precision_name(m->desc.precision),
+                   st ? mirror_loss_scaling_name(m->desc.loss_scale.kind) : "none",
                    (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
                    (unsigned long long)c->shuffle_seed, (unsigned long long)m->desc.seed,
                    (unsigned long long)c->batch, (unsigned long long)c->samples,
                    (unsigned long long)c->drop_remainder);
+    if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
+        mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
+                          "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
+                       (double)st->scale, (unsigned long)st->good_steps, (unsigned long)st->consecutive_skips,
+                       (unsigned long long)st->skipped, (unsigned long long)st->applied);
     for (i = 0; i < nt; i++)
         mirror__printf(h, ",\"crc32.%s\":\"%08lx\"", t[i].name,
                        (unsigned long)mirror__crc32(0, (const unsigned char *)t[i].host, t[i].count * sizeof(float)));
@@ -4489,6 +4497,7 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
                                       size_t keep)
 {
     mirror_checkpoint_info c;
+    mirror_loss_scale_state st;
     mirror__tensor t[MIRROR__MAX_TENSORS];
     mirror__text h = {NULL, 0, 0, 0};
     float *params = NULL, *state = NULL;
@@ -4515,8 +4524,9 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
     if ((rc = mirror_get_parameters(m, 0, params, m->nparams)) ||
         (rc = mirror_get_optimizer_state(m, 0, state, m->nstate)))
         goto done;
+    if (m->format && (rc = mirror__get_scaler(m, &st))) goto done;
     nt = mirror__tensors(m, params, state, t);
-    if ((rc = mirror__checkpoint_header(m, &c, t, nt, &h))) {
+    if ((rc = mirror__checkpoint_header(m, &c, m->format ? &st : NULL, t, nt, &h))) {
         rc = mirror__fail(m, rc, "mirror_checkpoint_save: out of memory for the header");
         goto done;
     }
@@ -4732,8 +4742,45 @@ static int mirror__meta_u64(const mirror__header *h, const char *key, uint64_t *
 
 /* Checks a whole checkpoint file in memory against m; on success the
    parameters and state are ready in the returned header's tensors. */
+/* The precision and loss scaler fields; a scaler's state into *st (and
+   *has_st set) when the checkpoint has one. Any precision loads into any
+   model: the tensors are the fp32 masters. */
+static int mirror__check_precision(mirror_model *m, const char *path, const mirror__header *h,
+                                   mirror_loss_scale_state *st, int *has_st)
+{
+    static const char *const scalers[] = {"none", "dynamic", "static"};
+    const char *p = mirror__meta(h, "precision"), *k = mirror__meta(h, "loss_scaler"), *scale;
+    uint64_t good, consecutive;
+    char *end;
+    size_t i;
+    int known = 0;
+    for (i = 0; i < 3 && p; i++) known |= !strcmp(p, mirror_precision_name((mirror_precision)i));
+    if (!known)
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: precision \"%s\", this mirror reads fp32, fp16 and bf16",
+                            path, p ? p : "(none)");
+    for (i = 0, known = 0; i < 3 && k; i++) known |= !strcmp(k, scalers[i]);
+    if (!known)
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: loss scaler \"%s\", this mirror knows dynamic, static and none",
+                            path, k ? k : "(none)");
+    memset(st, 0, sizeof *st);
+    *has_st = !strcmp(p, "fp32") ? 0 : 1;
+    if (!*has_st) return MIRROR_OK;
+    scale = mirror__meta(h, "loss_scale");
+    if (!scale || !(st->scale = strtof(scale, &end), *end == '\0' && end != scale) || !(st->scale > 0.0f) ||
+        !mirror_hd_finite(st->scale) || !mirror__meta_u64(h, "scaler_good_steps", &good) ||
+        !mirror__meta_u64(h, "scaler_consecutive_skips", &consecutive) || good > UINT32_MAX ||
+        consecutive > UINT32_MAX || !mirror__meta_u64(h, "scaler_skipped", &st->skipped) ||
+        !mirror__meta_u64(h, "optimizer_steps", &st->applied))
+        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: a %s checkpoint without a valid loss scaler state", path, p);
+    st->last_scale = st->scale;
+    st->good_steps = (uint32_t)good;
+    st->consecutive_skips = (uint32_t)consecutive;
+    return MIRROR_OK;
+}
+
 static int mirror__check_checkpoint(mirror_model *m, const char *path, const unsigned char *buf, size_t size,
-                                    int weights_only, mirror__header *h, mirror_checkpoint_info *info)
+                                    int weights_only, mirror__header *h, mirror_checkpoint_info *info,
+                                    mirror_loss_scale_state *st, int *has_st)
 {
     mirror__tensor want[MIRROR__MAX_TENSORS];
     mirror__text model = {NULL, 0, 0, 0};
@@ -4784,15 +4831,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                           s ? s : "(none)");
         goto done;
     }
-    if (!(s = mirror__meta(h, "loss_scaler")) || strcmp(s, "none") != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: loss scaler \"%s\", this mirror has none", path,
-                          s ? s : "(none)");
-        goto done;
-    }
-    if (!(s = mirror__meta(h, "precision")) || strcmp(s, "fp32") != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: precision \"%s\", this mirror reads fp32", path, s ? s : "(none)");
-        goto done;
-    }
+    if ((rc = mirror__check_precision(m, path, h, st, has_st))) goto done;
     mirror__describe_model(m, &model);
     if (model.failed || !(s = mirror__meta(h, "model")) || strcmp(s, model.p) != 0) {
         rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: a checkpoint of %s, not of this model (%s)", path,
@@ -4877,7 +4916,8 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
     float *params = NULL, *state = NULL;
     mirror__header *h = NULL;
     mirror_checkpoint_info got;
-    int rc;
+    mirror_loss_scale_state st;
+    int rc, has_st = 0;
     if ((rc = mirror__check_built(m, "mirror_checkpoint_load"))) return rc;
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
     { /* not a whole multi-gigabyte file into memory to find that out */
@@ -4895,7 +4935,7 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
         goto done;
     }
-    if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got))) goto done;
+    if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got, &st, &has_st))) goto done;
     /* Everything checked: now, and only now, the model changes. */
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
@@ -4913,6 +4953,16 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
         }
         m->steps = got.step;
         if ((rc = mirror__device_status(m))) goto done;
+        if (m->format) { /* from an fp32 checkpoint: a fresh scaler that has taken its steps */
+            if (!has_st) {
+                st.scale = st.last_scale = m->desc.loss_scale.init_scale;
+                st.applied = got.step;
+            }
+            if (m->desc.loss_scale.kind != MIRROR_SCALE_DYNAMIC) st.scale = st.last_scale = m->desc.loss_scale.init_scale;
+            if ((rc = mirror__set_scaler(m, &st))) goto done;
+        } else if (has_st) {
+            m->steps = st.applied; /* Adam's t in fp32 */
+        }
     }
     if (info) *info = got;
 done:

@@ -326,7 +326,8 @@ static void test_hostile(void)
     } edits[] = {
         {"\"version\":\"1\"", "\"version\":\"2\"", "an unknown version", MIRROR_ERR_UNSUPPORTED},
         {"\"format\":\"mirror\"", "\"format\":\"other\"", "another format", MIRROR_ERR_FORMAT},
-        {"\"precision\":\"fp32\"", "\"precision\":\"fp16\"", "another precision", MIRROR_ERR_UNSUPPORTED},
+        {"\"precision\":\"fp32\"", "\"precision\":\"fp64\"", "an unknown precision", MIRROR_ERR_UNSUPPORTED},
+        {"\"precision\":\"fp32\"", "\"precision\":\"fp16\"", "fp16 without a scaler state", MIRROR_ERR_FORMAT},
         {"\"dtype\":\"F32\"", "\"dtype\":\"F16\"", "another dtype", MIRROR_ERR_FORMAT},
         {"\"dtype\":\"F32\"", "\"dtype\":32", "a dtype that is a number", MIRROR_ERR_FORMAT},
         {"\"shape\":[3,1,3,3]", "\"shape\":\"3,1,3,3\"", "a shape that is a string", MIRROR_ERR_FORMAT},
@@ -343,7 +344,7 @@ static void test_hostile(void)
         {"\"layers.0.weight\":{", "\"layers.9.weight\":{", "a missing tensor", MIRROR_ERR_SHAPE},
         {"\"version\":\"1\"", "\"version\":\"1\",\"version\":\"1\"", "a repeated metadata key", MIRROR_ERR_FORMAT},
         {"\"step\":\"", "\"step\":\"0", "a step with a leading zero", MIRROR_ERR_FORMAT},
-        {"\"loss_scaler\":\"none\"", "\"loss_scaler\":\"dynamic\"", "a loss scaler", MIRROR_ERR_UNSUPPORTED},
+        {"\"loss_scaler\":\"none\"", "\"loss_scaler\":\"magic\"", "an unknown loss scaler", MIRROR_ERR_UNSUPPORTED},
     };
     path_in(path, "good.ckpt");
     step(src, 0);
