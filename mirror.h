@@ -361,8 +361,8 @@ typedef struct mirror_loss_scale_desc {
     float growth_factor;      /* 2 */
     float backoff_factor;     /* 0.5 */
     uint32_t growth_interval; /* 2000 */
-    float min_scale;          /* 1: never below, however many overflows */
-    float max_scale;          /* 16777216 (2^24): never above */
+    float min_scale;          /* 1: a dynamic scale never goes below, however many overflows */
+    float max_scale;          /* 16777216 (2^24): nor above */
     /* Consecutive skipped steps that make a step fail with
        MIRROR_ERR_NOT_FINITE instead of training nothing in silence: 50. */
     uint32_t max_consecutive_skips;
@@ -556,6 +556,10 @@ typedef struct mirror_epoch_log {
     double seconds;           /* this epoch's training time */
     double samples_per_s;     /* this epoch's training throughput */
     double elapsed;           /* since fit started, validation included */
+    /* Mixed precision: the loss scale at the epoch's end and the steps it
+       skipped (non-finite gradients); 0 and 0 in fp32. */
+    double loss_scale;
+    uint64_t skipped;
 } mirror_epoch_log;
 
 /* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED). */
@@ -2321,7 +2325,8 @@ static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *er
                              (int)ls->kind);
     if (mirror__bad_float(ls->min_scale, 1e-30f, 1e30f) || mirror__bad_float(ls->max_scale, ls->min_scale, 1e30f) ||
         (ls->kind == MIRROR_SCALE_NONE && ls->init_scale != 1.0f) ||
-        mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale) ||
+        (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, 1e-30f, 1e30f)
+                                         : mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale)) ||
         mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
         mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
@@ -5026,6 +5031,7 @@ static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_
            bar, step, steps, acc->count ? acc->loss_sum / (double)acc->count : 0.0,
            acc->count ? (double)acc->correct / (double)acc->count : 0.0,
            seconds > 0 ? (double)acc->count / seconds : 0.0);
+    if (log->loss_scale > 0) printf(" scale %g  skipped %llu ", log->loss_scale, (unsigned long long)log->skipped);
     fflush(stdout);
 }
 
@@ -5034,8 +5040,22 @@ static void mirror__epoch_line(const mirror_epoch_log *log, int bar)
     printf("%sepoch %zu/%zu  loss %.4f  acc %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs,
            log->train_loss, log->train_acc);
     if (log->val_loss >= 0) printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
+    if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
     printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
     fflush(stdout);
+}
+
+/* Mixed precision: the scale and the skipped steps since *skipped_before
+   into the log (waits for the device; fit does it where it reads metrics). */
+static int mirror__log_scaler(mirror_model *m, mirror_epoch_log *log, uint64_t skipped_before)
+{
+    mirror_loss_scale_state st;
+    int rc;
+    if (!m->format) return MIRROR_OK;
+    if ((rc = mirror__get_scaler(m, &st))) return rc;
+    log->loss_scale = st.scale;
+    log->skipped = st.skipped - skipped_before;
+    return MIRROR_OK;
 }
 
 /* A checkpoint at the cursor (epoch, step): the next step to run. */
@@ -5108,8 +5128,12 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     for (epoch = d.initial_epoch; epoch < d.epochs && rc == MIRROR_OK; epoch++) {
         mirror_metrics acc = {0.0, 0, 0}, val = {0.0, 0, 0};
         double t0 = mirror__now(), shown = t0;
+        uint64_t skipped_before = 0;
         log.epoch = epoch + 1;
         log.epochs = d.epochs;
+        if ((rc = mirror__log_scaler(m, &log, 0))) break;
+        skipped_before = log.skipped;
+        log.skipped = 0;
         mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
         for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
             mirror_batch b;
@@ -5122,8 +5146,13 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
                              MIRROR__MIN(d.batch, d.train->count - step * d.batch));
             if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
             ran++;
-            if (step + 1 == steps || (bar && mirror__now() - shown > 0.1)) {
-                if ((rc = mirror_take_metrics(m, &taken))) break;
+            /* Metrics at the epoch's end and for the bar; in mixed precision
+               also every max_consecutive_skips / 2 steps, where the scaler
+               is checked, so that a run that skips every step stops soon. */
+            if (step + 1 == steps || (bar && mirror__now() - shown > 0.1) ||
+                (m->format && ran % ((m->desc.loss_scale.max_consecutive_skips + 1) / 2) == 0)) {
+                if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
+                    break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
                 if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);

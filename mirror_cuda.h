@@ -41,6 +41,25 @@
              copies back; GPUs reached by peer copies. The default when
              replicas share a GPU or NCCL is absent.
       Choose with mirror_strategy_desc.reducer or MIRROR_REDUCER=nccl|copy.
+      Mixed precision all-reduces the 16-bit gradient: NCCL in ncclFloat16
+      or ncclBfloat16 (rounding at every hop), the copy reducer widening
+      each replica's value, adding in fp32 in replica order and rounding
+      once (the CPU reducer's bits).
+
+   MIXED PRECISION
+
+      GEMMs take fp32 buffers whose values 16 bits hold exactly (mirror
+      rounds every stored activation, gradient and weight), through
+      cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16F or _16BF: tensor cores,
+      an exact conversion, fp32 accumulation. The update after the
+      all-reduce is four launches per replica, none of which the host
+      waits for: check (one pass over the 16-bit gradient: sets the
+      scaler's found_nonfinite), the fused SGD or Adam (reads the flag and
+      returns at once when it is set; else unscales, updates the fp32
+      masters and moments and writes the 16-bit copy: AdamW moves 28 bytes
+      a parameter, SGD with momentum 20), the scaler's update (one thread),
+      and widen (the 16-bit copy into the layers' fp32 slots). The scaler
+      lives in device memory; kernels read it, the host never does.
 
    STREAMS AND WAITING
 
@@ -88,6 +107,7 @@ typedef struct mirror__cuda_dev {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t uploaded; /* after the last upload from the host buffers */
+    int precision;        /* the model's mirror_precision: the GEMM's compute type */
     int code;
     char message[256];
 } mirror__cuda_dev;

@@ -138,7 +138,6 @@ static int precision_args(const options *o, mirror_model_desc *md)
                     o->loss_scale);
             return 2;
         }
-        if (ls->init_scale < 1.0f) ls->min_scale = ls->init_scale;
     }
     return 0;
 }
