@@ -48,8 +48,8 @@
 
    MIXED PRECISION
 
-      GEMMs take fp32 buffers whose values 16 bits hold exactly (mirror
-      rounds every stored activation, gradient and weight), through
+      GEMMs read fp32 buffers whose values 16 bits hold exactly (mirror
+      rounds every stored activation, input gradient and weight), through
       cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16F or _16BF: tensor cores,
       an exact conversion, fp32 accumulation. The update after the
       all-reduce is four launches per replica, none of which the host
@@ -267,9 +267,12 @@ __global__ void mirror__k_maxpool_backward(float *dx, const int32_t *arg, const 
     }
 }
 
+/* scale: the loss scale in device memory, or NULL for 1. */
 __global__ void mirror__k_softmax_ce(float *dz, float *loss, int32_t *correct, const float *z,
-                                     const int32_t *labels, size_t rows, size_t k, float inv_count)
+                                     const int32_t *labels, size_t rows, size_t k, float inv_count,
+                                     const float *scale)
 {
+    if (scale) inv_count *= *scale;
     MIRROR__FOR_EACH(r, rows)
     {
         int ok;
@@ -279,8 +282,9 @@ __global__ void mirror__k_softmax_ce(float *dz, float *loss, int32_t *correct, c
 }
 
 __global__ void mirror__k_mse(float *dz, float *loss, const float *z, const float *t, size_t rows, size_t d,
-                              float inv_count)
+                              float inv_count, const float *scale)
 {
+    if (scale) inv_count *= *scale;
     MIRROR__FOR_EACH(r, rows) loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
 }
 
@@ -312,20 +316,100 @@ __global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, siz
     mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
 }
 
-/* The copy reducer's sum: out[i] = in[0][i] + in[1][i] + ... in that order. */
+/* Mixed precision. format: MIRROR_PRECISION_FP16 or _BF16. */
+
+__global__ void mirror__k_round(float *x, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n) x[i] = mirror_hd_round(x[i], format);
+}
+
+__global__ void mirror__k_narrow(uint16_t *dst, const float *src, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_narrow(src[i], format);
+}
+
+__global__ void mirror__k_widen(float *dst, const uint16_t *src, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_widen(src[i], format);
+}
+
+/* Any thread that meets a non-finite unscaled element stores 1: every
+   writer writes the same value, so no atomics; scaler_update clears it. */
+__global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
+{
+    float inv_scale = 1.0f / st->scale;
+    int finite = 1;
+    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(mirror_hd_unscale(g[i], format, inv_scale));
+    if (!finite) st->found_nonfinite = 1;
+}
+
+/* The fused updates return at once on a skipped step; every thread reads
+   the same flag, so a block leaves as a whole. */
+__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
+                                    const mirror_loss_scale_state *st, float lr, float momentum, float weight_decay,
+                                    int nesterov)
+{
+    float inv_scale;
+    if (st->found_nonfinite) return;
+    inv_scale = 1.0f / st->scale;
+    MIRROR__FOR_EACH(i, n)
+    {
+        float unused = 0.0f;
+        mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
+                            weight_decay, nesterov);
+    }
+}
+
+/* Adam's t is st->applied + 1; its bias corrections, once per block. */
+__global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n,
+                                     int format, const mirror_loss_scale_state *st, float lr, float beta1,
+                                     float beta2, float eps, float weight_decay, int decoupled)
+{
+    __shared__ float bias[2]; /* bc1, bc2_sqrt */
+    float inv_scale;
+    if (st->found_nonfinite) return;
+    if (threadIdx.x == 0) mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bias[0], &bias[1]);
+    __syncthreads();
+    inv_scale = 1.0f / st->scale;
+    MIRROR__FOR_EACH(i, n)
+    mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
+                         weight_decay, decoupled, bias[0], bias[1]);
+}
+
+/* One thread; the desc comes by value, as a kernel argument. */
+__global__ void mirror__k_scaler_update(mirror_loss_scale_state *st, mirror_loss_scale_desc d)
+{
+    mirror_hd_scaler_update(st, &d);
+}
+
+/* The copy reducer's sums over the replicas' buffers, element by element
+   in replica order: in[0][i] + in[1][i] + ... */
 #define MIRROR__COPY_MAX 64
 typedef struct mirror__sources {
-    const float *p[MIRROR__COPY_MAX];
+    const void *p[MIRROR__COPY_MAX];
 } mirror__sources;
 
 __global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
 {
     MIRROR__FOR_EACH(i, n)
     {
-        float s = in.p[0][i];
+        float s = ((const float *)in.p[0])[i];
         size_t r;
-        for (r = 1; r < count; r++) s += in.p[r][i];
+        for (r = 1; r < count; r++) s += ((const float *)in.p[r])[i];
         out[i] = s;
+    }
+}
+
+/* 16-bit values: widened, added in fp32, rounded once (as the CPU
+   reducer's mirror__cpu_all_reduce_half_job). */
+__global__ void mirror__k_sum_half(uint16_t *out, mirror__sources in, size_t count, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float s = mirror_hd_widen(((const uint16_t *)in.p[0])[i], format);
+        size_t r;
+        for (r = 1; r < count; r++) s += mirror_hd_widen(((const uint16_t *)in.p[r])[i], format);
+        out[i] = mirror_hd_narrow(s, format);
     }
 }
 
@@ -342,8 +426,8 @@ typedef struct mirror__gpu {
 #ifndef MIRROR_NO_NCCL
     ncclComm_t *comm;
 #endif
-    float *stage; /* the copy reducer's staging on the first GPU, for other GPUs' buffers */
-    size_t stage_floats;
+    unsigned char *stage; /* the copy reducer's staging on the first GPU, for other GPUs' buffers */
+    size_t stage_bytes;
 } mirror__gpu;
 
 static mirror__cuda_dev *mirror__cuda_enter(void *dev)
@@ -464,7 +548,9 @@ static void mirror__cuda_download(void *dev, void *host, const void *src, size_t
         mirror__cuda_ok(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
 }
 
-/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
+   operands. Mixed precision: the same buffers (fp32 slots holding 16-bit
+   values) on tensor cores, converted exactly, accumulated in fp32. */
 static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
                               size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
 {
@@ -480,10 +566,21 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                 if (!mirror__blas_ok(d, cublasSscal(d->blas, (int)n, &beta, c + i * ldc, 1), "cublasSscal")) break;
         return;
     }
+    if (d->precision == MIRROR_PRECISION_FP32) {
+        mirror__blas_ok(d,
+                        cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc),
+                        "cublasSgemm");
+        return;
+    }
     mirror__blas_ok(d,
-                    cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
-                                (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc),
-                    "cublasSgemm");
+                    cublasGemmEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+                                 (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb, a, CUDA_R_32F, (int)lda, &beta, c,
+                                 CUDA_R_32F, (int)ldc,
+                                 d->precision == MIRROR_PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                       : CUBLAS_COMPUTE_32F_FAST_16F,
+                                 CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx");
 }
 
 static void mirror__cuda_bias_add(void *dev, float *y, const float *bias, size_t rows, size_t channels, size_t inner)
@@ -568,21 +665,21 @@ static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *a
 }
 
 static void mirror__cuda_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
-                                    const int32_t *labels, size_t rows, size_t k, float inv_count)
+                                    const int32_t *labels, size_t rows, size_t k, float inv_count, const float *scale)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
     mirror__k_softmax_ce<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, correct, z, labels, rows, k,
-                                                                               inv_count);
+                                                                               inv_count, scale);
     MIRROR__LAUNCHED(d, "softmax_ce kernel");
 }
 
 static void mirror__cuda_mse(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows, size_t dd,
-                             float inv_count)
+                             float inv_count, const float *scale)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
-    mirror__k_mse<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, z, t, rows, dd, inv_count);
+    mirror__k_mse<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, z, t, rows, dd, inv_count, scale);
     MIRROR__LAUNCHED(d, "mse kernel");
 }
 
@@ -611,6 +708,69 @@ static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const flo
     mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, lr, beta1, beta2, eps,
                                                                        weight_decay, decoupled, bc1, bc2_sqrt);
     MIRROR__LAUNCHED(d, "adam kernel");
+}
+
+static void mirror__cuda_set_precision(void *dev, int precision) { ((mirror__cuda_dev *)dev)->precision = precision; }
+
+static void mirror__cuda_round(void *dev, float *x, size_t n, int format)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_round<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(x, n, format);
+    MIRROR__LAUNCHED(d, "round kernel");
+}
+
+static void mirror__cuda_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_narrow<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(dst, src, n, format);
+    MIRROR__LAUNCHED(d, "narrow kernel");
+}
+
+static void mirror__cuda_widen(void *dev, float *dst, const uint16_t *src, size_t n, int format)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_widen<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(dst, src, n, format);
+    MIRROR__LAUNCHED(d, "widen kernel");
+}
+
+static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_check<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, format);
+    MIRROR__LAUNCHED(d, "check kernel");
+}
+
+static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
+                                   const mirror_loss_scale_state *st, float lr, float momentum, float weight_decay,
+                                   int nesterov)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, g, n, format, st, lr, momentum,
+                                                                            weight_decay, nesterov);
+    MIRROR__LAUNCHED(d, "sgd_mixed kernel");
+}
+
+static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n,
+                                    int format, const mirror_loss_scale_state *st, float lr, float beta1, float beta2,
+                                    float eps, float weight_decay, int decoupled)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_adam_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, w16, g, n, format, st, lr, beta1,
+                                                                             beta2, eps, weight_decay, decoupled);
+    MIRROR__LAUNCHED(d, "adam_mixed kernel");
+}
+
+static void mirror__cuda_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *desc)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_scaler_update<<<1, 1, 0, d->stream>>>(st, *desc);
+    MIRROR__LAUNCHED(d, "scaler_update kernel");
 }
 
 static const mirror__backend mirror__cuda_backend = {
@@ -643,6 +803,14 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_accumulate,
     mirror__cuda_sgd,
     mirror__cuda_adam,
+    mirror__cuda_set_precision,
+    mirror__cuda_round,
+    mirror__cuda_narrow,
+    mirror__cuda_widen,
+    mirror__cuda_check,
+    mirror__cuda_sgd_mixed,
+    mirror__cuda_adam_mixed,
+    mirror__cuda_scaler_update,
 };
 
 // >>cuda reducers -----------------------------------------------------------
@@ -667,17 +835,29 @@ static int mirror__nccl_ok(ncclResult_t e, const char *what, mirror_error *err)
 
 /* One NCCL call per replica, on its stream, inside a group: after the work
    already queued on every stream, before the work queued next. */
-static int mirror__nccl_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+static int mirror__nccl_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     size_t r;
     int ok;
     if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return err ? err->code : MIRROR_ERR_DEVICE;
     for (r = 0, ok = 1; r < g->replicas && ok; r++)
-        ok = mirror__nccl_ok(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat, ncclSum, g->comm[r], g->stream[r]),
+        ok = mirror__nccl_ok(ncclAllReduce(bufs[r], bufs[r], n, type, ncclSum, g->comm[r], g->stream[r]),
                              "ncclAllReduce", err);
     if (!mirror__nccl_ok(ncclGroupEnd(), "ncclGroupEnd", ok ? err : NULL) || !ok) return MIRROR_ERR_DEVICE;
     return MIRROR_OK;
+}
+
+static int mirror__nccl_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+{
+    return mirror__nccl_sum(s, (void *const *)bufs, n, ncclFloat, err);
+}
+
+static int mirror__nccl_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
+                                        mirror_error *err)
+{
+    return mirror__nccl_sum(s, (void *const *)bufs, n, format == MIRROR_PRECISION_BF16 ? ncclBfloat16 : ncclFloat16,
+                            err);
 }
 
 static int mirror__nccl_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
@@ -693,7 +873,8 @@ static int mirror__nccl_broadcast(mirror_strategy *s, float *const *bufs, size_t
     return MIRROR_OK;
 }
 
-static const mirror__reducer mirror__nccl_reducer = {"nccl", mirror__nccl_all_reduce, mirror__nccl_broadcast};
+static const mirror__reducer mirror__nccl_reducer = {"nccl", mirror__nccl_all_reduce, mirror__nccl_broadcast,
+                                                     mirror__nccl_all_reduce_half};
 #endif
 
 /* The copy reducer, in the strategy's order of events: every replica's
@@ -715,14 +896,14 @@ static int mirror__copy_gather_wait(mirror__gpu *g, size_t root, mirror_error *e
     return 1;
 }
 
-/* Copies bufs[root] to every other replica on the root's stream, then makes
-   every stream wait for the copies. */
-static int mirror__copy_scatter(mirror__gpu *g, float *const *bufs, size_t n, size_t root, mirror_error *err)
+/* Copies bufs[root] (bytes) to every other replica on the root's stream,
+   then makes every stream wait for the copies. */
+static int mirror__copy_scatter(mirror__gpu *g, void *const *bufs, size_t bytes, size_t root, mirror_error *err)
 {
     size_t r;
     for (r = 0; r < g->replicas; r++) {
         if (r == root) continue;
-        if (!mirror__gpu_ok(cudaMemcpyPeerAsync(bufs[r], g->device[r], bufs[root], g->device[root], n * sizeof(float),
+        if (!mirror__gpu_ok(cudaMemcpyPeerAsync(bufs[r], g->device[r], bufs[root], g->device[root], bytes,
                                                 g->stream[root]),
                             "cudaMemcpyPeerAsync", err))
             return MIRROR_ERR_DEVICE;
@@ -738,22 +919,24 @@ static int mirror__copy_scatter(mirror__gpu *g, float *const *bufs, size_t n, si
     return MIRROR_OK;
 }
 
-static int mirror__copy_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+/* The sum of n values of the format (MIRROR_PRECISION_FP32: floats, else
+   16-bit values) on the first replica's GPU, copied back to every replica. */
+static int mirror__copy_sum(mirror_strategy *s, void *const *bufs, size_t n, int format, mirror_error *err)
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     mirror__sources src;
-    size_t r, staged = 0;
+    size_t r, staged = 0, bytes = n * (format == MIRROR_PRECISION_FP32 ? sizeof(float) : sizeof(uint16_t));
     if (g->replicas == 1) return MIRROR_OK;
     if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
     /* Buffers on other GPUs come over to the first GPU's staging area. */
     for (r = 1; r < g->replicas; r++) staged += g->device[r] != g->device[0];
-    if (staged * n > g->stage_floats) {
+    if (staged * bytes > g->stage_bytes) {
         if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
         g->stage = NULL;
-        g->stage_floats = 0;
-        if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * n * sizeof(float)), "cudaMalloc (copy reducer staging)", err))
+        g->stage_bytes = 0;
+        if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * bytes), "cudaMalloc (copy reducer staging)", err))
             return err ? err->code : MIRROR_ERR_NO_MEMORY;
-        g->stage_floats = staged * n;
+        g->stage_bytes = staged * bytes;
     }
     src.p[0] = bufs[0];
     for (r = 1, staged = 0; r < g->replicas; r++) {
@@ -761,15 +944,30 @@ static int mirror__copy_all_reduce(mirror_strategy *s, float *const *bufs, size_
             src.p[r] = bufs[r];
             continue;
         }
-        src.p[r] = g->stage + staged++ * n;
-        if (!mirror__gpu_ok(cudaMemcpyPeerAsync((void *)src.p[r], g->device[0], bufs[r], g->device[r], n * sizeof(float),
-                                                g->stream[0]),
+        void *to = g->stage + staged++ * bytes;
+        src.p[r] = to;
+        if (!mirror__gpu_ok(cudaMemcpyPeerAsync(to, g->device[0], bufs[r], g->device[r], bytes, g->stream[0]),
                             "cudaMemcpyPeerAsync", err))
             return MIRROR_ERR_DEVICE;
     }
-    mirror__k_sum<<<mirror__blocks(n), MIRROR__THREADS, 0, g->stream[0]>>>(bufs[0], src, g->replicas, n);
+    if (format == MIRROR_PRECISION_FP32)
+        mirror__k_sum<<<mirror__blocks(n), MIRROR__THREADS, 0, g->stream[0]>>>((float *)bufs[0], src, g->replicas, n);
+    else
+        mirror__k_sum_half<<<mirror__blocks(n), MIRROR__THREADS, 0, g->stream[0]>>>((uint16_t *)bufs[0], src,
+                                                                                   g->replicas, n, format);
     if (!mirror__gpu_ok(cudaGetLastError(), "copy reducer sum kernel", err)) return MIRROR_ERR_DEVICE;
-    return mirror__copy_scatter(g, bufs, n, 0, err);
+    return mirror__copy_scatter(g, bufs, bytes, 0, err);
+}
+
+static int mirror__copy_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+{
+    return mirror__copy_sum(s, (void *const *)bufs, n, MIRROR_PRECISION_FP32, err);
+}
+
+static int mirror__copy_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
+                                        mirror_error *err)
+{
+    return mirror__copy_sum(s, (void *const *)bufs, n, format, err);
 }
 
 static int mirror__copy_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
@@ -777,10 +975,11 @@ static int mirror__copy_broadcast(mirror_strategy *s, float *const *bufs, size_t
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     if (g->replicas == 1) return MIRROR_OK;
     if (!mirror__copy_gather_wait(g, root, err)) return MIRROR_ERR_DEVICE;
-    return mirror__copy_scatter(g, bufs, n, root, err);
+    return mirror__copy_scatter(g, (void *const *)bufs, n * sizeof(float), root, err);
 }
 
-static const mirror__reducer mirror__copy_reducer = {"copy", mirror__copy_all_reduce, mirror__copy_broadcast};
+static const mirror__reducer mirror__copy_reducer = {"copy", mirror__copy_all_reduce, mirror__copy_broadcast,
+                                                     mirror__copy_all_reduce_half};
 
 // >>cuda devices ------------------------------------------------------------
 

@@ -32,6 +32,9 @@ static const char *path_in(char *out, const char *name)
 
 /* A new file each time: rewriting in place (truncation) makes some file
    systems flush on close, which slows the thousands of rewrites here. */
+#ifdef __GNUC__
+__attribute__((unused))
+#endif
 static int write_file(const char *path, const unsigned char *data, size_t n)
 {
     FILE *f;

@@ -268,8 +268,8 @@ static void test_losses(void)
     gy = (int32_t *)G->alloc(gdev, rows * 4), gcor = (int32_t *)G->alloc(gdev, rows * 4);
     gacc = (double *)G->alloc(gdev, 2 * sizeof(double));
     G->upload(gdev, gy, y, rows * 4);
-    C->softmax_ce(cdev, dz, loss, cor, z, y, rows, k, 1.0f / rows);
-    G->softmax_ce(gdev, gdz, gloss, gcor, gz, gy, rows, k, 1.0f / rows);
+    C->softmax_ce(cdev, dz, loss, cor, z, y, rows, k, 1.0f / rows, NULL);
+    G->softmax_ce(gdev, gdz, gloss, gcor, gz, gy, rows, k, 1.0f / rows, NULL);
     got = from_gpu(gloss, rows);
     for (i = 0; i < rows; i++)
         bad += isnan(loss[i]) ? !isnan(got[i]) : fabsf(got[i] - loss[i]) > 1e-5f * fmaxf(1.0f, fabsf(loss[i]));
@@ -283,8 +283,8 @@ static void test_losses(void)
     G->download(gdev, gacc_h, gacc, sizeof gacc_h);
     CHECK(gacc_h[1] == acc[1] && fabs(gacc_h[0] - acc[0]) <= 1e-5 * fabs(acc[0]), "accumulated metrics agree");
     gt = to_gpu(t, rows * k);
-    C->mse(cdev, dz, loss, z + k, t, rows - 1, k, 0.5f);
-    G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f);
+    C->mse(cdev, dz, loss, z + k, t, rows - 1, k, 0.5f, NULL);
+    G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, NULL);
     got = from_gpu(gloss, rows - 1);
     CHECK(ulp_misses(loss, got, rows - 1, 16) == 0, "MSE loss within 16 ulp (a sum of 10 squares)");
     free(got), free(z), free(dz), free(loss), free(t), free(y), free(cor), free(corh);
