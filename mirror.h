@@ -94,6 +94,15 @@
                             weight_decay   0 (SGD, Adam: L2 added to the
                                            gradient); 0.01 (AdamW: decoupled)
                             momentum       0; nesterov 0
+      mirror_model_desc     precision      MIRROR_PRECISION_FP32
+      mirror_loss_scale_desc (fp16 and bf16 only)
+                            kind           dynamic for fp16, none for bf16
+                            init_scale     65536 (none: 1)
+                            growth_factor  2, after growth_interval 2000
+                                           finite steps in a row
+                            backoff_factor 0.5
+                            min_scale      1; max_scale 2^24
+                            max_consecutive_skips 50
       mirror_fit_desc       epochs         1
                             batch          min(64, max_batch)
                             progress       MIRROR_PROGRESS_AUTO: a bar on a
@@ -150,6 +159,27 @@
          gradient: parameters stay bitwise identical without a broadcast.
       5. The metrics (loss sum, correct count, sample count) are summed.
 
+   MIXED PRECISION (mirror_model_desc.precision = MIRROR_PRECISION_FP16 or _BF16)
+
+      Weights, activations and gradients are 16-bit values (uint16_t
+      storage, round to nearest even, mirror_hd_narrow); the optimizer keeps
+      fp32 master weights and moments. In a step, on every replica:
+      the loss gradient is multiplied by the loss scale S; every layer's
+      output and input gradient is rounded to 16 bits (the activations keep
+      fp32-sized slots holding 16-bit values); the weight gradients,
+      accumulated in fp32, are stored in 16 bits and all-reduced in 16 bits.
+      Then, with no host wait: one pass checks the reduced gradient,
+      unscaled, for Inf and NaN and sets a flag in device memory; one fused
+      pass reads the flag and, when the gradient is finite, unscales it,
+      updates the masters and moments and writes the 16-bit working copy;
+      the scaler updates its state (mirror_hd_scaler_update). Because the
+      check runs after the all-reduce, every replica decides alike; a
+      skipped step changes nothing but the scaler's state (not even Adam's
+      step count). The host reads the state only where it waits anyway:
+      mirror_train_step with metrics, mirror_take_metrics (which return
+      MIRROR_ERR_NOT_FINITE once max_consecutive_skips steps in a row were
+      skipped), mirror_loss_scale_get, checkpoints and fit's progress.
+
    MEMORY
 
       mirror_model_build gives each replica four flat arenas: parameters,
@@ -160,12 +190,14 @@
 
    LIMITS
 
-      POSIX only (pthreads). float32 only. Layers: dense, conv2d, relu,
+      POSIX only (pthreads). Mixed precision rounds activations to 16 bits
+      but keeps them in fp32-sized slots. Layers: dense, conv2d, relu,
       maxpool2d, flatten; losses: softmax cross-entropy and mean squared
       error. A model is a sequence of layers.
 
    REVISION HISTORY
 
+      0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
       0.1  CPU replicas, layers, optimizers, data, fit.
@@ -605,9 +637,14 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    replica): optimizer.momentum (SGD with momentum) or optimizer.m and
    optimizer.v (Adam, AdamW), flat. The header's __metadata__ holds the
    format ("mirror") and version ("1"), the model's layers, the optimizer
-   and its hyper-parameters, precision, the step, the data cursor (epoch,
-   epoch_step) and the shuffle seed, the loss scaler ("none" in fp32), and
-   a CRC-32 of every tensor and of the header itself.
+   and its hyper-parameters, precision ("fp32", "fp16", "bf16"), the step
+   (steps run), the data cursor (epoch, epoch_step) and the shuffle seed,
+   the loss scaler ("none" in fp32, else "dynamic", "static" or "none")
+   and in fp16 and bf16 its state (loss_scale, scaler_good_steps,
+   scaler_consecutive_skips, scaler_skipped, optimizer_steps), and a CRC-32
+   of every tensor and of the header itself. The tensors are the fp32
+   masters in every precision, so any checkpoint loads into a model of any
+   precision.
 
    Saving is atomic: the file is written beside PATH under a temporary
    name, flushed to disk (fsync), renamed over PATH, and the directory is

@@ -8,6 +8,7 @@
    "replicas <n> <ms per step>". */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c99 */
 #include "../mirror.h"
+#define EXAMPLE_BENCH_MODEL /* the benchmarks' model too */
 #include "../examples/models.h"
 
 #include <stdio.h>

@@ -7,6 +7,7 @@
    7 rounds; medians reported. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
+#define EXAMPLE_BENCH_MODEL /* the benchmarks' model too */
 #include "../examples/models.h"
 
 #include <stdio.h>

@@ -30,6 +30,7 @@ static int example_model(mirror_model *m, const char *kind)
     return mirror_model_build(m);
 }
 
+#ifdef EXAMPLE_BENCH_MODEL
 /* The benchmarks' model: `kind` on 28x28 digits, Adam, arenas for global
    batches of `batch`; NULL (with a message on stderr) on failure. */
 static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
@@ -53,4 +54,5 @@ static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, s
     }
     return m;
 }
+#endif /* EXAMPLE_BENCH_MODEL */
 #endif
