@@ -138,15 +138,29 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda $(BUILD)/bench_gpu)
+test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda)
 	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 	./$(BUILD)/bench_train
 	$(if $(HAVE_OPENBLAS),./$(BUILD)/bench_gemm,@echo "bench_gemm: needs OpenBLAS (apt-get install libopenblas-dev)")
 
-bench-gpu: info $(BUILD)/bench_gpu
+bench-gpu: info $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda
 	@BUILD="$(BUILD)" sh bench/gpu.sh
+
+# The fused mixed-precision update in GB/s against the device's copy: one
+# body (bench/fused_body.h), on the CPU backend here, on a GPU in bench-gpu.
+bench-fused: info $(BUILD)/bench_fused
+	./$(BUILD)/bench_fused
+
+$(BUILD)/bench_fused: bench/bench_fused.c bench/fused_body.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/bench_fused_cuda.o: bench/bench_fused_cuda.cu bench/fused_body.h mirror_cuda.h mirror.h | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/bench_fused_cuda: $(BUILD)/bench_fused_cuda.o
+	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 $(BUILD)/bench_gpu: bench/bench_gpu.c examples/models.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
@@ -160,5 +174,5 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu bench bench-gpu fuzz clean
+.PHONY: all info run test test-crash test-gpu bench bench-gpu bench-fused fuzz clean
 .PRECIOUS: $(BUILD)/%

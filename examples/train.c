@@ -113,7 +113,7 @@ static void parse(int argc, char **argv, options *o)
     }
 }
 
-/* --precision and --loss-scale into the model desc; 0, or 2 with a message. */
+/* --precision and the scaler's flags into the model desc; 0, or 2 with a message. */
 static int precision_args(const options *o, mirror_model_desc *md)
 {
     mirror_loss_scale_desc *ls = &md->loss_scale;
@@ -182,6 +182,7 @@ int main(int argc, char **argv)
     mirror_strategy *s = NULL;
     mirror_model *m = NULL;
     mirror_epoch_log log;
+    mirror_loss_scale_state scaler;
     totals sums = {0.0, 0};
     int rc;
 
@@ -191,6 +192,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "train: --checkpoint-every needs --save PATH\n");
         return 2;
     }
+    memset(&md, 0, sizeof md);
+    if (precision_args(&o, &md)) return 2;
     if (o.data)
         rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
     else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
@@ -206,14 +209,12 @@ int main(int argc, char **argv)
            train.count, test.count, train.height, train.width);
     printf("strategy: %s\n", mirror_strategy_describe(s));
 
-    memset(&md, 0, sizeof md);
     md.strategy = s;
     md.channels = train.channels, md.height = train.height, md.width = train.width;
     md.max_batch = o.batch;
     md.seed = o.seed;
     md.optimizer.kind = optimizer_kind(o.optimizer, &md.optimizer.momentum);
     md.optimizer.lr = (float)o.lr;
-    if ((rc = precision_args(&o, &md))) goto out;
     if ((rc = mirror_model_create(&md, &m, &err))) {
         fprintf(stderr, "train: %s\n", err.message);
         goto out;
@@ -272,10 +273,13 @@ int main(int argc, char **argv)
         goto out;
     }
     printf("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
-           "test_acc=%.4f samples_per_s=%.0f seconds=%.1f\n",
+           "test_acc=%.4f samples_per_s=%.0f seconds=%.1f precision=%s",
            mirror_num_replicas(s), o.epochs, o.model, log.train_loss, log.train_acc,
            log.val_loss, log.val_acc,
-           sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0.0, log.elapsed);
+           sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0.0, log.elapsed, o.precision);
+    if (md.precision != MIRROR_PRECISION_FP32 && mirror_loss_scale_get(m, &scaler) == MIRROR_OK)
+        printf(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
+    printf("\n");
 out:
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);

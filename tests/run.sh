@@ -79,6 +79,12 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --synthetic 3000 --epochs 1000 --save '$tmp/int.ckpt' >'$tmp/int.out' 2>&1 & pid=\$!; sleep 1; kill -INT \$pid; wait \$pid; test \$? -eq 130 && grep -q 'checkpoint saved' '$tmp/int.out' && $BUILD/train --model mlp --synthetic 3000 --resume '$tmp/int.ckpt' --epochs 1000000 --epochs 1 | grep -q '^resume: '"
     check "build/train rejects a bad flag with exit 2" sh -c \
         "$BUILD/train --replicas zero >/dev/null 2>&1; test \$? -eq 2"
+    check "build/train --precision fp16: the loss scale on the final: line" sh -c \
+        "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0\$'"
+    check "build/train: a scale that always overflows stops the run with its reason" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --precision fp16 --loss-scale 1e9 --max-skips 4 2>'$tmp/skips.err' >/dev/null; test \$? -eq 1 && grep -q 'steps were skipped' '$tmp/skips.err'"
+    check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
+        "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi
 
 # The CUDA trainer (built when nvcc is found). Without a GPU it must fall

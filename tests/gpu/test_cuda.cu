@@ -17,6 +17,7 @@
 #include "../../mirror_cuda.h"
 #include "../check.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,23 +75,28 @@ static mirror_strategy *gpu1;
 static void *gdev, *cdev;
 static const mirror__backend *G = &mirror__cuda_backend, *C = &mirror__cpu_backend;
 
-static float *to_gpu(const float *h, size_t n)
+static void *to_gpu_bytes(const void *h, size_t bytes)
 {
-    float *d = (float *)G->alloc(gdev, n * sizeof(float));
-    G->upload(gdev, d, h, n * sizeof(float));
+    void *d = G->alloc(gdev, bytes);
+    G->upload(gdev, d, h, bytes);
     return d;
 }
 
-static float *from_gpu(const float *d, size_t n)
+static void *from_gpu_bytes(const void *d, size_t bytes)
 {
-    float *h = (float *)malloc((n ? n : 1) * sizeof(float));
-    G->download(gdev, h, d, n * sizeof(float));
+    void *h = malloc(bytes ? bytes : 1);
+    G->download(gdev, h, d, bytes);
     return h;
 }
 
+static float *to_gpu(const float *h, size_t n) { return (float *)to_gpu_bytes(h, n * sizeof(float)); }
+static float *from_gpu(const float *d, size_t n) { return (float *)from_gpu_bytes(d, n * sizeof(float)); }
+static uint16_t *to_gpu16(const uint16_t *h, size_t n) { return (uint16_t *)to_gpu_bytes(h, n * sizeof(uint16_t)); }
+static uint16_t *from_gpu16(const uint16_t *d, size_t n) { return (uint16_t *)from_gpu_bytes(d, n * sizeof(uint16_t)); }
+
 static void test_elementwise(void)
 {
-    const size_t n = 100003;
+    const size_t n = 7 * 13 * 1099; /* bias: rows * channels * inner */
     float *x = random_floats(n, 3.0f), *y = random_floats(n, 1.0f), *cpu = (float *)malloc(n * 4), *gpu;
     float *dx, *dy;
     poison(x, n);
@@ -287,16 +293,281 @@ static void test_losses(void)
     G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, NULL);
     got = from_gpu(gloss, rows - 1);
     CHECK(ulp_misses(loss, got, rows - 1, 16) == 0, "MSE loss within 16 ulp (a sum of 10 squares)");
-    free(got), free(z), free(dz), free(loss), free(t), free(y), free(cor), free(corh);
+    free(got);
+    { /* the loss scale, read from device memory: a power of two scales dz exactly, not the loss */
+        float scale = 1024.0f, *gscale = to_gpu(&scale, 1), *plain, *scaled, *cpu_dz = (float *)malloc(rows * k * 4);
+        float *loss_plain;
+        size_t j, n = rows * k;
+        G->softmax_ce(gdev, gdz, gloss, gcor, gz, gy, rows, k, 1.0f / rows, NULL);
+        plain = from_gpu(gdz, n), loss_plain = from_gpu(gloss, rows);
+        G->softmax_ce(gdev, gdz, gloss, gcor, gz, gy, rows, k, 1.0f / rows, gscale);
+        C->softmax_ce(cdev, cpu_dz, loss, cor, z, y, rows, k, 1.0f / rows, &scale);
+        scaled = from_gpu(gdz, n), got = from_gpu(gloss, rows);
+        for (j = 0; j < n; j++) plain[j] *= scale;
+        CHECK(same_bits(plain, scaled, n) && same_bits(loss_plain, got, rows),
+              "softmax cross-entropy with a device loss scale of 1024: dz exactly 1024 times the unscaled, loss unchanged");
+        for (j = 0, bad = 0; j < n; j++)
+            bad += isnan(cpu_dz[j]) ? !isnan(scaled[j]) : !(fabsf(scaled[j] - cpu_dz[j]) <= 1e-5f * scale / rows);
+        CHECK(bad == 0, "softmax cross-entropy scaled dz against the CPU's: within 1e-5 of the largest (%zu off)", bad);
+        free(plain), free(scaled), free(got), free(loss_plain);
+        n = (rows - 1) * k;
+        G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, NULL);
+        plain = from_gpu(gdz, n);
+        G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, gscale);
+        C->mse(cdev, cpu_dz, loss, z + k, t, rows - 1, k, 0.5f, &scale);
+        scaled = from_gpu(gdz, n);
+        for (j = 0; j < n; j++) plain[j] *= scale;
+        CHECK(same_bits(plain, scaled, n), "MSE with a device loss scale of 1024: dz exactly 1024 times the unscaled");
+        CHECK(ulp_misses(cpu_dz, scaled, n, 4) == 0, "MSE scaled dz against the CPU's: within 4 ulp");
+        free(plain), free(scaled), free(cpu_dz);
+        G->release(gdev, gscale);
+    }
+    free(z), free(dz), free(loss), free(t), free(y), free(cor), free(corh);
     G->release(gdev, gz), G->release(gdev, gdz), G->release(gdev, gloss), G->release(gdev, gy);
     G->release(gdev, gcor), G->release(gdev, gacc), G->release(gdev, gt);
+}
+
+/* ---- mixed precision ---- */
+
+static const int formats[2] = {MIRROR_PRECISION_FP16, MIRROR_PRECISION_BF16};
+
+static const char *format_name(int f) { return mirror_precision_name((mirror_precision)f); }
+
+/* n floats over every range 16 bits meet: special values first, then random
+   bit patterns (NaN payloads, Inf, float subnormals, huge values), the fp16
+   range from its subnormals to past its overflow, exact fp16 and bf16 ties. */
+static float *wide_range_floats(size_t n)
+{
+    static const float specials[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e6f, FLT_MAX,
+                                     INFINITY, -INFINITY, NAN, 5.9604644775390625e-8f /* 2^-24 */,
+                                     2.98023223876953125e-8f /* 2^-25 */, 6.103515625e-05f /* 2^-14 */, 1e-45f,
+                                     FLT_MIN};
+    float *p = (float *)malloc(n * sizeof(float));
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint64_t r = mirror__next(&rng);
+        uint32_t u = (uint32_t)(r >> 32), e = (101 + (uint32_t)(r >> 8) % 44) << 23; /* 2^-26 .. 2^17 */
+        switch (r & 3) {
+        case 0: break;                                                           /* any pattern */
+        case 1: u = (u & 0x807fffffu) | e; break;                                /* fp16's range */
+        case 2: u = (u & 0x807fe000u) | e | 0x1000u; break;                      /* an fp16 tie */
+        default: u = (u & 0xffff0000u) | 0x8000u; break;                         /* a bf16 tie */
+        }
+        p[i] = i < sizeof specials / sizeof *specials ? specials[i] : mirror_hd_float(u);
+    }
+    return p;
+}
+
+/* Equal, or both NaN: the GPU's float arithmetic returns the canonical NaN,
+   the CPU's the payload of an operand. */
+static size_t half_misses(const uint16_t *a, const uint16_t *b, size_t n, int f)
+{
+    size_t i, bad = 0;
+    for (i = 0; i < n; i++)
+        bad += a[i] != b[i] && !(isnan(mirror_hd_widen(a[i], f)) && isnan(mirror_hd_widen(b[i], f)));
+    return bad;
+}
+
+/* round, narrow and widen are integer bit work and exact float steps: bitwise, NaN payloads included. */
+static void test_half_ops(void)
+{
+    const size_t n = 100003;
+    float *x = wide_range_floats(n), *cpu = (float *)malloc(n * 4), *dx = to_gpu(x, n), *got;
+    uint16_t *h = (uint16_t *)malloc(n * 2), *every = (uint16_t *)malloc(65536 * 2), *got16;
+    uint16_t *dh = (uint16_t *)G->alloc(gdev, n * 2);
+    size_t i, k;
+    for (i = 0; i < 65536; i++) every[i] = (uint16_t)i;
+    for (k = 0; k < 2; k++) {
+        int f = formats[k];
+        memcpy(cpu, x, n * 4);
+        C->round(cdev, cpu, n, f);
+        G->upload(gdev, dx, x, n * 4);
+        G->round(gdev, dx, n, f);
+        got = from_gpu(dx, n);
+        CHECK(same_bits(cpu, got, n), "%s round: bitwise over %zu floats of every range", format_name(f), n);
+        free(got);
+        C->narrow(cdev, h, x, n, f);
+        G->upload(gdev, dx, x, n * 4);
+        G->narrow(gdev, dh, dx, n, f);
+        got16 = from_gpu16(dh, n);
+        CHECK(!memcmp(h, got16, n * 2), "%s narrow: bitwise over %zu floats of every range", format_name(f), n);
+        free(got16);
+        C->widen(cdev, cpu, every, 65536, f);
+        G->upload(gdev, dh, every, 65536 * 2);
+        G->widen(gdev, dx, dh, 65536, f);
+        got = from_gpu(dx, 65536);
+        CHECK(same_bits(cpu, got, 65536), "%s widen: all 65536 patterns bitwise", format_name(f));
+        free(got);
+    }
+    free(x), free(cpu), free(h), free(every);
+    G->release(gdev, dx), G->release(gdev, dh);
+}
+
+/* check sets found_nonfinite exactly when the CPU does, over a gradient
+   longer than the grid's first pass, and touches nothing else. */
+static void test_check(void)
+{
+    const size_t n = (size_t)65535 * MIRROR__THREADS + 1001;
+    float *x = wide_range_floats(n);
+    uint16_t *g = (uint16_t *)malloc(n * 2), *dg = (uint16_t *)G->alloc(gdev, n * 2);
+    mirror_loss_scale_state *dst = (mirror_loss_scale_state *)G->alloc(gdev, sizeof *dst);
+    size_t i, k, c;
+    for (k = 0; k < 2; k++) {
+        int f = formats[k], bf16 = f == MIRROR_PRECISION_BF16;
+        uint16_t inf = bf16 ? 0x7f80 : 0x7c00, nan = bf16 ? 0x7fc0 : 0x7e00, top = bf16 ? 0x7f7f : 0x7bff;
+        const struct {
+            size_t at;
+            uint16_t value;
+            float scale;
+            uint32_t flag_before;
+            int want;
+            const char *what;
+        } cases[] = {
+            {0, 0, 65536.0f, 0, 0, "finite values, subnormals included, scale 65536"},
+            {0, 0, 0.5f, 0, 0, "finite values, scale 0.5"},
+            {n - 1, inf, 65536.0f, 0, 1, "+Inf at the last element"},
+            {n / 2, nan, 65536.0f, 0, 1, "a NaN in the middle"},
+            {0, (uint16_t)(inf | 0x8000), 1.0f, 0, 1, "-Inf at the first element"},
+            {n - 1, top, 1.0f, 0, 0, "the largest finite value, scale 1"},
+            {n - 1, top, 0.5f, 0, bf16, "the largest finite value, scale 0.5 (bf16: Inf once unscaled)"},
+            {0, 0, 65536.0f, 1, 1, "finite values with the flag already set (check never clears it)"},
+        };
+        /* finite, and small enough for bf16 to stay finite unscaled by 0.5 */
+        for (i = 0; i < n; i++) {
+            g[i] = mirror_hd_narrow(x[i], f);
+            if (!(fabsf(mirror_hd_widen(g[i], f)) <= 1e30f)) g[i] = 0;
+        }
+        for (c = 0; c < sizeof cases / sizeof *cases; c++) {
+            mirror_loss_scale_state cs, gs;
+            uint16_t kept = g[cases[c].at];
+            memset(&cs, 0, sizeof cs);
+            cs.scale = cases[c].scale, cs.found_nonfinite = cases[c].flag_before, cs.applied = 3;
+            g[cases[c].at] = cases[c].value ? cases[c].value : kept;
+            G->upload(gdev, dst, &cs, sizeof cs);
+            G->upload(gdev, dg, g, n * 2);
+            C->check(cdev, &cs, g, n, f);
+            G->check(gdev, dst, dg, n, f);
+            G->download(gdev, &gs, dst, sizeof gs);
+            CHECK(cs.found_nonfinite == (uint32_t)cases[c].want && !memcmp(&cs, &gs, sizeof cs),
+                  "%s check, %s: flag %u on the CPU, %u on the GPU, want %d; the rest untouched", format_name(f),
+                  cases[c].what, cs.found_nonfinite, gs.found_nonfinite, cases[c].want);
+            g[cases[c].at] = kept;
+        }
+    }
+    free(x), free(g);
+    G->release(gdev, dg), G->release(gdev, dst);
+}
+
+/* The fused updates against the CPU's on the same inputs: 16-bit gradients
+   unscaled by 1024 (subnormal, NaN and Inf among them), Adam's t = applied
+   + 1 = 7. Tolerances as for sgd and adam (the compilers may fuse different
+   multiply-adds); w16 must be narrow(w) of the GPU's own w, bit for bit. With
+   the flag set, nothing moves at all. */
+static void test_mixed_updates(void)
+{
+    static const char *const names[4] = {"SGD Nesterov", "SGD without momentum", "AdamW", "Adam (L2)"};
+    const size_t n = 65537;
+    size_t i, k, o;
+    for (k = 0; k < 2; k++) {
+        int f = formats[k], bf16 = f == MIRROR_PRECISION_BF16;
+        float *w = random_floats(n, 1.0f), *m = random_floats(n, 0.01f), *v = random_floats(n, 0.01f);
+        float *gf = random_floats(n, 0.1f * 1024.0f), *wc = (float *)malloc(n * 4), *mc = (float *)malloc(n * 4);
+        float *vc = (float *)malloc(n * 4), *dw, *dm, *dv, *gw, *gm, *gv;
+        uint16_t *g = (uint16_t *)malloc(n * 2), *w16 = (uint16_t *)calloc(n, 2), *w16c = (uint16_t *)malloc(n * 2);
+        uint16_t *dg, *dw16, *gw16;
+        mirror_loss_scale_state st, *dst;
+        size_t inconsistent;
+        memset(&st, 0, sizeof st);
+        st.scale = 1024.0f, st.applied = 6;
+        for (i = 0; i < n; i++) v[i] = fabsf(v[i]), g[i] = mirror_hd_narrow(gf[i], f);
+        g[3] = bf16 ? 0x7fc0 : 0x7e00, g[7] = bf16 ? 0x7f80 : 0x7c00, g[11] = 0x0001, g[12] = 0x8003;
+        dw = to_gpu(w, n), dm = to_gpu(m, n), dv = to_gpu(v, n), dg = to_gpu16(g, n), dw16 = to_gpu16(w16, n);
+        dst = (mirror_loss_scale_state *)to_gpu_bytes(&st, sizeof st);
+        for (o = 0; o < 4; o++) {
+            memcpy(wc, w, n * 4), memcpy(mc, m, n * 4), memcpy(vc, v, n * 4), memcpy(w16c, w16, n * 2);
+            G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
+            G->upload(gdev, dw16, w16, n * 2);
+            if (o < 2) {
+                float momentum = o == 0 ? 0.9f : 0.0f;
+                C->sgd_mixed(cdev, wc, o == 0 ? mc : NULL, w16c, g, n, f, &st, 0.1f, momentum, 1e-4f, 1);
+                G->sgd_mixed(gdev, dw, o == 0 ? dm : NULL, dw16, dg, n, f, dst, 0.1f, momentum, 1e-4f, 1);
+            } else {
+                C->adam_mixed(cdev, wc, mc, vc, w16c, g, n, f, &st, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, o == 2);
+                G->adam_mixed(gdev, dw, dm, dv, dw16, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, o == 2);
+            }
+            gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
+            for (i = 0, inconsistent = 0; i < n; i++) inconsistent += gw16[i] != mirror_hd_narrow(gw[i], f);
+            CHECK(near(wc, gw, n, 1e-7f), "%s %s: masters within 4 ulp + 1e-7, NaN where NaN", format_name(f), names[o]);
+            CHECK(near(mc, gm, n, o < 2 ? 1e-7f : 1e-9f), "%s %s: first moments (momentum) within 4 ulp + %g",
+                  format_name(f), names[o], o < 2 ? 1e-7 : 1e-9);
+            CHECK(o < 2 ? same_bits(v, gv, n) : near(vc, gv, n, 1e-9f), "%s %s: second moments within 4 ulp + 1e-9",
+                  format_name(f), names[o]);
+            CHECK(inconsistent == 0, "%s %s: the 16-bit copy is narrow(w) of the GPU's w (%zu differ)", format_name(f),
+                  names[o], inconsistent);
+            free(gw), free(gm), free(gv), free(gw16);
+        }
+        /* a skipped step: the flag set, every buffer as it was */
+        st.found_nonfinite = 1;
+        G->upload(gdev, dst, &st, sizeof st);
+        G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
+        G->upload(gdev, dw16, w16, n * 2);
+        G->sgd_mixed(gdev, dw, dm, dw16, dg, n, f, dst, 0.1f, 0.9f, 1e-4f, 1);
+        G->adam_mixed(gdev, dw, dm, dv, dw16, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+        gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
+        CHECK(same_bits(w, gw, n) && same_bits(m, gm, n) && same_bits(v, gv, n) && !memcmp(w16, gw16, n * 2),
+              "%s SGD and Adam with found_nonfinite set: w, m, v and w16 untouched", format_name(f));
+        free(gw), free(gm), free(gv), free(gw16);
+        free(w), free(m), free(v), free(gf), free(wc), free(mc), free(vc), free(g), free(w16), free(w16c);
+        G->release(gdev, dw), G->release(gdev, dm), G->release(gdev, dv), G->release(gdev, dg);
+        G->release(gdev, dw16), G->release(gdev, dst);
+    }
+}
+
+/* The scaler's state machine on the GPU against the CPU's over 200 steps of
+   flags: long finite runs (growth up to max_scale) and runs of overflows
+   (backoff down to min_scale). Factors that are not powers of two, so that
+   the float arithmetic rounds; bitwise. */
+static void test_scaler_update(void)
+{
+    static const mirror_loss_scaling kinds[3] = {MIRROR_SCALE_DYNAMIC, MIRROR_SCALE_STATIC, MIRROR_SCALE_NONE};
+    static const float overflow_odds[4] = {0.0f, 0.95f, 0.3f, 0.0f}; /* per run of 25 steps */
+    mirror_loss_scale_state *dst = (mirror_loss_scale_state *)G->alloc(gdev, sizeof *dst);
+    size_t k, step;
+    for (k = 0; k < 3; k++) {
+        mirror_loss_scale_desc d;
+        mirror_loss_scale_state cs, gs;
+        size_t bad = 0;
+        int hit_min = 0, hit_max = 0;
+        memset(&d, 0, sizeof d), memset(&cs, 0, sizeof cs);
+        d.kind = kinds[k], d.init_scale = 1000.0f, d.growth_factor = 1.5f, d.backoff_factor = 0.6f;
+        d.growth_interval = 3, d.min_scale = 3.0f, d.max_scale = 5000.0f, d.max_consecutive_skips = 50;
+        cs.scale = cs.last_scale = d.init_scale;
+        gs = cs;
+        for (step = 0; step < 200; step++) {
+            uint32_t flag = mirror__uniform(&rng) < overflow_odds[step / 25 % 4];
+            cs.found_nonfinite = gs.found_nonfinite = flag;
+            G->upload(gdev, dst, &gs, sizeof gs);
+            C->scaler_update(cdev, &cs, &d);
+            G->scaler_update(gdev, dst, &d);
+            G->download(gdev, &gs, dst, sizeof gs);
+            bad += memcmp(&cs, &gs, sizeof cs) != 0;
+            hit_min |= cs.scale == d.min_scale, hit_max |= cs.scale == d.max_scale;
+        }
+        CHECK(bad == 0, "scaler_update, %s: the GPU's state bitwise the CPU's after each of 200 steps (%zu differ)",
+              mirror_loss_scaling_name(kinds[k]), bad);
+        if (kinds[k] == MIRROR_SCALE_DYNAMIC)
+            CHECK(hit_min && hit_max && cs.skipped > 20 && cs.applied > 100,
+                  "the dynamic sequence reached both bounds (skipped %llu, applied %llu)",
+                  (unsigned long long)cs.skipped, (unsigned long long)cs.applied);
+    }
+    G->release(gdev, dst);
 }
 
 /* ---- whole models ---- */
 
 static mirror_dataset data;
 
-static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt)
+static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt, mirror_precision precision)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
@@ -307,6 +578,7 @@ static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt)
     d.seed = 5;
     d.optimizer.kind = opt;
     d.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    d.precision = precision; /* fp16: dynamic loss scaling from 65536 */
     if (mirror_model_create(&d, &m, NULL)) return NULL;
     mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
     mirror_flatten(m), mirror_dense(m, 32), mirror_relu(m), mirror_dense(m, 10);
@@ -333,7 +605,7 @@ static mirror_strategy *strategy(const char *devices, mirror_reducer reducer)
 /* Parameters after `steps` steps of batch 40 (the last of an epoch of 150 is 30). */
 static float *train(mirror_strategy *s, mirror_optimizer_kind opt, int steps, size_t *n)
 {
-    mirror_model *m = model(s, opt);
+    mirror_model *m = model(s, opt, MIRROR_PRECISION_FP32);
     size_t perm[150], k;
     float *p;
     if (!m) return NULL;
@@ -369,6 +641,89 @@ static float *train(mirror_strategy *s, mirror_optimizer_kind opt, int steps, si
     }
     mirror_model_destroy(m);
     return p;
+}
+
+/* The copy reducer on 1, 2 and 4 replicas of GPU 0 against the CPU reducer:
+   the 16-bit all-reduce and the float one bitwise (NaN where NaN), and the
+   broadcast. Values: every 16-bit pattern, subnormals whose sums turn
+   normal, and large values whose sums overflow to Inf. */
+static uint16_t random_half(int f)
+{
+    uint64_t r = mirror__next(&rng);
+    uint16_t u = (uint16_t)(r >> 48);
+    float large = f == MIRROR_PRECISION_BF16 ? 1e38f : 30000.0f, sign = r & 4 ? -1.0f : 1.0f;
+    switch (r & 3) {
+    case 0: return u;
+    case 1: return (uint16_t)(u & (f == MIRROR_PRECISION_BF16 ? 0x807fu : 0x83ffu)); /* subnormal */
+    case 2: return mirror_hd_narrow(sign * large * (1.0f + (float)(u % 1000) / 1000.0f), f);
+    default: return mirror_hd_narrow(4.0f * (2.0f * mirror__uniform(&rng) - 1.0f), f);
+    }
+}
+
+static void test_copy_reducer(void)
+{
+    static const char *const gpus[3] = {"cuda:0", "cuda:0,0", "cuda:0,0,0,0"}, *const cpus[3] = {"cpu:1", "cpu:2", "cpu:4"};
+    const size_t n = 100003;
+    size_t t, r, k, i;
+    for (t = 0; t < 3; t++) {
+        mirror_strategy *gs = strategy(gpus[t], MIRROR_REDUCER_COPY), *cs = strategy(cpus[t], MIRROR_REDUCER_DEFAULT);
+        size_t R = (size_t)1 << t, bad = 0;
+        int rc;
+        uint16_t *h[4], *d[4], *got;
+        float *hf[4], *df[4], *gotf, *root;
+        CHECK(gs && cs && strcmp(gs->reducer->name, "copy") == 0, "%s: the copy reducer", gpus[t]);
+        if (!gs || !cs) continue;
+        for (k = 0; k < 2; k++) {
+            int f = formats[k];
+            for (r = 0; r < R; r++) {
+                h[r] = (uint16_t *)malloc(n * 2);
+                for (i = 0; i < n; i++) h[r][i] = random_half(f);
+                d[r] = to_gpu16(h[r], n);
+            }
+            cudaDeviceSynchronize(); /* the uploads, on another stream than the reducer's */
+            cs->reducer->all_reduce_half(cs, h, n, f, NULL);
+            rc = gs->reducer->all_reduce_half(gs, d, n, f, NULL);
+            cudaDeviceSynchronize();
+            for (r = 0, bad = 0; r < R; r++) {
+                got = from_gpu16(d[r], n);
+                bad += half_misses(h[r], got, n, f);
+                free(got), free(h[r]);
+                G->release(gdev, d[r]);
+            }
+            CHECK(rc == MIRROR_OK && bad == 0, "%s all-reduce of %s: every replica bitwise the CPU reducer's (%zu differ)",
+                  gpus[t], format_name(f), bad);
+        }
+        for (r = 0; r < R; r++) {
+            hf[r] = random_floats(n, 1e38f);
+            poison(hf[r], n);
+            df[r] = to_gpu(hf[r], n);
+        }
+        cudaDeviceSynchronize();
+        mirror_all_reduce_sum(cs, hf, n);
+        rc = mirror_all_reduce_sum(gs, df, n);
+        cudaDeviceSynchronize();
+        for (r = 0, bad = 0; r < R; r++) {
+            gotf = from_gpu(df[r], n);
+            bad += ulp_misses(hf[r], gotf, n, 0);
+            free(gotf);
+        }
+        CHECK(rc == MIRROR_OK && bad == 0, "%s float all-reduce: every replica bitwise the CPU reducer's (%zu differ)",
+              gpus[t], bad);
+        root = random_floats(n, 1.0f);
+        G->upload(gdev, df[R - 1], root, n * 4);
+        cudaDeviceSynchronize();
+        rc = mirror_broadcast(gs, df, n, R - 1);
+        cudaDeviceSynchronize();
+        for (r = 0, bad = 0; r < R; r++) {
+            gotf = from_gpu(df[r], n);
+            bad += !same_bits(root, gotf, n);
+            free(gotf), free(hf[r]);
+            G->release(gdev, df[r]);
+        }
+        CHECK(rc == MIRROR_OK && bad == 0, "%s broadcast from the last replica: every replica bitwise", gpus[t]);
+        free(root);
+        mirror_strategy_destroy(gs), mirror_strategy_destroy(cs);
+    }
 }
 
 static double worst_excess(const float *a, const float *ref, size_t n, double abs_tol, double rel_tol)
@@ -425,6 +780,128 @@ static void test_training(void)
     free(ref);
 }
 
+/* A mixed-precision run: the mean losses of 20 SGD-momentum steps, then one
+   step whose sample 30 (replica 1's shard of 40 on 2 replicas) holds an input
+   of 1e6: Inf in fp16, finite in bf16. */
+typedef struct mixed_run {
+    double loss[20];
+    mirror_loss_scale_state before, after; /* around the step with 1e6 */
+    float *params_before, *params_after;   /* replica 0's */
+    size_t n;                              /* parameters */
+    int replicas_equal;                    /* every replica's parameters after it */
+    int rc;                                /* the first failure */
+} mixed_run;
+
+static void run_mixed(mirror_strategy *s, mirror_precision precision, mixed_run *out)
+{
+    mirror_model *m = model(s, MIRROR_OPT_SGD, precision);
+    size_t perm[150], k, r, n, in = 28 * 28;
+    float *big, *q;
+    mirror_batch b;
+    memset(out, 0, sizeof *out);
+    out->rc = m ? MIRROR_OK : MIRROR_ERR_STATE;
+    if (!m) return;
+    mirror_permutation(perm, 150, 9, 0);
+    for (k = 0; k < 20 && !out->rc; k++) {
+        mirror_metrics met;
+        memset(&b, 0, sizeof b);
+        b.x = data.x, b.labels = data.labels, b.rows = data.count;
+        b.index = perm + (k % 4) * 40, b.n = k % 4 == 3 ? 30 : 40;
+        if (!(out->rc = mirror_train_step(m, &b, &met))) out->loss[k] = met.loss_sum / (double)met.count;
+    }
+    n = out->n = mirror_num_parameters(m);
+    out->params_before = (float *)malloc(n * 4), out->params_after = (float *)malloc(n * 4);
+    q = (float *)malloc(n * 4);
+    big = (float *)malloc(data.count * in * sizeof(float));
+    memcpy(big, data.x, data.count * in * sizeof(float));
+    big[30 * in + 100] = 1e6f;
+    memset(&b, 0, sizeof b);
+    b.x = big, b.labels = data.labels, b.rows = data.count, b.n = 40;
+    if (!out->rc) out->rc = mirror_loss_scale_get(m, &out->before);
+    if (!out->rc) out->rc = mirror_get_parameters(m, 0, out->params_before, n);
+    if (!out->rc) out->rc = mirror_train_step(m, &b, NULL);
+    if (!out->rc) out->rc = mirror_loss_scale_get(m, &out->after);
+    if (!out->rc) out->rc = mirror_get_parameters(m, 0, out->params_after, n);
+    out->replicas_equal = 1;
+    for (r = 1; r < mirror_num_replicas(s); r++) {
+        mirror_get_parameters(m, r, q, n);
+        out->replicas_equal &= same_bits(q, out->params_after, n);
+    }
+    if (out->rc) fprintf(stderr, "mixed run: %s\n", mirror_model_error(m));
+    free(big), free(q);
+    mirror_model_destroy(m);
+}
+
+/* fp16 and bf16 on 2 replicas of one GPU against 2 CPU replicas. Losses
+   within 2e-2 relative: the GPU's GEMMs add in another order, so an
+   activation now and then rounds to the neighbouring 16-bit value; 1 CPU
+   replica against 2 already differ by 3e-3 after 20 steps. The loss scaler
+   decides alike: the same state bit for bit. */
+static void test_mixed_training(void)
+{
+    mirror_strategy *cs = strategy("cpu:2", MIRROR_REDUCER_DEFAULT), *gs = strategy("cuda:0,0", MIRROR_REDUCER_COPY);
+    size_t k, i;
+    if (!cs || !gs) {
+        CHECK(0, "strategies cpu:2 and cuda:0,0");
+        mirror_strategy_destroy(cs), mirror_strategy_destroy(gs);
+        return;
+    }
+    for (k = 0; k < 2; k++) {
+        int f = formats[k], fp16 = f == MIRROR_PRECISION_FP16;
+        mixed_run c, g;
+        size_t off = 0, worst = 0;
+        run_mixed(cs, (mirror_precision)f, &c);
+        run_mixed(gs, (mirror_precision)f, &g);
+        CHECK(c.rc == MIRROR_OK && g.rc == MIRROR_OK, "%s: both runs complete", format_name(f));
+        if (c.rc || g.rc) {
+            free(c.params_before), free(c.params_after), free(g.params_before), free(g.params_after);
+            continue;
+        }
+        for (i = 0; i < 20; i++) {
+            off += !(fabs(g.loss[i] - c.loss[i]) <= 2e-2 * fabs(c.loss[i]));
+            if (fabs(g.loss[i] - c.loss[i]) > fabs(g.loss[worst] - c.loss[worst])) worst = i;
+        }
+        CHECK(off == 0, "%s, 2 replicas on one GPU: 20 step losses within 2e-2 relative of 2 CPU replicas, %zu off "
+              "(farthest at step %zu: %.6f against %.6f)", format_name(f), off, worst, g.loss[worst], c.loss[worst]);
+        CHECK(!memcmp(&g.before, &c.before, sizeof g.before) && g.before.skipped == 0 && g.before.applied == 20,
+              "%s after 20 steps: the GPU's scaler state equals the CPU's (scale %g, %llu skipped, %llu applied)",
+              format_name(f), (double)g.before.scale, (unsigned long long)g.before.skipped,
+              (unsigned long long)g.before.applied);
+        CHECK(!memcmp(&g.after, &c.after, sizeof g.after), "%s, an input of 1e6 on replica 1: the GPU's scaler state "
+              "equals the CPU's after the step", format_name(f));
+        if (fp16)
+            CHECK(g.after.skipped == 1 && g.after.last_skipped == 1 && g.after.found_nonfinite == 0 &&
+                      g.after.applied == 20 && g.after.scale == g.before.scale / 2 &&
+                      same_bits(g.params_before, g.params_after, g.n) && g.replicas_equal,
+                  "fp16, an input of 1e6 (Inf in fp16) on replica 1: every GPU replica skipped the step, the "
+                  "scale halved (%g -> %g), the parameters unchanged", (double)g.before.scale,
+                  (double)g.after.scale);
+        else
+            CHECK(g.after.skipped == 0 && g.after.applied == 21 && g.replicas_equal &&
+                      !same_bits(g.params_before, g.params_after, g.n),
+                  "bf16, an input of 1e6 (finite in bf16): the GPU step applied on every replica");
+        free(c.params_before), free(c.params_after), free(g.params_before), free(g.params_after);
+    }
+    mirror_strategy_destroy(cs), mirror_strategy_destroy(gs);
+#ifndef MIRROR_NO_NCCL
+    { /* all_reduce_half through ncclFloat16 and ncclBfloat16: one rank, so the copy reducer's bits */
+        mirror_strategy *ns = strategy("cuda:0", MIRROR_REDUCER_NCCL), *one = strategy("cuda:0", MIRROR_REDUCER_COPY);
+        for (k = 0; k < 2 && ns && one; k++) {
+            mixed_run a, b;
+            run_mixed(ns, (mirror_precision)formats[k], &a);
+            run_mixed(one, (mirror_precision)formats[k], &b);
+            CHECK(a.rc == MIRROR_OK && b.rc == MIRROR_OK && !memcmp(a.loss, b.loss, sizeof a.loss) &&
+                      !memcmp(&a.after, &b.after, sizeof a.after) && same_bits(a.params_after, b.params_after, a.n),
+                  "%s with NCCL, one rank: losses, scaler and parameters bitwise the copy reducer's",
+                  format_name(formats[k]));
+            free(a.params_before), free(a.params_after), free(b.params_before), free(b.params_after);
+        }
+        CHECK(ns && one, "strategies cuda:0 with NCCL and with the copy reducer");
+        mirror_strategy_destroy(ns), mirror_strategy_destroy(one);
+    }
+#endif
+}
+
 static void test_out_of_memory(void)
 {
     mirror_strategy *s = strategy("cuda:0", MIRROR_REDUCER_DEFAULT);
@@ -442,7 +919,7 @@ static void test_out_of_memory(void)
     CHECK(rc == MIRROR_ERR_NO_MEMORY && strstr(mirror_model_error(m), "cudaMalloc:"),
           "a model larger than the GPU: MIRROR_ERR_NO_MEMORY naming cudaMalloc (%d: %s)", rc, mirror_model_error(m));
     mirror_model_destroy(m);
-    m = model(s, MIRROR_OPT_SGD);
+    m = model(s, MIRROR_OPT_SGD, MIRROR_PRECISION_FP32);
     CHECK(m != NULL, "after an out-of-memory build, a small model builds");
     if (m) { /* and trains: the failure is not reported again by a later launch */
         mirror_batch b;
@@ -473,11 +950,17 @@ int main(void)
     test_gemm();
     test_conv_ops();
     test_losses();
+    test_half_ops();
+    test_check();
+    test_mixed_updates();
+    test_scaler_update();
     {
         mirror_error st = {0, ""};
         CHECK(G->status(gdev, &st) == MIRROR_OK, "no device error in the operation tests: %s", st.message);
     }
     test_training();
+    test_copy_reducer();
+    test_mixed_training();
     test_out_of_memory();
     G->close(gdev);
     C->close(cdev);
