@@ -50,6 +50,10 @@ check "build/train_cuda trains on the GPU to a final: line" sh -c \
     "$BUILD/train_cuda --model cnn --epochs 1 --synthetic 4000 | tee -a $log | grep -q '^strategy: .*CUDA replica' && grep -q '^final:' $log"
 check "build/train_cuda on 4 replicas of one GPU (copy reducer)" sh -c \
     "$BUILD/train_cuda --devices cuda:0,0,0,0 --model mlp --epochs 1 --synthetic 4000 | grep -q '^final: replicas=4'"
+check "build/train_cuda in fp16 on the GPU (tensor-core GEMMs, fused update)" sh -c \
+    "$BUILD/train_cuda --model cnn --epochs 1 --synthetic 4000 --precision fp16 | grep -q '^final: .*precision=fp16'"
+check "build/train_cuda in bf16 on 2 replicas of one GPU (16-bit copy all-reduce)" sh -c \
+    "$BUILD/train_cuda --devices cuda:0,0 --model mlp --epochs 1 --synthetic 4000 --precision bf16 | grep -q '^final: replicas=2 .*precision=bf16'"
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 {

@@ -1,18 +1,29 @@
 /* test_cuda.cu - the CUDA backend against the CPU backend (make test-gpu;
    needs a GPU). Every backend operation on random inputs, NaN and Inf
    included; whole training steps; 1, 2 and 4 replicas on one GPU against
-   one replica; NCCL with one rank; out-of-memory.
+   one replica; NCCL with one rank; out-of-memory. Mixed precision: round,
+   narrow, widen, check, the fused updates and the scaler against the CPU;
+   the copy reducer's 16-bit and float all-reduce against the CPU reducer;
+   fp16 and bf16 training against CPU replicas, with an overflowing input.
 
    Tolerances, and why:
    - data movement and comparisons (relu, im2col, maxpool, the copy
-     reducer's sum in replica order, col2im and maxpool backward, which add
+     reducer's sums in replica order, col2im and maxpool backward, which add
      in the CPU's order): bitwise;
-   - element formulas (bias add, SGD, Adam, MSE): 4 ulp, since host and
-     device compilers may fuse different multiply-adds;
+   - 16-bit conversions, the non-finite check, the loss scaler: bitwise
+     (integer bit work, single roundings, fminf/fmaxf), except that a sum
+     holding NaN may carry another NaN payload (the GPU's is canonical);
+   - element formulas (bias add, SGD, Adam, their mixed forms, MSE): 4 ulp
+     (or a small absolute margin near zero), since host and device
+     compilers may fuse different multiply-adds; the 16-bit copy of a
+     mixed update must then be exactly narrow(w) of the GPU's own w;
    - softmax cross-entropy: 1e-5 relative (the device's expf and logf are
      within 2 ulp, not correctly rounded);
    - sums in another order (cuBLAS GEMM, bias gradient): 1e-5 times the
-     sum of the magnitudes added. */
+     sum of the magnitudes added;
+   - mixed-precision training: step losses within 2e-2 relative (GEMMs
+     that add in another order move an activation now and then to the
+     neighbouring 16-bit value); the scaler's decisions bitwise. */
 #define MIRROR_IMPLEMENTATION
 #include "../../mirror_cuda.h"
 #include "../check.h"
