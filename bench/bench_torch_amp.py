@@ -68,6 +68,7 @@ def main():
         opt.state[p]["exp_avg_sq"].copy_(uniform(0.0, 1e-6))
     scaler = torch.amp.GradScaler("cuda", init_scale=SCALE, growth_factor=2.0, backoff_factor=0.5,
                                   growth_interval=2000)
+    scaler.scale(torch.ones((), device=dev))  # creates the scaler's state, as scaling the loss does
     src, dst = uniform(-1.0, 1.0), torch.empty(n, device=dev)
 
     def restore():
@@ -89,7 +90,7 @@ def main():
     copy_gbs = bytes_per["copy"] * n / (ms["copy"] * 1e-3) / 1e9
     for what, t in ms.items():
         gbs = bytes_per[what] * n / (t * 1e-3) / 1e9
-        print(f"torch_amp {what:<34} {bytes_per[what]:5d} {t:10.3f} {gbs:9.1f} {gbs / copy_gbs:8.2f}")
+        print(f"torch_amp {what:<30} {bytes_per[what]:7d} {t:10.3f} {gbs:9.1f} {gbs / copy_gbs:8.2f}")
     if scaler.get_scale() != SCALE:
         print(f"bench_torch_amp: the scale moved to {scaler.get_scale()}: a step was skipped", file=sys.stderr)
         return 1

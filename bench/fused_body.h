@@ -194,7 +194,7 @@ static int fused_main(int argc, char **argv, const char *devices, size_t default
 
     printf("# fused mixed-precision update: %s, N = %zu parameters, fp16 gradients at scale 65536, "
            "median of %d timings of %zu call(s)\n", s->describe, c.n, FUSED_ROUNDS, c.reps);
-    printf("# %-34s %7s %10s %9s %8s\n", "launches", "B/param", "ms", "GB/s", "of copy");
+    printf("# %-38s %7s %10s %9s %8s\n", "launches", "B/param", "ms", "GB/s", "of copy");
     for (i = 0; i < sizeof fused_lines / sizeof fused_lines[0]; i++) {
         double gbs;
         t = fused_seconds(&c, fused_lines[i].op);
@@ -202,7 +202,7 @@ static int fused_main(int argc, char **argv, const char *devices, size_t default
         if (fused_lines[i].op == FUSED_COPY) copy_gbs = gbs;
         if (fused_lines[i].op == FUSED_ADAM) t_adam = t;
         if (fused_lines[i].op == FUSED_STEP_ADAM || fused_lines[i].op == FUSED_STEP_SGD) steps += FUSED_ROUNDS + 1;
-        printf("fused %-34s %5d %10.3f %9.1f %8.2f\n", fused_lines[i].name, fused_lines[i].bytes, 1e3 * t, gbs,
+        printf("fused %-34s %7d %10.3f %9.1f %8.2f\n", fused_lines[i].name, fused_lines[i].bytes, 1e3 * t, gbs,
                gbs / copy_gbs);
     }
     /* Every step applied (finite gradients), and w16 is w in 16 bits. */
@@ -225,7 +225,7 @@ static int fused_main(int argc, char **argv, const char *devices, size_t default
     /* A skipped step: the flag set, adam_mixed reads it and returns. */
     fused_set_state(&c, host, 1);
     t = fused_seconds(&c, FUSED_ADAM);
-    printf("fused %-34s %5s %10.4f %9s %8s  (%.2f us, %.1e of adam_mixed's time)\n", "adam_mixed(skipped)", "-",
+    printf("fused %-34s %7s %10.4f %9s %8s  (%.2f us, %.1e of adam_mixed's time)\n", "adam_mixed(skipped)", "-",
            1e3 * t, "-", "-", 1e6 * t, t / t_adam);
 
     c.be->host_release(c.dev, host);

@@ -19,3 +19,18 @@ for key in "mlp 128" "cnn 256"; do
 done
 echo "step time of the CNN at global batch 256 on one GPU:"
 grep '^replicas' "$BUILD/bench_gpu.txt" | awk '{ printf "  %s replica(s): %s ms\n", $2, $3 }'
+
+# The fused mixed-precision update (bench_fused_cuda, 256M parameters) in GB/s
+# against the GPU's copy, then PyTorch's AMP update on as many parameters.
+"$BUILD/bench_fused_cuda" >"$BUILD/bench_fused_cuda.txt" || exit 1
+if python3 -c 'import torch' 2>/dev/null; then
+    python3 bench/bench_torch_amp.py >"$BUILD/bench_torch_amp.txt" || : >"$BUILD/bench_torch_amp.txt"
+else
+    : >"$BUILD/bench_torch_amp.txt"
+fi
+echo "fused mixed-precision update (what, B/param, ms, GB/s, fraction of the copy's GB/s):"
+cat "$BUILD/bench_fused_cuda.txt" "$BUILD/bench_torch_amp.txt"
+m=$(grep '^fused check+adam_mixed+scaler_update ' "$BUILD/bench_fused_cuda.txt" | awk '{print $4}')
+t=$(grep '^torch_amp amp_step ' "$BUILD/bench_torch_amp.txt" | awk '{print $4}')
+awk -v m="$m" -v t="$t" 'BEGIN { printf "AMP step with AdamW: mirror %s ms, torch %s ms%s\n", m, (t == "" ? "-" : t),
+    (t == "" ? "" : sprintf(" (torch / mirror %.2fx)", t / m)) }'
