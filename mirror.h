@@ -472,7 +472,9 @@ MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t siz
 
 /* Copies replica r's flat parameters, gradients (after a step: the reduced
    mean gradient of the last global batch) or optimizer state to dst, which
-   holds n floats (n must be the arena's size). Adam's state is m then v. */
+   holds n floats (n must be the arena's size). Adam's state is m then v.
+   In fp16 and bf16: the fp32 masters, and the reduced 16-bit gradient
+   widened and divided by the loss scale it carried. */
 MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n);
