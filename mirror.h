@@ -5186,10 +5186,10 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
             if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
             ran++;
             /* Metrics at the epoch's end and for the bar; in mixed precision
-               also every max_consecutive_skips / 2 steps, where the scaler
+               also every max_consecutive_skips / 2 + 1 steps, where the scaler
                is checked, so that a run that skips every step stops soon. */
             if (step + 1 == steps || (bar && mirror__now() - shown > 0.1) ||
-                (m->format && ran % ((m->desc.loss_scale.max_consecutive_skips + 1) / 2) == 0)) {
+                (m->format && ran % ((size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1) == 0)) {
                 if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
                     break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);

@@ -280,6 +280,23 @@ static void test_too_many_skips(mirror_strategy *s)
     CHECK(memcmp(init, now, n * sizeof(float)) == 0, "nothing was trained, nothing lost");
     CHECK(step(m, x, y) == MIRROR_ERR_NOT_FINITE, "the model stays usable and keeps saying so");
     mirror_model_destroy(m);
+
+    /* fit with the largest limit: checks the scaler every 2^31 + 1 steps */
+    ls.max_consecutive_skips = UINT32_MAX;
+    if ((m = small_model(s, MIRROR_PRECISION_FP16, &ls, 1))) {
+        mirror_dataset ds;
+        mirror_fit_desc fd;
+        memset(&ds, 0, sizeof ds);
+        ds.x = x, ds.labels = y, ds.count = BATCH, ds.channels = N_IN, ds.height = ds.width = 1;
+        memset(&fd, 0, sizeof fd);
+        fd.train = &ds;
+        fd.epochs = 3;
+        fd.batch = 4;
+        fd.progress = MIRROR_PROGRESS_NONE;
+        CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fit with max_consecutive_skips UINT32_MAX: %s",
+              mirror_model_error(m));
+        mirror_model_destroy(m);
+    }
 }
 
 static char logged[512];
