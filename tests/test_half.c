@@ -24,14 +24,8 @@
 
 static uint64_t rng_state = 0x4A1F5EEDull;
 
-/* splitmix64 */
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+/* the library's splitmix64 */
+static uint64_t rng_next(void) { return mirror__next(&rng_state); }
 
 static uint32_t rng_u32(void) { return (uint32_t)(rng_next() >> 32); }
 
