@@ -2283,7 +2283,6 @@ struct mirror_model {
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
     float **param_bufs;
     uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients */
-    char nonfinite_report[256]; /* the last report_nonfinite finding */
     int format;             /* mixed precision: the 16-bit format, else 0 */
     uint64_t steps;         /* steps run, skipped ones included */
     size_t untaken; /* samples of the steps whose metrics stay on the device */
@@ -2933,17 +2932,21 @@ MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t siz
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
 
 /* Mixed precision: the reduced 16-bit gradient of the last step, widened
-   and divided by the loss scale it carried (through dst as scratch). */
+   and divided by the loss scale it carried. */
 static int mirror__copy_out_half_grads(mirror_model *m, size_t r, float *dst)
 {
     mirror_loss_scale_state st;
     size_t i, n = m->nparams;
-    uint16_t *half = (uint16_t *)dst + n; /* the upper half of dst, read before written */
+    uint16_t *half = (uint16_t *)mirror__alloc(n ? n : 1, sizeof(uint16_t));
     int rc;
-    if ((rc = mirror__get_scaler(m, &st))) return rc;
-    m->be->download(m->rep[r].dev, half, m->rep[r].grad16, n * sizeof(uint16_t));
-    for (i = 0; i < n; i++) dst[i] = mirror_hd_unscale(half[i], m->format, 1.0f / st.last_scale);
-    return mirror__device_status(m);
+    if (!half) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_get_gradients: out of memory");
+    if ((rc = mirror__get_scaler(m, &st)) == MIRROR_OK) {
+        m->be->download(m->rep[r].dev, half, m->rep[r].grad16, n * sizeof(uint16_t));
+        for (i = 0; i < n; i++) dst[i] = mirror_hd_unscale(half[i], m->format, 1.0f / st.last_scale);
+        rc = mirror__device_status(m);
+    }
+    MIRROR_FREE(half);
+    return rc;
 }
 
 static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int which)
@@ -3264,7 +3267,11 @@ static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_st
     char msg[256];
     size_t i, r, j, found_layer = m->nlayers, found_rep = 0;
     float *host = (float *)mirror__alloc(m->nparams, sizeof(float));
-    for (r = 0; host && r < m->s->replicas; r++) {
+    if (!host) {
+        mirror__log(MIRROR_LOG_NOTICE, "a step was skipped; no memory to find the non-finite layer");
+        return;
+    }
+    for (r = 0; r < m->s->replicas; r++) {
         m->be->download(m->rep[r].dev, host, m->rep[r].grads, m->nparams * sizeof(float));
         for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
             const mirror__layer *l = &m->layers[i];
@@ -3289,7 +3296,6 @@ static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_st
                  "step %llu skipped: every replica's gradient is finite, their sum is not; "
                  "loss scale %g -> %g",
                  (unsigned long long)m->steps, (double)st->last_scale, (double)st->scale);
-    snprintf(m->nonfinite_report, sizeof m->nonfinite_report, "%s", msg);
     mirror__log(MIRROR_LOG_NOTICE, msg);
 }
 
@@ -4809,9 +4815,9 @@ static int mirror__check_precision(mirror_model *m, const char *path, const mirr
     memset(st, 0, sizeof *st);
     *has_st = !strcmp(p, "fp32") ? 0 : 1;
     if (!*has_st) return MIRROR_OK;
-    scale = mirror__meta(h, "loss_scale");
-    if (!scale || !(st->scale = strtof(scale, &end), *end == '\0' && end != scale) || !(st->scale > 0.0f) ||
-        !mirror_hd_finite(st->scale) || !mirror__meta_u64(h, "scaler_good_steps", &good) ||
+    if ((scale = mirror__meta(h, "loss_scale")) != NULL) st->scale = strtof(scale, &end);
+    if (!scale || end == scale || *end != '\0' || !(st->scale > 0.0f) || !mirror_hd_finite(st->scale) ||
+        !mirror__meta_u64(h, "scaler_good_steps", &good) ||
         !mirror__meta_u64(h, "scaler_consecutive_skips", &consecutive) || good > UINT32_MAX ||
         consecutive > UINT32_MAX || !mirror__meta_u64(h, "scaler_skipped", &st->skipped) ||
         !mirror__meta_u64(h, "optimizer_steps", &st->applied))

@@ -299,6 +299,34 @@ static void test_too_many_skips(mirror_strategy *s)
     }
 }
 
+/* mirror_get_gradients in fp16: the reduced gradient, unscaled, close to
+   the fp32 model's on the same first batch. */
+static void test_gradients(mirror_strategy *s2)
+{
+    static float x[BATCH * N_IN], g32[SNAP], g16[SNAP];
+    static int32_t y[BATCH];
+    mirror_model *a = small_model(s2, MIRROR_PRECISION_FP32, NULL, 1);
+    mirror_model *b = small_model(s2, MIRROR_PRECISION_FP16, NULL, 1);
+    size_t i, n;
+    float most = 0.0f, err = 0.0f;
+    if (!a || !b) goto out;
+    make_data(x, y, BATCH, 13);
+    step(a, x, y);
+    step(b, x, y);
+    n = mirror_num_parameters(a);
+    CHECK(mirror_get_gradients(a, 0, g32, n) == MIRROR_OK && mirror_get_gradients(b, 1, g16, n) == MIRROR_OK,
+          "gradients: %s", mirror_model_error(b));
+    for (i = 0; i < n; i++) {
+        most = fmaxf(most, fabsf(g32[i]));
+        err = fmaxf(err, fabsf(g32[i] - g16[i]));
+    }
+    CHECK(most > 0.0f && err <= 1e-2f * most, "fp16 gradient within 1%% of the largest fp32 one (%g of %g)",
+          (double)err, (double)most);
+out:
+    mirror_model_destroy(a);
+    mirror_model_destroy(b);
+}
+
 static char logged[512];
 static void capture(void *user, int level, const char *message)
 {
@@ -419,6 +447,7 @@ int main(void)
         test_skip(s3, MIRROR_PRECISION_FP16, NAN, 0);
         test_skip(s3, MIRROR_PRECISION_BF16, INFINITY, 1);
         test_skip(s3, MIRROR_PRECISION_BF16, NAN, 0);
+        test_gradients(s2);
         test_overflow(s2);
         test_too_many_skips(s2);
         test_report(s3);
