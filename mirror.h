@@ -2217,22 +2217,28 @@ MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin,
 
 #define MIRROR__REDUCE_CHUNK 512
 
+/* acc = the sum of bufs[r][begin, begin + len) over r in order 0, 1, ...,
+   which is then written back into every buffer. */
+static void mirror__sum_chunk(float *acc, float *const *bufs, size_t replicas, size_t begin, size_t len)
+{
+    size_t i, r;
+    memcpy(acc, bufs[0] + begin, len * sizeof(float));
+    for (r = 1; r < replicas; r++) {
+        const float *b = bufs[r] + begin;
+        for (i = 0; i < len; i++) acc[i] += b[i];
+    }
+    for (r = 0; r < replicas; r++) memcpy(bufs[r] + begin, acc, len * sizeof(float));
+}
+
 static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
     float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin, count, i, r, end;
+    size_t begin, count, end;
     mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
     end = begin + count;
-    for (; begin < end; begin += MIRROR__REDUCE_CHUNK) {
-        size_t len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        memcpy(acc, s->reduce_bufs[0] + begin, len * sizeof(float));
-        for (r = 1; r < s->replicas; r++) {
-            const float *b = s->reduce_bufs[r] + begin;
-            for (i = 0; i < len; i++) acc[i] += b[i];
-        }
-        for (r = 0; r < s->replicas; r++) memcpy(s->reduce_bufs[r] + begin, acc, len * sizeof(float));
-    }
+    for (; begin < end; begin += MIRROR__REDUCE_CHUNK)
+        mirror__sum_chunk(acc, s->reduce_bufs, s->replicas, begin, MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin));
 }
 
 /* The same over 16-bit buffers: widened, added in fp32 in replica order,
@@ -2377,6 +2383,8 @@ struct mirror_model {
     float **param_bufs;
     uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients */
     int format;             /* mixed precision: the 16-bit format, else 0 */
+    int sharded;            /* the update is sharded over the replicas (ZeRO stage 1) */
+    uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
     uint64_t steps;         /* steps run, skipped ones included */
     size_t untaken; /* samples of the steps whose metrics stay on the device */
 };
@@ -2773,7 +2781,7 @@ static void mirror__free_replicas(mirror_model *m)
         if (!p->dev) continue;
         m->be->release(p->dev, p->params);
         m->be->release(p->dev, p->grads);
-        m->be->release(p->dev, p->state);
+        if (r == 0 || !m->sharded) m->be->release(p->dev, p->state); /* sharded: one state */
         m->be->release(p->dev, p->acts);
         m->be->release(p->dev, p->work16);
         m->be->release(p->dev, p->grad16);
@@ -2792,9 +2800,11 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->grad_bufs);
     MIRROR_FREE(m->param_bufs);
     MIRROR_FREE(m->grad16_bufs);
+    MIRROR_FREE(m->found);
     m->rep = NULL;
     m->grad_bufs = m->param_bufs = NULL;
     m->grad16_bufs = NULL;
+    m->found = NULL;
 }
 
 /* The first failure any replica's device met since the last check. */
@@ -2910,8 +2920,10 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
+    m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
     init = (float *)mirror__alloc(m->nparams, sizeof(float));
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !init) goto oom;
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !init) goto oom;
+    m->sharded = R > 1 && m->be == &mirror__cpu_backend; /* see mirror__sharded_update_job */
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         size_t S = m->shard_max;
@@ -2921,7 +2933,8 @@ MIRROR_API int mirror_model_build(mirror_model *m)
         }
         p->params = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
         p->grads = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
-        p->state = (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
+        p->state = r > 0 && m->sharded ? m->rep[0].state
+                                       : (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
         p->host_x = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
         p->host_labels = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
@@ -3101,7 +3114,7 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     /* mixed precision: + the 16-bit copy and its fp32 view; + the 16-bit gradient */
     out->parameters = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
     out->gradients = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
-    out->optimizer = m->nstate * sizeof(float);
+    out->optimizer = r == 0 || !m->sharded ? m->nstate * sizeof(float) : 0; /* sharded: one state */
     out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes;
     return MIRROR_OK;
 }
@@ -3311,45 +3324,130 @@ static void mirror__compute_job(void *ctx, size_t worker)
 
 // >>optimizers --------------------------------------------------------------
 
-/* Mixed precision, on replica r's device and stream, with no wait for it:
-   the reduced 16-bit gradient checked (the same on every replica, so every
-   replica decides alike), the fused update that does nothing on a
-   non-finite step, the scaler's update, and the working copy widened. */
-static void mirror__update_mixed(mirror_model *m, mirror__replica *r)
+/* The fp32 update of parameters [off, off + n) of replica r, whose
+   reduced gradient is g; bc1 and bc2_sqrt are Adam's bias corrections. */
+static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n, const float *g,
+                                float bc1, float bc2_sqrt)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
-    size_t n = m->nparams;
-    int f = m->format;
-    m->be->check(r->dev, r->scaler, r->grad16, n, f);
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd_mixed(r->dev, r->params, m->nstate ? r->state : NULL, r->work16, r->grad16, n, f, r->scaler,
-                         o->lr, o->momentum, o->weight_decay, o->nesterov);
+        m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, o->lr, o->momentum,
+                   o->weight_decay, o->nesterov);
     else
-        m->be->adam_mixed(r->dev, r->params, r->state, r->state + n, r->work16, r->grad16, n, f, r->scaler,
-                          o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
-    m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
-    m->be->widen(r->dev, r->wide, r->work16, n, f);
+        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nparams + off, g, n, o->lr, o->beta1,
+                    o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
 }
 
-/* Replica `worker` applies the optimizer to its own copy, with the reduced gradient. */
+/* Mixed precision, on replica r's device and stream, with no wait for it,
+   once r->scaler->found_nonfinite holds the step's verdict: the fused
+   update of parameters [off, off + n), which does nothing on a non-finite
+   step, the scaler's update, and the working copy widened. */
+static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    size_t all = m->nparams;
+    int f = m->format;
+    if (o->kind == MIRROR_OPT_SGD)
+        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? r->state + off : NULL, r->work16 + off,
+                         r->grad16 + off, n, f, r->scaler, o->lr, o->momentum, o->weight_decay, o->nesterov);
+    else
+        m->be->adam_mixed(r->dev, r->params + off, r->state + off, r->state + all + off, r->work16 + off,
+                          r->grad16 + off, n, f, r->scaler, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                          o->kind == MIRROR_OPT_ADAMW);
+    m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
+    m->be->widen(r->dev, r->wide + off, r->work16 + off, n, f);
+}
+
+/* Replica `worker` applies the optimizer to its own copy, with the reduced
+   gradient: every replica the same update over every parameter. In mixed
+   precision each replica checks the whole reduced gradient first (the same
+   on every replica, so every replica decides alike). */
 static void mirror__update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
-    m->be->bind(r->dev);
     const mirror_optimizer_desc *o = &m->desc.optimizer;
-    size_t n = m->nparams;
+    float bc1, bc2_sqrt; /* identical for every replica */
+    m->be->bind(r->dev);
     if (m->format) {
-        mirror__update_mixed(m, r);
-    } else if (o->kind == MIRROR_OPT_SGD) {
-        m->be->sgd(r->dev, r->params, m->nstate ? r->state : NULL, r->grads, n, o->lr, o->momentum,
-                   o->weight_decay, o->nesterov);
-    } else {
-        float bc1, bc2_sqrt; /* identical for every replica */
-        mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
-        m->be->adam(r->dev, r->params, r->state, r->state + n, r->grads, n, o->lr, o->beta1, o->beta2,
-                    o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
+        m->be->check(r->dev, r->scaler, r->grad16, m->nparams, m->format);
+        mirror__update_mixed(m, r, 0, m->nparams);
+        return;
     }
+    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
+    mirror__update_fp32(m, r, 0, m->nparams, r->grads, bc1, bc2_sqrt);
+}
+
+/* The sharded update (ZeRO stage 1 on shared memory). Where every
+   replica's arenas are host memory (the CPU backend), replica w owns slice
+   w of the parameters (mirror_shard of nparams over the replicas): it sums
+   its slice of every replica's gradient in replica order (the
+   reduce-scatter: the additions of the all-reduce, so the same sums),
+   applies the optimizer to that slice only, and copies the new values into
+   the other replicas (the all-gather). Each parameter is updated once a
+   step rather than once per replica, the optimizer state lives once (every
+   replica's state pointer is replica 0's arena), and the replicas stay
+   bitwise equal: each slice is computed once, by one thread, and copied. */
+/* Copies parameters [off, off + n) of replica `from` (fp32 masters and, in
+   mixed precision, the working copy and its fp32 view) into the others. */
+static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_t n)
+{
+    const mirror__replica *src = &m->rep[from];
+    size_t r;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *dst = &m->rep[r];
+        if (r == from || !n) continue;
+        memcpy(dst->params + off, src->params + off, n * sizeof(float));
+        if (!m->format) continue;
+        memcpy(dst->work16 + off, src->work16 + off, n * sizeof(uint16_t));
+        memcpy(dst->wide + off, src->wide + off, n * sizeof(float));
+    }
+}
+
+/* fp32: reduce-scatter, update and all-gather of slice `worker`, chunk by
+   chunk while the chunk is in cache. Every replica's gradient arena ends
+   with the reduced gradient, as after the all-reduce. */
+static void mirror__sharded_update_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    float acc[MIRROR__REDUCE_CHUNK], bc1, bc2_sqrt;
+    size_t begin, count, end, len;
+    mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
+    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
+    for (end = begin + count; begin < end; begin += len) {
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, begin, len);
+        mirror__update_fp32(m, &m->rep[worker], begin, len, acc, bc1, bc2_sqrt);
+        mirror__gather_slice(m, worker, begin, len);
+    }
+}
+
+/* Mixed precision, after the 16-bit all-reduce: each replica checks its
+   slice of the reduced gradient into found[worker]... */
+static void mirror__sharded_check_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    mirror_loss_scale_state st = *r->scaler;
+    size_t begin, count;
+    mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
+    st.found_nonfinite = 0;
+    m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
+    m->found[worker] = st.found_nonfinite;
+}
+
+/* ... then every replica takes the verdict of all slices, updates its own
+   slice and its scaler, and copies the slice into the others. */
+static void mirror__sharded_mixed_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    size_t begin, count, i;
+    mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
+    for (i = 0; i < m->s->replicas; i++) r->scaler->found_nonfinite |= m->found[i];
+    mirror__update_mixed(m, r, begin, count);
+    mirror__gather_slice(m, worker, begin, count);
 }
 
 /* After a skipped step, with report_nonfinite: the first layer, from the
@@ -3480,11 +3578,16 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
     if ((rc = mirror__device_status(m))) return rc;
     if (m->format)
         rc = m->s->reducer->all_reduce_half(m->s, m->grad16_bufs, m->nparams, m->format, &m->err);
-    else
+    else if (!m->sharded)
         rc = m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams, &m->err);
     if (rc) return rc;
     m->steps++;
-    mirror__run(&m->s->team, mirror__update_job, &job);
+    if (m->sharded && m->format) {
+        mirror__run(&m->s->team, mirror__sharded_check_job, &job);
+        mirror__run(&m->s->team, mirror__sharded_mixed_job, &job);
+    } else {
+        mirror__run(&m->s->team, m->sharded ? mirror__sharded_update_job : mirror__update_job, &job);
+    }
     if ((rc = mirror__device_status(m))) return rc;
     if (m->format && m->desc.loss_scale.report_nonfinite) {
         mirror_loss_scale_state st;

@@ -1064,12 +1064,13 @@ static void test_memory_report(mirror_strategy *s)
               opts[i].name, mirror_optimizer_state_size(m), opts[i].state_per_param, np);
         for (r = 0; r < mirror_num_replicas(s); r++) {
             memset(&rep, 0, sizeof rep);
+            /* several CPU replicas share one optimizer state, counted on replica 0 */
+            size_t state = r == 0 || mirror_num_replicas(s) == 1 ? 4 * mirror_optimizer_state_size(m) : 0;
             ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * np &&
-                  rep.gradients == 4 * np && rep.optimizer == 4 * mirror_optimizer_state_size(m) &&
-                  rep.activations > 0;
+                  rep.gradients == 4 * np && rep.optimizer == state && rep.activations > 0;
         }
-        CHECK(ok, "%s: every replica reports parameters = gradients = 4 x %zu bytes, optimizer = 4 x state, "
-                  "activations > 0", opts[i].name, np);
+        CHECK(ok, "%s: every replica reports parameters = gradients = 4 x %zu bytes, the optimizer state once "
+                  "(4 x state on replica 0), activations > 0", opts[i].name, np);
         CHECK(mirror_memory_report_get(m, mirror_num_replicas(s), &rep) == MIRROR_ERR_ARGUMENT,
               "%s: replica out of range", opts[i].name);
         CHECK(mirror_memory_report_get(m, 0, NULL) == MIRROR_ERR_ARGUMENT, "%s: NULL out", opts[i].name);
