@@ -169,10 +169,21 @@ $(BUILD)/bench_train: bench/bench_train.c examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL) -lopenblas
+	$(CC) $(CFLAGS_ALL) -DBENCH_CFLAGS='"$(OPT) $(ARCH) -ffp-contract=fast -fno-math-errno $(CFLAGS)"' $< -o $@ $(LDLIBS_ALL) -lopenblas
+
+# The guard against a collapse of the built-in GEMM (CI): below 0.3x
+# OpenBLAS at a layer shape fails.
+bench-guard: info $(BUILD)/bench_gemm
+	./$(BUILD)/bench_gemm --guard 0.3
+
+# The tests of the GEMM, the threads and the API built for other targets:
+# the x86-64 baseline (SSE2), x86-64-v3 (AVX2), no FMA, clang, and arm64
+# under qemu-user where the cross compiler and qemu are installed.
+test-targets:
+	@CC="$(CC)" sh tests/targets.sh
 
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu bench bench-gpu bench-fused fuzz clean
+.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-gpu bench-fused fuzz clean
 .PRECIOUS: $(BUILD)/%

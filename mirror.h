@@ -1318,7 +1318,9 @@ typedef float mirror__vec;
 #endif
 #define MIRROR__NR (MIRROR__NV * MIRROR__VL)
 
-#if (defined(__GNUC__) && __GNUC__ >= 8) || defined(__clang__)
+#if defined(__CUDACC__) /* nvcc's front end knows its own spelling only */
+#define MIRROR__UNROLL _Pragma("unroll")
+#elif (defined(__GNUC__) && __GNUC__ >= 8) || defined(__clang__)
 #define MIRROR__UNROLL _Pragma("GCC unroll 16")
 #else
 #define MIRROR__UNROLL
@@ -1395,14 +1397,15 @@ static void mirror__pack_b(int tb, const float *b, size_t ldb, size_t kc, size_t
 static void mirror__tile(size_t kc, const float *pa, const float *pb, size_t ldpb, float *c, size_t ldc,
                          size_t mr, size_t nr, float beta)
 {
+    const mirror__vec zero = {0};
     mirror__vec acc[MIRROR__MR][MIRROR__NV], b[MIRROR__NV];
     size_t i, j, p;
     MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
-        MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = (mirror__vec){0};
+        MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero;
     for (p = 0; p < kc; p++, pa += MIRROR__MR, pb += ldpb) {
         MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) b[j] = mirror__vload(pb + j * MIRROR__VL);
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
-            mirror__vec ai = pa[i] - (mirror__vec){0}; /* broadcast; x - 0 is exactly x */
+            mirror__vec ai = pa[i] - zero; /* a broadcast: x - 0 is exactly x */
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] += ai * b[j];
         }
     }
