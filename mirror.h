@@ -1436,13 +1436,14 @@ static void mirror__sgemm_builtin(int ta, int tb, size_t m, size_t n, size_t k, 
                                   float *c, size_t ldc, float *ws)
 {
     float *pa = ws, *pb = ws + (MIRROR_GEMM_MC + MIRROR__MR) * MIRROR_GEMM_KC;
-    size_t jc, pc, ic, jr, ir, i, j;
-    size_t kstep = (k + (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC - 1) / ((k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC);
+    size_t jc, pc, ic, jr, ir, i, j, blocks, kstep;
     if (k == 0 || alpha == 0.0f) {
         for (i = 0; i < m; i++)
             for (j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return;
     }
+    blocks = (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC;
+    kstep = (k + blocks - 1) / blocks;
     for (jc = 0; jc < n; jc += MIRROR_GEMM_NC) {
         size_t nc = MIRROR__MIN(MIRROR_GEMM_NC, n - jc);
         size_t full = tb || m > MIRROR_GEMM_MC ? 0 : nc / MIRROR__NR * MIRROR__NR; /* read in place */
