@@ -171,6 +171,15 @@ $(BUILD)/bench_train: bench/bench_train.c examples/models.h mirror.h | $(BUILD)
 $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DBENCH_CFLAGS='"$(OPT) $(ARCH) -ffp-contract=fast -fno-math-errno $(CFLAGS)"' $< -o $@ $(LDLIBS_ALL) -lopenblas
 
+# mirror against PyTorch and TensorFlow on the CPU (bench/peers.py); their
+# packages come from pip here, never in make test.
+bench-peers: info $(BUILD)/bench_peers
+	@python3 -c 'import torch, tensorflow, numpy' 2>/dev/null || python3 -m pip install -q torch tensorflow-cpu numpy
+	BUILD="$(BUILD)" python3 bench/peers.py
+
+$(BUILD)/bench_peers: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
 # The guard against a collapse of the built-in GEMM (CI): below 0.3x
 # OpenBLAS at a layer shape fails.
 bench-guard: info $(BUILD)/bench_gemm
@@ -185,5 +194,5 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-gpu bench-fused fuzz clean
+.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-gpu bench-fused fuzz clean
 .PRECIOUS: $(BUILD)/%

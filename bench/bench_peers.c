@@ -1,0 +1,64 @@
+/* bench_peers.c - mirror's side of bench/peers.py: reads lines
+   "MODEL BATCH REPLICAS" (mlp|cnn, global batch, CPU replicas) on stdin
+   and answers each with the samples/s of one pass of training steps over
+   2560 synthetic digits (Adam, fp32). The first request for a
+   configuration builds its model and runs one untimed pass.
+
+   Build:  make build/bench_peers   (make bench-peers runs it with the peers) */
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#define EXAMPLE_BENCH_MODEL
+#include "../examples/models.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SAMPLES 2560
+#define SLOTS 16
+
+static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm, size_t batch)
+{
+    double t0 = mirror__now();
+    size_t k;
+    for (k = 0; k < SAMPLES / batch; k++) {
+        mirror_batch b;
+        memset(&b, 0, sizeof b);
+        b.x = ds->x, b.labels = ds->labels, b.rows = ds->count;
+        b.index = perm + k * batch, b.n = batch;
+        if (mirror_train_step(m, &b, NULL)) return -1.0;
+    }
+    return (double)SAMPLES / (mirror__now() - t0);
+}
+
+int main(void)
+{
+    struct { char kind[8]; size_t batch, replicas; mirror_strategy *s; mirror_model *m; } slot[SLOTS];
+    size_t used = 0, perm[SAMPLES], i;
+    char kind[8], line[128];
+    mirror_dataset ds;
+    mirror_dataset_synthetic_digits(&ds, SAMPLES, 1, NULL);
+    mirror_permutation(perm, SAMPLES, 1, 0);
+    while (fgets(line, sizeof line, stdin)) {
+        size_t batch, replicas;
+        char devices[32];
+        if (sscanf(line, "%7s %zu %zu", kind, &batch, &replicas) != 3) break;
+        for (i = 0; i < used; i++)
+            if (!strcmp(slot[i].kind, kind) && slot[i].batch == batch && slot[i].replicas == replicas) break;
+        if (i == used) {
+            mirror_strategy_desc sd = {devices, 0, MIRROR_REDUCER_DEFAULT};
+            if (used == SLOTS) return 1;
+            snprintf(devices, sizeof devices, "cpu:%zu", replicas);
+            strcpy(slot[i].kind, kind), slot[i].batch = batch, slot[i].replicas = replicas;
+            if (mirror_strategy_create(&sd, &slot[i].s, NULL) ||
+                !(slot[i].m = example_bench_model(slot[i].s, kind, batch)))
+                return 1;
+            used++;
+            pass(slot[i].m, &ds, perm, batch);
+        }
+        printf("%.1f\n", pass(slot[i].m, &ds, perm, batch));
+        fflush(stdout);
+    }
+    for (i = 0; i < used; i++) mirror_model_destroy(slot[i].m), mirror_strategy_destroy(slot[i].s);
+    mirror_dataset_free(&ds);
+    return 0;
+}

@@ -1,0 +1,206 @@
+"""peers.py - mirror against PyTorch and TensorFlow on the CPU, side by side.
+
+    make bench-peers     (installs torch, tensorflow-cpu and numpy with pip
+                          when they are missing; make test never needs them)
+
+Workloads: the MLP 784-256-128-10 and the CNN of examples/models.h at global
+batches 64 and 256, Adam, fp32, random 28x28 inputs. Modes: mirror with 1
+and 2 CPU replicas (build/bench_peers), PyTorch eager with 2 threads, PyTorch
+DDP over gloo with 2 processes of 1 thread, Keras on one device, and
+tf.distribute.MirroredStrategy over 2 logical CPU devices. Each mode is one
+long-lived worker that times one pass of 2560 samples when asked; the driver
+asks every mode in turn, round after round, so that noise falls on all
+alike, and prints the median samples/s of each and mirror's 2 replicas over
+the fastest peer.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SAMPLES, ROUNDS = 2560, 5
+WORKLOADS = (("mlp", 64), ("mlp", 256), ("cnn", 64), ("cnn", 256))
+PEERS = ("torch_eager", "torch_ddp", "keras", "tf_mirrored")
+
+
+def data(np, channels_last):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((SAMPLES, 28, 28, 1) if channels_last else (SAMPLES, 1, 28, 28), dtype=np.float32)
+    return x, rng.integers(0, 10, SAMPLES).astype(np.int64)
+
+
+def serve(run):
+    """Answers each request line "MODEL BATCH" with run(model, batch) in samples/s."""
+    for line in sys.stdin:
+        kind, batch = line.split()[:2]
+        print(f"{run(kind, int(batch)):.1f}", flush=True)
+
+
+# PyTorch ----------------------------------------------------------------
+def torch_model(nn, kind):
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def torch_pass(torch, net, opt, x, y, batch, rank=0, world=1):
+    """One pass over the samples; with world > 1 each rank takes its shard of every global batch."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    shard = batch // world
+    t0 = time.perf_counter()
+    for i in range(0, SAMPLES - batch + 1, batch):
+        lo = i + rank * shard
+        opt.zero_grad(set_to_none=True)
+        loss_fn(net(x[lo:lo + shard]), y[lo:lo + shard]).backward()
+        opt.step()
+    return SAMPLES / (time.perf_counter() - t0)
+
+
+def torch_eager():
+    import numpy as np
+    import torch
+    torch.set_num_threads(2)
+    x, y = (torch.from_numpy(a) for a in data(np, False))
+    models = {}
+
+    def run(kind, batch):
+        if (kind, batch) not in models:
+            net = torch_model(torch.nn, kind)
+            models[kind, batch] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
+            torch_pass(torch, *models[kind, batch], x, y, batch)
+        return torch_pass(torch, *models[kind, batch], x, y, batch)
+    serve(run)
+
+
+def ddp_rank(rank, world, port):
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    x, y = (torch.from_numpy(a) for a in data(np, False))
+    models, kinds = {}, ("mlp", "cnn")
+    stdin = open(0) if rank == 0 else None
+    while True:
+        req = torch.zeros(2, dtype=torch.int64)
+        if rank == 0:
+            line = stdin.readline().split()
+            if line:
+                req[0], req[1] = kinds.index(line[0]) + 1, int(line[1])
+        dist.broadcast(req, 0)
+        if req[0] == 0:
+            break
+        kind, batch = kinds[int(req[0]) - 1], int(req[1])
+        if (kind, batch) not in models:
+            torch.manual_seed(1)
+            net = DistributedDataParallel(torch_model(torch.nn, kind))
+            models[kind, batch] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
+            torch_pass(torch, *models[kind, batch], x, y, batch, rank, world)
+        dist.barrier()
+        rate = torch_pass(torch, *models[kind, batch], x, y, batch, rank, world)
+        dist.barrier()
+        if rank == 0:
+            print(f"{rate:.1f}", flush=True)
+    dist.destroy_process_group()
+
+
+def torch_ddp():
+    import torch.multiprocessing as mp
+    mp.spawn(ddp_rank, args=(2, 29500 + os.getpid() % 1000), nprocs=2)
+
+
+# TensorFlow -------------------------------------------------------------
+def keras_worker(mirrored):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import numpy as np
+    import tensorflow as tf
+    if mirrored:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    else:
+        strategy = tf.distribute.get_strategy()
+    x, y = data(np, True)
+    models = {}
+
+    class Clock(tf.keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 0:
+                self.t0 = time.perf_counter()
+
+        def on_train_end(self, logs=None):
+            self.seconds = time.perf_counter() - self.t0
+
+    def build(kind):
+        L = tf.keras.layers
+        if kind == "mlp":
+            layers = [L.Flatten(), L.Dense(256, "relu"), L.Dense(128, "relu"), L.Dense(10)]
+        else:
+            layers = [L.Conv2D(16, 3, padding="same", activation="relu"), L.MaxPooling2D(),
+                      L.Conv2D(32, 3, padding="same", activation="relu"), L.MaxPooling2D(), L.Flatten(),
+                      L.Dense(128, "relu"), L.Dense(10)]
+        with strategy.scope():
+            net = tf.keras.Sequential([tf.keras.Input((28, 28, 1))] + layers)
+            net.compile(tf.keras.optimizers.Adam(1e-3),
+                        tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return net
+
+    def run(kind, batch):
+        clock = Clock()
+        if (kind, batch) not in models:
+            models[kind, batch] = build(kind)
+            models[kind, batch].fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        models[kind, batch].fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
+        return SAMPLES / clock.seconds
+    serve(run)
+
+
+# The driver -------------------------------------------------------------
+def main():
+    build = os.environ.get("BUILD", "build")
+    workers = {"mirror": subprocess.Popen([f"{build}/bench_peers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True)}
+    for mode in PEERS:
+        workers[mode] = subprocess.Popen([sys.executable, __file__, "--worker", mode], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True)
+    modes = ("mirror 1", "mirror 2") + PEERS
+    rates = {(w, m): [] for w in WORKLOADS for m in modes}
+    for r in range(ROUNDS):
+        for kind, batch in WORKLOADS:
+            for mode in modes:
+                proc = workers[mode.split()[0]]
+                proc.stdin.write(f"{kind} {batch} {mode.split()[1]}\n" if mode.startswith("mirror")
+                                 else f"{kind} {batch}\n")
+                proc.stdin.flush()
+                rates[(kind, batch), mode].append(float(proc.stdout.readline()))
+        print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
+    import torch
+    import tensorflow as tf
+    print(f"samples/s, median of {ROUNDS} interleaved passes of {SAMPLES} samples; Adam, fp32; "
+          f"torch {torch.__version__}, tensorflow {tf.__version__}")
+    print("| model, global batch | mirror 1 rep | mirror 2 rep | torch eager | torch DDP | Keras | TF Mirrored "
+          "| mirror 2 / fastest peer |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for kind, batch in WORKLOADS:
+        med = {m: statistics.median(rates[(kind, batch), m]) for m in modes}
+        best = max(med[m] for m in PEERS)
+        name = "MLP" if kind == "mlp" else "CNN"
+        print(f"| {name}, {batch} | " + " | ".join(f"{med[m]:.0f}" for m in modes) +
+              f" | {med['mirror 2'] / best:.2f}x |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        {"torch_eager": torch_eager, "torch_ddp": torch_ddp, "keras": lambda: keras_worker(False),
+         "tf_mirrored": lambda: keras_worker(True)}[sys.argv[2]]()
+    else:
+        main()
