@@ -54,6 +54,10 @@
       defines MIRROR_IMPLEMENTATION; otherwise compile that file with
       -D_POSIX_C_SOURCE=200809L. -ffp-contract=fast lets the compiler fuse
       multiply-adds (ISO C modes turn it off); it roughly doubles GEMM speed.
+      The GEMM's register tile is written with GCC/Clang vector extensions
+      and sized for the widest vectors the flags allow (AVX-512, AVX2,
+      SSE2, NEON): -march=native picks the machine's; the same speed with
+      gcc and clang, at -O2 and -O3.
       -fno-math-errno lets it vectorise sqrtf in the Adam update.
 
    OPTION MACROS (define before including)
@@ -71,6 +75,9 @@
       MIRROR_NO_ATOMICS       replica threads sync through the mutex only
                               (the default without GCC/Clang atomics)
       MIRROR_GEMM_MC/KC/NC    blocking of the built-in GEMM (120/256/2048)
+      MIRROR_NO_SIMD          the built-in GEMM in plain C, without GCC/Clang
+                              vector extensions (the default with other
+                              compilers; see >>gemm for the tiles)
       MIRROR_CPU_CONV_CHUNK   samples per convolution GEMM on the CPU (1)
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
@@ -155,8 +162,19 @@
          mean gradient of the global batch, whatever the split. The CPU
          reducer adds replica 0, 1, 2, ... in that order for every element,
          with the elements split across the worker threads.
-      4. Every replica runs the same optimizer update on the same reduced
-         gradient: parameters stay bitwise identical without a broadcast.
+      4. The update. On CPU replicas it is sharded (ZeRO stage 1 on shared
+         memory): replica w owns slice w of the parameters (mirror_shard of
+         the parameter count); it sums that slice of every replica's
+         gradient in replica order (a reduce-scatter with the additions of
+         the all-reduce), applies the optimizer to the slice, and copies
+         the new values into every other replica (an all-gather), chunk by
+         chunk while it is in cache. Each parameter is updated once a step,
+         not once per replica, so this part of the step shrinks as replicas
+         are added; the optimizer state lives once. In mixed precision the
+         slices are checked for Inf and NaN first and every replica takes
+         the verdict of all slices. On GPUs every replica runs the same
+         update on the all-reduced gradient. Either way the parameters stay
+         bitwise identical on every replica.
       5. The metrics (loss sum, correct count, sample count) are summed.
 
    MIXED PRECISION (mirror_model_desc.precision = MIRROR_PRECISION_FP16 or _BF16)
@@ -187,6 +205,11 @@
       the largest shard, ceil(max_batch / replicas). Tensors are views into
       them, so one all-reduce covers every gradient, and a training step
       allocates nothing. mirror_memory_report_get() gives the bytes of each.
+      With several CPU replicas the optimizer state is one arena that every
+      replica shares (the update is sharded, see above): Adam's state costs
+      8 bytes per parameter once instead of once per replica, which saves
+      8 (R - 1) bytes per parameter on R replicas; the report counts it on
+      replica 0.
 
    LIMITS
 
@@ -462,8 +485,9 @@ MIRROR_API int mirror_flatten(mirror_model *m);
    model's seed, identically on every replica. */
 MIRROR_API int mirror_model_build(mirror_model *m);
 
-/* Sizes after build: parameters (= gradients), optimizer state floats per
-   replica, and the model's output width (classes for softmax CE). */
+/* Sizes after build: parameters (= gradients), optimizer state floats (per
+   replica on GPUs, once for all CPU replicas), and the model's output width
+   (classes for softmax CE). */
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m);
 MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m);
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m);
