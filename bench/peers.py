@@ -38,15 +38,6 @@ def serve(run):
 
 
 # PyTorch ----------------------------------------------------------------
-def torch_model(nn, kind):
-    if kind == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                             nn.Linear(128, 10))
-    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
 def torch_pass(torch, net, opt, x, y, batch, rank=0, world=1):
     """One pass over the samples; with world > 1 each rank takes its shard of every global batch."""
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -63,13 +54,14 @@ def torch_pass(torch, net, opt, x, y, batch, rank=0, world=1):
 def torch_eager():
     import numpy as np
     import torch
+    import bench_torch  # the same PyTorch models as the GPU benchmark
     torch.set_num_threads(2)
     x, y = (torch.from_numpy(a) for a in data(np, False))
     models = {}
 
     def run(kind, batch):
         if (kind, batch) not in models:
-            net = torch_model(torch.nn, kind)
+            net = bench_torch.model(kind)
             models[kind, batch] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
             torch_pass(torch, *models[kind, batch], x, y, batch)
         return torch_pass(torch, *models[kind, batch], x, y, batch)
@@ -81,6 +73,7 @@ def ddp_rank(rank, world, port):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+    import bench_torch
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -99,7 +92,7 @@ def ddp_rank(rank, world, port):
         kind, batch = kinds[int(req[0]) - 1], int(req[1])
         if (kind, batch) not in models:
             torch.manual_seed(1)
-            net = DistributedDataParallel(torch_model(torch.nn, kind))
+            net = DistributedDataParallel(bench_torch.model(kind))
             models[kind, batch] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
             torch_pass(torch, *models[kind, batch], x, y, batch, rank, world)
         dist.barrier()
