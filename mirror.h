@@ -1350,6 +1350,14 @@ typedef float mirror__vec;
 #define MIRROR__UNROLL
 #endif
 
+/* The tile stays a function of its own: inlined into a caller with many
+   live values, its row pointers spill out of the registers. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MIRROR__NOINLINE __attribute__((noinline))
+#else
+#define MIRROR__NOINLINE
+#endif
+
 #ifndef MIRROR_GEMM_MC
 #define MIRROR_GEMM_MC 120
 #endif
@@ -1361,8 +1369,7 @@ typedef float mirror__vec;
 #endif
 
 /* Floats of packing workspace one GEMM call needs. */
-#define MIRROR__GEMM_WORKSPACE                                                            \
-    ((MIRROR_GEMM_MC + MIRROR__MR) * MIRROR_GEMM_KC + MIRROR_GEMM_KC * (MIRROR_GEMM_NC + MIRROR__NR))
+#define MIRROR__GEMM_WORKSPACE (MIRROR_GEMM_KC * (MIRROR_GEMM_NC + MIRROR__NR))
 
 /* Unaligned vector load and store: memcpy is what every compiler turns
    into one move instruction without assuming alignment. */
@@ -1375,120 +1382,126 @@ static mirror__vec mirror__vload(const float *p)
 
 static void mirror__vstore(float *p, mirror__vec v) { memcpy(p, &v, sizeof v); }
 
-/* A[ic.., pc..] as panels of MR rows: pa[panel][p][i], scaled by alpha,
-   zero rows past m so the tile never branches. */
-static void mirror__pack_a(int ta, const float *a, size_t lda, size_t mc, size_t kc, float alpha,
-                           float *pa)
-{
-    size_t i0, i, p;
-    for (i0 = 0; i0 < mc; i0 += MIRROR__MR) {
-        size_t mr = MIRROR__MIN(MIRROR__MR, mc - i0);
-        if (ta && mr == MIRROR__MR)
-            for (p = 0; p < kc; p++) /* a row of A^T is a column run of MR here */
-                for (i = 0; i < MIRROR__MR; i++) pa[p * MIRROR__MR + i] = alpha * a[p * lda + i0 + i];
-        else
-            for (i = 0; i < MIRROR__MR; i++) {
-                if (i >= mr)
-                    for (p = 0; p < kc; p++) pa[p * MIRROR__MR + i] = 0.0f;
-                else if (ta)
-                    for (p = 0; p < kc; p++) pa[p * MIRROR__MR + i] = alpha * a[p * lda + i0 + i];
-                else
-                    for (p = 0; p < kc; p++) pa[p * MIRROR__MR + i] = alpha * a[(i0 + i) * lda + p];
-            }
-        pa += MIRROR__MR * kc;
-    }
-}
-
-/* B[pc.., jc..] as panels of NR columns: pb[panel][p][j]. */
-static void mirror__pack_b(int tb, const float *b, size_t ldb, size_t kc, size_t nc, float *pb)
+/* op(B)[pc.., jc..] as panels of NR columns, pb[panel][p][j], zero past
+   n; element (p, j) of op(B) is b[p*rs + j*cs]. */
+static void mirror__pack_b(const float *b, size_t rs, size_t cs, size_t kc, size_t nc, float *pb)
 {
     size_t j0, j, p;
-    for (j0 = 0; j0 < nc; j0 += MIRROR__NR) {
+    for (j0 = 0; j0 < nc; j0 += MIRROR__NR, pb += MIRROR__NR * kc) {
         size_t nr = MIRROR__MIN(MIRROR__NR, nc - j0);
         for (p = 0; p < kc; p++) {
+            const float *src = b + p * rs + j0 * cs;
             float *dst = pb + p * MIRROR__NR;
-            if (!tb)
-                memcpy(dst, b + p * ldb + j0, nr * sizeof(float));
+            if (cs == 1)
+                memcpy(dst, src, nr * sizeof(float));
             else
-                for (j = 0; j < nr; j++) dst[j] = b[(j0 + j) * ldb + p];
+                for (j = 0; j < nr; j++) dst[j] = src[j * cs];
             for (j = nr; j < MIRROR__NR; j++) dst[j] = 0.0f;
         }
-        pb += MIRROR__NR * kc;
     }
 }
 
-/* The register tile: C[mr, nr] = beta C + A-panel . B-panel. */
-static void mirror__tile(size_t kc, const float *pa, const float *pb, size_t ldpb, float *c, size_t ldc,
-                         size_t mr, size_t nr, float beta)
+/* The register tile: C[mr, nr] = beta C + alpha A-rows . B-panel, where
+   element (i, p) of A is a[i*ars + p*acs] (A is read in place, never
+   packed: rows past mr repeat the last row, their sums are dropped) and
+   element (i, j) of C is c[i*crs + j*ccs]. */
+MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars, size_t acs, const float *pb, size_t ldpb,
+                         float *c, size_t crs, size_t ccs, size_t mr, size_t nr, float alpha, float beta)
 {
     const mirror__vec zero = {0};
     mirror__vec acc[MIRROR__MR][MIRROR__NV], b[MIRROR__NV];
-    size_t i, j, p;
-    MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
+    const float *row[MIRROR__MR];
+    size_t i, j, p, at;
+    MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
+        row[i] = a + MIRROR__MIN(i, mr - 1) * ars;
         MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero;
-    for (p = 0; p < kc; p++, pa += MIRROR__MR, pb += ldpb) {
+    }
+    for (p = 0, at = 0; p < kc; p++, at += acs, pb += ldpb) {
         MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) b[j] = mirror__vload(pb + j * MIRROR__VL);
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
-            mirror__vec ai = pa[i] - zero; /* a broadcast: x - 0 is exactly x */
+            mirror__vec ai = row[i][at] - zero; /* a broadcast: x - 0 is exactly x */
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] += ai * b[j];
         }
     }
-    if (mr == MIRROR__MR && nr == MIRROR__NR) {
+    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1) {
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
-                float *cij = c + i * ldc + j * MIRROR__VL;
+                float *cij = c + i * crs + j * MIRROR__VL;
                 /* beta 0 overwrites: C may hold NaN, never scale it */
-                mirror__vstore(cij, beta == 0.0f ? acc[i][j] : beta * mirror__vload(cij) + acc[i][j]);
+                mirror__vstore(cij, beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j]);
             }
     } else {
         float t[MIRROR__MR][MIRROR__NR];
         memcpy(t, acc, sizeof t);
         for (i = 0; i < mr; i++)
-            for (j = 0; j < nr; j++) c[i * ldc + j] = beta == 0.0f ? t[i][j] : beta * c[i * ldc + j] + t[i][j];
+            for (j = 0; j < nr; j++) {
+                float *cij = c + i * crs + j * ccs;
+                *cij = beta == 0.0f ? alpha * t[i][j] : beta * *cij + alpha * t[i][j];
+            }
     }
 }
 
-/* The built-in GEMM; ws holds MIRROR__GEMM_WORKSPACE floats. B that is
-   not transposed already has the layout of a packed panel but for its
-   stride: where all of A fits one block (the small m of a replica's
-   shard), packing B would cost about as much as the products, so the tile
-   reads full panels of B in place and only the last, partial panel is
+/* C = alpha op(A) op(B) + beta C with every operand given by strides:
+   op(A)(i, p) = a[i*ars + p*acs], op(B)(p, j) = b[p*brs + j*bcs],
+   C(i, j) = c[i*crs + j*ccs]. Only B is packed, and only when its rows
+   are not contiguous or when A spans several blocks; otherwise the tile
+   reads B's full panels in place and only the last, partial panel is
    packed, zero-filled. The depth k is cut into equal blocks of at most KC,
    not into KC and a thin rest. */
-static void mirror__sgemm_builtin(int ta, int tb, size_t m, size_t n, size_t k, float alpha,
-                                  const float *a, size_t lda, const float *b, size_t ldb, float beta,
-                                  float *c, size_t ldc, float *ws)
+static void mirror__gemm_strided(size_t m, size_t n, size_t k, float alpha, const float *a, size_t ars,
+                                 size_t acs, const float *b, size_t brs, size_t bcs, float beta, float *c,
+                                 size_t crs, size_t ccs, float *ws)
 {
-    float *pa = ws, *pb = ws + (MIRROR_GEMM_MC + MIRROR__MR) * MIRROR_GEMM_KC;
     size_t jc, pc, ic, jr, ir, i, j, blocks, kstep;
     if (k == 0 || alpha == 0.0f) {
         for (i = 0; i < m; i++)
-            for (j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+            for (j = 0; j < n; j++) {
+                float *cij = c + i * crs + j * ccs;
+                *cij = beta == 0.0f ? 0.0f : beta * *cij;
+            }
         return;
     }
     blocks = (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC;
     kstep = (k + blocks - 1) / blocks;
     for (jc = 0; jc < n; jc += MIRROR_GEMM_NC) {
         size_t nc = MIRROR__MIN(MIRROR_GEMM_NC, n - jc);
-        size_t full = tb || m > MIRROR_GEMM_MC ? 0 : nc / MIRROR__NR * MIRROR__NR; /* read in place */
+        size_t full = bcs != 1 || m > MIRROR_GEMM_MC ? 0 : nc / MIRROR__NR * MIRROR__NR; /* in place */
         for (pc = 0; pc < k; pc += kstep) {
             size_t kc = MIRROR__MIN(kstep, k - pc);
             float bk = pc == 0 ? beta : 1.0f;
-            const float *bsrc = tb ? b + jc * ldb + pc : b + pc * ldb + jc;
-            mirror__pack_b(tb, tb ? bsrc + full * ldb : bsrc + full, ldb, kc, nc - full, pb);
+            const float *bsrc = b + pc * brs + jc * bcs;
+            mirror__pack_b(bsrc + full * bcs, brs, bcs, kc, nc - full, ws);
             for (ic = 0; ic < m; ic += MIRROR_GEMM_MC) {
                 size_t mc = MIRROR__MIN(MIRROR_GEMM_MC, m - ic);
-                mirror__pack_a(ta, ta ? a + pc * lda + ic : a + ic * lda + pc, lda, mc, kc, alpha, pa);
                 for (jr = 0; jr < nc; jr += MIRROR__NR) {
-                    const float *panel = jr < full ? bsrc + jr : pb + (jr - full) * kc;
-                    size_t ldp = jr < full ? ldb : MIRROR__NR;
+                    const float *panel = jr < full ? bsrc + jr : ws + (jr - full) * kc;
+                    size_t ldp = jr < full ? brs : MIRROR__NR;
                     for (ir = 0; ir < mc; ir += MIRROR__MR)
-                        mirror__tile(kc, pa + ir * kc, panel, ldp, c + (ic + ir) * ldc + jc + jr, ldc,
-                                     MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), bk);
+                        mirror__tile(kc, a + (ic + ir) * ars + pc * acs, ars, acs, panel, ldp,
+                                     c + (ic + ir) * crs + (jc + jr) * ccs, crs, ccs,
+                                     MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), alpha,
+                                     bk);
                 }
             }
         }
     }
+}
+
+/* The built-in GEMM; ws holds MIRROR__GEMM_WORKSPACE floats. Where B^T
+   would have to be packed (a transposing copy of n x k floats, as large as
+   the product's own reads for a replica's small m), it computes C^T =
+   op(B)^T op(A)^T instead: B^T becomes the A it reads in place, and what
+   is packed is op(A)^T, of m x k floats, none at all when A is given
+   transposed. */
+static void mirror__sgemm_builtin(int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                                  const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                                  float *c, size_t ldc, float *ws)
+{
+    size_t ars = ta ? 1 : lda, acs = ta ? lda : 1, brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
+    if (tb && (ta ? 0 : m) < n)
+        mirror__gemm_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, 1, ldc, ws);
+    else
+        mirror__gemm_strided(m, n, k, alpha, a, ars, acs, b, brs, bcs, beta, c, ldc, 1, ws);
 }
 
 /* Every GEMM of the CPU backend: a CBLAS when MIRROR_CBLAS, else built in. */
@@ -3215,7 +3228,11 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
             first = i;
             break;
         }
-    be->zero(dev, r->grads, m->nparams * sizeof(float));
+    /* The weight gradients are written by GEMMs with beta 0 (a
+       convolution's first chunk too), not added to: only the bias
+       gradients, which accumulate, start from zero, and the whole arena
+       where an empty shard writes nothing. */
+    if (S == 0) be->zero(dev, r->grads, m->nparams * sizeof(float));
     for (i = m->nlayers; i-- > 0 && i >= first;) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
@@ -3228,6 +3245,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
             /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
                dx [S,F] = d [S,units] . W [units,F] */
             be->gemm(dev, 1, 0, l->oc, l->c, S, 1.0f, d, l->oc, x, l->c, 0.0f, dW, l->c);
+            be->zero(dev, db, l->n_b * sizeof(float));
             be->bias_grad(dev, db, d, S, l->oc, 1);
             if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
             break;
@@ -3243,11 +3261,12 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
                     dn = r->perm;
                 }
                 be->im2col(dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-                be->gemm(dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, 1.0f, dW, ckk);
+                be->gemm(dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, s ? 1.0f : 0.0f, dW, ckk);
                 if (!need_dx) continue;
                 be->gemm(dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, r->col, nhw);
                 be->col2im(dev, dx + s * in, r->col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
             }
+            be->zero(dev, db, l->n_b * sizeof(float));
             be->bias_grad(dev, db, d, S, l->oc, hw);
             break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
