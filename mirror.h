@@ -1282,9 +1282,12 @@ static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
 
 // >>gemm --------------------------------------------------------------------
 /* C = alpha op(A) op(B) + beta C, row-major, op(X) = X or X^T. The built-in
-   kernel follows the BLIS recipe: blocks of C of MC x NC, panels of A and B
+   kernel follows the BLIS recipe: blocks of C of MC x NC, panels of B
    packed contiguously (KC deep) so that a small MR x NR register tile reads
-   them with unit stride.
+   them with unit stride. A is read in place, by broadcasts from MR rows
+   (in either layout the tile's reads of A are short unit-stride runs), as
+   the small-matrix kernels of BLIS do: the GEMMs of a replica's shard are
+   small, and packing cost as much as the products.
 
    The tile is written with explicit vectors (GCC/Clang vector extensions),
    not left to the auto-vectoriser: how well a compiler vectorised a plain
@@ -1487,18 +1490,31 @@ static void mirror__gemm_strided(size_t m, size_t n, size_t k, float alpha, cons
     }
 }
 
+/* The cost of an m x n product per unit of depth, in cycles at two vector
+   multiply-adds a cycle: its register tiles' multiply-adds (rows and
+   columns rounded up to whole tiles) and, where B's rows are not
+   contiguous, a cycle for each float gathered into B's panels. */
+static size_t mirror__gemm_cost(size_t m, size_t n, int gather_b)
+{
+    size_t panels = (n + MIRROR__NR - 1) / MIRROR__NR;
+    return (m + MIRROR__MR - 1) / MIRROR__MR * panels * MIRROR__MR * MIRROR__NV / 2 +
+           (gather_b ? panels * MIRROR__NR : 0);
+}
+
 /* The built-in GEMM; ws holds MIRROR__GEMM_WORKSPACE floats. Where B^T
-   would have to be packed (a transposing copy of n x k floats, as large as
-   the product's own reads for a replica's small m), it computes C^T =
+   would have to be packed (a gather of n x k floats, as large as the
+   product's own reads for a replica's small m), it may compute C^T =
    op(B)^T op(A)^T instead: B^T becomes the A it reads in place, and what
    is packed is op(A)^T, of m x k floats, none at all when A is given
-   transposed. */
+   transposed. It takes whichever costs less; the tiles fit the transposed
+   problem better too where n is small (a 16 x 9 product is one row of
+   tiles of 9 x 16, not three of 16 x 9 in 16-wide panels). */
 static void mirror__sgemm_builtin(int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                                   const float *a, size_t lda, const float *b, size_t ldb, float beta,
                                   float *c, size_t ldc, float *ws)
 {
     size_t ars = ta ? 1 : lda, acs = ta ? lda : 1, brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
-    if (tb && (ta ? 0 : m) < n)
+    if (tb && mirror__gemm_cost(n, m, !ta) < mirror__gemm_cost(m, n, 1))
         mirror__gemm_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, 1, ldc, ws);
     else
         mirror__gemm_strided(m, n, k, alpha, a, ars, acs, b, brs, bcs, beta, c, ldc, 1, ws);

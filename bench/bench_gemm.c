@@ -43,6 +43,7 @@ static const shape shapes[] = {
     {"mlp dense1 dW        d^T.x", 1, 0, 256, 784, 32},
     {"mlp dense2 dx        d.W  ", 0, 0, 32, 256, 128},
     {"cnn conv1 forward    W.col", 0, 0, 16, 784, 9},
+    {"cnn conv1 dW         d.col^T", 0, 1, 16, 9, 784},
     {"cnn conv2 forward    W.col", 0, 0, 32, 196, 144},
     {"cnn conv2 dW         d.col^T", 0, 1, 32, 144, 196},
     {"cnn conv2 dcol       W^T.d", 1, 0, 144, 196, 32},

@@ -18,6 +18,81 @@
 #define ROUNDS 7
 
 
+/* The GEMMs of one training step, recorded through a copy of the CPU
+   backend whose gemm notes each call before it runs, then replayed alone
+   on the same buffers: the FLOP rate a step's GEMMs reach by themselves. */
+typedef struct {
+    int ta, tb;
+    size_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    void *dev;
+} gemm_call;
+
+#define MAX_CALLS 4096
+static gemm_call calls[MAX_CALLS];
+static size_t ncalls;
+static int recording;
+static mirror__backend recorder;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void recording_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
+                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
+{
+    pthread_mutex_lock(&lock); /* the replicas' threads record at once */
+    if (recording && ncalls < MAX_CALLS) {
+        gemm_call g;
+        g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+        g.alpha = alpha, g.beta = beta, g.a = a, g.b = b, g.c = c, g.dev = dev;
+        calls[ncalls++] = g;
+    }
+    pthread_mutex_unlock(&lock);
+    mirror__cpu_backend.gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* Seconds for one replay of the recorded GEMMs; *flops gets their count. */
+static double replay(double *flops)
+{
+    double t0 = mirror__now();
+    size_t i;
+    *flops = 0.0;
+    for (i = 0; i < ncalls; i++) {
+        const gemm_call *g = &calls[i];
+        mirror__cpu_backend.gemm(g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb,
+                                 g->beta, g->c, g->ldc);
+        *flops += 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    }
+    return mirror__now() - t0;
+}
+
+/* One core's peak: independent chains of vector multiply-adds, as many as
+   the GEMM tile keeps (MR x NV), in GFLOP/s. */
+static double fma_peak(void)
+{
+    mirror__vec acc[MIRROR__MR][MIRROR__NV], x, y;
+    const mirror__vec zero = {0};
+    volatile float sink = 0.0f;
+    size_t i, j, it, n = 20000000 / (MIRROR__MR * MIRROR__NV);
+    double t0;
+    x = zero + 1.0000001f, y = zero + 0.9999999f;
+    for (i = 0; i < MIRROR__MR; i++)
+        for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero + (float)(i + j);
+    t0 = mirror__now();
+    for (it = 0; it < n; it++)
+        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = acc[i][j] * x + y;
+    t0 = mirror__now() - t0;
+    for (i = 0; i < MIRROR__MR; i++)
+        for (j = 0; j < MIRROR__NV; j++) {
+            float first;
+            memcpy(&first, &acc[i][j], sizeof first);
+            sink += first;
+        }
+    (void)sink;
+    return 2.0 * MIRROR__VL * MIRROR__MR * MIRROR__NV * (double)n / t0 * 1e-9;
+}
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -56,6 +131,7 @@ int main(void)
     double t[2][2][2][ROUNDS], fwd[2][ROUNDS], reduce[ROUNDS];
     mirror_strategy_desc sd = {"cpu:1", 0, MIRROR_REDUCER_DEFAULT};
     float *bufs[2];
+    double peak;
 
     mirror_dataset_synthetic_digits(&ds, SAMPLES, 1, NULL);
     mirror_permutation(perm, SAMPLES, 1, 0);
@@ -100,6 +176,36 @@ int main(void)
                f, 100 * f / step, step - f, 100 * (step - f) / step);
     }
     printf("all-reduce of the CNN gradients (%zu floats) over 2 replicas: %.3f ms\n", n, 1e3 * median(reduce, ROUNDS));
+
+    /* The GEMMs of a 1-replica step of batch 64, and of a 2-replica step
+       of batch 256, replayed alone: the step's FLOP rate against theirs. */
+    peak = fma_peak();
+    printf("\nthe step's FLOP rate against its GEMMs' alone (FLOPs of the GEMMs, medians)\n");
+    printf("%-6s %6s %8s %12s %12s %12s %7s %12s\n", "model", "batch", "replicas", "MFLOP/step", "step",
+           "GEMMs alone", "ratio", "of FMA peak");
+    for (cnn = 0; cnn < 2; cnn++)
+        for (bi = 0; bi < 2; bi++) {
+            mirror_model *mm = m[bi][cnn][bi]; /* batch 64: 1 replica; batch 256: 2 */
+            size_t reps = bi + 1, k;
+            double flops = 0.0, g[ROUNDS], step = median(t[bi][cnn][bi], ROUNDS) / (SAMPLES / batches[bi]);
+            mirror_batch b;
+            memset(&b, 0, sizeof b);
+            b.x = ds.x, b.labels = ds.labels, b.rows = ds.count, b.index = perm, b.n = batches[bi];
+            recorder = mirror__cpu_backend;
+            recorder.gemm = recording_gemm;
+            mm->be = &recorder;
+            recording = 1, ncalls = 0;
+            mirror_train_step(mm, &b, NULL);
+            recording = 0;
+            mm->be = &mirror__cpu_backend;
+            /* The replicas' GEMMs, one replica's after the other's: a
+               replica's share is its calls' time, on one core each. */
+            for (k = 0; k < ROUNDS; k++) g[k] = replay(&flops) / (double)reps;
+            printf("%-6s %6zu %8zu %12.2f %7.1f GF/s %7.1f GF/s %6.0f%% %11.0f%%\n", cnn ? "cnn" : "mlp", batches[bi],
+                   reps, flops * 1e-6, flops / step * 1e-9, flops / median(g, ROUNDS) / (double)reps * 1e-9,
+                   100.0 * median(g, ROUNDS) / step, 100.0 * flops / step * 1e-9 / (peak * (double)reps));
+        }
+    printf("FMA peak of one core (%s, %dx%d chains): %.1f GFLOP/s\n", MIRROR__ISA, MIRROR__MR, MIRROR__NV, peak);
 
     for (bi = 0; bi < 2; bi++)
         for (cnn = 0; cnn < 2; cnn++)
