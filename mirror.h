@@ -412,7 +412,7 @@ typedef enum mirror_loss_scaling {
    check and skip, whatever the kind (with NONE, at a scale of 1). */
 typedef struct mirror_loss_scale_desc {
     mirror_loss_scaling kind;
-    float init_scale;         /* 65536 (2^16); STATIC: the scale */
+    float init_scale;         /* 65536 (2^16); STATIC: the scale, at least min_scale */
     float growth_factor;      /* 2 */
     float backoff_factor;     /* 0.5 */
     uint32_t growth_interval; /* 2000 */
@@ -2446,6 +2446,7 @@ struct mirror_model {
     int sharded;            /* the update is sharded over the replicas (ZeRO stage 1) */
     uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
     uint64_t steps;         /* steps run, skipped ones included */
+    int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
     size_t untaken; /* samples of the steps whose metrics stay on the device */
 };
 
@@ -2524,7 +2525,9 @@ static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *er
                              (int)ls->kind);
     if (mirror__bad_float(ls->min_scale, 1e-30f, 1e30f) || mirror__bad_float(ls->max_scale, ls->min_scale, 1e30f) ||
         (ls->kind == MIRROR_SCALE_NONE && ls->init_scale != 1.0f) ||
-        (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, 1e-30f, 1e30f)
+        /* a static scale below min_scale underflows the gradients to zero:
+           it would train nothing, without an error */
+        (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, ls->min_scale, 1e30f)
                                          : mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale)) ||
         mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
         mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
@@ -4786,7 +4789,32 @@ static int mirror__rotate(const char *path, size_t keep, char *a, char *b, size_
     return mirror__copy_file(path, a, b, size);
 }
 
-/* Temporary files of saves that a crash interrupted: PATH.tmp.* beside PATH. */
+/* The start of every checkpoint's header, after its 8-byte length. */
+static const char mirror__ckpt_magic[] = "{\"__metadata__\":{\"format\":\"mirror\"";
+
+/* Whether file `name` is a save's temporary file: a name that mkstemp made
+   from PATH.tmp.XXXXXX and contents that begin as a checkpoint does (or
+   end before that could be told, as after a crash at the first write). */
+static int mirror__is_our_tmp(const char *name, const char *suffix)
+{
+    char head[8 + sizeof mirror__ckpt_magic];
+    size_t i;
+    ssize_t n;
+    int fd;
+    for (i = 0; i < 6; i++) {
+        char ch = suffix[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))) return 0;
+    }
+    if (suffix[6] != '\0' || (fd = open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)) < 0) return 0;
+    n = read(fd, head, sizeof head - 1);
+    close(fd);
+    return n >= 0 && (n <= 8 || !memcmp(head + 8, mirror__ckpt_magic, (size_t)n - 8));
+}
+
+/* Temporary files of saves that a crash interrupted, beside PATH. Called
+   with the path's lock held, so no other process is writing one; only
+   files that are provably a save's temporary file go (not, say, a user's
+   run.ckpt.tmp.notes). */
 static void mirror__remove_stale(const char *path, char *buf, char *name, size_t size)
 {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
@@ -4800,9 +4828,98 @@ static void mirror__remove_stale(const char *path, char *buf, char *name, size_t
     while ((e = readdir(d)) != NULL)
         if (!strncmp(e->d_name, base, baselen) && !strncmp(e->d_name + baselen, ".tmp.", 5)) {
             snprintf(name, size, "%s/%s", buf, e->d_name);
-            unlink(name);
+            if (mirror__is_our_tmp(name, e->d_name + baselen + 5)) unlink(name);
         }
     closedir(d);
+}
+
+/* A save replaces PATH and renames PATH.1, PATH.2 .. along (up to the
+   first that is missing, below keep): each of them must be a regular file,
+   never a directory, a device, a FIFO, a socket or a symbolic link (which
+   a rename would replace). */
+static int mirror__check_targets(mirror_model *m, const char *path, size_t keep, char *name, size_t size)
+{
+    struct stat st;
+    size_t i;
+    for (i = 0; i == 0 || i < keep; i++) {
+        if (i) snprintf(name, size, "%s.%zu", path, i);
+        else snprintf(name, size, "%s", path);
+        if (lstat(name, &st) != 0) {
+            if (i) break;
+            continue;
+        }
+        if (!S_ISREG(st.st_mode))
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "%s exists and is not a regular file (%s); a checkpoint only replaces a regular file",
+                                name, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                      : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    }
+    return MIRROR_OK;
+}
+
+/* Two processes saving to one path would remove each other's temporary
+   files and interleave their rotations: a save holds a POSIX record lock
+   on PATH.lock (made beside PATH and left there) and refuses to start
+   while another process holds it. *out gets the lock's descriptor. Record
+   locks belong to the process: one process must not save one path from
+   two threads at once. */
+static int mirror__save_lock(mirror_model *m, const char *path, char *name, size_t size, int *out)
+{
+    struct flock fl;
+    struct stat st;
+    int fd;
+    snprintf(name, size, "%s.lock", path);
+    if ((fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0644)) < 0)
+        return mirror__fail(m, MIRROR_ERR_IO,
+                            "%s: cannot create the lock file %s: %s (is the directory there and writable?)", path, name,
+                            strerror(errno));
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: its lock file %s is not a regular file", path, name);
+    }
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        int e = errno;
+        close(fd);
+        return mirror__fail(m, MIRROR_ERR_IO, "%s: another process is saving checkpoints to this path (it holds %s: %s)",
+                            path, name, strerror(e));
+    }
+    *out = fd;
+    return MIRROR_OK;
+}
+
+/* Before fit's first step: PATH can be saved to (its targets are regular
+   files, the lock is free, a file can be made beside it). The lock is
+   kept until fit returns (mirror__fit_unlock). */
+static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
+{
+    size_t size = strlen(path) + 300;
+    char *name = (char *)MIRROR_MALLOC(size);
+    int rc = MIRROR_OK, fd, probe;
+    if (!name) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
+    if (strlen(path) > 900 || !*path) {
+        rc = mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the checkpoint path is empty or too long");
+    } else if ((rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
+               (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
+        m->fit_lock = fd + 1;
+        snprintf(name, size, "%s.tmp.XXXXXX", path);
+        if ((probe = mkstemp(name)) < 0) {
+            rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
+        } else {
+            close(probe);
+            unlink(name);
+        }
+    }
+    MIRROR_FREE(name);
+    return rc;
+}
+
+static void mirror__fit_unlock(mirror_model *m)
+{
+    if (m->fit_lock) close(m->fit_lock - 1);
+    m->fit_lock = 0;
 }
 
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
@@ -4816,7 +4933,7 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
     size_t nt, i, plen;
     char *tmp = NULL, *a = NULL, *b = NULL;
     unsigned char len8[8];
-    int rc, fd = -1;
+    int rc, fd = -1, lock = -1;
     if ((rc = mirror__check_built(m, "mirror_checkpoint_save"))) return rc;
     if (!path || !*path || (plen = strlen(path)) > 900)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_save: path is NULL, empty or too long");
@@ -4832,6 +4949,8 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_checkpoint_save: out of memory");
         goto done;
     }
+    if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
+    if (!m->fit_lock && (rc = mirror__save_lock(m, path, a, plen + 300, &lock))) goto done;
     mirror__remove_stale(path, a, b, plen + 300);
     if ((rc = mirror_get_parameters(m, 0, params, m->nparams)) ||
         (rc = mirror_get_optimizer_state(m, 0, state, m->nstate)))
@@ -4886,6 +5005,7 @@ done:
     MIRROR_FREE(tmp);
     MIRROR_FREE(a);
     MIRROR_FREE(b);
+    if (lock >= 0) close(lock);
     return rc;
 }
 
@@ -5429,8 +5549,16 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
                             d.initial_step, steps);
+    /* A checkpoint that cannot be written is found now, not after the training. */
+    if (d.checkpoint && (rc = mirror__fit_lock(m, d.checkpoint, d.checkpoint_keep))) {
+        mirror__fit_unlock(m);
+        return rc;
+    }
     perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
-    if (!perm) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
+    if (!perm) {
+        mirror__fit_unlock(m);
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
+    }
     memset(&log, 0, sizeof log);
     for (epoch = d.initial_epoch; epoch < d.epochs && rc == MIRROR_OK; epoch++) {
         mirror_metrics acc = {0.0, 0, 0}, val = {0.0, 0, 0};
@@ -5491,6 +5619,7 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     }
     /* The end (unless the last step saved it, or nothing ran). */
     if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
+    mirror__fit_unlock(m);
     MIRROR_FREE(perm);
     if (last) *last = log;
     return rc;

@@ -16,7 +16,11 @@
 #include "../mirror.h"
 #include "models.h"
 
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +33,13 @@ typedef struct options {
     unsigned long long seed;
 } options;
 
-/* Ctrl-C: fit saves a checkpoint after the step in progress and returns. */
+/* Ctrl-C and SIGTERM (what docker, Slurm, systemd and Kubernetes send):
+   fit saves a checkpoint before the next step and returns; the trainer
+   exits with 128 + the signal's number. */
 static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig)
+static void on_signal(int sig)
 {
-    (void)sig;
-    interrupted = 1;
+    interrupted = sig;
 }
 
 static void usage(FILE *f)
@@ -50,7 +55,7 @@ static void usage(FILE *f)
                "  --lr X              learning rate (default: the optimizer's)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
-               "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C)\n"
+               "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
                "  --checkpoint-every N  also every N steps (needs --save)\n"
                "  --resume PATH       continue from a checkpoint; --epochs counts the total\n"
                "  --precision P       fp32 | fp16 | bf16 (mixed: fp32 master weights; default fp32)\n"
@@ -60,16 +65,41 @@ static void usage(FILE *f)
                "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n");
 }
 
-/* Parses a positive count; exits on anything else (an example may exit). */
-static size_t count_arg(const char *flag, const char *v)
+/* A usage error: the flag, what it needs, what it got; exit 2 (an example may exit). */
+static void bad_value(const char *flag, const char *needs, const char *v)
 {
-    char *end;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (*end || !n || v[0] == '-') {
-        fprintf(stderr, "train: %s needs a positive integer, got \"%s\"\n", flag, v);
-        exit(2);
+    fprintf(stderr, "train: %s needs %s, got \"%s\"\n", flag, needs, v);
+    exit(2);
+}
+
+/* An integer in [lo, hi], digits only: no sign, no spaces, no suffix, no overflow. */
+static size_t int_arg(const char *flag, const char *v, unsigned long long lo, unsigned long long hi)
+{
+    char *end, needs[96];
+    unsigned long long n;
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno == ERANGE || n < lo || n > hi) {
+        snprintf(needs, sizeof needs, "an integer from %llu to %llu", lo, hi);
+        bad_value(flag, needs, v);
     }
     return (size_t)n;
+}
+
+/* A positive count that fits a size_t. */
+static size_t count_arg(const char *flag, const char *v) { return int_arg(flag, v, 1, SIZE_MAX); }
+
+/* A finite positive number that a float holds without becoming 0 or
+   infinite (1e-50 is not a learning rate of 0). */
+static double positive_arg(const char *flag, const char *v)
+{
+    char *end;
+    double x;
+    errno = 0;
+    x = strtod(v, &end);
+    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '.') || *end || errno == ERANGE || !(x >= FLT_MIN && x <= FLT_MAX))
+        bad_value(flag, "a positive number between 1.2e-38 and 3.4e38", v);
+    return x;
 }
 
 static void parse(int argc, char **argv, options *o)
@@ -95,16 +125,16 @@ static void parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--epochs")) o->epochs = count_arg(a, v);
         else if (!strcmp(a, "--batch")) o->batch = count_arg(a, v);
         else if (!strcmp(a, "--synthetic")) o->synthetic = count_arg(a, v);
-        else if (!strcmp(a, "--seed")) o->seed = strcmp(v, "0") ? count_arg(a, v) : 0;
+        else if (!strcmp(a, "--seed")) o->seed = int_arg(a, v, 0, ULLONG_MAX);
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--checkpoint-every")) o->checkpoint_every = count_arg(a, v);
-        else if (!strcmp(a, "--lr")) o->lr = atof(v);
+        else if (!strcmp(a, "--lr")) o->lr = positive_arg(a, v);
         else if (!strcmp(a, "--precision")) o->precision = v;
         else if (!strcmp(a, "--loss-scale")) o->loss_scale = v;
-        else if (!strcmp(a, "--growth-interval")) o->growth_interval = count_arg(a, v);
-        else if (!strcmp(a, "--max-skips")) o->max_skips = count_arg(a, v);
-        else if (!strcmp(a, "--report-nonfinite")) o->report_nonfinite = count_arg(a, v) != 0;
+        else if (!strcmp(a, "--growth-interval")) o->growth_interval = int_arg(a, v, 1, UINT32_MAX);
+        else if (!strcmp(a, "--max-skips")) o->max_skips = int_arg(a, v, 1, UINT32_MAX);
+        else if (!strcmp(a, "--report-nonfinite")) o->report_nonfinite = (int)int_arg(a, v, 0, 1);
         else {
             fprintf(stderr, "train: unknown option %s\n", a);
             usage(stderr);
@@ -131,13 +161,17 @@ static int precision_args(const options *o, mirror_model_desc *md)
     if (!strcmp(o->loss_scale, "dynamic")) ls->kind = MIRROR_SCALE_DYNAMIC;
     else if (!strcmp(o->loss_scale, "none")) ls->kind = MIRROR_SCALE_NONE;
     else {
+        double x;
         ls->kind = MIRROR_SCALE_STATIC;
-        ls->init_scale = strtof(o->loss_scale, &end);
-        if (*end || !(ls->init_scale > 0.0f)) {
-            fprintf(stderr, "train: --loss-scale must be dynamic, none or a positive number, got \"%s\"\n",
+        errno = 0;
+        x = strtod(o->loss_scale, &end);
+        /* below 1 (the scaler's min_scale) the gradients underflow to zero */
+        if (o->loss_scale[0] < '0' || o->loss_scale[0] > '9' || *end || errno == ERANGE || !(x >= 1.0 && x <= 1e30)) {
+            fprintf(stderr, "train: --loss-scale must be dynamic, none or a number from 1 to 1e30, got \"%s\"\n",
                     o->loss_scale);
             return 2;
         }
+        ls->init_scale = (float)x;
     }
     return 0;
 }
@@ -261,7 +295,11 @@ int main(int argc, char **argv)
     fd.checkpoint = o.save;
     fd.checkpoint_every = o.checkpoint_every;
     fd.stop = &interrupted;
-    signal(SIGINT, on_sigint);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    /* A reader that goes away (train | head) must not end the run: writes
+       to the closed pipe fail with EPIPE instead, and training goes on. */
+    signal(SIGPIPE, SIG_IGN);
     if (at.epoch >= o.epochs) {
         printf("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
                o.epochs);
@@ -269,7 +307,7 @@ int main(int argc, char **argv)
     }
     if ((rc = mirror_fit(m, &fd, &log))) {
         fprintf(stderr, "train: %s\n", mirror_model_error(m));
-        if (rc == MIRROR_ERR_STOPPED && interrupted) rc = 130;
+        if (rc == MIRROR_ERR_STOPPED && interrupted) rc = 128 + interrupted;
         goto out;
     }
     printf("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
@@ -285,5 +323,5 @@ out:
     mirror_strategy_destroy(s);
     mirror_dataset_free(&train);
     mirror_dataset_free(&test);
-    return rc == 130 ? 130 : rc ? 1 : 0;
+    return rc > 128 ? rc : rc ? 1 : 0;
 }

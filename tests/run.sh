@@ -77,8 +77,21 @@ if [ -x "$BUILD/train" ]; then
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 1000 --replicas 2 --batch 50 | grep -E '^final: replicas=2 epochs=1 .*train_loss=.*test_acc=.*samples_per_s='"
     check "build/train: Ctrl-C saves a checkpoint, exits with 130, and the checkpoint resumes" sh -c \
         "$BUILD/train --model mlp --synthetic 3000 --epochs 1000 --save '$tmp/int.ckpt' >'$tmp/int.out' 2>&1 & pid=\$!; sleep 1; kill -INT \$pid; wait \$pid; test \$? -eq 130 && grep -q 'checkpoint saved' '$tmp/int.out' && $BUILD/train --model mlp --synthetic 3000 --resume '$tmp/int.ckpt' --epochs 1000000 --epochs 1 | grep -q '^resume: '"
-    check "build/train rejects a bad flag with exit 2" sh -c \
-        "$BUILD/train --replicas zero >/dev/null 2>&1; test \$? -eq 2"
+    check "build/train: SIGTERM saves a checkpoint, exits with 143, and the checkpoint resumes" sh -c \
+        "$BUILD/train --model mlp --synthetic 3000 --epochs 1000 --save '$tmp/term.ckpt' >'$tmp/term.out' 2>&1 & pid=\$!; sleep 1; kill -TERM \$pid; wait \$pid; test \$? -eq 143 && grep -q 'checkpoint saved' '$tmp/term.out' && $BUILD/train --model mlp --synthetic 3000 --resume '$tmp/term.ckpt' --epochs 1 | grep -q '^resume: '"
+    check "build/train: a closed output pipe does not end the run (the checkpoint is written)" sh -c \
+        "$BUILD/train --model mlp --synthetic 600 --epochs 3 --batch 50 --save '$tmp/pipe.ckpt' | head -n 1 >/dev/null; test -f '$tmp/pipe.ckpt'"
+    check "build/train: a --save path that cannot be written fails before training" sh -c \
+        "$BUILD/train --model mlp --synthetic 600 --epochs 1000 --save '$tmp/no/such/dir/run.ckpt' >'$tmp/nodir.out' 2>&1; test \$? -eq 1 && grep -q 'no/such/dir' '$tmp/nodir.out' && ! grep -q '^epoch' '$tmp/nodir.out'"
+    # Every malformed, out-of-range or overflowing number: exit 2, naming the flag.
+    for bad in "--replicas zero" "--replicas 0" "--epochs -1" "--epochs ' 3'" "--epochs +3" "--epochs 1.5" \
+        "--batch 18446744073709551616" "--lr abc" "--lr 1e-50" "--lr 1.5xyz" "--lr -0.1" "--lr 0" "--lr inf" \
+        "--lr nan" "--lr 1e39" "--seed -1" "--seed 1x" "--growth-interval 4294967296" "--max-skips 0" \
+        "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16"; do
+        flag=$(echo "$bad" | cut -d' ' -f1)
+        check "build/train $bad: exit 2 naming $flag" sh -c \
+            "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
+    done
     check "build/train --precision fp16: the loss scale on the final: line" sh -c \
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0\$'"
     check "build/train: a scale that always overflows stops the run with its reason" sh -c \

@@ -16,7 +16,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static mirror_dataset data;
@@ -178,7 +181,8 @@ static int count_files(const char *prefix)
     DIR *d = opendir(root);
     struct dirent *e;
     int n = 0;
-    while (d && (e = readdir(d)) != NULL) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    while (d && (e = readdir(d)) != NULL) /* the save lock PATH.lock stays beside PATH */
+        n += !strncmp(e->d_name, prefix, strlen(prefix)) && !strstr(e->d_name, ".lock");
     if (d) closedir(d);
     return n;
 }
@@ -463,6 +467,108 @@ static void test_edges(void)
     mirror_strategy_destroy(s);
 }
 
+/* Writes n bytes to a new file at `name`. */
+static void put_file(const char *name, const char *bytes, size_t n)
+{
+    FILE *f = fopen(name, "wb");
+    if (f) fwrite(bytes, 1, n, f), fclose(f);
+}
+
+/* What a save may replace, which temporary files it may remove, two
+   processes saving to one path, and fit finding a bad path before its
+   first step. */
+static void test_targets(void)
+{
+    char path[256], other[300], notes[300], stale[300], foreign[300], lock[300];
+    mirror_strategy *s = strategy(1);
+    mirror_model *m = model(s, 0, MIRROR_OPT_SGD);
+    mirror_fit_desc fd;
+    struct stat st;
+    int rc, to_child[2], from_child[2];
+    pid_t pid;
+    char c = 0;
+    static const char ours[] = "\x10\0\0\0\0\0\0\0{\"__metadata__\":{\"format\":\"mirror\",";
+
+    /* Non-regular targets: refused, left as they are. */
+    path_in(path, "fifo.ckpt");
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    rc = mirror_checkpoint_save(m, path, NULL, 3);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "not a regular file") &&
+              stat(path, &st) == 0 && S_ISFIFO(st.st_mode),
+          "a save onto a FIFO is refused and the FIFO stays (%s)", mirror_model_error(m));
+    path_in(path, "dir.ckpt");
+    CHECK(mkdir(path, 0700) == 0 && mirror_checkpoint_save(m, path, NULL, 1) == MIRROR_ERR_ARGUMENT,
+          "a save onto a directory is refused (%s)", mirror_model_error(m));
+    path_in(path, "link.ckpt");
+    path_in(other, "elsewhere");
+    put_file(other, "x", 1);
+    CHECK(symlink(other, path) == 0 && mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_ERR_ARGUMENT &&
+              lstat(path, &st) == 0 && S_ISLNK(st.st_mode),
+          "a save onto a symbolic link is refused and the link stays (%s)", mirror_model_error(m));
+    path_in(path, "rot.ckpt");
+    CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "a first save: %s", mirror_model_error(m));
+    snprintf(other, sizeof other, "%s.1", path);
+    CHECK(mkfifo(other, 0600) == 0 && mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(m), ".1"),
+          "a FIFO where the rotation would rename PATH.1: refused (%s)", mirror_model_error(m));
+
+    /* Temporary files: only provably stale ones of a save go. */
+    path_in(path, "tmp.ckpt");
+    snprintf(notes, sizeof notes, "%s.tmp.notes", path);
+    snprintf(stale, sizeof stale, "%s.tmp.Ab3dE9", path);
+    snprintf(foreign, sizeof foreign, "%s.tmp.QQQQQQ", path);
+    put_file(notes, "my notes", 8);
+    put_file(stale, ours, sizeof ours - 1);
+    put_file(foreign, "a user's file with a mkstemp-like name", 38);
+    CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "save beside temporary files: %s",
+          mirror_model_error(m));
+    CHECK(access(notes, F_OK) == 0 && access(foreign, F_OK) == 0 && access(stale, F_OK) != 0,
+          "a save removes its own stale temporary file, not a user's .tmp.notes or other contents");
+
+    /* Another process holding the path's lock: a clear error, then a save once it lets go. */
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    CHECK(pipe(to_child) == 0 && pipe(from_child) == 0, "pipes");
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        struct flock fl;
+        int fd = open(lock, O_RDWR | O_CREAT, 0644);
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK, fl.l_whence = SEEK_SET;
+        c = fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0 ? 'L' : 'E';
+        if (write(from_child[1], &c, 1) != 1 || read(to_child[0], &c, 1) != 1) _exit(1);
+        _exit(0);
+    }
+    CHECK(pid > 0 && read(from_child[0], &c, 1) == 1 && c == 'L', "the other process holds the lock");
+    rc = mirror_checkpoint_save(m, path, NULL, 3);
+    CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(m), "another process"),
+          "a save while another process saves to the path: MIRROR_ERR_IO naming it (%s)", mirror_model_error(m));
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.checkpoint = path;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 0,
+          "fit whose checkpoint path another process holds: fails before its first step (%s)", mirror_model_error(m));
+    if (write(to_child[1], "x", 1) != 1) c = 0;
+    waitpid(pid, NULL, 0);
+    close(to_child[0]), close(to_child[1]), close(from_child[0]), close(from_child[1]);
+    CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "once it exits the save goes ahead: %s",
+          mirror_model_error(m));
+
+    /* fit: a path that cannot be written fails at once, not after the training. */
+    path_in(path, "no-such-dir/run.ckpt");
+    fd.checkpoint = path;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 0 &&
+              strstr(mirror_model_error(m), "no-such-dir"),
+          "fit with a checkpoint in a missing directory fails before its first step (%s)", mirror_model_error(m));
+    path_in(path, "fifo.ckpt");
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(m) == 0,
+          "fit with a FIFO as its checkpoint fails before its first step (%s)", mirror_model_error(m));
+    path_in(path, "fit.ckpt");
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && mirror_optimizer_steps(m) == 5 && access(path, F_OK) == 0,
+          "fit with a good path trains and saves: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -474,6 +580,7 @@ int main(void)
     test_durability();
     test_hostile();
     test_edges();
+    test_targets();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_checkpoint");

@@ -114,6 +114,7 @@ static void test_desc(mirror_strategy *s)
         {MIRROR_PRECISION_FP16, {MIRROR_SCALE_DYNAMIC, 1e9f, 0, 0, 0, 0, 0, 0, 0}, "init above max"},
         {MIRROR_PRECISION_FP16, {MIRROR_SCALE_DYNAMIC, 0.5f, 0, 0, 0, 0, 0, 0, 0}, "init below min"},
         {MIRROR_PRECISION_FP16, {MIRROR_SCALE_STATIC, -3.0f, 0, 0, 0, 0, 0, 0, 0}, "a negative static scale"},
+        {MIRROR_PRECISION_FP16, {MIRROR_SCALE_STATIC, 1e-30f, 0, 0, 0, 0, 0, 0, 0}, "a static scale below min"},
         {MIRROR_PRECISION_BF16, {MIRROR_SCALE_NONE, 4.0f, 0, 0, 0, 0, 0, 0, 0}, "none with a scale"},
         {MIRROR_PRECISION_FP16, {MIRROR_SCALE_DYNAMIC, 0, 0, 0, 0, NAN, 0, 0, 0}, "a NaN minimum"},
     };
