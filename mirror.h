@@ -637,7 +637,10 @@ typedef struct mirror_fit_desc {
     void *user;
     /* Checkpoints (see mirror_checkpoint_save): written to `checkpoint`
        every checkpoint_every steps (0: never during an epoch), after the
-       last epoch and when stopped, keeping checkpoint_keep (0: 3). */
+       last epoch and when stopped, keeping checkpoint_keep (0: 3). Before
+       its first step fit checks that the path can be saved to and takes
+       its lock for the whole fit: a missing directory, a target that is
+       not a regular file, or another process saving there fails at once. */
     const char *checkpoint;
     size_t checkpoint_every, checkpoint_keep;
     /* When *stop becomes non-zero (a signal handler may set it), fit saves
@@ -677,7 +680,17 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    flushed. Older checkpoints are kept as PATH.1 (the previous one), PATH.2,
    ... up to keep - 1 of them: PATH is always the newest. A failed save
    (no space, I/O error, permission) returns an error and leaves the
-   previous checkpoint as it was. */
+   previous checkpoint as it was.
+
+   A save replaces only regular files: a PATH (or PATH.1 ..) that is a
+   directory, device, FIFO, socket or symbolic link is refused with
+   MIRROR_ERR_ARGUMENT. It holds a POSIX record lock on PATH.lock, a file
+   it makes beside PATH and leaves there: a second process saving to the
+   same path gets MIRROR_ERR_IO saying so, instead of the two removing
+   each other's files. Temporary files of saves that crashed are removed
+   when their name and contents show that a save made them (never, say,
+   a user's PATH.tmp.notes). Record locks belong to a process: within one
+   process, save one path from one thread at a time. */
 
 typedef struct mirror_checkpoint_info {
     uint64_t step;         /* optimizer steps taken (saving: the model's count) */
