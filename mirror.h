@@ -4856,15 +4856,14 @@ static int mirror__check_targets(mirror_model *m, const char *path, size_t keep,
     size_t i;
     for (i = 0; i == 0 || i < keep; i++) {
         if (i) snprintf(name, size, "%s.%zu", path, i);
-        else snprintf(name, size, "%s", path);
-        if (lstat(name, &st) != 0) {
+        if (lstat(i ? name : path, &st) != 0) {
             if (i) break;
             continue;
         }
         if (!S_ISREG(st.st_mode))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "%s exists and is not a regular file (%s); a checkpoint only replaces a regular file",
-                                name, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                i ? name : path, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
                                       : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
     }
     return MIRROR_OK;
