@@ -43,11 +43,8 @@ static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch
     for (round = 0; round <= ROUNDS; round++) { /* round 0 warms up */
         double t0 = now();
         for (k = 0; k < STEPS; k++) {
-            mirror_batch b;
-            memset(&b, 0, sizeof b);
-            b.x = ds->x, b.labels = ds->labels, b.rows = ds->count;
+            mirror_batch b = example_bench_batch(ds, NULL, batch);
             b.x += (k % (ds->count / batch)) * batch * 784, b.labels += (k % (ds->count / batch)) * batch;
-            b.n = batch;
             if (mirror_train_step(m, &b, k + 1 == STEPS ? &out : NULL)) {
                 fprintf(stderr, "bench_gpu: %s\n", mirror_model_error(m));
                 exit(1);

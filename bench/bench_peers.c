@@ -21,10 +21,7 @@ static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm
     double t0 = mirror__now();
     size_t k;
     for (k = 0; k < SAMPLES / batch; k++) {
-        mirror_batch b;
-        memset(&b, 0, sizeof b);
-        b.x = ds->x, b.labels = ds->labels, b.rows = ds->count;
-        b.index = perm + k * batch, b.n = batch;
+        mirror_batch b = example_bench_batch(ds, perm + k * batch, batch);
         if (mirror_train_step(m, &b, NULL)) return -1.0;
     }
     return (double)SAMPLES / (mirror__now() - t0);

@@ -111,10 +111,7 @@ static double run(mirror_model *m, const mirror_dataset *ds, const size_t *perm,
     double t0 = mirror__now();
     size_t k;
     for (k = 0; k < SAMPLES / batch; k++) {
-        mirror_batch b;
-        memset(&b, 0, sizeof b);
-        b.x = ds->x, b.labels = ds->labels, b.rows = ds->count;
-        b.index = perm + k * batch, b.n = batch;
+        mirror_batch b = example_bench_batch(ds, perm + k * batch, batch);
         if (forward_only) mirror_evaluate_batch(m, &b, NULL);
         else mirror_train_step(m, &b, NULL);
     }
@@ -188,9 +185,7 @@ int main(void)
             mirror_model *mm = m[bi][cnn][bi]; /* batch 64: 1 replica; batch 256: 2 */
             size_t reps = bi + 1, k;
             double flops = 0.0, g[ROUNDS], step = median(t[bi][cnn][bi], ROUNDS) / (SAMPLES / batches[bi]);
-            mirror_batch b;
-            memset(&b, 0, sizeof b);
-            b.x = ds.x, b.labels = ds.labels, b.rows = ds.count, b.index = perm, b.n = batches[bi];
+            mirror_batch b = example_bench_batch(&ds, perm, batches[bi]);
             recorder = mirror__cpu_backend;
             recorder.gemm = recording_gemm;
             mm->be = &recorder;

@@ -54,5 +54,15 @@ static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, s
     }
     return m;
 }
+
+/* The benchmarks' batch: the n samples of ds at index. */
+static mirror_batch example_bench_batch(const mirror_dataset *ds, const size_t *index, size_t n)
+{
+    mirror_batch b;
+    memset(&b, 0, sizeof b);
+    b.x = ds->x, b.labels = ds->labels, b.rows = ds->count;
+    b.index = index, b.n = n;
+    return b;
+}
 #endif /* EXAMPLE_BENCH_MODEL */
 #endif
