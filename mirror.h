@@ -166,16 +166,36 @@
          memory): replica w owns slice w of the parameters (mirror_shard of
          the parameter count); it sums that slice of every replica's
          gradient in replica order (a reduce-scatter with the additions of
-         the all-reduce), applies the optimizer to the slice, and copies
-         the new values into every other replica (an all-gather), chunk by
-         chunk while it is in cache. Each parameter is updated once a step,
-         not once per replica, so this part of the step shrinks as replicas
-         are added; the optimizer state lives once. In mixed precision the
-         slices are checked for Inf and NaN first and every replica takes
-         the verdict of all slices. On GPUs every replica runs the same
-         update on the all-reduced gradient. Either way the parameters stay
+         the all-reduce) and checks it for Inf and NaN; then, with the
+         verdict of every slice (see NON-FINITE VALUES), it applies the
+         optimizer to the slice and copies the new values into every other
+         replica (an all-gather), chunk by chunk while it is in cache. Each
+         parameter is updated once a step, not once per replica, so this
+         part of the step shrinks as replicas are added; the optimizer
+         state lives once. On GPUs every replica checks the all-reduced
+         gradient and runs the same update. Either way the parameters stay
          bitwise identical on every replica.
       5. The metrics (loss sum, correct count, sample count) are summed.
+
+   NON-FINITE VALUES
+
+      A NaN in the data is not lost on its way: relu(NaN) is NaN and a
+      max-pooling window holding a NaN yields NaN, as in PyTorch, so it
+      reaches the loss. A sample whose loss is Inf or NaN gets a NaN
+      gradient (a loss can overflow where its gradient does not), so one
+      check of the reduced gradient, before the update, sees both. In fp32
+      a non-finite step is an error, not a skip (there is no loss scale to
+      lower): the step changes nothing (parameters, optimizer state, step
+      count) and the call that reads the verdict fails with
+      MIRROR_ERR_NOT_FINITE naming the step: "step 11: the loss or the
+      reduced gradient is not finite ...". On CPU replicas that is the
+      step itself. GPU replicas do not wait for the verdict: every later
+      step does nothing until the host reads it (mirror_train_step with
+      metrics, mirror_take_metrics, a checkpoint save, fit every 32
+      steps). The model stays usable: the next step starts from the
+      parameters of the last finite step. mirror_fit stops at that step
+      and saves no checkpoint, so a run that diverges keeps its good
+      checkpoints. Mixed precision skips such steps instead (below).
 
    MIXED PRECISION (mirror_model_desc.precision = MIRROR_PRECISION_FP16 or _BF16)
 
@@ -275,7 +295,7 @@ extern "C" {
     X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
     X(MIRROR_ERR_CHECKSUM, -23, "checksum mismatch")                           \
     X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")                  \
-    X(MIRROR_ERR_NOT_FINITE, -31, "gradients not finite in too many steps in a row")
+    X(MIRROR_ERR_NOT_FINITE, -31, "loss or gradients not finite")
 
 typedef enum mirror_result {
 #define MIRROR__ENUM(name, value, text) name = value,
@@ -540,7 +560,10 @@ typedef struct mirror_metrics {
 
 /* One synchronous step on a global batch (n <= max_batch). With out, waits
    for the step's metrics; with out NULL, the host never waits for the
-   device: the metrics add up on the device until mirror_take_metrics. */
+   device: the metrics add up on the device until mirror_take_metrics.
+   MIRROR_ERR_NOT_FINITE: the step (fp32), or max_consecutive_skips steps
+   in a row (mixed precision), had a non-finite loss or gradient and
+   changed no parameter (see NON-FINITE VALUES). */
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
 /* The summed metrics of the steps run with out NULL since the last take. */
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
@@ -650,7 +673,10 @@ typedef struct mirror_fit_desc {
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
    be NULL) receives the final epoch's log. A run resumed mid-epoch logs
-   that epoch's metrics over its remaining steps only. */
+   that epoch's metrics over its remaining steps only. Metrics left on the
+   device by steps before the fit (run with out NULL, or by a fit that
+   failed) are dropped, not counted, and fit leaves none behind. A
+   non-finite step ends it with MIRROR_ERR_NOT_FINITE and no checkpoint. */
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
 /* Loss and accuracy over a dataset, in global batches of `batch` (0, or more
    than max_batch: max_batch). */
@@ -704,7 +730,9 @@ typedef struct mirror_checkpoint_info {
 
 /* Writes replica 0's parameters and optimizer state, and cursor (may be
    NULL: zeros), to path; keep (0: 3) checkpoints in all. A failed save
-   leaves a loadable PATH: the previous checkpoint. */
+   leaves a loadable PATH: the previous checkpoint. An fp32 model whose
+   last step was not finite, and not yet reported, is not saved
+   (MIRROR_ERR_NOT_FINITE). */
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                       size_t keep);
 /* Loads path into every replica of m, which must have the same layers; it
@@ -724,11 +752,82 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
    CPU backend calls these in loops; CUDA kernels call the same functions and
    add only the indexing, so the CPU tests check the arithmetic the GPU runs. */
 
-/* y = max(0, x) */
-MIRROR_HD static inline float mirror_hd_relu(float x) { return x > 0.0f ? x : 0.0f; }
+/* A float's bits and back; Inf and NaN told by their bits, so that the
+   tests hold under -ffast-math too. */
+MIRROR_HD static inline uint32_t mirror_hd_bits(float x)
+{
+    union { float f; uint32_t u; } v;
+    v.f = x;
+    return v.u;
+}
 
-/* dx = dy where the output was positive; y = relu(x), so y > 0 iff x > 0. */
-MIRROR_HD static inline float mirror_hd_relu_grad(float y, float dy) { return y > 0.0f ? dy : 0.0f; }
+MIRROR_HD static inline float mirror_hd_float(uint32_t u)
+{
+    union { float f; uint32_t u; } v;
+    v.u = u;
+    return v.f;
+}
+
+MIRROR_HD static inline int mirror_hd_finite(float x)
+{
+    return (mirror_hd_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+MIRROR_HD static inline int mirror_hd_isnan(float x) { return (mirror_hd_bits(x) & 0x7fffffffu) > 0x7f800000u; }
+
+
+/* y = max(0, x), and NaN stays NaN (torch.relu): a NaN in the data must
+   reach the loss, not vanish into a zero. */
+MIRROR_HD static inline float mirror_hd_relu(float x) { return x <= 0.0f ? 0.0f : x; }
+
+/* dx = dy where the output was positive or NaN; y = relu(x), so this is
+   x > 0 or NaN (torch's threshold_backward). */
+MIRROR_HD static inline float mirror_hd_relu_grad(float y, float dy) { return y <= 0.0f ? 0.0f : dy; }
+
+/* Max pooling over a k x k window whose rows lie `row` floats apart, from
+   x (its corner): the maximum, with *at its offset from x; the first of
+   equal maxima wins. A window holding a NaN yields its first NaN instead,
+   as torch.max_pool2d does (a NaN in the data must reach the loss): the
+   caller asks mirror_hd_window_nan, where the data may hold one. Apart,
+   the comparison stays a select; a NaN test inside it made the CPU loop
+   branch and mispredict (2-8x slower). */
+MIRROR_HD static inline float mirror_hd_window_max(const float *x, size_t row, size_t k, size_t *at)
+{
+    size_t i, j, best = 0;
+    float top = x[0];
+    for (i = 0; i < k; i++)
+        for (j = 0; j < k; j++) {
+            size_t o = i * row + j;
+            if (x[o] > top) top = x[o], best = o;
+        }
+    *at = best;
+    return top;
+}
+
+/* Whether the window holds a NaN; *at receives the first one's offset. */
+MIRROR_HD static inline int mirror_hd_window_nan(const float *x, size_t row, size_t k, size_t *at)
+{
+    size_t i, j;
+    for (i = 0; i < k; i++)
+        for (j = 0; j < k; j++)
+            if (mirror_hd_isnan(x[i * row + j])) {
+                *at = i * row + j;
+                return 1;
+            }
+    return 0;
+}
+
+/* A row whose loss is not finite gets a NaN gradient, so that the step's
+   one check of the reduced gradient sees it too: an fp32 step stops, a
+   mixed-precision step is skipped. (A loss can overflow where its
+   gradient does not: MSE beyond |z - t| = 1.8e19.) */
+MIRROR_HD static inline float mirror_hd_poison(float *dz, size_t d, float loss)
+{
+    size_t j;
+    if (!mirror_hd_finite(loss))
+        for (j = 0; j < d; j++) dz[j] = mirror_hd_float(0x7fc00000u); /* a quiet NaN */
+    return loss;
+}
 
 /* One row of fused, stable softmax cross-entropy over k logits z with label
    y. Writes dz = (softmax(z) - onehot(y)) * inv_count, where inv_count is
@@ -751,7 +850,7 @@ MIRROR_HD static inline float mirror_hd_softmax_ce_row(const float *z, size_t k,
     for (j = 0; j < k; j++)
         dz[j] = (dz[j] / sum - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count;
     *correct = arg == (size_t)y;
-    return logf(sum) - (z[y] - zmax); /* not zmax + log(sum) - z[y]: cancels at large z */
+    return mirror_hd_poison(dz, k, logf(sum) - (z[y] - zmax)); /* not zmax + log(sum) - z[y]: cancels at large z */
 }
 
 /* One row of mean squared error over d outputs: returns (1/d) sum (z - t)^2
@@ -766,7 +865,7 @@ MIRROR_HD static inline float mirror_hd_mse_row(const float *z, const float *t, 
         loss += e * e;
         dz[j] = scale * e;
     }
-    return loss / (float)d;
+    return mirror_hd_poison(dz, d, loss / (float)d);
 }
 
 /* One SGD element (torch.optim.SGD, dampening 0): w, the momentum buffer v
@@ -814,25 +913,6 @@ MIRROR_HD static inline void mirror_hd_adam_bias(float beta1, float beta2, uint6
    nearest, ties to even, as the GPU's conversion instructions do: values
    beyond the largest finite one become Inf, those below the smallest
    subnormal become zero, NaN stays a (quiet) NaN. Widening is exact. */
-
-MIRROR_HD static inline uint32_t mirror_hd_bits(float x)
-{
-    union { float f; uint32_t u; } v;
-    v.f = x;
-    return v.u;
-}
-
-MIRROR_HD static inline float mirror_hd_float(uint32_t u)
-{
-    union { float f; uint32_t u; } v;
-    v.u = u;
-    return v.f;
-}
-
-MIRROR_HD static inline int mirror_hd_finite(float x)
-{
-    return (mirror_hd_bits(x) & 0x7f800000u) != 0x7f800000u;
-}
 
 /* Every candidate is computed and one is selected, with no branch, so
    that CPU loops over these vectorise. */
@@ -913,6 +993,19 @@ MIRROR_HD static inline void mirror_hd_adam_mixed(float *w, float *m, float *v, 
     mirror_hd_adam(w, m, v, mirror_hd_unscale(g, format, inv_scale), lr, beta1, beta2, eps,
                    weight_decay, decoupled, bc1, bc2_sqrt);
     *w16 = mirror_hd_narrow(*w, format);
+}
+
+/* The guard of an fp32 model (a mirror_loss_scale_state, like the scaler
+   of a mixed one), after the check of step `step`'s reduced gradient. fp32
+   has no loss scale to lower, so a non-finite step is an error, not a
+   skip: found_nonfinite stays set from the first non-finite step until
+   the host reads it (every update does nothing meanwhile), and `applied`
+   holds the steps applied before it. Every writer writes the same values. */
+MIRROR_HD static inline void mirror_hd_guard(mirror_loss_scale_state *st, int finite, uint64_t step)
+{
+    if (finite || st->found_nonfinite) return;
+    st->applied = step - 1;
+    st->found_nonfinite = 1;
 }
 
 /* The loss scaler after a step, once found_nonfinite says whether the
@@ -1619,12 +1712,17 @@ typedef struct mirror__backend {
        NULL), in row order: a step's metrics stay on the device. */
     void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
                        size_t rows);
-    /* One launch over the whole flat parameter arena. */
-    void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, float lr, float momentum,
-                float weight_decay, int nesterov);
-    void (*adam)(void *dev, float *w, float *m, float *v, const float *g, size_t n, float lr,
-                 float beta1, float beta2, float eps, float weight_decay, int decoupled, float bc1,
-                 float bc2_sqrt);
+    /* fp32: one pass over the reduced gradient of step `step`:
+       mirror_hd_guard on st (found_nonfinite, kept set until the host
+       clears it). */
+    void (*check32)(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step);
+    /* One launch over the whole flat parameter arena, doing nothing while
+       guard->found_nonfinite is set. */
+    void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
+                float lr, float momentum, float weight_decay, int nesterov);
+    void (*adam)(void *dev, float *w, float *m, float *v, const float *g, size_t n,
+                 const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, int decoupled, float bc1, float bc2_sqrt);
 
     /* Mixed precision; format is MIRROR_PRECISION_FP16 or _BF16. */
     /* The model's precision, once after open: a GPU picks its GEMM compute type. */
@@ -1860,27 +1958,42 @@ static void mirror__cpu_permute(void *dev, float *dst, const float *src, size_t 
         for (j = 0; j < b; j++) memcpy(dst + (j * a + i) * inner, src + (i * b + j) * inner, inner * sizeof(float));
 }
 
+/* The windows of max pooling that hold a NaN yield their first NaN. Out of
+   line, where compilers cannot fold it into the main loop: a NaN test
+   there made it branch and mispredict (2-8x slower). */
+static MIRROR__NOINLINE void mirror__maxpool_nan(float *y, int32_t *arg, const float *x, size_t planes, size_t h,
+                                                 size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    size_t p, oy, ox, at;
+    for (p = 0; p < planes; p++, x += h * w)
+        for (oy = 0; oy < ho; oy++)
+            for (ox = 0; ox < wo; ox++, y++, arg++) {
+                size_t corner = oy * stride * w + ox * stride;
+                if (!mirror_hd_window_nan(x + corner, w, k, &at)) continue;
+                *y = x[corner + at];
+                *arg = (int32_t)(corner + at);
+            }
+}
+
 static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
                                         size_t planes, size_t h, size_t w, size_t k, size_t stride,
                                         size_t ho, size_t wo)
 {
-    size_t p, oy, ox, i, j;
+    size_t p, oy, ox, at, n = planes * h * w;
+    int nan = 0;
+    float *y0 = y;
+    int32_t *arg0 = arg;
+    const float *x0 = x;
     (void)dev;
     for (p = 0; p < planes; p++, x += h * w)
         for (oy = 0; oy < ho; oy++)
             for (ox = 0; ox < wo; ox++) {
-                /* the maximum in a local, not reread through x (which y
-                   might alias): clang's code was 3x slower for it */
-                size_t corner = oy * stride * w + ox * stride, best = corner;
-                float top = x[corner]; /* the first of equal maxima wins; NaN never does */
-                for (i = 0; i < k; i++)
-                    for (j = 0; j < k; j++) {
-                        size_t at = corner + i * w + j;
-                        if (x[at] > top) top = x[at], best = at;
-                    }
-                *y++ = top;
-                *arg++ = (int32_t)best;
+                size_t corner = oy * stride * w + ox * stride;
+                *y++ = mirror_hd_window_max(x + corner, w, k, &at);
+                *arg++ = (int32_t)(corner + at);
             }
+    for (p = 0; p < n; p++) nan |= mirror_hd_isnan(x0[p]); /* one vectorised pass */
+    if (nan) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
 }
 
 static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
@@ -1929,22 +2042,40 @@ static void mirror__cpu_accumulate(void *dev, double *acc, const float *loss, co
     }
 }
 
-static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n, float lr,
-                            float momentum, float weight_decay, int nesterov)
+/* The sum of !finite over g, folded with AND so that the loop vectorises. */
+static int mirror__all_finite(const float *g, size_t n)
+{
+    size_t i;
+    int finite = 1;
+    for (i = 0; i < n; i++) finite &= mirror_hd_finite(g[i]);
+    return finite;
+}
+
+static void mirror__cpu_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step)
+{
+    (void)dev;
+    mirror_hd_guard(st, mirror__all_finite(g, n), step);
+}
+
+static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n,
+                            const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
+                            int nesterov)
 {
     size_t i;
     float unused = 0.0f;
     (void)dev;
+    if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
         mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i], lr, momentum, weight_decay, nesterov);
 }
 
 static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
-                             int decoupled, float bc1, float bc2_sqrt)
+                             const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int decoupled, float bc1, float bc2_sqrt)
 {
     size_t i;
     (void)dev;
+    if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
         mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled,
                        bc1, bc2_sqrt);
@@ -2048,6 +2179,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_softmax_ce,
     mirror__cpu_mse,
     mirror__cpu_accumulate,
+    mirror__cpu_check32,
     mirror__cpu_sgd,
     mirror__cpu_adam,
     mirror__cpu_set_precision,
@@ -2410,7 +2542,9 @@ typedef struct mirror__replica {
     /* Mixed precision: the 16-bit working copy of the parameters (written
        by the optimizer), the same widened to fp32 slots for the layers
        (`weights` is it, or params in fp32), the 16-bit gradient that is
-       all-reduced, and the loss scaler (device memory; host_scaler reads it). */
+       all-reduced, and the loss scaler (device memory; host_scaler reads
+       it), which in fp32 is the guard against non-finite steps
+       (mirror_hd_guard). */
     uint16_t *work16, *grad16;
     float *wide, *weights;
     mirror_loss_scale_state *scaler, *host_scaler;
@@ -3022,14 +3156,15 @@ MIRROR_API int mirror_model_build(mirror_model *m)
             !p->host_targets || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
         p->weights = p->params;
+        p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
+        p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
+        if (!p->scaler || !p->host_scaler) goto oom;
         if (m->format) {
             m->be->set_precision(p->dev, m->format);
             p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nparams * sizeof(uint16_t));
             p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nparams * sizeof(uint16_t));
             p->wide = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
-            p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
-            p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
-            if (!p->work16 || !p->grad16 || !p->wide || !p->scaler || !p->host_scaler) goto oom;
+            if (!p->work16 || !p->grad16 || !p->wide) goto oom;
             p->weights = p->wide;
             m->grad16_bufs[r] = p->grad16;
         }
@@ -3046,10 +3181,10 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0, &m->err)) ||
         (rc = mirror__device_status(m)))
         goto fail;
-    if (m->format) {
-        mirror_loss_scale_state st;
+    {
+        mirror_loss_scale_state st; /* fp32: the guard, found_nonfinite clear */
         memset(&st, 0, sizeof st);
-        st.scale = st.last_scale = m->desc.loss_scale.init_scale;
+        st.scale = st.last_scale = m->format ? m->desc.loss_scale.init_scale : 1.0f;
         if ((rc = mirror__set_scaler(m, &st)) || (rc = mirror__refresh_working_copy(m))) goto fail;
     }
     m->built = 1;
@@ -3406,18 +3541,20 @@ static void mirror__compute_job(void *ctx, size_t worker)
 
 // >>optimizers --------------------------------------------------------------
 
-/* The fp32 update of parameters [off, off + n) of replica r, whose
-   reduced gradient is g; bc1 and bc2_sqrt are Adam's bias corrections. */
-static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n, const float *g,
-                                float bc1, float bc2_sqrt)
+/* The fp32 update of parameters [off, off + n) of replica r from its
+   reduced gradient, unless r's guard holds a non-finite step; bc1 and
+   bc2_sqrt are Adam's bias corrections. */
+static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n, float bc1,
+                                float bc2_sqrt)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
+    const float *g = r->grads + off;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, o->lr, o->momentum,
-                   o->weight_decay, o->nesterov);
+        m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, r->scaler, o->lr,
+                   o->momentum, o->weight_decay, o->nesterov);
     else
-        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nparams + off, g, n, o->lr, o->beta1,
-                    o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
+        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nparams + off, g, n, r->scaler, o->lr,
+                    o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
 }
 
 /* Mixed precision, on replica r's device and stream, with no wait for it,
@@ -3441,9 +3578,9 @@ static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off
 }
 
 /* Replica `worker` applies the optimizer to its own copy, with the reduced
-   gradient: every replica the same update over every parameter. In mixed
-   precision each replica checks the whole reduced gradient first (the same
-   on every replica, so every replica decides alike). */
+   gradient: every replica the same update over every parameter. Each
+   replica checks the whole reduced gradient first (the same on every
+   replica, so every replica decides alike). */
 static void mirror__update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
@@ -3456,17 +3593,19 @@ static void mirror__update_job(void *ctx, size_t worker)
         mirror__update_mixed(m, r, 0, m->nparams);
         return;
     }
+    m->be->check32(r->dev, r->scaler, r->grads, m->nparams, m->steps);
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
-    mirror__update_fp32(m, r, 0, m->nparams, r->grads, bc1, bc2_sqrt);
+    mirror__update_fp32(m, r, 0, m->nparams, bc1, bc2_sqrt);
 }
 
 /* The sharded update (ZeRO stage 1 on shared memory). Where every
    replica's arenas are host memory (the CPU backend), replica w owns slice
    w of the parameters (mirror_shard of nparams over the replicas): it sums
    its slice of every replica's gradient in replica order (the
-   reduce-scatter: the additions of the all-reduce, so the same sums),
-   applies the optimizer to that slice only, and copies the new values into
-   the other replicas (the all-gather). Each parameter is updated once a
+   reduce-scatter: the additions of the all-reduce, so the same sums) and
+   checks it; with the verdict of every slice, it applies the optimizer to
+   that slice only, and copies the new values into the other replicas (the
+   all-gather). Two jobs, since the verdict needs every slice. Each parameter is updated once a
    step rather than once per replica, the optimizer state lives once (every
    replica's state pointer is replica 0's arena), and the replicas stay
    bitwise equal: each slice is computed once, by one thread, and copied. */
@@ -3486,50 +3625,60 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
     }
 }
 
-/* fp32: reduce-scatter, update and all-gather of slice `worker`, chunk by
-   chunk while the chunk is in cache. Every replica's gradient arena ends
-   with the reduced gradient, as after the all-reduce. */
-static void mirror__sharded_update_job(void *ctx, size_t worker)
-{
-    mirror_model *m = ((const mirror__job *)ctx)->m;
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    float acc[MIRROR__REDUCE_CHUNK], bc1, bc2_sqrt;
-    size_t begin, count, end, len;
-    mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
-    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
-    for (end = begin + count; begin < end; begin += len) {
-        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, begin, len);
-        mirror__update_fp32(m, &m->rep[worker], begin, len, acc, bc1, bc2_sqrt);
-        mirror__gather_slice(m, worker, begin, len);
-    }
-}
-
-/* Mixed precision, after the 16-bit all-reduce: each replica checks its
-   slice of the reduced gradient into found[worker]... */
+/* First each replica checks its slice of the reduced gradient into
+   found[worker]. fp32 forms the slice here, the reduce-scatter: the sum of
+   every replica's slice in replica order (the additions of the all-reduce,
+   so the same sums), written back into every replica's gradient arena, as
+   after an all-reduce. Mixed precision checks the 16-bit all-reduce's. */
 static void mirror__sharded_check_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     mirror_loss_scale_state st = *r->scaler;
-    size_t begin, count;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin, count, end, len;
+    int finite = 1;
     mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
-    st.found_nonfinite = 0;
-    m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
-    m->found[worker] = st.found_nonfinite;
+    if (m->format) {
+        st.found_nonfinite = 0;
+        m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
+        m->found[worker] = st.found_nonfinite;
+        return;
+    }
+    for (end = begin + count; begin < end; begin += len) {
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, begin, len);
+        finite &= mirror__all_finite(acc, len);
+    }
+    m->found[worker] = !finite;
 }
 
-/* ... then every replica takes the verdict of all slices, updates its own
-   slice and its scaler, and copies the slice into the others. */
-static void mirror__sharded_mixed_job(void *ctx, size_t worker)
+/* Then every replica takes the verdict of all slices into its guard or
+   scaler, updates its own slice (nothing on a non-finite step) and copies
+   the slice into the others (the all-gather). */
+static void mirror__sharded_update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
-    size_t begin, count, i;
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    size_t begin, count, end, len, i;
+    uint32_t found = 0;
+    float bc1, bc2_sqrt;
     mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
-    for (i = 0; i < m->s->replicas; i++) r->scaler->found_nonfinite |= m->found[i];
-    mirror__update_mixed(m, r, begin, count);
-    mirror__gather_slice(m, worker, begin, count);
+    for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
+    if (m->format) {
+        r->scaler->found_nonfinite |= found;
+        mirror__update_mixed(m, r, begin, count);
+        mirror__gather_slice(m, worker, begin, count);
+        return;
+    }
+    mirror_hd_guard(r->scaler, !found, m->steps);
+    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
+    for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        mirror__update_fp32(m, r, begin, len, bc1, bc2_sqrt);
+        mirror__gather_slice(m, worker, begin, len);
+    }
 }
 
 /* After a skipped step, with report_nonfinite: the first layer, from the
@@ -3572,24 +3721,41 @@ static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_st
     mirror__log(MIRROR_LOG_NOTICE, msg);
 }
 
-/* Mixed precision, where the host reads the device anyway: the step fails
-   once max_consecutive_skips steps in a row were skipped. */
+/* fp32, where the host reads the device: a non-finite step fails the call.
+   Its guard is cleared and the step count goes back to the steps applied,
+   so that the model goes on (if asked to) from the last finite step. */
+static int mirror__guard_verdict(mirror_model *m, const char *what)
+{
+    mirror_loss_scale_state st;
+    int rc;
+    if ((rc = mirror__get_scaler(m, &st)) || !st.found_nonfinite) return rc;
+    m->steps = st.applied;
+    st.found_nonfinite = 0;
+    if ((rc = mirror__set_scaler(m, &st))) return rc;
+    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                        "%s: step %llu: the loss or the reduced gradient is not finite (Inf or NaN): the data holds "
+                        "Inf or NaN, or training diverged (too high a learning rate?); nothing of that step was "
+                        "applied, the parameters are those after step %llu",
+                        what, (unsigned long long)st.applied + 1, (unsigned long long)st.applied);
+}
+
+/* Where the host reads the device anyway: in fp32 the guard's verdict; in
+   mixed precision the step fails once max_consecutive_skips steps in a row
+   were skipped. */
 static int mirror__scaler_verdict(mirror_model *m, const char *what)
 {
     mirror_loss_scale_state st;
     const mirror_loss_scale_desc *d = &m->desc.loss_scale;
     int rc;
-    if (!m->format) return MIRROR_OK;
+    if (!m->format) return mirror__guard_verdict(m, what);
     if ((rc = mirror__get_scaler(m, &st))) return rc;
     if (st.consecutive_skips < d->max_consecutive_skips) return MIRROR_OK;
-    rc = mirror__fail(m, MIRROR_ERR_NOT_FINITE,
-                      "%s: the last %u steps were skipped, their gradients not finite (loss scale %g, "
-                      "%s scaling, minimum %g): the model diverged or the data holds Inf or NaN; "
-                      "parameters are those of the last finite step",
-                      what, st.consecutive_skips, (double)st.scale, mirror_loss_scaling_name(d->kind),
-                      (double)d->min_scale);
-    mirror__log(MIRROR_LOG_ERROR, m->err.message);
-    return rc;
+    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                        "%s: the last %u steps were skipped, their gradients not finite (loss scale %g, "
+                        "%s scaling, minimum %g): the model diverged or the data holds Inf or NaN; "
+                        "parameters are those of the last finite step",
+                        what, st.consecutive_skips, (double)st.scale, mirror_loss_scaling_name(d->kind),
+                        (double)d->min_scale);
 }
 
 /* Checks a batch against the model: sizes, pointers and every label. */
@@ -3664,11 +3830,11 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
         rc = m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams, &m->err);
     if (rc) return rc;
     m->steps++;
-    if (m->sharded && m->format) {
+    if (m->sharded) {
         mirror__run(&m->s->team, mirror__sharded_check_job, &job);
-        mirror__run(&m->s->team, mirror__sharded_mixed_job, &job);
+        mirror__run(&m->s->team, mirror__sharded_update_job, &job);
     } else {
-        mirror__run(&m->s->team, m->sharded ? mirror__sharded_update_job : mirror__update_job, &job);
+        mirror__run(&m->s->team, mirror__update_job, &job);
     }
     if ((rc = mirror__device_status(m))) return rc;
     if (m->format && m->desc.loss_scale.report_nonfinite) {
@@ -3678,20 +3844,20 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
     }
     if (!out) {
         m->untaken += b->n;
-        return MIRROR_OK;
+        /* CPU replicas: the verdict costs no wait, so it comes at once */
+        return m->be == &mirror__cpu_backend ? mirror__scaler_verdict(m, "mirror_train_step") : MIRROR_OK;
     }
     mirror__collect(m, &sum);
     *out = sum;
     return mirror__scaler_verdict(m, "mirror_train_step");
 }
 
-MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
+/* The metric sums left on the device into *out, and reset there. */
+static int mirror__take(mirror_model *m, mirror_metrics *out)
 {
     mirror_metrics sum = {0.0, 0, 0};
     size_t r;
     int rc;
-    if ((rc = mirror__check_built(m, "mirror_take_metrics"))) return rc;
-    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_take_metrics: out is NULL");
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         m->be->bind(p->dev);
@@ -3703,6 +3869,15 @@ MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
     sum.count = m->untaken;
     m->untaken = 0;
     *out = sum;
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_take_metrics"))) return rc;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_take_metrics: out is NULL");
+    if ((rc = mirror__take(m, out))) return rc;
     return mirror__scaler_verdict(m, "mirror_take_metrics");
 }
 
@@ -4947,6 +5122,9 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
     unsigned char len8[8];
     int rc, fd = -1, lock = -1;
     if ((rc = mirror__check_built(m, "mirror_checkpoint_save"))) return rc;
+    /* fp32 after a non-finite step the host has not yet seen: not saved,
+       so that it cannot rotate a good checkpoint away */
+    if (!m->format && (rc = mirror__guard_verdict(m, "mirror_checkpoint_save"))) return rc;
     if (!path || !*path || (plen = strlen(path)) > 900)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_save: path is NULL, empty or too long");
     memset(&c, 0, sizeof c);
@@ -5408,6 +5586,11 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
             m->steps = st.applied; /* Adam's t in fp32 */
         }
     }
+    if (!m->format) { /* the guard starts afresh from the loaded parameters */
+        memset(&st, 0, sizeof st);
+        st.scale = st.last_scale = 1.0f;
+        if ((rc = mirror__set_scaler(m, &st))) goto done;
+    }
     if (info) *info = got;
 done:
     MIRROR_FREE(buf);
@@ -5526,7 +5709,8 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     mirror_fit_desc d;
     mirror_batch all;
     mirror_epoch_log log;
-    size_t *perm, epoch, step, steps, ran = 0;
+    mirror_metrics dropped;
+    size_t *perm, epoch, step, steps, ran = 0, verdict;
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
     int rc = MIRROR_OK, bar;
@@ -5566,12 +5750,16 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
         mirror__fit_unlock(m);
         return rc;
     }
+    verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
     perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
     if (!perm) {
         mirror__fit_unlock(m);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
     memset(&log, 0, sizeof log);
+    /* Metrics of steps before this fit (a fit stopped mid-epoch, steps run
+       with out NULL) are not this fit's: dropped, as fit's own are at its end. */
+    rc = mirror__take(m, &dropped);
     for (epoch = d.initial_epoch; epoch < d.epochs && rc == MIRROR_OK; epoch++) {
         mirror_metrics acc = {0.0, 0, 0}, val = {0.0, 0, 0};
         double t0 = mirror__now(), shown = t0;
@@ -5593,11 +5781,11 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
                              MIRROR__MIN(d.batch, d.train->count - step * d.batch));
             if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
             ran++;
-            /* Metrics at the epoch's end and for the bar; in mixed precision
-               also every max_consecutive_skips / 2 + 1 steps, where the scaler
-               is checked, so that a run that skips every step stops soon. */
-            if (step + 1 == steps || (bar && mirror__now() - shown > 0.1) ||
-                (m->format && ran % ((size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1) == 0)) {
+            /* Metrics at the epoch's end and for the bar; also every
+               `verdict` steps, where the scaler or the fp32 guard is read,
+               so that a run that skips every step, or has stopped
+               applying them, stops soon. */
+            if (step + 1 == steps || (bar && mirror__now() - shown > 0.1) || ran % verdict == 0) {
                 if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
                     break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
@@ -5631,6 +5819,7 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     }
     /* The end (unless the last step saved it, or nothing ran). */
     if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
+    if (mirror__take(m, &dropped) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unlock(m);
     MIRROR_FREE(perm);
     if (last) *last = log;

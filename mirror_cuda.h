@@ -238,14 +238,11 @@ __global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x
     MIRROR__FOR_EACH(o, planes * ho * wo)
     {
         const float *p = x + o / (ho * wo) * h * w;
-        size_t oy = o / wo % ho, ox = o % wo, best = oy * stride * w + ox * stride, i, j;
-        for (i = 0; i < k; i++)
-            for (j = 0; j < k; j++) {
-                size_t at = (oy * stride + i) * w + ox * stride + j;
-                if (p[at] > p[best]) best = at;
-            }
-        y[o] = p[best];
-        arg[o] = (int32_t)best;
+        size_t oy = o / wo % ho, ox = o % wo, corner = oy * stride * w + ox * stride, at;
+        float top = mirror_hd_window_max(p + corner, w, k, &at);
+        if (mirror_hd_window_nan(p + corner, w, k, &at)) top = p[corner + at];
+        y[o] = top;
+        arg[o] = (int32_t)(corner + at);
     }
 }
 
@@ -298,9 +295,20 @@ __global__ void mirror__k_accumulate(double *acc, const float *loss, const int32
     }
 }
 
-__global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, float lr, float momentum,
-                              float weight_decay, int nesterov)
+/* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
+   every writer writes the same values, so no atomics. */
+__global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step)
 {
+    int finite = 1;
+    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g[i]);
+    if (!finite) mirror_hd_guard(st, 0, step);
+}
+
+/* The fp32 updates return at once while the guard holds a non-finite step. */
+__global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
+                              float lr, float momentum, float weight_decay, int nesterov)
+{
+    if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
     {
         float unused = 0.0f;
@@ -308,10 +316,11 @@ __global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, floa
     }
 }
 
-__global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-                               float beta2, float eps, float weight_decay, int decoupled, float bc1,
-                               float bc2_sqrt)
+__global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, size_t n,
+                               const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
+                               float weight_decay, int decoupled, float bc1, float bc2_sqrt)
 {
+    if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
     mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
 }
@@ -691,21 +700,32 @@ static void mirror__cuda_accumulate(void *dev, double *acc, const float *loss, c
     MIRROR__LAUNCHED(d, "accumulate kernel");
 }
 
-static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n, float lr, float momentum,
-                             float weight_decay, int nesterov)
+static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_sgd<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, g, n, lr, momentum, weight_decay, nesterov);
+    mirror__k_check32<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, step);
+    MIRROR__LAUNCHED(d, "check32 kernel");
+}
+
+static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n,
+                             const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
+                             int nesterov)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_sgd<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, g, n, guard, lr, momentum, weight_decay,
+                                                                      nesterov);
     MIRROR__LAUNCHED(d, "sgd kernel");
 }
 
-static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n, float lr, float beta1,
-                              float beta2, float eps, float weight_decay, int decoupled, float bc1, float bc2_sqrt)
+static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
+                              const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, int decoupled, float bc1, float bc2_sqrt)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, lr, beta1, beta2, eps,
+    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, guard, lr, beta1, beta2, eps,
                                                                        weight_decay, decoupled, bc1, bc2_sqrt);
     MIRROR__LAUNCHED(d, "adam kernel");
 }
@@ -801,6 +821,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_softmax_ce,
     mirror__cuda_mse,
     mirror__cuda_accumulate,
+    mirror__cuda_check32,
     mirror__cuda_sgd,
     mirror__cuda_adam,
     mirror__cuda_set_precision,

@@ -96,6 +96,8 @@ if [ -x "$BUILD/train" ]; then
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0\$'"
     check "build/train: a scale that always overflows stops the run with its reason" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --precision fp16 --loss-scale 1e9 --max-skips 4 2>'$tmp/skips.err' >/dev/null; test \$? -eq 1 && grep -q 'steps were skipped' '$tmp/skips.err'"
+    check "build/train: a diverging fp32 run stops at its first non-finite step and keeps the last good checkpoint" sh -c \
+        "$BUILD/train --model mlp --epochs 20 --synthetic 600 --batch 50 --optimizer sgd --lr 1e6 --save '$tmp/nan.ckpt' --checkpoint-every 1 >/dev/null 2>'$tmp/nan.err'; test \$? -eq 1 && grep -q 'step 3: the loss or the reduced gradient is not finite' '$tmp/nan.err' && $BUILD/train --model mlp --synthetic 600 --batch 50 --optimizer sgd --resume '$tmp/nan.ckpt' --epochs 1 2>/dev/null | grep -q '^resume: .*, step 2,'"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi

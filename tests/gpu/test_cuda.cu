@@ -166,17 +166,19 @@ static void test_optimizers(void)
     for (i = 0; i < n; i++) v[i] = fabsf(v[i]);
     wc = (float *)malloc(n * 4), mc = (float *)malloc(n * 4), vc = (float *)malloc(n * 4);
     memcpy(wc, w, n * 4), memcpy(mc, m, n * 4), memcpy(vc, v, n * 4);
+    mirror_loss_scale_state guard, *dguard = (mirror_loss_scale_state *)G->alloc(gdev, sizeof guard);
+    memset(&guard, 0, sizeof guard); /* clear: the updates run */
     dw = to_gpu(w, n), dg = to_gpu(g, n), dm = to_gpu(m, n), dv = to_gpu(v, n);
-    C->sgd(cdev, wc, mc, g, n, 0.1f, 0.9f, 1e-4f, 1);
-    G->sgd(gdev, dw, dm, dg, n, 0.1f, 0.9f, 1e-4f, 1);
+    C->sgd(cdev, wc, mc, g, n, &guard, 0.1f, 0.9f, 1e-4f, 1);
+    G->sgd(gdev, dw, dm, dg, n, dguard, 0.1f, 0.9f, 1e-4f, 1);
     out = from_gpu(dw, n);
     CHECK(near(wc, out, n, 1e-7f), "SGD Nesterov: weights within 4 ulp + 1e-7");
     free(out);
     out = from_gpu(dm, n);
     CHECK(near(mc, out, n, 1e-7f), "SGD Nesterov: momentum within 4 ulp + 1e-7");
     free(out);
-    C->adam(cdev, wc, mc, vc, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
-    G->adam(gdev, dw, dm, dv, dg, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
+    C->adam(cdev, wc, mc, vc, g, n, &guard, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
+    G->adam(gdev, dw, dm, dv, dg, n, dguard, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
     out = from_gpu(dw, n);
     CHECK(near(wc, out, n, 1e-7f), "AdamW: weights within 4 ulp + 1e-7, NaN where the gradient was NaN or Inf");
     free(out);
@@ -185,6 +187,56 @@ static void test_optimizers(void)
     free(out);
     free(w), free(g), free(m), free(v), free(wc), free(mc), free(vc);
     G->release(gdev, dw), G->release(gdev, dg), G->release(gdev, dm), G->release(gdev, dv);
+    G->release(gdev, dguard);
+}
+
+/* fp32's guard: check32 sets it as the CPU does (the first non-finite
+   step's number kept, a set flag never cleared), and while it is set the
+   updates move nothing. */
+static void test_check32(void)
+{
+    const size_t n = (size_t)65535 * MIRROR__THREADS + 1001;
+    float *g = random_floats(n, 1.0f), *dg = to_gpu(g, n), *w = random_floats(n, 1.0f), *dw = to_gpu(w, n), *out;
+    mirror_loss_scale_state *dst = (mirror_loss_scale_state *)G->alloc(gdev, sizeof *dst);
+    const struct {
+        size_t at;
+        float value;
+        uint32_t flag_before;
+        int want;
+        const char *what;
+    } cases[] = {
+        {0, 0.0f, 0, 0, "finite values"},
+        {n - 1, INFINITY, 0, 1, "+Inf at the last element"},
+        {n / 2, NAN, 0, 1, "a NaN in the middle"},
+        {0, -INFINITY, 0, 1, "-Inf at the first element"},
+        {n - 1, FLT_MAX, 0, 0, "the largest finite value"},
+        {n / 2, NAN, 1, 1, "a NaN with the flag already set (the first step's number stays)"},
+    };
+    size_t c;
+    for (c = 0; c < sizeof cases / sizeof *cases; c++) {
+        mirror_loss_scale_state cs, gs;
+        float kept = g[cases[c].at];
+        memset(&cs, 0, sizeof cs);
+        cs.scale = 1.0f, cs.found_nonfinite = cases[c].flag_before, cs.applied = 3;
+        if (cases[c].value != 0.0f) g[cases[c].at] = cases[c].value;
+        G->upload(gdev, dst, &cs, sizeof cs);
+        G->upload(gdev, dg, g, n * 4);
+        C->check32(cdev, &cs, g, n, 9);
+        G->check32(gdev, dst, dg, n, 9);
+        G->download(gdev, &gs, dst, sizeof gs);
+        CHECK(cs.found_nonfinite == (uint32_t)cases[c].want && !memcmp(&cs, &gs, sizeof cs) &&
+                  cs.applied == (cases[c].want && !cases[c].flag_before ? 8u : 3u),
+              "check32, %s: flag %u on the CPU, %u on the GPU, want %d; applied %llu and %llu", cases[c].what,
+              cs.found_nonfinite, gs.found_nonfinite, cases[c].want, (unsigned long long)cs.applied,
+              (unsigned long long)gs.applied);
+        g[cases[c].at] = kept;
+    }
+    G->upload(gdev, dg, g, n * 4);
+    G->sgd(gdev, dw, NULL, dg, n, dst, 0.1f, 0.0f, 0.0f, 0); /* the flag is set from the last case */
+    out = from_gpu(dw, n);
+    CHECK(same_bits(w, out, n), "sgd with the guard set: no weight moves");
+    free(out), free(g), free(w);
+    G->release(gdev, dg), G->release(gdev, dw), G->release(gdev, dst);
 }
 
 static void test_gemm(void)
@@ -963,6 +1015,7 @@ int main(void)
     test_losses();
     test_half_ops();
     test_check();
+    test_check32();
     test_mixed_updates();
     test_scaler_update();
     {
