@@ -601,7 +601,9 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
                                            mirror_error *err);
 /* NumPy .npy files (format 1.0, 2.0 or 3.0, C order): x of dtype <f4 (copied)
    or |u1 (scaled to [0,1]) and shape (n, features) (as features x 1 x 1),
-   (n, height, width) (one channel) or (n, channels, height, width); y, or
+   (n, height, width) (one channel) or (n, channels, height, width) (NCHW:
+   channels-last arrays, (n, height, width, channels), must be transposed
+   first, or fit refuses them); y, or
    NULL for no labels, of dtype <i4, <i8 or |u1 and shape (n,), every label
    >= 0, num_classes the largest plus one (at most 65536). Plain or gzip files
    (gzip needs MIRROR_ZLIB). On error ds is left empty. */
@@ -673,7 +675,10 @@ typedef struct mirror_fit_desc {
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
    be NULL) receives the final epoch's log. A run resumed mid-epoch logs
-   that epoch's metrics over its remaining steps only. Metrics left on the
+   that epoch's metrics over its remaining steps only. Training and
+   validation samples must have the model's channels, height and width,
+   each (a model of flat input takes any layout of its size): channels-last
+   data is refused with MIRROR_ERR_SHAPE. Metrics left on the
    device by steps before the fit (run with out NULL, or by a fit that
    failed) are dropped, not counted, and fit leaves none behind. A
    non-finite step ends it with MIRROR_ERR_NOT_FINITE and no checkpoint. */
@@ -5602,16 +5607,28 @@ done:
 
 // >>fit ---------------------------------------------------------------------
 
+/* A dataset's samples must have the model's layout, channels x height x
+   width, dimension by dimension: the same size in another layout (channels
+   last) would train on scrambled pixels. A model of flat input (height =
+   width = 1) takes any layout of its size, read in the dataset's order. */
 static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, const char *what)
 {
+    const mirror_model_desc *d = &m->desc;
     size_t in_size = 0;
+    int flat = d->height == 1 && d->width == 1, same;
     if (!ds || !ds->x || !ds->count)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dataset is NULL or empty", what);
-    if (!mirror__mul(ds->channels, ds->height, &in_size) || !mirror__mul(in_size, ds->width, &in_size) ||
-        in_size != m->in_size)
-        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: samples of %zux%zux%zu, the model takes %zux%zux%zu",
-                            what, ds->channels, ds->height, ds->width, m->desc.channels, m->desc.height,
-                            m->desc.width);
+    same = mirror__mul(ds->channels, ds->height, &in_size) && mirror__mul(in_size, ds->width, &in_size) &&
+           in_size == m->in_size;
+    if (!flat) same &= ds->channels == d->channels && ds->height == d->height && ds->width == d->width;
+    if (!same)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "%s: samples of %zux%zux%zu, the model takes %zux%zux%zu (channels x height x width, "
+                            "NCHW)%s",
+                            what, ds->channels, ds->height, ds->width, d->channels, d->height, d->width,
+                            ds->channels == d->height && ds->height == d->width && ds->width == d->channels
+                                ? ": this looks channels-last (N, H, W, C); transpose it to (N, C, H, W)"
+                                : "");
     if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->out_size))
         return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->out_size);
     return MIRROR_OK;

@@ -1117,6 +1117,52 @@ static void test_reducer(void)
     unsetenv("MIRROR_REDUCER");
 }
 
+/* Datasets are checked against the model dimension by dimension: the
+   same size in another layout is refused, with the layout it expected. */
+static void test_layout(mirror_strategy *s3)
+{
+    static float x[8 * 36];
+    static int32_t y[8];
+    mirror_model *cnn = empty_model(s3, 1, 6, 6), *flat = empty_model(s3, 36, 1, 1);
+    mirror_dataset ds, val;
+    mirror_fit_desc fd;
+    mirror_metrics met;
+    CHECK(cnn && flat, "the models for the layout checks");
+    if (!cnn || !flat) goto out;
+    mirror_conv2d(cnn, 2, 3, 1, 0), mirror_flatten(cnn), mirror_dense(cnn, 3);
+    mirror_dense(flat, 3);
+    CHECK(mirror_model_build(cnn) == MIRROR_OK && mirror_model_build(flat) == MIRROR_OK, "build");
+    memset(&ds, 0, sizeof ds);
+    ds.x = x, ds.labels = y, ds.count = 8, ds.channels = 6, ds.height = 6, ds.width = 1, ds.num_classes = 3;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &ds;
+    fd.batch = 4;
+    fd.progress = MIRROR_PROGRESS_NONE;
+    CHECK(mirror_fit(cnn, &fd, NULL) == MIRROR_ERR_SHAPE && strstr(mirror_model_error(cnn), "channels-last") &&
+              strstr(mirror_model_error(cnn), "1x6x6"),
+          "6x6x1 samples on a 1x6x6 model: refused, said channels-last: %s", mirror_model_error(cnn));
+    CHECK(mirror_evaluate(cnn, &ds, 0, &met) == MIRROR_ERR_SHAPE, "and by evaluate");
+    ds.channels = 2, ds.height = 3, ds.width = 6;
+    CHECK(mirror_fit(cnn, &fd, NULL) == MIRROR_ERR_SHAPE && !strstr(mirror_model_error(cnn), "channels-last") &&
+              strstr(mirror_model_error(cnn), "channels x height x width"),
+          "2x3x6 samples: refused, the expected layout named: %s", mirror_model_error(cnn));
+    ds.channels = 1, ds.height = 6, ds.width = 6;
+    val = ds;
+    val.channels = 6, val.height = 1, val.width = 6;
+    fd.validation = &val;
+    CHECK(mirror_fit(cnn, &fd, NULL) == MIRROR_ERR_SHAPE && strstr(mirror_model_error(cnn), "validation"),
+          "a validation set of another layout: refused: %s", mirror_model_error(cnn));
+    fd.validation = NULL;
+    CHECK(mirror_fit(cnn, &fd, NULL) == MIRROR_OK, "1x6x6 samples train: %s", mirror_model_error(cnn));
+    CHECK(mirror_fit(flat, &fd, NULL) == MIRROR_OK, "a flat model takes 1x6x6 samples as 36 features: %s",
+          mirror_model_error(flat));
+    ds.channels = 6, ds.height = 6, ds.width = 1;
+    CHECK(mirror_fit(flat, &fd, NULL) == MIRROR_OK, "and 6x6x1 ones");
+out:
+    mirror_model_destroy(cnn);
+    mirror_model_destroy(flat);
+}
+
 int main(void)
 {
     mirror_strategy *s3;
@@ -1135,6 +1181,7 @@ int main(void)
     test_layers(s3);
     test_steps(s3);
     test_fit(s3);
+    test_layout(s3);
     test_results();
     test_logger_hook(s3);
     test_memory_report(s3);
