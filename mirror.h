@@ -5405,6 +5405,32 @@ static int mirror__check_precision(mirror_model *m, const char *path, const mirr
     return MIRROR_OK;
 }
 
+/* Counters past 2^53 are not a run's: doubles stop counting them exactly
+   (Adam's bias correction), and 2^64 - 1 would wrap to a step 0. */
+#define MIRROR__MAX_COUNT ((uint64_t)1 << 53)
+
+/* Every counter of a checkpoint in the range a run can give it, checksums
+   or not: a crafted file must not set Adam's t to 2^64 - 1 (a division by
+   zero at the next step) or a loss scale outside the scaler's range. */
+static int mirror__check_counters(mirror_model *m, const char *path, const mirror_checkpoint_info *c,
+                                  const mirror_loss_scale_state *st)
+{
+    const mirror_loss_scale_desc *d = &m->desc.loss_scale;
+    const char *bad = NULL;
+    if (c->step > MIRROR__MAX_COUNT || c->epoch > MIRROR__MAX_COUNT || c->epoch_step > MIRROR__MAX_COUNT)
+        bad = "step, epoch or epoch_step beyond 2^53";
+    else if (c->drop_remainder > 1)
+        bad = "drop_remainder other than 0 or 1";
+    else if (c->batch && c->samples && c->epoch_step >= mirror_num_batches(c->samples, c->batch, (int)c->drop_remainder))
+        bad = "epoch_step not inside an epoch of its batch and sample count";
+    else if (st && (st->applied > c->step || st->skipped > c->step || st->consecutive_skips > st->skipped))
+        bad = "optimizer_steps, scaler_skipped or scaler_consecutive_skips larger than the steps run";
+    else if (st && m->format && d->kind == MIRROR_SCALE_DYNAMIC && (st->scale < d->min_scale || st->scale > d->max_scale))
+        bad = "a loss scale outside this model's [min_scale, max_scale]";
+    if (!bad) return MIRROR_OK;
+    return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %s: not a checkpoint this library wrote for this model", path, bad);
+}
+
 static int mirror__check_checkpoint(mirror_model *m, const char *path, const unsigned char *buf, size_t size,
                                     int weights_only, mirror__header *h, mirror_checkpoint_info *info,
                                     mirror_loss_scale_state *st, int *has_st)
@@ -5474,6 +5500,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the step or the data cursor is missing or not a number", path);
         goto done;
     }
+    if ((rc = mirror__check_counters(m, path, info, *has_st ? st : NULL))) goto done;
     if (!weights_only && (!(s = mirror__meta(h, "optimizer")) || strcmp(s, mirror__opt_names[m->desc.optimizer.kind]))) {
         rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: optimizer \"%s\", this model's is \"%s\" (load weights only?)", path,
                           s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);

@@ -35,11 +35,14 @@ static mirror_strategy *strategy(size_t replicas)
 }
 
 /* A small CNN on 8x8 crops (cnn) or an MLP, seed 3. */
+static mirror_precision model_precision; /* fp32 unless a test says otherwise */
+
 static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
     memset(&d, 0, sizeof d);
+    d.precision = model_precision;
     d.strategy = s;
     d.channels = 1, d.height = 8, d.width = 8;
     d.max_batch = 12;
@@ -349,6 +352,12 @@ static void test_hostile(void)
         {"\"version\":\"1\"", "\"version\":\"1\",\"version\":\"1\"", "a repeated metadata key", MIRROR_ERR_FORMAT},
         {"\"step\":\"", "\"step\":\"0", "a step with a leading zero", MIRROR_ERR_FORMAT},
         {"\"loss_scaler\":\"none\"", "\"loss_scaler\":\"magic\"", "an unknown loss scaler", MIRROR_ERR_UNSUPPORTED},
+        {"\"step\":\"1\"", "\"step\":\"18446744073709551615\"", "a step of 2^64 - 1", MIRROR_ERR_FORMAT},
+        {"\"epoch\":\"0\"", "\"epoch\":\"9007199254740993\"", "an epoch past 2^53", MIRROR_ERR_FORMAT},
+        {"\"drop_remainder\":\"0\"", "\"drop_remainder\":\"2\"", "drop_remainder 2", MIRROR_ERR_FORMAT},
+        {"\"epoch_step\":\"0\",\"shuffle_seed\":\"0\",\"seed\":\"3\",\"batch\":\"0\",\"samples\":\"0\"",
+         "\"epoch_step\":\"5\",\"shuffle_seed\":\"0\",\"seed\":\"3\",\"batch\":\"10\",\"samples\":\"50\"",
+         "epoch_step 5 of an epoch of 5 steps", MIRROR_ERR_FORMAT},
     };
     path_in(path, "good.ckpt");
     step(src, 0);
@@ -412,6 +421,58 @@ static void test_hostile(void)
     mirror_strategy_destroy(s);
 }
 
+/* A mixed-precision checkpoint with valid checksums and counters no run
+   gives: refused, the model unchanged. */
+static void test_hostile_counters(void)
+{
+    char path[256];
+    mirror_strategy *s;
+    mirror_model *src;
+    unsigned char *good;
+    size_t n, i;
+    static const struct {
+        const char *from, *to, *what;
+    } edits[] = {
+        {"\"optimizer_steps\":\"2\"", "\"optimizer_steps\":\"18446744073709551615\"", "Adam's t of 2^64 - 1"},
+        {"\"optimizer_steps\":\"2\"", "\"optimizer_steps\":\"3\"", "more optimizer steps than steps"},
+        {"\"scaler_skipped\":\"0\"", "\"scaler_skipped\":\"9\"", "more skipped steps than steps"},
+        {"\"scaler_consecutive_skips\":\"0\"", "\"scaler_consecutive_skips\":\"1\"", "more skips in a row than skips"},
+        {"\"loss_scale\":\"65536\"", "\"loss_scale\":\"1e-30\"", "a loss scale far below min_scale"},
+        {"\"loss_scale\":\"65536\"", "\"loss_scale\":\"1e30\"", "a loss scale above max_scale"},
+    };
+    model_precision = MIRROR_PRECISION_FP16;
+    s = strategy(2);
+    src = model(s, 0, MIRROR_OPT_ADAM);
+    victim = model(s, 0, MIRROR_OPT_ADAM);
+    model_precision = MIRROR_PRECISION_FP32;
+    CHECK(src && victim, "fp16 models");
+    if (!src || !victim) goto out;
+    path_in(path, "fp16.ckpt");
+    step(src, 0), step(src, 1);
+    CHECK(mirror_checkpoint_save(src, path, NULL, 1) == MIRROR_OK, "fp16 save: %s", mirror_model_error(src));
+    good = slurp(path, &n);
+    step(victim, 0);
+    victim_n = mirror_num_parameters(victim);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    CHECK(!hostile(good, n, "the good fp16 file", 0), "the good fp16 file itself loads (the harness can tell)");
+    mirror_checkpoint_load(victim, path, 0, NULL);
+    free(victim_before);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    for (i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char *text = edit(good, edits[i].from, edits[i].to);
+        size_t m2;
+        unsigned char *file = reheader(good, n, text, &m2);
+        CHECK(strstr(text, edits[i].to) != NULL, "edit %s applies", edits[i].what);
+        CHECK(hostile(file, m2, edits[i].what, MIRROR_ERR_FORMAT), "%s: MIRROR_ERR_FORMAT", edits[i].what);
+        free(text), free(file);
+    }
+    free(good), free(victim_before);
+out:
+    mirror_model_destroy(src), mirror_model_destroy(victim);
+    mirror_strategy_destroy(s);
+}
 
 static int stop_after_first_epoch(void *user, const mirror_epoch_log *log)
 {
@@ -579,6 +640,7 @@ int main(void)
     test_replicas_and_weights_only();
     test_durability();
     test_hostile();
+    test_hostile_counters();
     test_edges();
     test_targets();
     mirror_dataset_free(&data);
