@@ -122,7 +122,9 @@
 
       Create/destroy pairs: mirror_strategy_create/_destroy,
       mirror_model_create/_destroy, mirror_dataset_load_* and mirror_dataset_free.
-      A model keeps a pointer to its strategy: destroy the model first.
+      A model keeps a pointer to its strategy: destroy the models first. A
+      strategy destroyed while models use it (a notice says so) stays
+      alive for them and is released with the last one.
       Batches and datasets passed to a call are only read during that call.
       Destroy functions accept NULL. A dataset's arrays belong to the
       dataset: mirror_dataset_free releases x, labels and targets with
@@ -145,10 +147,13 @@
 
    THREADING
 
-      One strategy runs one call at a time: do not call into the same
-      strategy or model from two threads at once. Different strategies are
-      independent. Inside a call, the caller's thread runs replica 0 and
-      the strategy's helper threads run the others.
+      One strategy runs one call at a time: call into a strategy and its
+      models from one thread at a time. A call that finds another thread
+      inside one returns MIRROR_ERR_STATE at once (it does not wait, and
+      nothing changes); mirror_model_destroy and mirror_strategy_destroy
+      must not race with calls. Different strategies are independent.
+      Inside a call, the caller's thread runs replica 0 and the strategy's
+      helper threads run the others.
 
    HOW A STEP FLOWS (mirror_train_step)
 
@@ -2213,6 +2218,14 @@ struct mirror_strategy {
     uint16_t *const *reduce_half; /* the 16-bit sum's buffers, and their format */
     int reduce_format;
     size_t reduce_n, reduce_root;
+    /* One call at a time (see mirror__enter): a recursive mutex, so that
+       fit's calls to the other calls take it again. */
+    pthread_mutex_t call;
+    /* The models built on the strategy: destroyed before them, it waits
+       for the last one (life guards both fields). */
+    pthread_mutex_t life;
+    size_t models;
+    int destroyed;
 };
 
 /* "cpu" or "cpu:N" into a replica count (0 for "cpu": one per core). */
@@ -2293,6 +2306,22 @@ static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count
 static void mirror__cuda_teardown(mirror_strategy *s);
 #endif
 
+/* The strategy's call lock, recursive (see struct mirror_strategy), and its
+   lifetime lock. */
+static int mirror__locks_init(mirror_strategy *s, mirror_error *err)
+{
+    pthread_mutexattr_t a;
+    int ok = pthread_mutexattr_init(&a) == 0;
+    if (ok && (pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE) != 0 || pthread_mutex_init(&s->call, &a) != 0))
+        ok = 0;
+    else if (ok && pthread_mutex_init(&s->life, NULL) != 0) {
+        pthread_mutex_destroy(&s->call);
+        ok = 0;
+    }
+    pthread_mutexattr_destroy(&a);
+    return ok ? MIRROR_OK : mirror__error(err, MIRROR_ERR_THREAD, "strategy: cannot create its locks");
+}
+
 /* The reducer from the desc, else $MIRROR_REDUCER, else the default. */
 static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirror_error *err)
 {
@@ -2307,6 +2336,34 @@ static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirro
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_REDUCER=\"%s\": expected nccl or copy", env);
     return MIRROR_OK;
 }
+
+/* One call at a time on a strategy and its models: a call that finds
+   another thread inside one returns MIRROR_ERR_STATE at once, where the
+   replica threads would deadlock. The same thread may enter again (fit
+   runs the other calls). s may be NULL: the call reports that itself. The
+   message goes to err (a model's, or NULL). */
+static int mirror__enter(mirror_strategy *s, mirror_error *err, const char *what)
+{
+    if (!s || pthread_mutex_trylock(&s->call) == 0) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_STATE,
+                         "%s: another thread is inside a call on this strategy or one of its models; call them "
+                         "from one thread at a time (see THREADING)",
+                         what);
+}
+
+static void mirror__leave(mirror_strategy *s)
+{
+    if (s) pthread_mutex_unlock(&s->call);
+}
+
+/* The body of a public call on model m: `inner`, inside the call lock. */
+#define MIRROR__LOCKED(m, what, inner)                                                                 \
+    mirror_strategy *s_ = (m) ? (m)->s : NULL;                                                         \
+    int rc_ = mirror__enter(s_, (m) ? &(m)->err : NULL, what);                                         \
+    if (rc_) return rc_;                                                                               \
+    rc_ = inner;                                                                                       \
+    mirror__leave(s_);                                                                                 \
+    return rc_
 
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_strategy **out,
                                       mirror_error *err)
@@ -2366,7 +2423,12 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 #ifdef MIRROR_CUDA
 team:
 #endif
-    if ((rc = mirror__team_start(&s->team, s->replicas, cores, err)) != MIRROR_OK) goto fail;
+    if ((rc = mirror__locks_init(s, err)) != MIRROR_OK) goto fail;
+    if ((rc = mirror__team_start(&s->team, s->replicas, cores, err)) != MIRROR_OK) {
+        pthread_mutex_destroy(&s->call);
+        pthread_mutex_destroy(&s->life);
+        goto fail;
+    }
     *out = s;
     return MIRROR_OK;
 fail:
@@ -2377,14 +2439,50 @@ fail:
     return rc;
 }
 
-MIRROR_API void mirror_strategy_destroy(mirror_strategy *s)
+static void mirror__strategy_free(mirror_strategy *s)
 {
-    if (!s) return;
     mirror__team_stop(&s->team, s->team.size - 1); /* the helper threads */
 #ifdef MIRROR_CUDA
     mirror__cuda_teardown(s);
 #endif
+    pthread_mutex_destroy(&s->call);
+    pthread_mutex_destroy(&s->life);
     MIRROR_FREE(s);
+}
+
+/* Destroying a strategy that models still use would pull the threads and
+   devices from under them: it is released with the last model instead. */
+MIRROR_API void mirror_strategy_destroy(mirror_strategy *s)
+{
+    size_t models;
+    if (!s) return;
+    pthread_mutex_lock(&s->life);
+    models = s->models;
+    s->destroyed = 1;
+    pthread_mutex_unlock(&s->life);
+    if (!models) {
+        mirror__strategy_free(s);
+        return;
+    }
+    {
+        char notice[160];
+        snprintf(notice, sizeof notice,
+                 "mirror_strategy_destroy: %zu model%s still use%s the strategy; it is released with the last", models,
+                 models == 1 ? "" : "s", models == 1 ? "s" : "");
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
+}
+
+/* A model on s is created (+1) or destroyed (-1); the last one releases a
+   strategy already destroyed. */
+static void mirror__strategy_models(mirror_strategy *s, int delta)
+{
+    int release;
+    pthread_mutex_lock(&s->life);
+    s->models = delta > 0 ? s->models + 1 : s->models - 1;
+    release = s->destroyed && !s->models;
+    pthread_mutex_unlock(&s->life);
+    if (release) mirror__strategy_free(s);
 }
 
 MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s) { return s ? s->replicas : 0; }
@@ -2499,8 +2597,12 @@ MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, siz
 {
     int rc;
     if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_all_reduce_sum: strategy is NULL");
-    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_all_reduce_sum", NULL))) return rc;
-    return n ? s->reducer->all_reduce_sum(s, bufs, n, NULL) : MIRROR_OK;
+    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_all_reduce_sum", NULL)) ||
+        (rc = mirror__enter(s, NULL, "mirror_all_reduce_sum")))
+        return rc;
+    rc = n ? s->reducer->all_reduce_sum(s, bufs, n, NULL) : MIRROR_OK;
+    mirror__leave(s);
+    return rc;
 }
 
 MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
@@ -2510,8 +2612,12 @@ MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n
     if (root >= s->replicas)
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: root %zu of %zu replicas",
                              root, s->replicas);
-    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL))) return rc;
-    return n ? s->reducer->broadcast(s, bufs, n, root, NULL) : MIRROR_OK;
+    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL)) ||
+        (rc = mirror__enter(s, NULL, "mirror_broadcast")))
+        return rc;
+    rc = n ? s->reducer->broadcast(s, bufs, n, root, NULL) : MIRROR_OK;
+    mirror__leave(s);
+    return rc;
 }
 
 // >>model -------------------------------------------------------------------
@@ -2761,6 +2867,7 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
     m->h = d.height;
     m->w = d.width;
     m->in_size = in_size;
+    mirror__strategy_models(m->s, 1);
     *out = m;
     return MIRROR_OK;
 }
@@ -3039,9 +3146,12 @@ static int mirror__device_status(mirror_model *m)
 
 MIRROR_API void mirror_model_destroy(mirror_model *m)
 {
+    mirror_strategy *s;
     if (!m) return;
+    s = m->s;
     mirror__free_replicas(m);
     MIRROR_FREE(m);
+    mirror__strategy_models(s, -1);
 }
 
 /* He before a relu, Glorot elsewhere, unless the desc says otherwise. */
@@ -3107,7 +3217,7 @@ static int mirror__get_scaler(mirror_model *m, mirror_loss_scale_state *st)
     return mirror__device_status(m);
 }
 
-MIRROR_API int mirror_model_build(mirror_model *m)
+static int mirror__model_build(mirror_model *m)
 {
     size_t R, r, act_total;
     float *init;
@@ -3206,6 +3316,11 @@ fail:
     return rc;
 }
 
+MIRROR_API int mirror_model_build(mirror_model *m)
+{
+    MIRROR__LOCKED(m, "mirror_model_build", mirror__model_build(m));
+}
+
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
 MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m) { return m && m->built ? m->nstate : 0; }
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->out_size : 0; }
@@ -3223,7 +3338,7 @@ MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m)
     return mirror__get_scaler((mirror_model *)m, &st) == MIRROR_OK ? st.applied : 0;
 }
 
-MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
+static int mirror__loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
 {
     int rc;
     if ((rc = mirror__check_built(m, "mirror_loss_scale_get"))) return rc;
@@ -3231,6 +3346,11 @@ MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *o
     if (!m->format)
         return mirror__fail(m, MIRROR_ERR_STATE, "mirror_loss_scale_get: an fp32 model has no loss scaler");
     return mirror__get_scaler(m, out);
+}
+
+MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
+{
+    MIRROR__LOCKED(m, "mirror_loss_scale_get", mirror__loss_scale_get(m, out));
 }
 
 MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size)
@@ -3292,22 +3412,37 @@ static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int
     return MIRROR_OK;
 }
 
-MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n)
+static int mirror__get_parameters(mirror_model *m, size_t r, float *dst, size_t n)
 {
     return mirror__copy_out(m, r, dst, n, MIRROR__PARAMS);
 }
 
-MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n)
+MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    MIRROR__LOCKED(m, "mirror_get_parameters", mirror__get_parameters(m, r, dst, n));
+}
+
+static int mirror__get_gradients(mirror_model *m, size_t r, float *dst, size_t n)
 {
     return mirror__copy_out(m, r, dst, n, MIRROR__GRADS);
 }
 
-MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n)
+MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    MIRROR__LOCKED(m, "mirror_get_gradients", mirror__get_gradients(m, r, dst, n));
+}
+
+static int mirror__get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n)
 {
     return mirror__copy_out(m, r, dst, n, MIRROR__STATE);
 }
 
-MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n)
+MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    MIRROR__LOCKED(m, "mirror_get_optimizer_state", mirror__get_optimizer_state(m, r, dst, n));
+}
+
+static int mirror__set_parameters(mirror_model *m, const float *src, size_t n)
 {
     size_t r;
     int rc;
@@ -3320,6 +3455,11 @@ MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n
         m->be->host_wait(m->rep[r].dev); /* src is the caller's again on return */
     }
     return m->format ? mirror__refresh_working_copy(m) : mirror__device_status(m);
+}
+
+MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n)
+{
+    MIRROR__LOCKED(m, "mirror_set_parameters", mirror__set_parameters(m, src, n));
 }
 
 MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_memory_report *out)
@@ -3808,7 +3948,7 @@ static void mirror__collect(const mirror_model *m, mirror_metrics *acc)
         mirror__metrics_add(acc, m->rep[r].loss_sum, m->rep[r].correct_sum, m->rep[r].count);
 }
 
-MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     mirror_metrics sum = {0.0, 0, 0};
     mirror__job job;
@@ -3857,6 +3997,11 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
     return mirror__scaler_verdict(m, "mirror_train_step");
 }
 
+MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_train_step", mirror__train_step(m, b, out));
+}
+
 /* The metric sums left on the device into *out, and reset there. */
 static int mirror__take(mirror_model *m, mirror_metrics *out)
 {
@@ -3877,13 +4022,18 @@ static int mirror__take(mirror_model *m, mirror_metrics *out)
     return MIRROR_OK;
 }
 
-MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
+static int mirror__take_metrics(mirror_model *m, mirror_metrics *out)
 {
     int rc;
     if ((rc = mirror__check_built(m, "mirror_take_metrics"))) return rc;
     if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_take_metrics: out is NULL");
     if ((rc = mirror__take(m, out))) return rc;
     return mirror__scaler_verdict(m, "mirror_take_metrics");
+}
+
+MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_take_metrics", mirror__take_metrics(m, out));
 }
 
 /* Forward passes over b in chunks of max_batch (evaluate or predict). */
@@ -3909,7 +4059,7 @@ static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t
     return MIRROR_OK;
 }
 
-MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+static int mirror__evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     mirror_metrics sum = {0.0, 0, 0};
     int rc;
@@ -3920,7 +4070,12 @@ MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mir
     return MIRROR_OK;
 }
 
-MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *out)
+MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_evaluate_batch", mirror__evaluate_batch(m, b, out));
+}
+
+static int mirror__predict(mirror_model *m, const float *x, size_t n, float *out)
 {
     mirror_batch b;
     int rc;
@@ -3930,6 +4085,11 @@ MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *
     if ((rc = mirror__check_batch(m, &b, "mirror_predict", 0))) return rc;
     if (n && !out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_predict: out is NULL");
     return mirror__forward_chunks(m, &b, 0, MIRROR__PREDICT, out, NULL);
+}
+
+MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *out)
+{
+    MIRROR__LOCKED(m, "mirror_predict", mirror__predict(m, x, n, out));
 }
 
 // >>data --------------------------------------------------------------------
@@ -5114,8 +5274,8 @@ static void mirror__fit_unlock(mirror_model *m)
     m->fit_lock = 0;
 }
 
-MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
-                                      size_t keep)
+static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
+                                   size_t keep)
 {
     mirror_checkpoint_info c;
     mirror_loss_scale_state st;
@@ -5202,6 +5362,12 @@ done:
     MIRROR_FREE(b);
     if (lock >= 0) close(lock);
     return rc;
+}
+
+MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
+                                      size_t keep)
+{
+    MIRROR__LOCKED(m, "mirror_checkpoint_save", mirror__checkpoint_save(m, path, cursor, keep));
 }
 
 /* ---- reading: a strict little JSON reader for the header ---- */
@@ -5562,8 +5728,8 @@ done:
     return rc;
 }
 
-MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
-                                      mirror_checkpoint_info *info)
+static int mirror__checkpoint_load(mirror_model *m, const char *path, int weights_only,
+                                   mirror_checkpoint_info *info)
 {
     unsigned char *buf = NULL;
     size_t size = 0, i, r;
@@ -5632,6 +5798,12 @@ done:
     return rc;
 }
 
+MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
+                                      mirror_checkpoint_info *info)
+{
+    MIRROR__LOCKED(m, "mirror_checkpoint_load", mirror__checkpoint_load(m, path, weights_only, info));
+}
+
 // >>fit ---------------------------------------------------------------------
 
 /* A dataset's samples must have the model's layout, channels x height x
@@ -5672,7 +5844,7 @@ static void mirror__batch_of(mirror_batch *b, const mirror_dataset *ds, const si
     b->n = n;
 }
 
-MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
 {
     mirror_metrics sum;
     mirror_batch b;
@@ -5684,6 +5856,11 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
     if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1))) return rc;
     memset(out ? out : &sum, 0, sizeof sum);
     return mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
+}
+
+MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_evaluate", mirror__evaluate(m, ds, batch, out));
 }
 
 static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps,
@@ -5748,7 +5925,7 @@ static int mirror__fit_stop(mirror_model *m, const mirror_fit_desc *d, size_t ep
                         epoch + 1, d->checkpoint ? "; checkpoint saved to " : "", d->checkpoint ? d->checkpoint : "");
 }
 
-MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
+static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
 {
     mirror_fit_desc d;
     mirror_batch all;
@@ -5868,6 +6045,11 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
     MIRROR_FREE(perm);
     if (last) *last = log;
     return rc;
+}
+
+MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
+{
+    MIRROR__LOCKED(m, "mirror_fit", mirror__fit(m, desc, last));
 }
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1163,6 +1164,118 @@ out:
     mirror_model_destroy(flat);
 }
 
+/* Two threads on one model: while one is inside fit (held in its epoch
+   hook), every call from the other returns MIRROR_ERR_STATE at once; after
+   the fit, the same calls work. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int inside, tested, fit_rc;
+    mirror_model *m;
+    mirror_dataset *ds;
+} busy = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL};
+
+static int hold_in_fit(void *user, const mirror_epoch_log *log)
+{
+    (void)user, (void)log;
+    pthread_mutex_lock(&busy.lock);
+    busy.inside = 1;
+    pthread_cond_broadcast(&busy.cond);
+    while (!busy.tested) pthread_cond_wait(&busy.cond, &busy.lock);
+    pthread_mutex_unlock(&busy.lock);
+    return 0;
+}
+
+static void *fit_thread(void *arg)
+{
+    mirror_fit_desc fd;
+    (void)arg;
+    memset(&fd, 0, sizeof fd);
+    fd.train = busy.ds;
+    fd.batch = 4;
+    fd.progress = MIRROR_PROGRESS_NONE;
+    fd.on_epoch = hold_in_fit;
+    busy.fit_rc = mirror_fit(busy.m, &fd, NULL);
+    return NULL;
+}
+
+static void test_two_threads(mirror_strategy *s3)
+{
+    mirror_model *m = small_model(s3, MIRROR_LOSS_SOFTMAX_CE), *other = small_model(s3, MIRROR_LOSS_SOFTMAX_CE);
+    mirror_dataset ds;
+    mirror_batch b;
+    mirror_metrics met;
+    float p[MAXP], *bufs[3] = {p, p, p};
+    pthread_t t;
+    int rc[6], i;
+    CHECK(m && other, "models for the two-thread check");
+    if (!m || !other) goto out;
+    memset(&ds, 0, sizeof ds);
+    ds.x = X, ds.labels = Y, ds.count = 16, ds.channels = 4, ds.height = 1, ds.width = 1, ds.num_classes = 3;
+    memset(&b, 0, sizeof b);
+    b.x = X, b.labels = Y, b.n = 4;
+    busy.m = m, busy.ds = &ds;
+    if (pthread_create(&t, NULL, fit_thread, NULL) != 0) {
+        CHECK(0, "pthread_create");
+        goto out;
+    }
+    pthread_mutex_lock(&busy.lock);
+    while (!busy.inside) pthread_cond_wait(&busy.cond, &busy.lock);
+    pthread_mutex_unlock(&busy.lock);
+    rc[0] = mirror_train_step(m, &b, &met);
+    rc[1] = mirror_evaluate_batch(m, &b, &met);
+    rc[2] = mirror_get_parameters(m, 0, p, mirror_num_parameters(m));
+    rc[3] = mirror_train_step(other, &b, &met); /* another model on the same strategy */
+    rc[4] = mirror_all_reduce_sum(s3, bufs, 4);
+    rc[5] = mirror_checkpoint_load(m, "/nonexistent", 0, NULL);
+    for (i = 0; i < 6; i++)
+        CHECK(rc[i] == MIRROR_ERR_STATE, "call %d from a second thread during fit: MIRROR_ERR_STATE, not a deadlock (%s)",
+              i, mirror_result_string(rc[i]));
+    CHECK(strstr(mirror_model_error(other), "another thread"), "the message says why: %s", mirror_model_error(other));
+    pthread_mutex_lock(&busy.lock);
+    busy.tested = 1;
+    pthread_cond_broadcast(&busy.cond);
+    pthread_mutex_unlock(&busy.lock);
+    pthread_join(t, NULL);
+    CHECK(busy.fit_rc == MIRROR_OK, "the fit itself went on: %s", mirror_model_error(m));
+    CHECK(mirror_train_step(m, &b, &met) == MIRROR_OK && mirror_train_step(other, &b, &met) == MIRROR_OK,
+          "after it, both models train from this thread");
+out:
+    mirror_model_destroy(m);
+    mirror_model_destroy(other);
+}
+
+/* The strategy destroyed before its models: they keep working, and the
+   strategy goes with the last of them (ASan and valgrind see the rest). */
+static void test_destroy_order(void)
+{
+    mirror_strategy *s = strategy("cpu:2", 0);
+    mirror_model *a = s ? small_model(s, MIRROR_LOSS_SOFTMAX_CE) : NULL, *b2 = s ? small_model(s, MIRROR_LOSS_MSE) : NULL;
+    mirror_batch b;
+    mirror_metrics met;
+    long live = live_allocs;
+    CHECK(a && b2, "two models on a strategy");
+    if (!a || !b2) {
+        mirror_model_destroy(a), mirror_model_destroy(b2), mirror_strategy_destroy(s);
+        return;
+    }
+    memset(&b, 0, sizeof b);
+    b.x = X, b.labels = Y, b.n = 8;
+    log_notices = 0;
+    mirror_set_logger(test_logger, &log_errors);
+    mirror_strategy_destroy(s);
+    mirror_set_logger(NULL, NULL);
+    CHECK(live_allocs == live && log_notices == 1, "destroyed first: released later, with a notice (%ld freed)",
+          live - live_allocs);
+    CHECK(mirror_train_step(a, &b, &met) == MIRROR_OK, "a model trains on after its strategy's destroy: %s",
+          mirror_model_error(a));
+    mirror_model_destroy(a);
+    CHECK(live_allocs < live, "the first model's memory is freed");
+    b.targets = T;
+    CHECK(mirror_train_step(b2, &b, &met) == MIRROR_OK, "the last model too: %s", mirror_model_error(b2));
+    mirror_model_destroy(b2); /* releases the strategy; the final count of live allocations checks it */
+}
+
 int main(void)
 {
     mirror_strategy *s3;
@@ -1182,6 +1295,8 @@ int main(void)
     test_steps(s3);
     test_fit(s3);
     test_layout(s3);
+    test_two_threads(s3);
+    test_destroy_order();
     test_results();
     test_logger_hook(s3);
     test_memory_report(s3);
