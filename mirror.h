@@ -579,6 +579,13 @@ MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *
 
 // >>declarations: data ------------------------------------------------------
 
+/* Every reader of files (the loaders below, mirror_checkpoint_load) opens
+   without blocking and reads regular files only: a FIFO, a device such as
+   /dev/zero or a directory is refused at once (MIRROR_ERR_IO). A gzip file
+   is inflated no further than its content can be: what an IDX header
+   declares, what a checkpoint of the model can hold (64 MiB of header and
+   its tensors), 4 GiB for the rest (MIRROR_ERR_FORMAT beyond). */
+
 /* An in-memory dataset; the library allocates and mirror_dataset_free frees. */
 typedef struct mirror_dataset {
     float *x;          /* [count, channels, height, width] */
@@ -4127,29 +4134,75 @@ MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_
 /* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
 #define MIRROR__MAX_FILE ((size_t)-1 / 4 < ((size_t)1 << 30) * 4 ? (size_t)-1 / 4 : ((size_t)1 << 30) * 4)
 
-static int mirror__read_file(const char *path, unsigned char **data, size_t *size, mirror_error *err)
+static int mirror__is_gzip(const unsigned char *p, size_t len) { return len >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+
+/* How many bytes a file may hold, from its first len bytes (its header):
+   0 while they do not tell yet. */
+typedef size_t (*mirror__declared_fn)(const unsigned char *p, size_t len);
+
+/* Opens path for reading without blocking (a FIFO with no writer would
+   block open() for ever) and refuses what is not a regular file: FIFOs,
+   devices such as /dev/zero, directories. Returns the descriptor, or -1
+   with err set. */
+static int mirror__open_regular(const char *path, mirror_error *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+        mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        mirror__error(err, MIRROR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        mirror__error(err, MIRROR_ERR_IO, "%s: not a regular file but %s: give the path of a file", path,
+                      S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+/* Reads a whole regular file (decompressed, with MIRROR_ZLIB) into memory,
+   at most `most` bytes, or what `declared` (may be NULL) reads in its
+   header when that is less: a gzip bomb is refused at its bound, not after
+   gigabytes. */
+static int mirror__read_file(const char *path, size_t most, mirror__declared_fn declared, unsigned char **data,
+                             size_t *size, mirror_error *err)
 {
     unsigned char *buf = NULL, *grown;
-    size_t cap = 0, len = 0;
-    int got;
+    size_t cap = 0, len = 0, bound = 0;
+    int got, fd = mirror__open_regular(path, err);
 #ifdef MIRROR_ZLIB
-    gzFile f = gzopen(path, "rb");
+    gzFile f = fd < 0 ? NULL : gzdopen(fd, "rb");
 #else
-    FILE *f = fopen(path, "rb");
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
 #endif
     *data = NULL;
     *size = 0;
-    if (!f) return mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err ? err->code : MIRROR_ERR_IO;
+    if (!f) {
+        close(fd);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory to open", path);
+    }
+    most = MIRROR__MIN(most, MIRROR__MAX_FILE);
     for (;;) {
-        if (len == cap) {
-            cap = cap ? 2 * cap : 1 << 16;
-            if (cap > MIRROR__MAX_FILE || !(grown = (unsigned char *)MIRROR_MALLOC(cap))) {
+        if (len == cap || len > most) {
+            cap = MIRROR__MIN(cap ? 2 * cap : 1 << 16, most + 1);
+            if (len > most || !(grown = (unsigned char *)MIRROR_MALLOC(cap))) {
                 MIRROR_FREE(buf);
 #ifdef MIRROR_ZLIB
                 gzclose(f);
 #else
                 fclose(f);
 #endif
+                if (len > most)
+                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: more than the %zu bytes %s", path, most,
+                                         bound ? "its header declares" : "this file can hold (decompressed)");
                 return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: too large to read into memory", path);
             }
             if (len) memcpy(grown, buf, len);
@@ -4163,6 +4216,9 @@ static int mirror__read_file(const char *path, unsigned char **data, size_t *siz
 #endif
         if (got <= 0) break;
         len += (size_t)got;
+        if (declared && !bound && !mirror__is_gzip(buf, len) /* read raw: no zlib */ &&
+            (bound = declared(buf, len)) != 0)
+            most = MIRROR__MIN(most, bound);
     }
 #ifdef MIRROR_ZLIB
     {
@@ -4186,7 +4242,7 @@ static int mirror__read_file(const char *path, unsigned char **data, size_t *siz
             return mirror__error(err, MIRROR_ERR_IO, "%s: read error", path);
         }
     }
-    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
+    if (mirror__is_gzip(buf, len)) {
         MIRROR_FREE(buf);
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
                              "%s: gzip file, but this build has no zlib (define MIRROR_ZLIB, link -lz, "
@@ -4202,6 +4258,21 @@ static int mirror__read_file(const char *path, unsigned char **data, size_t *siz
 static size_t mirror__be32(const unsigned char *p)
 {
     return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | (size_t)p[3];
+}
+
+/* An IDX file's size as its header declares it: magic 0 0 type ndims,
+   then ndims big-endian dimensions, then the data. 0 until the header has
+   been read; SIZE_MAX where the product overflows. */
+static size_t mirror__idx_declared(const unsigned char *p, size_t len)
+{
+    size_t ndims, i, total;
+    if (len < 4) return 0;
+    total = p[2] == 0x0B ? 2 : p[2] == 0x0C || p[2] == 0x0D ? 4 : p[2] == 0x0E ? 8 : 1; /* the element's bytes */
+    ndims = p[3];
+    if (len < 4 + 4 * ndims) return 0;
+    for (i = 0; i < ndims; i++)
+        if (!mirror__mul(total, mirror__be32(p + 4 + 4 * i), &total)) return (size_t)-1;
+    return total > (size_t)-1 - 4 - 4 * ndims ? (size_t)-1 : 4 + 4 * ndims + total;
 }
 
 /* Checks an IDX header of `dims` dimensions of unsigned bytes; dim[] gets
@@ -4290,8 +4361,10 @@ MIRROR_API int mirror_dataset_load_idx(mirror_dataset *ds, const char *images_pa
     if (num_classes > 256)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_idx: num_classes %zu > 256",
                              num_classes);
-    if ((rc = mirror__read_file(images_path, &img, &img_size, err)) == MIRROR_OK &&
-        (rc = mirror__read_file(labels_path, &lab, &lab_size, err)) == MIRROR_OK)
+    if ((rc = mirror__read_file(images_path, MIRROR__MAX_FILE, mirror__idx_declared, &img, &img_size, err)) ==
+            MIRROR_OK &&
+        (rc = mirror__read_file(labels_path, MIRROR__MAX_FILE, mirror__idx_declared, &lab, &lab_size, err)) ==
+            MIRROR_OK)
         rc = mirror__parse_idx(ds, img, img_size, images_path, lab, lab_size, labels_path, num_classes, err);
     MIRROR_FREE(img);
     MIRROR_FREE(lab);
@@ -4418,7 +4491,7 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
     /* Every file is read and checked (its own name in the messages), then
        the records are put back to back and decoded in one pass. */
     for (i = 0; i < npaths; i++) {
-        if ((rc = mirror__read_file(paths[i], &buf[i], &size[i], err)) != MIRROR_OK ||
+        if ((rc = mirror__read_file(paths[i], MIRROR__MAX_FILE, NULL, &buf[i], &size[i], err)) != MIRROR_OK ||
             (rc = mirror__cifar10_check(buf[i], size[i], paths[i], err)) != MIRROR_OK)
             goto done;
         if (size[i] > (size_t)-1 - total) {
@@ -4695,7 +4768,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
     memset(&y, 0, sizeof y);
     if (ds) memset(ds, 0, sizeof *ds);
     if (!ds || !x_path) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_npy: NULL argument");
-    if ((rc = mirror__read_file(x_path, &xb, &xs, err)) != MIRROR_OK ||
+    if ((rc = mirror__read_file(x_path, MIRROR__MAX_FILE, NULL, &xb, &xs, err)) != MIRROR_OK ||
         (rc = mirror__parse_npy(xb, xs, x_path, &x, err)) != MIRROR_OK)
         goto done;
     if (x.dtype != MIRROR__NPY_F4 && x.dtype != MIRROR__NPY_U1) {
@@ -4713,7 +4786,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         goto done;
     }
     if (y_path) {
-        if ((rc = mirror__read_file(y_path, &yb, &ys, err)) != MIRROR_OK ||
+        if ((rc = mirror__read_file(y_path, MIRROR__MAX_FILE, NULL, &yb, &ys, err)) != MIRROR_OK ||
             (rc = mirror__parse_npy(yb, ys, y_path, &y, err)) != MIRROR_OK)
             goto done;
         if (y.dtype != MIRROR__NPY_I4 && y.dtype != MIRROR__NPY_I8 && y.dtype != MIRROR__NPY_U1) {
@@ -5737,17 +5810,16 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     mirror__header *h = NULL;
     mirror_checkpoint_info got;
     mirror_loss_scale_state st;
+    double most;
     int rc, has_st = 0;
     if ((rc = mirror__check_built(m, "mirror_checkpoint_load"))) return rc;
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
-    { /* not a whole multi-gigabyte file into memory to find that out */
-        struct stat st;
-        double most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nparams + (double)m->nstate);
-        if (stat(path, &st) == 0 && (double)st.st_size > most)
-            return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %.0f bytes, more than a checkpoint of this model can have",
-                                path, (double)st.st_size);
-    }
-    if ((rc = mirror__read_file(path, &buf, &size, &m->err))) return rc;
+    /* at most a 64 MiB header and this model's tensors: not a whole
+       multi-gigabyte file (or gzip bomb) into memory to find that out */
+    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nparams + (double)m->nstate);
+    if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
+                                &size, &m->err)))
+        return rc;
     h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
     params = (float *)mirror__alloc(m->nparams, sizeof(float));
     state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));

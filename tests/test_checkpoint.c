@@ -474,6 +474,76 @@ out:
     mirror_strategy_destroy(s);
 }
 
+/* Inputs that are not files, or inflate without end: a FIFO with no writer
+   (open() would block for ever), /dev/zero, and gzip bombs as a checkpoint
+   and as an IDX file. Each is refused at once; alarm() fails the test if
+   one hangs. */
+static void test_not_files(void)
+{
+    char fifo[256], bomb[256], img[256], lab[256];
+    mirror_strategy *s = strategy(1);
+    mirror_model *m = model(s, 0, MIRROR_OPT_ADAM);
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    unsigned char *zeros = (unsigned char *)calloc(1, (size_t)80 << 20);
+    float *before;
+    double t0;
+    int rc;
+    CHECK(m && zeros, "a model and 80 MB of zeros");
+    if (!m || !zeros) goto out;
+    before = params(m, 0);
+    alarm(300); /* generous: valgrind runs this too */
+    path_in(fifo, "fifo");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    rc = mirror_checkpoint_load(m, fifo, 0, NULL);
+    CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(m), "a FIFO"), "a FIFO as a checkpoint: %s",
+          mirror_model_error(m));
+    memset(&ds, 0, sizeof ds);
+    rc = mirror_dataset_load_idx(&ds, fifo, fifo, 10, &err);
+    CHECK(rc == MIRROR_ERR_IO && strstr(err.message, "not a regular file") && !ds.x, "a FIFO as IDX data: %s",
+          err.message);
+    rc = mirror_checkpoint_load(m, "/dev/zero", 0, NULL);
+    CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(m), "device"), "/dev/zero as a checkpoint: %s",
+          mirror_model_error(m));
+    rc = mirror_checkpoint_load(m, root, 0, NULL);
+    CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(m), "a directory"), "a directory as a checkpoint: %s",
+          mirror_model_error(m));
+#ifdef MIRROR_ZLIB
+    path_in(bomb, "bomb.ckpt.gz");
+    CHECK(write_gz(bomb, zeros, (size_t)80 << 20), "a 80 MB gzip bomb");
+    t0 = mirror__now();
+    rc = mirror_checkpoint_load(m, bomb, 0, NULL);
+    CHECK(rc == MIRROR_ERR_FORMAT && strstr(mirror_model_error(m), "more than"),
+          "a gzip bomb as a checkpoint: refused at this model's bound (%s), in %.2f s", mirror_model_error(m),
+          mirror__now() - t0);
+    /* an IDX file whose header declares 2 images of 4x4 and inflates to 80 MB */
+    zeros[2] = 0x08, zeros[3] = 3, zeros[7] = 2, zeros[11] = 4, zeros[15] = 4;
+    path_in(img, "bomb-images.gz"), path_in(lab, "bomb-labels.gz");
+    CHECK(write_gz(img, zeros, (size_t)80 << 20), "an IDX bomb");
+    memset(zeros, 0, 16);
+    zeros[2] = 0x08, zeros[3] = 1, zeros[7] = 2;
+    CHECK(write_gz(lab, zeros, 10), "its labels");
+    t0 = mirror__now();
+    rc = mirror_dataset_load_idx(&ds, img, lab, 10, &err);
+    CHECK(rc == MIRROR_ERR_FORMAT && strstr(err.message, "header declares") && !ds.x,
+          "a gzip bomb as IDX images: refused at the 52 bytes its header declares (%s), in %.2f s", err.message,
+          mirror__now() - t0);
+#else
+    (void)bomb, (void)img, (void)lab, (void)t0;
+#endif
+    {
+        float *now = params(m, 0);
+        CHECK(!memcmp(now, before, mirror_num_parameters(m) * sizeof(float)), "the model unchanged by all of them");
+        free(now);
+    }
+    alarm(0);
+    free(before);
+out:
+    free(zeros);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 static int stop_after_first_epoch(void *user, const mirror_epoch_log *log)
 {
     (void)user;
@@ -641,6 +711,7 @@ int main(void)
     test_durability();
     test_hostile();
     test_hostile_counters();
+    test_not_files();
     test_edges();
     test_targets();
     mirror_dataset_free(&data);

@@ -196,7 +196,8 @@ static int same_file(const char *a, const char *b)
 {
     unsigned char *p = NULL, *q = NULL;
     size_t n = 0, k = 0;
-    int same = mirror__read_file(a, &p, &n, NULL) == MIRROR_OK && mirror__read_file(b, &q, &k, NULL) == MIRROR_OK &&
+    int same = mirror__read_file(a, 1 << 20, NULL, &p, &n, NULL) == MIRROR_OK &&
+               mirror__read_file(b, 1 << 20, NULL, &q, &k, NULL) == MIRROR_OK &&
                n == k && memcmp(p, q, n) == 0;
     MIRROR_FREE(p);
     MIRROR_FREE(q);
