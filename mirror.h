@@ -343,7 +343,9 @@ typedef struct mirror_strategy_desc {
        a CUDA build that finds one, else "cpu". */
     const char *devices;
     /* 0: as many as the device list gives. For "cpu", sets the count; for
-       "cuda", takes the first num_replicas GPUs. */
+       "cuda", takes the first num_replicas GPUs. More than 8 CPU replicas
+       per core is allowed, with a notice: they are no faster, and each
+       holds its own parameters, gradients and activations. */
     size_t num_replicas;
     /* GPU replicas only; the CPU reducer sums in replica order already. */
     mirror_reducer reducer;
@@ -2420,6 +2422,14 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     }
     if (!count) count = d.num_replicas;
     if (!count) count = MIRROR__MIN(cores, 4096);
+    if (count > 8 * cores) { /* allowed (a demonstration of many replicas), but rarely meant */
+        char notice[200];
+        snprintf(notice, sizeof notice,
+                 "%zu CPU replicas on %zu cores: no faster than %zu replicas, and each holds its own parameters, "
+                 "gradients and activations",
+                 count, cores, cores);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
     s->replicas = count;
     s->backend = &mirror__cpu_backend;
     s->reducer = &mirror__cpu_reducer;

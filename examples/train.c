@@ -243,6 +243,12 @@ int main(int argc, char **argv)
            train.count, test.count, train.height, train.width);
     printf("strategy: %s\n", mirror_strategy_describe(s));
 
+    /* a batch beyond the data would size every arena for samples that never come */
+    if (o.batch > train.count) {
+        fprintf(stderr, "train: --batch %zu is more than the %zu training samples: batches of %zu\n", o.batch,
+                train.count, train.count);
+        o.batch = train.count;
+    }
     md.strategy = s;
     md.channels = train.channels, md.height = train.height, md.width = train.width;
     md.max_batch = o.batch;

@@ -98,6 +98,8 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --precision fp16 --loss-scale 1e9 --max-skips 4 2>'$tmp/skips.err' >/dev/null; test \$? -eq 1 && grep -q 'steps were skipped' '$tmp/skips.err'"
     check "build/train: a diverging fp32 run stops at its first non-finite step and keeps the last good checkpoint" sh -c \
         "$BUILD/train --model mlp --epochs 20 --synthetic 600 --batch 50 --optimizer sgd --lr 1e6 --save '$tmp/nan.ckpt' --checkpoint-every 1 >/dev/null 2>'$tmp/nan.err'; test \$? -eq 1 && grep -q 'step 3: the loss or the reduced gradient is not finite' '$tmp/nan.err' && $BUILD/train --model mlp --synthetic 600 --batch 50 --optimizer sgd --resume '$tmp/nan.ckpt' --epochs 1 2>/dev/null | grep -q '^resume: .*, step 2,'"
+    check "build/train: --batch beyond the data trains in batches of the data's size, saying so" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 200 --batch 200000 2>'$tmp/big.err' | grep -q 'global batch 200,' && grep -q 'more than the 200 training samples' '$tmp/big.err'"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi
