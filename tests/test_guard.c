@@ -186,6 +186,18 @@ static mirror_dataset dataset(size_t count, uint64_t seed)
     return ds;
 }
 
+/* A quiet fit over ds in batches of BATCH for `epochs`. */
+static mirror_fit_desc fit_desc(const mirror_dataset *ds, size_t epochs)
+{
+    mirror_fit_desc fd;
+    memset(&fd, 0, sizeof fd);
+    fd.train = ds;
+    fd.epochs = epochs;
+    fd.batch = BATCH;
+    fd.progress = MIRROR_PROGRESS_NONE;
+    return fd;
+}
+
 static long file_size(const char *path)
 {
     struct stat st;
@@ -224,11 +236,7 @@ static void test_fit(size_t replicas)
     ds.x[perm[5 * BATCH + 5] * IN + 9] = NAN;
     bad_step = 6;
     path_in(ckpt, "fit.ckpt"), path_in(p1, "fit.ckpt.1"), path_in(p2, "fit.ckpt.2"), path_in(copy, "copy");
-    memset(&fd, 0, sizeof fd);
-    fd.train = &ds;
-    fd.epochs = 4;
-    fd.batch = BATCH;
-    fd.progress = MIRROR_PROGRESS_NONE;
+    fd = fit_desc(&ds, 4);
     fd.checkpoint = ckpt;
     fd.checkpoint_every = 1; /* every step: the good ones must survive */
     fd.checkpoint_keep = 3;
@@ -268,11 +276,7 @@ static void test_fit(size_t replicas)
     /* divergence: SGD at a learning rate of 1e6 */
     m = model(s, MIRROR_OPT_SGD, 1e6f, 0);
     ds.x[perm[5 * BATCH + 5] * IN + 9] = 0.5f;
-    memset(&fd, 0, sizeof fd);
-    fd.train = &ds;
-    fd.epochs = 50;
-    fd.batch = BATCH;
-    fd.progress = MIRROR_PROGRESS_NONE;
+    fd = fit_desc(&ds, 50);
     rc = m ? mirror_fit(m, &fd, &log) : MIRROR_ERR_STATE;
     CHECK(rc == MIRROR_ERR_NOT_FINITE && mirror_optimizer_steps(m) < 96 / BATCH,
           "%zu replicas: lr 1e6 stops within the first epoch (%s after %llu steps)", replicas, mirror_result_string(rc),
@@ -309,11 +313,7 @@ static void test_metrics_do_not_leak(void)
     if (!m || !ds.x) goto out;
     make_data(x, y, BATCH, 5);
     CHECK(step(m, x, y, NULL, NULL) == MIRROR_OK, "a step by hand, its metrics left on the device");
-    memset(&fd, 0, sizeof fd);
-    fd.train = &ds;
-    fd.epochs = 1;
-    fd.batch = BATCH;
-    fd.progress = MIRROR_PROGRESS_NONE;
+    fd = fit_desc(&ds, 1);
     fd.on_epoch = stop_now;
     CHECK(mirror_fit(m, &fd, &log) == MIRROR_ERR_STOPPED && log.samples == 60,
           "fit counts its own 60 samples, not the step before it (%zu)", log.samples);
