@@ -77,8 +77,12 @@ if [ -x "$BUILD/train" ]; then
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 1000 --replicas 2 --batch 50 | grep -E '^final: replicas=2 epochs=1 .*train_loss=.*test_acc=.*samples_per_s='"
     check "build/train: Ctrl-C saves a checkpoint, exits with 130, and the checkpoint resumes" sh -c \
         "$BUILD/train --model mlp --synthetic 3000 --epochs 1000 --save '$tmp/int.ckpt' >'$tmp/int.out' 2>&1 & pid=\$!; sleep 1; kill -INT \$pid; wait \$pid; test \$? -eq 130 && grep -q 'checkpoint saved' '$tmp/int.out' && $BUILD/train --model mlp --synthetic 3000 --resume '$tmp/int.ckpt' --epochs 1000000 --epochs 1 | grep -q '^resume: '"
-    check "build/train: SIGTERM saves a checkpoint, exits with 143, and the checkpoint resumes" sh -c \
-        "$BUILD/train --model mlp --synthetic 3000 --epochs 1000 --save '$tmp/term.ckpt' >'$tmp/term.out' 2>&1 & pid=\$!; sleep 1; kill -TERM \$pid; wait \$pid; test \$? -eq 143 && grep -q 'checkpoint saved' '$tmp/term.out' && $BUILD/train --model mlp --synthetic 3000 --resume '$tmp/term.ckpt' --epochs 1 | grep -q '^resume: '"
+    # SIGTERM lands mid-run (after the first periodic checkpoint, exit 143
+    # proves the run had not ended); the resumed run must end bitwise where
+    # an uninterrupted one ends: the same checkpoint file, byte for byte.
+    run="$BUILD/train --model mlp --synthetic 600 --batch 64 --epochs 300"
+    check "build/train: SIGTERM saves mid-run, exits with 143, and the resumed run ends bitwise where an uninterrupted run ends" sh -c \
+        "$run --save '$tmp/ref.ckpt' >/dev/null 2>&1 && { $run --save '$tmp/term.ckpt' --checkpoint-every 25 >'$tmp/term.out' 2>&1 & pid=\$!; while kill -0 \$pid 2>/dev/null && [ ! -e '$tmp/term.ckpt' ]; do sleep 0.05; done; sleep 0.2; kill -TERM \$pid; wait \$pid; } ; test \$? -eq 143 && grep -q 'stopped before step .* checkpoint saved' '$tmp/term.out' && $run --resume '$tmp/term.ckpt' --save '$tmp/term.ckpt' >/dev/null 2>&1 && cmp '$tmp/ref.ckpt' '$tmp/term.ckpt'"
     check "build/train: a closed output pipe does not end the run (the checkpoint is written)" sh -c \
         "$BUILD/train --model mlp --synthetic 600 --epochs 3 --batch 50 --save '$tmp/pipe.ckpt' | head -n 1 >/dev/null; test -f '$tmp/pipe.ckpt'"
     check "build/train: a --save path that cannot be written fails before training" sh -c \
