@@ -86,7 +86,8 @@
                                            too, else "cpu:<online cores>"
                             num_replicas   the count the device list gives
                             reducer        $MIRROR_REDUCER, else NCCL on distinct
-                                           GPUs, else the copy reducer
+                                           GPUs, else the copy reducer (NCCL on
+                                           CPU replicas is an error)
       mirror_model_desc     max_batch      256 (largest global batch)
                             loss           MIRROR_LOSS_SOFTMAX_CE
                             init           He uniform before a relu, Glorot
@@ -518,8 +519,10 @@ MIRROR_API int mirror_model_build(mirror_model *m);
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m);
 MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m);
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m);
-/* One line per layer with shapes and parameter counts, into buf. */
-MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size);
+/* One line per layer with shapes and parameter counts, into buf. A buf
+   too small gets what fits (terminated) and MIRROR_ERR_CAPACITY, whose
+   message (mirror_model_error) says how many bytes the whole needs. */
+MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size);
 
 /* Copies replica r's flat parameters, gradients (after a step: the reduced
    mean gradient of the last global batch) or optimizer state to dst, which
@@ -2261,9 +2264,15 @@ static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *
                              "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
     errno = 0;
     v = strtoul(p + 1, &end, 10);
-    if (*end != '\0' || errno || v < 1 || v > 4096)
+    if (*end != '\0')
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": the replica count must be 1 to 4096", spec);
+                             "devices \"%s\": \"%s\" after the replica count: CPU replicas are \"cpu:N\", one "
+                             "count of threads (a list such as 0,1 names GPUs: \"cuda:0,1\")",
+                             spec, end);
+    if (errno || v < 1 || v > 4096)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": %.*s replicas: the replica count must be 1 to 4096", spec,
+                             (int)(end - p - 1), p + 1);
     *count = (size_t)v;
     return MIRROR_OK;
 }
@@ -2416,8 +2425,14 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
                            d.devices, count, d.num_replicas);
         goto fail;
     }
-    if (d.reducer == MIRROR_REDUCER_NCCL) {
-        rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: the NCCL reducer needs cuda: devices");
+    if (s->reducer_kind == MIRROR_REDUCER_NCCL) { /* asked for, by the desc or the environment */
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT,
+                           "strategy: %s asks for the NCCL reducer, which needs GPU replicas (\"cuda\" devices), "
+                           "and these replicas are CPU threads%s: %s",
+                           d.reducer == MIRROR_REDUCER_NCCL ? "mirror_strategy_desc.reducer" : "MIRROR_REDUCER=nccl",
+                           why_cpu,
+                           d.reducer == MIRROR_REDUCER_NCCL ? "use MIRROR_REDUCER_DEFAULT or MIRROR_REDUCER_COPY"
+                                                            : "unset MIRROR_REDUCER or set it to copy");
         goto fail;
     }
     if (!count) count = d.num_replicas;
@@ -3370,22 +3385,33 @@ MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *o
     MIRROR__LOCKED(m, "mirror_loss_scale_get", mirror__loss_scale_get(m, out));
 }
 
-MIRROR_API int mirror_model_summary(const mirror_model *m, char *buf, size_t size)
+static int mirror__model_summary(mirror_model *m, char *buf, size_t size)
 {
-    size_t i, used = 0;
-    if (!m || !buf || !size) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_summary: NULL argument");
+    size_t i, need = 0;
+    if (!buf || !size)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_model_summary: %s", buf ? "size is 0" : "buf is NULL");
     buf[0] = '\0';
-    for (i = 0; i < m->nlayers && used < size; i++) {
+    for (i = 0; i < m->nlayers; i++) { /* every line is measured; those that fit are written */
         const mirror__layer *l = &m->layers[i];
-        int n = snprintf(buf + used, size - used, "%2zu %-9s %zux%zux%zu -> %zux%zux%zu  %zu params\n",
-                         i, mirror__kind_names[l->kind], l->c, l->h, l->w, l->oc, l->oh, l->ow,
-                         l->n_w + l->n_b);
-        if (n < 0) break;
-        used += (size_t)n;
+        int n = snprintf(need < size ? buf + need : NULL, need < size ? size - need : 0,
+                         "%2zu %-9s %zux%zux%zu -> %zux%zux%zu  %zu params\n", i, mirror__kind_names[l->kind], l->c,
+                         l->h, l->w, l->oc, l->oh, l->ow, l->n_w + l->n_b);
+        if (n < 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_model_summary: formatting failed");
+        need += (size_t)n;
     }
-    return used < size ? MIRROR_OK
-                       : mirror__error(NULL, MIRROR_ERR_CAPACITY, "mirror_model_summary: %zu bytes are too few",
-                                       size);
+    return need < size ? MIRROR_OK
+                       : mirror__fail(m, MIRROR_ERR_CAPACITY,
+                                      "mirror_model_summary: the summary of %zu layers needs %zu bytes and buf "
+                                      "holds %zu: it was cut short",
+                                      m->nlayers, need + 1, size);
+}
+
+MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size)
+{
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_summary: the model is NULL");
+    {
+        MIRROR__LOCKED(m, "mirror_model_summary", mirror__model_summary(m, buf, size));
+    }
 }
 
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
@@ -4381,16 +4407,18 @@ MIRROR_API int mirror_dataset_load_idx(mirror_dataset *ds, const char *images_pa
     return rc;
 }
 
-/* DIR/NAME, or DIR/NAME.gz when only that exists. */
-static void mirror__find(char *out, size_t size, const char *dir, const char *name)
+/* DIR/NAME when it exists (whatever it is: opening it then says what is
+   wrong with it, a permission or a directory in its place), else DIR/NAME.gz
+   when that exists; neither: an error naming both. */
+static int mirror__find(char *out, size_t size, const char *dir, const char *name, mirror_error *err)
 {
-    FILE *f;
+    struct stat st;
     snprintf(out, size, "%s/%s", dir, name);
-    if ((f = fopen(out, "rb")) != NULL) {
-        fclose(f);
-        return;
-    }
+    if (lstat(out, &st) == 0) return MIRROR_OK;
     snprintf(out, size, "%s/%s.gz", dir, name);
+    if (lstat(out, &st) == 0) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_IO, "%s: neither %s nor %s.gz is there (the MNIST files, plain or gzip)",
+                         dir, name, name);
 }
 
 MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *test, const char *dir,
@@ -4400,6 +4428,7 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
                                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
     mirror_dataset *out[2];
     char img[1024], lab[1024];
+    struct stat st;
     int i, rc;
     out[0] = train;
     out[1] = test;
@@ -4407,13 +4436,21 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
     if (test) memset(test, 0, sizeof *test);
     if (!dir || (!train && !test))
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_mnist: NULL argument");
+    if (!dir[0])
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_load_mnist: an empty directory name (\".\" is the current directory)");
     if (strlen(dir) > 900)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_mnist: directory name too long");
+    if (stat(dir, &st) != 0)
+        return mirror__error(err, MIRROR_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return mirror__error(err, MIRROR_ERR_IO, "%s: not a directory: give the directory that holds the MNIST files",
+                             dir);
     for (i = 0; i < 2; i++) {
         if (!out[i]) continue;
-        mirror__find(img, sizeof img, dir, names[2 * i]);
-        mirror__find(lab, sizeof lab, dir, names[2 * i + 1]);
-        if ((rc = mirror_dataset_load_idx(out[i], img, lab, 10, err)) != MIRROR_OK) {
+        if ((rc = mirror__find(img, sizeof img, dir, names[2 * i], err)) != MIRROR_OK ||
+            (rc = mirror__find(lab, sizeof lab, dir, names[2 * i + 1], err)) != MIRROR_OK ||
+            (rc = mirror_dataset_load_idx(out[i], img, lab, 10, err)) != MIRROR_OK) {
             if (i == 1 && train) mirror_dataset_free(train);
             return rc;
         }
@@ -5964,7 +6001,8 @@ static void mirror__epoch_line(const mirror_epoch_log *log, int bar)
 {
     printf("%sepoch %zu/%zu  loss %.4f  acc %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs,
            log->train_loss, log->train_acc);
-    if (log->val_loss >= 0) printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
+    if (log->val_loss != -1.0) /* -1: no validation set; NaN and Inf are printed as they are */
+        printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
     if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
     printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
     fflush(stdout);
@@ -6112,6 +6150,14 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
             if ((rc = mirror_evaluate(m, d.validation, d.batch, &val))) break;
             log.val_loss = val.loss_sum / (double)val.count;
             log.val_acc = (double)val.correct / (double)val.count;
+            if (!mirror_hd_finite((float)log.val_loss)) { /* a mean of float losses: a float */
+                char notice[200];
+                snprintf(notice, sizeof notice,
+                         "epoch %zu: the validation loss is not finite (%g): the validation data hold NaN or Inf, "
+                         "or the model overflows on them",
+                         epoch + 1, log.val_loss);
+                mirror__log(MIRROR_LOG_NOTICE, notice);
+            }
         }
         log.elapsed = mirror__now() - start;
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar);

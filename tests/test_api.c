@@ -86,6 +86,9 @@ static void test_strategy(void)
     CHECK(mirror_strategy_create(NULL, NULL, NULL) == MIRROR_ERR_ARGUMENT, "NULL out, NULL err");
 
     for (i = 0; i < sizeof bad / sizeof *bad; i++) expect_strategy_fail(bad[i], 0, MIRROR_ERR_ARGUMENT, bad[i]);
+    expect_strategy_fail("cpu:1,1", 0, MIRROR_ERR_ARGUMENT, "\",1\" after the replica count");
+    expect_strategy_fail("cpu:4x", 0, MIRROR_ERR_ARGUMENT, "\"x\" after the replica count");
+    expect_strategy_fail("cpu:4097", 0, MIRROR_ERR_ARGUMENT, "4097 replicas: the replica count must be 1 to 4096");
     expect_strategy_fail("cuda:0", 0, MIRROR_ERR_UNSUPPORTED, "CUDA");
     expect_strategy_fail("cuda", 0, MIRROR_ERR_UNSUPPORTED, "CUDA");
     expect_strategy_fail("cpu:3", 2, MIRROR_ERR_ARGUMENT, NULL);
@@ -512,8 +515,23 @@ static void test_layers(mirror_strategy *s)
     {
         char tiny[4] = "abc";
         CHECK(mirror_model_summary(m, tiny, 0) == MIRROR_ERR_ARGUMENT && tiny[0] == 'a', "summary into 0 bytes");
+        char whole[1024], cut[40], want[80];
+        size_t len;
         CHECK(mirror_model_summary(m, tiny, sizeof tiny) == MIRROR_ERR_CAPACITY && strlen(tiny) < sizeof tiny,
               "summary into 4 bytes: capacity error, terminated");
+        CHECK(mirror_model_summary(m, whole, sizeof whole) == MIRROR_OK && strlen(whole) > sizeof cut,
+              "the whole summary: %s", mirror_model_error(m));
+        snprintf(want, sizeof want, "needs %zu bytes and buf holds %zu", strlen(whole) + 1, sizeof cut);
+        CHECK(mirror_model_summary(m, cut, sizeof cut) == MIRROR_ERR_CAPACITY && strstr(mirror_model_error(m), want) &&
+                  !strncmp(cut, whole, sizeof cut - 1) && strlen(cut) == sizeof cut - 1,
+              "a short buf: its own error in the model (\"%s\", wanted \"%s\"), the start of the summary", mirror_model_error(m),
+              want);
+        len = strlen(whole);
+        snprintf(want, sizeof want, "needs %zu bytes", len + 1);
+        CHECK(mirror_model_summary(m, whole, len) == MIRROR_ERR_CAPACITY && strstr(mirror_model_error(m), want),
+              "one byte short (no room for the terminator): %s", mirror_model_error(m));
+        CHECK(mirror_model_summary(m, whole, len + 1) == MIRROR_OK && strlen(whole) == len,
+              "exactly the size it said: fits");
     }
     mirror_model_destroy(m);
 
@@ -1113,7 +1131,12 @@ static void test_reducer(void)
     CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && !s && strstr(err.message, "MIRROR_REDUCER"),
           "MIRROR_REDUCER=bogus is an error naming the variable (%s)", err.message);
     setenv("MIRROR_REDUCER", "nccl", 1);
-    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK, "MIRROR_REDUCER=nccl is ignored by CPU replicas");
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && !s &&
+              strstr(err.message, "MIRROR_REDUCER=nccl asks for the NCCL reducer") && strstr(err.message, "unset"),
+          "MIRROR_REDUCER=nccl on CPU replicas is the error the desc's NCCL gives, naming the variable (%s)",
+          err.message);
+    setenv("MIRROR_REDUCER", "copy", 1);
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK, "MIRROR_REDUCER=copy on CPU replicas: %s", err.message);
     mirror_strategy_destroy(s);
     unsetenv("MIRROR_REDUCER");
 }

@@ -355,8 +355,9 @@ static void write_mnist(const char *sub, unsigned which)
         if (which >> i & 1) write_file(sub_path(p, sub, mnist_names[i]), data[i], size[i]);
 }
 
-/* load_mnist on root/sub must fail: both outputs empty, nothing leaked. */
-static void expect_mnist_fail(const char *what, const char *dir, int want)
+/* load_mnist on root/sub must fail: both outputs empty, nothing leaked,
+   and the message must hold `says` (when not NULL). */
+static void expect_mnist_fail(const char *what, const char *dir, int want, const char *says)
 {
     mirror_dataset train, test;
     mirror_error err = {0, ""};
@@ -368,6 +369,7 @@ static void expect_mnist_fail(const char *what, const char *dir, int want)
     CHECK(rc < 0 && (want == 0 || rc == want), "%s: got %d (%s), want %s", what, rc, mirror_result_string(rc),
           want ? mirror_result_string(want) : "an error");
     CHECK(err.code == rc && err.message[0], "%s: err gets the code and a message", what);
+    CHECK(!says || strstr(err.message, says), "%s: the message says \"%s\": %s", what, says ? says : "", err.message);
     CHECK(zeroed(&train), "%s: the train set is left empty", what);
     CHECK(zeroed(&test), "%s: the test set is left empty", what);
     CHECK(live_allocs == live, "%s: %ld allocations leaked", what, live_allocs - live);
@@ -410,20 +412,41 @@ static void test_mnist(void)
     memset(longdir, 'a', sizeof longdir - 1);
     longdir[0] = '/';
     longdir[sizeof longdir - 1] = '\0';
-    expect_mnist_fail("a 1099-character directory name", longdir, MIRROR_ERR_ARGUMENT);
+    expect_mnist_fail("a 1099-character directory name", longdir, MIRROR_ERR_ARGUMENT, "too long");
 
     path_in(p, "no-such-dir");
-    expect_mnist_fail("a missing directory", p, MIRROR_ERR_IO);
+    expect_mnist_fail("a missing directory", p, MIRROR_ERR_IO, "cannot open the directory");
     write_mnist("mnist-no-test", 3);
     path_in(p, "mnist-no-test");
-    expect_mnist_fail("train files only (the test split is missing)", p, MIRROR_ERR_IO);
+    expect_mnist_fail("train files only (the test split is missing)", p, MIRROR_ERR_IO,
+                      "neither t10k-images-idx3-ubyte nor t10k-images-idx3-ubyte.gz");
     write_mnist("mnist-no-train-labels", 13);
     path_in(p, "mnist-no-train-labels");
-    expect_mnist_fail("the train labels are missing", p, MIRROR_ERR_IO);
+    expect_mnist_fail("the train labels are missing", p, MIRROR_ERR_IO, "train-labels-idx1-ubyte.gz is there");
     write_mnist("mnist-bad-test", 7);
     write_file(sub_path(p, "mnist-bad-test", mnist_names[3]), good_lab, good_lab_size); /* 5 labels, 3 images */
     path_in(p, "mnist-bad-test");
-    expect_mnist_fail("test labels do not match the test images", p, MIRROR_ERR_FORMAT);
+    expect_mnist_fail("test labels do not match the test images", p, MIRROR_ERR_FORMAT, NULL);
+    expect_mnist_fail("an empty directory name (not the root directory)", "", MIRROR_ERR_ARGUMENT, "empty directory name");
+    expect_mnist_fail("a file given as the directory", sub_path(p, "mnist", mnist_names[0]), MIRROR_ERR_IO,
+                      "not a directory");
+    /* A plain file that cannot be read is reported as itself, not as a
+       missing .gz beside it: a directory in its place (any user), and a file
+       without read permission (a user other than root). */
+    write_mnist("mnist-unreadable", 15);
+    sub_path(p, "mnist-unreadable", mnist_names[1]);
+    remove(p);
+    mkdir(p, 0700);
+    path_in(p, "mnist-unreadable");
+    expect_mnist_fail("a directory in place of the train labels", p, MIRROR_ERR_IO,
+                      "train-labels-idx1-ubyte: not a regular file but a directory");
+    if (geteuid() != 0) {
+        write_mnist("mnist-no-permission", 15);
+        chmod(sub_path(p, "mnist-no-permission", mnist_names[2]), 0);
+        path_in(p, "mnist-no-permission");
+        expect_mnist_fail("test images without read permission", p, MIRROR_ERR_IO,
+                          "t10k-images-idx3-ubyte: cannot open: Permission denied");
+    }
     CHECK(live_allocs == live, "failed MNIST loads leaked nothing");
 }
 
@@ -535,7 +558,7 @@ static void test_gzip(void)
     bad[gz_size / 2] ^= 0xFF;
     write_file(sub_path(p, "gz-bad", "train-images-idx3-ubyte.gz"), bad, gz_size);
     path_in(p, "gz-bad");
-    expect_mnist_fail("load_mnist with a corrupted train-images .gz", p, 0);
+    expect_mnist_fail("load_mnist with a corrupted train-images .gz", p, 0, NULL);
     CHECK(live_allocs == live, "corrupted gzip loads leaked nothing");
 }
 #else
@@ -564,7 +587,7 @@ static void test_gzip(void)
         snprintf(name, sizeof name, "%s.gz", mnist_names[i]);
         write_file(sub_path(p, "gz", name), good_lab_gz, sizeof good_lab_gz);
     }
-    expect_mnist_fail("load_mnist on .gz files without zlib", dir, MIRROR_ERR_UNSUPPORTED);
+    expect_mnist_fail("load_mnist on .gz files without zlib", dir, MIRROR_ERR_UNSUPPORTED, "zlib");
     memset(&err, 0, sizeof err);
     mirror_dataset_load_mnist(&ds, NULL, dir, &err);
     CHECK(strstr(err.message, "zlib") != NULL, "load_mnist's message names zlib: \"%s\"", err.message);

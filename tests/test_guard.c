@@ -336,6 +336,55 @@ out:
     mirror_strategy_destroy(s);
 }
 
+static char heard[256];
+
+static void hear(void *user, int level, const char *message)
+{
+    (void)user;
+    if (level == MIRROR_LOG_NOTICE) snprintf(heard, sizeof heard, "%s", message);
+}
+
+/* A validation set with a NaN sample: training goes on (the training
+   data are finite), and the epoch line shows val_loss nan instead of
+   dropping the validation columns, with a notice saying why. */
+static void test_nan_validation(void)
+{
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = s ? model(s, MIRROR_OPT_ADAM, 0.001f, 0) : NULL;
+    mirror_dataset ds = dataset(48, 13), val = dataset(24, 17);
+    mirror_fit_desc fd;
+    mirror_epoch_log log;
+    char path[256], line[512] = "";
+    FILE *f;
+    int out = dup(fileno(stdout)), rc;
+    if (!m || !ds.x || !val.x || out < 0) goto out;
+    val.x[5 * IN + 9] = NAN;
+    fd = fit_desc(&ds, 1);
+    fd.validation = &val;
+    fd.progress = MIRROR_PROGRESS_LINES;
+    fflush(stdout);
+    f = freopen(path_in(path, "epoch.txt"), "w", stdout);
+    mirror_set_logger(hear, NULL);
+    rc = mirror_fit(m, &fd, &log);
+    mirror_set_logger(quiet, NULL);
+    fflush(stdout);
+    dup2(out, fileno(stdout)); /* stdout back where it was */
+    if (f && (f = fopen(path, "r")) != NULL) {
+        if (!fgets(line, sizeof line, f)) line[0] = '\0';
+        fclose(f);
+    }
+    CHECK(rc == MIRROR_OK && log.val_loss != log.val_loss, "fit ends, its validation loss NaN: %s",
+          mirror_model_error(m));
+    CHECK(strstr(line, "val_loss nan  val_acc ") != NULL, "the epoch line shows val_loss nan: %s", line);
+    CHECK(strstr(heard, "epoch 1: the validation loss is not finite") != NULL, "and a notice says why: %s", heard);
+out:
+    if (out >= 0) close(out);
+    mirror_model_destroy(m);
+    mirror_dataset_free(&ds);
+    mirror_dataset_free(&val);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     size_t r;
@@ -350,6 +399,7 @@ int main(void)
     test_fit(1);
     test_fit(2);
     test_metrics_do_not_leak();
+    test_nan_validation();
     remove_tree(root);
     return check_done("test_guard");
 }
