@@ -83,7 +83,7 @@ all: info $(EXAMPLES)
 info:
 	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no) nccl=$(if $(HAVE_NCCL),yes,no) build=$(BUILD)"
 
-$(BUILD)/%: examples/%.c examples/models.h mirror.h | $(BUILD)
+$(BUILD)/%: examples/%.c examples/models.h examples/options.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
@@ -93,7 +93,7 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h 
 $(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/train_cuda: examples/train.c examples/models.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
+$(BUILD)/train_cuda: examples/train.c examples/models.h examples/options.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
@@ -106,7 +106,7 @@ $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
 # libFuzzer targets (clang): make fuzz FUZZ_SECONDS=30
 CLANG ?= clang
 FUZZ_TARGETS = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h mirror.h
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h examples/options.h mirror.h
 	@mkdir -p $(BUILD)/fuzz
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $< -o $@ -lm -lpthread
 

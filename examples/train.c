@@ -15,23 +15,11 @@
 #endif
 #include "../mirror.h"
 #include "models.h"
+#include "options.h"
 
-#include <errno.h>
-#include <float.h>
-#include <limits.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-typedef struct options {
-    const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale;
-    size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips;
-    int report_nonfinite;
-    double lr;
-    unsigned long long seed;
-} options;
 
 /* Ctrl-C and SIGTERM (what docker, Slurm, systemd and Kubernetes send):
    fit saves a checkpoint before the next step and returns; the trainer
@@ -65,117 +53,6 @@ static void usage(FILE *f)
                "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n");
 }
 
-/* A usage error: the flag, what it needs, what it got; exit 2 (an example may exit). */
-static void bad_value(const char *flag, const char *needs, const char *v)
-{
-    fprintf(stderr, "train: %s needs %s, got \"%s\"\n", flag, needs, v);
-    exit(2);
-}
-
-/* An integer in [lo, hi], digits only: no sign, no spaces, no suffix, no overflow. */
-static size_t int_arg(const char *flag, const char *v, unsigned long long lo, unsigned long long hi)
-{
-    char *end, needs[96];
-    unsigned long long n;
-    errno = 0;
-    n = strtoull(v, &end, 10);
-    if (v[0] < '0' || v[0] > '9' || *end || errno == ERANGE || n < lo || n > hi) {
-        snprintf(needs, sizeof needs, "an integer from %llu to %llu", lo, hi);
-        bad_value(flag, needs, v);
-    }
-    return (size_t)n;
-}
-
-/* A positive count that fits a size_t. */
-static size_t count_arg(const char *flag, const char *v) { return int_arg(flag, v, 1, SIZE_MAX); }
-
-/* A finite positive number that a float holds without becoming 0 or
-   infinite (1e-50 is not a learning rate of 0). */
-static double positive_arg(const char *flag, const char *v)
-{
-    char *end;
-    double x;
-    errno = 0;
-    x = strtod(v, &end);
-    if (!((v[0] >= '0' && v[0] <= '9') || v[0] == '.') || *end || errno == ERANGE || !(x >= FLT_MIN && x <= FLT_MAX))
-        bad_value(flag, "a positive number between 1.2e-38 and 3.4e38", v);
-    return x;
-}
-
-static void parse(int argc, char **argv, options *o)
-{
-    int i;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!v) {
-            fprintf(stderr, "train: %s needs a value (or is unknown)\n", a);
-            usage(stderr);
-            exit(2);
-        }
-        i++;
-        if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--devices")) o->devices = v;
-        else if (!strcmp(a, "--optimizer")) o->optimizer = v;
-        else if (!strcmp(a, "--replicas")) o->replicas = count_arg(a, v);
-        else if (!strcmp(a, "--epochs")) o->epochs = count_arg(a, v);
-        else if (!strcmp(a, "--batch")) o->batch = count_arg(a, v);
-        else if (!strcmp(a, "--synthetic")) o->synthetic = count_arg(a, v);
-        else if (!strcmp(a, "--seed")) o->seed = int_arg(a, v, 0, ULLONG_MAX);
-        else if (!strcmp(a, "--save")) o->save = v;
-        else if (!strcmp(a, "--resume")) o->resume = v;
-        else if (!strcmp(a, "--checkpoint-every")) o->checkpoint_every = count_arg(a, v);
-        else if (!strcmp(a, "--lr")) o->lr = positive_arg(a, v);
-        else if (!strcmp(a, "--precision")) o->precision = v;
-        else if (!strcmp(a, "--loss-scale")) o->loss_scale = v;
-        else if (!strcmp(a, "--growth-interval")) o->growth_interval = int_arg(a, v, 1, UINT32_MAX);
-        else if (!strcmp(a, "--max-skips")) o->max_skips = int_arg(a, v, 1, UINT32_MAX);
-        else if (!strcmp(a, "--report-nonfinite")) o->report_nonfinite = (int)int_arg(a, v, 0, 1);
-        else {
-            fprintf(stderr, "train: unknown option %s\n", a);
-            usage(stderr);
-            exit(2);
-        }
-    }
-}
-
-/* --precision and the scaler's flags into the model desc; 0, or 2 with a message. */
-static int precision_args(const options *o, mirror_model_desc *md)
-{
-    mirror_loss_scale_desc *ls = &md->loss_scale;
-    char *end;
-    if (!strcmp(o->precision, "fp16")) md->precision = MIRROR_PRECISION_FP16;
-    else if (!strcmp(o->precision, "bf16")) md->precision = MIRROR_PRECISION_BF16;
-    else if (strcmp(o->precision, "fp32")) {
-        fprintf(stderr, "train: --precision must be fp32, fp16 or bf16, got \"%s\"\n", o->precision);
-        return 2;
-    }
-    ls->growth_interval = (uint32_t)o->growth_interval;
-    ls->max_consecutive_skips = (uint32_t)o->max_skips;
-    ls->report_nonfinite = o->report_nonfinite;
-    if (!o->loss_scale) return 0;
-    if (!strcmp(o->loss_scale, "dynamic")) ls->kind = MIRROR_SCALE_DYNAMIC;
-    else if (!strcmp(o->loss_scale, "none")) ls->kind = MIRROR_SCALE_NONE;
-    else {
-        double x;
-        ls->kind = MIRROR_SCALE_STATIC;
-        errno = 0;
-        x = strtod(o->loss_scale, &end);
-        /* below 1 (the scaler's min_scale) the gradients underflow to zero */
-        if (o->loss_scale[0] < '0' || o->loss_scale[0] > '9' || *end || errno == ERANGE || !(x >= 1.0 && x <= 1e30)) {
-            fprintf(stderr, "train: --loss-scale must be dynamic, none or a number from 1 to 1e30, got \"%s\"\n",
-                    o->loss_scale);
-            return 2;
-        }
-        ls->init_scale = (float)x;
-    }
-    return 0;
-}
-
 /* The per-epoch hook: sums the training time and samples for the final line. */
 typedef struct totals {
     double seconds;
@@ -190,23 +67,9 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
     return 0;
 }
 
-static mirror_optimizer_kind optimizer_kind(const char *name, float *momentum)
-{
-    *momentum = 0.0f;
-    if (!strcmp(name, "sgd")) return MIRROR_OPT_SGD;
-    if (!strcmp(name, "momentum")) {
-        *momentum = 0.9f;
-        return MIRROR_OPT_SGD;
-    }
-    if (!strcmp(name, "adam")) return MIRROR_OPT_ADAM;
-    if (!strcmp(name, "adamw")) return MIRROR_OPT_ADAMW;
-    fprintf(stderr, "train: --optimizer must be sgd, momentum, adam or adamw, got \"%s\"\n", name);
-    exit(2);
-}
-
 int main(int argc, char **argv)
 {
-    options o = {NULL, "cnn", NULL, "adam", NULL, NULL, "fp32", NULL, 0, 3, 64, 10000, 0, 0, 0, 0, 0.0, 1};
+    options o;
     mirror_checkpoint_info at;
     mirror_error err = {0, ""};
     mirror_strategy_desc sd;
@@ -220,14 +83,14 @@ int main(int argc, char **argv)
     totals sums = {0.0, 0};
     int rc;
 
-    parse(argc, argv, &o);
-    memset(&at, 0, sizeof at);
-    if (o.checkpoint_every && !o.save) {
-        fprintf(stderr, "train: --checkpoint-every needs --save PATH\n");
-        return 2;
+    switch (options_parse(argc, argv, &o)) {
+    case OPTIONS_RUN: break;
+    case OPTIONS_HELP: usage(stdout); return 0;
+    case OPTIONS_UNKNOWN: fprintf(stderr, "train: %s\n", o.why); usage(stderr); return 2;
+    default: fprintf(stderr, "train: %s\n", o.why); return 2;
     }
-    memset(&md, 0, sizeof md);
-    if (precision_args(&o, &md)) return 2;
+    memset(&at, 0, sizeof at);
+    md = o.md;
     if (o.data)
         rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
     else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
@@ -253,17 +116,12 @@ int main(int argc, char **argv)
     md.channels = train.channels, md.height = train.height, md.width = train.width;
     md.max_batch = o.batch;
     md.seed = o.seed;
-    md.optimizer.kind = optimizer_kind(o.optimizer, &md.optimizer.momentum);
-    md.optimizer.lr = (float)o.lr;
     if ((rc = mirror_model_create(&md, &m, &err))) {
         fprintf(stderr, "train: %s\n", err.message);
         goto out;
     }
     if ((rc = example_model(m, o.model))) {
-        if (strcmp(o.model, "mlp") && strcmp(o.model, "cnn"))
-            fprintf(stderr, "train: --model must be mlp or cnn, got \"%s\"\n", o.model);
-        else
-            fprintf(stderr, "train: %s\n", mirror_model_error(m));
+        fprintf(stderr, "train: %s\n", mirror_model_error(m));
         goto out;
     }
     md = mirror_model_query_desc(m);

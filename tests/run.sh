@@ -87,11 +87,13 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --synthetic 600 --epochs 3 --batch 50 --save '$tmp/pipe.ckpt' | head -n 1 >/dev/null; test -f '$tmp/pipe.ckpt'"
     check "build/train: a --save path that cannot be written fails before training" sh -c \
         "$BUILD/train --model mlp --synthetic 600 --epochs 1000 --save '$tmp/no/such/dir/run.ckpt' >'$tmp/nodir.out' 2>&1; test \$? -eq 1 && grep -q 'no/such/dir' '$tmp/nodir.out' && ! grep -q '^epoch' '$tmp/nodir.out'"
-    # Every malformed, out-of-range or overflowing number: exit 2, naming the flag.
+    # Every malformed, out-of-range or overflowing number, empty path and unknown
+    # name: exit 2, naming the flag.
     for bad in "--replicas zero" "--replicas 0" "--epochs -1" "--epochs ' 3'" "--epochs +3" "--epochs 1.5" \
         "--batch 18446744073709551616" "--lr abc" "--lr 1e-50" "--lr 1.5xyz" "--lr -0.1" "--lr 0" "--lr inf" \
         "--lr nan" "--lr 1e39" "--seed -1" "--seed 1x" "--growth-interval 4294967296" "--max-skips 0" \
-        "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16"; do
+        "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16" "--data ''" \
+        "--devices ''" "--model rnn" "--optimizer lamb"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"

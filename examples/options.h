@@ -1,0 +1,189 @@
+/* options.h - the example trainer's command line, parsed and checked
+   without printing or exiting: the trainer reports what options_parse
+   returns, and tests/fuzz/fuzz_flags.c feeds it arbitrary argument vectors.
+   Needs mirror.h's declarations. */
+#ifndef EXAMPLE_OPTIONS_H
+#define EXAMPLE_OPTIONS_H
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct options {
+    const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale;
+    size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips;
+    int report_nonfinite;
+    double lr;
+    unsigned long long seed;
+    /* What the flags set in the model desc: precision, loss scaling and
+       the optimizer (its kind, momentum and learning rate). */
+    mirror_model_desc md;
+    char why[256]; /* the usage error, when options_parse returns one */
+} options;
+
+enum {
+    OPTIONS_RUN = 0,     /* o is complete and checked */
+    OPTIONS_HELP = 1,    /* --help or -h */
+    OPTIONS_BAD = 2,     /* a value out of its range: o->why names the flag and the value */
+    OPTIONS_UNKNOWN = 3  /* an unknown flag or a flag without its value: o->why says which */
+};
+
+static void options_defaults(options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model = "cnn", o->optimizer = "adam", o->precision = "fp32";
+    o->epochs = 3, o->batch = 64, o->synthetic = 10000, o->seed = 1;
+}
+
+/* A usage error: the flag, what it needs, what it got (cut to fit). */
+static int options_bad(options *o, const char *flag, const char *needs, const char *v)
+{
+    snprintf(o->why, sizeof o->why, "%s needs %s, got \"%.80s%s\"", flag, needs, v, strlen(v) > 80 ? "..." : "");
+    return OPTIONS_BAD;
+}
+
+/* An integer in [lo, hi], digits only: no sign, no spaces, no suffix, no
+   overflow. 0 with *n set, or OPTIONS_BAD. */
+static int options_int(options *o, const char *flag, const char *v, unsigned long long lo, unsigned long long hi,
+                       unsigned long long *n)
+{
+    char *end, needs[96];
+    errno = 0;
+    *n = strtoull(v, &end, 10);
+    if (v[0] >= '0' && v[0] <= '9' && !*end && errno != ERANGE && *n >= lo && *n <= hi) return OPTIONS_RUN;
+    snprintf(needs, sizeof needs, "an integer from %llu to %llu", lo, hi);
+    return options_bad(o, flag, needs, v);
+}
+
+/* A positive count that fits a size_t. */
+static int options_count(options *o, const char *flag, const char *v, size_t *out)
+{
+    unsigned long long n;
+    int rc = options_int(o, flag, v, 1, SIZE_MAX, &n);
+    if (!rc) *out = (size_t)n;
+    return rc;
+}
+
+/* A number in [lo, hi], written as digits (no sign, no inf or nan). */
+static int options_number(options *o, const char *flag, const char *v, double lo, double hi, const char *needs,
+                          double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(v, &end);
+    if (((v[0] >= '0' && v[0] <= '9') || v[0] == '.') && !*end && errno != ERANGE && *out >= lo && *out <= hi)
+        return OPTIONS_RUN;
+    return options_bad(o, flag, needs, v);
+}
+
+/* A name, a path or a list: anything but the empty string. */
+static int options_text(options *o, const char *flag, const char *v, const char **out)
+{
+    if (!v[0]) return options_bad(o, flag, "a value", v);
+    *out = v;
+    return OPTIONS_RUN;
+}
+
+/* One flag and its value into o. */
+static int options_flag(options *o, const char *a, const char *v)
+{
+    unsigned long long n = 0;
+    int rc;
+    if (!strcmp(a, "--data")) return options_text(o, a, v, &o->data);
+    if (!strcmp(a, "--model")) return options_text(o, a, v, &o->model);
+    if (!strcmp(a, "--devices")) return options_text(o, a, v, &o->devices);
+    if (!strcmp(a, "--optimizer")) return options_text(o, a, v, &o->optimizer);
+    if (!strcmp(a, "--save")) return options_text(o, a, v, &o->save);
+    if (!strcmp(a, "--resume")) return options_text(o, a, v, &o->resume);
+    if (!strcmp(a, "--precision")) return options_text(o, a, v, &o->precision);
+    if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
+    if (!strcmp(a, "--replicas")) return options_count(o, a, v, &o->replicas);
+    if (!strcmp(a, "--epochs")) return options_count(o, a, v, &o->epochs);
+    if (!strcmp(a, "--batch")) return options_count(o, a, v, &o->batch);
+    if (!strcmp(a, "--synthetic")) return options_count(o, a, v, &o->synthetic);
+    if (!strcmp(a, "--checkpoint-every")) return options_count(o, a, v, &o->checkpoint_every);
+    /* a learning rate a float holds without becoming 0 or infinite */
+    if (!strcmp(a, "--lr"))
+        return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38", &o->lr);
+    if (!strcmp(a, "--seed")) {
+        rc = options_int(o, a, v, 0, ULLONG_MAX, &n);
+        o->seed = n;
+        return rc;
+    }
+    if (!strcmp(a, "--growth-interval")) {
+        rc = options_int(o, a, v, 1, UINT32_MAX, &n);
+        o->growth_interval = (size_t)n;
+        return rc;
+    }
+    if (!strcmp(a, "--max-skips")) {
+        rc = options_int(o, a, v, 1, UINT32_MAX, &n);
+        o->max_skips = (size_t)n;
+        return rc;
+    }
+    if (!strcmp(a, "--report-nonfinite")) {
+        rc = options_int(o, a, v, 0, 1, &n);
+        o->report_nonfinite = (int)n;
+        return rc;
+    }
+    snprintf(o->why, sizeof o->why, "unknown option %.80s", a);
+    return OPTIONS_UNKNOWN;
+}
+
+/* The names and the flags that go together, into o->md. */
+static int options_check(options *o)
+{
+    mirror_model_desc *md = &o->md;
+    mirror_loss_scale_desc *ls = &md->loss_scale;
+    double scale;
+    int rc;
+    if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn"))
+        return options_bad(o, "--model", "mlp or cnn", o->model);
+    if (!strcmp(o->optimizer, "sgd")) md->optimizer.kind = MIRROR_OPT_SGD;
+    else if (!strcmp(o->optimizer, "momentum")) md->optimizer.kind = MIRROR_OPT_SGD, md->optimizer.momentum = 0.9f;
+    else if (!strcmp(o->optimizer, "adam")) md->optimizer.kind = MIRROR_OPT_ADAM;
+    else if (!strcmp(o->optimizer, "adamw")) md->optimizer.kind = MIRROR_OPT_ADAMW;
+    else return options_bad(o, "--optimizer", "sgd, momentum, adam or adamw", o->optimizer);
+    md->optimizer.lr = (float)o->lr;
+    if (!strcmp(o->precision, "fp16")) md->precision = MIRROR_PRECISION_FP16;
+    else if (!strcmp(o->precision, "bf16")) md->precision = MIRROR_PRECISION_BF16;
+    else if (strcmp(o->precision, "fp32")) return options_bad(o, "--precision", "fp32, fp16 or bf16", o->precision);
+    ls->growth_interval = (uint32_t)o->growth_interval;
+    ls->max_consecutive_skips = (uint32_t)o->max_skips;
+    ls->report_nonfinite = o->report_nonfinite;
+    if (!o->loss_scale) ls->kind = MIRROR_SCALE_DEFAULT;
+    else if (!strcmp(o->loss_scale, "dynamic")) ls->kind = MIRROR_SCALE_DYNAMIC;
+    else if (!strcmp(o->loss_scale, "none")) ls->kind = MIRROR_SCALE_NONE;
+    else { /* below 1 (the scaler's min_scale) the gradients underflow to zero */
+        if ((rc = options_number(o, "--loss-scale", o->loss_scale, 1.0, 1e30,
+                                 "dynamic, none or a number from 1 to 1e30", &scale)))
+            return rc;
+        ls->kind = MIRROR_SCALE_STATIC;
+        ls->init_scale = (float)scale;
+    }
+    if (o->checkpoint_every && !o->save) {
+        snprintf(o->why, sizeof o->why, "--checkpoint-every needs --save PATH");
+        return OPTIONS_BAD;
+    }
+    return OPTIONS_RUN;
+}
+
+/* argv[1..argc-1] into o (defaults first): OPTIONS_RUN, or what stopped it. */
+static int options_parse(int argc, char **argv, options *o)
+{
+    int i, rc;
+    options_defaults(o);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return OPTIONS_HELP;
+        if (i + 1 >= argc) {
+            snprintf(o->why, sizeof o->why, "%.80s needs a value (or is unknown)", a);
+            return OPTIONS_UNKNOWN;
+        }
+        if ((rc = options_flag(o, a, argv[++i]))) return rc;
+    }
+    return options_check(o);
+}
+#endif

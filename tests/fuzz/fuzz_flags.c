@@ -1,0 +1,62 @@
+/* fuzz_flags.c - the trainer's command line (examples/options.h): the input,
+   split at NUL bytes, is the argument vector, each argument in its own
+   allocation of its exact size (ASan sees a read past one). Whatever the
+   arguments, the parser returns one of its four answers; a usage error says
+   which flag; and options it accepts are complete and in range. */
+#include "fuzz.h"
+
+#include "../../examples/options.h"
+
+#include <stdlib.h>
+
+enum { MOST_ARGS = 64 };
+
+/* The invariants of accepted options; a violated one aborts (a finding). */
+static void check_accepted(const options *o)
+{
+    const mirror_loss_scale_desc *ls = &o->md.loss_scale;
+    int ok = o->model && o->optimizer && o->precision && o->epochs >= 1 && o->batch >= 1 && o->synthetic >= 1;
+    ok &= !strcmp(o->model, "mlp") || !strcmp(o->model, "cnn");
+    ok &= o->lr == 0.0 || (o->lr >= FLT_MIN && o->lr <= FLT_MAX && o->md.optimizer.lr > 0.0f);
+    ok &= o->md.optimizer.kind == MIRROR_OPT_SGD || o->md.optimizer.kind == MIRROR_OPT_ADAM ||
+          o->md.optimizer.kind == MIRROR_OPT_ADAMW;
+    ok &= (o->md.precision == MIRROR_PRECISION_FP32) == !strcmp(o->precision, "fp32");
+    ok &= ls->kind != MIRROR_SCALE_STATIC || (ls->init_scale >= 1.0f && ls->init_scale <= 1e30f);
+    ok &= o->growth_interval <= UINT32_MAX && o->max_skips <= UINT32_MAX && o->report_nonfinite <= 1;
+    ok &= !o->checkpoint_every || o->save;
+    ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
+          (!o->devices || o->devices[0]);
+    if (!ok) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *argv[MOST_ARGS + 1];
+    options o;
+    size_t start = 0, i;
+    int argc = 1;
+    argv[0] = (char *)"train";
+    for (i = 0; size && i <= size && argc < MOST_ARGS; i++) { /* no bytes: no arguments */
+        if (i < size && data[i]) continue;
+        argv[argc] = (char *)malloc(i - start + 1);
+        if (!argv[argc]) break;
+        memcpy(argv[argc], data + start, i - start);
+        argv[argc++][i - start] = '\0';
+        start = i + 1;
+    }
+    argv[argc] = NULL;
+    switch (options_parse(argc, argv, &o)) {
+    case OPTIONS_RUN: check_accepted(&o); break;
+    case OPTIONS_HELP: break;
+    case OPTIONS_BAD: /* names the flag */
+        if (!strstr(o.why, "--")) abort();
+        break;
+    case OPTIONS_UNKNOWN:
+        if (strncmp(o.why, "unknown option ", 15) && !strstr(o.why, " needs a value")) abort();
+        break;
+    default: abort();
+    }
+    for (i = 1; i < (size_t)argc; i++) free(argv[i]);
+    return 0;
+}
