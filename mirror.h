@@ -301,7 +301,10 @@ extern "C" {
     X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
     X(MIRROR_ERR_CHECKSUM, -23, "checksum mismatch")                           \
     X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")                  \
-    X(MIRROR_ERR_NOT_FINITE, -31, "loss or gradients not finite")
+    X(MIRROR_ERR_NOT_FINITE, -31, "loss or gradients not finite")            \
+    X(MIRROR_ERR_REPLICAS, -32, "replicas hold different parameters")        \
+    X(MIRROR_ERR_PEER, -40, "another process failed")                        \
+    X(MIRROR_ERR_TIMEOUT, -41, "another process did not answer in time")
 
 typedef enum mirror_result {
 #define MIRROR__ENUM(name, value, text) name = value,
@@ -350,13 +353,39 @@ typedef struct mirror_strategy_desc {
     size_t num_replicas;
     /* GPU replicas only; the CPU reducer sums in replica order already. */
     mirror_reducer reducer;
+    /* MIRROR_MPI (see PROCESSES): a pointer to the MPI_Comm whose processes
+       the strategy spans; NULL is MPI_COMM_WORLD, &MPI_COMM_SELF this
+       process alone. devices and num_replicas count this process's
+       replicas. Ignored without MIRROR_MPI. */
+    const void *mpi_comm;
+    /* Seconds a process waits for the others in a cross-process operation
+       before it fails with MIRROR_ERR_TIMEOUT; 0: $MIRROR_TIMEOUT, else 300. */
+    double timeout;
 } mirror_strategy_desc;
 
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc,
                                       mirror_strategy **out, mirror_error *err);
 MIRROR_API void mirror_strategy_destroy(mirror_strategy *s);
-/* num_replicas_in_sync: the replicas that every step splits across. */
+/* num_replicas_in_sync: the replicas that every step splits across, those
+   of every process. */
 MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s);
+
+/* Where this process stands (MIRROR_MPI; one process otherwise: rank 0 of
+   1, every replica local). Its replicas are the global replicas
+   first_replica, first_replica + 1, ..., first_replica + local_replicas - 1. */
+typedef struct mirror_process_info {
+    size_t rank, processes;
+    size_t local_replicas, first_replica;
+} mirror_process_info;
+MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s);
+/* Every process passes its own result (and, when it failed, its message in
+   err); every process gets MIRROR_OK when all succeeded, else the first
+   failing process's code there and MIRROR_ERR_PEER elsewhere, with that
+   process's message ("rank 1 failed: data/train-images-idx3-ubyte: ...")
+   in err. For steps outside the library that may fail on one process only
+   (loading data): without it, the others would wait in their next
+   collective until the timeout. One process: returns result. */
+MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err);
 /* The desc with defaults applied ("cpu:2", 2). */
 MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy *s);
 /* One line: "2 CPU replicas (threads), reducer cpu-ordered". A CUDA build
@@ -368,7 +397,9 @@ MIRROR_API const char *mirror_strategy_describe(const mirror_strategy *s);
    the call every buffer holds sum over r of the inputs, added in replica
    order 0, 1, 2, ... for every element (deterministic). n may be 0. */
 MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n);
-/* Copy bufs[root] into every other buffer. */
+/* Copy bufs[root] into every other buffer. With several processes, bufs
+   are this process's replicas' and root counts the replicas of every
+   process; the sum above takes in every process's replicas. */
 MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root);
 
 /* Replica r's contiguous shard of a global batch of n: samples
@@ -528,12 +559,19 @@ MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size);
    mean gradient of the last global batch) or optimizer state to dst, which
    holds n floats (n must be the arena's size). Adam's state is m then v.
    In fp16 and bf16: the fp32 masters, and the reduced 16-bit gradient
-   widened and divided by the loss scale it carried. */
+   widened and divided by the loss scale it carried. With several
+   processes r counts this process's replicas. */
 MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n);
 /* Sets the parameters of every replica from src (n floats). */
 MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n);
+/* Hashes the parameters (and optimizer state) of every replica of every
+   process and compares them with replica 0's: MIRROR_OK when all are
+   bitwise equal, else MIRROR_ERR_REPLICAS naming the first replica that
+   differs and its process. mirror_fit runs it every check_replicas_every
+   steps when asked. */
+MIRROR_API int mirror_check_replicas(mirror_model *m);
 /* Optimizer steps taken (the t of Adam's bias correction); skipped steps
    do not count. In a mixed-precision model this waits for the device. */
 MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m);
@@ -686,8 +724,12 @@ typedef struct mirror_fit_desc {
     const char *checkpoint;
     size_t checkpoint_every, checkpoint_keep;
     /* When *stop becomes non-zero (a signal handler may set it), fit saves
-       a checkpoint (when it has a path) and returns MIRROR_ERR_STOPPED. */
+       a checkpoint (when it has a path) and returns MIRROR_ERR_STOPPED.
+       With several processes a stop on any one stops them all, after the
+       same step. */
     volatile sig_atomic_t *stop;
+    /* Steps between two mirror_check_replicas (0: never). */
+    size_t check_replicas_every;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -1088,6 +1130,9 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #endif
 #ifdef MIRROR_CBLAS
 #include <cblas.h>
+#endif
+#ifdef MIRROR_MPI
+#include <mpi.h>
 #endif
 
 #if defined(MIRROR_MALLOC) != defined(MIRROR_FREE)
@@ -2238,6 +2283,22 @@ struct mirror_strategy {
     pthread_mutex_t life;
     size_t models;
     int destroyed;
+    /* Processes (see >>processes): this one is rank `rank` of `processes`;
+       its replicas are global replicas [first, first + replicas) of
+       `world`. One process: 0, 1, 0, replicas. */
+    size_t rank, processes, first, world;
+#ifdef MIRROR_MPI
+    MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
+    double timeout;    /* seconds to wait for the other processes */
+    int broken;        /* a cross-process operation failed: every later one fails at once */
+    size_t *counts;    /* every process's replica count */
+    float *fold;       /* the partial sums that travel from rank to rank, and the status word */
+    size_t fold_cap;
+    int fold_from;     /* the fold starts from the partial sums received */
+    int status;        /* this process's result before a reduction */
+    int stop_asked;    /* this process was asked to stop (fit's stop flag) */
+    int stop_seen;     /* after a reduction: some process was */
+#endif
 };
 
 /* "cpu" or "cpu:N" into a replica count (0 for "cpu": one per core). */
@@ -2322,6 +2383,13 @@ static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_a
    as it was and the error says why (MIRROR_ERR_DEVICE: no usable GPU). */
 static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
 static void mirror__cuda_teardown(mirror_strategy *s);
+#endif
+
+#ifdef MIRROR_MPI
+/* In >>processes: joins the processes (rank, counts, the reducer across
+   them), and leaves them. */
+static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
+static void mirror__mpi_teardown(mirror_strategy *s);
 #endif
 
 /* The strategy's call lock, recursive (see struct mirror_strategy), and its
@@ -2455,6 +2523,11 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 #ifdef MIRROR_CUDA
 team:
 #endif
+    s->processes = 1;
+    s->world = s->replicas;
+#ifdef MIRROR_MPI
+    if ((rc = mirror__mpi_setup(s, &d, err)) != MIRROR_OK) goto fail;
+#endif
     if ((rc = mirror__locks_init(s, err)) != MIRROR_OK) goto fail;
     if ((rc = mirror__team_start(&s->team, s->replicas, cores, err)) != MIRROR_OK) {
         pthread_mutex_destroy(&s->call);
@@ -2464,6 +2537,9 @@ team:
     *out = s;
     return MIRROR_OK;
 fail:
+#ifdef MIRROR_MPI
+    mirror__mpi_teardown(s);
+#endif
 #ifdef MIRROR_CUDA
     mirror__cuda_teardown(s);
 #endif
@@ -2474,6 +2550,9 @@ fail:
 static void mirror__strategy_free(mirror_strategy *s)
 {
     mirror__team_stop(&s->team, s->team.size - 1); /* the helper threads */
+#ifdef MIRROR_MPI
+    mirror__mpi_teardown(s);
+#endif
 #ifdef MIRROR_CUDA
     mirror__cuda_teardown(s);
 #endif
@@ -2517,7 +2596,7 @@ static void mirror__strategy_models(mirror_strategy *s, int delta)
     if (release) mirror__strategy_free(s);
 }
 
-MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s) { return s ? s->replicas : 0; }
+MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s) { return s ? s->world : 0; }
 
 MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy *s)
 {
@@ -2641,15 +2720,417 @@ MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n
 {
     int rc;
     if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: strategy is NULL");
-    if (root >= s->replicas)
+    if (root >= s->world)
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: root %zu of %zu replicas",
-                             root, s->replicas);
+                             root, s->world);
     if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL)) ||
         (rc = mirror__enter(s, NULL, "mirror_broadcast")))
         return rc;
     rc = n ? s->reducer->broadcast(s, bufs, n, root, NULL) : MIRROR_OK;
     mirror__leave(s);
     return rc;
+}
+
+// >>processes ---------------------------------------------------------------
+/* Several processes (MIRROR_MPI). A strategy spans the processes of a
+   communicator; each process drives its own replicas, which are global
+   replicas [first, first + replicas). Every process makes the same calls on
+   its strategy and models in the same order with the same global batches
+   (it loads the dataset itself and shuffles it alike) and computes the
+   shards of its replicas only: no sample crosses the network.
+
+   The cross-process sum is a fold in rank order. Rank 0 adds its replicas'
+   buffers in replica order and sends the partial sums to rank 1, which
+   adds its replicas' and sends them on; the last rank broadcasts the
+   total. Those are the additions one process holding every replica makes,
+   in the same order: the sum is bitwise that of one process with the same
+   replica count, and the same run to run. Behind the sums travels the
+   status word (MIRROR__STATUS floats): the first rank that failed before
+   the reduction (plus one; 0 for none), its result code, and whether any
+   process was asked to stop, so that a failure or a stop reaches every
+   process with the step that meets it.
+
+   Every MPI call is non-blocking and waited for with a deadline (the
+   timeout): a process that died or hangs makes the others fail with
+   MIRROR_ERR_TIMEOUT instead of waiting for ever. The strategy is then
+   broken: every later cross-process call fails at once, and MPI is not
+   finalized at exit (finalizing would wait for the lost process); the
+   process should exit, and mpirun ends the job. */
+
+/* This process's place, and the global count, in every build. */
+MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s)
+{
+    mirror_process_info p;
+    memset(&p, 0, sizeof p);
+    if (!s) return p;
+    p.rank = s->rank;
+    p.processes = s->processes;
+    p.local_replicas = s->replicas;
+    p.first_replica = s->first;
+    return p;
+}
+
+#ifdef MIRROR_MPI
+enum { MIRROR__STATUS = 3, MIRROR__FOLD_TAG = 4242 };
+
+static int mirror__mpi_broken; /* some strategy broke: MPI is not finalized at exit */
+
+static void mirror__mpi_finalize(void)
+{
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done && !mirror__mpi_broken) MPI_Finalize();
+}
+
+/* The process that holds global replica g. */
+static size_t mirror__mpi_owner(const mirror_strategy *s, size_t g)
+{
+    size_t p, first = 0;
+    for (p = 0; p + 1 < s->processes && g >= first + s->counts[p]; p++) first += s->counts[p];
+    return p;
+}
+
+/* Waits for req until the deadline. A failed or late operation breaks the
+   strategy (see above). */
+static int mirror__mpi_wait(mirror_strategy *s, MPI_Request *req, const char *what, mirror_error *err)
+{
+    double deadline = mirror__now() + s->timeout;
+    struct timespec nap = {0, 20000};
+    long polls = 0;
+    int done = 0;
+    for (;;) {
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            s->broken = mirror__mpi_broken = 1;
+            return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
+        }
+        if (done) return MIRROR_OK;
+        if (++polls > 1000) nanosleep(&nap, NULL); /* a short wait spins, a long one leaves the cores */
+        if (polls % 64 == 0 && mirror__now() > deadline) {
+            s->broken = mirror__mpi_broken = 1;
+            return mirror__error(err, MIRROR_ERR_TIMEOUT,
+                                 "%s: rank %zu of %zu waited %g s for the other processes: one of them failed, died "
+                                 "or hangs (the timeout is the strategy desc's timeout or $MIRROR_TIMEOUT); "
+                                 "this strategy can reach them no more: exit, and mpirun ends the job",
+                                 what, s->rank, s->processes, s->timeout);
+        }
+    }
+}
+
+/* Starts an operation (rc, an MPI result) and waits for it. */
+static int mirror__mpi_done(mirror_strategy *s, int rc, MPI_Request *req, const char *what, mirror_error *err)
+{
+    if (rc != MPI_SUCCESS) {
+        s->broken = mirror__mpi_broken = 1;
+        return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI refused the operation (error %d)", what, rc);
+    }
+    return mirror__mpi_wait(s, req, what, err);
+}
+
+static int mirror__mpi_usable(mirror_strategy *s, size_t n, const char *what, mirror_error *err)
+{
+    if (s->broken)
+        return mirror__error(err, MIRROR_ERR_PEER,
+                             "%s: an earlier cross-process operation failed; the processes can no longer "
+                             "work together (exit, and start the job again)",
+                             what);
+    if (n > INT_MAX)
+        return mirror__error(err, MIRROR_ERR_CAPACITY, "%s: %zu elements exceed one MPI message (2^31 - 1)", what, n);
+    return MIRROR_OK;
+}
+
+/* acc (= s->fold) over this worker's elements: the partial sums received
+   (or, on rank 0, replica 0's values), plus every local replica's in
+   replica order, chunk by chunk (16-bit buffers widened). */
+static void mirror__mpi_fold_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    size_t begin, count, end, len, r, i;
+    int f = s->reduce_format;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    for (end = begin + count; begin < end; begin += len) {
+        float *acc = s->fold + begin;
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        for (r = 0; r < s->replicas; r++) {
+            int first = r == 0 && !s->fold_from;
+            if (s->reduce_half) {
+                const uint16_t *b = s->reduce_half[r] + begin;
+                for (i = 0; i < len; i++) acc[i] = (first ? 0.0f : acc[i]) + mirror_hd_widen(b[i], f);
+            } else if (first) {
+                memcpy(acc, s->reduce_bufs[r] + begin, len * sizeof(float));
+            } else {
+                const float *b = s->reduce_bufs[r] + begin;
+                for (i = 0; i < len; i++) acc[i] += b[i];
+            }
+        }
+    }
+}
+
+/* The total into every local buffer (16-bit ones narrowed once). */
+static void mirror__mpi_unfold_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    size_t begin, count, r, i;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    for (r = 0; r < s->replicas && count; r++) {
+        if (!s->reduce_half) {
+            memcpy(s->reduce_bufs[r] + begin, s->fold + begin, count * sizeof(float));
+            continue;
+        }
+        for (i = begin; i < begin + count; i++) s->reduce_half[r][i] = mirror_hd_narrow(s->fold[i], s->reduce_format);
+    }
+}
+
+/* The fold (see above) of fp32 bufs or 16-bit half buffers, with the
+   status word: on return s->status holds the first failed rank's code
+   (0: none), peer the rank (plus one), and s->stop_seen the stops. */
+static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n, int format,
+                                  size_t *peer, mirror_error *err)
+{
+    const char *what = "all-reduce across processes";
+    size_t total = n + MIRROR__STATUS;
+    MPI_Request req;
+    float *acc;
+    int rc, last = s->rank + 1 == s->processes;
+    if ((rc = mirror__mpi_usable(s, total, what, err))) return rc;
+    if (total > s->fold_cap) {
+        MIRROR_FREE(s->fold);
+        s->fold_cap = 0;
+        if (!(s->fold = (float *)mirror__alloc(total, sizeof(float))))
+            return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+        s->fold_cap = total;
+    }
+    acc = s->fold;
+    if (s->rank > 0 &&
+        (rc = mirror__mpi_done(s, MPI_Irecv(acc, (int)total, MPI_FLOAT, (int)s->rank - 1, MIRROR__FOLD_TAG, s->comm, &req),
+                               &req, what, err)))
+        return rc;
+    s->reduce_bufs = bufs;
+    s->reduce_half = half;
+    s->reduce_format = format;
+    s->reduce_n = n;
+    s->fold_from = s->rank > 0;
+    mirror__run(&s->team, mirror__mpi_fold_job, s);
+    if (s->rank == 0) acc[n] = acc[n + 1] = acc[n + 2] = 0.0f;
+    if (s->status && acc[n] == 0.0f) acc[n] = (float)(s->rank + 1), acc[n + 1] = (float)s->status;
+    if (s->stop_asked) acc[n + 2] = 1.0f;
+    if (!last &&
+        (rc = mirror__mpi_done(s, MPI_Isend(acc, (int)total, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, s->comm, &req),
+                               &req, what, err)))
+        return rc;
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(acc, (int)total, MPI_FLOAT, (int)s->processes - 1, s->comm, &req), &req,
+                               what, err)))
+        return rc;
+    mirror__run(&s->team, mirror__mpi_unfold_job, s);
+    *peer = (size_t)acc[n];
+    s->status = (int)acc[n + 1];
+    s->stop_seen = acc[n + 2] != 0.0f;
+    return MIRROR_OK;
+}
+
+/* The reducer's entry points: a failure in another process before the
+   reduction is an error here too. */
+static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n,
+                                     int format, mirror_error *err)
+{
+    size_t peer = 0;
+    int rc = mirror__mpi_all_reduce(s, bufs, half, n, format, &peer, err);
+    if (rc || !peer || peer == s->rank + 1) return rc;
+    return mirror__error(err, MIRROR_ERR_PEER, "rank %zu failed before the all-reduce (%s); nothing of the step was applied",
+                         peer - 1, mirror_result_string(s->status));
+}
+
+static int mirror__mpi_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+{
+    return mirror__mpi_reduce_status(s, bufs, NULL, n, 0, err);
+}
+
+static int mirror__mpi_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
+                                       mirror_error *err)
+{
+    return mirror__mpi_reduce_status(s, NULL, bufs, n, format, err);
+}
+
+/* Global replica root's buffer into every replica of every process. */
+static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
+{
+    const char *what = "broadcast across processes";
+    size_t owner = mirror__mpi_owner(s, root), local = owner == s->rank ? root - s->first : 0;
+    MPI_Request req;
+    int rc;
+    if ((rc = mirror__mpi_usable(s, n, what, err)) ||
+        (rc = mirror__mpi_done(s, MPI_Ibcast(bufs[local], (int)n, MPI_FLOAT, (int)owner, s->comm, &req), &req, what,
+                               err)))
+        return rc;
+    return s->replicas > 1 ? mirror__cpu_reducer.broadcast(s, bufs, n, local, err) : MIRROR_OK;
+}
+
+static const mirror__reducer mirror__mpi_reducer = {"cpu-ordered, then MPI in rank order", mirror__mpi_all_reduce_sum,
+                                                    mirror__mpi_broadcast, mirror__mpi_all_reduce_half};
+
+/* Joins the processes of the desc's communicator: a duplicate of it with
+   errors returned, this process's rank, and every process's replicas. */
+static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err)
+{
+    MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD;
+    MPI_Request req;
+    unsigned long long mine = s->replicas, *all;
+    const char *env = getenv("MIRROR_TIMEOUT");
+    char *end = NULL, range[64];
+    int ready = 0, provided = 0, rank = 0, size = 0, rc;
+    size_t p;
+    s->comm = MPI_COMM_NULL;
+    s->timeout = d->timeout;
+    if (!(s->timeout > 0) && env && *env) {
+        s->timeout = strtod(env, &end);
+        if (*end || !(s->timeout > 0))
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds", env);
+    }
+    if (!(s->timeout > 0)) s->timeout = 300.0;
+    MPI_Initialized(&ready);
+    if (!ready) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            return mirror__error(err, MIRROR_ERR_DEVICE, "strategy: MPI_Init_thread failed");
+        atexit(mirror__mpi_finalize);
+    }
+    if (MPI_Comm_idup(base, &s->comm, &req) != MPI_SUCCESS)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: cannot duplicate the MPI communicator");
+    if ((rc = mirror__mpi_wait(s, &req, "strategy: joining the processes", err))) {
+        s->comm = MPI_COMM_NULL;
+        return rc;
+    }
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->comm, &rank);
+    MPI_Comm_size(s->comm, &size);
+    s->rank = (size_t)rank;
+    s->processes = (size_t)size;
+    all = (unsigned long long *)mirror__alloc(s->processes, sizeof *all);
+    s->counts = (size_t *)mirror__alloc(s->processes, sizeof *s->counts);
+    if (!all || !s->counts) {
+        MIRROR_FREE(all);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    }
+    rc = mirror__mpi_done(s, MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, s->comm, &req),
+                          &req, "strategy: counting the replicas of every process", err);
+    for (p = 0; rc == MIRROR_OK && p < s->processes; p++) {
+        s->counts[p] = (size_t)all[p];
+        if (p < s->rank) s->first += s->counts[p];
+        s->world += s->counts[p];
+    }
+    MIRROR_FREE(all);
+    if (rc == MIRROR_OK && s->world > 1 << 20)
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: %zu replicas in all: at most 2^20", s->world);
+    if (rc || s->processes == 1) return rc;
+    if (s->gpu)
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                             "strategy: GPU replicas in several processes are not supported yet; use CPU replicas "
+                             "(\"cpu:N\") with MPI");
+    s->reducer = &mirror__mpi_reducer;
+    if (s->replicas == 1)
+        snprintf(range, sizeof range, "replica %zu", s->first);
+    else
+        snprintf(range, sizeof range, "replicas %zu-%zu", s->first, s->first + s->replicas - 1);
+    snprintf(s->describe, sizeof s->describe, "%zu replicas in %zu processes; rank %zu has CPU %s (threads), reducer %s",
+             s->world, s->processes, s->rank, range, s->reducer->name);
+    return MIRROR_OK;
+}
+
+static void mirror__mpi_teardown(mirror_strategy *s)
+{
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done && s->comm != MPI_COMM_NULL && !s->broken) MPI_Comm_free(&s->comm);
+    MIRROR_FREE(s->counts);
+    MIRROR_FREE(s->fold);
+}
+
+/* Sums *m over the processes, in rank order. */
+static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err)
+{
+    double mine[3], *all;
+    MPI_Request req;
+    size_t p;
+    int rc;
+    if ((rc = mirror__mpi_usable(s, 3, "metrics across processes", err))) return rc;
+    if (!(all = (double *)mirror__alloc(3 * s->processes, sizeof(double))))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "metrics across processes: out of memory");
+    mine[0] = m->loss_sum, mine[1] = (double)m->correct, mine[2] = (double)m->count;
+    rc = mirror__mpi_done(s, MPI_Iallgather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, s->comm, &req), &req,
+                          "metrics across processes", err);
+    if (rc == MIRROR_OK) {
+        memset(m, 0, sizeof *m);
+        for (p = 0; p < s->processes; p++)
+            m->loss_sum += all[3 * p], m->correct += (size_t)all[3 * p + 1], m->count += (size_t)all[3 * p + 2];
+    }
+    MIRROR_FREE(all);
+    return rc;
+}
+
+/* Every process's result; the first failure's message from its process. */
+static int mirror__mpi_agree(mirror_strategy *s, int result, mirror_error *err)
+{
+    struct {
+        int code;
+        char message[sizeof err->message];
+    } word;
+    MPI_Request req;
+    int *all, rc;
+    size_t p;
+    if ((rc = mirror__mpi_usable(s, s->processes, "mirror_agree", err))) return rc;
+    if (!(all = (int *)mirror__alloc(s->processes, sizeof(int))))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_agree: out of memory");
+    rc = mirror__mpi_done(s, MPI_Iallgather(&result, 1, MPI_INT, all, 1, MPI_INT, s->comm, &req), &req,
+                          "mirror_agree", err);
+    for (p = 0; rc == MIRROR_OK && p < s->processes && all[p] == MIRROR_OK; p++) {}
+    MIRROR_FREE(all);
+    if (rc || p == s->processes) return rc;
+    memset(&word, 0, sizeof word);
+    word.code = result;
+    if (err && p == s->rank) memcpy(word.message, err->message, sizeof word.message);
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&word, (int)sizeof word, MPI_BYTE, (int)p, s->comm, &req), &req,
+                               "mirror_agree", err)))
+        return rc;
+    if (p == s->rank) return result;
+    word.message[sizeof word.message - 1] = '\0';
+    return mirror__error(err, MIRROR_ERR_PEER, "rank %zu failed: %s", p, word.message[0] ? word.message :
+                         mirror_result_string(word.code));
+}
+
+/* Rank 0's result (and message) on every process: what rank 0 alone did
+   (a checkpoint save) succeeded or failed everywhere. */
+static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err)
+{
+    struct {
+        int code;
+        char message[sizeof err->message];
+    } word;
+    MPI_Request req;
+    int rc;
+    if ((rc = mirror__mpi_usable(s, 1, "sharing rank 0's result", err))) return rc;
+    memset(&word, 0, sizeof word);
+    word.code = result;
+    if (s->rank == 0 && result && err) memcpy(word.message, err->message, sizeof word.message);
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&word, (int)sizeof word, MPI_BYTE, 0, s->comm, &req), &req,
+                               "sharing rank 0's result", err)))
+        return rc;
+    if (s->rank == 0 || !word.code) return word.code;
+    word.message[sizeof word.message - 1] = '\0';
+    return mirror__error(err, word.code, "rank 0: %s", word.message);
+}
+#endif
+
+MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err)
+{
+#ifdef MIRROR_MPI
+    int rc;
+    if (s && s->processes > 1) {
+        if ((rc = mirror__enter(s, err, "mirror_agree"))) return rc;
+        rc = mirror__mpi_agree(s, result, err);
+        mirror__leave(s);
+        return rc;
+    }
+#endif
+    if (!s) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_agree: strategy is NULL");
+    return result;
 }
 
 // >>model -------------------------------------------------------------------
@@ -2737,6 +3218,7 @@ struct mirror_model {
     uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
     uint64_t steps;         /* steps run, skipped ones included */
     int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
+    volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
     size_t untaken; /* samples of the steps whose metrics stay on the device */
 };
 
@@ -3258,8 +3740,8 @@ static int mirror__model_build(mirror_model *m)
     if (m->sticky) return m->sticky;
     if (m->built) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: already built");
     if (!m->nlayers) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: no layers");
-    R = m->s->replicas;
-    m->shard_max = (m->desc.max_batch + R - 1) / R;
+    R = m->s->replicas; /* this process's; shards split the batch over every process's */
+    m->shard_max = (m->desc.max_batch + m->s->world - 1) / m->s->world;
     m->format = m->desc.precision == MIRROR_PRECISION_FP32 ? 0 : (int)m->desc.precision;
     mirror__plan(m);
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
@@ -3713,7 +4195,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
-    mirror_shard(job->n, m->s->replicas, worker, &r->begin, &r->count);
+    mirror_shard(job->n, m->s->world, m->s->first + worker, &r->begin, &r->count);
     mirror__load_shard(job, r);
     mirror__forward(m, r, r->count);
     if (job->mode == MIRROR__PREDICT) {
@@ -3831,6 +4313,10 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
         st.found_nonfinite = 0;
         m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
         m->found[worker] = st.found_nonfinite;
+        return;
+    }
+    if (m->s->processes > 1) { /* the all-reduce across processes has summed it already */
+        m->found[worker] = !mirror__all_finite(r->grads + begin, count);
         return;
     }
     for (end = begin + count; begin < end; begin += len) {
@@ -3991,6 +4477,62 @@ static void mirror__collect(const mirror_model *m, mirror_metrics *acc)
         mirror__metrics_add(acc, m->rep[r].loss_sum, m->rep[r].correct_sum, m->rep[r].count);
 }
 
+/* What rank 0 alone does (saving a checkpoint): whether this process is
+   the one, and its result for every process. One process: it is, and the
+   result is its own. */
+static int mirror__leads(const mirror_model *m) { return m->s->rank == 0; }
+
+static int mirror__from_leader(mirror_model *m, int rc)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_share(m->s, rc, &m->err);
+#endif
+    (void)m;
+    return rc;
+}
+
+/* What every process does that may fail in one (loading a checkpoint):
+   failed anywhere, it fails everywhere. */
+static int mirror__all_agree(mirror_model *m, int rc)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_agree(m->s, rc, &m->err);
+#endif
+    (void)m;
+    return rc;
+}
+
+/* This process's metric sums into every process's (one process: as they are). */
+static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_sum_metrics(m->s, sum, &m->err);
+#endif
+    (void)m, (void)sum;
+    return MIRROR_OK;
+}
+
+/* The all-reduce of a step's gradients (on CPU replicas in one process,
+   fp32's happens inside the sharded update instead). With several
+   processes it always runs, carrying this process's result so far and its
+   stop flag to the others (see >>processes): a failure anywhere fails the
+   step everywhere. */
+static int mirror__reduce_gradients(mirror_model *m, int rc)
+{
+    mirror_strategy *s = m->s;
+#ifdef MIRROR_MPI
+    if (s->processes > 1) {
+        s->status = rc;
+        s->stop_asked = m->stop && *m->stop;
+        return m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err)
+                         : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+    }
+#endif
+    if (rc) return rc;
+    if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err);
+    return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+}
+
 static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     mirror_metrics sum = {0.0, 0, 0};
@@ -4011,12 +4553,7 @@ static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_met
     job.inv_count = 1.0f / (float)b->n;
     job.metrics_now = out != NULL;
     mirror__run(&m->s->team, mirror__compute_job, &job);
-    if ((rc = mirror__device_status(m))) return rc;
-    if (m->format)
-        rc = m->s->reducer->all_reduce_half(m->s, m->grad16_bufs, m->nparams, m->format, &m->err);
-    else if (!m->sharded)
-        rc = m->s->reducer->all_reduce_sum(m->s, m->grad_bufs, m->nparams, &m->err);
-    if (rc) return rc;
+    if ((rc = mirror__reduce_gradients(m, mirror__device_status(m)))) return rc;
     m->steps++;
     if (m->sharded) {
         mirror__run(&m->s->team, mirror__sharded_check_job, &job);
@@ -4036,6 +4573,7 @@ static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_met
         return m->be == &mirror__cpu_backend ? mirror__scaler_verdict(m, "mirror_train_step") : MIRROR_OK;
     }
     mirror__collect(m, &sum);
+    if ((rc = mirror__sum_processes(m, &sum))) return rc;
     *out = sum;
     return mirror__scaler_verdict(m, "mirror_train_step");
 }
@@ -4043,6 +4581,83 @@ static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_met
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     MIRROR__LOCKED(m, "mirror_train_step", mirror__train_step(m, b, out));
+}
+
+/* FNV-1a, 64 bits, of n bytes, continuing from h. */
+static uint64_t mirror__fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The hash of every local replica's parameters and optimizer state, then
+   of every process's replicas (in global order): compared with replica 0's. */
+static int mirror__check_replicas(mirror_model *m)
+{
+    mirror_strategy *s = m->s;
+    size_t r, n = MIRROR__MAX(m->nparams, m->nstate), bad;
+    float *host = (float *)mirror__alloc(n ? n : 1, sizeof(float));
+    uint64_t *hash = (uint64_t *)mirror__alloc(s->world, sizeof(uint64_t));
+    int rc = MIRROR_OK;
+    if (!host || !hash) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_check_replicas: out of memory");
+        goto out;
+    }
+    for (r = 0; r < s->replicas; r++) {
+        uint64_t h = 14695981039346656037ull;
+        m->be->download(m->rep[r].dev, host, m->rep[r].params, m->nparams * sizeof(float));
+        h = mirror__fnv(h, host, m->nparams * sizeof(float));
+        m->be->download(m->rep[r].dev, host, m->rep[r].state, m->nstate * sizeof(float));
+        hash[s->first + r] = mirror__fnv(h, host, m->nstate * sizeof(float));
+    }
+    if ((rc = mirror__device_status(m))) goto out;
+#ifdef MIRROR_MPI
+    if (s->processes > 1) {
+        MPI_Request req;
+        int *counts = (int *)mirror__alloc(2 * s->processes, sizeof(int)), *displs;
+        size_t p, first = 0;
+        if (!counts) {
+            rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_check_replicas: out of memory");
+            goto out;
+        }
+        displs = counts + s->processes;
+        for (p = 0; p < s->processes; p++) counts[p] = (int)s->counts[p], displs[p] = (int)first, first += s->counts[p];
+        rc = mirror__mpi_done(s, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_UINT64_T, hash, counts, displs, MPI_UINT64_T,
+                                                 s->comm, &req),
+                              &req, "mirror_check_replicas", &m->err);
+        MIRROR_FREE(counts);
+        if (rc) goto out;
+    }
+#endif
+    for (bad = 1; bad < s->world && hash[bad] == hash[0]; bad++) {}
+    if (bad < s->world) {
+        size_t owner = 0, first = 0;
+#ifdef MIRROR_MPI
+        if (s->processes > 1) {
+            owner = mirror__mpi_owner(s, bad);
+            for (r = 0; r < owner; r++) first += s->counts[r];
+        }
+#endif
+        rc = mirror__fail(m, MIRROR_ERR_REPLICAS,
+                          "mirror_check_replicas: after step %llu, replica %zu (rank %zu, its replica %zu) holds other "
+                          "parameters or optimizer state than replica 0",
+                          (unsigned long long)m->steps, bad, owner, bad - first);
+    }
+out:
+    MIRROR_FREE(host);
+    MIRROR_FREE(hash);
+    return rc;
+}
+
+MIRROR_API int mirror_check_replicas(mirror_model *m)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_check_replicas"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_check_replicas", mirror__check_replicas(m));
+    }
 }
 
 /* The metric sums left on the device into *out, and reset there. */
@@ -4058,8 +4673,8 @@ static int mirror__take(mirror_model *m, mirror_metrics *out)
         m->be->zero(p->dev, p->acc, 2 * sizeof(double));
         mirror__metrics_add(&sum, p->host_acc[0], (size_t)p->host_acc[1], 0);
     }
-    if ((rc = mirror__device_status(m))) return rc;
-    sum.count = m->untaken;
+    if ((rc = mirror__device_status(m)) || (rc = mirror__sum_processes(m, &sum))) return rc;
+    sum.count = m->untaken; /* the global batches' samples */
     m->untaken = 0;
     *out = sum;
     return MIRROR_OK;
@@ -4079,10 +4694,45 @@ MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
     MIRROR__LOCKED(m, "mirror_take_metrics", mirror__take_metrics(m, out));
 }
 
-/* Forward passes over b in chunks of max_batch (evaluate or predict). */
+/* With several processes, every process's rows of a chunk's predictions
+   (n rows of out_size) into every process's out: the processes' rows are
+   contiguous, in rank order. */
+static int mirror__gather_predictions(mirror_model *m, float *out, size_t n)
+{
+#ifdef MIRROR_MPI
+    mirror_strategy *s = m->s;
+    MPI_Request req;
+    int *counts, *displs, rc;
+    size_t p, g = 0, begin, count, first_row, rows;
+    if (s->processes == 1) return MIRROR_OK;
+    if ((rc = mirror__mpi_usable(s, n * m->out_size, "mirror_predict", &m->err))) return rc;
+    counts = (int *)mirror__alloc(2 * s->processes, sizeof(int));
+    if (!counts) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_predict: out of memory");
+    displs = counts + s->processes;
+    for (p = 0; p < s->processes; p++) {
+        mirror_shard(n, s->world, g, &first_row, &count);
+        mirror_shard(n, s->world, g + s->counts[p] - 1, &begin, &count);
+        rows = begin + count - first_row;
+        counts[p] = (int)(rows * m->out_size);
+        displs[p] = (int)(first_row * m->out_size);
+        g += s->counts[p];
+    }
+    rc = mirror__mpi_done(s, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, counts, displs, MPI_FLOAT, s->comm, &req),
+                          &req, "mirror_predict: gathering the processes' rows", &m->err);
+    MIRROR_FREE(counts);
+    return rc;
+#else
+    (void)m, (void)out, (void)n;
+    return MIRROR_OK;
+#endif
+}
+
+/* Forward passes over b in chunks of max_batch (evaluate or predict).
+   acc gets the metrics of every process. */
 static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t chunk, int mode,
                                   float *pred, mirror_metrics *acc)
 {
+    mirror_metrics mine = {0.0, 0, 0};
     mirror__job job;
     int rc;
     if (!chunk || chunk > m->desc.max_batch) chunk = m->desc.max_batch;
@@ -4097,9 +4747,12 @@ static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t
         job.inv_count = 1.0f / (float)job.n;
         mirror__run(&m->s->team, mirror__compute_job, &job);
         if ((rc = mirror__device_status(m))) return rc;
-        if (acc) mirror__collect(m, acc);
+        if (acc) mirror__collect(m, &mine);
+        if (pred && (rc = mirror__gather_predictions(m, pred + job.offset * m->out_size, job.n))) return rc;
     }
-    return MIRROR_OK;
+    if (acc && (rc = mirror__sum_processes(m, &mine)) == MIRROR_OK)
+        mirror__metrics_add(acc, mine.loss_sum, mine.correct, mine.count);
+    return rc;
 }
 
 static int mirror__evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
@@ -5484,10 +6137,21 @@ done:
     return rc;
 }
 
+/* With several processes rank 0 writes; every process returns its result. */
+static int mirror__checkpoint_save_once(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
+                                        size_t keep)
+{
+    int rc = mirror__leads(m) ? mirror__checkpoint_save(m, path, cursor, keep) : MIRROR_OK;
+    return mirror__from_leader(m, rc);
+}
+
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                       size_t keep)
 {
-    MIRROR__LOCKED(m, "mirror_checkpoint_save", mirror__checkpoint_save(m, path, cursor, keep));
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_save: model is NULL");
+    {
+        MIRROR__LOCKED(m, "mirror_checkpoint_save", mirror__checkpoint_save_once(m, path, cursor, keep));
+    }
 }
 
 /* ---- reading: a strict little JSON reader for the header ---- */
@@ -5920,7 +6584,11 @@ done:
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info)
 {
-    MIRROR__LOCKED(m, "mirror_checkpoint_load", mirror__checkpoint_load(m, path, weights_only, info));
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: model is NULL");
+    {
+        MIRROR__LOCKED(m, "mirror_checkpoint_load",
+                       mirror__all_agree(m, mirror__checkpoint_load(m, path, weights_only, info)));
+    }
 }
 
 // >>fit ---------------------------------------------------------------------
@@ -6035,6 +6703,18 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
     return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
 }
 
+/* The stop flag: this process's, or with several processes whether any
+   process's was set at the last step (it travels with the reduction, so
+   that every process stops before the same step). */
+static int mirror__fit_stop_asked(const mirror_model *m, const mirror_fit_desc *d)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return m->s->stop_seen;
+#endif
+    (void)m;
+    return d->stop && *d->stop;
+}
+
 /* Stopping (the stop flag, or the epoch hook): save at the cursor, say where. */
 static int mirror__fit_stop(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps, int bar)
 {
@@ -6054,7 +6734,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     size_t *perm, epoch, step, steps, ran = 0, verdict;
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
-    int rc = MIRROR_OK, bar;
+    int rc = MIRROR_OK, bar, timed;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     d = *desc;
@@ -6078,7 +6758,10 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
     if (d.progress == MIRROR_PROGRESS_AUTO)
         d.progress = isatty(fileno(stdout)) ? MIRROR_PROGRESS_BAR : MIRROR_PROGRESS_LINES;
+    if (!mirror__leads(m)) d.progress = MIRROR_PROGRESS_NONE; /* rank 0 speaks for every process */
     bar = d.progress == MIRROR_PROGRESS_BAR;
+    /* Metrics are read across processes: at the same steps in each, never by the clock. */
+    timed = bar && m->s->processes == 1;
     steps = mirror_num_batches(d.train->count, d.batch, d.drop_remainder);
     if (!steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
@@ -6086,8 +6769,10 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
                             d.initial_step, steps);
-    /* A checkpoint that cannot be written is found now, not after the training. */
-    if (d.checkpoint && (rc = mirror__fit_lock(m, d.checkpoint, d.checkpoint_keep))) {
+    /* A checkpoint that cannot be written is found now, not after the
+       training (by rank 0, which writes them). */
+    if (d.checkpoint &&
+        (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__fit_lock(m, d.checkpoint, d.checkpoint_keep) : 0))) {
         mirror__fit_unlock(m);
         return rc;
     }
@@ -6098,6 +6783,10 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
     memset(&log, 0, sizeof log);
+    m->stop = d.stop;
+#ifdef MIRROR_MPI
+    m->s->stop_seen = 0;
+#endif
     /* Metrics of steps before this fit (a fit stopped mid-epoch, steps run
        with out NULL) are not this fit's: dropped, as fit's own are at its end. */
     rc = mirror__take(m, &dropped);
@@ -6114,7 +6803,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
             mirror_batch b;
             mirror_metrics taken;
-            if (d.stop && *d.stop) { /* before the step: it is the one to resume at */
+            if (mirror__fit_stop_asked(m, &d)) { /* before the step: it is the one to resume at */
                 rc = mirror__fit_stop(m, &d, epoch, step, steps, bar);
                 break;
             }
@@ -6126,7 +6815,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                `verdict` steps, where the scaler or the fp32 guard is read,
                so that a run that skips every step, or has stopped
                applying them, stops soon. */
-            if (step + 1 == steps || (bar && mirror__now() - shown > 0.1) || ran % verdict == 0) {
+            if (step + 1 == steps || (timed && mirror__now() - shown > 0.1) || ran % verdict == 0) {
                 if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
                     break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
@@ -6137,6 +6826,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                 rc = mirror__fit_save(m, &d, epoch, step + 1, steps);
                 saved = m->steps;
             }
+            if (rc == MIRROR_OK && d.check_replicas_every && m->steps % d.check_replicas_every == 0)
+                rc = mirror__check_replicas(m);
         }
         if (rc) break;
         log.steps = steps;
@@ -6150,7 +6841,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
             if ((rc = mirror_evaluate(m, d.validation, d.batch, &val))) break;
             log.val_loss = val.loss_sum / (double)val.count;
             log.val_acc = (double)val.correct / (double)val.count;
-            if (!mirror_hd_finite((float)log.val_loss)) { /* a mean of float losses: a float */
+            if (!mirror_hd_finite((float)log.val_loss) && mirror__leads(m)) { /* a mean of float losses: a float */
                 char notice[200];
                 snprintf(notice, sizeof notice,
                          "epoch %zu: the validation loss is not finite (%g): the validation data hold NaN or Inf, "
@@ -6170,6 +6861,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
     if (mirror__take(m, &dropped) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unlock(m);
+    m->stop = NULL;
     MIRROR_FREE(perm);
     if (last) *last = log;
     return rc;
