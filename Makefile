@@ -67,10 +67,19 @@ CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
             -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart -lcublas \
             $(if $(HAVE_NCCL),-lnccl) -lstdc++
 
+# MPI (build/train_mpi and the tests in tests/mpi), found by compiling a
+# probe with mpicc. Plain builds only: the sanitizers do not see into MPI.
+MPICC  ?= mpicc
+MPIRUN ?= mpirun
+ifeq ($(NO_MPI)$(SAN),)
+  HAVE_MPI := $(shell printf '\043include <mpi.h>\nint main(int c, char **v){MPI_Init(&c, &v); return MPI_Finalize();}\n' | \
+                $(MPICC) -x c - -o /dev/null >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null && echo 1)
+endif
+
 HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;}\n' | \
                  $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
 
-EXAMPLES = $(BUILD)/train $(BUILD)/hello $(if $(HAVE_NVCC),$(BUILD)/train_cuda)
+EXAMPLES = $(BUILD)/train $(BUILD)/hello $(if $(HAVE_NVCC),$(BUILD)/train_cuda) $(if $(HAVE_MPI),$(BUILD)/train_mpi)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
@@ -81,13 +90,20 @@ endif
 all: info $(EXAMPLES)
 
 info:
-	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no) nccl=$(if $(HAVE_NCCL),yes,no) build=$(BUILD)"
+	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no) nccl=$(if $(HAVE_NCCL),yes,no) mpi=$(if $(HAVE_MPI),$(MPICC),no) build=$(BUILD)"
 
 $(BUILD)/%: examples/%.c examples/models.h examples/options.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+# The MPI trainer and tests: the same sources with MIRROR_MPI, through mpicc.
+$(BUILD)/train_mpi: examples/train.c examples/models.h examples/options.h mirror.h | $(BUILD)
+	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/test_mpi: tests/mpi/test_mpi.c tests/check.h tests/digits.h mirror.h | $(BUILD)
+	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
 # The CUDA trainer: examples/train.c from C, the library from the one .cu file.
 $(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
@@ -138,8 +154,10 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda)
-	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" BUILD="$(BUILD)" SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
+test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda) \
+      $(if $(HAVE_MPI),$(BUILD)/test_mpi)
+	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" MPIRUN="$(if $(HAVE_MPI),$(MPIRUN))" BUILD="$(BUILD)" \
+	 SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 	./$(BUILD)/bench_train

@@ -3003,6 +3003,7 @@ static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, 
     MPI_Comm_size(s->comm, &size);
     s->rank = (size_t)rank;
     s->processes = (size_t)size;
+    s->first = s->world = 0;
     all = (unsigned long long *)mirror__alloc(s->processes, sizeof *all);
     s->counts = (size_t *)mirror__alloc(s->processes, sizeof *s->counts);
     if (!all || !s->counts) {
@@ -4660,8 +4661,10 @@ MIRROR_API int mirror_check_replicas(mirror_model *m)
     }
 }
 
-/* The metric sums left on the device into *out, and reset there. */
-static int mirror__take(mirror_model *m, mirror_metrics *out)
+/* The metric sums left on the device into *out, and reset there: this
+   process's, or with every_process those of every process (fit drops
+   metrics with this process's alone). */
+static int mirror__take(mirror_model *m, mirror_metrics *out, int every_process)
 {
     mirror_metrics sum = {0.0, 0, 0};
     size_t r;
@@ -4673,7 +4676,7 @@ static int mirror__take(mirror_model *m, mirror_metrics *out)
         m->be->zero(p->dev, p->acc, 2 * sizeof(double));
         mirror__metrics_add(&sum, p->host_acc[0], (size_t)p->host_acc[1], 0);
     }
-    if ((rc = mirror__device_status(m)) || (rc = mirror__sum_processes(m, &sum))) return rc;
+    if ((rc = mirror__device_status(m)) || (every_process && (rc = mirror__sum_processes(m, &sum)))) return rc;
     sum.count = m->untaken; /* the global batches' samples */
     m->untaken = 0;
     *out = sum;
@@ -4685,7 +4688,7 @@ static int mirror__take_metrics(mirror_model *m, mirror_metrics *out)
     int rc;
     if ((rc = mirror__check_built(m, "mirror_take_metrics"))) return rc;
     if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_take_metrics: out is NULL");
-    if ((rc = mirror__take(m, out))) return rc;
+    if ((rc = mirror__take(m, out, 1))) return rc;
     return mirror__scaler_verdict(m, "mirror_take_metrics");
 }
 
@@ -6789,7 +6792,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
 #endif
     /* Metrics of steps before this fit (a fit stopped mid-epoch, steps run
        with out NULL) are not this fit's: dropped, as fit's own are at its end. */
-    rc = mirror__take(m, &dropped);
+    rc = mirror__take(m, &dropped, 0);
     for (epoch = d.initial_epoch; epoch < d.epochs && rc == MIRROR_OK; epoch++) {
         mirror_metrics acc = {0.0, 0, 0}, val = {0.0, 0, 0};
         double t0 = mirror__now(), shown = t0;
@@ -6859,7 +6862,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     }
     /* The end (unless the last step saved it, or nothing ran). */
     if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
-    if (mirror__take(m, &dropped) && rc == MIRROR_OK) rc = m->err.code;
+    if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unlock(m);
     m->stop = NULL;
     MIRROR_FREE(perm);

@@ -18,6 +18,7 @@
 #include "options.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,28 @@ static void usage(FILE *f)
                "  --growth-interval N finite steps before a dynamic scale doubles (default 2000)\n"
                "  --max-skips N       fail after N skipped steps in a row (default 50)\n"
                "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n");
+}
+
+/* With several processes (build/train_mpi under mpirun) rank 0 speaks for
+   all: the others print only failures of their own. */
+static mirror_process_info where = {0, 1, 0, 0};
+
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    if (where.rank != 0) return;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+}
+
+static void complain(int rc, const char *message)
+{
+    if (where.rank != 0 && (rc == MIRROR_ERR_PEER || rc == MIRROR_ERR_TIMEOUT)) return; /* rank 0 says it */
+    if (where.processes > 1)
+        fprintf(stderr, "train (rank %zu): %s\n", where.rank, message);
+    else
+        fprintf(stderr, "train: %s\n", message);
 }
 
 /* The per-epoch hook: sums the training time and samples for the final line. */
@@ -91,25 +114,33 @@ int main(int argc, char **argv)
     }
     memset(&at, 0, sizeof at);
     md = o.md;
+    /* The strategy first: with MPI it joins the processes, which then agree
+       on the data (one that cannot load it fails them all, no hang). */
+    memset(&sd, 0, sizeof sd);
+    sd.devices = o.devices;
+    sd.num_replicas = o.replicas; /* with MPI: this process's */
+    if ((rc = mirror_strategy_create(&sd, &s, &err))) {
+        complain(rc, err.message);
+        goto out;
+    }
+    where = mirror_strategy_process(s);
     if (o.data)
         rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
     else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
         rc = mirror_dataset_synthetic_digits(&test, o.synthetic / 5 + 1, o.seed + 7919, &err);
-    memset(&sd, 0, sizeof sd);
-    sd.devices = o.devices;
-    sd.num_replicas = o.replicas;
-    if (rc || (rc = mirror_strategy_create(&sd, &s, &err))) {
-        fprintf(stderr, "train: %s\n", err.message);
+    if ((rc = mirror_agree(s, rc, &err))) {
+        complain(rc, err.message);
         goto out;
     }
-    printf("data: %s, %zu train and %zu test samples of %zux%zu\n", o.data ? o.data : "synthetic digits",
-           train.count, test.count, train.height, train.width);
-    printf("strategy: %s\n", mirror_strategy_describe(s));
+    say("data: %s, %zu train and %zu test samples of %zux%zu\n", o.data ? o.data : "synthetic digits", train.count,
+        test.count, train.height, train.width);
+    say("strategy: %s\n", mirror_strategy_describe(s));
 
     /* a batch beyond the data would size every arena for samples that never come */
     if (o.batch > train.count) {
-        fprintf(stderr, "train: --batch %zu is more than the %zu training samples: batches of %zu\n", o.batch,
-                train.count, train.count);
+        if (where.rank == 0)
+            fprintf(stderr, "train: --batch %zu is more than the %zu training samples: batches of %zu\n", o.batch,
+                    train.count, train.count);
         o.batch = train.count;
     }
     md.strategy = s;
@@ -117,30 +148,32 @@ int main(int argc, char **argv)
     md.max_batch = o.batch;
     md.seed = o.seed;
     if ((rc = mirror_model_create(&md, &m, &err))) {
-        fprintf(stderr, "train: %s\n", err.message);
+        complain(rc, err.message);
         goto out;
     }
     if ((rc = example_model(m, o.model))) {
-        fprintf(stderr, "train: %s\n", mirror_model_error(m));
+        complain(rc, mirror_model_error(m));
         goto out;
     }
     md = mirror_model_query_desc(m);
-    printf("model: %s, %zu parameters, optimizer %s, global batch %zu, precision %s", o.model,
-           mirror_num_parameters(m), o.optimizer, o.batch, o.precision);
+    say("model: %s, %zu parameters, optimizer %s, global batch %zu, precision %s", o.model, mirror_num_parameters(m),
+        o.optimizer, o.batch, o.precision);
     if (md.precision != MIRROR_PRECISION_FP32)
-        printf(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
-    printf("\n");
+        say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
+    say("\n");
 
     if (o.resume) {
         if ((rc = mirror_checkpoint_load(m, o.resume, 0, &at))) {
-            fprintf(stderr, "train: %s\n", mirror_model_error(m));
+            complain(rc, mirror_model_error(m));
             goto out;
         }
-        printf("resume: %s, step %llu, epoch %llu step %llu\n", o.resume, (unsigned long long)at.step,
-               (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step);
+        say("resume: %s, step %llu, epoch %llu step %llu\n", o.resume, (unsigned long long)at.step,
+            (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step);
         if (at.batch && (at.batch != o.batch || at.samples != train.count || at.drop_remainder)) {
-            fprintf(stderr, "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
-                    (unsigned long long)at.batch, (unsigned long long)at.samples, o.batch, train.count);
+            if (where.rank == 0)
+                fprintf(stderr,
+                        "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
+                        (unsigned long long)at.batch, (unsigned long long)at.samples, o.batch, train.count);
             rc = 1;
             goto out;
         }
@@ -165,23 +198,22 @@ int main(int argc, char **argv)
        to the closed pipe fail with EPIPE instead, and training goes on. */
     signal(SIGPIPE, SIG_IGN);
     if (at.epoch >= o.epochs) {
-        printf("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
-               o.epochs);
+        say("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
+            o.epochs);
         goto out;
     }
     if ((rc = mirror_fit(m, &fd, &log))) {
-        fprintf(stderr, "train: %s\n", mirror_model_error(m));
+        complain(rc, mirror_model_error(m));
         if (rc == MIRROR_ERR_STOPPED && interrupted) rc = 128 + interrupted;
         goto out;
     }
-    printf("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
-           "test_acc=%.4f samples_per_s=%.0f seconds=%.1f precision=%s",
-           mirror_num_replicas(s), o.epochs, o.model, log.train_loss, log.train_acc,
-           log.val_loss, log.val_acc,
-           sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0.0, log.elapsed, o.precision);
+    say("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
+        "test_acc=%.4f samples_per_s=%.0f seconds=%.1f precision=%s",
+        mirror_num_replicas(s), o.epochs, o.model, log.train_loss, log.train_acc, log.val_loss, log.val_acc,
+        sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0.0, log.elapsed, o.precision);
     if (md.precision != MIRROR_PRECISION_FP32 && mirror_loss_scale_get(m, &scaler) == MIRROR_OK)
-        printf(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
-    printf("\n");
+        say(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
+    say("\n");
 out:
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);

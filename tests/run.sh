@@ -22,16 +22,18 @@ check() {
     fi
 }
 
-for t in "$@"; do
-    out=$BUILD/$(basename "$t").out
-    $TEST_RUNNER "$t" >"$out" 2>&1
-    rc=$?
+# Adds up the result line of one test program: its name, its output file
+# and its exit status.
+tally() {
+    name=$1
+    out=$2
+    rc=$3
     line=$(grep -E '^[a-z_0-9]+: [0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
     if [ -z "$line" ]; then
-        echo "$(basename "$t"): no result line (exit $rc)"
+        echo "$name: no result line (exit $rc)"
         tail -n 20 "$out"
         failed=$((failed + 1))
-        continue
+        return
     fi
     echo "$line"
     p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
@@ -39,10 +41,16 @@ for t in "$@"; do
     passed=$((passed + p))
     failed=$((failed + f))
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "$(basename "$t"): exit $rc with no failed check (sanitizer or crash)"
+        echo "$name: exit $rc with no failed check (sanitizer or crash)"
         failed=$((failed + 1))
     fi
     [ "$f" -ne 0 ] || [ "$rc" -ne 0 ] && grep -E 'FAILED|ERROR|runtime error' "$out" | head -n 20
+}
+
+for t in "$@"; do
+    out=$BUILD/$(basename "$t").out
+    $TEST_RUNNER "$t" >"$out" 2>&1
+    tally "$(basename "$t")" "$out" $?
 done
 
 # The header on its own: C99 and C++ with warnings as errors, as static.
@@ -129,6 +137,70 @@ if [ -x "$BUILD/train_cuda" ]; then
         check "build/train_cuda --devices cuda:0 without a GPU: exit 1 and the runtime's reason" sh -c \
             "$BUILD/train_cuda --devices cuda:0 --synthetic 100 >/dev/null 2>'$tmp/dev.err'; test \$? -eq 1 && grep -q 'cudaGetDeviceCount: ' '$tmp/dev.err'"
     fi
+fi
+
+# Several processes (MIRROR_MPI; make builds them where mpicc and mpirun
+# are): the library across 1, 2 and 3 processes of 1 and 2 replicas each
+# against one process, then the trainer under mpirun.
+if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # CI runs as root
+    mpi="timeout 120 $MPIRUN --oversubscribe"
+    for np in 1 2 3; do
+        for local in 1 2; do
+            out=$BUILD/test_mpi_${np}x$local.out
+            $mpi -np $np "$BUILD/test_mpi" $local >"$out" 2>&1
+            tally "test_mpi_${np}x$local" "$out" $?
+        done
+    done
+    small="--model mlp --synthetic 600 --batch 50"
+    # The final: line up to the throughput: the same parameters give the same losses.
+    final() { grep '^final:' "$1" | sed 's/ samples_per_s=.*//'; }
+    mpi_same_as_one() {
+        $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 2 >"$tmp/mpi2.out" 2>&1 &&
+            test "$(grep -c '^final:' "$tmp/mpi2.out")" -eq 1 &&
+            "$BUILD/train" $small --replicas 2 --epochs 2 >"$tmp/one2.out" 2>&1 &&
+            test -n "$(final "$tmp/one2.out")" && test "$(final "$tmp/mpi2.out")" = "$(final "$tmp/one2.out")"
+    }
+    check "mpirun -np 2 build/train_mpi --replicas 1: one final: line, equal to build/train --replicas 2" mpi_same_as_one
+    mpi_resume_on_three() {
+        $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --save "$tmp/p2.ckpt" >/dev/null 2>&1 &&
+            $mpi -np 3 "$BUILD/train_mpi" $small --replicas 1 --epochs 2 --resume "$tmp/p2.ckpt" >"$tmp/p3.out" 2>&1 &&
+            "$BUILD/train" $small --replicas 3 --epochs 2 --resume "$tmp/p2.ckpt" >"$tmp/one3.out" 2>&1 &&
+            grep -q '^resume: .*epoch 2 step 0' "$tmp/p3.out" && test "$(final "$tmp/p3.out")" = "$(final "$tmp/one3.out")"
+    }
+    check "a checkpoint of 2 processes resumes on 3 as on one process of 3 replicas" mpi_resume_on_three
+    mpi_bad_data() {
+        $mpi -np 1 "$BUILD/train_mpi" $small --replicas 1 : -np 1 "$BUILD/train_mpi" $small --replicas 1 \
+            --data "$tmp/no/such/dir" >"$tmp/bad.out" 2>&1
+        rc=$?
+        test $rc -ne 0 && test $rc -ne 124 && grep -q 'rank 1 failed: .*no/such/dir: cannot open the directory' "$tmp/bad.out" &&
+            grep -q 'train (rank 1): .*no/such/dir' "$tmp/bad.out" && ! grep -q '^epoch' "$tmp/bad.out"
+    }
+    check "one rank given a data path that does not exist: every rank fails with its reason, no hang" mpi_bad_data
+    # A rank killed (SIGKILL) or frozen (SIGSTOP) mid-run: mpirun ends,
+    # non-zero, within the timeout (MIRROR_TIMEOUT=3) plus 5 s.
+    mpi_lose_rank() {
+        MIRROR_TIMEOUT=3 $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 100000 --seed 4242 \
+            >"$tmp/lose.out" 2>&1 &
+        job=$!
+        victim=
+        for i in $(seq 100); do
+            victim=$(pgrep -f "^$BUILD/train_mpi .*--seed 4242" | tail -n 1)
+            [ -n "$victim" ] && grep -q '^model:' "$tmp/lose.out" && break
+            sleep 0.2
+        done
+        sleep 1
+        kill -"$1" "$victim"
+        start=$(date +%s)
+        wait $job
+        rc=$?
+        took=$(($(date +%s) - start))
+        echo "mpirun exited with $rc, $took s after SIG$1"
+        test $rc -ne 0 && test $rc -ne 124 && test $took -le 8
+    }
+    check "mpirun: one rank killed with SIGKILL ends the job, non-zero, within the timeout + 5 s" mpi_lose_rank KILL
+    mpi_freeze_rank() { mpi_lose_rank STOP && grep -q 'waited 3 s for the other processes' "$tmp/lose.out"; }
+    check "mpirun: one rank frozen with SIGSTOP: the other fails with MIRROR_ERR_TIMEOUT and the job ends" mpi_freeze_rank
 fi
 
 echo "$passed passed, $failed failed"

@@ -1,0 +1,188 @@
+/* test_mpi.c - one strategy over several processes (MIRROR_MPI), run by
+   tests/mpi/run.sh as mpirun -np P build/test_mpi L: P processes of L CPU
+   replicas each. Every process also builds, on MPI_COMM_SELF, a strategy of
+   P x L replicas in itself: the reference. Against it, after 20 steps of
+   batches that split unevenly (and leave replicas empty), in fp32 and in
+   fp16 with skipped steps: the parameters are bitwise equal (the sum folds
+   in rank order, the additions of the reference), every replica of every
+   process agrees (mirror_check_replicas), and the metrics, evaluation and
+   predictions are the reference's. Then mirror_agree with one process
+   failing. Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
+#define MIRROR_IMPLEMENTATION
+#include "../../mirror.h"
+#include "../check.h"
+#include "../digits.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { STEPS = 20, SIDE = 12, SAMPLES = 95 };
+
+/* Samples per step: uneven splits, a batch smaller than the replicas. */
+static const size_t batches[] = {10, 7, 3, 1, 16, 5, 2, 13};
+
+static mirror_dataset data;
+
+static mirror_strategy *strategy(MPI_Comm *comm, size_t replicas)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    mirror_error err = {0, ""};
+    memset(&d, 0, sizeof d);
+    d.devices = "cpu";
+    d.num_replicas = replicas;
+    d.mpi_comm = comm;
+    d.timeout = 60;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK, "strategy of %zu replicas: %s", replicas, err.message);
+    return s;
+}
+
+/* conv - relu - maxpool, dense - relu - dense; Adam; fp32 or fp16 with a
+   loss scale of 2^24 that overflows at first (the first steps are skipped). */
+static mirror_model *model(mirror_strategy *s, mirror_precision precision)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = d.width = SIDE;
+    d.max_batch = 16;
+    d.seed = 5;
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    d.optimizer.lr = 0.003f;
+    d.precision = precision;
+    if (precision == MIRROR_PRECISION_FP16) {
+        d.loss_scale.kind = MIRROR_SCALE_DYNAMIC;
+        d.loss_scale.init_scale = 16777216.0f;
+    }
+    if (!s || mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Step k: batches[k % 8] samples from offset 9k of the data. */
+static int step(mirror_model *m, size_t k, mirror_metrics *out)
+{
+    static size_t index[16];
+    mirror_batch b;
+    size_t i, n = batches[k % (sizeof batches / sizeof *batches)];
+    for (i = 0; i < n; i++) index[i] = (9 * k + i) % SAMPLES;
+    memset(&b, 0, sizeof b);
+    b.x = data.x, b.labels = data.labels, b.rows = data.count, b.index = index, b.n = n;
+    return mirror_train_step(m, &b, out);
+}
+
+static float *params(mirror_model *m)
+{
+    size_t n = mirror_num_parameters(m);
+    float *p = (float *)malloc(n * sizeof(float));
+    if (p) mirror_get_parameters(m, 0, p, n);
+    return p;
+}
+
+static void compare(mirror_precision precision, size_t local, size_t processes)
+{
+    const char *name = mirror_precision_name(precision);
+    MPI_Comm self = MPI_COMM_SELF;
+    mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, local * processes);
+    mirror_model *w = model(ws, precision), *r = model(rs, precision);
+    mirror_metrics mw, mr;
+    mirror_loss_scale_state sw, sr;
+    mirror_process_info info = mirror_strategy_process(ws);
+    float *pw = NULL, *pr = NULL, *yw = NULL, *yr = NULL;
+    size_t k, n, metrics_equal = 1, steps_ok = 1;
+    if (!w || !r) {
+        CHECK(0, "%s: models", name);
+        goto out;
+    }
+    CHECK(mirror_num_replicas(ws) == local * processes && info.processes == processes && info.local_replicas == local &&
+              info.first_replica == info.rank * local,
+          "%s: %zu replicas in all, rank %zu of %zu holds replicas %zu..", name, mirror_num_replicas(ws), info.rank,
+          info.processes, info.first_replica);
+    for (k = 0; k < STEPS; k++) {
+        int a = step(w, k, &mw), b = step(r, k, &mr);
+        steps_ok &= a == MIRROR_OK && b == MIRROR_OK;
+        metrics_equal &= mw.count == mr.count && mw.correct == mr.correct &&
+                         fabs(mw.loss_sum - mr.loss_sum) <= 1e-9 * (1.0 + fabs(mr.loss_sum));
+    }
+    CHECK(steps_ok, "%s: 20 steps: %s", name, mirror_model_error(w));
+    CHECK(metrics_equal, "%s: every step's metrics are the reference's (last: %g/%zu/%zu against %g/%zu/%zu)", name,
+          mw.loss_sum, mw.correct, mw.count, mr.loss_sum, mr.correct, mr.count);
+    n = mirror_num_parameters(w);
+    pw = params(w), pr = params(r);
+    CHECK(pw && pr && !memcmp(pw, pr, n * sizeof(float)),
+          "%s: after 20 steps the parameters are bitwise those of one process with %zu replicas", name,
+          local * processes);
+    CHECK(mirror_check_replicas(w) == MIRROR_OK, "%s: every replica of every process agrees: %s", name,
+          mirror_model_error(w));
+    if (precision != MIRROR_PRECISION_FP32) {
+        CHECK(mirror_loss_scale_get(w, &sw) == MIRROR_OK && mirror_loss_scale_get(r, &sr) == MIRROR_OK &&
+                  sw.skipped == sr.skipped && sw.skipped > 0 && sw.scale == sr.scale,
+              "%s: the same steps skipped (%llu, reference %llu) and the same scale", name,
+              (unsigned long long)sw.skipped, (unsigned long long)sr.skipped);
+    }
+    CHECK(mirror_evaluate(w, &data, 16, &mw) == MIRROR_OK && mirror_evaluate(r, &data, 16, &mr) == MIRROR_OK &&
+              mw.count == SAMPLES && mw.correct == mr.correct && fabs(mw.loss_sum - mr.loss_sum) <= 1e-9 * mr.loss_sum,
+          "%s: evaluate over every process: %zu samples, %zu correct (reference %zu)", name, mw.count, mw.correct,
+          mr.correct);
+    yw = (float *)malloc(SAMPLES * 10 * sizeof(float));
+    yr = (float *)malloc(SAMPLES * 10 * sizeof(float));
+    CHECK(yw && yr && mirror_predict(w, data.x, SAMPLES, yw) == MIRROR_OK &&
+              mirror_predict(r, data.x, SAMPLES, yr) == MIRROR_OK && !memcmp(yw, yr, SAMPLES * 10 * sizeof(float)),
+          "%s: predict gathers every process's rows: bitwise the reference's", name);
+out:
+    free(pw), free(pr), free(yw), free(yr);
+    mirror_model_destroy(w), mirror_model_destroy(r);
+    mirror_strategy_destroy(ws), mirror_strategy_destroy(rs);
+}
+
+/* A result that fails on the last process only reaches every process. */
+static void test_agree(size_t local)
+{
+    mirror_strategy *s = strategy(NULL, local);
+    mirror_process_info info = mirror_strategy_process(s);
+    mirror_error err = {0, ""};
+    int mine = MIRROR_OK, rc;
+    if (!s) return;
+    CHECK(mirror_agree(s, MIRROR_OK, &err) == MIRROR_OK, "agree: all succeeded");
+    if (info.rank + 1 == info.processes) {
+        mine = MIRROR_ERR_IO;
+        snprintf(err.message, sizeof err.message, "data/train-images: cannot open");
+    }
+    rc = mirror_agree(s, mine, &err);
+    if (info.processes == 1)
+        CHECK(rc == MIRROR_ERR_IO, "agree, one process: its own result");
+    else if (mine)
+        CHECK(rc == MIRROR_ERR_IO, "agree: the failing process gets its own code (%d)", rc);
+    else
+        CHECK(rc == MIRROR_ERR_PEER && strstr(err.message, "failed: data/train-images: cannot open"),
+              "agree: the others get MIRROR_ERR_PEER and its message: %s", err.message);
+    mirror_strategy_destroy(s);
+}
+
+int main(int argc, char **argv)
+{
+    int provided, rank = 0, size = 1, counts[2], totals[2] = {0, 0};
+    char name[64];
+    size_t local = argc > 1 ? (size_t)atoi(argv[1]) : 1;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    small_digits(&data, SAMPLES, 3, SIDE, 2);
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size);
+    compare(MIRROR_PRECISION_FP16, local, (size_t)size);
+    test_agree(local);
+    mirror_dataset_free(&data);
+    counts[0] = check_passed, counts[1] = check_failed;
+    MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    if (rank != 0) return check_failed != 0;
+    check_passed = totals[0], check_failed = totals[1]; /* every process's checks */
+    snprintf(name, sizeof name, "test_mpi_%dx%zu", size, local);
+    return check_done(name);
+}
