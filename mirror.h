@@ -71,6 +71,8 @@
                               first: add -D_POSIX_C_SOURCE=200809L)
       MIRROR_FREE(p)
       MIRROR_ZLIB             read gzip-compressed files through zlib (-lz)
+      MIRROR_MPI              a strategy spans several processes over MPI
+                              (compile with mpicc; see PROCESSES)
       MIRROR_CBLAS            use cblas_sgemm from <cblas.h> for every GEMM
       MIRROR_NO_ATOMICS       replica threads sync through the mutex only
                               (the default without GCC/Clang atomics)
@@ -155,6 +157,57 @@
       must not race with calls. Different strategies are independent.
       Inside a call, the caller's thread runs replica 0 and the strategy's
       helper threads run the others.
+
+   PROCESSES (MIRROR_MPI)
+
+      Compiled with mpicc and -DMIRROR_MPI, a strategy spans every process
+      of MPI_COMM_WORLD (or of the communicator the desc points to) and
+      initialises MPI itself when the program has not. Each process drives
+      its own replicas (desc.devices and num_replicas count them); the
+      replicas of all processes are numbered in rank order, and
+      mirror_num_replicas is their total. mirror_strategy_process says
+      where this process stands. Without MIRROR_MPI nothing changes: one
+      process, rank 0 of 1.
+
+      The program is SPMD, as with Horovod: every process loads the data
+      itself and makes the same calls in the same order with the same
+      global batches (fit shuffles alike everywhere, from the seed); each
+      computes its replicas' shards of every batch. Only gradients,
+      metrics, predictions and small status words cross the network,
+      never a sample. Steps outside the library that may fail in one
+      process only (loading data) go through mirror_agree.
+
+      The gradient sum is a fold in rank order: rank 0 sums its replicas
+      in replica order and sends the partial sums to rank 1, which adds
+      its replicas' and sends them on; the last rank broadcasts the total.
+      These are the additions one process holding every replica makes, in
+      the same order, so P processes of L replicas give bitwise the
+      parameters of one process of P x L replicas (tests/mpi), run after
+      run. Mixed precision folds the widened 16-bit gradients in fp32 and
+      rounds once, as in one process, so every replica of every process
+      makes the same skip decision. The optimizer state is kept once per
+      process.
+
+      Rank 0's initial parameters reach every replica; rank 0 prints fit's
+      progress and writes checkpoints (its result is every process's);
+      every process reads them. A checkpoint resumes on any number of
+      processes and replicas. mirror_check_replicas compares a hash of
+      every replica of every process; fit runs it every
+      check_replicas_every steps when asked.
+
+      Never a hang: every MPI operation is non-blocking and waited for
+      with a deadline (desc.timeout, else $MIRROR_TIMEOUT, else 300 s). A
+      failure before a step's reduction travels with it (the status word)
+      and fails that step in every process (MIRROR_ERR_PEER); a stop
+      flag travels the same way, so every process stops before the same
+      step. A process that died or hangs makes the others fail with
+      MIRROR_ERR_TIMEOUT; that strategy is then broken, MPI is not
+      finalized at exit, and mpirun ends the job when the process exits.
+      GPU replicas in several processes are not supported yet.
+
+      MPI is called from the thread that calls mirror: a program that calls
+      MPI_Init itself asks for MPI_THREAD_SERIALIZED (or more) when that
+      is not the thread that called MPI_Init.
 
    HOW A STEP FLOWS (mirror_train_step)
 
@@ -246,6 +299,7 @@
 
    REVISION HISTORY
 
+      0.5  several processes over MPI (MIRROR_MPI).
       0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
