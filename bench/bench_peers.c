@@ -42,9 +42,10 @@ int main(void)
         for (i = 0; i < used; i++)
             if (!strcmp(slot[i].kind, kind) && slot[i].batch == batch && slot[i].replicas == replicas) break;
         if (i == used) {
-            mirror_strategy_desc sd = {devices, 0, MIRROR_REDUCER_DEFAULT};
+            mirror_strategy_desc sd = {0};
             if (used == SLOTS) return 1;
             snprintf(devices, sizeof devices, "cpu:%zu", replicas);
+            sd.devices = devices;
             strcpy(slot[i].kind, kind), slot[i].batch = batch, slot[i].replicas = replicas;
             if (mirror_strategy_create(&sd, &slot[i].s, NULL) ||
                 !(slot[i].m = example_bench_model(slot[i].s, kind, batch)))

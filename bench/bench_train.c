@@ -126,12 +126,13 @@ int main(void)
     mirror_model *m[2][2][2]; /* [batch][cnn][replicas - 1] */
     size_t perm[SAMPLES], cnn, r, round, n, bi;
     double t[2][2][2][ROUNDS], fwd[2][ROUNDS], reduce[ROUNDS];
-    mirror_strategy_desc sd = {"cpu:1", 0, MIRROR_REDUCER_DEFAULT};
+    mirror_strategy_desc sd = {0}; /* "cpu:1", then "cpu:2" */
     float *bufs[2];
     double peak;
 
     mirror_dataset_synthetic_digits(&ds, SAMPLES, 1, NULL);
     mirror_permutation(perm, SAMPLES, 1, 0);
+    sd.devices = "cpu:1";
     mirror_strategy_create(&sd, &s[0], NULL);
     sd.devices = "cpu:2";
     mirror_strategy_create(&sd, &s[1], NULL);

@@ -16,7 +16,7 @@ static void die(const char *what) { fprintf(stderr, "hello: %s\n", what); exit(1
 int main(void)
 {
     mirror_error err = {0, ""};
-    mirror_strategy_desc sd = {"cpu:2", 0, MIRROR_REDUCER_DEFAULT}; /* 2 replicas, 2 threads */
+    mirror_strategy_desc sd = {0};
     mirror_model_desc md = {0};
     mirror_dataset train, test;
     mirror_strategy *s;
@@ -24,6 +24,7 @@ int main(void)
     mirror_metrics got;
     size_t perm[SAMPLES], epoch, step, batch = 100;
 
+    sd.devices = "cpu:2"; /* 2 replicas, 2 threads */
     if (mirror_strategy_create(&sd, &s, &err)) die(err.message);
     if (mirror_dataset_synthetic_digits(&train, SAMPLES, 1, &err) ||
         mirror_dataset_synthetic_digits(&test, 500, 2, &err))

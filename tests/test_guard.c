@@ -18,7 +18,7 @@ static void quiet(void *user, int level, const char *message) { (void)user, (voi
 
 static mirror_strategy *strategy(size_t replicas)
 {
-    mirror_strategy_desc sd = {"cpu", 0, MIRROR_REDUCER_DEFAULT};
+    mirror_strategy_desc sd = {"cpu", 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
     mirror_strategy *s = NULL;
     mirror_error err = {0, ""};
     sd.num_replicas = replicas;

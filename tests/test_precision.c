@@ -18,7 +18,7 @@ enum { N_IN = 64, BATCH = 12, SNAP = 8192 }; /* SNAP: floats of parameters and A
 
 static mirror_strategy *strategy(const char *devices)
 {
-    mirror_strategy_desc sd = {NULL, 0, MIRROR_REDUCER_DEFAULT};
+    mirror_strategy_desc sd = {NULL, 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
     mirror_strategy *s = NULL;
     mirror_error err = {0, ""};
     sd.devices = devices;

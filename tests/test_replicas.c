@@ -13,7 +13,7 @@
 
 static mirror_strategy *strategy(size_t replicas)
 {
-    mirror_strategy_desc d = {"cpu", 0, MIRROR_REDUCER_DEFAULT};
+    mirror_strategy_desc d = {"cpu", 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
     mirror_strategy *s = NULL;
     d.num_replicas = replicas;
     mirror_strategy_create(&d, &s, NULL);
@@ -367,9 +367,36 @@ static void test_sharded_update(void)
     }
 }
 
+/* mirror_check_replicas: equal replicas pass, in fit too; one parameter of
+   replica 2 changed by hand is found and named. One process here; tests/mpi
+   checks it across processes. */
+static void test_check_replicas(void)
+{
+    mirror_strategy *s = strategy(3);
+    mirror_model *m = model(s, 0, MIRROR_OPT_ADAM, 24);
+    mirror_process_info info = mirror_strategy_process(s);
+    mirror_fit_desc fd;
+    if (!m) return;
+    CHECK(info.rank == 0 && info.processes == 1 && info.local_replicas == 3 && info.first_replica == 0,
+          "one process: rank 0 of 1, its 3 replicas from replica 0");
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 24, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.check_replicas_every = 2;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fit checking the replicas every 2 steps: %s", mirror_model_error(m));
+    m->rep[2].params[3] += 1.0f;
+    CHECK(mirror_check_replicas(m) == MIRROR_ERR_REPLICAS &&
+              strstr(mirror_model_error(m), "replica 2 (rank 0, its replica 2) holds other parameters"),
+          "a changed replica is named: %s", mirror_model_error(m));
+    CHECK(mirror_agree(s, MIRROR_ERR_IO, NULL) == MIRROR_ERR_IO && mirror_agree(s, MIRROR_OK, NULL) == MIRROR_OK,
+          "mirror_agree in one process: the result as it is");
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     small_digits(&data, 95, 3, 12, 2);
+    test_check_replicas();
     test_all_reduce();
     test_equivalence(1, MIRROR_OPT_SGD);
     test_equivalence(1, MIRROR_OPT_ADAMW);

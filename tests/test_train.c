@@ -19,7 +19,7 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
 
 int main(void)
 {
-    mirror_strategy_desc sd = {"cpu:2", 0, MIRROR_REDUCER_DEFAULT};
+    mirror_strategy_desc sd = {"cpu:2", 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
     mirror_strategy *s = NULL;
     mirror_model_desc md;
     mirror_model *m = NULL;

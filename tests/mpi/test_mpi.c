@@ -6,8 +6,9 @@
    fp16 with skipped steps: the parameters are bitwise equal (the sum folds
    in rank order, the additions of the reference), every replica of every
    process agrees (mirror_check_replicas), and the metrics, evaluation and
-   predictions are the reference's. Then mirror_agree with one process
-   failing. Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
+   predictions are the reference's. Then mirror_check_replicas finding a
+   replica changed by hand, and mirror_agree with one process failing.
+   Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
 #define MIRROR_IMPLEMENTATION
 #include "../../mirror.h"
 #include "../check.h"
@@ -141,6 +142,31 @@ out:
     mirror_strategy_destroy(ws), mirror_strategy_destroy(rs);
 }
 
+/* fit checks the replicas every 3 steps and passes; then one parameter of
+   the last replica (of the last process) is changed by hand, and the check
+   names that replica and its process, in every process. */
+static void test_check_replicas(size_t local)
+{
+    mirror_strategy *s = strategy(NULL, local);
+    mirror_model *m = model(s, MIRROR_PRECISION_FP32);
+    mirror_process_info info = mirror_strategy_process(s);
+    mirror_fit_desc fd;
+    char want[64];
+    if (!m) return;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.check_replicas_every = 3;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fit with a replica check every 3 steps: %s", mirror_model_error(m));
+    if (info.rank + 1 == info.processes) m->rep[local - 1].params[7] += 1.0f;
+    snprintf(want, sizeof want, "replica %zu (rank %zu, its replica %zu)", local * info.processes - 1,
+             info.processes - 1, local - 1);
+    CHECK(mirror_check_replicas(m) == (info.processes * local > 1 ? MIRROR_ERR_REPLICAS : MIRROR_OK) &&
+              (info.processes * local == 1 || strstr(mirror_model_error(m), want)),
+          "a replica changed by hand is named on every process: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* A result that fails on the last process only reaches every process. */
 static void test_agree(size_t local)
 {
@@ -176,6 +202,7 @@ int main(int argc, char **argv)
     small_digits(&data, SAMPLES, 3, SIDE, 2);
     compare(MIRROR_PRECISION_FP32, local, (size_t)size);
     compare(MIRROR_PRECISION_FP16, local, (size_t)size);
+    test_check_replicas(local);
     test_agree(local);
     mirror_dataset_free(&data);
     counts[0] = check_passed, counts[1] = check_failed;
