@@ -198,6 +198,15 @@ bench-peers: info $(BUILD)/bench_peers
 $(BUILD)/bench_peers: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
+# 2 processes x 1 replica against 1 process x 2 replicas against PyTorch DDP
+# (gloo, 2 processes): bench/mpi.py, with build/bench_peers under MPI.
+bench-mpi: info $(BUILD)/bench_peers $(BUILD)/bench_peers_mpi
+	@python3 -c 'import torch, numpy' 2>/dev/null || python3 -m pip install -q torch numpy
+	BUILD="$(BUILD)" MPIRUN="$(MPIRUN)" python3 bench/mpi.py
+
+$(BUILD)/bench_peers_mpi: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
+
 # The guard against a collapse of the built-in GEMM (CI): below 0.3x
 # OpenBLAS at a layer shape fails.
 bench-guard: info $(BUILD)/bench_gemm
@@ -212,5 +221,5 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-gpu bench-fused fuzz clean
+.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean
 .PRECIOUS: $(BUILD)/%

@@ -2858,7 +2858,7 @@ static int mirror__mpi_wait(mirror_strategy *s, MPI_Request *req, const char *wh
             return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
         }
         if (done) return MIRROR_OK;
-        if (++polls > 1000) nanosleep(&nap, NULL); /* a short wait spins, a long one leaves the cores */
+        if (++polls > 20000) nanosleep(&nap, NULL); /* a short wait spins, a long one leaves the cores */
         if (polls % 64 == 0 && mirror__now() > deadline) {
             s->broken = mirror__mpi_broken = 1;
             return mirror__error(err, MIRROR_ERR_TIMEOUT,

@@ -4,6 +4,10 @@
    2560 synthetic digits (Adam, fp32). The first request for a
    configuration builds its model and runs one untimed pass.
 
+   Built with MIRROR_MPI (build/bench_peers_mpi, run by bench/mpi.py under
+   mpirun), REPLICAS counts each process's: rank 0 reads the requests,
+   every process runs them, rank 0 answers.
+
    Build:  make build/bench_peers   (make bench-peers runs it with the peers) */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
@@ -27,15 +31,41 @@ static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm
     return (double)SAMPLES / (mirror__now() - t0);
 }
 
+/* The next request, read by rank 0 (and with MPI sent to every process);
+   0 at the end. */
+static int next_request(char *line, int size)
+{
+    int rank = 0;
+#ifdef MIRROR_MPI
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+#endif
+    if (rank == 0 && !fgets(line, size, stdin)) line[0] = '\0';
+#ifdef MIRROR_MPI
+    { /* waiting, the other ranks sleep: a spinning wait would take a core from the mode being timed */
+        MPI_Request req;
+        struct timespec ms = {0, 1000000};
+        int done = 0;
+        MPI_Ibcast(line, size, MPI_CHAR, 0, MPI_COMM_WORLD, &req);
+        while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) nanosleep(&ms, NULL);
+    }
+#endif
+    return line[0] != '\0';
+}
+
 int main(void)
 {
     struct { char kind[8]; size_t batch, replicas; mirror_strategy *s; mirror_model *m; } slot[SLOTS];
     size_t used = 0, perm[SAMPLES], i;
     char kind[8], line[128];
     mirror_dataset ds;
+#ifdef MIRROR_MPI
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+#endif
     mirror_dataset_synthetic_digits(&ds, SAMPLES, 1, NULL);
     mirror_permutation(perm, SAMPLES, 1, 0);
-    while (fgets(line, sizeof line, stdin)) {
+    while (next_request(line, (int)sizeof line)) {
+        double rate;
         size_t batch, replicas;
         char devices[32];
         if (sscanf(line, "%7s %zu %zu", kind, &batch, &replicas) != 3) break;
@@ -53,10 +83,14 @@ int main(void)
             used++;
             pass(slot[i].m, &ds, perm, batch);
         }
-        printf("%.1f\n", pass(slot[i].m, &ds, perm, batch));
+        rate = pass(slot[i].m, &ds, perm, batch);
+        if (mirror_strategy_process(slot[i].s).rank == 0) printf("%.1f\n", rate);
         fflush(stdout);
     }
     for (i = 0; i < used; i++) mirror_model_destroy(slot[i].m), mirror_strategy_destroy(slot[i].s);
     mirror_dataset_free(&ds);
+#ifdef MIRROR_MPI
+    MPI_Finalize();
+#endif
     return 0;
 }

@@ -1,0 +1,60 @@
+"""mpi.py - mirror over MPI against mirror in one process and PyTorch DDP.
+
+    make bench-mpi     (needs mpicc and mpirun; installs torch and numpy with
+                        pip when they are missing)
+
+The MLP and the CNN of examples/models.h at global batches 64 and 256, Adam,
+fp32, as in bench/peers.py. Modes: mirror with 2 processes of 1 replica
+(build/bench_peers_mpi under mpirun), mirror with 1 process of 2 replicas
+(build/bench_peers), and PyTorch DDP over gloo with 2 processes of 1 thread
+(peers.py's worker). Each mode is one long-lived worker that times one pass
+of 2560 samples when asked; the driver asks every mode in turn, round after
+round, and prints the median samples/s of each.
+"""
+import os
+import statistics
+import subprocess
+import sys
+
+ROUNDS = 7
+WORKLOADS = (("mlp", 64), ("mlp", 256), ("cnn", 64), ("cnn", 256))
+MODES = ("mirror 2 processes x 1", "mirror 1 process x 2", "torch DDP 2 processes")
+
+
+def main():
+    build = os.environ.get("BUILD", "build")
+    mpirun = os.environ.get("MPIRUN") or "mpirun"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    here = os.path.dirname(os.path.abspath(__file__))
+    pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    workers = {
+        MODES[0]: (subprocess.Popen([mpirun, "--oversubscribe", "-np", "2", f"{build}/bench_peers_mpi"], env=env,
+                                    **pipes), " 1"),
+        MODES[1]: (subprocess.Popen([f"{build}/bench_peers"], **pipes), " 2"),
+        MODES[2]: (subprocess.Popen([sys.executable, os.path.join(here, "peers.py"), "--worker", "torch_ddp"],
+                                    **pipes), ""),
+    }
+    rates = {(w, m): [] for w in WORKLOADS for m in MODES}
+    for r in range(ROUNDS):
+        for kind, batch in WORKLOADS:
+            for mode in MODES:
+                proc, suffix = workers[mode]
+                proc.stdin.write(f"{kind} {batch}{suffix}\n")
+                proc.stdin.flush()
+                rates[(kind, batch), mode].append(float(proc.stdout.readline()))
+        print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
+    for proc, _ in workers.values():
+        proc.stdin.close()
+        proc.wait()
+    import torch
+    print(f"samples/s, median of {ROUNDS} interleaved passes of 2560 samples; Adam, fp32; torch {torch.__version__}")
+    print("| model, global batch | " + " | ".join(MODES) + " | 2 processes / 1 process | 2 processes / DDP |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for kind, batch in WORKLOADS:
+        med = [statistics.median(rates[(kind, batch), m]) for m in MODES]
+        print(f"| {kind.upper()}, {batch} | " + " | ".join(f"{v:.0f}" for v in med) +
+              f" | {med[0] / med[1]:.2f}x | {med[0] / med[2]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
