@@ -2348,7 +2348,10 @@ struct mirror_strategy {
     size_t *counts;    /* every process's replica count */
     float *fold;       /* the partial sums that travel from rank to rank, and the status word */
     size_t fold_cap;
+    MPI_Request *fold_reqs; /* the fold's receives, sends and broadcasts, one of each per piece */
+    size_t fold_pieces;
     int fold_from;     /* the fold starts from the partial sums received */
+    size_t fold_begin, fold_len; /* the piece of the fold at hand */
     int status;        /* this process's result before a reduction */
     int stop_asked;    /* this process was asked to stop (fit's stop flag) */
     int stop_seen;     /* after a reduction: some process was */
@@ -2825,7 +2828,7 @@ MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s)
 }
 
 #ifdef MIRROR_MPI
-enum { MIRROR__STATUS = 3, MIRROR__FOLD_TAG = 4242 };
+enum { MIRROR__STATUS = 3, MIRROR__FOLD_TAG = 4242, MIRROR__FOLD_PIECE = 1 << 16 };
 
 static int mirror__mpi_broken; /* some strategy broke: MPI is not finalized at exit */
 
@@ -2892,15 +2895,17 @@ static int mirror__mpi_usable(mirror_strategy *s, size_t n, const char *what, mi
     return MIRROR_OK;
 }
 
-/* acc (= s->fold) over this worker's elements: the partial sums received
-   (or, on rank 0, replica 0's values), plus every local replica's in
-   replica order, chunk by chunk (16-bit buffers widened). */
+/* acc (= s->fold) over this worker's part of the piece [fold_begin,
+   fold_begin + fold_len): the partial sums received (or, on rank 0,
+   replica 0's values), plus every local replica's in replica order, chunk
+   by chunk (16-bit buffers widened). */
 static void mirror__mpi_fold_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
     size_t begin, count, end, len, r, i;
     int f = s->reduce_format;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    mirror_shard(s->fold_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    begin += s->fold_begin;
     for (end = begin + count; begin < end; begin += len) {
         float *acc = s->fold + begin;
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
@@ -2908,7 +2913,10 @@ static void mirror__mpi_fold_job(void *ctx, size_t worker)
             int first = r == 0 && !s->fold_from;
             if (s->reduce_half) {
                 const uint16_t *b = s->reduce_half[r] + begin;
-                for (i = 0; i < len; i++) acc[i] = (first ? 0.0f : acc[i]) + mirror_hd_widen(b[i], f);
+                if (first)
+                    for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(b[i], f);
+                else
+                    for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
             } else if (first) {
                 memcpy(acc, s->reduce_bufs[r] + begin, len * sizeof(float));
             } else {
@@ -2937,43 +2945,83 @@ static void mirror__mpi_unfold_job(void *ctx, size_t worker)
 /* The fold (see above) of fp32 bufs or 16-bit half buffers, with the
    status word: on return s->status holds the first failed rank's code
    (0: none), peer the rank (plus one), and s->stop_seen the stops. */
+/* Piece k of the pieces of a fold of n sums: acc[*at, *at + *len); the
+   last piece carries the status word too. */
+static void mirror__fold_piece(size_t n, size_t pieces, size_t k, size_t *at, size_t *len)
+{
+    *at = k * MIRROR__FOLD_PIECE;
+    *len = (k + 1 == pieces ? n + MIRROR__STATUS : *at + MIRROR__FOLD_PIECE) - *at;
+}
+
+/* Waits for every request of reqs[0, n). */
+static int mirror__mpi_wait_all(mirror_strategy *s, MPI_Request *reqs, size_t n, const char *what, mirror_error *err)
+{
+    size_t i;
+    int rc = MIRROR_OK;
+    for (i = 0; i < n && rc == MIRROR_OK; i++) rc = mirror__mpi_wait(s, &reqs[i], what, err);
+    return rc;
+}
+
+/* The fold (see above) of fp32 bufs or 16-bit half buffers, with the
+   status word: on return s->status holds the first failed rank's code
+   (0: none), peer the rank (plus one), and s->stop_seen the stops. It
+   runs in pieces of MIRROR__FOLD_PIECE floats, pipelined: a rank sends
+   piece k on while it folds piece k + 1, and the last rank broadcasts each
+   piece as soon as it is summed. The pieces change no sum: each element
+   still adds up in rank order. */
 static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n, int format,
                                   size_t *peer, mirror_error *err)
 {
     const char *what = "all-reduce across processes";
-    size_t total = n + MIRROR__STATUS;
-    MPI_Request req;
+    size_t total = n + MIRROR__STATUS, pieces = n ? (n + MIRROR__FOLD_PIECE - 1) / MIRROR__FOLD_PIECE : 1, k, at, len;
+    MPI_Request *recv, *send, *bcast;
     float *acc;
-    int rc, last = s->rank + 1 == s->processes;
+    int rc, first = s->rank == 0, last = s->rank + 1 == s->processes;
     if ((rc = mirror__mpi_usable(s, total, what, err))) return rc;
-    if (total > s->fold_cap) {
+    if (total > s->fold_cap || pieces > s->fold_pieces) {
         MIRROR_FREE(s->fold);
-        s->fold_cap = 0;
-        if (!(s->fold = (float *)mirror__alloc(total, sizeof(float))))
-            return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
-        s->fold_cap = total;
+        MIRROR_FREE(s->fold_reqs);
+        s->fold_cap = s->fold_pieces = 0;
+        s->fold = (float *)mirror__alloc(total, sizeof(float));
+        s->fold_reqs = (MPI_Request *)mirror__alloc(3 * pieces, sizeof(MPI_Request));
+        if (!s->fold || !s->fold_reqs) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+        s->fold_cap = total, s->fold_pieces = pieces;
     }
     acc = s->fold;
-    if (s->rank > 0 &&
-        (rc = mirror__mpi_done(s, MPI_Irecv(acc, (int)total, MPI_FLOAT, (int)s->rank - 1, MIRROR__FOLD_TAG, s->comm, &req),
-                               &req, what, err)))
-        return rc;
+    recv = s->fold_reqs, send = recv + pieces, bcast = send + pieces;
     s->reduce_bufs = bufs;
     s->reduce_half = half;
     s->reduce_format = format;
     s->reduce_n = n;
-    s->fold_from = s->rank > 0;
-    mirror__run(&s->team, mirror__mpi_fold_job, s);
-    if (s->rank == 0) acc[n] = acc[n + 1] = acc[n + 2] = 0.0f;
-    if (s->status && acc[n] == 0.0f) acc[n] = (float)(s->rank + 1), acc[n + 1] = (float)s->status;
-    if (s->stop_asked) acc[n + 2] = 1.0f;
-    if (!last &&
-        (rc = mirror__mpi_done(s, MPI_Isend(acc, (int)total, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, s->comm, &req),
-                               &req, what, err)))
-        return rc;
-    if ((rc = mirror__mpi_done(s, MPI_Ibcast(acc, (int)total, MPI_FLOAT, (int)s->processes - 1, s->comm, &req), &req,
-                               what, err)))
-        return rc;
+    s->fold_from = !first;
+    for (k = 0; k < pieces && !first; k++) { /* every piece's receive posted at once */
+        mirror__fold_piece(n, pieces, k, &at, &len);
+        if ((rc = MPI_Irecv(acc + at, (int)len, MPI_FLOAT, (int)s->rank - 1, MIRROR__FOLD_TAG, s->comm, &recv[k])))
+            return mirror__mpi_done(s, rc, &recv[k], what, err);
+    }
+    for (k = 0; k < pieces; k++) {
+        mirror__fold_piece(n, pieces, k, &at, &len);
+        if (!first && (rc = mirror__mpi_wait(s, &recv[k], what, err))) return rc;
+        s->fold_begin = at;
+        s->fold_len = MIRROR__MIN(at + len, n) - at;
+        if (s->fold_len) mirror__run(&s->team, mirror__mpi_fold_job, s);
+        if (k + 1 == pieces) { /* the status word, behind the sums */
+            if (first) acc[n] = acc[n + 1] = acc[n + 2] = 0.0f;
+            if (s->status && acc[n] == 0.0f) acc[n] = (float)(s->rank + 1), acc[n + 1] = (float)s->status;
+            if (s->stop_asked) acc[n + 2] = 1.0f;
+        }
+        rc = last ? MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->rank, s->comm, &bcast[k])
+                  : MPI_Isend(acc + at, (int)len, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, s->comm, &send[k]);
+        if (rc) return mirror__mpi_done(s, rc, last ? &bcast[k] : &send[k], what, err);
+    }
+    /* The others receive the total into acc once their sends are out of it. */
+    if (!last && (rc = mirror__mpi_wait_all(s, send, pieces, what, err))) return rc;
+    for (k = 0; k < pieces && !last; k++) {
+        mirror__fold_piece(n, pieces, k, &at, &len);
+        if ((rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->processes - 1, s->comm, &bcast[k])))
+            return mirror__mpi_done(s, rc, &bcast[k], what, err);
+    }
+    if ((rc = mirror__mpi_wait_all(s, bcast, pieces, what, err))) return rc;
     mirror__run(&s->team, mirror__mpi_unfold_job, s);
     *peer = (size_t)acc[n];
     s->status = (int)acc[n + 1];
@@ -3096,6 +3144,7 @@ static void mirror__mpi_teardown(mirror_strategy *s)
     if (!done && s->comm != MPI_COMM_NULL && !s->broken) MPI_Comm_free(&s->comm);
     MIRROR_FREE(s->counts);
     MIRROR_FREE(s->fold);
+    MIRROR_FREE(s->fold_reqs);
 }
 
 /* Sums *m over the processes, in rank order. */

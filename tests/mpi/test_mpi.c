@@ -142,6 +142,35 @@ out:
     mirror_strategy_destroy(ws), mirror_strategy_destroy(rs);
 }
 
+/* mirror_all_reduce_sum of lengths around the fold's pieces (2^16 floats)
+   against the reference: bitwise, every element added in replica order. */
+static void test_all_reduce(size_t local, size_t processes)
+{
+    static const size_t lengths[] = {0, 1, 65533, 65535, 65536, 65537, 200003};
+    MPI_Comm self = MPI_COMM_SELF;
+    mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, local * processes);
+    mirror_process_info info = mirror_strategy_process(ws);
+    size_t li, r, i, world = local * processes;
+    float **mine = (float **)calloc(world, sizeof(float *)), **all = (float **)calloc(world, sizeof(float *));
+    for (li = 0; ws && rs && mine && all && li < sizeof lengths / sizeof *lengths; li++) {
+        size_t n = lengths[li];
+        int ok = 1;
+        for (r = 0; r < world; r++) {
+            mine[r] = (float *)malloc((n ? n : 1) * sizeof(float)), all[r] = (float *)malloc((n ? n : 1) * sizeof(float));
+            for (i = 0; i < n; i++) /* values whose sum depends on the order of the additions */
+                all[r][i] = (float)((r * 7919 + i * 104729) % 1000003) * 1e-3f + (float)(r + 1) * 1e5f;
+        }
+        for (r = 0; r < local; r++) memcpy(mine[r], all[info.first_replica + r], n * sizeof(float));
+        CHECK(mirror_all_reduce_sum(ws, mine, n) == MIRROR_OK && mirror_all_reduce_sum(rs, all, n) == MIRROR_OK,
+              "all-reduce of %zu floats", n);
+        for (r = 0; r < local; r++) ok &= !memcmp(mine[r], all[0], n * sizeof(float));
+        CHECK(ok, "all-reduce of %zu floats across processes: bitwise the one-process sum", n);
+        for (r = 0; r < world; r++) free(mine[r]), free(all[r]);
+    }
+    free(mine), free(all);
+    mirror_strategy_destroy(ws), mirror_strategy_destroy(rs);
+}
+
 /* fit checks the replicas every 3 steps and passes; then one parameter of
    the last replica (of the last process) is changed by hand, and the check
    names that replica and its process, in every process. */
@@ -202,6 +231,7 @@ int main(int argc, char **argv)
     small_digits(&data, SAMPLES, 3, SIDE, 2);
     compare(MIRROR_PRECISION_FP32, local, (size_t)size);
     compare(MIRROR_PRECISION_FP16, local, (size_t)size);
+    test_all_reduce(local, (size_t)size);
     test_check_replicas(local);
     test_agree(local);
     mirror_dataset_free(&data);
