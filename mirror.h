@@ -104,6 +104,8 @@
                             weight_decay   0 (SGD, Adam: L2 added to the
                                            gradient); 0.01 (AdamW: decoupled)
                             momentum       0; nesterov 0
+                            schedule       MIRROR_LR_CONSTANT; warmup 0;
+                                           gamma 0.1
       mirror_model_desc     precision      MIRROR_PRECISION_FP32
       mirror_loss_scale_desc (fp16 and bf16 only)
                             kind           dynamic for fp16, none for bf16
@@ -490,6 +492,15 @@ typedef enum mirror_optimizer_kind {
     MIRROR_OPT_ADAMW
 } mirror_optimizer_kind;
 
+/* Learning-rate schedules (torch.optim.lr_scheduler's StepLR, CosineAnnealingLR
+   and LinearLR warmup, stepped once per step). See mirror_optimizer_desc. */
+typedef enum mirror_lr_schedule {
+    MIRROR_LR_CONSTANT = 0, /* lr */
+    MIRROR_LR_STEP,         /* lr * gamma^floor(t / step_size) */
+    MIRROR_LR_COSINE,       /* min_lr + (lr - min_lr) (1 + cos(pi t / T)) / 2, t <= T = total_steps - warmup */
+    MIRROR_LR_CALLBACK      /* lr_fn(lr_user, s) */
+} mirror_lr_schedule;
+
 typedef struct mirror_optimizer_desc {
     mirror_optimizer_kind kind;
     float lr;
@@ -497,6 +508,19 @@ typedef struct mirror_optimizer_desc {
     int nesterov;   /* SGD, needs momentum > 0 */
     float weight_decay;
     float beta1, beta2, eps; /* Adam, AdamW */
+    /* The learning rate of step s = 1, 2, ... (mirror_steps: every step run,
+       skipped ones included): the schedule at t = s - warmup - 1 (t = 0
+       during the warmup), times s / warmup during the first warmup steps.
+       mirror_current_lr gives it; fit logs it. Checkpoints store the
+       schedule and the step, so a resumed run gets the same rates. */
+    mirror_lr_schedule schedule;
+    uint64_t warmup;
+    uint64_t step_size; /* MIRROR_LR_STEP: steps between two decays */
+    float gamma;        /* MIRROR_LR_STEP: the decay, in (0, 1] (0: 0.1) */
+    uint64_t total_steps; /* MIRROR_LR_COSINE: steps, warmup included, after which the rate is min_lr */
+    float min_lr;         /* MIRROR_LR_COSINE: in [0, lr] */
+    float (*lr_fn)(void *user, uint64_t step); /* MIRROR_LR_CALLBACK: a rate >= 0 for step s */
+    void *lr_user;
 } mirror_optimizer_desc;
 
 /* Where a model's weights, activations and gradients are stored. Mixed
@@ -626,6 +650,9 @@ MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n
    differs and its process. mirror_fit runs it every check_replicas_every
    steps when asked. */
 MIRROR_API int mirror_check_replicas(mirror_model *m);
+/* The learning rate the next step will use (the schedule's, see
+   mirror_optimizer_desc); 0 on a NULL or unbuilt model. */
+MIRROR_API float mirror_current_lr(mirror_model *m);
 /* Optimizer steps taken (the t of Adam's bias correction); skipped steps
    do not count. In a mixed-precision model this waits for the device. */
 MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m);
@@ -752,6 +779,9 @@ typedef struct mirror_epoch_log {
        skipped (non-finite gradients); 0 and 0 in fp32. */
     double loss_scale;
     uint64_t skipped;
+    /* The learning rate of the epoch's last step; with a schedule or a
+       warmup, fit's progress bar and epoch line show it. */
+    double lr;
 } mirror_epoch_log;
 
 /* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED). */
@@ -810,7 +840,10 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    replica): optimizer.momentum (SGD with momentum) or optimizer.m and
    optimizer.v (Adam, AdamW), flat. The header's __metadata__ holds the
    format ("mirror") and version ("1"), the model's layers, the optimizer
-   and its hyper-parameters, precision ("fp32", "fp16", "bf16"), the step
+   and its hyper-parameters, the learning-rate schedule (lr_schedule
+   "constant", "step", "cosine" or "callback", warmup, step_size, gamma,
+   total_steps, min_lr; a load into a model of another schedule says so in
+   a notice), precision ("fp32", "fp16", "bf16"), the step
    (steps run), the data cursor (epoch, epoch_step) and the shuffle seed,
    the loss scaler ("none" in fp32, else "dynamic", "static" or "none")
    and in fp16 and bf16 its state (loss_scale, scaler_good_steps,
@@ -1014,6 +1047,23 @@ MIRROR_HD static inline void mirror_hd_adam(float *w, float *m, float *v, float 
     *m = beta1 * *m + (1.0f - beta1) * g;
     *v = beta2 * *v + (1.0f - beta2) * g * g;
     *w -= (lr / bc1) * *m / (sqrtf(*v) / bc2_sqrt + eps);
+}
+
+/* The learning rate of step s >= 1 under a schedule (see
+   mirror_optimizer_desc; a callback's rate comes in as `called`). */
+MIRROR_HD static inline float mirror_hd_schedule_lr(int schedule, float lr, uint64_t s, uint64_t warmup,
+                                                    uint64_t step_size, float gamma, uint64_t total_steps,
+                                                    float min_lr, float called)
+{
+    const double pi = 3.14159265358979323846;
+    uint64_t t = s > warmup ? s - warmup - 1 : 0, T = total_steps > warmup ? total_steps - warmup : 1;
+    double rate = lr;
+    if (schedule == MIRROR_LR_STEP) rate = lr * pow((double)gamma, (double)(t / step_size));
+    if (schedule == MIRROR_LR_COSINE)
+        rate = min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(pi * (double)(t < T ? t : T) / (double)T));
+    if (schedule == MIRROR_LR_CALLBACK) rate = called;
+    if (s <= warmup) rate *= (double)s / (double)warmup;
+    return (float)rate;
 }
 
 /* Adam's bias corrections for step t >= 1: bc1 = 1 - beta1^t and
@@ -3321,6 +3371,7 @@ struct mirror_model {
     int sharded;            /* the update is sharded over the replicas (ZeRO stage 1) */
     uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
     uint64_t steps;         /* steps run, skipped ones included */
+    float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
     int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
     volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
     size_t untaken; /* samples of the steps whose metrics stay on the device */
@@ -3365,6 +3416,7 @@ static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
     if (o->beta2 == 0.0f) o->beta2 = 0.999f;
     if (o->eps == 0.0f) o->eps = 1e-8f;
     if (o->weight_decay == 0.0f && o->kind == MIRROR_OPT_ADAMW) o->weight_decay = 0.01f;
+    if (o->gamma == 0.0f) o->gamma = 0.1f;
     if (d.precision != MIRROR_PRECISION_FP32) {
         mirror_loss_scale_desc *ls = &d.loss_scale;
         if (ls->kind == MIRROR_SCALE_DEFAULT)
@@ -3381,6 +3433,31 @@ static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
 }
 
 static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
+
+/* A schedule's parameters, each in its range. */
+static int mirror__check_schedule(const mirror_optimizer_desc *o, mirror_error *err)
+{
+    const char *why = NULL;
+    if ((int)o->schedule < 0 || o->schedule > MIRROR_LR_CALLBACK)
+        why = "unknown schedule";
+    else if (o->schedule == MIRROR_LR_STEP && !o->step_size)
+        why = "MIRROR_LR_STEP needs step_size >= 1";
+    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float(o->gamma, 1e-30f, 1.0f))
+        why = "MIRROR_LR_STEP needs gamma in (0, 1]";
+    else if (o->schedule == MIRROR_LR_COSINE && o->total_steps <= o->warmup)
+        why = "MIRROR_LR_COSINE needs total_steps beyond the warmup";
+    else if (o->schedule == MIRROR_LR_COSINE && mirror__bad_float(o->min_lr, 0.0f, o->lr))
+        why = "MIRROR_LR_COSINE needs min_lr in [0, lr]";
+    else if (o->schedule == MIRROR_LR_CALLBACK && !o->lr_fn)
+        why = "MIRROR_LR_CALLBACK needs lr_fn";
+    if (!why) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                         "mirror_model_create: learning-rate schedule: %s (schedule %d, step_size %llu, gamma %g, "
+                         "warmup %llu, total_steps %llu, min_lr %g, lr %g)",
+                         why, (int)o->schedule, (unsigned long long)o->step_size, (double)o->gamma,
+                         (unsigned long long)o->warmup, (unsigned long long)o->total_steps, (double)o->min_lr,
+                         (double)o->lr);
+}
 
 /* The loss scaler's settings make sense: a message into err, or MIRROR_OK. */
 static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *err)
@@ -3475,6 +3552,7 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
                              "(lr %g, momentum %g, weight decay %g, betas %g %g, eps %g, nesterov %d)",
                              (double)o->lr, (double)o->momentum, (double)o->weight_decay,
                              (double)o->beta1, (double)o->beta2, (double)o->eps, o->nesterov);
+    if ((rc = mirror__check_schedule(o, err))) return rc;
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
     m = (mirror_model *)mirror__zalloc(1, sizeof *m);
     if (!m) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_model_create: out of memory");
@@ -4315,6 +4393,29 @@ static void mirror__compute_job(void *ctx, size_t worker)
 
 // >>optimizers --------------------------------------------------------------
 
+/* The learning rate of step s >= 1 into *lr: a callback's must be a
+   finite rate >= 0. */
+static int mirror__schedule(mirror_model *m, uint64_t s, float *lr)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    float called = o->schedule == MIRROR_LR_CALLBACK ? o->lr_fn(o->lr_user, s) : 0.0f;
+    if (!(called >= 0.0f && called <= 3.4e38f))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "step %llu: the learning-rate callback returned %g: a rate must be finite and >= 0; "
+                            "nothing of that step was applied",
+                            (unsigned long long)s, (double)called);
+    *lr = mirror_hd_schedule_lr((int)o->schedule, o->lr, s, o->warmup, o->step_size, o->gamma, o->total_steps,
+                                o->min_lr, called);
+    return MIRROR_OK;
+}
+
+MIRROR_API float mirror_current_lr(mirror_model *m)
+{
+    float lr = 0.0f;
+    if (m && m->built) mirror__schedule(m, m->steps + 1, &lr);
+    return lr;
+}
+
 /* The fp32 update of parameters [off, off + n) of replica r from its
    reduced gradient, unless r's guard holds a non-finite step; bc1 and
    bc2_sqrt are Adam's bias corrections. */
@@ -4324,10 +4425,10 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     const float *g = r->grads + off;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, r->scaler, o->lr,
+        m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, r->scaler, m->lr,
                    o->momentum, o->weight_decay, o->nesterov);
     else
-        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nparams + off, g, n, r->scaler, o->lr,
+        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nparams + off, g, n, r->scaler, m->lr,
                     o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
 }
 
@@ -4342,10 +4443,10 @@ static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
         m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? r->state + off : NULL, r->work16 + off,
-                         r->grad16 + off, n, f, r->scaler, o->lr, o->momentum, o->weight_decay, o->nesterov);
+                         r->grad16 + off, n, f, r->scaler, m->lr, o->momentum, o->weight_decay, o->nesterov);
     else
         m->be->adam_mixed(r->dev, r->params + off, r->state + off, r->state + all + off, r->work16 + off,
-                          r->grad16 + off, n, f, r->scaler, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                          r->grad16 + off, n, f, r->scaler, m->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
                           o->kind == MIRROR_OPT_ADAMW);
     m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
     m->be->widen(r->dev, r->wide + off, r->work16 + off, n, f);
@@ -4659,6 +4760,10 @@ static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_met
     mirror__run(&m->s->team, mirror__compute_job, &job);
     if ((rc = mirror__reduce_gradients(m, mirror__device_status(m)))) return rc;
     m->steps++;
+    if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
+        m->steps--;
+        return rc;
+    }
     if (m->sharded) {
         mirror__run(&m->s->team, mirror__sharded_check_job, &job);
         mirror__run(&m->s->team, mirror__sharded_update_job, &job);
@@ -5850,6 +5955,7 @@ static void mirror__describe_model(const mirror_model *m, mirror__text *t)
 }
 
 static const char *const mirror__opt_names[] = {"default", "sgd", "adam", "adamw"};
+static const char *const mirror__schedule_names[] = {"constant", "step", "cosine", "callback"};
 
 /* One tensor of a checkpoint: its name, shape, and where its floats are. */
 typedef struct mirror__tensor {
@@ -5922,6 +6028,11 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
                    (unsigned long long)c->shuffle_seed, (unsigned long long)m->desc.seed,
                    (unsigned long long)c->batch, (unsigned long long)c->samples,
                    (unsigned long long)c->drop_remainder);
+    mirror__printf(h, ",\"lr_schedule\":\"%s\",\"warmup\":\"%llu\",\"step_size\":\"%llu\",\"gamma\":\"%.9g\","
+                      "\"total_steps\":\"%llu\",\"min_lr\":\"%.9g\"",
+                   mirror__schedule_names[o->schedule], (unsigned long long)o->warmup,
+                   (unsigned long long)o->step_size, (double)o->gamma, (unsigned long long)o->total_steps,
+                   (double)o->min_lr);
     if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
         mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
                           "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
@@ -6562,6 +6673,14 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                           s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
         goto done;
     }
+    if (!weights_only && (s = mirror__meta(h, "lr_schedule")) != NULL &&
+        strcmp(s, mirror__schedule_names[m->desc.optimizer.schedule])) {
+        char notice[300];
+        snprintf(notice, sizeof notice,
+                 "%s: trained with the \"%.20s\" learning-rate schedule; this model goes on with \"%s\"", path, s,
+                 mirror__schedule_names[m->desc.optimizer.schedule]);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
     /* Offsets: inside the data, no overlap, the data covered exactly. */
     for (i = 0; i < h->nt; i++) {
         mirror__tensor *t = &h->t[i];
@@ -6757,7 +6876,7 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
 }
 
 static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps,
-                                 const mirror_metrics *acc, double seconds)
+                                 const mirror_metrics *acc, double seconds, int show_lr)
 {
     char bar[31];
     size_t i, fill = steps ? 30 * step / steps : 30;
@@ -6768,16 +6887,18 @@ static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_
            acc->count ? (double)acc->correct / (double)acc->count : 0.0,
            seconds > 0 ? (double)acc->count / seconds : 0.0);
     if (log->loss_scale > 0) printf(" scale %g  skipped %llu ", log->loss_scale, (unsigned long long)log->skipped);
+    if (show_lr) printf(" lr %.3g ", log->lr);
     fflush(stdout);
 }
 
-static void mirror__epoch_line(const mirror_epoch_log *log, int bar)
+static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr)
 {
     printf("%sepoch %zu/%zu  loss %.4f  acc %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs,
            log->train_loss, log->train_acc);
     if (log->val_loss != -1.0) /* -1: no validation set; NaN and Inf are printed as they are */
         printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
     if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
+    if (show_lr) printf("  lr %.3g", log->lr);
     printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
     fflush(stdout);
 }
@@ -6840,7 +6961,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     size_t *perm, epoch, step, steps, ran = 0, verdict;
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
-    int rc = MIRROR_OK, bar, timed;
+    int rc = MIRROR_OK, bar, timed, shows_lr;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     d = *desc;
@@ -6866,6 +6987,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         d.progress = isatty(fileno(stdout)) ? MIRROR_PROGRESS_BAR : MIRROR_PROGRESS_LINES;
     if (!mirror__leads(m)) d.progress = MIRROR_PROGRESS_NONE; /* rank 0 speaks for every process */
     bar = d.progress == MIRROR_PROGRESS_BAR;
+    shows_lr = m->desc.optimizer.schedule != MIRROR_LR_CONSTANT || m->desc.optimizer.warmup; /* a rate that changes */
     /* Metrics are read across processes: at the same steps in each, never by the clock. */
     timed = bar && m->s->processes == 1;
     steps = mirror_num_batches(d.train->count, d.batch, d.drop_remainder);
@@ -6926,7 +7048,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                     break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
-                if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0);
+                log.lr = m->lr;
+                if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0, shows_lr);
             }
             if (d.checkpoint && d.checkpoint_every && m->steps % d.checkpoint_every == 0) {
                 rc = mirror__fit_save(m, &d, epoch, step + 1, steps);
@@ -6957,7 +7080,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
             }
         }
         log.elapsed = mirror__now() - start;
-        if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar);
+        log.lr = m->lr;
+        if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr);
         if (d.on_epoch && d.on_epoch(d.user, &log)) {
             rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);
             break;

@@ -1,0 +1,242 @@
+/* test_optim.c - what shapes an update beyond the optimizer: learning-rate
+   schedules (constant, step, cosine, warmup, a callback) against values
+   computed by hand, applied to the parameters step by step, checked when
+   a model is created, and resumed exactly from a checkpoint. */
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+#include "digits.h"
+#include "files.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { SIDE = 12, SAMPLES = 96, BATCH = 12 };
+
+static mirror_dataset data;
+
+static mirror_strategy *strategy(size_t replicas)
+{
+    mirror_strategy_desc sd = {0};
+    mirror_strategy *s = NULL;
+    sd.devices = "cpu";
+    sd.num_replicas = replicas;
+    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "strategy of %zu", replicas);
+    return s;
+}
+
+/* flatten, dense 16, relu, dense 10 over 12x12 digits, with the optimizer o. */
+static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_error *err)
+{
+    mirror_model_desc md;
+    mirror_model *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.strategy = s;
+    md.channels = 1, md.height = md.width = SIDE;
+    md.max_batch = BATCH;
+    md.seed = 9;
+    md.optimizer = *o;
+    if (mirror_model_create(&md, &m, err)) return NULL;
+    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Step k: samples [12k, 12k + 12) of the data (mod its size). */
+static int step(mirror_model *m, size_t k)
+{
+    mirror_batch b;
+    memset(&b, 0, sizeof b);
+    b.x = data.x + (k * BATCH % SAMPLES) * SIDE * SIDE;
+    b.labels = data.labels + k * BATCH % SAMPLES;
+    b.n = BATCH;
+    return mirror_train_step(m, &b, NULL);
+}
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-6 * (1.0 + fabs(b)); }
+
+/* The shared formula against rates worked out by hand. */
+static void test_formula(void)
+{
+    /* cosine from 1 to 0 over steps 3..6 after a warmup of 2: T = 4 */
+    static const double cosine[] = {0.5, 1.0, 1.0, 0.853553390593, 0.5, 0.146446609407, 0.0, 0.0};
+    uint64_t s;
+    int ok = 1;
+    for (s = 1; s <= 8; s++) ok &= near(mirror_hd_schedule_lr(MIRROR_LR_CONSTANT, 0.1f, s, 0, 0, 0, 0, 0, 0), 0.1);
+    CHECK(ok, "constant: 0.1 at every step");
+    for (s = 1; s <= 8; s++)
+        ok &= near(mirror_hd_schedule_lr(MIRROR_LR_CONSTANT, 0.1f, s, 4, 0, 0, 0, 0, 0), s <= 4 ? 0.1 * s / 4 : 0.1);
+    CHECK(ok, "a warmup of 4: 0.025, 0.05, 0.075, 0.1, then 0.1");
+    for (s = 1; s <= 10; s++)
+        ok &= near(mirror_hd_schedule_lr(MIRROR_LR_STEP, 1.0f, s, 0, 3, 0.5f, 0, 0, 0), pow(0.5, (double)((s - 1) / 3)));
+    CHECK(ok, "step decay by 0.5 every 3 steps: 1, 1, 1, 0.5, 0.5, 0.5, 0.25, ...");
+    for (s = 1; s <= 8; s++) ok &= near(mirror_hd_schedule_lr(MIRROR_LR_COSINE, 1.0f, s, 2, 0, 0, 6, 0, 0), cosine[s - 1]);
+    CHECK(ok, "cosine to 0 after 6 steps with a warmup of 2: 0.5, 1, 1, 0.854, 0.5, 0.146, 0, 0");
+    ok = near(mirror_hd_schedule_lr(MIRROR_LR_COSINE, 1.0f, 2, 0, 0, 0, 2, 0.25f, 0), 0.25 + 0.75 * 0.5);
+    CHECK(ok, "cosine to min_lr 0.25: halfway at 0.625");
+    ok = near(mirror_hd_schedule_lr(MIRROR_LR_CALLBACK, 1.0f, 3, 4, 0, 0, 0, 0, 0.2f), 0.2 * 3 / 4);
+    CHECK(ok, "a callback's rate, under the warmup's ramp");
+}
+
+static float one_over_step(void *user, uint64_t s)
+{
+    (void)user;
+    return 0.5f / (float)s;
+}
+
+static float nan_at_three(void *user, uint64_t s)
+{
+    (void)user;
+    return s == 3 ? NAN : 0.01f;
+}
+
+/* Plain SGD (no momentum, no decay): every parameter moves by exactly
+   -lr_s times the reduced gradient of step s, for the rate the schedule
+   gives at s and mirror_current_lr announced before the step. */
+static void test_applied(size_t replicas, mirror_lr_schedule kind)
+{
+    mirror_strategy *s = strategy(replicas);
+    mirror_optimizer_desc o;
+    mirror_model *m;
+    float *before, *after, *g;
+    size_t n, i, k;
+    int ok = 1, announced = 1;
+    memset(&o, 0, sizeof o);
+    o.kind = MIRROR_OPT_SGD, o.lr = 0.2f, o.schedule = kind, o.warmup = 2;
+    o.step_size = 2, o.gamma = 0.5f, o.total_steps = 7, o.min_lr = 0.01f, o.lr_fn = one_over_step;
+    if (!(m = model(s, &o, NULL))) {
+        CHECK(0, "model");
+        mirror_strategy_destroy(s);
+        return;
+    }
+    n = mirror_num_parameters(m);
+    before = (float *)malloc(n * sizeof(float)), after = (float *)malloc(n * sizeof(float));
+    g = (float *)malloc(n * sizeof(float));
+    for (k = 0; k < 9; k++) {
+        float want = mirror_hd_schedule_lr((int)kind, 0.2f, k + 1, 2, 2, 0.5f, 7, 0.01f, 0.5f / (float)(k + 1));
+        announced &= mirror_current_lr(m) == want;
+        mirror_get_parameters(m, 0, before, n);
+        ok &= step(m, k) == MIRROR_OK;
+        mirror_get_parameters(m, replicas - 1, after, n);
+        mirror_get_gradients(m, 0, g, n);
+        for (i = 0; i < n; i++) ok &= fabsf((before[i] - after[i]) - want * g[i]) <= 1e-6f * (1.0f + fabsf(before[i]));
+    }
+    CHECK(announced, "schedule %d, %zu replicas: mirror_current_lr announces each step's rate", (int)kind, replicas);
+    CHECK(ok, "schedule %d, %zu replicas: 9 steps, each moves the parameters by its rate times the gradient",
+          (int)kind, replicas);
+    free(before), free(after), free(g);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
+/* Bad schedules are refused when the model is created; a callback's bad
+   rate fails its step and changes nothing. */
+static void test_refused(void)
+{
+    mirror_strategy *s = strategy(2);
+    mirror_optimizer_desc o;
+    mirror_error err = {0, ""};
+    mirror_model *m;
+    float *before, *after;
+    size_t n;
+    memset(&o, 0, sizeof o);
+    o.kind = MIRROR_OPT_ADAM, o.schedule = MIRROR_LR_STEP;
+    CHECK(!model(s, &o, &err) && err.code == MIRROR_ERR_ARGUMENT && strstr(err.message, "step_size"),
+          "step decay without step_size: %s", err.message);
+    o.step_size = 10, o.gamma = 1.5f;
+    CHECK(!model(s, &o, &err) && strstr(err.message, "gamma"), "a gamma above 1: %s", err.message);
+    o.schedule = MIRROR_LR_COSINE, o.warmup = 10, o.total_steps = 10;
+    CHECK(!model(s, &o, &err) && strstr(err.message, "total_steps"), "cosine ending inside the warmup: %s",
+          err.message);
+    o.total_steps = 20, o.lr = 0.01f, o.min_lr = 0.1f;
+    CHECK(!model(s, &o, &err) && strstr(err.message, "min_lr"), "a min_lr above lr: %s", err.message);
+    o.schedule = MIRROR_LR_CALLBACK;
+    CHECK(!model(s, &o, &err) && strstr(err.message, "lr_fn"), "a callback schedule without a callback: %s",
+          err.message);
+    o.schedule = (mirror_lr_schedule)9;
+    CHECK(!model(s, &o, &err) && strstr(err.message, "unknown schedule"), "an unknown schedule: %s", err.message);
+    o.schedule = MIRROR_LR_CALLBACK, o.lr_fn = nan_at_three, o.warmup = 0;
+    m = model(s, &o, &err);
+    CHECK(m != NULL, "a callback schedule: %s", err.message);
+    if (m) {
+        n = mirror_num_parameters(m);
+        before = (float *)malloc(n * sizeof(float)), after = (float *)malloc(n * sizeof(float));
+        CHECK(step(m, 0) == MIRROR_OK && step(m, 1) == MIRROR_OK, "steps 1 and 2");
+        mirror_get_parameters(m, 0, before, n);
+        CHECK(step(m, 2) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "step 3: the learning-rate callback"),
+              "a NaN rate fails step 3: %s", mirror_model_error(m));
+        mirror_get_parameters(m, 1, after, n);
+        CHECK(!memcmp(before, after, n * sizeof(float)) && mirror_optimizer_steps(m) == 2,
+              "and changes nothing: 2 steps, the same parameters");
+        free(before), free(after);
+        mirror_model_destroy(m);
+    }
+    mirror_strategy_destroy(s);
+}
+
+/* A cosine schedule with a warmup through a checkpoint: 5 + 7 steps end
+   bitwise where 12 straight steps end, and fit logs the last rate. */
+static void test_resume(void)
+{
+    mirror_strategy *s = strategy(2);
+    mirror_optimizer_desc o;
+    mirror_model *a, *b;
+    mirror_fit_desc fd;
+    mirror_epoch_log log;
+    char path[256];
+    float *pa, *pb;
+    size_t n, k;
+    memset(&o, 0, sizeof o);
+    o.kind = MIRROR_OPT_ADAM, o.lr = 0.01f, o.schedule = MIRROR_LR_COSINE, o.warmup = 3, o.total_steps = 12;
+    a = model(s, &o, NULL), b = model(s, &o, NULL);
+    if (!a || !b) {
+        CHECK(0, "models");
+        goto out;
+    }
+    n = mirror_num_parameters(a);
+    for (k = 0; k < 12; k++) step(a, k);
+    for (k = 0; k < 5; k++) step(b, k);
+    path_in(path, "cosine.ckpt");
+    CHECK(mirror_checkpoint_save(b, path, NULL, 1) == MIRROR_OK, "save after 5 steps: %s", mirror_model_error(b));
+    mirror_model_destroy(b);
+    b = model(s, &o, NULL);
+    CHECK(b && mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK &&
+              mirror_current_lr(b) == mirror_hd_schedule_lr(MIRROR_LR_COSINE, 0.01f, 6, 3, 0, 0.1f, 12, 0, 0),
+          "loaded: step 6's rate is next");
+    for (k = 5; b && k < 12; k++) step(b, k);
+    pa = (float *)malloc(n * sizeof(float)), pb = (float *)malloc(n * sizeof(float));
+    mirror_get_parameters(a, 0, pa, n);
+    if (b) mirror_get_parameters(b, 0, pb, n);
+    CHECK(b && !memcmp(pa, pb, n * sizeof(float)), "5 steps, a checkpoint, 7 steps: bitwise the 12 straight steps");
+    free(pa), free(pb);
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = BATCH, fd.progress = MIRROR_PROGRESS_NONE;
+    CHECK(b && mirror_fit(b, &fd, &log) == MIRROR_OK &&
+              log.lr == mirror_hd_schedule_lr(MIRROR_LR_COSINE, 0.01f, 20, 3, 0, 0.1f, 12, 0, 0),
+          "fit's log: the rate of its last step (step 20: min_lr %g)", log.lr);
+out:
+    mirror_model_destroy(a);
+    mirror_model_destroy(b);
+    mirror_strategy_destroy(s);
+}
+
+int main(void)
+{
+    size_t r;
+    if (!make_root("optim")) return 1;
+    small_digits(&data, SAMPLES, 5, SIDE, 2);
+    test_formula();
+    for (r = 1; r <= 3; r++) {
+        test_applied(r, MIRROR_LR_STEP);
+        test_applied(r, MIRROR_LR_COSINE);
+        test_applied(r, MIRROR_LR_CALLBACK);
+    }
+    test_refused();
+    test_resume();
+    mirror_dataset_free(&data);
+    remove_tree(root);
+    return check_done("test_optim");
+}
