@@ -13,8 +13,8 @@
 #include <string.h>
 
 typedef struct options {
-    const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale;
-    size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips;
+    const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
+    size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     int report_nonfinite;
     double lr;
     unsigned long long seed;
@@ -34,7 +34,7 @@ enum {
 static void options_defaults(options *o)
 {
     memset(o, 0, sizeof *o);
-    o->model = "cnn", o->optimizer = "adam", o->precision = "fp32";
+    o->model = "cnn", o->optimizer = "adam", o->precision = "fp32", o->lr_schedule = "constant";
     o->epochs = 3, o->batch = 64, o->synthetic = 10000, o->seed = 1;
 }
 
@@ -100,6 +100,13 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--resume")) return options_text(o, a, v, &o->resume);
     if (!strcmp(a, "--precision")) return options_text(o, a, v, &o->precision);
     if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
+    if (!strcmp(a, "--lr-schedule")) return options_text(o, a, v, &o->lr_schedule);
+    if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
+    if (!strcmp(a, "--warmup")) {
+        rc = options_int(o, a, v, 0, UINT32_MAX, &n);
+        o->warmup = (size_t)n;
+        return rc;
+    }
     if (!strcmp(a, "--replicas")) return options_count(o, a, v, &o->replicas);
     if (!strcmp(a, "--epochs")) return options_count(o, a, v, &o->epochs);
     if (!strcmp(a, "--batch")) return options_count(o, a, v, &o->batch);
@@ -147,6 +154,15 @@ static int options_check(options *o)
     else if (!strcmp(o->optimizer, "adamw")) md->optimizer.kind = MIRROR_OPT_ADAMW;
     else return options_bad(o, "--optimizer", "sgd, momentum, adam or adamw", o->optimizer);
     md->optimizer.lr = (float)o->lr;
+    /* the schedule's step counts come from the data: the trainer sets them */
+    if (!strcmp(o->lr_schedule, "step")) md->optimizer.schedule = MIRROR_LR_STEP;
+    else if (!strcmp(o->lr_schedule, "cosine")) md->optimizer.schedule = MIRROR_LR_COSINE;
+    else if (strcmp(o->lr_schedule, "constant")) return options_bad(o, "--lr-schedule", "constant, step or cosine", o->lr_schedule);
+    if (o->lr_step && md->optimizer.schedule != MIRROR_LR_STEP) {
+        snprintf(o->why, sizeof o->why, "--lr-step needs --lr-schedule step");
+        return OPTIONS_BAD;
+    }
+    md->optimizer.warmup = o->warmup;
     if (!strcmp(o->precision, "fp16")) md->precision = MIRROR_PRECISION_FP16;
     else if (!strcmp(o->precision, "bf16")) md->precision = MIRROR_PRECISION_BF16;
     else if (strcmp(o->precision, "fp32")) return options_bad(o, "--precision", "fp32, fp16 or bf16", o->precision);

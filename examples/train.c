@@ -42,6 +42,9 @@ static void usage(FILE *f)
                "  --epochs N          (default 3)\n"
                "  --batch N           global batch (default 64)\n"
                "  --lr X              learning rate (default: the optimizer's)\n"
+               "  --lr-schedule S     constant | step (x0.1 every --lr-step steps, default a third of the run)\n"
+               "                      | cosine (from --lr down towards 0 over the run) (default constant)\n"
+               "  --warmup N          steps of linear warmup before the schedule (default 0)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -74,6 +77,13 @@ static void complain(int rc, const char *message)
         fprintf(stderr, "train (rank %zu): %s\n", where.rank, message);
     else
         fprintf(stderr, "train: %s\n", message);
+}
+
+/* The schedule's step counts, from the run's steps in all. */
+static void schedule_steps(mirror_optimizer_desc *opt, const options *o, size_t total)
+{
+    if (opt->schedule == MIRROR_LR_STEP) opt->step_size = o->lr_step ? o->lr_step : total / 3 ? total / 3 : 1;
+    if (opt->schedule == MIRROR_LR_COSINE) opt->total_steps = total > o->warmup ? total : o->warmup + 1;
 }
 
 /* The per-epoch hook: sums the training time and samples for the final line. */
@@ -143,6 +153,7 @@ int main(int argc, char **argv)
                     train.count, train.count);
         o.batch = train.count;
     }
+    schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch, 0) * o.epochs);
     md.strategy = s;
     md.channels = train.channels, md.height = train.height, md.width = train.width;
     md.max_batch = o.batch;

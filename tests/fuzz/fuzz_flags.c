@@ -24,6 +24,9 @@ static void check_accepted(const options *o)
     ok &= ls->kind != MIRROR_SCALE_STATIC || (ls->init_scale >= 1.0f && ls->init_scale <= 1e30f);
     ok &= o->growth_interval <= UINT32_MAX && o->max_skips <= UINT32_MAX && o->report_nonfinite <= 1;
     ok &= !o->checkpoint_every || o->save;
+    ok &= (o->md.optimizer.schedule == MIRROR_LR_CONSTANT) == !strcmp(o->lr_schedule, "constant");
+    ok &= !o->lr_step || o->md.optimizer.schedule == MIRROR_LR_STEP;
+    ok &= o->md.optimizer.warmup == o->warmup && o->warmup <= UINT32_MAX;
     ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
           (!o->devices || o->devices[0]);
     if (!ok) abort();
