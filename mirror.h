@@ -521,6 +521,12 @@ typedef struct mirror_optimizer_desc {
     float min_lr;         /* MIRROR_LR_COSINE: in [0, lr] */
     float (*lr_fn)(void *user, uint64_t step); /* MIRROR_LR_CALLBACK: a rate >= 0 for step s */
     void *lr_user;
+    /* Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_), 0:
+       off. After the all-reduce and, in mixed precision, the unscaling,
+       before the update: the gradient of L2 norm n is multiplied by
+       min(1, clip_norm / (n + 1e-6)), the same on every replica.
+       mirror_last_grad_norm gives n; fit logs it. */
+    float clip_norm;
 } mirror_optimizer_desc;
 
 /* Where a model's weights, activations and gradients are stored. Mixed
@@ -574,6 +580,10 @@ typedef struct mirror_loss_scale_state {
     uint32_t last_skipped;      /* the last step was skipped */
     uint64_t skipped;           /* skipped steps in all */
     uint64_t applied;           /* optimizer steps applied (Adam's t) */
+    /* Gradient clipping (clip_norm > 0): the last step's reduced, unscaled
+       gradient's L2 norm and the factor the update multiplied it by. */
+    float grad_norm;
+    float clip; /* 0 until a step is clipped or not: then in (0, 1] */
 } mirror_loss_scale_state;
 
 typedef struct mirror_model_desc {
@@ -653,6 +663,10 @@ MIRROR_API int mirror_check_replicas(mirror_model *m);
 /* The learning rate the next step will use (the schedule's, see
    mirror_optimizer_desc); 0 on a NULL or unbuilt model. */
 MIRROR_API float mirror_current_lr(mirror_model *m);
+/* With gradient clipping (clip_norm > 0): the L2 norm of the last step's
+   reduced (and unscaled) gradient, before clipping; 0 without clipping or
+   before the first step. Waits for the device. */
+MIRROR_API float mirror_last_grad_norm(mirror_model *m);
 /* Optimizer steps taken (the t of Adam's bias correction); skipped steps
    do not count. In a mixed-precision model this waits for the device. */
 MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m);
@@ -782,6 +796,9 @@ typedef struct mirror_epoch_log {
     /* The learning rate of the epoch's last step; with a schedule or a
        warmup, fit's progress bar and epoch line show it. */
     double lr;
+    /* With gradient clipping: the last step's gradient norm before
+       clipping (the epoch line shows it); 0 otherwise. */
+    double grad_norm;
 } mirror_epoch_log;
 
 /* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED). */
@@ -1047,6 +1064,21 @@ MIRROR_HD static inline void mirror_hd_adam(float *w, float *m, float *v, float 
     *m = beta1 * *m + (1.0f - beta1) * g;
     *v = beta2 * *v + (1.0f - beta2) * g * g;
     *w -= (lr / bc1) * *m / (sqrtf(*v) / bc2_sqrt + eps);
+}
+
+/* Gradient clipping by global norm: the factor for a gradient of L2 norm
+   `norm`, min(1, max_norm / (norm + 1e-6)) (1 when max_norm is 0: off). */
+MIRROR_HD static inline float mirror_hd_clip_factor(float norm, float max_norm)
+{
+    float c = max_norm > 0.0f ? max_norm / (norm + 1e-6f) : 1.0f;
+    return c < 1.0f ? c : 1.0f; /* a NaN norm gives 1: that step is skipped anyway */
+}
+
+/* What an update multiplies the gradient by: the clipping factor of the
+   step in st, or 1 where nothing was clipped. */
+MIRROR_HD static inline float mirror_hd_clip_of(const mirror_loss_scale_state *st)
+{
+    return st->clip > 0.0f ? st->clip : 1.0f;
 }
 
 /* The learning rate of step s >= 1 under a schedule (see
@@ -1887,6 +1919,12 @@ typedef struct mirror__backend {
        mirror_hd_guard on st (found_nonfinite, kept set until the host
        clears it). */
     void (*check32)(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step);
+    /* Gradient clipping: the L2 norm of the reduced gradient g (fp32), or of
+       g16 unscaled by st->scale (mixed; g NULL), into st->grad_norm, and
+       mirror_hd_clip_factor of it into st->clip, which the updates apply.
+       Sums in a fixed order: every replica gets the same norm. */
+    void (*clip)(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n, int format,
+                 float max_norm);
     /* One launch over the whole flat parameter arena, doing nothing while
        guard->found_nonfinite is set. */
     void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
@@ -2228,16 +2266,49 @@ static void mirror__cpu_check32(void *dev, mirror_loss_scale_state *st, const fl
     mirror_hd_guard(st, mirror__all_finite(g, n), step);
 }
 
+/* The squares of g[begin, end) (or of g16 unscaled) in 8 float lanes,
+   which vectorise, added into a double at the end. */
+static double mirror__sum_squares(const float *g, const uint16_t *g16, size_t begin, size_t end, int format,
+                                  float inv_scale)
+{
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double sum = 0.0;
+    size_t i, j;
+    for (i = begin; i + 8 <= end; i += 8)
+        for (j = 0; j < 8; j++) {
+            float x = g ? g[i + j] : mirror_hd_unscale(g16[i + j], format, inv_scale);
+            lane[j] += x * x;
+        }
+    for (; i < end; i++) {
+        float x = g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale);
+        lane[0] += x * x;
+    }
+    for (j = 0; j < 8; j++) sum += lane[j];
+    return sum;
+}
+
+static void mirror__cpu_clip(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n,
+                             int format, float max_norm)
+{
+    double sum = 0.0;
+    float inv_scale = 1.0f / st->scale;
+    size_t i;
+    (void)dev;
+    for (i = 0; i < n; i += 1024) sum += mirror__sum_squares(g, g16, i, MIRROR__MIN(n, i + 1024), format, inv_scale);
+    st->grad_norm = (float)sqrt(sum);
+    st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
+}
+
 static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n,
                             const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
                             int nesterov)
 {
     size_t i;
-    float unused = 0.0f;
+    float unused = 0.0f, c = mirror_hd_clip_of(guard);
     (void)dev;
     if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
-        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i], lr, momentum, weight_decay, nesterov);
+        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i] * c, lr, momentum, weight_decay, nesterov);
 }
 
 static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
@@ -2245,10 +2316,11 @@ static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const floa
                              float weight_decay, int decoupled, float bc1, float bc2_sqrt)
 {
     size_t i;
+    float c = mirror_hd_clip_of(guard);
     (void)dev;
     if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
-        mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled,
+        mirror_hd_adam(&w[i], &m[i], &v[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled,
                        bc1, bc2_sqrt);
 }
 
@@ -2290,7 +2362,7 @@ static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, 
                                   float weight_decay, int nesterov)
 {
     size_t i;
-    float unused = 0.0f, inv_scale = 1.0f / st->scale;
+    float unused = 0.0f, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
     for (i = 0; i < n; i++)
@@ -2303,7 +2375,7 @@ static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint
                                    float beta1, float beta2, float eps, float weight_decay, int decoupled)
 {
     size_t i;
-    float bc1, bc2_sqrt, inv_scale = 1.0f / st->scale;
+    float bc1, bc2_sqrt, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
     mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
@@ -2351,6 +2423,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_mse,
     mirror__cpu_accumulate,
     mirror__cpu_check32,
+    mirror__cpu_clip,
     mirror__cpu_sgd,
     mirror__cpu_adam,
     mirror__cpu_set_precision,
@@ -3553,6 +3626,9 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
                              (double)o->lr, (double)o->momentum, (double)o->weight_decay,
                              (double)o->beta1, (double)o->beta2, (double)o->eps, o->nesterov);
     if ((rc = mirror__check_schedule(o, err))) return rc;
+    if (mirror__bad_float(o->clip_norm, 0.0f, 3.4e38f))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: clip_norm %g: a finite norm >= 0 (0: off)",
+                             (double)o->clip_norm);
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
     m = (mirror_model *)mirror__zalloc(1, sizeof *m);
     if (!m) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_model_create: out of memory");
@@ -4416,6 +4492,13 @@ MIRROR_API float mirror_current_lr(mirror_model *m)
     return lr;
 }
 
+MIRROR_API float mirror_last_grad_norm(mirror_model *m)
+{
+    mirror_loss_scale_state st;
+    if (!m || !m->built || m->desc.optimizer.clip_norm <= 0.0f || mirror__get_scaler(m, &st)) return 0.0f;
+    return st.grad_norm;
+}
+
 /* The fp32 update of parameters [off, off + n) of replica r from its
    reduced gradient, unless r's guard holds a non-finite step; bc1 and
    bc2_sqrt are Adam's bias corrections. */
@@ -4452,6 +4535,17 @@ static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off
     m->be->widen(r->dev, r->wide + off, r->work16 + off, n, f);
 }
 
+/* Gradient clipping, when asked: replica r's norm of the whole reduced
+   gradient (every replica holds it: the same sums, the same norm) and its
+   factor, which the update then applies. */
+static void mirror__clip(mirror_model *m, mirror__replica *r)
+{
+    float max_norm = m->desc.optimizer.clip_norm;
+    if (max_norm > 0.0f)
+        m->be->clip(r->dev, r->scaler, m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, m->nparams,
+                    m->format, max_norm);
+}
+
 /* Replica `worker` applies the optimizer to its own copy, with the reduced
    gradient: every replica the same update over every parameter. Each
    replica checks the whole reduced gradient first (the same on every
@@ -4465,10 +4559,12 @@ static void mirror__update_job(void *ctx, size_t worker)
     m->be->bind(r->dev);
     if (m->format) {
         m->be->check(r->dev, r->scaler, r->grad16, m->nparams, m->format);
+        mirror__clip(m, r);
         mirror__update_mixed(m, r, 0, m->nparams);
         return;
     }
     m->be->check32(r->dev, r->scaler, r->grads, m->nparams, m->steps);
+    mirror__clip(m, r);
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
     mirror__update_fp32(m, r, 0, m->nparams, bc1, bc2_sqrt);
 }
@@ -4547,11 +4643,13 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
     if (m->format) {
         r->scaler->found_nonfinite |= found;
+        mirror__clip(m, r);
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
+    mirror__clip(m, r);
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
     for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
@@ -6899,6 +6997,7 @@ static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr
         printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
     if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
     if (show_lr) printf("  lr %.3g", log->lr);
+    if (log->grad_norm > 0) printf("  grad_norm %.3g", log->grad_norm);
     printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
     fflush(stdout);
 }
@@ -7081,6 +7180,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         }
         log.elapsed = mirror__now() - start;
         log.lr = m->lr;
+        log.grad_norm = mirror_last_grad_norm(m);
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr);
         if (d.on_epoch && d.on_epoch(d.user, &log)) {
             rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);

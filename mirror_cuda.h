@@ -304,15 +304,44 @@ __global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, s
     if (!finite) mirror_hd_guard(st, 0, step);
 }
 
+/* Gradient clipping: one block sums the squares in a fixed order (each
+   thread a strided part in double, then a tree in shared memory), so the
+   norm is the same on every replica and every run; thread 0 writes it and
+   its factor into st. g16 (g NULL) is unscaled first. */
+__global__ void mirror__k_clip(mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n, int format,
+                               float max_norm)
+{
+    __shared__ double part[MIRROR__THREADS];
+    float inv_scale = 1.0f / st->scale;
+    double sum = 0.0;
+    size_t i;
+    unsigned k;
+    for (i = threadIdx.x; i < n; i += blockDim.x) {
+        double x = g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale);
+        sum += x * x;
+    }
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        st->grad_norm = (float)sqrt(part[0]);
+        st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
+    }
+}
+
 /* The fp32 updates return at once while the guard holds a non-finite step. */
 __global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
                               float lr, float momentum, float weight_decay, int nesterov)
 {
+    float c = mirror_hd_clip_of(guard);
     if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
     {
         float unused = 0.0f;
-        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i], lr, momentum, weight_decay, nesterov);
+        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i] * c, lr, momentum, weight_decay, nesterov);
     }
 }
 
@@ -320,9 +349,10 @@ __global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, siz
                                const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
                                float weight_decay, int decoupled, float bc1, float bc2_sqrt)
 {
+    float c = mirror_hd_clip_of(guard);
     if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
-    mirror_hd_adam(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
+    mirror_hd_adam(&w[i], &m[i], &v[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
 }
 
 /* Mixed precision. format: MIRROR_PRECISION_FP16 or _BF16. */
@@ -360,7 +390,7 @@ __global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uin
 {
     float inv_scale;
     if (st->found_nonfinite) return;
-    inv_scale = 1.0f / st->scale;
+    inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     MIRROR__FOR_EACH(i, n)
     {
         float unused = 0.0f;
@@ -379,7 +409,7 @@ __global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16
     if (st->found_nonfinite) return;
     if (threadIdx.x == 0) mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bias[0], &bias[1]);
     __syncthreads();
-    inv_scale = 1.0f / st->scale;
+    inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     MIRROR__FOR_EACH(i, n)
     mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
                          weight_decay, decoupled, bias[0], bias[1]);
@@ -708,6 +738,14 @@ static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const f
     MIRROR__LAUNCHED(d, "check32 kernel");
 }
 
+static void mirror__cuda_clip(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n,
+                              int format, float max_norm)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_clip<<<1, MIRROR__THREADS, 0, d->stream>>>(st, g, g16, n, format, max_norm);
+    MIRROR__LAUNCHED(d, "clip kernel");
+}
+
 static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n,
                              const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
                              int nesterov)
@@ -822,6 +860,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_mse,
     mirror__cuda_accumulate,
     mirror__cuda_check32,
+    mirror__cuda_clip,
     mirror__cuda_sgd,
     mirror__cuda_adam,
     mirror__cuda_set_precision,

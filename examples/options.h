@@ -16,7 +16,7 @@ typedef struct options {
     const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     int report_nonfinite;
-    double lr;
+    double lr, clip_norm;
     unsigned long long seed;
     /* What the flags set in the model desc: precision, loss scaling and
        the optimizer (its kind, momentum and learning rate). */
@@ -115,6 +115,9 @@ static int options_flag(options *o, const char *a, const char *v)
     /* a learning rate a float holds without becoming 0 or infinite */
     if (!strcmp(a, "--lr"))
         return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38", &o->lr);
+    if (!strcmp(a, "--clip-norm"))
+        return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38",
+                              &o->clip_norm);
     if (!strcmp(a, "--seed")) {
         rc = options_int(o, a, v, 0, ULLONG_MAX, &n);
         o->seed = n;
@@ -154,6 +157,7 @@ static int options_check(options *o)
     else if (!strcmp(o->optimizer, "adamw")) md->optimizer.kind = MIRROR_OPT_ADAMW;
     else return options_bad(o, "--optimizer", "sgd, momentum, adam or adamw", o->optimizer);
     md->optimizer.lr = (float)o->lr;
+    md->optimizer.clip_norm = (float)o->clip_norm;
     /* the schedule's step counts come from the data: the trainer sets them */
     if (!strcmp(o->lr_schedule, "step")) md->optimizer.schedule = MIRROR_LR_STEP;
     else if (!strcmp(o->lr_schedule, "cosine")) md->optimizer.schedule = MIRROR_LR_COSINE;

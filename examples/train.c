@@ -45,6 +45,7 @@ static void usage(FILE *f)
                "  --lr-schedule S     constant | step (x0.1 every --lr-step steps, default a third of the run)\n"
                "                      | cosine (from --lr down towards 0 over the run) (default constant)\n"
                "  --warmup N          steps of linear warmup before the schedule (default 0)\n"
+               "  --clip-norm X       clip the gradient to global L2 norm X (default: no clipping)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"

@@ -1,7 +1,9 @@
 /* test_optim.c - what shapes an update beyond the optimizer: learning-rate
    schedules (constant, step, cosine, warmup, a callback) against values
    computed by hand, applied to the parameters step by step, checked when
-   a model is created, and resumed exactly from a checkpoint. */
+   a model is created, and resumed exactly from a checkpoint; gradient
+   clipping by global norm against the norm and the update computed here,
+   on 1 to 3 replicas, in fp32 and fp16. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
@@ -132,6 +134,67 @@ static void test_applied(size_t replicas, mirror_lr_schedule kind)
     mirror_strategy_destroy(s);
 }
 
+/* Plain SGD with clipping at clip_norm: after each step the norm mirror
+   reports is the norm of the reduced gradient computed here, and every
+   parameter moved by lr * min(1, clip_norm / (norm + 1e-6)) * g. fp16: the
+   norm of the unscaled gradient (mirror_get_gradients unscales). */
+static void test_clip(size_t replicas, mirror_precision precision, float clip_norm)
+{
+    mirror_strategy *s = strategy(replicas);
+    mirror_model_desc md;
+    mirror_model *m = NULL;
+    float *before, *after, *g;
+    size_t n, i, k;
+    int norms = 1, moved = 1, clipped = 0;
+    memset(&md, 0, sizeof md);
+    md.strategy = s;
+    md.channels = 1, md.height = md.width = SIDE;
+    md.max_batch = BATCH;
+    md.seed = 9;
+    md.precision = precision;
+    md.optimizer.kind = MIRROR_OPT_SGD, md.optimizer.lr = 0.5f, md.optimizer.clip_norm = clip_norm;
+    if (mirror_model_create(&md, &m, NULL) == MIRROR_OK) {
+        mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
+        if (mirror_model_build(m)) mirror_model_destroy(m), m = NULL;
+    }
+    if (!m) {
+        CHECK(0, "model");
+        mirror_strategy_destroy(s);
+        return;
+    }
+    n = mirror_num_parameters(m);
+    before = (float *)malloc(n * sizeof(float)), after = (float *)malloc(n * sizeof(float));
+    g = (float *)malloc(n * sizeof(float));
+    for (k = 0; k < 6; k++) {
+        double sum = 0.0, norm;
+        float c;
+        mirror_get_parameters(m, 0, before, n);
+        if (step(m, k) != MIRROR_OK) moved = 0;
+        mirror_get_parameters(m, replicas - 1, after, n);
+        mirror_get_gradients(m, 0, g, n);
+        for (i = 0; i < n; i++) sum += (double)g[i] * g[i];
+        norm = sqrt(sum);
+        norms &= fabs(mirror_last_grad_norm(m) - norm) <= 1e-5 * norm;
+        c = mirror_hd_clip_factor((float)norm, clip_norm);
+        clipped += c < 1.0f;
+        for (i = 0; i < n; i++) {
+            float want = before[i] - 0.5f * (g[i] * c);
+            float tol = precision == MIRROR_PRECISION_FP32 ? 1e-6f : 1e-3f; /* fp16: the clipped unscale rounds */
+            moved &= fabsf(after[i] - want) <= tol * (1.0f + fabsf(want));
+        }
+    }
+    CHECK(norms, "%s, %zu replicas, clip %g: the reported norm is the reduced gradient's (last %g)",
+          mirror_precision_name(precision), replicas, (double)clip_norm, (double)mirror_last_grad_norm(m));
+    CHECK(moved, "%s, %zu replicas, clip %g: each step moved the parameters by lr * min(1, clip / norm) * g",
+          mirror_precision_name(precision), replicas, (double)clip_norm);
+    CHECK(clip_norm > 1.0f ? clipped == 0 : clipped == 6, "clip %g: %d of 6 steps clipped", (double)clip_norm,
+          clipped);
+    CHECK(mirror_check_replicas(m) == MIRROR_OK, "the replicas agree: %s", mirror_model_error(m));
+    free(before), free(after), free(g);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* Bad schedules are refused when the model is created; a callback's bad
    rate fails its step and changes nothing. */
 static void test_refused(void)
@@ -156,6 +219,9 @@ static void test_refused(void)
     o.schedule = MIRROR_LR_CALLBACK;
     CHECK(!model(s, &o, &err) && strstr(err.message, "lr_fn"), "a callback schedule without a callback: %s",
           err.message);
+    o.schedule = MIRROR_LR_CONSTANT, o.clip_norm = -1.0f;
+    CHECK(!model(s, &o, &err) && strstr(err.message, "clip_norm"), "a negative clip_norm: %s", err.message);
+    o.clip_norm = 0.0f;
     o.schedule = (mirror_lr_schedule)9;
     CHECK(!model(s, &o, &err) && strstr(err.message, "unknown schedule"), "an unknown schedule: %s", err.message);
     o.schedule = MIRROR_LR_CALLBACK, o.lr_fn = nan_at_three, o.warmup = 0;
@@ -233,6 +299,11 @@ int main(void)
         test_applied(r, MIRROR_LR_STEP);
         test_applied(r, MIRROR_LR_COSINE);
         test_applied(r, MIRROR_LR_CALLBACK);
+    }
+    for (r = 1; r <= 3; r++) {
+        test_clip(r, MIRROR_PRECISION_FP32, 0.05f);
+        test_clip(r, MIRROR_PRECISION_FP32, 100.0f);
+        test_clip(r, MIRROR_PRECISION_FP16, 0.05f);
     }
     test_refused();
     test_resume();

@@ -18,6 +18,7 @@ static void check_accepted(const options *o)
     int ok = o->model && o->optimizer && o->precision && o->epochs >= 1 && o->batch >= 1 && o->synthetic >= 1;
     ok &= !strcmp(o->model, "mlp") || !strcmp(o->model, "cnn");
     ok &= o->lr == 0.0 || (o->lr >= FLT_MIN && o->lr <= FLT_MAX && o->md.optimizer.lr > 0.0f);
+    ok &= o->clip_norm == 0.0 || (o->clip_norm >= FLT_MIN && o->md.optimizer.clip_norm > 0.0f);
     ok &= o->md.optimizer.kind == MIRROR_OPT_SGD || o->md.optimizer.kind == MIRROR_OPT_ADAM ||
           o->md.optimizer.kind == MIRROR_OPT_ADAMW;
     ok &= (o->md.precision == MIRROR_PRECISION_FP32) == !strcmp(o->precision, "fp32");
