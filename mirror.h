@@ -708,6 +708,13 @@ typedef struct mirror_metrics {
    in a row (mixed precision), had a non-finite loss or gradient and
    changed no parameter (see NON-FINITE VALUES). */
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
+/* Gradient accumulation (DDP's no_sync): one optimizer step over k
+   micro-batches (each n <= max_batch), the result of one step on all
+   their samples within float32 rounding. Forward and backward run on each
+   in turn and the gradients add up on every replica, without
+   communication; then one all-reduce and one update. out (may be NULL)
+   gets the metrics of all k. Memory is that of one micro-batch. */
+MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out);
 /* The summed metrics of the steps run with out NULL since the last take. */
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
 /* Forward only, split across replicas, in chunks of max_batch. */
@@ -810,7 +817,11 @@ typedef struct mirror_fit_desc {
     size_t epochs;        /* in all, counting initial_epoch */
     size_t initial_epoch; /* epochs already done (resume): shuffles continue */
     size_t initial_step;  /* steps of epoch initial_epoch already done (resume mid-epoch) */
-    size_t batch;         /* global batch */
+    size_t batch;         /* global batch (with accumulate: the micro-batch) */
+    /* Gradient accumulation: each optimizer step takes `accumulate`
+       micro-batches of `batch` (mirror_train_steps), so batch x accumulate
+       samples; 0 or 1: none. drop_remainder drops a last step of fewer. */
+    size_t accumulate;
     int drop_remainder;
     uint64_t shuffle_seed; /* 0: the model's seed */
     mirror_progress progress;
@@ -892,7 +903,9 @@ typedef struct mirror_checkpoint_info {
     uint64_t epoch_step;   /* its steps already done */
     uint64_t shuffle_seed; /* the permutation's seed (mirror_permutation) */
     /* The schedule the cursor counts in: resuming with another global
-       batch, dataset size or drop_remainder would replay other samples. */
+       batch (the samples of one optimizer step: fit's batch times its
+       accumulate), dataset size or drop_remainder would replay other
+       samples. */
     uint64_t batch, samples, drop_remainder;
 } mirror_checkpoint_info;
 
@@ -3458,6 +3471,7 @@ typedef struct mirror__job {
     size_t offset, n; /* the chunk: samples [offset, offset + n) of batch */
     float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
     int metrics_now;  /* read the loss back now, or leave it on the device */
+    int accumulate;   /* add the gradients to those of the micro-batches before */
     float *predict_out;
 } mirror__job;
 
@@ -4314,7 +4328,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
 }
 
 /* d = dLoss/d(output) in r->delta[0]; leaves dLoss/dW in r->grads. */
-static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
+static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
@@ -4329,8 +4343,10 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
     /* The weight gradients are written by GEMMs with beta 0 (a
        convolution's first chunk too), not added to: only the bias
        gradients, which accumulate, start from zero, and the whole arena
-       where an empty shard writes nothing. */
-    if (S == 0) be->zero(dev, r->grads, m->nparams * sizeof(float));
+       where an empty shard writes nothing. A micro-batch after the first
+       (accumulate) adds to what the others left: beta 1, nothing zeroed. */
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (S == 0 && !accumulate) be->zero(dev, r->grads, m->nparams * sizeof(float));
     for (i = m->nlayers; i-- > 0 && i >= first;) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
@@ -4342,8 +4358,8 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
         case MIRROR__DENSE:
             /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
                dx [S,F] = d [S,units] . W [units,F] */
-            be->gemm(dev, 1, 0, l->oc, l->c, S, 1.0f, d, l->oc, x, l->c, 0.0f, dW, l->c);
-            be->zero(dev, db, l->n_b * sizeof(float));
+            be->gemm(dev, 1, 0, l->oc, l->c, S, 1.0f, d, l->oc, x, l->c, beta, dW, l->c);
+            if (!accumulate) be->zero(dev, db, l->n_b * sizeof(float));
             be->bias_grad(dev, db, d, S, l->oc, 1);
             if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
             break;
@@ -4359,12 +4375,12 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S)
                     dn = r->perm;
                 }
                 be->im2col(dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-                be->gemm(dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, s ? 1.0f : 0.0f, dW, ckk);
+                be->gemm(dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, s ? 1.0f : beta, dW, ckk);
                 if (!need_dx) continue;
                 be->gemm(dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, r->col, nhw);
                 be->col2im(dev, dx + s * in, r->col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
             }
-            be->zero(dev, db, l->n_b * sizeof(float));
+            if (!accumulate) be->zero(dev, db, l->n_b * sizeof(float));
             be->bias_grad(dev, db, d, S, l->oc, hw);
             break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
@@ -4464,7 +4480,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
         return;
     }
     mirror__loss(m, r, job->inv_count, job->metrics_now);
-    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count);
+    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate);
 }
 
 // >>optimizers --------------------------------------------------------------
@@ -4836,27 +4852,42 @@ static int mirror__reduce_gradients(mirror_model *m, int rc)
     return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
 }
 
-static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+/* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
+   mirror_train_step): forward and backward on each, the gradients added
+   up on every replica without communication, each divided by the count of
+   all k, then one all-reduce and one update. */
+static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out,
+                               const char *what)
 {
     mirror_metrics sum = {0.0, 0, 0};
     mirror__job job;
+    size_t j, total = 0;
     int rc;
-    if ((rc = mirror__check_batch(m, b, "mirror_train_step", 1))) return rc;
-    if (b->n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_train_step: empty batch");
-    if (b->n > m->desc.max_batch)
-        return mirror__fail(m, MIRROR_ERR_CAPACITY,
-                            "mirror_train_step: batch of %zu exceeds max_batch %zu the arenas were "
-                            "sized for",
-                            b->n, m->desc.max_batch);
+    if (!micro || !k) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: no batch", what);
+    for (j = 0; j < k; j++) {
+        if ((rc = mirror__check_batch(m, &micro[j], what, 1))) return rc;
+        if (micro[j].n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch %zu is empty", what, j);
+        if (micro[j].n > m->desc.max_batch)
+            return mirror__fail(m, MIRROR_ERR_CAPACITY, "%s: batch of %zu exceeds max_batch %zu the arenas were sized for",
+                                what, micro[j].n, m->desc.max_batch);
+        total += micro[j].n;
+        if (total > ((size_t)1 << 40)) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: %zu batches of too many samples",
+                                                        what, k);
+    }
     memset(&job, 0, sizeof job);
     job.m = m;
     job.mode = MIRROR__TRAIN;
-    job.batch = b;
-    job.n = b->n;
-    job.inv_count = 1.0f / (float)b->n;
+    job.inv_count = 1.0f / (float)total; /* the gradient of the mean over all k */
     job.metrics_now = out != NULL;
-    mirror__run(&m->s->team, mirror__compute_job, &job);
-    if ((rc = mirror__reduce_gradients(m, mirror__device_status(m)))) return rc;
+    for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
+        job.batch = &micro[j];
+        job.n = micro[j].n;
+        job.accumulate = j > 0;
+        mirror__run(&m->s->team, mirror__compute_job, &job);
+        if (out) mirror__collect(m, &sum);
+        rc = mirror__device_status(m);
+    }
+    if ((rc = mirror__reduce_gradients(m, rc))) return rc;
     m->steps++;
     if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
         m->steps--;
@@ -4875,19 +4906,26 @@ static int mirror__train_step(mirror_model *m, const mirror_batch *b, mirror_met
         if (st.last_skipped) mirror__report_nonfinite(m, &st);
     }
     if (!out) {
-        m->untaken += b->n;
+        m->untaken += total;
         /* CPU replicas: the verdict costs no wait, so it comes at once */
-        return m->be == &mirror__cpu_backend ? mirror__scaler_verdict(m, "mirror_train_step") : MIRROR_OK;
+        return m->be == &mirror__cpu_backend ? mirror__scaler_verdict(m, what) : MIRROR_OK;
     }
-    mirror__collect(m, &sum);
     if ((rc = mirror__sum_processes(m, &sum))) return rc;
     *out = sum;
-    return mirror__scaler_verdict(m, "mirror_train_step");
+    return mirror__scaler_verdict(m, what);
 }
 
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
-    MIRROR__LOCKED(m, "mirror_train_step", mirror__train_step(m, b, out));
+    if (!b) return mirror__check_batch(m, b, "mirror_train_step", 1);
+    {
+        MIRROR__LOCKED(m, "mirror_train_step", mirror__train_micro(m, b, 1, out, "mirror_train_step"));
+    }
+}
+
+MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_train_steps", mirror__train_micro(m, micro, k, out, "mirror_train_steps"));
 }
 
 /* FNV-1a, 64 bits, of n bytes, continuing from h. */
@@ -7023,7 +7061,7 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
     at.epoch = step < steps ? epoch : epoch + 1;
     at.epoch_step = step < steps ? step : 0;
     at.shuffle_seed = d->shuffle_seed;
-    at.batch = d->batch;
+    at.batch = d->batch * d->accumulate; /* the samples of one optimizer step */
     at.samples = d->train->count;
     at.drop_remainder = d->drop_remainder != 0;
     return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
@@ -7057,7 +7095,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror_batch all;
     mirror_epoch_log log;
     mirror_metrics dropped;
-    size_t *perm, epoch, step, steps, ran = 0, verdict;
+    size_t *perm, epoch, step, steps, ran = 0, verdict, per_step;
+    mirror_batch *micro;
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
     int rc = MIRROR_OK, bar, timed, shows_lr;
@@ -7080,6 +7119,11 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (d.batch > m->desc.max_batch)
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_fit: batch %zu exceeds max_batch %zu", d.batch,
                             m->desc.max_batch);
+    if (!d.accumulate) d.accumulate = 1;
+    if (d.accumulate > ((size_t)1 << 20) || d.batch * d.accumulate > ((size_t)1 << 40))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: accumulate %zu: at most 2^20 micro-batches of %zu",
+                            d.accumulate, d.batch);
+    per_step = d.batch * d.accumulate;
     if ((int)d.progress < 0 || d.progress > MIRROR_PROGRESS_NONE)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
     if (d.progress == MIRROR_PROGRESS_AUTO)
@@ -7089,10 +7133,10 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     shows_lr = m->desc.optimizer.schedule != MIRROR_LR_CONSTANT || m->desc.optimizer.warmup; /* a rate that changes */
     /* Metrics are read across processes: at the same steps in each, never by the clock. */
     timed = bar && m->s->processes == 1;
-    steps = mirror_num_batches(d.train->count, d.batch, d.drop_remainder);
+    steps = mirror_num_batches(d.train->count, per_step, d.drop_remainder);
     if (!steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
-                            d.train->count, d.batch);
+                            d.train->count, per_step);
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
                             d.initial_step, steps);
@@ -7105,7 +7149,10 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     }
     verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
     perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
-    if (!perm) {
+    micro = (mirror_batch *)mirror__alloc(d.accumulate, sizeof(mirror_batch));
+    if (!perm || !micro) {
+        MIRROR_FREE(perm);
+        MIRROR_FREE(micro);
         mirror__fit_unlock(m);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
@@ -7128,15 +7175,15 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         log.skipped = 0;
         mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
         for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
-            mirror_batch b;
             mirror_metrics taken;
+            size_t k, at;
             if (mirror__fit_stop_asked(m, &d)) { /* before the step: it is the one to resume at */
                 rc = mirror__fit_stop(m, &d, epoch, step, steps, bar);
                 break;
             }
-            mirror__batch_of(&b, d.train, perm + step * d.batch,
-                             MIRROR__MIN(d.batch, d.train->count - step * d.batch));
-            if ((rc = mirror_train_step(m, &b, NULL))) break; /* metrics stay on the device */
+            for (k = 0, at = step * per_step; k < d.accumulate && at < d.train->count; k++, at += d.batch)
+                mirror__batch_of(&micro[k], d.train, perm + at, MIRROR__MIN(d.batch, d.train->count - at));
+            if ((rc = mirror_train_steps(m, micro, k, NULL))) break; /* metrics stay on the device */
             ran++;
             /* Metrics at the epoch's end and for the bar; also every
                `verdict` steps, where the scaler or the fp32 guard is read,
@@ -7193,6 +7240,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror__fit_unlock(m);
     m->stop = NULL;
     MIRROR_FREE(perm);
+    MIRROR_FREE(micro);
     if (last) *last = log;
     return rc;
 }

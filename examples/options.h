@@ -15,6 +15,7 @@
 typedef struct options {
     const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
+    size_t accumulate; /* micro-batches of `batch` per optimizer step */
     int report_nonfinite;
     double lr, clip_norm;
     unsigned long long seed;
@@ -35,7 +36,7 @@ static void options_defaults(options *o)
 {
     memset(o, 0, sizeof *o);
     o->model = "cnn", o->optimizer = "adam", o->precision = "fp32", o->lr_schedule = "constant";
-    o->epochs = 3, o->batch = 64, o->synthetic = 10000, o->seed = 1;
+    o->epochs = 3, o->batch = 64, o->synthetic = 10000, o->seed = 1, o->accumulate = 1;
 }
 
 /* A usage error: the flag, what it needs, what it got (cut to fit). */
@@ -102,6 +103,11 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
     if (!strcmp(a, "--lr-schedule")) return options_text(o, a, v, &o->lr_schedule);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
+    if (!strcmp(a, "--accumulate")) {
+        rc = options_int(o, a, v, 1, 1 << 20, &n);
+        o->accumulate = (size_t)n;
+        return rc;
+    }
     if (!strcmp(a, "--warmup")) {
         rc = options_int(o, a, v, 0, UINT32_MAX, &n);
         o->warmup = (size_t)n;

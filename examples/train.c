@@ -40,7 +40,8 @@ static void usage(FILE *f)
                "  --replicas N        replicas in sync (default: one per core, or $MIRROR_DEVICES)\n"
                "  --devices LIST      device list, e.g. cpu:4\n"
                "  --epochs N          (default 3)\n"
-               "  --batch N           global batch (default 64)\n"
+               "  --batch N           global batch (default 64); with --accumulate, the micro-batch\n"
+               "  --accumulate K      K micro-batches of --batch per optimizer step, one all-reduce (default 1)\n"
                "  --lr X              learning rate (default: the optimizer's)\n"
                "  --lr-schedule S     constant | step (x0.1 every --lr-step steps, default a third of the run)\n"
                "                      | cosine (from --lr down towards 0 over the run) (default constant)\n"
@@ -154,7 +155,7 @@ int main(int argc, char **argv)
                     train.count, train.count);
         o.batch = train.count;
     }
-    schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch, 0) * o.epochs);
+    schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch * o.accumulate, 0) * o.epochs);
     md.strategy = s;
     md.channels = train.channels, md.height = train.height, md.width = train.width;
     md.max_batch = o.batch;
@@ -181,11 +182,12 @@ int main(int argc, char **argv)
         }
         say("resume: %s, step %llu, epoch %llu step %llu\n", o.resume, (unsigned long long)at.step,
             (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step);
-        if (at.batch && (at.batch != o.batch || at.samples != train.count || at.drop_remainder)) {
+        if (at.batch && (at.batch != o.batch * o.accumulate || at.samples != train.count || at.drop_remainder)) {
             if (where.rank == 0)
                 fprintf(stderr,
                         "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
-                        (unsigned long long)at.batch, (unsigned long long)at.samples, o.batch, train.count);
+                        (unsigned long long)at.batch, (unsigned long long)at.samples, o.batch * o.accumulate,
+                        train.count);
             rc = 1;
             goto out;
         }
@@ -199,6 +201,7 @@ int main(int argc, char **argv)
     fd.initial_step = (size_t)at.epoch_step;
     fd.shuffle_seed = at.shuffle_seed;
     fd.batch = o.batch;
+    fd.accumulate = o.accumulate;
     fd.on_epoch = on_epoch;
     fd.user = &sums;
     fd.checkpoint = o.save;

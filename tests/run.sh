@@ -102,7 +102,8 @@ if [ -x "$BUILD/train" ]; then
         "--lr nan" "--lr 1e39" "--seed -1" "--seed 1x" "--growth-interval 4294967296" "--max-skips 0" \
         "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16" "--data ''" \
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
-        "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf"; do
+        "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
+        "--accumulate 2000000"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
@@ -119,6 +120,8 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --lr-schedule cosine --warmup 5 >'$tmp/cos.out' && grep -q '^epoch 1/2 .* lr 0.000[1-9][0-9]* ' '$tmp/cos.out' && grep '^epoch 2/2 ' '$tmp/cos.out' | sed 's/.* lr \\([^ ]*\\) .*/\\1/' | awk '{ exit !(\$1 < 1e-5) }'"
     check "build/train --clip-norm 0.5: the gradient norm in each epoch line" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --clip-norm 0.5 | grep -q '^epoch 1/1 .* grad_norm [0-9]'"
+    check "build/train --batch 25 --accumulate 4 ends where --batch 100 does (the final: line up to the throughput)" sh -c \
+        "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 100 | grep '^final:' | sed 's/ samples_per_s.*//' >'$tmp/b100' && $BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 25 --accumulate 4 | grep '^final:' | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/b100'"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi

@@ -3,7 +3,8 @@
    computed by hand, applied to the parameters step by step, checked when
    a model is created, and resumed exactly from a checkpoint; gradient
    clipping by global norm against the norm and the update computed here,
-   on 1 to 3 replicas, in fp32 and fp16. */
+   on 1 to 3 replicas, in fp32 and fp16; gradient accumulation against one
+   step on all the samples, by hand and through fit. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
@@ -195,6 +196,119 @@ static void test_clip(size_t replicas, mirror_precision precision, float clip_no
     mirror_strategy_destroy(s);
 }
 
+/* The largest difference between the parameters of a and b, relative. */
+static double apart(mirror_model *a, mirror_model *b)
+{
+    size_t n = mirror_num_parameters(a), i;
+    float *pa = (float *)malloc(n * sizeof(float)), *pb = (float *)malloc(n * sizeof(float));
+    double worst = 0.0;
+    mirror_get_parameters(a, 0, pa, n), mirror_get_parameters(b, 0, pb, n);
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)pa[i] - pb[i]) / (1.0 + fabs((double)pb[i]));
+        if (d > worst) worst = d;
+    }
+    free(pa), free(pb);
+    return worst;
+}
+
+static mirror_model *adam_model(mirror_strategy *s, size_t max_batch)
+{
+    mirror_model_desc md;
+    mirror_model *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.strategy = s;
+    md.channels = 1, md.height = md.width = SIDE;
+    md.max_batch = max_batch;
+    md.seed = 4;
+    md.optimizer.kind = MIRROR_OPT_ADAM, md.optimizer.lr = 0.003f;
+    if (mirror_model_create(&md, &m, NULL)) return NULL;
+    mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
+    if (mirror_model_build(m)) mirror_model_destroy(m), m = NULL;
+    return m;
+}
+
+/* 10 steps of mirror_train_steps over micro-batches of 10, 7, 13 and 2
+   samples (uneven, some smaller than the replicas) against 10 steps of one
+   batch of the same 32 samples: the same parameters within float32
+   rounding, the same metrics; a model of max_batch 13 does what needs 32. */
+static void test_accumulate(size_t replicas)
+{
+    static const size_t sizes[4] = {10, 7, 13, 2};
+    mirror_strategy *s = strategy(replicas);
+    mirror_model *big = adam_model(s, 32), *small = adam_model(s, 13);
+    mirror_batch micro[4], all;
+    mirror_metrics mb, ms;
+    size_t k, j, at;
+    int ok = 1;
+    if (!big || !small) {
+        CHECK(0, "models");
+        goto out;
+    }
+    for (k = 0; k < 10; k++) {
+        size_t first = (k * 32) % (SAMPLES - 32);
+        memset(&all, 0, sizeof all);
+        all.x = data.x + first * SIDE * SIDE, all.labels = data.labels + first, all.n = 32;
+        for (j = 0, at = first; j < 4; at += sizes[j], j++) {
+            memset(&micro[j], 0, sizeof micro[j]);
+            micro[j].x = data.x + at * SIDE * SIDE, micro[j].labels = data.labels + at, micro[j].n = sizes[j];
+        }
+        ok &= mirror_train_step(big, &all, &mb) == MIRROR_OK && mirror_train_steps(small, micro, 4, &ms) == MIRROR_OK;
+        ok &= ms.count == 32 && ms.correct == mb.correct && fabs(ms.loss_sum - mb.loss_sum) <= 1e-4 * mb.loss_sum;
+    }
+    CHECK(ok, "%zu replicas: 10 steps of 4 accumulated micro-batches: the metrics of one batch of 32 (%s)", replicas,
+          mirror_model_error(small));
+    CHECK(apart(small, big) <= 1e-5, "%zu replicas: parameters within 1e-5 of the large batch's (%.2g apart)", replicas,
+          apart(small, big));
+    CHECK(mirror_optimizer_steps(small) == 10 && mirror_check_replicas(small) == MIRROR_OK,
+          "10 optimizer steps, the replicas equal");
+    micro[1].n = 14;
+    CHECK(mirror_train_steps(small, micro, 4, NULL) == MIRROR_ERR_CAPACITY, "a micro-batch beyond max_batch");
+    micro[1].n = 0;
+    CHECK(mirror_train_steps(small, micro, 4, NULL) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(small), "batch 1"),
+          "an empty micro-batch: %s", mirror_model_error(small));
+    CHECK(mirror_train_steps(small, micro, 0, NULL) == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(small) == 10,
+          "no micro-batch; none of the refused calls took a step");
+out:
+    mirror_model_destroy(big);
+    mirror_model_destroy(small);
+    mirror_strategy_destroy(s);
+}
+
+/* fit with micro-batches of 8, accumulate 4, against fit with batches of
+   32: the same steps and samples per epoch, parameters within rounding,
+   and a checkpoint cursor that counts samples per optimizer step. */
+static void test_fit_accumulate(void)
+{
+    mirror_strategy *s = strategy(2);
+    mirror_model *big = adam_model(s, 32), *small = adam_model(s, 8);
+    mirror_fit_desc fd;
+    mirror_epoch_log lb, ls;
+    mirror_checkpoint_info at;
+    char path[256];
+    if (!big || !small) {
+        CHECK(0, "models");
+        goto out;
+    }
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 2, fd.batch = 32, fd.progress = MIRROR_PROGRESS_NONE;
+    CHECK(mirror_fit(big, &fd, &lb) == MIRROR_OK, "fit, batch 32");
+    fd.batch = 8, fd.accumulate = 4;
+    fd.checkpoint = path_in(path, "accumulate.ckpt");
+    CHECK(mirror_fit(small, &fd, &ls) == MIRROR_OK, "fit, batch 8, accumulate 4: %s", mirror_model_error(small));
+    CHECK(ls.steps == lb.steps && ls.steps == 3 && ls.samples == SAMPLES && mirror_optimizer_steps(small) == 6,
+          "3 steps of 32 samples an epoch either way (%zu steps, %zu samples)", ls.steps, ls.samples);
+    CHECK(fabs(ls.train_loss - lb.train_loss) <= 1e-5 && apart(small, big) <= 1e-5,
+          "the same loss (%.6f, %.6f) and parameters within 1e-5 (%.2g)", ls.train_loss, lb.train_loss,
+          apart(small, big));
+    CHECK(mirror_checkpoint_load(small, path, 0, &at) == MIRROR_OK && at.batch == 32 && at.epoch == 2,
+          "the checkpoint's cursor counts 32 samples a step (%llu)", (unsigned long long)at.batch);
+out:
+    mirror_model_destroy(big);
+    mirror_model_destroy(small);
+    mirror_strategy_destroy(s);
+}
+
 /* Bad schedules are refused when the model is created; a callback's bad
    rate fails its step and changes nothing. */
 static void test_refused(void)
@@ -305,6 +419,8 @@ int main(void)
         test_clip(r, MIRROR_PRECISION_FP32, 100.0f);
         test_clip(r, MIRROR_PRECISION_FP16, 0.05f);
     }
+    for (r = 1; r <= 3; r++) test_accumulate(r);
+    test_fit_accumulate();
     test_refused();
     test_resume();
     mirror_dataset_free(&data);

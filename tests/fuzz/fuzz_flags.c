@@ -28,6 +28,7 @@ static void check_accepted(const options *o)
     ok &= (o->md.optimizer.schedule == MIRROR_LR_CONSTANT) == !strcmp(o->lr_schedule, "constant");
     ok &= !o->lr_step || o->md.optimizer.schedule == MIRROR_LR_STEP;
     ok &= o->md.optimizer.warmup == o->warmup && o->warmup <= UINT32_MAX;
+    ok &= o->accumulate >= 1 && o->accumulate <= 1 << 20;
     ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
           (!o->devices || o->devices[0]);
     if (!ok) abort();
