@@ -296,12 +296,13 @@
 
       POSIX only (pthreads). Mixed precision rounds activations to 16 bits
       but keeps them in fp32-sized slots. Layers: dense, conv2d, relu,
-      maxpool2d, flatten; losses: softmax cross-entropy and mean squared
-      error. A model is a sequence of layers.
+      tanh, sigmoid, gelu, maxpool2d, flatten; losses: softmax cross-entropy
+      and mean squared error. A model is a sequence of layers.
 
    REVISION HISTORY
 
-      0.5  several processes over MPI (MIRROR_MPI).
+      0.5  several processes over MPI (MIRROR_MPI); learning-rate schedules,
+           gradient clipping and accumulation; tanh, sigmoid and GELU.
       0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
@@ -622,6 +623,11 @@ MIRROR_API int mirror_conv2d(mirror_model *m, size_t filters, size_t kernel, siz
                              size_t padding);
 /* y = max(0, x), any shape. */
 MIRROR_API int mirror_relu(mirror_model *m);
+/* Smooth activations, elementwise, any shape: tanh; sigmoid 1 / (1 + e^-x);
+   GELU x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (PyTorch's exact GELU). */
+MIRROR_API int mirror_tanh(mirror_model *m);
+MIRROR_API int mirror_sigmoid(mirror_model *m);
+MIRROR_API int mirror_gelu(mirror_model *m);
 /* y[c,i,j] = max over the window x[c, s*i .. s*i+k-1, s*j .. s*j+k-1].
    x [B,C,H,W] -> y [B,C,Ho,Wo], Ho = (H - k)/s + 1 (no padding). */
 MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride);
@@ -964,6 +970,21 @@ MIRROR_HD static inline float mirror_hd_relu(float x) { return x <= 0.0f ? 0.0f 
 /* dx = dy where the output was positive or NaN; y = relu(x), so this is
    x > 0 or NaN (torch's threshold_backward). */
 MIRROR_HD static inline float mirror_hd_relu_grad(float y, float dy) { return y <= 0.0f ? 0.0f : dy; }
+
+/* The smooth activations and their gradients: tanh' = 1 - y^2 and
+   sigmoid' = y (1 - y) from the output y; GELU's from the input x:
+   Phi(x) + x phi(x), phi the standard normal density. */
+MIRROR_HD static inline float mirror_hd_tanh(float x) { return tanhf(x); }
+MIRROR_HD static inline float mirror_hd_tanh_grad(float y, float dy) { return dy * (1.0f - y * y); }
+MIRROR_HD static inline float mirror_hd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MIRROR_HD static inline float mirror_hd_sigmoid_grad(float y, float dy) { return dy * y * (1.0f - y); }
+MIRROR_HD static inline float mirror_hd_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+MIRROR_HD static inline float mirror_hd_gelu_grad(float x, float dy)
+{
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
 
 /* Max pooling over a k x k window whose rows lie `row` floats apart, from
    x (its corner): the maximum, with *at its offset from x; the first of
@@ -1859,6 +1880,21 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
 #endif
 }
 
+/* The layer kinds (the backend's activations take one). */
+typedef enum mirror__kind {
+    MIRROR__DENSE = 1,
+    MIRROR__CONV2D,
+    MIRROR__RELU,
+    MIRROR__MAXPOOL2D,
+    MIRROR__FLATTEN,
+    MIRROR__TANH,
+    MIRROR__SIGMOID,
+    MIRROR__GELU
+} mirror__kind;
+
+static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
+                                                 "tanh", "sigmoid", "gelu"};
+
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
    never touch replica memory themselves; they call these, so a backend is
@@ -1903,6 +1939,10 @@ typedef struct mirror__backend {
     void (*relu_forward)(void *dev, float *y, const float *x, size_t n);
     /* in place: d = d where y > 0, else 0 */
     void (*relu_backward)(void *dev, float *d, const float *y, size_t n);
+    /* The smooth activations (kind: a mirror__kind, MIRROR__TANH, _SIGMOID
+       or _GELU): y = f(x); backward d = d * f'(x) in place, from x or y. */
+    void (*act_forward)(void *dev, int kind, float *y, const float *x, size_t n);
+    void (*act_backward)(void *dev, int kind, float *d, const float *x, const float *y, size_t n);
     /* n samples: x [n,C,H,W] -> col [C*k*k, n*Ho*Wo] (sample s at columns
        s*Ho*Wo ...), and col2im's sum back into x (overwritten). */
     void (*im2col)(void *dev, float *col, const float *x, size_t n, size_t c, size_t h, size_t w,
@@ -2105,6 +2145,31 @@ static void mirror__cpu_relu_backward(void *dev, float *d, const float *y, size_
     size_t i;
     (void)dev;
     for (i = 0; i < n; i++) d[i] = mirror_hd_relu_grad(y[i], d[i]);
+}
+
+/* One loop per kind, so that each vectorises. */
+static void mirror__cpu_act_forward(void *dev, int kind, float *y, const float *x, size_t n)
+{
+    size_t i;
+    (void)dev;
+    if (kind == MIRROR__TANH)
+        for (i = 0; i < n; i++) y[i] = mirror_hd_tanh(x[i]);
+    else if (kind == MIRROR__SIGMOID)
+        for (i = 0; i < n; i++) y[i] = mirror_hd_sigmoid(x[i]);
+    else
+        for (i = 0; i < n; i++) y[i] = mirror_hd_gelu(x[i]);
+}
+
+static void mirror__cpu_act_backward(void *dev, int kind, float *d, const float *x, const float *y, size_t n)
+{
+    size_t i;
+    (void)dev;
+    if (kind == MIRROR__TANH)
+        for (i = 0; i < n; i++) d[i] = mirror_hd_tanh_grad(y[i], d[i]);
+    else if (kind == MIRROR__SIGMOID)
+        for (i = 0; i < n; i++) d[i] = mirror_hd_sigmoid_grad(y[i], d[i]);
+    else
+        for (i = 0; i < n; i++) d[i] = mirror_hd_gelu_grad(x[i], d[i]);
 }
 
 /* The input row of output row o at kernel row ki, or -1 in the padding. */
@@ -2427,6 +2492,8 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_bias_grad,
     mirror__cpu_relu_forward,
     mirror__cpu_relu_backward,
+    mirror__cpu_act_forward,
+    mirror__cpu_act_backward,
     mirror__cpu_im2col,
     mirror__cpu_col2im,
     mirror__cpu_permute,
@@ -3377,17 +3444,6 @@ MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err)
 
 #define MIRROR__MAX_LAYERS 64
 
-typedef enum mirror__kind {
-    MIRROR__DENSE = 1,
-    MIRROR__CONV2D,
-    MIRROR__RELU,
-    MIRROR__MAXPOOL2D,
-    MIRROR__FLATTEN
-} mirror__kind;
-
-static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d",
-                                                 "flatten"};
-
 typedef struct mirror__layer {
     mirror__kind kind;
     size_t c, h, w;         /* input shape of one sample */
@@ -3722,7 +3778,7 @@ static int mirror__add(mirror_model *m, mirror__layer *l)
         l->oc = l->c * l->h * l->w;
         l->oh = l->ow = 1;
         break;
-    default: /* relu */
+    default: /* relu and the other activations */
         l->oc = l->c;
         l->oh = l->h;
         l->ow = l->w;
@@ -3779,6 +3835,9 @@ MIRROR_API int mirror_conv2d(mirror_model *m, size_t filters, size_t kernel, siz
 }
 
 MIRROR_API int mirror_relu(mirror_model *m) { return mirror__add_layer(m, MIRROR__RELU, 0, 0, 0, 0); }
+MIRROR_API int mirror_tanh(mirror_model *m) { return mirror__add_layer(m, MIRROR__TANH, 0, 0, 0, 0); }
+MIRROR_API int mirror_sigmoid(mirror_model *m) { return mirror__add_layer(m, MIRROR__SIGMOID, 0, 0, 0, 0); }
+MIRROR_API int mirror_gelu(mirror_model *m) { return mirror__add_layer(m, MIRROR__GELU, 0, 0, 0, 0); }
 
 MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride)
 {
@@ -3806,6 +3865,12 @@ static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
 }
 
 static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
+
+/* tanh, sigmoid and GELU: activations whose outputs are new values. */
+static int mirror__smooth(const mirror__layer *l)
+{
+    return l->kind == MIRROR__TANH || l->kind == MIRROR__SIGMOID || l->kind == MIRROR__GELU;
+}
 
 /* Samples per convolution GEMM for this model: the backend's, at most a shard. */
 static size_t mirror__conv_chunk(const mirror_model *m)
@@ -4320,10 +4385,13 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
                                 l->stride, l->oh, l->ow);
             break;
         case MIRROR__FLATTEN: break; /* y is x */
+        case MIRROR__TANH:
+        case MIRROR__SIGMOID:
+        case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
         }
         /* Mixed precision: stored in 16 bits (relu, maxpool and flatten
            only move 16-bit values, which stay exact). */
-        if (m->format && l->n_w) be->round(dev, y, S * out, m->format);
+        if (m->format && (l->n_w || mirror__smooth(l))) be->round(dev, y, S * out, m->format);
     }
 }
 
@@ -4384,6 +4452,12 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             be->bias_grad(dev, db, d, S, l->oc, hw);
             break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
+        case MIRROR__TANH:
+        case MIRROR__SIGMOID:
+        case MIRROR__GELU: /* in place, rounded to 16 bits in mixed precision */
+            be->act_backward(dev, (int)l->kind, d, x, mirror__act(r, l), S * out);
+            if (m->format) be->round(dev, d, S * out, m->format);
+            continue;
         case MIRROR__MAXPOOL2D:
             be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
                                  l->k, l->stride, l->oh, l->ow);

@@ -190,6 +190,22 @@ __global__ void mirror__k_relu_backward(float *d, const float *y, size_t n)
     MIRROR__FOR_EACH(i, n) d[i] = mirror_hd_relu_grad(y[i], d[i]);
 }
 
+/* The smooth activations: kind is MIRROR__TANH, _SIGMOID or _GELU. */
+__global__ void mirror__k_act_forward(int kind, float *y, const float *x, size_t n)
+{
+    MIRROR__FOR_EACH(i, n)
+    y[i] = kind == MIRROR__TANH ? mirror_hd_tanh(x[i]) : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid(x[i])
+                                                                                 : mirror_hd_gelu(x[i]);
+}
+
+__global__ void mirror__k_act_backward(int kind, float *d, const float *x, const float *y, size_t n)
+{
+    MIRROR__FOR_EACH(i, n)
+    d[i] = kind == MIRROR__TANH      ? mirror_hd_tanh_grad(y[i], d[i])
+           : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid_grad(y[i], d[i])
+                                     : mirror_hd_gelu_grad(x[i], d[i]);
+}
+
 /* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p] */
 __global__ void mirror__k_im2col(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
                                  size_t stride, size_t pad, size_t ho, size_t wo)
@@ -655,6 +671,22 @@ static void mirror__cuda_relu_backward(void *dev, float *dd, const float *y, siz
     MIRROR__LAUNCHED(d, "relu_backward kernel");
 }
 
+static void mirror__cuda_act_forward(void *dev, int kind, float *y, const float *x, size_t n)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_act_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, y, x, n);
+    MIRROR__LAUNCHED(d, "act_forward kernel");
+}
+
+static void mirror__cuda_act_backward(void *dev, int kind, float *dd, const float *x, const float *y, size_t n)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    mirror__k_act_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, dd, x, y, n);
+    MIRROR__LAUNCHED(d, "act_backward kernel");
+}
+
 static void mirror__cuda_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h, size_t w,
                                 size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
@@ -851,6 +883,8 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_bias_grad,
     mirror__cuda_relu_forward,
     mirror__cuda_relu_backward,
+    mirror__cuda_act_forward,
+    mirror__cuda_act_backward,
     mirror__cuda_im2col,
     mirror__cuda_col2im,
     mirror__cuda_permute,

@@ -396,6 +396,30 @@ static void test_gradients(void)
     fd_check(&c, 1);
     fd_end(&c);
 
+    /* the smooth activations: dense -> tanh -> dense -> gelu -> dense -> sigmoid, MSE */
+    c = fd_begin("smooth-mlp/mse", 5, 1, 1, MIRROR_LOSS_MSE, 18, 4);
+    mirror_dense(c.m, 6);
+    mirror_tanh(c.m);
+    mirror_dense(c.m, 5);
+    mirror_gelu(c.m);
+    mirror_dense(c.m, 3);
+    mirror_sigmoid(c.m);
+    fd_setup(&c, 4, 1);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* conv -> gelu -> conv -> tanh -> flatten -> dense, CE */
+    c = fd_begin("smooth-cnn/ce", 2, 5, 5, MIRROR_LOSS_SOFTMAX_CE, 19, 3);
+    mirror_conv2d(c.m, 3, 3, 1, 1);
+    mirror_gelu(c.m);
+    mirror_conv2d(c.m, 2, 3, 2, 0);
+    mirror_tanh(c.m);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 3, 0);
+    fd_check(&c, 0);
+    fd_end(&c);
+
     /* plain dense MLP, MSE */
     c = fd_begin("mlp/mse", 4, 1, 1, MIRROR_LOSS_MSE, 17, 4);
     mirror_dense(c.m, 5);
@@ -407,8 +431,9 @@ static void test_gradients(void)
 }
 
 /* The reduced gradient is the mean over the global batch whatever the split,
-   empty shards included: cpu:3 against cpu:1 on the same model and batch. */
-static void test_gradient_replicas(void)
+   empty shards included: cpu:3 against cpu:1 on the same model and batch,
+   with relu, and with gelu, tanh and sigmoid (smooth). */
+static void test_gradient_replicas(int smooth)
 {
     static const size_t batches[2] = {5, 2}; /* 2,2,1 and 1,1,0 */
     size_t bi;
@@ -433,10 +458,12 @@ static void test_gradient_replicas(void)
             md.seed = 21;
             if (mirror_model_create(&md, &m[k], NULL)) die("replicas", "model");
             mirror_conv2d(m[k], 3, 3, 1, 1);
-            mirror_relu(m[k]);
+            smooth ? mirror_gelu(m[k]) : mirror_relu(m[k]);
             mirror_maxpool2d(m[k], 2, 2);
             mirror_flatten(m[k]);
+            if (smooth) mirror_dense(m[k], 4), mirror_tanh(m[k]);
             mirror_dense(m[k], 2);
+            if (smooth) mirror_sigmoid(m[k]);
             CHECK(mirror_model_build(m[k]) == MIRROR_OK, "replicas: build: %s", mirror_model_error(m[k]));
             np = mirror_num_parameters(m[k]);
             g[k] = (float *)xmalloc(np * sizeof(float));
@@ -455,7 +482,8 @@ static void test_gradient_replicas(void)
         }
         for (i = 0; i < np; i++)
             if (!close_to(g[1][i], g[0][i], 1e-6, 1e-5)) bad++;
-        CHECK(bad == 0, "batch %zu: %zu of %zu gradients differ between cpu:3 and cpu:1", n, bad, np);
+        CHECK(bad == 0, "batch %zu%s: %zu of %zu gradients differ between cpu:3 and cpu:1", n,
+              smooth ? " (gelu, tanh, sigmoid)" : "", bad, np);
         for (k = 0; k < 2; k++) {
             mirror_model_destroy(m[k]);
             mirror_strategy_destroy(s[k]);
@@ -586,6 +614,27 @@ static void test_mse(void)
         CHECK(loss == 16.0f && dz[0] == -2.0f, "mse d=1: loss %g (want 16), dz %g (want -2)", (double)loss,
               (double)dz[0]);
     }
+}
+
+static void test_smooth(void)
+{
+    CHECK(mirror_hd_tanh(0.0f) == 0.0f && close_to(mirror_hd_tanh(1.0f), 0.761594156, 1e-7, 1e-6) &&
+              mirror_hd_tanh(-50.0f) == -1.0f,
+          "tanh values");
+    CHECK(mirror_hd_sigmoid(0.0f) == 0.5f && close_to(mirror_hd_sigmoid(2.0f), 0.880797078, 1e-7, 1e-6) &&
+              mirror_hd_sigmoid(-200.0f) == 0.0f && mirror_hd_sigmoid(200.0f) == 1.0f,
+          "sigmoid values, saturating without NaN");
+    CHECK(mirror_hd_gelu(0.0f) == 0.0f && close_to(mirror_hd_gelu(1.0f), 0.841344746, 1e-7, 1e-6) &&
+              close_to(mirror_hd_gelu(-1.0f), -0.158655254, 1e-7, 1e-6) && mirror_hd_gelu(-20.0f) == 0.0f,
+          "gelu values (PyTorch's exact GELU)");
+    CHECK(close_to(mirror_hd_tanh_grad(0.5f, 2.0f), 1.5, 1e-7, 1e-6) &&
+              close_to(mirror_hd_sigmoid_grad(0.25f, 2.0f), 0.375, 1e-7, 1e-6) &&
+              close_to(mirror_hd_gelu_grad(0.0f, 2.0f), 1.0, 1e-7, 1e-6) &&
+              close_to(mirror_hd_gelu_grad(1.0f, 1.0f), 1.0833155, 1e-6, 1e-5),
+          "their gradients: 1 - y^2, y (1 - y), Phi(x) + x phi(x)");
+    CHECK(mirror_hd_isnan(mirror_hd_tanh(NAN)) && mirror_hd_isnan(mirror_hd_sigmoid(NAN)) &&
+              mirror_hd_isnan(mirror_hd_gelu(NAN)),
+          "NaN stays NaN");
 }
 
 static void test_relu(void)
@@ -1070,6 +1119,7 @@ int main(void)
     test_softmax_ce();
     test_mse();
     test_relu();
+    test_smooth();
     test_sgd();
     test_adam();
     test_gemm();
@@ -1078,6 +1128,7 @@ int main(void)
     test_maxpool();
     test_optimizer_steps();
     test_gradients();
-    test_gradient_replicas();
+    test_gradient_replicas(0);
+    test_gradient_replicas(1);
     return check_done("test_layers");
 }
