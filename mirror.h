@@ -296,13 +296,15 @@
 
       POSIX only (pthreads). Mixed precision rounds activations to 16 bits
       but keeps them in fp32-sized slots. Layers: dense, conv2d, relu,
-      tanh, sigmoid, gelu, maxpool2d, flatten; losses: softmax cross-entropy
+      tanh, sigmoid, gelu, maxpool2d, avgpool2d, global_avgpool, flatten;
+      losses: softmax cross-entropy
       and mean squared error. A model is a sequence of layers.
 
    REVISION HISTORY
 
       0.5  several processes over MPI (MIRROR_MPI); learning-rate schedules,
-           gradient clipping and accumulation; tanh, sigmoid and GELU.
+           gradient clipping and accumulation; tanh, sigmoid, GELU, average
+           and global average pooling.
       0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
@@ -631,6 +633,12 @@ MIRROR_API int mirror_gelu(mirror_model *m);
 /* y[c,i,j] = max over the window x[c, s*i .. s*i+k-1, s*j .. s*j+k-1].
    x [B,C,H,W] -> y [B,C,Ho,Wo], Ho = (H - k)/s + 1 (no padding). */
 MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride);
+/* Average pooling: each output the mean of a window x window patch of its
+   channel, taken every stride; [C,H,W] -> [C,(H-window)/stride+1,...]. */
+MIRROR_API int mirror_avgpool2d(mirror_model *m, size_t window, size_t stride);
+/* Global average pooling: each channel's mean over its whole plane;
+   [C,H,W] -> [C,1,1] (ResNet's head). */
+MIRROR_API int mirror_global_avgpool(mirror_model *m);
 /* [B,C,H,W] -> [B,C*H*W,1,1]; no data moves. */
 MIRROR_API int mirror_flatten(mirror_model *m);
 
@@ -970,6 +978,33 @@ MIRROR_HD static inline float mirror_hd_relu(float x) { return x <= 0.0f ? 0.0f 
 /* dx = dy where the output was positive or NaN; y = relu(x), so this is
    x > 0 or NaN (torch's threshold_backward). */
 MIRROR_HD static inline float mirror_hd_relu_grad(float y, float dy) { return y <= 0.0f ? 0.0f : dy; }
+
+/* Average pooling over a kh x kw window of a plane of width w: the mean of
+   the window whose corner is (y0, x0). */
+MIRROR_HD static inline float mirror_hd_window_mean(const float *x, size_t w, size_t kh, size_t kw, size_t y0,
+                                                    size_t x0)
+{
+    float sum = 0.0f;
+    size_t i, j;
+    for (i = 0; i < kh; i++)
+        for (j = 0; j < kw; j++) sum += x[(y0 + i) * w + x0 + j];
+    return sum / (float)(kh * kw);
+}
+
+/* Its gradient at input (iy, ix) of the plane: the sum, over the windows
+   (taken every stride, oh x ow of them) that hold it, of dy / (kh kw).
+   Every input gathers its own sum: no two writers, the same order on
+   every backend. */
+MIRROR_HD static inline float mirror_hd_window_mean_grad(const float *dy, size_t oh, size_t ow, size_t kh, size_t kw,
+                                                         size_t stride, size_t iy, size_t ix)
+{
+    size_t oy0 = iy + 1 > kh ? (iy + 1 - kh + stride - 1) / stride : 0, ox0 = ix + 1 > kw ? (ix + 1 - kw + stride - 1) / stride : 0;
+    size_t oy, ox;
+    float sum = 0.0f;
+    for (oy = oy0; oy < oh && oy * stride <= iy; oy++)
+        for (ox = ox0; ox < ow && ox * stride <= ix; ox++) sum += dy[oy * ow + ox];
+    return sum / (float)(kh * kw);
+}
 
 /* The smooth activations and their gradients: tanh' = 1 - y^2 and
    sigmoid' = y (1 - y) from the output y; GELU's from the input x:
@@ -1889,11 +1924,13 @@ typedef enum mirror__kind {
     MIRROR__FLATTEN,
     MIRROR__TANH,
     MIRROR__SIGMOID,
-    MIRROR__GELU
+    MIRROR__GELU,
+    MIRROR__AVGPOOL2D,
+    MIRROR__GLOBAL_AVGPOOL
 } mirror__kind;
 
 static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
-                                                 "tanh", "sigmoid", "gelu"};
+                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool"};
 
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
@@ -1954,6 +1991,12 @@ typedef struct mirror__backend {
     /* planes = rows * channels; arg[i] is the argmax's offset in its plane. */
     void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
                             size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
+    /* Average pooling over planes of h x w, kh x kw windows every stride:
+       y = the window means; dx = mirror_hd_window_mean_grad of dy. */
+    void (*avgpool_forward)(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
+                            size_t kw, size_t stride, size_t ho, size_t wo);
+    void (*avgpool_backward)(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w, size_t kh,
+                             size_t kw, size_t stride, size_t ho, size_t wo);
     void (*maxpool_backward)(void *dev, float *dx, const int32_t *arg, const float *dy,
                              size_t planes, size_t h, size_t w, size_t k, size_t stride, size_t ho,
                              size_t wo);
@@ -2294,6 +2337,26 @@ static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *ar
         for (i = 0; i < ho * wo; i++) dx[*arg++] += *dy++;
 }
 
+static void mirror__cpu_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
+                                        size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    size_t p, i, j;
+    (void)dev;
+    for (p = 0; p < planes; p++, x += h * w)
+        for (i = 0; i < ho; i++)
+            for (j = 0; j < wo; j++) *y++ = mirror_hd_window_mean(x, w, kh, kw, i * stride, j * stride);
+}
+
+static void mirror__cpu_avgpool_backward(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w,
+                                         size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    size_t p, i, j;
+    (void)dev;
+    for (p = 0; p < planes; p++, dy += ho * wo)
+        for (i = 0; i < h; i++)
+            for (j = 0; j < w; j++) *dx++ = mirror_hd_window_mean_grad(dy, ho, wo, kh, kw, stride, i, j);
+}
+
 static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct,
                                    const float *z, const int32_t *labels, size_t rows, size_t k,
                                    float inv_count, const float *scale)
@@ -2498,6 +2561,8 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_col2im,
     mirror__cpu_permute,
     mirror__cpu_maxpool_forward,
+    mirror__cpu_avgpool_forward,
+    mirror__cpu_avgpool_backward,
     mirror__cpu_maxpool_backward,
     mirror__cpu_softmax_ce,
     mirror__cpu_mse,
@@ -3765,17 +3830,22 @@ static int mirror__add(mirror_model *m, mirror__layer *l)
         l->n_b = l->oc;
         break;
     case MIRROR__MAXPOOL2D:
+    case MIRROR__AVGPOOL2D:
         if (l->k > l->h || l->k > l->w)
             return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
-                                            "maxpool2d (layer %zu): window %zu larger than the "
+                                            "%s (layer %zu): window %zu larger than the "
                                             "input %zux%zu",
-                                            n, l->k, l->h, l->w);
+                                            name, n, l->k, l->h, l->w);
         l->oc = l->c;
         l->oh = (l->h - l->k) / l->stride + 1;
         l->ow = (l->w - l->k) / l->stride + 1;
         break;
     case MIRROR__FLATTEN:
         l->oc = l->c * l->h * l->w;
+        l->oh = l->ow = 1;
+        break;
+    case MIRROR__GLOBAL_AVGPOOL:
+        l->oc = l->c;
         l->oh = l->ow = 1;
         break;
     default: /* relu and the other activations */
@@ -3850,6 +3920,20 @@ MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride)
 
 MIRROR_API int mirror_flatten(mirror_model *m) { return mirror__add_layer(m, MIRROR__FLATTEN, 0, 0, 0, 0); }
 
+MIRROR_API int mirror_avgpool2d(mirror_model *m, size_t window, size_t stride)
+{
+    int rc;
+    if ((rc = mirror__bad_size(m, "avgpool2d: window", window, 64)) ||
+        (rc = mirror__bad_size(m, "avgpool2d: stride", stride, 64)))
+        return rc;
+    return mirror__add_layer(m, MIRROR__AVGPOOL2D, 0, window, stride, 0);
+}
+
+MIRROR_API int mirror_global_avgpool(mirror_model *m)
+{
+    return mirror__add_layer(m, MIRROR__GLOBAL_AVGPOOL, 0, 0, 1, 0);
+}
+
 // >>pool --------------------------------------------------------------------
 /* Arena layout, computed once at build. Parameters and gradients: each
    weighted layer's W then b, back to back, so one all-reduce and one
@@ -3865,6 +3949,14 @@ static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
 }
 
 static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
+
+/* Average pooling's window: the layer's, or for global pooling the plane. */
+static size_t mirror__window_h(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->h : l->k; }
+static size_t mirror__window_w(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->w : l->k; }
+static int mirror__averages(const mirror__layer *l)
+{
+    return l->kind == MIRROR__AVGPOOL2D || l->kind == MIRROR__GLOBAL_AVGPOOL;
+}
 
 /* tanh, sigmoid and GELU: activations whose outputs are new values. */
 static int mirror__smooth(const mirror__layer *l)
@@ -4388,10 +4480,15 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
         case MIRROR__TANH:
         case MIRROR__SIGMOID:
         case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
+        case MIRROR__AVGPOOL2D:
+        case MIRROR__GLOBAL_AVGPOOL:
+            be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
+                                l->oh, l->ow);
+            break;
         }
         /* Mixed precision: stored in 16 bits (relu, maxpool and flatten
            only move 16-bit values, which stay exact). */
-        if (m->format && (l->n_w || mirror__smooth(l))) be->round(dev, y, S * out, m->format);
+        if (m->format && (l->n_w || mirror__smooth(l) || mirror__averages(l))) be->round(dev, y, S * out, m->format);
     }
 }
 
@@ -4461,6 +4558,11 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
         case MIRROR__MAXPOOL2D:
             be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
                                  l->k, l->stride, l->oh, l->ow);
+            break;
+        case MIRROR__AVGPOOL2D:
+        case MIRROR__GLOBAL_AVGPOOL:
+            be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
+                                 l->stride, l->oh, l->ow);
             break;
         case MIRROR__FLATTEN: continue;
         }
@@ -6158,6 +6260,7 @@ static void mirror__describe_model(const mirror_model *m, mirror__text *t)
         case MIRROR__DENSE: mirror__printf(t, ";dense(%zu)", l->oc); break;
         case MIRROR__CONV2D: mirror__printf(t, ";conv2d(%zu,%zu,%zu,%zu)", l->oc, l->k, l->stride, l->pad); break;
         case MIRROR__MAXPOOL2D: mirror__printf(t, ";maxpool2d(%zu,%zu)", l->k, l->stride); break;
+        case MIRROR__AVGPOOL2D: mirror__printf(t, ";avgpool2d(%zu,%zu)", l->k, l->stride); break;
         default: mirror__printf(t, ";%s", mirror__kind_names[l->kind]); break;
         }
     }

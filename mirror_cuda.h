@@ -263,6 +263,28 @@ __global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x
 }
 
 /* One thread per input pixel adds the outputs that chose it, in output order. */
+/* Average pooling: one thread per output (forward), per input (backward:
+   each input gathers its windows, so no two threads write one place). */
+__global__ void mirror__k_avgpool_forward(float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
+                                          size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    MIRROR__FOR_EACH(i, planes * ho * wo)
+    {
+        size_t p = i / (ho * wo), o = i % (ho * wo);
+        y[i] = mirror_hd_window_mean(x + p * h * w, w, kh, kw, o / wo * stride, o % wo * stride);
+    }
+}
+
+__global__ void mirror__k_avgpool_backward(float *dx, const float *dy, size_t planes, size_t h, size_t w, size_t kh,
+                                           size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    MIRROR__FOR_EACH(i, planes * h * w)
+    {
+        size_t p = i / (h * w), at = i % (h * w);
+        dx[i] = mirror_hd_window_mean_grad(dy + p * ho * wo, ho, wo, kh, kw, stride, at / w, at % w);
+    }
+}
+
 __global__ void mirror__k_maxpool_backward(float *dx, const int32_t *arg, const float *dy, size_t planes,
                                            size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
 {
@@ -725,6 +747,26 @@ static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, cons
     MIRROR__LAUNCHED(d, "maxpool_forward kernel");
 }
 
+static void mirror__cuda_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
+                                         size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!planes) return;
+    mirror__k_avgpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(y, x, planes, h, w, kh,
+                                                                                                 kw, stride, ho, wo);
+    MIRROR__LAUNCHED(d, "avgpool_forward kernel");
+}
+
+static void mirror__cuda_avgpool_backward(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w,
+                                          size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!planes) return;
+    mirror__k_avgpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(dx, dy, planes, h, w, kh,
+                                                                                                kw, stride, ho, wo);
+    MIRROR__LAUNCHED(d, "avgpool_backward kernel");
+}
+
 static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy, size_t planes,
                                           size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
 {
@@ -889,6 +931,8 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_col2im,
     mirror__cuda_permute,
     mirror__cuda_maxpool_forward,
+    mirror__cuda_avgpool_forward,
+    mirror__cuda_avgpool_backward,
     mirror__cuda_maxpool_backward,
     mirror__cuda_softmax_ce,
     mirror__cuda_mse,

@@ -420,6 +420,29 @@ static void test_gradients(void)
     fd_check(&c, 0);
     fd_end(&c);
 
+    /* average pooling, overlapping (2, 1) then strided (3, 2), CE */
+    c = fd_begin("avgpool/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 20, 3);
+    mirror_conv2d(c.m, 3, 3, 1, 1);
+    mirror_gelu(c.m);
+    mirror_avgpool2d(c.m, 2, 1);
+    mirror_avgpool2d(c.m, 3, 2);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 3, 0);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* global average pooling of a non-square plane, MSE */
+    c = fd_begin("global-avgpool/mse", 2, 5, 4, MIRROR_LOSS_MSE, 21, 3);
+    mirror_conv2d(c.m, 4, 3, 1, 1);
+    mirror_relu(c.m);
+    mirror_global_avgpool(c.m);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 2);
+    fd_setup(&c, 3, 1);
+    fd_check(&c, 0);
+    fd_end(&c);
+
     /* plain dense MLP, MSE */
     c = fd_begin("mlp/mse", 4, 1, 1, MIRROR_LOSS_MSE, 17, 4);
     mirror_dense(c.m, 5);
@@ -432,7 +455,8 @@ static void test_gradients(void)
 
 /* The reduced gradient is the mean over the global batch whatever the split,
    empty shards included: cpu:3 against cpu:1 on the same model and batch,
-   with relu, and with gelu, tanh and sigmoid (smooth). */
+   with relu and max pooling, and with gelu, average pooling, tanh and
+   sigmoid (smooth). */
 static void test_gradient_replicas(int smooth)
 {
     static const size_t batches[2] = {5, 2}; /* 2,2,1 and 1,1,0 */
@@ -459,7 +483,7 @@ static void test_gradient_replicas(int smooth)
             if (mirror_model_create(&md, &m[k], NULL)) die("replicas", "model");
             mirror_conv2d(m[k], 3, 3, 1, 1);
             smooth ? mirror_gelu(m[k]) : mirror_relu(m[k]);
-            mirror_maxpool2d(m[k], 2, 2);
+            smooth ? mirror_avgpool2d(m[k], 2, 1) : mirror_maxpool2d(m[k], 2, 2);
             mirror_flatten(m[k]);
             if (smooth) mirror_dense(m[k], 4), mirror_tanh(m[k]);
             mirror_dense(m[k], 2);
@@ -635,6 +659,22 @@ static void test_smooth(void)
     CHECK(mirror_hd_isnan(mirror_hd_tanh(NAN)) && mirror_hd_isnan(mirror_hd_sigmoid(NAN)) &&
               mirror_hd_isnan(mirror_hd_gelu(NAN)),
           "NaN stays NaN");
+}
+
+static void test_avgpool_math(void)
+{
+    static const float x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; /* 3 x 4 */
+    static const float dy[6] = {6, 12, 18, 24, 30, 36};                 /* 2 x 3: 2x2 windows, stride 1 */
+    CHECK(mirror_hd_window_mean(x, 4, 2, 2, 0, 0) == 3.5f && mirror_hd_window_mean(x, 4, 2, 2, 1, 2) == 9.5f &&
+              mirror_hd_window_mean(x, 4, 3, 4, 0, 0) == 6.5f,
+          "window means: 2x2 at (0,0) and (1,2), the whole plane");
+    CHECK(mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 0, 0) == 1.5f &&
+              mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 1, 1) == (6 + 12 + 24 + 30) / 4.0f &&
+              mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 2, 3) == 9.0f,
+          "window gradients: a corner in one window, a centre in four, the far corner in one");
+    CHECK(mirror_hd_window_mean_grad(dy, 1, 2, 2, 2, 2, 2, 0) == 0.0f &&
+              mirror_hd_window_mean_grad(dy, 1, 2, 2, 2, 2, 1, 3) == 3.0f,
+          "stride 2 (1 x 2 windows of the 3 x 4 plane): the uncovered row gets nothing, an input its window's share");
 }
 
 static void test_relu(void)
@@ -1120,6 +1160,7 @@ int main(void)
     test_mse();
     test_relu();
     test_smooth();
+    test_avgpool_math();
     test_sgd();
     test_adam();
     test_gemm();
