@@ -630,6 +630,13 @@ MIRROR_API int mirror_relu(mirror_model *m);
 MIRROR_API int mirror_tanh(mirror_model *m);
 MIRROR_API int mirror_sigmoid(mirror_model *m);
 MIRROR_API int mirror_gelu(mirror_model *m);
+/* Inverted dropout (torch.nn.Dropout): in training each element is zeroed
+   with probability p, the rest multiplied by 1 / (1 - p); in evaluation and
+   prediction the layer passes its input. The mask of an element is a hash
+   of (the model's seed, the layer, the step, the sample's place in the
+   step's global batch, the element): the same for any replica count and
+   split, and nothing is stored (backward hashes again). p in [0, 1). */
+MIRROR_API int mirror_dropout(mirror_model *m, float p);
 /* y[c,i,j] = max over the window x[c, s*i .. s*i+k-1, s*j .. s*j+k-1].
    x [B,C,H,W] -> y [B,C,Ho,Wo], Ho = (H - k)/s + 1 (no padding). */
 MIRROR_API int mirror_maxpool2d(mirror_model *m, size_t window, size_t stride);
@@ -1004,6 +1011,27 @@ MIRROR_HD static inline float mirror_hd_window_mean_grad(const float *dy, size_t
     for (oy = oy0; oy < oh && oy * stride <= iy; oy++)
         for (ox = ox0; ox < ow && ox * stride <= ix; ox++) sum += dy[oy * ow + ox];
     return sum / (float)(kh * kw);
+}
+
+/* Dropout's factor for element e of sample `row` under key (the seed,
+   layer and step, mixed): 0 with probability p, else 1 / (1 - p). The
+   element's uniform number comes from a splitmix64-style hash of the three,
+   so any device and any split draws the same. */
+MIRROR_HD static inline float mirror_hd_dropout(uint64_t key, uint64_t row, uint64_t e, float p)
+{
+    uint64_t z = key ^ (row * 0x9e3779b97f4a7c15ull) ^ (e * 0xd1b54a32d192ed03ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f) < p ? 0.0f : 1.0f / (1.0f - p);
+}
+
+/* The key of dropout layer `layer` at step `step` of a model seeded `seed`. */
+MIRROR_HD static inline uint64_t mirror_hd_dropout_key(uint64_t seed, uint64_t layer, uint64_t step)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (layer + 1) + 0x632be59bd9b4e019ull * step;
+    z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
+    return z ^ (z >> 33);
 }
 
 /* The smooth activations and their gradients: tanh' = 1 - y^2 and
@@ -1926,11 +1954,12 @@ typedef enum mirror__kind {
     MIRROR__SIGMOID,
     MIRROR__GELU,
     MIRROR__AVGPOOL2D,
-    MIRROR__GLOBAL_AVGPOOL
+    MIRROR__GLOBAL_AVGPOOL,
+    MIRROR__DROPOUT
 } mirror__kind;
 
 static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
-                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool"};
+                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout"};
 
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
@@ -1991,6 +2020,11 @@ typedef struct mirror__backend {
     /* planes = rows * channels; arg[i] is the argmax's offset in its plane. */
     void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
                             size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
+    /* Dropout over rows of `inner` elements, the first being global row
+       row0: y = x * mirror_hd_dropout(key, row, e, p) (x may be y: backward
+       applies it to the gradient in place). */
+    void (*dropout)(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t key, uint64_t row0,
+                    float p);
     /* Average pooling over planes of h x w, kh x kw windows every stride:
        y = the window means; dx = mirror_hd_window_mean_grad of dy. */
     void (*avgpool_forward)(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
@@ -2337,6 +2371,15 @@ static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *ar
         for (i = 0; i < ho * wo; i++) dx[*arg++] += *dy++;
 }
 
+static void mirror__cpu_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t key,
+                                uint64_t row0, float p)
+{
+    size_t r, e;
+    (void)dev;
+    for (r = 0; r < rows; r++, x += inner, y += inner)
+        for (e = 0; e < inner; e++) y[e] = x[e] * mirror_hd_dropout(key, row0 + r, e, p);
+}
+
 static void mirror__cpu_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
                                         size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
@@ -2561,6 +2604,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_col2im,
     mirror__cpu_permute,
     mirror__cpu_maxpool_forward,
+    mirror__cpu_dropout,
     mirror__cpu_avgpool_forward,
     mirror__cpu_avgpool_backward,
     mirror__cpu_maxpool_backward,
@@ -3517,6 +3561,7 @@ typedef struct mirror__layer {
     size_t w_off, b_off;    /* floats into the parameter and gradient arenas */
     size_t n_w, n_b;
     size_t out_off, arg_off; /* bytes into the activation arena */
+    float p;                 /* dropout */
 } mirror__layer;
 
 /* One replica: its device context, its four arenas and the views into the
@@ -3550,6 +3595,8 @@ typedef struct mirror__replica {
     double *host_acc;
     /* this step's shard and results */
     size_t begin, count;
+    size_t row0;  /* the shard's first sample's place among the step's samples (dropout) */
+    int training; /* the pass trains (dropout drops) */
     double loss_sum;
     size_t correct_sum;
 } mirror__replica;
@@ -3593,6 +3640,7 @@ typedef struct mirror__job {
     float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
     int metrics_now;  /* read the loss back now, or leave it on the device */
     int accumulate;   /* add the gradients to those of the micro-batches before */
+    size_t row0;      /* the samples of the step before this micro-batch */
     float *predict_out;
 } mirror__job;
 
@@ -3929,6 +3977,17 @@ MIRROR_API int mirror_avgpool2d(mirror_model *m, size_t window, size_t stride)
     return mirror__add_layer(m, MIRROR__AVGPOOL2D, 0, window, stride, 0);
 }
 
+MIRROR_API int mirror_dropout(mirror_model *m, float p)
+{
+    mirror__layer l;
+    if (m && !m->built && !m->sticky && !(p >= 0.0f && p < 1.0f))
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "dropout: p %g: a probability in [0, 1)", (double)p);
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__DROPOUT;
+    l.p = p;
+    return mirror__add(m, &l);
+}
+
 MIRROR_API int mirror_global_avgpool(mirror_model *m)
 {
     return mirror__add_layer(m, MIRROR__GLOBAL_AVGPOOL, 0, 0, 1, 0);
@@ -3956,6 +4015,12 @@ static size_t mirror__window_w(const mirror__layer *l) { return l->kind == MIRRO
 static int mirror__averages(const mirror__layer *l)
 {
     return l->kind == MIRROR__AVGPOOL2D || l->kind == MIRROR__GLOBAL_AVGPOOL;
+}
+
+/* Dropout layer i's key for the step being computed (steps + 1). */
+static uint64_t mirror__dropout_key(const mirror_model *m, size_t i)
+{
+    return mirror_hd_dropout_key(m->desc.seed, i, m->steps + 1);
 }
 
 /* tanh, sigmoid and GELU: activations whose outputs are new values. */
@@ -4480,6 +4545,9 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
         case MIRROR__TANH:
         case MIRROR__SIGMOID:
         case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
+        case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
+            be->dropout(dev, y, x, S, out, mirror__dropout_key(m, i), r->row0, r->training ? l->p : 0.0f);
+            break;
         case MIRROR__AVGPOOL2D:
         case MIRROR__GLOBAL_AVGPOOL:
             be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
@@ -4488,7 +4556,8 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
         }
         /* Mixed precision: stored in 16 bits (relu, maxpool and flatten
            only move 16-bit values, which stay exact). */
-        if (m->format && (l->n_w || mirror__smooth(l) || mirror__averages(l))) be->round(dev, y, S * out, m->format);
+        if (m->format && (l->n_w || mirror__smooth(l) || mirror__averages(l) || l->kind == MIRROR__DROPOUT))
+            be->round(dev, y, S * out, m->format);
     }
 }
 
@@ -4559,6 +4628,10 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
                                  l->k, l->stride, l->oh, l->ow);
             break;
+        case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
+            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, mirror__dropout_key(m, i), r->row0, l->p);
+            if (m->format && l->p > 0.0f) be->round(dev, d, S * out, m->format);
+            continue;
         case MIRROR__AVGPOOL2D:
         case MIRROR__GLOBAL_AVGPOOL:
             be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
@@ -4646,6 +4719,8 @@ static void mirror__compute_job(void *ctx, size_t worker)
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
     mirror_shard(job->n, m->s->world, m->s->first + worker, &r->begin, &r->count);
+    r->row0 = job->row0 + job->offset + r->begin;
+    r->training = job->mode == MIRROR__TRAIN;
     mirror__load_shard(job, r);
     mirror__forward(m, r, r->count);
     if (job->mode == MIRROR__PREDICT) {
@@ -5060,6 +5135,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         job.n = micro[j].n;
         job.accumulate = j > 0;
         mirror__run(&m->s->team, mirror__compute_job, &job);
+        job.row0 += micro[j].n;
         if (out) mirror__collect(m, &sum);
         rc = mirror__device_status(m);
     }
@@ -6261,6 +6337,7 @@ static void mirror__describe_model(const mirror_model *m, mirror__text *t)
         case MIRROR__CONV2D: mirror__printf(t, ";conv2d(%zu,%zu,%zu,%zu)", l->oc, l->k, l->stride, l->pad); break;
         case MIRROR__MAXPOOL2D: mirror__printf(t, ";maxpool2d(%zu,%zu)", l->k, l->stride); break;
         case MIRROR__AVGPOOL2D: mirror__printf(t, ";avgpool2d(%zu,%zu)", l->k, l->stride); break;
+        case MIRROR__DROPOUT: mirror__printf(t, ";dropout(%.9g)", (double)l->p); break;
         default: mirror__printf(t, ";%s", mirror__kind_names[l->kind]); break;
         }
     }

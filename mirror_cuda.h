@@ -263,6 +263,13 @@ __global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x
 }
 
 /* One thread per input pixel adds the outputs that chose it, in output order. */
+/* Dropout: one thread per element, its mask hashed from its place. */
+__global__ void mirror__k_dropout(float *y, const float *x, size_t rows, size_t inner, uint64_t key, uint64_t row0,
+                                  float p)
+{
+    MIRROR__FOR_EACH(i, rows * inner) y[i] = x[i] * mirror_hd_dropout(key, row0 + i / inner, i % inner, p);
+}
+
 /* Average pooling: one thread per output (forward), per input (backward:
    each input gathers its windows, so no two threads write one place). */
 __global__ void mirror__k_avgpool_forward(float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
@@ -747,6 +754,15 @@ static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, cons
     MIRROR__LAUNCHED(d, "maxpool_forward kernel");
 }
 
+static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t key,
+                                 uint64_t row0, float p)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows || !inner) return;
+    mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(y, x, rows, inner, key, row0, p);
+    MIRROR__LAUNCHED(d, "dropout kernel");
+}
+
 static void mirror__cuda_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
                                          size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
@@ -931,6 +947,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_col2im,
     mirror__cuda_permute,
     mirror__cuda_maxpool_forward,
+    mirror__cuda_dropout,
     mirror__cuda_avgpool_forward,
     mirror__cuda_avgpool_backward,
     mirror__cuda_maxpool_backward,

@@ -518,6 +518,157 @@ static void test_gradient_replicas(int smooth)
     }
 }
 
+// >>dropout --------------------------------------------------------------------
+
+static float zero_rate(void *user, uint64_t step)
+{
+    (void)user, (void)step;
+    return 0.0f;
+}
+
+/* dense 6 -> relu -> dropout p -> dense 3 on 5 features, MSE; SGD with a
+   learning rate of 0 (a callback), so that a step computes the training
+   loss and gradient and changes nothing. */
+static mirror_model *dropout_model(const char *devices, float p, int with_dropout, size_t max_batch)
+{
+    mirror_strategy_desc sd;
+    mirror_model_desc md;
+    mirror_strategy *s = NULL;
+    mirror_model *m = NULL;
+    memset(&sd, 0, sizeof sd);
+    memset(&md, 0, sizeof md);
+    sd.devices = devices;
+    if (mirror_strategy_create(&sd, &s, NULL)) die("dropout", "strategy");
+    md.strategy = s;
+    md.channels = 5;
+    md.max_batch = max_batch;
+    md.loss = MIRROR_LOSS_MSE;
+    md.seed = 33;
+    md.optimizer.kind = MIRROR_OPT_SGD;
+    md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = zero_rate;
+    if (mirror_model_create(&md, &m, NULL)) die("dropout", "model");
+    mirror_strategy_destroy(s); /* released with the model */
+    mirror_dense(m, 6), mirror_relu(m);
+    if (with_dropout) mirror_dropout(m, p);
+    mirror_dense(m, 3);
+    if (mirror_model_build(m)) die("dropout", mirror_model_error(m));
+    return m;
+}
+
+/* The training loss at step s + 1 (the mask of that step) without moving
+   on: a step at rate 0, then the step count put back. */
+static double train_loss_at(mirror_model *m, const mirror_batch *b, uint64_t s)
+{
+    mirror_metrics met;
+    m->steps = s;
+    if (mirror_train_step(m, b, &met)) die("dropout", mirror_model_error(m));
+    m->steps = s;
+    return met.loss_sum / (double)met.count;
+}
+
+static void test_dropout(void)
+{
+    float x[8 * 5], t[8 * 3], *g, *p0, *p1;
+    size_t i, n, zeros = 0, others = 0, bad = 0, k;
+    mirror_batch b;
+    mirror_model *m, *plain, *many, *one;
+    double lo, hi;
+    for (i = 0; i < 100000; i++) {
+        float f = mirror_hd_dropout(12345, i / 100, i % 100, 0.3f);
+        zeros += f == 0.0f;
+        others += f != 0.0f && f != 1.0f / 0.7f;
+    }
+    CHECK(zeros > 29000 && zeros < 31000 && others == 0, "p 0.3: %zu of 100000 dropped, the rest times 1/0.7", zeros);
+    for (i = 0, others = 0; i < 1000; i++) others += mirror_hd_dropout(i, i, i, 0.0f) != 1.0f;
+    CHECK(others == 0, "p 0: nothing dropped, nothing scaled");
+    CHECK(mirror_hd_dropout_key(1, 0, 5) != mirror_hd_dropout_key(1, 0, 6) &&
+              mirror_hd_dropout_key(1, 0, 5) != mirror_hd_dropout_key(1, 1, 5) &&
+              mirror_hd_dropout_key(1, 0, 5) == mirror_hd_dropout_key(1, 0, 5),
+          "the key changes with the step and the layer, and only with them");
+
+    for (i = 0; i < 8 * 5; i++) x[i] = frand(-1.0f, 1.0f);
+    for (i = 0; i < 8 * 3; i++) t[i] = frand(-1.0f, 1.0f);
+    memset(&b, 0, sizeof b);
+    b.x = x, b.targets = t, b.n = b.rows = 8;
+
+    /* Training-mode gradients by finite differences, with the mask of step 4. */
+    m = dropout_model("cpu:1", 0.5f, 1, 8);
+    n = mirror_num_parameters(m);
+    g = (float *)xmalloc(n * sizeof(float));
+    train_loss_at(m, &b, 3);
+    mirror_get_gradients(m, 0, g, n);
+    for (i = 0; i < n; i++) {
+        float *w = &m->rep[0].params[i], keep = *w;
+        *w = keep + FD_H, hi = train_loss_at(m, &b, 3);
+        *w = keep - FD_H, lo = train_loss_at(m, &b, 3);
+        *w = keep;
+        if (!fd_agrees(g[i], (hi - lo) / (2.0 * FD_H))) bad++;
+    }
+    CHECK(bad == 0, "dropout 0.5 in training: %zu of %zu gradients disagree with finite differences of the "
+                    "training loss under the same mask", bad, n);
+    {
+        mirror_metrics ev;
+        double a = train_loss_at(m, &b, 3), c = train_loss_at(m, &b, 4);
+        CHECK(mirror_evaluate_batch(m, &b, &ev) == MIRROR_OK && a != ev.loss_sum / 8.0 && a != c,
+              "the training loss (%g at step 4, %g at step 5) is not the evaluation's (%g): masks drop, per step", a, c,
+              ev.loss_sum / 8.0);
+    }
+
+    /* Evaluation passes the input: the same outputs as the model without it. */
+    plain = dropout_model("cpu:1", 0.5f, 0, 8);
+    p0 = (float *)xmalloc(8 * 3 * sizeof(float)), p1 = (float *)xmalloc(8 * 3 * sizeof(float));
+    mirror_get_parameters(m, 0, g, n);
+    mirror_set_parameters(plain, g, n);
+    CHECK(mirror_predict(m, x, 8, p0) == MIRROR_OK && mirror_predict(plain, x, 8, p1) == MIRROR_OK &&
+              !memcmp(p0, p1, 8 * 3 * sizeof(float)),
+          "prediction with dropout: bitwise the model without it");
+    free(p0), free(p1), free(g);
+    mirror_model_destroy(plain);
+    mirror_model_destroy(m);
+
+    /* Any split: 3 replicas, and 3 replicas with micro-batches of 3, 3 and 2,
+       against 1 replica: the same masks, the same gradients. */
+    one = dropout_model("cpu:1", 0.4f, 1, 8);
+    many = dropout_model("cpu:3", 0.4f, 1, 8);
+    m = dropout_model("cpu:3", 0.4f, 1, 3);
+    p0 = (float *)xmalloc(n * sizeof(float)), p1 = (float *)xmalloc(n * sizeof(float));
+    for (k = 0, bad = 0; k < 3; k++) {
+        mirror_batch micro[3];
+        mirror_train_step(one, &b, NULL), mirror_train_step(many, &b, NULL);
+        for (i = 0; i < 3; i++) {
+            micro[i] = b;
+            micro[i].x = x + 3 * i * 5, micro[i].targets = t + 3 * i * 3, micro[i].n = i < 2 ? 3 : 2;
+        }
+        mirror_train_steps(m, micro, 3, NULL);
+        mirror_get_gradients(one, 0, p0, n);
+        mirror_get_gradients(many, 2, p1, n);
+        for (i = 0; i < n; i++) bad += !close_to(p1[i], p0[i], 1e-6, 1e-5);
+        mirror_get_gradients(m, 1, p1, n);
+        for (i = 0; i < n; i++) bad += !close_to(p1[i], p0[i], 1e-6, 1e-5);
+    }
+    CHECK(bad == 0, "dropout on 3 replicas, and on 3 replicas in micro-batches: the 1-replica gradients (%zu differ)",
+          bad);
+    CHECK(mirror_dropout(one, 0.5f) == MIRROR_ERR_STATE, "a layer after build: state error");
+    free(p0), free(p1);
+    mirror_model_destroy(one);
+    mirror_model_destroy(many);
+    mirror_model_destroy(m);
+    {
+        mirror_model_desc md;
+        mirror_strategy *s = NULL;
+        mirror_strategy_desc sd;
+        memset(&sd, 0, sizeof sd), memset(&md, 0, sizeof md);
+        sd.devices = "cpu:1";
+        mirror_strategy_create(&sd, &s, NULL);
+        md.strategy = s, md.channels = 4;
+        mirror_model_create(&md, &m, NULL);
+        CHECK(mirror_dropout(m, 1.0f) == MIRROR_ERR_ARGUMENT && mirror_dropout(m, -0.1f) == MIRROR_ERR_ARGUMENT,
+              "p 1 and p -0.1 are refused: %s", mirror_model_error(m));
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
 // >>shared math ----------------------------------------------------------------
 
 static void test_softmax_ce(void)
@@ -1171,5 +1322,6 @@ int main(void)
     test_gradients();
     test_gradient_replicas(0);
     test_gradient_replicas(1);
+    test_dropout();
     return check_done("test_layers");
 }
