@@ -296,7 +296,8 @@
 
       POSIX only (pthreads). Mixed precision rounds activations to 16 bits
       but keeps them in fp32-sized slots. Layers: dense, conv2d, relu,
-      tanh, sigmoid, gelu, maxpool2d, avgpool2d, global_avgpool, flatten;
+      tanh, sigmoid, gelu, maxpool2d, avgpool2d, global_avgpool, dropout,
+      flatten;
       losses: softmax cross-entropy
       and mean squared error. A model is a sequence of layers.
 
@@ -304,7 +305,7 @@
 
       0.5  several processes over MPI (MIRROR_MPI); learning-rate schedules,
            gradient clipping and accumulation; tanh, sigmoid, GELU, average
-           and global average pooling.
+           and global average pooling, dropout.
       0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.

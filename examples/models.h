@@ -3,27 +3,36 @@
 
    mlp: 784-256-128-10 (flatten, dense-relu, dense-relu, dense)
    cnn: conv 16 3x3 - relu - maxpool 2, conv 32 3x3 - relu - maxpool 2,
-        flatten, dense 128 - relu, dense 10 */
+        flatten, dense 128 - relu, dense 10
+   With dropout p > 0, a dropout layer before each dense layer after the
+   first (the hidden units' outputs are what it drops). */
 #ifndef EXAMPLE_MODELS_H
 #define EXAMPLE_MODELS_H
 #include <stdio.h>
 #include <string.h>
 
+/* A dense layer of `units`, after a dropout of p when p > 0. */
+static void example_dense(mirror_model *m, size_t units, float p)
+{
+    if (p > 0.0f) mirror_dropout(m, p);
+    mirror_dense(m, units);
+}
+
 /* Adds the layers of `kind` ("mlp" or "cnn") to m and builds it; returns
    MIRROR_ERR_ARGUMENT for another kind, else what mirror_model_build does. */
-static int example_model(mirror_model *m, const char *kind)
+static int example_model(mirror_model *m, const char *kind, float dropout)
 {
     if (!strcmp(kind, "mlp")) {
         mirror_flatten(m);
         mirror_dense(m, 256), mirror_relu(m);
-        mirror_dense(m, 128), mirror_relu(m);
-        mirror_dense(m, 10);
+        example_dense(m, 128, dropout), mirror_relu(m);
+        example_dense(m, 10, dropout);
     } else if (!strcmp(kind, "cnn")) {
         mirror_conv2d(m, 16, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
         mirror_conv2d(m, 32, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
         mirror_flatten(m);
-        mirror_dense(m, 128), mirror_relu(m);
-        mirror_dense(m, 10);
+        example_dense(m, 128, dropout), mirror_relu(m);
+        example_dense(m, 10, dropout);
     } else {
         return MIRROR_ERR_ARGUMENT;
     }
@@ -47,7 +56,7 @@ static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, s
         fprintf(stderr, "%s\n", err.message);
         return NULL;
     }
-    if (example_model(m, kind)) {
+    if (example_model(m, kind, 0.0f)) {
         fprintf(stderr, "%s\n", mirror_model_error(m));
         mirror_model_destroy(m);
         return NULL;

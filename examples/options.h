@@ -17,7 +17,7 @@ typedef struct options {
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     size_t accumulate; /* micro-batches of `batch` per optimizer step */
     int report_nonfinite;
-    double lr, clip_norm;
+    double lr, clip_norm, dropout;
     unsigned long long seed;
     /* What the flags set in the model desc: precision, loss scaling and
        the optimizer (its kind, momentum and learning rate). */
@@ -121,6 +121,8 @@ static int options_flag(options *o, const char *a, const char *v)
     /* a learning rate a float holds without becoming 0 or infinite */
     if (!strcmp(a, "--lr"))
         return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38", &o->lr);
+    if (!strcmp(a, "--dropout"))
+        return options_number(o, a, v, 0.0, 0.99, "a probability from 0 to 0.99", &o->dropout);
     if (!strcmp(a, "--clip-norm"))
         return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38",
                               &o->clip_norm);

@@ -47,6 +47,7 @@ static void usage(FILE *f)
                "                      | cosine (from --lr down towards 0 over the run) (default constant)\n"
                "  --warmup N          steps of linear warmup before the schedule (default 0)\n"
                "  --clip-norm X       clip the gradient to global L2 norm X (default: no clipping)\n"
+               "  --dropout P         dropout of P before each dense layer after the first (default 0)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -164,7 +165,7 @@ int main(int argc, char **argv)
         complain(rc, err.message);
         goto out;
     }
-    if ((rc = example_model(m, o.model))) {
+    if ((rc = example_model(m, o.model, (float)o.dropout))) {
         complain(rc, mirror_model_error(m));
         goto out;
     }

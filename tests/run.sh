@@ -103,7 +103,7 @@ if [ -x "$BUILD/train" ]; then
         "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16" "--data ''" \
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
-        "--accumulate 2000000"; do
+        "--accumulate 2000000" "--dropout 1" "--dropout -0.5"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
@@ -122,6 +122,8 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --clip-norm 0.5 | grep -q '^epoch 1/1 .* grad_norm [0-9]'"
     check "build/train --batch 25 --accumulate 4 ends where --batch 100 does (the final: line up to the throughput)" sh -c \
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 100 | grep '^final:' | sed 's/ samples_per_s.*//' >'$tmp/b100' && $BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 25 --accumulate 4 | grep '^final:' | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/b100'"
+    check "build/train --dropout 0.3: the same final: line on 1 and 3 replicas (masks keyed to the sample, not the replica)" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/d1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/d1'"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi
