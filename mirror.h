@@ -660,9 +660,11 @@ MIRROR_API int mirror_model_build(mirror_model *m);
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m);
 MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m);
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m);
-/* One line per layer with shapes and parameter counts, into buf. A buf
-   too small gets what fits (terminated) and MIRROR_ERR_CAPACITY, whose
-   message (mirror_model_error) says how many bytes the whole needs. */
+/* One line per layer with shapes and parameter counts, then a total line
+   ("total  N params, M bytes in fp32"), into buf. 128 bytes per layer
+   plus 128 always suffice. A buf too small gets what fits (terminated) and
+   MIRROR_ERR_CAPACITY, whose message (mirror_model_error) says how many
+   bytes the whole needs. */
 MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size);
 
 /* Copies replica r's flat parameters, gradients (after a step: the reduced
@@ -948,6 +950,14 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
    the model partly loaded.) */
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info);
+/* A model rebuilt from the architecture, optimizer, schedule, precision
+   and seed that a checkpoint's header stores, on strategy s (any replica
+   count), then loaded (mirror_checkpoint_load, every check included): for
+   inference or to train on in another program. max_batch 0: 256. A
+   learning-rate callback cannot be stored: such a model runs at its
+   constant lr (a notice says so). On failure *out is NULL. */
+MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
+                                            mirror_checkpoint_info *info, mirror_error *err);
 
 
 // >>shared math =============================================================
@@ -4362,20 +4372,34 @@ MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *o
     MIRROR__LOCKED(m, "mirror_loss_scale_get", mirror__loss_scale_get(m, out));
 }
 
+/* Formats into buf at *used: measured whole, written as far as it fits
+   (buf stays terminated); 0 when formatting fails. */
+static int mirror__appendf(char *buf, size_t size, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(*used < size ? buf + *used : NULL, *used < size ? size - *used : 0, fmt, ap);
+    va_end(ap);
+    if (n >= 0) *used += (size_t)n;
+    return n >= 0;
+}
+
 static int mirror__model_summary(mirror_model *m, char *buf, size_t size)
 {
-    size_t i, need = 0;
+    size_t i, need = 0, total = 0;
+    int ok = 1;
     if (!buf || !size)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_model_summary: %s", buf ? "size is 0" : "buf is NULL");
     buf[0] = '\0';
     for (i = 0; i < m->nlayers; i++) { /* every line is measured; those that fit are written */
         const mirror__layer *l = &m->layers[i];
-        int n = snprintf(need < size ? buf + need : NULL, need < size ? size - need : 0,
-                         "%2zu %-9s %zux%zux%zu -> %zux%zux%zu  %zu params\n", i, mirror__kind_names[l->kind], l->c,
-                         l->h, l->w, l->oc, l->oh, l->ow, l->n_w + l->n_b);
-        if (n < 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_model_summary: formatting failed");
-        need += (size_t)n;
+        ok &= mirror__appendf(buf, size, &need, "%2zu %-9s %zux%zux%zu -> %zux%zux%zu  %zu params\n", i,
+                              mirror__kind_names[l->kind], l->c, l->h, l->w, l->oc, l->oh, l->ow, l->n_w + l->n_b);
+        total += l->n_w + l->n_b;
     }
+    ok &= mirror__appendf(buf, size, &need, "total  %zu params, %zu bytes in fp32\n", total, 4 * total);
+    if (!ok) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_model_summary: formatting failed");
     return need < size ? MIRROR_OK
                        : mirror__fail(m, MIRROR_ERR_CAPACITY,
                                       "mirror_model_summary: the summary of %zu layers needs %zu bytes and buf "
@@ -7205,6 +7229,200 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
         MIRROR__LOCKED(m, "mirror_checkpoint_load",
                        mirror__all_agree(m, mirror__checkpoint_load(m, path, weights_only, info)));
     }
+}
+
+/* ---- a model rebuilt from a checkpoint's header ---- */
+
+/* The header of the checkpoint at path (its JSON text, NUL-terminated),
+   read without the tensors behind it. */
+static int mirror__read_header_text(const char *path, char **text, mirror_error *err)
+{
+    unsigned char len8[8];
+    uint64_t hlen = 0;
+    size_t i, got = 0;
+    ssize_t n = 0;
+    int fd = mirror__open_regular(path, err);
+    *text = NULL;
+    if (fd < 0) return err ? err->code : MIRROR_ERR_IO;
+    while (got < 8 && (n = read(fd, len8 + got, 8 - got)) > 0) got += (size_t)n;
+    for (i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
+    if (got < 8 || hlen < 2 || hlen > ((uint64_t)1 << 26)) {
+        close(fd);
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a checkpoint (no header of a sensible length)", path);
+    }
+    if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1))) {
+        close(fd);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    }
+    for (got = 0; got < hlen && (n = read(fd, *text + got, (size_t)hlen - got)) > 0;) got += (size_t)n;
+    close(fd);
+    (*text)[got] = '\0';
+    if (got < hlen || memchr(*text, '\0', got)) {
+        MIRROR_FREE(*text);
+        *text = NULL;
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: the header is cut short", path);
+    }
+    return MIRROR_OK;
+}
+
+/* One entry of a model description, "name" or "name(a,b,...)": its name
+   and up to 4 numbers; *p moves past it and its ';'. 0 when malformed. */
+static int mirror__arch_entry(const char **p, char *name, size_t cap, double *arg, size_t *nargs)
+{
+    const char *s = *p;
+    size_t len = strcspn(s, "(;");
+    char *end;
+    if (!len || len >= cap) return 0;
+    memcpy(name, s, len);
+    name[len] = '\0';
+    s += len;
+    *nargs = 0;
+    if (*s == '(' && strncmp(name, "loss", 4) != 0) {
+        do {
+            s++;
+            if (*nargs == 4 || !(*s >= '0' && *s <= '9')) return 0;
+            arg[(*nargs)++] = strtod(s, &end);
+            s = end;
+        } while (*s == ',');
+        if (*s++ != ')') return 0;
+    } else if (*s == '(') { /* loss(name): the name as the argument */
+        size_t k = strcspn(s + 1, ")");
+        if (s[1 + k] != ')' || k >= cap) return 0;
+        memcpy(name, s + 1, k);
+        name[k] = '\0';
+        s += k + 2;
+        *nargs = (size_t)-1;
+    }
+    if (*s == ';') s++;
+    else if (*s) return 0;
+    *p = s;
+    return 1;
+}
+
+/* The layers of a description into m (after its input entry). */
+static int mirror__add_described(mirror_model *m, const char *p, const char *path)
+{
+    char name[32];
+    double a[4];
+    size_t n, i;
+    int rc = MIRROR_OK;
+    while (*p && rc == MIRROR_OK) {
+        if (!mirror__arch_entry(&p, name, sizeof name, a, &n)) break;
+        if (n == (size_t)-1) return *p ? mirror__fail(m, MIRROR_ERR_FORMAT, "%s: layers after the loss", path) : rc;
+        for (i = 0; i < n; i++)
+            if (!(a[i] >= 0 && a[i] <= 1e9)) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %s(...) out of range", path, name);
+        if (!strcmp(name, "dense") && n == 1) rc = mirror_dense(m, (size_t)a[0]);
+        else if (!strcmp(name, "conv2d") && n == 4) rc = mirror_conv2d(m, (size_t)a[0], (size_t)a[1], (size_t)a[2], (size_t)a[3]);
+        else if (!strcmp(name, "maxpool2d") && n == 2) rc = mirror_maxpool2d(m, (size_t)a[0], (size_t)a[1]);
+        else if (!strcmp(name, "avgpool2d") && n == 2) rc = mirror_avgpool2d(m, (size_t)a[0], (size_t)a[1]);
+        else if (!strcmp(name, "dropout") && n == 1) rc = mirror_dropout(m, (float)a[0]);
+        else if (!strcmp(name, "relu") && !n) rc = mirror_relu(m);
+        else if (!strcmp(name, "tanh") && !n) rc = mirror_tanh(m);
+        else if (!strcmp(name, "sigmoid") && !n) rc = mirror_sigmoid(m);
+        else if (!strcmp(name, "gelu") && !n) rc = mirror_gelu(m);
+        else if (!strcmp(name, "flatten") && !n) rc = mirror_flatten(m);
+        else if (!strcmp(name, "global_avgpool") && !n) rc = mirror_global_avgpool(m);
+        else return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: unknown layer \"%s\" with %zu arguments", path, name, n);
+    }
+    return rc ? rc : mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the model description is malformed or has no loss", path);
+}
+
+/* A float of the header's metadata (absent: 0). */
+static float mirror__meta_float(const mirror__header *h, const char *key)
+{
+    const char *s = mirror__meta(h, key);
+    char *end;
+    double v = s ? strtod(s, &end) : 0.0;
+    return s && !*end && v >= -3.4e38 && v <= 3.4e38 ? (float)v : 0.0f;
+}
+
+/* The model desc the header stores: input, loss, optimizer, schedule,
+   precision, loss scaler and seed. */
+static int mirror__described_desc(const mirror__header *h, const char *path, mirror_model_desc *d, const char **layers,
+                                  mirror_error *err)
+{
+    const char *model = mirror__meta(h, "model"), *s;
+    char name[32];
+    double a[4];
+    size_t n, i;
+    uint64_t v;
+    mirror_optimizer_desc *o = &d->optimizer;
+    if (!model || !mirror__arch_entry(&model, name, sizeof name, a, &n) || strcmp(name, "input") || n != 3)
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: no model description (input(C,H,W);...)", path);
+    for (i = 0; i < 3; i++)
+        if (!(a[i] >= 1 && a[i] <= 1e9)) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: input out of range", path);
+    d->channels = (size_t)a[0], d->height = (size_t)a[1], d->width = (size_t)a[2];
+    d->loss = strstr(model, ";loss(mse)") || !strncmp(model, "loss(mse)", 9) ? MIRROR_LOSS_MSE : MIRROR_LOSS_SOFTMAX_CE;
+    *layers = model;
+    s = mirror__meta(h, "optimizer");
+    for (i = 1; i < sizeof mirror__opt_names / sizeof *mirror__opt_names; i++)
+        if (s && !strcmp(s, mirror__opt_names[i])) o->kind = (mirror_optimizer_kind)i;
+    if (o->kind == MIRROR_OPT_DEFAULT) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: unknown optimizer", path);
+    o->lr = mirror__meta_float(h, "lr"), o->momentum = mirror__meta_float(h, "momentum");
+    o->nesterov = mirror__meta_float(h, "nesterov") != 0.0f, o->weight_decay = mirror__meta_float(h, "weight_decay");
+    o->beta1 = mirror__meta_float(h, "beta1"), o->beta2 = mirror__meta_float(h, "beta2");
+    o->eps = mirror__meta_float(h, "eps");
+    s = mirror__meta(h, "lr_schedule");
+    for (i = 0; s && i < MIRROR_LR_CALLBACK; i++)
+        if (!strcmp(s, mirror__schedule_names[i])) o->schedule = (mirror_lr_schedule)i;
+    if (mirror__meta_u64(h, "warmup", &v)) o->warmup = v;
+    if (mirror__meta_u64(h, "step_size", &v)) o->step_size = v;
+    if (mirror__meta_u64(h, "total_steps", &v)) o->total_steps = v;
+    o->gamma = mirror__meta_float(h, "gamma"), o->min_lr = mirror__meta_float(h, "min_lr");
+    if (s && !strcmp(s, "callback"))
+        mirror__log(MIRROR_LOG_NOTICE, "the checkpoint's learning rate came from a callback, which a checkpoint "
+                                       "cannot hold: the rebuilt model runs at its constant lr");
+    s = mirror__meta(h, "precision");
+    d->precision = s && !strcmp(s, "fp16") ? MIRROR_PRECISION_FP16 : s && !strcmp(s, "bf16") ? MIRROR_PRECISION_BF16
+                                                                                              : MIRROR_PRECISION_FP32;
+    s = mirror__meta(h, "loss_scaler");
+    if (d->precision != MIRROR_PRECISION_FP32 && s)
+        d->loss_scale.kind = !strcmp(s, "dynamic")  ? MIRROR_SCALE_DYNAMIC
+                             : !strcmp(s, "static") ? MIRROR_SCALE_STATIC
+                                                    : MIRROR_SCALE_NONE;
+    if (d->loss_scale.kind == MIRROR_SCALE_STATIC) d->loss_scale.init_scale = mirror__meta_float(h, "loss_scale");
+    if (mirror__meta_u64(h, "seed", &v)) d->seed = v;
+    return MIRROR_OK;
+}
+
+static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
+                                   mirror_checkpoint_info *info, mirror_error *err)
+{
+    mirror__header *h = NULL;
+    mirror_model_desc d;
+    const char *layers = NULL;
+    char *text = NULL;
+    int rc;
+    *out = NULL;
+    memset(&d, 0, sizeof d);
+    if ((rc = mirror__read_header_text(path, &text, err))) return rc;
+    if (!(h = (mirror__header *)MIRROR_MALLOC(sizeof *h))) {
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    } else if (!mirror__parse_header(text, strlen(text), h)) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: the header is not the JSON of a checkpoint", path);
+    } else if ((rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
+        d.strategy = s;
+        d.max_batch = max_batch;
+        if ((rc = mirror_model_create(&d, out, err)) == MIRROR_OK &&
+            ((rc = mirror__add_described(*out, layers, path)) || (rc = mirror_model_build(*out)) ||
+             (rc = mirror_checkpoint_load(*out, path, 0, info)))) {
+            if (err) mirror__error(err, rc, "%s", mirror_model_error(*out));
+            mirror_model_destroy(*out);
+            *out = NULL;
+        }
+    }
+    MIRROR_FREE(text);
+    MIRROR_FREE(h);
+    return rc;
+}
+
+MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
+                                            mirror_checkpoint_info *info, mirror_error *err)
+{
+    if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_from_checkpoint: out is NULL");
+    *out = NULL;
+    if (!s || !path) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_from_checkpoint: NULL argument");
+    return mirror__from_checkpoint(s, path, max_batch, out, info, err);
 }
 
 // >>fit ---------------------------------------------------------------------

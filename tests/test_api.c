@@ -521,6 +521,10 @@ static void test_layers(mirror_strategy *s)
               "summary into 4 bytes: capacity error, terminated");
         CHECK(mirror_model_summary(m, whole, sizeof whole) == MIRROR_OK && strlen(whole) > sizeof cut,
               "the whole summary: %s", mirror_model_error(m));
+        snprintf(want, sizeof want, "\ntotal  %zu params, %zu bytes in fp32\n", mirror_num_parameters(m),
+                 4 * mirror_num_parameters(m));
+        CHECK(strstr(whole, want) && strlen(whole) < 128 * 4, "a total line, within the documented 128 bytes a line:\n%s",
+              whole);
         snprintf(want, sizeof want, "needs %zu bytes and buf holds %zu", strlen(whole) + 1, sizeof cut);
         CHECK(mirror_model_summary(m, cut, sizeof cut) == MIRROR_ERR_CAPACITY && strstr(mirror_model_error(m), want) &&
                   !strncmp(cut, whole, sizeof cut - 1) && strlen(cut) == sizeof cut - 1,

@@ -700,6 +700,129 @@ static void test_targets(void)
     mirror_strategy_destroy(s);
 }
 
+/* A model of every layer kind, AdamW with a cosine schedule, in fp32 and
+   in fp16: rebuilt from its checkpoint alone on another replica count,
+   it predicts bitwise alike and goes on at the same step and rate; on the
+   same replica count its next steps are bitwise the original's. Crafted
+   descriptions are refused with a message, leaking nothing. */
+static mirror_model *every_layer(mirror_strategy *s, mirror_precision precision)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.precision = precision;
+    d.channels = 1, d.height = 8, d.width = 8;
+    d.max_batch = 12;
+    d.seed = 77;
+    d.optimizer.kind = MIRROR_OPT_ADAMW, d.optimizer.lr = 0.004f;
+    d.optimizer.schedule = MIRROR_LR_COSINE, d.optimizer.warmup = 2, d.optimizer.total_steps = 30;
+    d.optimizer.min_lr = 0.0001f;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_conv2d(m, 4, 3, 1, 1), mirror_gelu(m), mirror_maxpool2d(m, 2, 1);
+    mirror_conv2d(m, 4, 3, 1, 0), mirror_tanh(m), mirror_avgpool2d(m, 2, 2);
+    mirror_global_avgpool(m), mirror_flatten(m), mirror_dropout(m, 0.25f);
+    mirror_dense(m, 8), mirror_sigmoid(m), mirror_dense(m, 10), mirror_relu(m);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_from_checkpoint(mirror_precision precision)
+{
+    const char *name = mirror_precision_name(precision);
+    char path[256];
+    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_model *a = every_layer(s2, precision), *b = NULL, *c = NULL;
+    mirror_checkpoint_info at;
+    mirror_error err = {0, ""};
+    float ya[50 * 10], yb[50 * 10], *pa = NULL, *pc = NULL;
+    size_t k, n;
+    if (!a) {
+        CHECK(0, "%s: the model of every layer", name);
+        goto out;
+    }
+    for (k = 0; k < 6; k++) step(a, k);
+    path_in(path, "every.ckpt");
+    CHECK(mirror_checkpoint_save(a, path, NULL, 1) == MIRROR_OK, "%s: save: %s", name, mirror_model_error(a));
+    CHECK(mirror_model_from_checkpoint(s3, path, 0, &b, &at, &err) == MIRROR_OK && b, "%s: rebuilt on 3 replicas: %s",
+          name, err.message);
+    if (!b) goto out;
+    n = mirror_num_parameters(a);
+    CHECK(mirror_num_parameters(b) == n && mirror_model_query_desc(b).max_batch == 256 &&
+              mirror_model_query_desc(b).precision == precision && at.step == 6 &&
+              mirror_optimizer_steps(b) == mirror_optimizer_steps(a) && mirror_current_lr(b) == mirror_current_lr(a),
+          "%s: the same parameters count, precision, step (%llu) and next rate (%g, %g)", name,
+          (unsigned long long)at.step, (double)mirror_current_lr(b), (double)mirror_current_lr(a));
+    CHECK(mirror_predict(a, data.x, 50, ya) == MIRROR_OK && mirror_predict(b, data.x, 50, yb) == MIRROR_OK &&
+              !memcmp(ya, yb, sizeof ya),
+          "%s: predictions bitwise alike", name);
+    CHECK(mirror_model_from_checkpoint(s2, path, 12, &c, NULL, &err) == MIRROR_OK, "%s: rebuilt on 2 replicas", name);
+    for (k = 6; c && k < 10; k++) step(a, k), step(c, k);
+    pa = params(a, 0);
+    pc = c ? params(c, 1) : NULL;
+    CHECK(pc && !memcmp(pa, pc, n * sizeof(float)), "%s: 4 more steps on both: bitwise the same parameters", name);
+out:
+    free(pa), free(pc);
+    mirror_model_destroy(a), mirror_model_destroy(b), mirror_model_destroy(c);
+    mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
+}
+
+static void test_from_checkpoint_refused(void)
+{
+    static const struct {
+        const char *from, *to, *says;
+    } cases[] = {
+        {"input(1,8,8)", "input(0,8,8)", "input out of range"},
+        {"input(1,8,8)", "input(1,8)", "no model description"},
+        {";dense(10)", ";dense(10,3)", "unknown layer \"dense\" with 2"},
+        {";dense(10)", ";lstm(10)", "unknown layer \"lstm\""},
+        {";dense(10)", ";dense(1e99)", "out of range"},
+        {";dense(10)", ";dense(-1)", "malformed"},
+        {";loss(softmax_ce)", "", "no loss"},
+        {";loss(softmax_ce)", ";loss(softmax_ce);relu", "layers after the loss"},
+        {";conv2d(4,3,1,1)", ";conv2d(4,3,0,1)", "stride"},
+        {"\"optimizer\":\"adamw\"", "\"optimizer\":\"lamb\"", "unknown optimizer"},
+    };
+    char path[256];
+    mirror_strategy *s = strategy(1);
+    mirror_model *a = every_layer(s, MIRROR_PRECISION_FP32), *b;
+    mirror_error err;
+    unsigned char *good, *bad;
+    size_t n, m, i;
+    long live;
+    path_in(path, "every.ckpt");
+    if (!a || mirror_checkpoint_save(a, path, NULL, 1)) {
+        CHECK(0, "a checkpoint to edit");
+        goto out;
+    }
+    good = slurp(path, &n);
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *text = edit(good, cases[i].from, cases[i].to);
+        int rc;
+        bad = reheader(good, n, text, &m);
+        path_in(path, "crafted.ckpt");
+        write_file(path, bad, m);
+        memset(&err, 0, sizeof err);
+        live = live_allocs;
+        b = (mirror_model *)&err; /* not NULL before the call */
+        rc = mirror_model_from_checkpoint(s, path, 0, &b, NULL, &err);
+        CHECK(rc < 0 && !b && strstr(err.message, cases[i].says) && live_allocs == live,
+              "\"%s\" for \"%s\": refused (%d), saying \"%s\": %s", cases[i].to, cases[i].from, rc, cases[i].says,
+              err.message);
+        free(text), free(bad);
+    }
+    free(good);
+    CHECK(mirror_model_from_checkpoint(s, "no/such.ckpt", 0, &b, NULL, &err) == MIRROR_ERR_IO && !b,
+          "a missing file: %s", err.message);
+    CHECK(mirror_model_from_checkpoint(s, path, 0, NULL, NULL, &err) == MIRROR_ERR_ARGUMENT, "out NULL");
+out:
+    mirror_model_destroy(a);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -714,6 +837,9 @@ int main(void)
     test_not_files();
     test_edges();
     test_targets();
+    test_from_checkpoint(MIRROR_PRECISION_FP32);
+    test_from_checkpoint(MIRROR_PRECISION_FP16);
+    test_from_checkpoint_refused();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_checkpoint");
