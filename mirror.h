@@ -745,6 +745,9 @@ MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
 /* out [n, outputs]: the last layer's output (logits, not probabilities). */
 MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *out);
+/* The same as softmax probabilities, each row summing to 1 (a model with
+   the softmax cross-entropy loss; MSE models: MIRROR_ERR_ARGUMENT). */
+MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, float *out);
 
 // >>declarations: data ------------------------------------------------------
 
@@ -761,6 +764,7 @@ typedef struct mirror_dataset {
     int32_t *labels;   /* [count] in [0, num_classes), or NULL */
     float *targets;    /* [count, target_dim], or NULL */
     size_t count, channels, height, width, num_classes, target_dim;
+    int borrowed; /* the arrays are the caller's (mirror_dataset_from_arrays): free frees none of them */
 } mirror_dataset;
 
 /* Loads an MNIST-format IDX pair: images (type ubyte, dims n,h,w) scaled to
@@ -786,8 +790,10 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
    channels-last arrays, (n, height, width, channels), must be transposed
    first, or fit refuses them); y, or
    NULL for no labels, of dtype <i4, <i8 or |u1 and shape (n,), every label
-   >= 0, num_classes the largest plus one (at most 65536). Plain or gzip files
-   (gzip needs MIRROR_ZLIB). On error ds is left empty. */
+   >= 0, num_classes the largest plus one (at most 65536), or of dtype <f4:
+   regression targets for a mean squared error, shape (n,) (target_dim 1)
+   or (n, d) (target_dim d). Plain or gzip files (gzip needs MIRROR_ZLIB).
+   On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, const char *y_path,
                                        mirror_error *err);
 /* count 28x28 hand-drawn-style digits, 10 classes, balanced, made from
@@ -795,6 +801,20 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
 MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
                                                mirror_error *err);
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds);
+/* A dataset over the caller's arrays: x [count, channels, height, width],
+   labels [count] in [0, num_classes) or NULL, targets [count, target_dim]
+   or NULL. copy 1: ds holds copies; copy 0: ds borrows the arrays, which
+   must outlive it (mirror_dataset_free then frees none of them). Labels
+   are checked (MIRROR_ERR_LABEL) and targets must be finite. */
+MIRROR_API int mirror_dataset_from_arrays(mirror_dataset *ds, const float *x, const int32_t *labels,
+                                          const float *targets, size_t count, size_t channels, size_t height,
+                                          size_t width, size_t num_classes, size_t target_dim, int copy,
+                                          mirror_error *err);
+/* Splits all into train and validation copies (Keras' validation_split, but
+   shuffled): a permutation of (seed, 0) sends val_count samples to val and
+   the rest, in the permutation's order, to train. all is not changed. */
+MIRROR_API int mirror_dataset_split(const mirror_dataset *all, size_t val_count, uint64_t seed, mirror_dataset *train,
+                                    mirror_dataset *val, mirror_error *err);
 
 /* perm [n]: the permutation of epoch `epoch` for `seed`: a pure function of
    (seed, epoch, n), so every replica and every process agrees on it. */
@@ -1109,24 +1129,34 @@ MIRROR_HD static inline float mirror_hd_poison(float *dz, size_t d, float loss)
    y. Writes dz = (softmax(z) - onehot(y)) * inv_count, where inv_count is
    1 / (global batch size); returns the loss logsumexp(z) - z[y] and sets
    *correct when the first maximum of z is at y. */
+/* The softmax of one row of k logits into p, the largest subtracted first;
+   returns log of the sum of exp(z - zmax), with zmax and its index. */
+MIRROR_HD static inline float mirror_hd_softmax_row(const float *z, size_t k, float *p, float *zmax, size_t *arg)
+{
+    size_t j;
+    float sum = 0.0f;
+    *zmax = z[0], *arg = 0;
+    for (j = 1; j < k; j++)
+        if (z[j] > *zmax) {
+            *zmax = z[j];
+            *arg = j;
+        }
+    for (j = 0; j < k; j++) {
+        p[j] = expf(z[j] - *zmax);
+        sum += p[j];
+    }
+    for (j = 0; j < k; j++) p[j] /= sum;
+    return logf(sum);
+}
+
 MIRROR_HD static inline float mirror_hd_softmax_ce_row(const float *z, size_t k, int32_t y,
                                                        float inv_count, float *dz, int *correct)
 {
-    size_t j, arg = 0;
-    float zmax = z[0], sum = 0.0f;
-    for (j = 1; j < k; j++)
-        if (z[j] > zmax) {
-            zmax = z[j];
-            arg = j;
-        }
-    for (j = 0; j < k; j++) {
-        dz[j] = expf(z[j] - zmax);
-        sum += dz[j];
-    }
-    for (j = 0; j < k; j++)
-        dz[j] = (dz[j] / sum - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count;
+    size_t j, arg;
+    float zmax, lse = mirror_hd_softmax_row(z, k, dz, &zmax, &arg);
+    for (j = 0; j < k; j++) dz[j] = (dz[j] - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count;
     *correct = arg == (size_t)y;
-    return mirror_hd_poison(dz, k, logf(sum) - (z[y] - zmax)); /* not zmax + log(sum) - z[y]: cancels at large z */
+    return mirror_hd_poison(dz, k, lse - (z[y] - zmax)); /* not zmax + log(sum) - z[y]: cancels at large z */
 }
 
 /* One row of mean squared error over d outputs: returns (1/d) sum (z - t)^2
@@ -5412,15 +5442,144 @@ MIRROR_API int mirror_predict(mirror_model *m, const float *x, size_t n, float *
     MIRROR__LOCKED(m, "mirror_predict", mirror__predict(m, x, n, out));
 }
 
+static int mirror__predict_proba(mirror_model *m, const float *x, size_t n, float *out)
+{
+    size_t i, arg, k;
+    float zmax, *row;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_predict_proba"))) return rc;
+    if (m->desc.loss != MIRROR_LOSS_SOFTMAX_CE)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_predict_proba: the model's loss is not softmax "
+                                                    "cross-entropy: its outputs are no logits (use mirror_predict)");
+    if ((rc = mirror__predict(m, x, n, out))) return rc;
+    k = m->out_size;
+    if (!(row = (float *)mirror__alloc(k, sizeof(float))))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_predict_proba: out of memory");
+    for (i = 0; i < n; i++) {
+        mirror_hd_softmax_row(out + i * k, k, row, &zmax, &arg);
+        memcpy(out + i * k, row, k * sizeof(float));
+    }
+    MIRROR_FREE(row);
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, float *out)
+{
+    MIRROR__LOCKED(m, "mirror_predict_proba", mirror__predict_proba(m, x, n, out));
+}
+
 // >>data --------------------------------------------------------------------
 
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
 {
     if (!ds) return;
-    MIRROR_FREE(ds->x);
-    MIRROR_FREE(ds->labels);
-    MIRROR_FREE(ds->targets);
+    if (!ds->borrowed) {
+        MIRROR_FREE(ds->x);
+        MIRROR_FREE(ds->labels);
+        MIRROR_FREE(ds->targets);
+    }
     memset(ds, 0, sizeof *ds);
+}
+
+/* A copy of n floats (or int32s), NULL for none. */
+static void *mirror__dup(const void *p, size_t n, size_t elem, int *failed)
+{
+    void *q;
+    if (!p) return NULL;
+    if (!(q = mirror__alloc(n ? n : 1, elem))) {
+        *failed = 1;
+        return NULL;
+    }
+    memcpy(q, p, n * elem);
+    return q;
+}
+
+MIRROR_API int mirror_dataset_from_arrays(mirror_dataset *ds, const float *x, const int32_t *labels,
+                                          const float *targets, size_t count, size_t channels, size_t height,
+                                          size_t width, size_t num_classes, size_t target_dim, int copy,
+                                          mirror_error *err)
+{
+    size_t i, in = 0, tn = 0;
+    int failed = 0;
+    if (ds) memset(ds, 0, sizeof *ds);
+    if (!ds || !x || !count || !channels || !height || !width)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_from_arrays: %s",
+                             !ds || !x ? "NULL argument" : "a count or dimension of 0");
+    if (!mirror__mul(channels, height, &in) || !mirror__mul(in, width, &in) || !mirror__mul(in, count, &in) ||
+        (targets && (!target_dim || !mirror__mul(count, target_dim, &tn))) || (labels && !num_classes) ||
+        num_classes > 65536)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_from_arrays: the sizes overflow, or labels without num_classes (1 to "
+                             "65536), or targets without target_dim");
+    for (i = 0; labels && i < count; i++)
+        if (labels[i] < 0 || (size_t)labels[i] >= num_classes)
+            return mirror__error(err, MIRROR_ERR_LABEL, "mirror_dataset_from_arrays: label %ld of sample %zu is outside "
+                                 "[0, %zu)", (long)labels[i], i, num_classes);
+    for (i = 0; i < tn; i++)
+        if (!mirror_hd_finite(targets[i]))
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_from_arrays: target %zu is not finite", i);
+    if (copy) {
+        ds->x = (float *)mirror__dup(x, in, sizeof(float), &failed);
+        ds->labels = (int32_t *)mirror__dup(labels, count, sizeof(int32_t), &failed);
+        ds->targets = (float *)mirror__dup(targets, tn, sizeof(float), &failed);
+        if (failed) {
+            mirror_dataset_free(ds);
+            return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_from_arrays: out of memory");
+        }
+    } else {
+        ds->x = (float *)x, ds->labels = (int32_t *)labels, ds->targets = (float *)targets;
+        ds->borrowed = 1;
+    }
+    ds->count = count, ds->channels = channels, ds->height = height, ds->width = width;
+    ds->num_classes = labels ? num_classes : 0;
+    ds->target_dim = targets ? target_dim : 0;
+    return MIRROR_OK;
+}
+
+/* Row r of src into row at of dst (x, labels, targets as src has them). */
+static void mirror__copy_row(mirror_dataset *dst, size_t at, const mirror_dataset *src, size_t r)
+{
+    size_t in = src->channels * src->height * src->width;
+    memcpy(dst->x + at * in, src->x + r * in, in * sizeof(float));
+    if (src->labels) dst->labels[at] = src->labels[r];
+    if (src->targets)
+        memcpy(dst->targets + at * src->target_dim, src->targets + r * src->target_dim, src->target_dim * sizeof(float));
+}
+
+MIRROR_API int mirror_dataset_split(const mirror_dataset *all, size_t val_count, uint64_t seed, mirror_dataset *train,
+                                    mirror_dataset *val, mirror_error *err)
+{
+    mirror_dataset *out[2];
+    size_t *perm, i, k, n[2];
+    int rc = MIRROR_OK;
+    if (train) memset(train, 0, sizeof *train);
+    if (val) memset(val, 0, sizeof *val);
+    if (!all || !train || !val || !all->x)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_split: NULL argument");
+    if (!val_count || val_count >= all->count)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_split: %zu validation samples of %zu: both parts need at least one",
+                             val_count, all->count);
+    if (!(perm = (size_t *)mirror__alloc(all->count, sizeof(size_t))))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_split: out of memory");
+    mirror_permutation(perm, all->count, seed, 0);
+    out[0] = train, out[1] = val;
+    n[0] = all->count - val_count, n[1] = val_count;
+    for (k = 0; k < 2 && rc == MIRROR_OK; k++) {
+        size_t in = all->channels * all->height * all->width;
+        *out[k] = *all;
+        out[k]->borrowed = 0;
+        out[k]->count = n[k];
+        out[k]->x = (float *)mirror__alloc(n[k] * in, sizeof(float));
+        out[k]->labels = all->labels ? (int32_t *)mirror__alloc(n[k], sizeof(int32_t)) : NULL;
+        out[k]->targets = all->targets ? (float *)mirror__alloc(n[k] * all->target_dim, sizeof(float)) : NULL;
+        if (!out[k]->x || (all->labels && !out[k]->labels) || (all->targets && !out[k]->targets))
+            rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_split: out of memory");
+        for (i = 0; rc == MIRROR_OK && i < n[k]; i++) mirror__copy_row(out[k], i, all, perm[(k ? n[0] : 0) + i]);
+    }
+    MIRROR_FREE(perm);
+    if (rc) mirror_dataset_free(train), mirror_dataset_free(val);
+    return rc;
 }
 
 MIRROR_API size_t mirror_num_batches(size_t count, size_t batch, int drop_remainder)
@@ -6085,7 +6244,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
                                        mirror_error *err)
 {
     unsigned char *xb = NULL, *yb = NULL;
-    size_t xs = 0, ys = 0, i, classes = 0;
+    size_t xs = 0, ys = 0, i, classes = 0, targets = 0;
     mirror__npy x, y;
     int rc;
     memset(&x, 0, sizeof x);
@@ -6113,22 +6272,41 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         if ((rc = mirror__read_file(y_path, MIRROR__MAX_FILE, NULL, &yb, &ys, err)) != MIRROR_OK ||
             (rc = mirror__parse_npy(yb, ys, y_path, &y, err)) != MIRROR_OK)
             goto done;
-        if (y.dtype != MIRROR__NPY_I4 && y.dtype != MIRROR__NPY_I8 && y.dtype != MIRROR__NPY_U1) {
-            rc = mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: dtype '%s' is not supported for labels (<i4, "
-                               "<i8 or |u1)", y_path, y.descr);
+        if (y.dtype == MIRROR__NPY_F4 && (y.ndim == 1 || (y.ndim == 2 && y.shape[1]))) {
+            targets = y.ndim == 1 ? 1 : y.shape[1]; /* float targets, for MSE */
+        } else if (y.dtype == MIRROR__NPY_F4) {
+            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: shape of %zu dimension(s); float targets are (n,) or "
+                               "(n, d) with d >= 1", y_path, y.ndim);
             goto done;
-        }
-        if (y.ndim != 1) {
+        } else if (y.dtype != MIRROR__NPY_I4 && y.dtype != MIRROR__NPY_I8 && y.dtype != MIRROR__NPY_U1) {
+            rc = mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: dtype '%s' is not supported for labels (<i4, "
+                               "<i8 or |u1) or targets (<f4)", y_path, y.descr);
+            goto done;
+        } else if (y.ndim != 1) {
             rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: shape of %zu dimension(s); labels are (n,)", y_path,
                                y.ndim);
             goto done;
         }
-        if (y.shape[0] != x.shape[0]) {
+        if (targets && y.shape[0] != x.shape[0]) {
+            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s has %zu samples but %s has %zu targets", x_path,
+                               x.shape[0], y_path, y.shape[0]);
+            goto done;
+        }
+        for (i = 0; targets && i < y.count; i++) {
+            float t;
+            uint32_t bits = mirror__le32(y.data + 4 * i);
+            memcpy(&t, &bits, sizeof t);
+            if (!mirror_hd_finite(t)) {
+                rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: target %zu is not finite", y_path, i);
+                goto done;
+            }
+        }
+        if (!targets && y.shape[0] != x.shape[0]) {
             rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s has %zu samples but %s has %zu labels", x_path,
                                x.shape[0], y_path, y.shape[0]);
             goto done;
         }
-        for (i = 0; i < y.count; i++) {
+        for (i = 0; !targets && i < y.count; i++) {
             long long v = mirror__npy_int(&y, i);
             if (v < 0 || v > 65535) {
                 rc = mirror__error(err, MIRROR_ERR_LABEL, "%s: label %lld of sample %zu %s", y_path, v, i,
@@ -6141,8 +6319,9 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         }
     }
     ds->x = (float *)mirror__alloc(x.count, sizeof(float));
-    ds->labels = y_path ? (int32_t *)mirror__alloc(x.shape[0], sizeof(int32_t)) : NULL;
-    if (!ds->x || (y_path && !ds->labels)) {
+    ds->labels = y_path && !targets ? (int32_t *)mirror__alloc(x.shape[0], sizeof(int32_t)) : NULL;
+    ds->targets = targets ? (float *)mirror__alloc(y.count, sizeof(float)) : NULL;
+    if (!ds->x || (y_path && !ds->labels && !ds->targets)) {
         rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: no memory for %zu samples", x_path, x.shape[0]);
         goto done;
     }
@@ -6153,8 +6332,14 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
             uint32_t bits = mirror__le32(x.data + 4 * i);
             memcpy(ds->x + i, &bits, sizeof bits);
         }
-    if (y_path)
+    if (targets)
+        for (i = 0; i < y.count; i++) {
+            uint32_t bits = mirror__le32(y.data + 4 * i);
+            memcpy(ds->targets + i, &bits, sizeof bits);
+        }
+    else if (y_path)
         for (i = 0; i < y.count; i++) ds->labels[i] = (int32_t)mirror__npy_int(&y, i);
+    ds->target_dim = targets;
     ds->count = x.shape[0];
     ds->channels = x.ndim == 4 ? x.shape[1] : x.ndim == 3 ? 1 : x.shape[1];
     ds->height = x.ndim == 2 ? 1 : x.shape[x.ndim - 2];

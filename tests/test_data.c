@@ -10,6 +10,7 @@
 #include "files.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -793,6 +794,101 @@ static void test_epoch_coverage(void)
     CHECK(ok, "every sample seen exactly once per epoch across 3 replicas");
 }
 
+/* Datasets over caller arrays (copied and borrowed), split into training
+   and validation, and a model's softmax probabilities. */
+static void test_arrays_and_split(void)
+{
+    enum { N = 20, F = 3 };
+    static float x[N * F], t[N * 2];
+    static int32_t y[N];
+    mirror_dataset a, b, tr, va;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    size_t i, j, seen[N];
+    int ok = 1;
+    for (i = 0; i < N * F; i++) x[i] = (float)i;
+    for (i = 0; i < N; i++) y[i] = (int32_t)(i % 4), t[2 * i] = (float)i, t[2 * i + 1] = -(float)i;
+    CHECK(mirror_dataset_from_arrays(&a, x, y, t, N, F, 1, 1, 4, 2, 1, &err) == MIRROR_OK && a.x != x && !a.borrowed &&
+              !memcmp(a.x, x, sizeof x) && !memcmp(a.labels, y, sizeof y) && !memcmp(a.targets, t, sizeof t) &&
+              a.num_classes == 4 && a.target_dim == 2,
+          "copied: its own arrays, equal to the caller's: %s", err.message);
+    CHECK(mirror_dataset_from_arrays(&b, x, y, NULL, N, F, 1, 1, 4, 0, 0, &err) == MIRROR_OK && b.x == x &&
+              b.labels == y && b.borrowed && !b.targets,
+          "borrowed: the caller's arrays themselves");
+    mirror_dataset_free(&b);
+    CHECK(b.x == NULL && x[5] == 5.0f, "freeing a borrowed dataset frees none of the caller's arrays");
+    y[7] = 4;
+    CHECK(mirror_dataset_from_arrays(&b, x, y, NULL, N, F, 1, 1, 4, 0, 1, &err) == MIRROR_ERR_LABEL &&
+              strstr(err.message, "sample 7") && !b.x,
+          "a label outside [0, 4): refused, naming the sample: %s", err.message);
+    y[7] = 3;
+    t[3] = NAN;
+    CHECK(mirror_dataset_from_arrays(&b, x, NULL, t, N, F, 1, 1, 0, 2, 1, &err) == MIRROR_ERR_ARGUMENT &&
+              strstr(err.message, "target 3"),
+          "a NaN target: refused: %s", err.message);
+    t[3] = -1.0f;
+    CHECK(mirror_dataset_from_arrays(&b, x, y, NULL, N, F, 1, 1, 0, 0, 1, &err) == MIRROR_ERR_ARGUMENT &&
+              mirror_dataset_from_arrays(&b, x, NULL, NULL, 0, F, 1, 1, 0, 0, 1, &err) == MIRROR_ERR_ARGUMENT &&
+              mirror_dataset_from_arrays(&b, NULL, NULL, NULL, N, F, 1, 1, 0, 0, 1, &err) == MIRROR_ERR_ARGUMENT &&
+              mirror_dataset_from_arrays(&b, x, NULL, NULL, (size_t)-1, (size_t)-1, 2, 1, 0, 0, 1, &err) ==
+                  MIRROR_ERR_ARGUMENT,
+          "labels without classes, no samples, no x, sizes that overflow: refused");
+
+    CHECK(mirror_dataset_split(&a, 5, 9, &tr, &va, &err) == MIRROR_OK && tr.count == 15 && va.count == 5 &&
+              tr.num_classes == 4 && va.target_dim == 2,
+          "split 20 into 15 and 5: %s", err.message);
+    for (i = 0; i < N; i++) seen[i] = 0;
+    for (i = 0; i < 20; i++) { /* every sample once, in one part, with its label and targets */
+        const mirror_dataset *d = i < 15 ? &tr : &va;
+        size_t r = i < 15 ? i : i - 15, s = (size_t)d->x[r * F] / F;
+        ok &= s < N && d->labels[r] == (int32_t)(s % 4) && d->targets[2 * r] == (float)s && !seen[s]++;
+        for (j = 0; j < F; j++) ok &= d->x[r * F + j] == (float)(s * F + j);
+    }
+    CHECK(ok, "every sample in exactly one part, whole");
+    mirror_dataset_free(&tr), mirror_dataset_free(&va);
+    CHECK(mirror_dataset_split(&a, 20, 9, &tr, &va, &err) == MIRROR_ERR_ARGUMENT && !tr.x && !va.x &&
+              mirror_dataset_split(&a, 0, 9, &tr, &va, &err) == MIRROR_ERR_ARGUMENT,
+          "a split that leaves a part empty: refused: %s", err.message);
+    mirror_dataset_free(&a);
+    CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);
+}
+
+static void test_predict_proba(void)
+{
+    mirror_strategy_desc sd;
+    mirror_model_desc md;
+    mirror_strategy *s = NULL;
+    mirror_model *m = NULL;
+    float x[6 * 4], p[6 * 3], z[6 * 3];
+    size_t i, j;
+    int ok = 1;
+    memset(&sd, 0, sizeof sd), memset(&md, 0, sizeof md);
+    sd.devices = "cpu:2";
+    mirror_strategy_create(&sd, &s, NULL);
+    md.strategy = s, md.channels = 4, md.seed = 2;
+    mirror_model_create(&md, &m, NULL);
+    mirror_dense(m, 5), mirror_tanh(m), mirror_dense(m, 3);
+    mirror_model_build(m);
+    for (i = 0; i < 6 * 4; i++) x[i] = (float)((int)(i * 7 % 11) - 5) * 0.3f;
+    CHECK(mirror_predict(m, x, 6, z) == MIRROR_OK && mirror_predict_proba(m, x, 6, p) == MIRROR_OK,
+          "predict and predict_proba: %s", mirror_model_error(m));
+    for (i = 0; i < 6; i++) {
+        double sum = 0.0, norm = 0.0;
+        for (j = 0; j < 3; j++) sum += p[i * 3 + j], norm += exp((double)z[i * 3 + j]);
+        for (j = 0; j < 3; j++) ok &= fabs(p[i * 3 + j] - exp((double)z[i * 3 + j]) / norm) < 1e-6;
+        ok &= fabs(sum - 1.0) < 1e-6;
+    }
+    CHECK(ok, "each row the softmax of the logits, summing to 1");
+    mirror_model_destroy(m);
+    md.loss = MIRROR_LOSS_MSE;
+    mirror_model_create(&md, &m, NULL);
+    mirror_dense(m, 3), mirror_model_build(m);
+    CHECK(mirror_predict_proba(m, x, 6, p) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "softmax"),
+          "an MSE model has no probabilities: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_data")) return 1;
@@ -807,6 +903,8 @@ int main(void)
     test_permutation();
     test_shard();
     test_epoch_coverage();
+    test_arrays_and_split();
+    test_predict_proba();
     remove_tree(root);
     CHECK(access(root, F_OK) != 0, "the temporary directory %s is removed", root);
     CHECK(live_allocs == 0, "every allocation freed (%ld live)", live_allocs);

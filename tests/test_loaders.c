@@ -716,8 +716,9 @@ static void test_npy_headers(void)
         n = bad_x(buf, 1, dict_of(d, "<i4", "(4, 3)"), sizeof xdata);
         npy_fail("x of <i4", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', "<i4");
         n = make_npy(buf, 1, dict_of(d, "<f4", "(4,)"), xdata, 16);
-        npy_fail("labels of <f4", NULL, 0, buf, n, MIRROR_ERR_UNSUPPORTED, 'y', "<f4");
-        npy_fail("y given the x file", NULL, 0, gx, gx_size, MIRROR_ERR_UNSUPPORTED, 'y', NULL);
+        /* <f4 y is float targets: the x data's NaN refuses them */
+        npy_fail("<f4 y with the x data's NaN", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'y', "not finite");
+        npy_fail("y given the x file", NULL, 0, gx, gx_size, MIRROR_ERR_FORMAT, 'y', "not finite");
         npy_fail("x given the y file", gy, gy_size, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', NULL);
     }
 
@@ -797,6 +798,43 @@ static void test_npy_labels_and_arguments(void)
     n = make_npy(buf, 1, dict_of(d, "<i4", "(4,)"), ys, 16);
     npy_fail("<i4 label -7: the message says -7 and negative", NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "-7 of");
     npy_fail("<i4 label -7: negative", NULL, 0, buf, n, MIRROR_ERR_LABEL, 'y', "negative");
+
+    /* Float targets for MSE: (n,) and (n, 2); the wrong count, rank, a NaN. */
+    {
+        static const float t2[8] = {0.5f, -1.0f, 2.0f, 3.5f, -0.25f, 0.0f, 1e3f, -7.0f};
+        unsigned char tb[4 * 8];
+        for (i = 0; i < 8; i++) {
+            uint32_t bits;
+            memcpy(&bits, &t2[i], 4);
+            put_le32(tb + 4 * i, bits);
+        }
+        live = live_allocs;
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(4,)"), tb, 16);
+        CHECK(load_pair(&ds, NULL, 0, buf, n, &err) == MIRROR_OK && ds.targets && !ds.labels && ds.target_dim == 1 &&
+                  ds.num_classes == 0 && !memcmp(ds.targets, t2, 16),
+              "<f4 targets (4,): target_dim 1, no labels: %s", err.message);
+        mirror_dataset_free(&ds);
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(4, 2)"), tb, 32);
+        CHECK(load_pair(&ds, NULL, 0, buf, n, &err) == MIRROR_OK && ds.targets && ds.target_dim == 2 &&
+                  !memcmp(ds.targets, t2, 32),
+              "<f4 targets (4, 2): target_dim 2: %s", err.message);
+        {
+            mirror_dataset x_only = ds;
+            x_only.targets = NULL, x_only.target_dim = 0;
+            CHECK(holds_good(&x_only, 0), "and x as before");
+        }
+        mirror_dataset_free(&ds);
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(2, 4)"), tb, 32);
+        npy_fail("<f4 targets for 2 samples of 4", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'b', "2 targets");
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(4, 2, 1)"), tb, 32);
+        npy_fail("<f4 targets of rank 3", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'y', "(n,) or (n, d)");
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(4, 0)"), tb, 0);
+        npy_fail("<f4 targets (4, 0)", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'y', "d >= 1");
+        put_le32(tb + 8, 0x7fc00000u);
+        n = make_npy(buf, 1, dict_of(d, "<f4", "(4,)"), tb, 16);
+        npy_fail("a NaN target", NULL, 0, buf, n, MIRROR_ERR_FORMAT, 'y', "target 2 is not finite");
+        CHECK(live_allocs == live, "float targets: nothing leaked");
+    }
 
     /* Missing files, a directory, NULL arguments. */
     path_in(p, "no-such.npy");
