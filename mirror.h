@@ -886,6 +886,14 @@ typedef struct mirror_fit_desc {
     volatile sig_atomic_t *stop;
     /* Steps between two mirror_check_replicas (0: never). */
     size_t check_replicas_every;
+    /* Augmentation of the training samples (not validation), applied as a
+       shard is gathered: a left-right flip with probability 1/2
+       (augment_flip) and a shift by up to augment_crop_pad pixels (a
+       random crop of the image padded with zeros). Each sample's draws are
+       a hash of (shuffle seed, epoch, its index in the dataset): the same
+       for any replica count and split. */
+    int augment_flip;
+    size_t augment_crop_pad;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -1044,25 +1052,57 @@ MIRROR_HD static inline float mirror_hd_window_mean_grad(const float *dy, size_t
     return sum / (float)(kh * kw);
 }
 
-/* Dropout's factor for element e of sample `row` under key (the seed,
-   layer and step, mixed): 0 with probability p, else 1 / (1 - p). The
-   element's uniform number comes from a splitmix64-style hash of the three,
-   so any device and any split draws the same. */
-MIRROR_HD static inline float mirror_hd_dropout(uint64_t key, uint64_t row, uint64_t e, float p)
+/* splitmix64's finaliser: the random numbers of dropout and augmentation
+   are hashes of where they are used (a key, a sample, an element), so any
+   device and any split draws the same. */
+MIRROR_HD static inline uint64_t mirror_hd_mix(uint64_t z)
 {
-    uint64_t z = key ^ (row * 0x9e3779b97f4a7c15ull) ^ (e * 0xd1b54a32d192ed03ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    return z ^ (z >> 31);
+}
+
+/* A key from a seed and two counters (a layer and a step, an epoch). */
+MIRROR_HD static inline uint64_t mirror_hd_key(uint64_t seed, uint64_t a, uint64_t b)
+{
+    return mirror_hd_mix(seed + 0x9e3779b97f4a7c15ull * (a + 1) + 0x632be59bd9b4e019ull * b);
+}
+
+/* Dropout's factor for element e of sample `row` under key (the seed,
+   layer and step): 0 with probability p, else 1 / (1 - p). */
+MIRROR_HD static inline float mirror_hd_dropout(uint64_t key, uint64_t row, uint64_t e, float p)
+{
+    uint64_t z = mirror_hd_mix(key ^ (row * 0x9e3779b97f4a7c15ull) ^ (e * 0xd1b54a32d192ed03ull));
     return (float)(z >> 40) * (1.0f / 16777216.0f) < p ? 0.0f : 1.0f / (1.0f - p);
 }
 
 /* The key of dropout layer `layer` at step `step` of a model seeded `seed`. */
 MIRROR_HD static inline uint64_t mirror_hd_dropout_key(uint64_t seed, uint64_t layer, uint64_t step)
 {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (layer + 1) + 0x632be59bd9b4e019ull * step;
-    z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
-    return z ^ (z >> 33);
+    return mirror_hd_key(seed, layer, step);
+}
+
+/* Augmentation of sample `row` under key (the shuffle seed and the epoch):
+   a shift (dy, dx), each in [-pad, pad] (a crop of the image padded by pad
+   with zeros), and a left-right flip, each draw its own hash. */
+MIRROR_HD static inline void mirror_hd_augment_draw(uint64_t key, uint64_t row, size_t pad, int flip, long *dy,
+                                                    long *dx, int *flipped)
+{
+    uint64_t z = mirror_hd_mix(key ^ (row * 0x9e3779b97f4a7c15ull));
+    *dy = pad ? (long)(z % (2 * pad + 1)) - (long)pad : 0;
+    z = mirror_hd_mix(z);
+    *dx = pad ? (long)(z % (2 * pad + 1)) - (long)pad : 0;
+    z = mirror_hd_mix(z);
+    *flipped = flip && (z >> 63);
+}
+
+/* Pixel (y, x) of an augmented h x w plane: the crop, then the flip
+   (torchvision's RandomCrop(padding) then RandomHorizontalFlip). */
+MIRROR_HD static inline float mirror_hd_augment_pixel(const float *plane, size_t h, size_t w, size_t y, size_t x,
+                                                      long dy, long dx, int flipped)
+{
+    long sy = (long)y + dy, sx = (long)(flipped ? w - 1 - x : x) + dx;
+    return sy < 0 || sx < 0 || sy >= (long)h || sx >= (long)w ? 0.0f : plane[sy * (long)w + sx];
 }
 
 /* The smooth activations and their gradients: tanh' = 1 - y^2 and
@@ -3669,6 +3709,9 @@ struct mirror_model {
     float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
     int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
     volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
+    uint64_t augment_key;        /* fit's augmentation of the training samples this epoch, */
+    size_t augment_pad;          /* off while pad and flip are 0 */
+    int augment_flip;
     size_t untaken; /* samples of the steps whose metrics stay on the device */
 };
 
@@ -3682,6 +3725,9 @@ typedef struct mirror__job {
     int metrics_now;  /* read the loss back now, or leave it on the device */
     int accumulate;   /* add the gradients to those of the micro-batches before */
     size_t row0;      /* the samples of the step before this micro-batch */
+    uint64_t augment_key; /* fit's augmentation this epoch (off: pad 0, flip 0) */
+    size_t augment_pad;
+    int augment_flip;
     float *predict_out;
 } mirror__job;
 
@@ -4711,6 +4757,19 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
    the replica threads: forward + backward on each shard, the all-reduce of
    the gradient arenas, and the optimizer update on every replica. */
 
+/* Sample `row` of the dataset, augmented into dst (every channel alike). */
+static void mirror__augment_row(const mirror_model *m, const mirror__job *job, size_t row, const float *src,
+                                float *dst)
+{
+    size_t c, y, x, h = m->desc.height, w = m->desc.width;
+    long dy, dx;
+    int flipped;
+    mirror_hd_augment_draw(job->augment_key, row, job->augment_pad, job->augment_flip, &dy, &dx, &flipped);
+    for (c = 0; c < m->desc.channels; c++, src += h * w)
+        for (y = 0; y < h; y++)
+            for (x = 0; x < w; x++) *dst++ = mirror_hd_augment_pixel(src, h, w, y, x, dy, dx, flipped);
+}
+
 /* Copies replica r's shard of the job's chunk into its arenas: gathered
    row by row into the replica's host buffers, then one upload each. */
 static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
@@ -4722,7 +4781,10 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
     m->be->host_wait(r->dev); /* the previous upload from these buffers is done */
     for (i = 0; i < S; i++) {
         size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
-        memcpy(r->host_x + i * in, b->x + row * in, in * sizeof(float));
+        if (job->augment_flip || job->augment_pad)
+            mirror__augment_row(m, job, row, b->x + row * in, r->host_x + i * in);
+        else
+            memcpy(r->host_x + i * in, b->x + row * in, in * sizeof(float));
         if (!with_y) continue;
         if (ce)
             r->host_labels[i] = b->labels[row];
@@ -5185,6 +5247,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     job.mode = MIRROR__TRAIN;
     job.inv_count = 1.0f / (float)total; /* the gradient of the mean over all k */
     job.metrics_now = out != NULL;
+    job.augment_key = m->augment_key, job.augment_pad = m->augment_pad, job.augment_flip = m->augment_flip;
     for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
         job.batch = &micro[j];
         job.n = micro[j].n;
@@ -7777,6 +7840,9 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (d.batch > m->desc.max_batch)
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_fit: batch %zu exceeds max_batch %zu", d.batch,
                             m->desc.max_batch);
+    if (d.augment_crop_pad > MIRROR__MAX(m->desc.height, m->desc.width))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: augment_crop_pad %zu is beyond the image (%zux%zu)",
+                            d.augment_crop_pad, m->desc.height, m->desc.width);
     if (!d.accumulate) d.accumulate = 1;
     if (d.accumulate > ((size_t)1 << 20) || d.batch * d.accumulate > ((size_t)1 << 40))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: accumulate %zu: at most 2^20 micro-batches of %zu",
@@ -7816,6 +7882,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     }
     memset(&log, 0, sizeof log);
     m->stop = d.stop;
+    m->augment_flip = d.augment_flip != 0, m->augment_pad = d.augment_crop_pad;
 #ifdef MIRROR_MPI
     m->s->stop_seen = 0;
 #endif
@@ -7832,6 +7899,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         skipped_before = log.skipped;
         log.skipped = 0;
         mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
+        m->augment_key = mirror_hd_key(d.shuffle_seed, 0x61756775ull /* "augu" */, epoch);
         for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
             mirror_metrics taken;
             size_t k, at;
@@ -7897,6 +7965,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unlock(m);
     m->stop = NULL;
+    m->augment_flip = 0, m->augment_pad = 0; /* validation and later calls see the samples as they are */
     MIRROR_FREE(perm);
     MIRROR_FREE(micro);
     if (last) *last = log;

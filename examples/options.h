@@ -17,6 +17,7 @@ typedef struct options {
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     size_t accumulate; /* micro-batches of `batch` per optimizer step */
     int report_nonfinite;
+    int augment; /* --augment: flips and crops of the training images */
     double lr, clip_norm, dropout;
     unsigned long long seed;
     /* What the flags set in the model desc: precision, loss scaling and
@@ -206,6 +207,10 @@ static int options_parse(int argc, char **argv, options *o)
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return OPTIONS_HELP;
+        if (!strcmp(a, "--augment")) { /* the one flag without a value */
+            o->augment = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             snprintf(o->why, sizeof o->why, "%.80s needs a value (or is unknown)", a);
             return OPTIONS_UNKNOWN;

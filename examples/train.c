@@ -48,6 +48,7 @@ static void usage(FILE *f)
                "  --warmup N          steps of linear warmup before the schedule (default 0)\n"
                "  --clip-norm X       clip the gradient to global L2 norm X (default: no clipping)\n"
                "  --dropout P         dropout of P before each dense layer after the first (default 0)\n"
+               "  --augment           flip the training images left-right and crop them shifted by up to 1/8\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -203,6 +204,8 @@ int main(int argc, char **argv)
     fd.shuffle_seed = at.shuffle_seed;
     fd.batch = o.batch;
     fd.accumulate = o.accumulate;
+    fd.augment_flip = o.augment;
+    fd.augment_crop_pad = o.augment ? (train.height + 7) / 8 : 0; /* 28x28: 4 pixels, 32x32: 4 */
     fd.on_epoch = on_epoch;
     fd.user = &sums;
     fd.checkpoint = o.save;

@@ -124,6 +124,8 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 100 | grep '^final:' | sed 's/ samples_per_s.*//' >'$tmp/b100' && $BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 25 --accumulate 4 | grep '^final:' | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/b100'"
     check "build/train --dropout 0.3: the same final: line on 1 and 3 replicas (masks keyed to the sample, not the replica)" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/d1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/d1'"
+    check "build/train --augment: the same final: line on 1 and 3 replicas (draws keyed to the sample)" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/a1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/a1'"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi

@@ -4,7 +4,8 @@
    a model is created, and resumed exactly from a checkpoint; gradient
    clipping by global norm against the norm and the update computed here,
    on 1 to 3 replicas, in fp32 and fp16; gradient accumulation against one
-   step on all the samples, by hand and through fit. */
+   step on all the samples, by hand and through fit; augmentation by hand
+   and independent of the split. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
@@ -309,6 +310,61 @@ out:
     mirror_strategy_destroy(s);
 }
 
+/* Augmentation: the shared crop and flip on a plane worked by hand; the
+   draws cover the shifts and both flips; fit with augmentation on 1 and 3
+   replicas ends alike, unlike fit without it, and its validation sees the
+   samples as they are. */
+static void test_augment(void)
+{
+    static const float plane[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; /* 3 x 4 */
+    mirror_strategy *s1 = strategy(1), *s3 = strategy(3);
+    mirror_model *a = adam_model(s1, 16), *b = adam_model(s3, 16), *c = adam_model(s1, 16);
+    mirror_fit_desc fd;
+    mirror_epoch_log la, lb, lc;
+    mirror_metrics ev;
+    long dy, dx, lo = 0, hi = 0;
+    int flipped, flips = 0, ok = 1;
+    size_t row;
+    CHECK(mirror_hd_augment_pixel(plane, 3, 4, 0, 0, 0, 0, 0) == 1 && mirror_hd_augment_pixel(plane, 3, 4, 0, 0, 0, 0, 1) == 4 &&
+              mirror_hd_augment_pixel(plane, 3, 4, 1, 1, 1, 1, 0) == 11 &&
+              mirror_hd_augment_pixel(plane, 3, 4, 2, 3, 1, 0, 0) == 0 &&
+              mirror_hd_augment_pixel(plane, 3, 4, 0, 0, -1, 0, 0) == 0 &&
+              mirror_hd_augment_pixel(plane, 3, 4, 1, 0, 0, 1, 1) == 0 &&
+              mirror_hd_augment_pixel(plane, 3, 4, 1, 1, 0, -1, 1) == 6,
+          "crop and flip by hand: the flip mirrors, a shift reads its neighbour, the padding is 0");
+    for (row = 0; row < 4000; row++) {
+        mirror_hd_augment_draw(12345, row, 2, 1, &dy, &dx, &flipped);
+        ok &= dy >= -2 && dy <= 2 && dx >= -2 && dx <= 2;
+        lo += dy == -2, hi += dx == 2, flips += flipped;
+    }
+    CHECK(ok && lo > 600 && hi > 600 && flips > 1800 && flips < 2200,
+          "4000 draws, pad 2: shifts in [-2, 2], each end about a fifth (%ld, %ld), half flipped (%d)", lo, hi, flips);
+    mirror_hd_augment_draw(12345, 7, 0, 0, &dy, &dx, &flipped);
+    CHECK(dy == 0 && dx == 0 && !flipped, "pad 0 and no flip: the sample as it is");
+    if (!a || !b || !c) {
+        CHECK(0, "models");
+        goto out;
+    }
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.validation = &data, fd.epochs = 2, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.augment_flip = 1, fd.augment_crop_pad = 2;
+    CHECK(mirror_fit(a, &fd, &la) == MIRROR_OK && mirror_fit(b, &fd, &lb) == MIRROR_OK, "fit with augmentation: %s",
+          mirror_model_error(b));
+    CHECK(apart(a, b) <= 1e-5 && fabs(la.train_loss - lb.train_loss) <= 1e-5,
+          "1 and 3 replicas with augmentation: the same parameters within 1e-5 (%.2g apart)", apart(a, b));
+    CHECK(mirror_evaluate(a, &data, 16, &ev) == MIRROR_OK && fabs(ev.loss_sum / (double)ev.count - la.val_loss) < 1e-9,
+          "fit's validation loss is that of the samples as they are (%g, %g)", la.val_loss,
+          ev.loss_sum / (double)ev.count);
+    fd.augment_flip = 0, fd.augment_crop_pad = 0;
+    CHECK(mirror_fit(c, &fd, &lc) == MIRROR_OK && apart(a, c) > 1e-3, "without augmentation: other parameters (%.2g)",
+          apart(a, c));
+    fd.augment_crop_pad = 100;
+    CHECK(mirror_fit(c, &fd, NULL) == MIRROR_ERR_ARGUMENT, "a crop padding beyond the image is refused");
+out:
+    mirror_model_destroy(a), mirror_model_destroy(b), mirror_model_destroy(c);
+    mirror_strategy_destroy(s1), mirror_strategy_destroy(s3);
+}
+
 /* Bad schedules are refused when the model is created; a callback's bad
    rate fails its step and changes nothing. */
 static void test_refused(void)
@@ -421,6 +477,7 @@ int main(void)
     }
     for (r = 1; r <= 3; r++) test_accumulate(r);
     test_fit_accumulate();
+    test_augment();
     test_refused();
     test_resume();
     mirror_dataset_free(&data);
