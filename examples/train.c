@@ -21,6 +21,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Ctrl-C and SIGTERM (what docker, Slurm, systemd and Kubernetes send):
    fit saves a checkpoint before the next step and returns; the trainer
@@ -34,7 +35,8 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: train [options]\n"
-               "  --data DIR          MNIST-format IDX files (plain or .gz); default: synthetic digits\n"
+               "  --data DIR          MNIST-format IDX files (plain or .gz), or CIFAR-10's binary batches\n"
+               "                      (data_batch_1.bin ... test_batch.bin); default: synthetic digits\n"
                "  --synthetic N       synthetic training samples (default 10000; test set N/5)\n"
                "  --model mlp|cnn     784-256-128-10 MLP, or two conv-relu-pool blocks + dense head (cnn)\n"
                "  --replicas N        replicas in sync (default: one per core, or $MIRROR_DEVICES)\n"
@@ -81,6 +83,28 @@ static void complain(int rc, const char *message)
         fprintf(stderr, "train (rank %zu): %s\n", where.rank, message);
     else
         fprintf(stderr, "train: %s\n", message);
+}
+
+/* --data DIR: CIFAR-10's binary batches when DIR holds data_batch_1.bin
+   (data_batch_1.bin ... data_batch_5.bin for training, test_batch.bin for
+   the test), else MNIST's IDX files. */
+static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test, mirror_error *err)
+{
+    char paths[6][1100];
+    const char *batches[5];
+    struct stat st;
+    int i, rc;
+    snprintf(paths[0], sizeof paths[0], "%.1000s/data_batch_1.bin", dir);
+    if (stat(paths[0], &st) != 0) return mirror_dataset_load_mnist(train, test, dir, err);
+    for (i = 0; i < 5; i++) {
+        snprintf(paths[i], sizeof paths[i], "%.1000s/data_batch_%d.bin", dir, i + 1);
+        batches[i] = paths[i];
+    }
+    snprintf(paths[5], sizeof paths[5], "%.1000s/test_batch.bin", dir);
+    if ((rc = mirror_dataset_load_cifar10(train, batches, 5, err))) return rc;
+    batches[0] = paths[5];
+    if ((rc = mirror_dataset_load_cifar10(test, batches, 1, err))) mirror_dataset_free(train);
+    return rc;
 }
 
 /* The schedule's step counts, from the run's steps in all. */
@@ -139,7 +163,7 @@ int main(int argc, char **argv)
     }
     where = mirror_strategy_process(s);
     if (o.data)
-        rc = mirror_dataset_load_mnist(&train, &test, o.data, &err);
+        rc = load_dir(o.data, &train, &test, &err);
     else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
         rc = mirror_dataset_synthetic_digits(&test, o.synthetic / 5 + 1, o.seed + 7919, &err);
     if ((rc = mirror_agree(s, rc, &err))) {

@@ -126,6 +126,8 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/d1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/d1'"
     check "build/train --augment: the same final: line on 1 and 3 replicas (draws keyed to the sample)" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/a1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/a1'"
+    check "build/train --data DIR of CIFAR-10 batches: 3x32x32 samples, trained to a final: line" sh -c \
+        "mkdir -p '$tmp/cifar' && for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do dd if=/dev/zero of='$tmp/cifar/'\$f.bin bs=3073 count=20 2>/dev/null; done && $BUILD/train --data '$tmp/cifar' --model cnn --epochs 1 --batch 25 >'$tmp/cifar.out' && grep -q 'data: .*cifar, 100 train and 20 test samples of 32x32' '$tmp/cifar.out' && grep -q '^final: ' '$tmp/cifar.out'"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi
