@@ -407,7 +407,9 @@ typedef struct mirror_strategy_desc {
        a CUDA build that finds one, else "cpu". */
     const char *devices;
     /* 0: as many as the device list gives. For "cpu", sets the count; for
-       "cuda", takes the first num_replicas GPUs. More than 8 CPU replicas
+       "cuda", takes the first num_replicas GPUs, placing replicas on the
+       GPUs in turn when there are more replicas than GPUs (the copy
+       reducer then sums them). More than 8 CPU replicas
        per core is allowed, with a notice: they are no faster, and each
        holds its own parameters, gradients and activations. */
     size_t num_replicas;
@@ -2827,10 +2829,13 @@ static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_a
                                                     mirror__cpu_broadcast, mirror__cpu_all_reduce_half};
 
 #ifdef MIRROR_CUDA
-/* In mirror_cuda.h. Sets s up for GPU replicas: spec is a "cuda..." device
-   list, or NULL for every visible GPU (the first count, when count > 0);
-   sets replicas, devices, backend, reducer and gpu. On failure s is left
-   as it was and the error says why (MIRROR_ERR_DEVICE: no usable GPU). */
+/* In mirror_cuda.h. Whether the machine has no GPU to use: no driver, a
+   driver too old, or no device (the reason into why). */
+static int mirror__cuda_absent(char *why, size_t size);
+/* Sets s up for GPU replicas: spec is a "cuda..." device list, or NULL for
+   every visible GPU (count > 0: count replicas, on the GPUs in turn when
+   there are more replicas than GPUs); sets replicas, devices, backend,
+   reducer and gpu. On failure s is left as it was and err says why. */
 static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
 static void mirror__cuda_teardown(mirror_strategy *s);
 #endif
@@ -2909,6 +2914,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     size_t count = 0, cores = online > 0 ? (size_t)online : 1;
     const char *why_cpu = "";
+    char no_gpu[200] = "";
     int rc, explicit_list;
     if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_strategy_create: out is NULL");
     *out = NULL;
@@ -2922,19 +2928,17 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
     if ((rc = mirror__reducer_kind(d.reducer, &s->reducer_kind, err)) != MIRROR_OK) goto fail;
 #ifdef MIRROR_CUDA
-    /* GPUs when asked for, or by default when there are any. */
-    if (!explicit_list || strncmp(d.devices, "cuda", 4) == 0) {
-        mirror_error cuda_err = {0, ""};
-        rc = mirror__cuda_setup(s, explicit_list ? d.devices : NULL, d.num_replicas,
-                                explicit_list ? err : &cuda_err);
-        if (rc == MIRROR_OK) goto team;
-        if (explicit_list) goto fail;
-        why_cpu = " (no usable GPU)";
-        {
-            char notice[320];
-            snprintf(notice, sizeof notice, "no usable GPU (%s): using CPU replicas", cuda_err.message);
-            mirror__log(MIRROR_LOG_NOTICE, notice);
+    /* GPUs when asked for, or by default when there are any. Without a
+       device list, CPU replicas take over only where there is no GPU at
+       all; a GPU that fails to set up is an error, not a slow run. */
+    if (explicit_list || !mirror__cuda_absent(no_gpu, sizeof no_gpu)) {
+        if (!explicit_list || strncmp(d.devices, "cuda", 4) == 0) {
+            rc = mirror__cuda_setup(s, explicit_list ? d.devices : NULL, d.num_replicas, err);
+            if (rc == MIRROR_OK) goto team;
+            goto fail;
         }
+    } else {
+        why_cpu = " (no GPU found)";
     }
 #endif
     if ((rc = mirror__parse_devices(explicit_list ? d.devices : "cpu", &count, err)) != MIRROR_OK) goto fail;
@@ -2955,6 +2959,12 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     }
     if (!count) count = d.num_replicas;
     if (!count) count = MIRROR__MIN(cores, 4096);
+    if (why_cpu[0]) { /* a CUDA build on a machine without a GPU */
+        char notice[360];
+        snprintf(notice, sizeof notice, "no GPU found: training on %zu CPU replica%s (CUDA says: %s)", count,
+                 count == 1 ? "" : "s", no_gpu);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
     if (count > 8 * cores) { /* allowed (a demonstration of many replicas), but rarely meant */
         char notice[200];
         snprintf(notice, sizeof notice,

@@ -25,10 +25,16 @@
       With no device list, every visible GPU is a replica (CUDA_VISIBLE_DEVICES
       is honoured by the runtime); mirror_strategy_desc.devices or
       MIRROR_DEVICES take "cuda" (all), "cuda:0,1" (GPUs 0 and 1),
-      "cuda:0,0,0,0" (four replicas on GPU 0) or "cpu:N". When the program
-      finds no driver or no GPU it trains on CPU replicas and logs one notice
-      line saying why; an explicit "cuda..." list there is an error
-      (MIRROR_ERR_DEVICE) with the runtime's message.
+      "cuda:0,0,0,0" (four replicas on GPU 0) or "cpu:N". num_replicas
+      beyond the GPUs places the replicas on the GPUs in turn. When the
+      program finds no driver or no GPU it trains on CPU replicas and logs
+      one notice ("no GPU found: training on 2 CPU replicas (CUDA says:
+      ...)"); anything else that fails (streams on an exclusive-mode GPU, say)
+      is an error with its reason, never a silent run on the CPU. NCCL that
+      cannot start by default (a small /dev/shm in a container) gives way to
+      the copy reducer, with a notice; asked for, it is an error. An
+      explicit "cuda..." list without a GPU is an error (MIRROR_ERR_DEVICE)
+      with the runtime's message.
 
    REDUCERS
 
@@ -1178,13 +1184,11 @@ static int mirror__cuda_parse(const char *spec, int visible, size_t count, int *
     *n = 0;
     if (spec && strncmp(spec, "cuda", 4) != 0)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\": expected \"cuda\" or \"cuda:0,1,...\"", spec);
-    if (*p == '\0') { /* every visible GPU, or the first count */
-        if (count > (size_t)visible)
-            return mirror__error(err, MIRROR_ERR_DEVICE, "%zu replicas asked for, %d GPUs visible", count, visible);
+    if (*p == '\0') { /* every visible GPU, or count replicas on the GPUs in turn */
         *n = count ? count : (size_t)visible;
         if (!(*ids = (int *)mirror__alloc(*n, sizeof(int))))
             return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
-        for (i = 0; i < *n; i++) (*ids)[i] = (int)i;
+        for (i = 0; i < *n; i++) (*ids)[i] = (int)(i % (size_t)visible);
         return MIRROR_OK;
     }
     if (*p != ':' || !p[1])
@@ -1219,6 +1223,19 @@ static int mirror__cuda_parse(const char *spec, int visible, size_t count, int *
                              *n, count);
     }
     return MIRROR_OK;
+}
+
+static int mirror__cuda_absent(char *why, size_t size)
+{
+    int visible = 0;
+    cudaError_t e = cudaGetDeviceCount(&visible);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(why, size, "%s", cudaGetErrorString(e));
+        return 1;
+    }
+    snprintf(why, size, "no CUDA device is visible");
+    return visible < 1;
 }
 
 static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err)
@@ -1298,8 +1315,20 @@ static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count
             goto fail;
         }
         if (!mirror__nccl_ok(ncclCommInitAll(g->comm, (int)count, ids), "ncclCommInitAll", err)) {
-            rc = MIRROR_ERR_DEVICE;
-            goto fail;
+            if (s->reducer_kind == MIRROR_REDUCER_NCCL || count > MIRROR__COPY_MAX) { /* asked for: the reason */
+                rc = MIRROR_ERR_DEVICE;
+                goto fail;
+            }
+            { /* by default: the path that works (a small /dev/shm in a container stops NCCL, not the GPUs) */
+                char notice[360];
+                snprintf(notice, sizeof notice, "NCCL could not start (%s): the copy reducer sums on GPU %d instead",
+                         err ? err->message : "ncclCommInitAll failed", ids[0]);
+                mirror__log(MIRROR_LOG_NOTICE, notice);
+            }
+            MIRROR_FREE(g->comm);
+            g->comm = NULL;
+            g->nccl = 0;
+            if (err) err->code = MIRROR_OK, err->message[0] = '\0';
         }
     }
 #endif

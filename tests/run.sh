@@ -134,18 +134,25 @@ fi
 
 # The CUDA trainer (built when nvcc is found). Without a GPU it must fall
 # back to CPU replicas with one notice line and train to the same final:
-# line; an explicit cuda: device must fail cleanly.
+# line; an explicit cuda: device must fail cleanly. With a GPU it must
+# train on it.
 if [ -n "$NVCC" ]; then
     check "tests/gpu/test_cuda.cu builds (make test-gpu runs it on a GPU)" test -x "$BUILD/test_cuda"
 fi
+# Whether this machine has a GPU, found without the trainer: the driver's
+# own list (nvidia-smi, or /proc where the driver is loaded).
+gpu_here() {
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1
+}
 if [ -x "$BUILD/train_cuda" ]; then
     "$BUILD/train_cuda" --model mlp --epochs 1 --synthetic 1000 --batch 50 --replicas 2 >"$tmp/cuda.out" 2>"$tmp/cuda.err"
     check "build/train_cuda ends with a final: line" grep -q '^final: replicas=2 epochs=1 .*test_acc=' "$tmp/cuda.out"
-    if grep -q 'CUDA replica' "$tmp/cuda.out"; then
-        echo "train_cuda: trained on a GPU"
+    if gpu_here; then
+        check "build/train_cuda --replicas 2 on this machine's GPU(s): GPU replicas, shared in turn when fewer" \
+            grep -q '^strategy: 2 CUDA replicas' "$tmp/cuda.out"
     else
-        check "build/train_cuda without a GPU: exactly one notice line" \
-            sh -c "test \$(grep -c '^mirror: no usable GPU' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
+        check "build/train_cuda without a GPU: exactly one notice line, saying what happened" \
+            sh -c "test \$(grep -c '^mirror: no GPU found: training on 2 CPU replicas' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
         check "build/train_cuda without a GPU: CPU replicas, same results as build/train" sh -c \
             "grep -q '^strategy: 2 CPU replicas' '$tmp/cuda.out' && $BUILD/train --model mlp --epochs 1 --synthetic 1000 --batch 50 --replicas 2 | grep '^final:' | cut -d' ' -f1-8 >'$tmp/cpu.final' && grep '^final:' '$tmp/cuda.out' | cut -d' ' -f1-8 | cmp -s - '$tmp/cpu.final'"
         check "build/train_cuda --devices cuda:0 without a GPU: exit 1 and the runtime's reason" sh -c \
