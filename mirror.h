@@ -2732,6 +2732,8 @@ struct mirror_strategy {
     pthread_mutex_t life;
     size_t models;
     int destroyed;
+    int depth;         /* calls inside calls (fit's), under the call lock */
+    int caller_device; /* GPU replicas: the caller's current GPU, put back when the outer call returns */
     /* Processes (see >>processes): this one is rank `rank` of `processes`;
        its replicas are global replicas [first, first + replicas) of
        `world`. One process: 0, 1, 0, replicas. */
@@ -2838,6 +2840,10 @@ static int mirror__cuda_absent(char *why, size_t size);
    reducer and gpu. On failure s is left as it was and err says why. */
 static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
 static void mirror__cuda_teardown(mirror_strategy *s);
+/* The calling thread's current GPU, and setting it back: mirror's calls
+   leave the caller's device as they found it. */
+static int mirror__cuda_current(void);
+static void mirror__cuda_restore(int device);
 #endif
 
 #ifdef MIRROR_MPI
@@ -2885,7 +2891,14 @@ static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirro
    message goes to err (a model's, or NULL). */
 static int mirror__enter(mirror_strategy *s, mirror_error *err, const char *what)
 {
-    if (!s || pthread_mutex_trylock(&s->call) == 0) return MIRROR_OK;
+    if (!s) return MIRROR_OK;
+    if (pthread_mutex_trylock(&s->call) == 0) {
+#ifdef MIRROR_CUDA
+        if (s->depth == 0 && s->gpu) s->caller_device = mirror__cuda_current();
+#endif
+        s->depth++;
+        return MIRROR_OK;
+    }
     return mirror__error(err, MIRROR_ERR_STATE,
                          "%s: another thread is inside a call on this strategy or one of its models; call them "
                          "from one thread at a time (see THREADING)",
@@ -2894,7 +2907,12 @@ static int mirror__enter(mirror_strategy *s, mirror_error *err, const char *what
 
 static void mirror__leave(mirror_strategy *s)
 {
-    if (s) pthread_mutex_unlock(&s->call);
+    if (!s) return;
+#ifdef MIRROR_CUDA
+    if (s->depth == 1 && s->gpu) mirror__cuda_restore(s->caller_device);
+#endif
+    s->depth--;
+    pthread_mutex_unlock(&s->call);
 }
 
 /* The body of a public call on model m: `inner`, inside the call lock. */

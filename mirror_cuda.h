@@ -646,6 +646,11 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!m || !n) return;
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) {
+        /* cuBLAS's 32-bit sizes: a whole-shard convolution can outgrow them */
+        mirror__cuda_record(d, MIRROR_ERR_CAPACITY, "gemm", "a dimension beyond 2^31 - 1: use a smaller max_batch");
+        return;
+    }
     if (!k) { /* cuBLAS needs k >= 1: C = beta C, and 0 (not 0 * NaN) for beta 0 */
         size_t i;
         if (beta == 0.0f)
@@ -1225,6 +1230,18 @@ static int mirror__cuda_parse(const char *spec, int visible, size_t count, int *
     return MIRROR_OK;
 }
 
+static int mirror__cuda_current(void)
+{
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
+    return device;
+}
+
+static void mirror__cuda_restore(int device)
+{
+    if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+}
+
 static int mirror__cuda_absent(char *why, size_t size)
 {
     int visible = 0;
@@ -1238,7 +1255,17 @@ static int mirror__cuda_absent(char *why, size_t size)
     return visible < 1;
 }
 
+static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
+
+/* The setup, leaving the caller's current GPU as it was. */
 static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err)
+{
+    int caller = mirror__cuda_current(), rc = mirror__cuda_setup_on(s, spec, count, err);
+    mirror__cuda_restore(caller);
+    return rc;
+}
+
+static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t count, mirror_error *err)
 {
     mirror__gpu *g;
     struct cudaDeviceProp prop;

@@ -996,6 +996,38 @@ static void test_out_of_memory(void)
     mirror_strategy_destroy(s);
 }
 
+/* With two GPUs or more: a program working on its last GPU calls mirror
+   on GPU 0 and finds its own GPU current again after every call. */
+static void test_caller_device(void)
+{
+    int visible = 0, now = -1;
+    mirror_strategy *s;
+    mirror_model *m;
+    float *p;
+    size_t n;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess || visible < 2) {
+        printf("caller's device: one GPU, nothing to switch (runs with two or more)\n");
+        return;
+    }
+    cudaSetDevice(visible - 1);
+    s = strategy("cuda:0", MIRROR_REDUCER_DEFAULT);
+    cudaGetDevice(&now);
+    CHECK(now == visible - 1, "after mirror_strategy_create on GPU 0 the caller's GPU %d is current (%d)", visible - 1,
+          now);
+    m = s ? model(s, MIRROR_OPT_ADAM, MIRROR_PRECISION_FP32) : NULL;
+    if (m) {
+        n = mirror_num_parameters(m);
+        p = (float *)malloc(n * sizeof(float));
+        mirror_get_parameters(m, 0, p, n);
+        cudaGetDevice(&now);
+        CHECK(now == visible - 1, "after mirror_get_parameters: still GPU %d (%d)", visible - 1, now);
+        free(p);
+    }
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+    cudaSetDevice(0);
+}
+
 int main(void)
 {
     mirror_error err = {0, ""};
@@ -1026,6 +1058,7 @@ int main(void)
     test_copy_reducer();
     test_mixed_training();
     test_out_of_memory();
+    test_caller_device();
     G->close(gdev);
     C->close(cdev);
     mirror_strategy_destroy(gpu1);
