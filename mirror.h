@@ -857,6 +857,17 @@ typedef struct mirror_epoch_log {
 /* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED). */
 typedef int (*mirror_epoch_fn)(void *user, const mirror_epoch_log *log);
 
+/* fit's running numbers every log_every steps, for hand-made logging. */
+typedef struct mirror_step_log {
+    size_t epoch, epochs;  /* epoch counts from 1 */
+    size_t step, steps;    /* this epoch's steps done, and in all */
+    uint64_t global_step;  /* the model's steps run */
+    size_t samples;        /* this epoch's samples so far */
+    double loss, acc;      /* their means */
+    double lr, seconds;    /* the last step's rate; this epoch's time so far */
+} mirror_step_log;
+typedef int (*mirror_step_fn)(void *user, const mirror_step_log *log);
+
 typedef struct mirror_fit_desc {
     const mirror_dataset *train;      /* required */
     const mirror_dataset *validation; /* optional */
@@ -896,6 +907,18 @@ typedef struct mirror_fit_desc {
        for any replica count and split. */
     int augment_flip;
     size_t augment_crop_pad;
+    /* Curves without dependencies (rank 0 writes them, rewritten whole after
+       every epoch, checked writable before the first step): history a CSV
+       of the epoch logs (epoch, steps, samples, train_loss, train_acc,
+       val_loss, val_acc, lr, grad_norm, loss_scale, skipped, seconds,
+       samples_per_s); plot an SVG of loss and accuracy, training and
+       validation, by epoch, that a browser shows. NULL: none. */
+    const char *history, *plot;
+    /* Every log_every steps (0: never) on_step gets the epoch's running
+       numbers (the metrics are read from the device then: a GPU waits); a
+       non-zero return stops fit as the epoch hook does. */
+    mirror_step_fn on_step;
+    size_t log_every;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -1438,6 +1461,7 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -7760,28 +7784,62 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
     MIRROR__LOCKED(m, "mirror_evaluate", mirror__evaluate(m, ds, batch, out));
 }
 
-static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps,
-                                 const mirror_metrics *acc, double seconds, int show_lr)
+/* The terminal's width in columns (80 where it does not say). */
+static size_t mirror__columns(void)
 {
-    char bar[31];
-    size_t i, fill = steps ? 30 * step / steps : 30;
-    for (i = 0; i < 30; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : '.');
-    bar[30] = '\0';
-    printf("\repoch %zu/%zu [%s] %zu/%zu  loss %.4f  acc %.4f  %.0f samples/s ", log->epoch, log->epochs,
-           bar, step, steps, acc->count ? acc->loss_sum / (double)acc->count : 0.0,
-           acc->count ? (double)acc->correct / (double)acc->count : 0.0,
-           seconds > 0 ? (double)acc->count / seconds : 0.0);
-    if (log->loss_scale > 0) printf(" scale %g  skipped %llu ", log->loss_scale, (unsigned long long)log->skipped);
-    if (show_lr) printf(" lr %.3g ", log->lr);
+    struct winsize ws;
+    if (ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    return 80;
+}
+
+/* "1h02m", "3m07s" or "42s". */
+static void mirror__duration(char *out, size_t size, double seconds)
+{
+    unsigned long t = seconds > 0 && seconds < 1e7 ? (unsigned long)(seconds + 0.5) : 0;
+    if (t >= 3600) snprintf(out, size, "%luh%02lum", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(out, size, "%lum%02lus", t / 60, t % 60);
+    else snprintf(out, size, "%lus", t);
+}
+
+/* The bar, redrawn in place on one line that never wraps: its width is what
+   the terminal leaves beside the numbers (at most 30), and the line is cut
+   to the terminal's width. `what` replaces the numbers (validation). */
+static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps, const mirror_metrics *acc,
+                                 double seconds, int show_lr, int classify, const char *what)
+{
+    char line[512], tail[256], eta[32];
+    size_t used = 0, tn = 0, head, width, cols = mirror__columns(), i, fill;
+    mirror__duration(eta, sizeof eta, step ? seconds * (double)(steps - step) / (double)step : 0.0);
+    if (what)
+        mirror__appendf(tail, sizeof tail, &tn, " %s", what);
+    else {
+        mirror__appendf(tail, sizeof tail, &tn, " %zu/%zu  loss %.4f", step, steps,
+                        acc->count ? acc->loss_sum / (double)acc->count : 0.0);
+        if (classify) mirror__appendf(tail, sizeof tail, &tn, "  acc %.4f", acc->count ? (double)acc->correct / (double)acc->count : 0.0);
+        mirror__appendf(tail, sizeof tail, &tn, "  %.0f samples/s  ETA %s", seconds > 0 ? (double)acc->count / seconds : 0.0,
+                        eta);
+        if (log->loss_scale > 0) mirror__appendf(tail, sizeof tail, &tn, "  scale %g", log->loss_scale);
+        if (show_lr) mirror__appendf(tail, sizeof tail, &tn, "  lr %.3g", log->lr);
+    }
+    mirror__appendf(line, sizeof line, &used, "epoch %zu/%zu [", log->epoch, log->epochs);
+    head = used;
+    width = cols > head + 2 + strlen(tail) + 8 ? MIRROR__MIN(30, cols - head - 2 - strlen(tail)) : 8;
+    fill = steps ? width * step / steps : width;
+    for (i = 0; i < width && used + 1 < sizeof line; i++) line[used++] = i < fill ? '=' : (i == fill ? '>' : '.');
+    line[used] = '\0';
+    mirror__appendf(line, sizeof line, &used, "]%s", tail);
+    if (used >= sizeof line) used = sizeof line - 1;
+    if (used > cols - 1) line[cols - 1] = '\0'; /* never wraps */
+    printf("\r%s\033[K", line);
     fflush(stdout);
 }
 
-static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr)
+static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr, int classify)
 {
-    printf("%sepoch %zu/%zu  loss %.4f  acc %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs,
-           log->train_loss, log->train_acc);
+    printf("%sepoch %zu/%zu  loss %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs, log->train_loss);
+    if (classify) printf("  acc %.4f", log->train_acc);
     if (log->val_loss != -1.0) /* -1: no validation set; NaN and Inf are printed as they are */
-        printf("  val_loss %.4f  val_acc %.4f", log->val_loss, log->val_acc);
+        printf(classify ? "  val_loss %.4f  val_acc %.4f" : "  val_loss %.4f", log->val_loss, log->val_acc);
     if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
     if (show_lr) printf("  lr %.3g", log->lr);
     if (log->grad_norm > 0) printf("  grad_norm %.3g", log->grad_norm);
@@ -7816,6 +7874,110 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
     return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
 }
 
+/* ---- fit's curves: a CSV history and an SVG plot of the epoch logs ---- */
+
+static int mirror__write_history(const char *path, const mirror_epoch_log *logs, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    size_t i;
+    int ok;
+    if (!f) return 0;
+    fprintf(f, "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
+               "samples_per_s\n");
+    for (i = 0; i < n; i++) {
+        const mirror_epoch_log *l = &logs[i];
+        fprintf(f, "%zu,%zu,%zu,%.9g,%.9g,", l->epoch, l->steps, l->samples, l->train_loss, l->train_acc);
+        if (l->val_loss != -1.0) fprintf(f, "%.9g,%.9g,", l->val_loss, l->val_acc);
+        else fprintf(f, ",,");
+        fprintf(f, "%.9g,%.9g,%.9g,%llu,%.6f,%.1f\n", l->lr, l->grad_norm, l->loss_scale, (unsigned long long)l->skipped,
+                l->seconds, l->samples_per_s);
+    }
+    ok = !ferror(f);
+    return fclose(f) == 0 && ok;
+}
+
+/* One panel of the plot at (x0, y0), w x h: a series of training values
+   (and of validation values, when there are), against the epochs. */
+static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title,
+                              const mirror_epoch_log *logs, size_t n, int acc)
+{
+    const double left = 56, bottom = 36, top = 28, right = 12;
+    double lo = 1e300, hi = -1e300, px = w - left - right, py = h - top - bottom;
+    size_t i, k, series;
+    for (i = 0; i < n; i++) {
+        double v[2];
+        v[0] = acc ? logs[i].train_acc : logs[i].train_loss;
+        v[1] = acc ? logs[i].val_acc : logs[i].val_loss;
+        for (k = 0; k < 2; k++)
+            if (v[k] == v[k] && v[k] > -1e300 && v[k] < 1e300 && (k == 0 || logs[i].val_loss != -1.0)) {
+                if (v[k] < lo) lo = v[k];
+                if (v[k] > hi) hi = v[k];
+            }
+    }
+    if (lo > hi) lo = 0, hi = 1;
+    if (hi - lo < 1e-12) lo -= 0.5, hi += 0.5;
+    fprintf(f, "<g transform=\"translate(%.1f,%.1f)\">\n", x0, y0);
+    fprintf(f, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n", left + px / 2, title);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", left,
+            top, px, py);
+    for (k = 0; k <= 4; k++) { /* value ticks and grid */
+        double v = lo + (hi - lo) * (double)k / 4, y = top + py - py * (double)k / 4;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", left, y, left + px, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.4g</text>\n", left - 4, y + 4, v);
+    }
+    for (i = 0; i < n; i++) { /* epoch ticks, at most about 10 labelled */
+        double x = left + (n > 1 ? px * (double)i / (double)(n - 1) : px / 2);
+        if (n <= 10 || i % ((n + 9) / 10) == 0 || i + 1 == n)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%zu</text>\n", x,
+                    top + py + 14, logs[i].epoch);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", left + px / 2,
+            top + py + 30);
+    for (series = 0; series < 2; series++) {
+        const char *color = series ? "#e6550d" : "#3182bd";
+        if (series && (!n || logs[0].val_loss == -1.0)) break;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+        for (i = 0; i < n; i++) {
+            double v = series ? (acc ? logs[i].val_acc : logs[i].val_loss) : (acc ? logs[i].train_acc : logs[i].train_loss);
+            double x = left + (n > 1 ? px * (double)i / (double)(n - 1) : px / 2), y;
+            if (!(v == v) || v < lo || v > hi) continue; /* NaN: a gap */
+            y = top + py - py * (v - lo) / (hi - lo);
+            fprintf(f, "%.1f,%.1f ", x, y);
+        }
+        fprintf(f, "\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", left + px - 70,
+                (acc ? top + py - 24 : top + 14) + 14 * (double)series, color, /* where the curves are not */
+                series ? "validation" : "training");
+    }
+    fprintf(f, "</g>\n");
+}
+
+/* Loss (and, for a classifier, accuracy) by epoch, training and validation. */
+static int mirror__write_plot(const char *path, const mirror_epoch_log *logs, size_t n, int classify)
+{
+    FILE *f = fopen(path, "w");
+    double w = 420, h = 300;
+    int ok;
+    if (!f) return 0;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n",
+            classify ? 2 * w : w, h);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    mirror__svg_panel(f, 0, 0, w, h, "loss", logs, n, 0);
+    if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", logs, n, 1);
+    fprintf(f, "</svg>\n");
+    ok = !ferror(f);
+    return fclose(f) == 0 && ok;
+}
+
+/* After each epoch (rank 0): the history and the plot, rewritten whole. */
+static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const mirror_epoch_log *logs, size_t n)
+{
+    if (d->history && !mirror__write_history(d->history, logs, n))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", d->history, strerror(errno));
+    if (d->plot && !mirror__write_plot(d->plot, logs, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", d->plot, strerror(errno));
+    return MIRROR_OK;
+}
+
 /* The stop flag: this process's, or with several processes whether any
    process's was set at the last step (it travels with the reduction, so
    that every process stops before the same step). */
@@ -7844,11 +8006,12 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror_batch all;
     mirror_epoch_log log;
     mirror_metrics dropped;
-    size_t *perm, epoch, step, steps, ran = 0, verdict, per_step;
+    size_t *perm, epoch, step, steps, ran = 0, verdict, per_step, nlogs = 0, logs_cap = 0;
     mirror_batch *micro;
+    mirror_epoch_log *logs = NULL;
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
-    int rc = MIRROR_OK, bar, timed, shows_lr;
+    int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     d = *desc;
@@ -7899,6 +8062,12 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         mirror__fit_unlock(m);
         return rc;
     }
+    /* The curves' files too (empty until the first epoch ends). */
+    if ((d.history || d.plot) &&
+        (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__write_curves(m, &d, NULL, 0) : MIRROR_OK))) {
+        mirror__fit_unlock(m);
+        return rc;
+    }
     verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
     perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
     micro = (mirror_batch *)mirror__alloc(d.accumulate, sizeof(mirror_batch));
@@ -7943,13 +8112,25 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                `verdict` steps, where the scaler or the fp32 guard is read,
                so that a run that skips every step, or has stopped
                applying them, stops soon. */
-            if (step + 1 == steps || (timed && mirror__now() - shown > 0.1) || ran % verdict == 0) {
+            if (step + 1 == steps || (timed && mirror__now() - shown > 0.1) || ran % verdict == 0 ||
+                (d.log_every && ran % d.log_every == 0)) {
                 if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
                     break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
                 log.lr = m->lr;
-                if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0, shows_lr);
+                if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0, shows_lr, classify, NULL);
+                if (d.on_step && d.log_every && ran % d.log_every == 0) {
+                    mirror_step_log sl;
+                    sl.epoch = epoch + 1, sl.epochs = d.epochs, sl.step = step + 1, sl.steps = steps;
+                    sl.global_step = m->steps, sl.samples = acc.count, sl.lr = m->lr, sl.seconds = shown - t0;
+                    sl.loss = acc.count ? acc.loss_sum / (double)acc.count : 0.0;
+                    sl.acc = acc.count ? (double)acc.correct / (double)acc.count : 0.0;
+                    if (d.on_step(d.user, &sl)) {
+                        rc = mirror__fit_stop(m, &d, epoch, step + 1, steps, bar);
+                        break;
+                    }
+                }
             }
             if (d.checkpoint && d.checkpoint_every && m->steps % d.checkpoint_every == 0) {
                 rc = mirror__fit_save(m, &d, epoch, step + 1, steps);
@@ -7967,6 +8148,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         log.train_acc = (double)acc.correct / (double)acc.count;
         log.val_loss = log.val_acc = -1.0;
         if (d.validation) {
+            if (bar) mirror__progress_bar(&log, steps, steps, &acc, mirror__now() - t0, 0, 0, "validating...");
             if ((rc = mirror_evaluate(m, d.validation, d.batch, &val))) break;
             log.val_loss = val.loss_sum / (double)val.count;
             log.val_acc = (double)val.correct / (double)val.count;
@@ -7982,7 +8164,21 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         log.elapsed = mirror__now() - start;
         log.lr = m->lr;
         log.grad_norm = mirror_last_grad_norm(m);
-        if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr);
+        if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr, classify);
+        if ((d.history || d.plot) && mirror__leads(m)) {
+            if (nlogs == logs_cap) { /* the epochs logged so far, grown by doubling */
+                mirror_epoch_log *grown = (mirror_epoch_log *)mirror__alloc(2 * logs_cap + 8, sizeof *grown);
+                if (!grown) {
+                    rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
+                    break;
+                }
+                if (nlogs) memcpy(grown, logs, nlogs * sizeof *logs);
+                MIRROR_FREE(logs);
+                logs = grown, logs_cap = 2 * logs_cap + 8;
+            }
+            logs[nlogs++] = log;
+            if ((rc = mirror__write_curves(m, &d, logs, nlogs))) break;
+        }
         if (d.on_epoch && d.on_epoch(d.user, &log)) {
             rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);
             break;
@@ -7996,6 +8192,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     m->augment_flip = 0, m->augment_pad = 0; /* validation and later calls see the samples as they are */
     MIRROR_FREE(perm);
     MIRROR_FREE(micro);
+    MIRROR_FREE(logs);
     if (last) *last = log;
     return rc;
 }

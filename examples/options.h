@@ -14,6 +14,7 @@
 
 typedef struct options {
     const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
+    const char *history, *plot; /* --history FILE.csv, --plot FILE.svg */
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     size_t accumulate; /* micro-batches of `batch` per optimizer step */
     int report_nonfinite;
@@ -103,6 +104,8 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--precision")) return options_text(o, a, v, &o->precision);
     if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
     if (!strcmp(a, "--lr-schedule")) return options_text(o, a, v, &o->lr_schedule);
+    if (!strcmp(a, "--history")) return options_text(o, a, v, &o->history);
+    if (!strcmp(a, "--plot")) return options_text(o, a, v, &o->plot);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
     if (!strcmp(a, "--accumulate")) {
         rc = options_int(o, a, v, 1, 1 << 20, &n);

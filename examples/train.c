@@ -51,6 +51,8 @@ static void usage(FILE *f)
                "  --clip-norm X       clip the gradient to global L2 norm X (default: no clipping)\n"
                "  --dropout P         dropout of P before each dense layer after the first (default 0)\n"
                "  --augment           flip the training images left-right and crop them shifted by up to 1/8\n"
+               "  --history FILE.csv  the epochs' numbers, rewritten after each epoch\n"
+               "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -74,6 +76,7 @@ static void say(const char *fmt, ...)
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
+    fflush(stdout); /* at once, also into a pipe or a file */
 }
 
 static void complain(int rc, const char *message)
@@ -144,6 +147,12 @@ int main(int argc, char **argv)
     totals sums = {0.0, 0};
     int rc;
 
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    /* A reader that goes away (train | head) must not end the run: writes
+       to the closed pipe fail with EPIPE instead, and training goes on.
+       Set before the first line is written (each is flushed at once). */
+    signal(SIGPIPE, SIG_IGN);
     switch (options_parse(argc, argv, &o)) {
     case OPTIONS_RUN: break;
     case OPTIONS_HELP: usage(stdout); return 0;
@@ -228,6 +237,8 @@ int main(int argc, char **argv)
     fd.shuffle_seed = at.shuffle_seed;
     fd.batch = o.batch;
     fd.accumulate = o.accumulate;
+    fd.history = o.history;
+    fd.plot = o.plot;
     fd.augment_flip = o.augment;
     fd.augment_crop_pad = o.augment ? (train.height + 7) / 8 : 0; /* 28x28: 4 pixels, 32x32: 4 */
     fd.on_epoch = on_epoch;
@@ -235,11 +246,6 @@ int main(int argc, char **argv)
     fd.checkpoint = o.save;
     fd.checkpoint_every = o.checkpoint_every;
     fd.stop = &interrupted;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    /* A reader that goes away (train | head) must not end the run: writes
-       to the closed pipe fail with EPIPE instead, and training goes on. */
-    signal(SIGPIPE, SIG_IGN);
     if (at.epoch >= o.epochs) {
         say("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
             o.epochs);

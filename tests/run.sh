@@ -128,6 +128,12 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/a1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/a1'"
     check "build/train --data DIR of CIFAR-10 batches: 3x32x32 samples, trained to a final: line" sh -c \
         "mkdir -p '$tmp/cifar' && for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do dd if=/dev/zero of='$tmp/cifar/'\$f.bin bs=3073 count=20 2>/dev/null; done && $BUILD/train --data '$tmp/cifar' --model cnn --epochs 1 --batch 25 >'$tmp/cifar.out' && grep -q 'data: .*cifar, 100 train and 20 test samples of 32x32' '$tmp/cifar.out' && grep -q '^final: ' '$tmp/cifar.out'"
+    check "build/train --history h.csv --plot c.svg: a header and a row per epoch, an SVG with both curves" sh -c \
+        "$BUILD/train --model mlp --epochs 3 --synthetic 600 --batch 50 --history '$tmp/h.csv' --plot '$tmp/c.svg' >/dev/null && test \$(wc -l <'$tmp/h.csv') -eq 4 && head -n 1 '$tmp/h.csv' | grep -q '^epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,' && grep -q '^3,12,600,' '$tmp/h.csv' && grep -q '^<svg ' '$tmp/c.svg' && test \$(grep -c '<polyline' '$tmp/c.svg') -eq 4 && grep -q '</svg>' '$tmp/c.svg'"
+    check "build/train --plot into a missing directory fails before training" sh -c \
+        "$BUILD/train --model mlp --epochs 3 --synthetic 600 --plot '$tmp/no/dir/c.svg' >'$tmp/plot.out' 2>&1; test \$? -eq 1 && grep -q 'cannot write the plot' '$tmp/plot.out' && ! grep -q '^epoch' '$tmp/plot.out'"
+    check "build/train's bar stays one line in 80 columns (a pseudo-terminal of 80)" sh -c \
+        "! command -v script >/dev/null || { script -qc 'stty cols 80; $BUILD/train --model mlp --epochs 1 --synthetic 3000 --batch 50 --lr-schedule cosine' /dev/null | tr '\\r' '\\n' | grep '\\[[=>.]*\\]' | sed 's/\\x1b\\[K//g' | awk 'length(\$0) > 79 { bad = 1 } END { exit bad }'; }"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi

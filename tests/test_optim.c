@@ -365,6 +365,42 @@ out:
     mirror_strategy_destroy(s1), mirror_strategy_destroy(s3);
 }
 
+/* fit's per-step callback: every log_every steps, with the epoch's running
+   numbers; a non-zero return stops fit before the next step. */
+static size_t step_calls, step_last, stop_at;
+
+static int on_step(void *user, const mirror_step_log *log)
+{
+    (void)user;
+    step_calls++;
+    if (log->step != step_last + 3 && log->step != 3) step_last = (size_t)-1; /* not every 3rd */
+    else step_last = log->step;
+    return stop_at && log->global_step >= stop_at;
+}
+
+static void test_on_step(void)
+{
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = adam_model(s, 16);
+    mirror_fit_desc fd;
+    if (!m) {
+        CHECK(0, "model");
+        goto out;
+    }
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 2, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.on_step = on_step, fd.log_every = 3;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && step_calls == 4 && step_last == 6,
+          "6 steps an epoch, every 3rd: 2 calls an epoch, at steps 3 and 6 (%zu calls, last %zu)", step_calls, step_last);
+    stop_at = 16, step_calls = 0;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_STOPPED && mirror_optimizer_steps(m) == 18,
+          "a callback that returns 1 at step 18 stops fit there (%llu steps)",
+          (unsigned long long)mirror_optimizer_steps(m));
+out:
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* Bad schedules are refused when the model is created; a callback's bad
    rate fails its step and changes nothing. */
 static void test_refused(void)
@@ -478,6 +514,7 @@ int main(void)
     for (r = 1; r <= 3; r++) test_accumulate(r);
     test_fit_accumulate();
     test_augment();
+    test_on_step();
     test_refused();
     test_resume();
     mirror_dataset_free(&data);
