@@ -743,6 +743,32 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
 MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out);
 /* The summed metrics of the steps run with out NULL since the last take. */
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
+
+/* A step you can see. With timing on, every step records, per replica,
+   when each phase began and ended (host clocks: on GPUs the time the host
+   spent queueing, not yet the device's), in a ring of the last `steps`
+   steps; off (0, the default) it costs one branch per phase. */
+typedef enum mirror_phase {
+    MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded */
+    MIRROR_PHASE_FORWARD,
+    MIRROR_PHASE_BACKWARD,   /* the loss and backward */
+    MIRROR_PHASE_ALLREDUCE,  /* the gradient sum (CPU replicas: the reduce-scatter of the sharded update) */
+    MIRROR_PHASE_UPDATE,     /* the optimizer (and the skip check, the all-gather) */
+    MIRROR_PHASE_COUNT
+} mirror_phase;
+MIRROR_API int mirror_timing(mirror_model *m, size_t steps);
+/* Over the kept steps: the mean seconds per step of each phase on replica
+   r (replica (size_t)-1: the mean over this process's replicas), and the
+   imbalance, the slowest replica's mean over the mean of all (1: even). */
+typedef struct mirror_phase_times {
+    size_t steps;
+    double seconds[MIRROR_PHASE_COUNT];
+    double imbalance[MIRROR_PHASE_COUNT];
+} mirror_phase_times;
+MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_phase_times *out);
+/* The kept steps as a Chrome trace-event JSON file (chrome://tracing,
+   Perfetto): one track per replica, a span per phase with its step. */
+MIRROR_API int mirror_trace_write(mirror_model *m, const char *path);
 /* Forward only, split across replicas, in chunks of max_batch. */
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
 /* out [n, outputs]: the last layer's output (logits, not probabilities). */
@@ -919,6 +945,11 @@ typedef struct mirror_fit_desc {
        non-zero return stops fit as the epoch hook does. */
     mirror_step_fn on_step;
     size_t log_every;
+    /* trace: a Chrome trace of the last 256 steps, written when fit ends
+       (timing on for the fit, see mirror_timing); phases: an epoch line
+       of each phase's mean time and the replicas' imbalance. */
+    const char *trace;
+    int phases;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -3729,6 +3760,7 @@ typedef struct mirror__replica {
     /* this step's shard and results */
     size_t begin, count;
     size_t row0;  /* the shard's first sample's place among the step's samples (dropout) */
+    double mark[8]; /* timing: the clock at the phases' edges in this replica's jobs */
     int training; /* the pass trains (dropout drops) */
     double loss_sum;
     size_t correct_sum;
@@ -3761,6 +3793,9 @@ struct mirror_model {
     float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
     int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
     volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
+    struct mirror__span *spans;  /* timing: a ring of the last trace_steps steps' phases, */
+    size_t trace_steps, span_cap, span_next, span_count; /* off while trace_steps is 0 */
+    double t_origin;
     uint64_t augment_key;        /* fit's augmentation of the training samples this epoch, */
     size_t augment_pad;          /* off while pad and flip are 0 */
     int augment_flip;
@@ -4297,6 +4332,7 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
     if (!m) return;
     s = m->s;
     mirror__free_replicas(m);
+    MIRROR_FREE(m->spans);
     MIRROR_FREE(m);
     mirror__strategy_models(s, -1);
 }
@@ -4890,8 +4926,11 @@ static void mirror__compute_job(void *ctx, size_t worker)
     mirror_shard(job->n, m->s->world, m->s->first + worker, &r->begin, &r->count);
     r->row0 = job->row0 + job->offset + r->begin;
     r->training = job->mode == MIRROR__TRAIN;
+    if (m->trace_steps) r->mark[0] = mirror__now();
     mirror__load_shard(job, r);
+    if (m->trace_steps) r->mark[1] = mirror__now();
     mirror__forward(m, r, r->count);
+    if (m->trace_steps) r->mark[2] = mirror__now();
     if (job->mode == MIRROR__PREDICT) {
         const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
         if (r->count)
@@ -4901,6 +4940,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     }
     mirror__loss(m, r, job->inv_count, job->metrics_now);
     if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate);
+    if (m->trace_steps) r->mark[3] = mirror__now();
 }
 
 // >>optimizers --------------------------------------------------------------
@@ -4993,16 +5033,19 @@ static void mirror__update_job(void *ctx, size_t worker)
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     float bc1, bc2_sqrt; /* identical for every replica */
     m->be->bind(r->dev);
+    if (m->trace_steps) r->mark[6] = mirror__now();
     if (m->format) {
         m->be->check(r->dev, r->scaler, r->grad16, m->nparams, m->format);
         mirror__clip(m, r);
         mirror__update_mixed(m, r, 0, m->nparams);
+        if (m->trace_steps) r->mark[7] = mirror__now();
         return;
     }
     m->be->check32(r->dev, r->scaler, r->grads, m->nparams, m->steps);
     mirror__clip(m, r);
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
     mirror__update_fp32(m, r, 0, m->nparams, bc1, bc2_sqrt);
+    if (m->trace_steps) r->mark[7] = mirror__now();
 }
 
 /* The sharded update (ZeRO stage 1 on shared memory). Where every
@@ -5045,15 +5088,18 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
     int finite = 1;
+    if (m->trace_steps) r->mark[4] = mirror__now();
     mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
     if (m->format) {
         st.found_nonfinite = 0;
         m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
         m->found[worker] = st.found_nonfinite;
+        if (m->trace_steps) r->mark[5] = mirror__now();
         return;
     }
     if (m->s->processes > 1) { /* the all-reduce across processes has summed it already */
         m->found[worker] = !mirror__all_finite(r->grads + begin, count);
+        if (m->trace_steps) r->mark[5] = mirror__now();
         return;
     }
     for (end = begin + count; begin < end; begin += len) {
@@ -5062,6 +5108,7 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
         finite &= mirror__all_finite(acc, len);
     }
     m->found[worker] = !finite;
+    if (m->trace_steps) r->mark[5] = mirror__now();
 }
 
 /* Then every replica takes the verdict of all slices into its guard or
@@ -5075,6 +5122,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
     size_t begin, count, end, len, i;
     uint32_t found = 0;
     float bc1, bc2_sqrt;
+    if (m->trace_steps) r->mark[6] = mirror__now();
     mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
     if (m->format) {
@@ -5082,6 +5130,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
         mirror__clip(m, r);
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
+        if (m->trace_steps) r->mark[7] = mirror__now();
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
@@ -5092,6 +5141,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
         mirror__update_fp32(m, r, begin, len, bc1, bc2_sqrt);
         mirror__gather_slice(m, worker, begin, len);
     }
+    if (m->trace_steps) r->mark[7] = mirror__now();
 }
 
 /* After a skipped step, with report_nonfinite: the first layer, from the
@@ -5272,6 +5322,157 @@ static int mirror__reduce_gradients(mirror_model *m, int rc)
     return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
 }
 
+/* ---- timing ---- */
+
+typedef struct mirror__span {
+    uint64_t step;
+    uint32_t replica, phase;
+    double t0, t1; /* seconds since timing began */
+} mirror__span;
+
+static void mirror__span_push(mirror_model *m, uint64_t step, size_t replica, int phase, double t0, double t1)
+{
+    mirror__span *sp = &m->spans[m->span_next];
+    sp->step = step, sp->replica = (uint32_t)replica, sp->phase = (uint32_t)phase;
+    sp->t0 = t0 - m->t_origin, sp->t1 = t1 - m->t_origin;
+    m->span_next = (m->span_next + 1) % m->span_cap;
+    if (m->span_count < m->span_cap) m->span_count++;
+}
+
+/* After a compute job: each replica's gather, forward and backward. */
+static void mirror__mark_compute(mirror_model *m, uint64_t step)
+{
+    size_t r;
+    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+        const double *t = m->rep[r].mark;
+        mirror__span_push(m, step, r, MIRROR_PHASE_GATHER, t[0], t[1]);
+        mirror__span_push(m, step, r, MIRROR_PHASE_FORWARD, t[1], t[2]);
+        mirror__span_push(m, step, r, MIRROR_PHASE_BACKWARD, t[2], t[3]);
+    }
+}
+
+/* After the update: each replica's all-reduce (its own clocks where its
+   job did it, else the host's around the reducer) and update. */
+static void mirror__mark_update(mirror_model *m, uint64_t step, double reduce0, double reduce1)
+{
+    size_t r;
+    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+        const double *t = m->rep[r].mark;
+        if (m->sharded && !m->format && m->s->processes == 1)
+            mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
+        else
+            mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, reduce0, reduce1);
+        mirror__span_push(m, step, r, MIRROR_PHASE_UPDATE, t[6], t[7]);
+    }
+}
+
+static int mirror__timing(mirror_model *m, size_t steps)
+{
+    size_t cap = steps * (size_t)m->s->replicas * 5;
+    if (steps > 1u << 16) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_timing: at most 65536 steps");
+    MIRROR_FREE(m->spans);
+    m->spans = NULL;
+    m->trace_steps = m->span_cap = m->span_next = m->span_count = 0;
+    if (!steps) return MIRROR_OK;
+    if (!(m->spans = (mirror__span *)mirror__alloc(cap, sizeof *m->spans)))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_timing: out of memory for %zu steps", steps);
+    m->trace_steps = steps, m->span_cap = cap, m->t_origin = mirror__now();
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_timing(mirror_model *m, size_t steps)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_timing"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_timing", mirror__timing(m, steps));
+    }
+}
+
+static int mirror__phase_times(mirror_model *m, size_t replica, mirror_phase_times *out)
+{
+    size_t R = m->s->replicas, i, r, p;
+    double *sum;
+    uint64_t lo = (uint64_t)-1, hi = 0;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_phase_times_get: out is NULL");
+    if (replica != (size_t)-1 && replica >= R)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_phase_times_get: replica %zu of %zu", replica, R);
+    memset(out, 0, sizeof *out);
+    if (!m->span_count) return MIRROR_OK;
+    if (!(sum = (double *)mirror__alloc(R * MIRROR_PHASE_COUNT, sizeof(double))))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_phase_times_get: out of memory");
+    for (i = 0; i < m->span_count; i++) {
+        const mirror__span *sp = &m->spans[i];
+        sum[sp->replica * MIRROR_PHASE_COUNT + sp->phase] += sp->t1 - sp->t0;
+        if (sp->step < lo) lo = sp->step;
+        if (sp->step > hi) hi = sp->step;
+    }
+    out->steps = (size_t)(hi - lo + 1);
+    for (p = 0; p < MIRROR_PHASE_COUNT; p++) {
+        double all = 0.0, slowest = 0.0;
+        for (r = 0; r < R; r++) {
+            double t = sum[r * MIRROR_PHASE_COUNT + p] / (double)out->steps;
+            all += t / (double)R;
+            if (t > slowest) slowest = t;
+        }
+        out->seconds[p] = replica == (size_t)-1 ? all : sum[replica * MIRROR_PHASE_COUNT + p] / (double)out->steps;
+        out->imbalance[p] = all > 0.0 ? slowest / all : 1.0;
+    }
+    MIRROR_FREE(sum);
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_phase_times *out)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_phase_times_get"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_phase_times_get", mirror__phase_times(m, replica, out));
+    }
+}
+
+static const char *const mirror__phase_names[MIRROR_PHASE_COUNT] = {"gather", "forward", "backward", "all-reduce",
+                                                                    "update"};
+
+static int mirror__trace_write(mirror_model *m, const char *path)
+{
+    FILE *f;
+    size_t i, r, at;
+    int ok;
+    if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_trace_write: path is NULL");
+    if (!(f = fopen(path, "w")))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write: %s", path, strerror(errno));
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (r = 0; r < m->s->replicas; r++)
+        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
+                   "\"args\":{\"name\":\"replica %zu\"}},\n",
+                m->s->rank, r, m->s->first + r);
+    for (i = 0; i < m->span_count; i++) { /* oldest first */
+        const mirror__span *sp;
+        at = (m->span_next + m->span_cap - m->span_count + i) % m->span_cap;
+        sp = &m->spans[at];
+        fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%zu,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
+                   "\"args\":{\"step\":%llu}},\n",
+                mirror__phase_names[sp->phase], m->s->rank, sp->replica, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
+                (unsigned long long)sp->step);
+    }
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
+            m->s->rank, m->s->rank);
+    ok = !ferror(f);
+    if (fclose(f) != 0 || !ok)
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: write failed: %s", path, strerror(errno));
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_trace_write"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_trace_write", mirror__trace_write(m, path));
+    }
+}
+
 /* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
    mirror_train_step): forward and backward on each, the gradients added
    up on every replica without communication, each divided by the count of
@@ -5282,6 +5483,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     mirror_metrics sum = {0.0, 0, 0};
     mirror__job job;
     size_t j, total = 0;
+    double reduce0, reduce1;
     int rc;
     if (!micro || !k) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: no batch", what);
     for (j = 0; j < k; j++) {
@@ -5305,11 +5507,14 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         job.n = micro[j].n;
         job.accumulate = j > 0;
         mirror__run(&m->s->team, mirror__compute_job, &job);
+        mirror__mark_compute(m, m->steps + 1);
         job.row0 += micro[j].n;
         if (out) mirror__collect(m, &sum);
         rc = mirror__device_status(m);
     }
+    reduce0 = m->trace_steps ? mirror__now() : 0.0;
     if ((rc = mirror__reduce_gradients(m, rc))) return rc;
+    reduce1 = m->trace_steps ? mirror__now() : 0.0;
     m->steps++;
     if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
         m->steps--;
@@ -5321,6 +5526,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     } else {
         mirror__run(&m->s->team, mirror__update_job, &job);
     }
+    mirror__mark_update(m, m->steps, reduce0, reduce1);
     if ((rc = mirror__device_status(m))) return rc;
     if (m->format && m->desc.loss_scale.report_nonfinite) {
         mirror_loss_scale_state st;
@@ -7978,6 +8184,20 @@ static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const
     return MIRROR_OK;
 }
 
+/* An epoch's phase line: each phase's mean milliseconds per step over the
+   kept steps, and how much slower the slowest replica is than the mean. */
+static void mirror__phase_line(mirror_model *m)
+{
+    mirror_phase_times pt;
+    int p;
+    if (mirror__phase_times(m, (size_t)-1, &pt) || !pt.steps) return;
+    printf("phases (ms per step, slowest replica / mean):");
+    for (p = 0; p < MIRROR_PHASE_COUNT; p++)
+        printf("  %s %.3f (%.2f)", mirror__phase_names[p], 1e3 * pt.seconds[p], pt.imbalance[p]);
+    printf("\n");
+    fflush(stdout);
+}
+
 /* The stop flag: this process's, or with several processes whether any
    process's was set at the last step (it travels with the reduction, so
    that every process stops before the same step). */
@@ -8011,7 +8231,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror_epoch_log *logs = NULL;
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
-    int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, timed_here = 0;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     d = *desc;
@@ -8062,9 +8282,19 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         mirror__fit_unlock(m);
         return rc;
     }
-    /* The curves' files too (empty until the first epoch ends). */
-    if ((d.history || d.plot) &&
-        (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__write_curves(m, &d, NULL, 0) : MIRROR_OK))) {
+    /* Timing for the trace and the phase lines, when the model has none on. */
+    if ((d.trace || d.phases) && !m->trace_steps) {
+        if ((rc = mirror__timing(m, 256))) {
+            mirror__fit_unlock(m);
+            return rc;
+        }
+        timed_here = 1;
+    }
+    /* The curves' files and the trace's too (empty until there is more). */
+    if (((d.history || d.plot) &&
+         (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__write_curves(m, &d, NULL, 0) : MIRROR_OK))) ||
+        (d.trace && (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__trace_write(m, d.trace) : MIRROR_OK)))) {
+        if (timed_here) mirror__timing(m, 0);
         mirror__fit_unlock(m);
         return rc;
     }
@@ -8165,6 +8395,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         log.lr = m->lr;
         log.grad_norm = mirror_last_grad_norm(m);
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr, classify);
+        if (d.phases && mirror__leads(m)) mirror__phase_line(m);
         if ((d.history || d.plot) && mirror__leads(m)) {
             if (nlogs == logs_cap) { /* the epochs logged so far, grown by doubling */
                 mirror_epoch_log *grown = (mirror_epoch_log *)mirror__alloc(2 * logs_cap + 8, sizeof *grown);
@@ -8190,6 +8421,11 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror__fit_unlock(m);
     m->stop = NULL;
     m->augment_flip = 0, m->augment_pad = 0; /* validation and later calls see the samples as they are */
+    if (d.trace && mirror__leads(m) && m->span_count) {
+        int wrote = mirror__trace_write(m, d.trace);
+        if (rc == MIRROR_OK) rc = wrote;
+    }
+    if (timed_here) mirror__timing(m, 0);
     MIRROR_FREE(perm);
     MIRROR_FREE(micro);
     MIRROR_FREE(logs);

@@ -14,7 +14,8 @@
 
 typedef struct options {
     const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
-    const char *history, *plot; /* --history FILE.csv, --plot FILE.svg */
+    const char *history, *plot, *trace; /* --history FILE.csv, --plot FILE.svg, --trace FILE.json */
+    int phases;                         /* --phases: an epoch line of the phases' times */
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     size_t accumulate; /* micro-batches of `batch` per optimizer step */
     int report_nonfinite;
@@ -106,6 +107,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--lr-schedule")) return options_text(o, a, v, &o->lr_schedule);
     if (!strcmp(a, "--history")) return options_text(o, a, v, &o->history);
     if (!strcmp(a, "--plot")) return options_text(o, a, v, &o->plot);
+    if (!strcmp(a, "--trace")) return options_text(o, a, v, &o->trace);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
     if (!strcmp(a, "--accumulate")) {
         rc = options_int(o, a, v, 1, 1 << 20, &n);
@@ -210,8 +212,12 @@ static int options_parse(int argc, char **argv, options *o)
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return OPTIONS_HELP;
-        if (!strcmp(a, "--augment")) { /* the one flag without a value */
+        if (!strcmp(a, "--augment")) { /* the two flags without a value */
             o->augment = 1;
+            continue;
+        }
+        if (!strcmp(a, "--phases")) {
+            o->phases = 1;
             continue;
         }
         if (i + 1 >= argc) {

@@ -53,6 +53,8 @@ static void usage(FILE *f)
                "  --augment           flip the training images left-right and crop them shifted by up to 1/8\n"
                "  --history FILE.csv  the epochs' numbers, rewritten after each epoch\n"
                "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
+               "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
+               "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -239,6 +241,8 @@ int main(int argc, char **argv)
     fd.accumulate = o.accumulate;
     fd.history = o.history;
     fd.plot = o.plot;
+    fd.trace = o.trace;
+    fd.phases = o.phases;
     fd.augment_flip = o.augment;
     fd.augment_crop_pad = o.augment ? (train.height + 7) / 8 : 0; /* 28x28: 4 pixels, 32x32: 4 */
     fd.on_epoch = on_epoch;

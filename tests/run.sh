@@ -134,6 +134,8 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 3 --synthetic 600 --plot '$tmp/no/dir/c.svg' >'$tmp/plot.out' 2>&1; test \$? -eq 1 && grep -q 'cannot write the plot' '$tmp/plot.out' && ! grep -q '^epoch' '$tmp/plot.out'"
     check "build/train's bar stays one line in 80 columns (a pseudo-terminal of 80)" sh -c \
         "! command -v script >/dev/null || { script -qc 'stty cols 80; $BUILD/train --model mlp --epochs 1 --synthetic 3000 --batch 50 --lr-schedule cosine' /dev/null | tr '\\r' '\\n' | grep '\\[[=>.]*\\]' | sed 's/\\x1b\\[K//g' | awk 'length(\$0) > 79 { bad = 1 } END { exit bad }'; }"
+    check "build/train --trace t.json --phases: a trace of every replica's phases, a phase line per epoch" sh -c \
+        "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --replicas 2 --trace '$tmp/t.json' --phases >'$tmp/ph.out' && test \$(grep -c '^phases (ms per step' '$tmp/ph.out') -eq 2 && grep -q '\"traceEvents\"' '$tmp/t.json' && grep -q '\"name\":\"replica 1\"' '$tmp/t.json' && test \$(grep -c '\"ph\":\"X\"' '$tmp/t.json') -eq 240"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi

@@ -401,6 +401,70 @@ out:
     mirror_strategy_destroy(s);
 }
 
+/* Timing: phase times from a ring of the last steps, bounded; a trace of
+   them; off costs nothing and records nothing. */
+static void test_timing(void)
+{
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = adam_model(s, 16);
+    mirror_phase_times pt, r1;
+    mirror_fit_desc fd;
+    char path[256], *text = NULL;
+    FILE *f;
+    size_t k, spans = 0;
+    long size;
+    int p, positive = 1, even = 1;
+    if (!m) {
+        CHECK(0, "model");
+        goto out;
+    }
+    for (k = 0; k < 3; k++) step(m, k);
+    CHECK(mirror_phase_times_get(m, (size_t)-1, &pt) == MIRROR_OK && pt.steps == 0 && m->span_count == 0,
+          "timing off: nothing recorded");
+    CHECK(mirror_timing(m, 4) == MIRROR_OK, "timing on, 4 steps kept: %s", mirror_model_error(m));
+    for (k = 0; k < 10; k++) step(m, k);
+    CHECK(m->span_count == 4 * 2 * MIRROR_PHASE_COUNT, "10 steps, 4 kept: %zu spans of 40", m->span_count);
+    CHECK(mirror_phase_times_get(m, (size_t)-1, &pt) == MIRROR_OK && pt.steps == 4 &&
+              mirror_phase_times_get(m, 1, &r1) == MIRROR_OK,
+          "phase times over the 4 kept steps (%zu)", pt.steps);
+    for (p = 0; p < MIRROR_PHASE_COUNT; p++) {
+        positive &= pt.seconds[p] > 0.0 && r1.seconds[p] > 0.0;
+        even &= pt.imbalance[p] >= 1.0 - 1e-12;
+    }
+    CHECK(positive && even, "every phase took time on each replica, and the slowest is at least the mean "
+                            "(forward %.3g ms, imbalance %.3g)", 1e3 * pt.seconds[MIRROR_PHASE_FORWARD],
+          pt.imbalance[MIRROR_PHASE_FORWARD]);
+    CHECK(mirror_phase_times_get(m, 2, &pt) == MIRROR_ERR_ARGUMENT, "replica 2 of 2 is refused");
+    path_in(path, "trace.json");
+    CHECK(mirror_trace_write(m, path) == MIRROR_OK, "the trace written: %s", mirror_model_error(m));
+    if ((f = fopen(path, "rb")) != NULL) {
+        fseek(f, 0, SEEK_END);
+        size = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = (char *)calloc((size_t)size + 1, 1);
+        if (text && fread(text, 1, (size_t)size, f) != (size_t)size) text[0] = '\0';
+        fclose(f);
+    }
+    for (k = 0; text && text[k]; k++) spans += !strncmp(text + k, "\"ph\":\"X\"", 8);
+    CHECK(text && !strncmp(text, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 39) && strstr(text, "\"replica 1\"") &&
+              strstr(text, "\"name\":\"all-reduce\"") && strstr(text, "\"step\":13") && spans == 40 &&
+              !strcmp(text + strlen(text) - 3, "]}\n"),
+          "a Chrome trace: 40 spans on two replica tracks, steps up to 13");
+    free(text);
+    CHECK(mirror_timing(m, 0) == MIRROR_OK && m->span_count == 0 && !m->spans, "timing off again: the ring freed");
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.trace = path_in(path, "fit-trace.json");
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && access(path, F_OK) == 0 && !m->trace_steps,
+          "fit writes its trace and leaves timing as it found it: %s", mirror_model_error(m));
+    fd.trace = "no/such/dir/t.json";
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 19,
+          "a trace that cannot be written fails before the first step");
+out:
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* Bad schedules are refused when the model is created; a callback's bad
    rate fails its step and changes nothing. */
 static void test_refused(void)
@@ -515,6 +579,7 @@ int main(void)
     test_fit_accumulate();
     test_augment();
     test_on_step();
+    test_timing();
     test_refused();
     test_resume();
     mirror_dataset_free(&data);

@@ -30,7 +30,8 @@ static void check_accepted(const options *o)
     ok &= o->md.optimizer.warmup == o->warmup && o->warmup <= UINT32_MAX;
     ok &= o->accumulate >= 1 && o->accumulate <= 1 << 20;
     ok &= o->dropout >= 0.0 && o->dropout <= 0.99;
-    ok &= (!o->history || o->history[0]) && (!o->plot || o->plot[0]);
+    ok &= (!o->history || o->history[0]) && (!o->plot || o->plot[0]) && (!o->trace || o->trace[0]);
+    ok &= o->phases == 0 || o->phases == 1;
     ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
           (!o->devices || o->devices[0]);
     if (!ok) abort();
