@@ -123,6 +123,44 @@
                             checkpoint     none; checkpoint_keep 3, and
                                            checkpoint_every 0 (the end only)
 
+   API INDEX (each declaration below says more)
+
+      errors      mirror_result_string (a code's text), mirror_set_logger
+                  (every error and notice), mirror_model_error (a model's
+                  last error)
+      strategy    mirror_strategy_create, mirror_strategy_destroy,
+                  mirror_num_replicas,
+                  mirror_strategy_query_desc, mirror_strategy_describe,
+                  mirror_strategy_process (rank, processes, local replicas),
+                  mirror_agree (one result for every process),
+                  mirror_all_reduce_sum, mirror_broadcast, mirror_shard
+      model       mirror_model_create, mirror_model_build,
+                  mirror_model_destroy, mirror_model_query_desc,
+                  mirror_model_summary, mirror_num_parameters,
+                  mirror_num_outputs, mirror_optimizer_state_size,
+                  mirror_memory_report_get, mirror_model_from_checkpoint
+      layers      mirror_dense, mirror_conv2d, mirror_relu, mirror_tanh,
+                  mirror_sigmoid, mirror_gelu, mirror_maxpool2d,
+                  mirror_avgpool2d, mirror_global_avgpool, mirror_dropout,
+                  mirror_flatten
+      state       mirror_get_parameters, mirror_get_gradients,
+                  mirror_get_optimizer_state, mirror_set_parameters,
+                  mirror_check_replicas, mirror_optimizer_steps,
+                  mirror_current_lr, mirror_last_grad_norm,
+                  mirror_loss_scale_get, mirror_precision_name,
+                  mirror_loss_scaling_name
+      steps       mirror_train_step, mirror_train_steps (accumulation),
+                  mirror_take_metrics, mirror_evaluate_batch, mirror_predict,
+                  mirror_predict_proba
+      timing      mirror_timing, mirror_phase_times_get, mirror_trace_write
+      data        mirror_dataset_load_idx, mirror_dataset_load_mnist,
+                  mirror_dataset_load_cifar10, mirror_dataset_load_npy,
+                  mirror_dataset_synthetic_digits,
+                  mirror_dataset_from_arrays, mirror_dataset_split,
+                  mirror_dataset_free, mirror_permutation, mirror_num_batches
+      fit         mirror_fit, mirror_evaluate
+      checkpoints mirror_checkpoint_save, mirror_checkpoint_load
+
    OWNERSHIP
 
       Create/destroy pairs: mirror_strategy_create/_destroy,

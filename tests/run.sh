@@ -72,6 +72,15 @@ if printf '#include <cblas.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
         $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_CBLAS -I. -c "$tmp/impl.c" -o "$tmp/cblas.o"
 fi
 
+# The manual's API index names every public function.
+api_indexed() {
+    index=$(sed -n '/^   API INDEX/,/^   OWNERSHIP/p' mirror.h)
+    for name in $(grep -oE '^MIRROR_API [^(]*\(' mirror.h | sed -E 's/\($//; s/.*[ *]//' | sort -u); do
+        echo "$index" | grep -qw "$name" || { echo "not in the API index: $name"; return 1; }
+    done
+}
+check "the manual's API INDEX names every MIRROR_API function" api_indexed
+
 # nvcc sees the header as CUDA C++; the shared math must compile for the device.
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")}
 if [ -x "$NVCC" ]; then
