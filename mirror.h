@@ -918,7 +918,9 @@ typedef struct mirror_epoch_log {
     double grad_norm;
 } mirror_epoch_log;
 
-/* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED). */
+/* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED).
+   With several processes every process calls its hook, and rank 0's answer
+   counts for all. */
 typedef int (*mirror_epoch_fn)(void *user, const mirror_epoch_log *log);
 
 /* fit's running numbers every log_every steps, for hand-made logging. */
@@ -3484,7 +3486,7 @@ static int mirror__mpi_wait_all(mirror_strategy *s, MPI_Request *reqs, size_t n,
    piece as soon as it is summed. The pieces change no sum: each element
    still adds up in rank order. */
 static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n, int format,
-                                  size_t *peer, mirror_error *err)
+                                  size_t *peer, int *peer_code, mirror_error *err)
 {
     const char *what = "all-reduce across processes";
     size_t total = n + MIRROR__STATUS, pieces = n ? (n + MIRROR__FOLD_PIECE - 1) / MIRROR__FOLD_PIECE : 1, k, at, len;
@@ -3538,8 +3540,9 @@ static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16
     if ((rc = mirror__mpi_wait_all(s, bcast, pieces, what, err))) return rc;
     mirror__run(&s->team, mirror__mpi_unfold_job, s);
     *peer = (size_t)acc[n];
-    s->status = (int)acc[n + 1];
+    *peer_code = (int)acc[n + 1];
     s->stop_seen = acc[n + 2] != 0.0f;
+    s->status = s->stop_asked = 0; /* consumed: a later reduction starts clean */
     return MIRROR_OK;
 }
 
@@ -3549,10 +3552,10 @@ static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uin
                                      int format, mirror_error *err)
 {
     size_t peer = 0;
-    int rc = mirror__mpi_all_reduce(s, bufs, half, n, format, &peer, err);
-    if (rc || !peer || peer == s->rank + 1) return rc;
+    int code = 0, rc = mirror__mpi_all_reduce(s, bufs, half, n, format, &peer, &code, err);
+    if (rc || !peer || peer == s->rank + 1) return rc; /* this rank's own failure: its caller has it */
     return mirror__error(err, MIRROR_ERR_PEER, "rank %zu failed before the all-reduce (%s); nothing of the step was applied",
-                         peer - 1, mirror_result_string(s->status));
+                         peer - 1, mirror_result_string(code));
 }
 
 static int mirror__mpi_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
@@ -3606,6 +3609,8 @@ static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, 
     if (!ready) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
             return mirror__error(err, MIRROR_ERR_DEVICE, "strategy: MPI_Init_thread failed");
+        if (provided < MPI_THREAD_SERIALIZED)
+            return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "strategy: this MPI gives threads no MPI_THREAD_SERIALIZED");
         atexit(mirror__mpi_finalize);
     }
     if (MPI_Comm_idup(base, &s->comm, &req) != MPI_SUCCESS)
@@ -3657,6 +3662,7 @@ static void mirror__mpi_teardown(mirror_strategy *s)
     MPI_Finalized(&done);
     if (!done && s->comm != MPI_COMM_NULL && !s->broken) MPI_Comm_free(&s->comm);
     MIRROR_FREE(s->counts);
+    if (s->broken) return; /* requests may still be posted on them: left to the process's end */
     MIRROR_FREE(s->fold);
     MIRROR_FREE(s->fold_reqs);
 }
@@ -5349,10 +5355,12 @@ static int mirror__reduce_gradients(mirror_model *m, int rc)
     mirror_strategy *s = m->s;
 #ifdef MIRROR_MPI
     if (s->processes > 1) {
+        int reduced;
         s->status = rc;
         s->stop_asked = m->stop && *m->stop;
-        return m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err)
-                         : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+        reduced = m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err)
+                            : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+        return reduced ? reduced : rc; /* this process's own failure fails its step too */
     }
 #endif
     if (rc) return rc;
@@ -5406,15 +5414,15 @@ static void mirror__mark_update(mirror_model *m, uint64_t step, double reduce0, 
 
 static int mirror__timing(mirror_model *m, size_t steps)
 {
-    size_t cap = steps * (size_t)m->s->replicas * 5;
+    size_t cap = steps * (size_t)m->s->replicas * MIRROR_PHASE_COUNT;
+    mirror__span *ring = NULL;
     if (steps > 1u << 16) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_timing: at most 65536 steps");
-    MIRROR_FREE(m->spans);
-    m->spans = NULL;
-    m->trace_steps = m->span_cap = m->span_next = m->span_count = 0;
-    if (!steps) return MIRROR_OK;
-    if (!(m->spans = (mirror__span *)mirror__alloc(cap, sizeof *m->spans)))
+    if (steps && !(ring = (mirror__span *)mirror__alloc(cap, sizeof *ring))) /* the old ring kept on failure */
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_timing: out of memory for %zu steps", steps);
-    m->trace_steps = steps, m->span_cap = cap, m->t_origin = mirror__now();
+    MIRROR_FREE(m->spans);
+    m->spans = ring;
+    m->trace_steps = steps, m->span_cap = steps ? cap : 0, m->span_next = m->span_count = 0;
+    m->t_origin = mirror__now();
     return MIRROR_OK;
 }
 
@@ -5625,6 +5633,7 @@ static int mirror__check_replicas(mirror_model *m)
     }
     if ((rc = mirror__device_status(m))) goto out;
 #ifdef MIRROR_MPI
+    if (s->processes > 1 && (rc = mirror__mpi_usable(s, s->world, "mirror_check_replicas", &m->err))) goto out;
     if (s->processes > 1) {
         MPI_Request req;
         int *counts = (int *)mirror__alloc(2 * s->processes, sizeof(int)), *displs;
@@ -5911,6 +5920,8 @@ MIRROR_API int mirror_dataset_split(const mirror_dataset *all, size_t val_count,
     mirror_dataset *out[2];
     size_t *perm, i, k, n[2];
     int rc = MIRROR_OK;
+    if (all && (all == train || all == val || (train && train == val)))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_split: all, train and val must be three datasets");
     if (train) memset(train, 0, sizeof *train);
     if (val) memset(val, 0, sizeof *val);
     if (!all || !train || !val || !all->x)
@@ -8222,6 +8233,17 @@ static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const
     return MIRROR_OK;
 }
 
+/* Whether a hook's answer stops fit: with several processes rank 0's answer
+   counts for all, so that they stop before the same step. */
+static int mirror__hook_stops(mirror_model *m, int answer)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__from_leader(m, answer ? MIRROR_ERR_STOPPED : MIRROR_OK) != MIRROR_OK;
+#endif
+    (void)m;
+    return answer != 0;
+}
+
 /* An epoch's phase line: each phase's mean milliseconds per step over the
    kept steps, and how much slower the slowest replica is than the mean. */
 static void mirror__phase_line(mirror_model *m)
@@ -8342,6 +8364,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (!perm || !micro) {
         MIRROR_FREE(perm);
         MIRROR_FREE(micro);
+        if (timed_here) mirror__timing(m, 0);
         mirror__fit_unlock(m);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
@@ -8394,7 +8417,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                     sl.global_step = m->steps, sl.samples = acc.count, sl.lr = m->lr, sl.seconds = shown - t0;
                     sl.loss = acc.count ? acc.loss_sum / (double)acc.count : 0.0;
                     sl.acc = acc.count ? (double)acc.correct / (double)acc.count : 0.0;
-                    if (d.on_step(d.user, &sl)) {
+                    if (mirror__hook_stops(m, d.on_step(d.user, &sl))) {
                         rc = mirror__fit_stop(m, &d, epoch, step + 1, steps, bar);
                         break;
                     }
@@ -8434,21 +8457,25 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         log.grad_norm = mirror_last_grad_norm(m);
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr, classify);
         if (d.phases && mirror__leads(m)) mirror__phase_line(m);
-        if ((d.history || d.plot) && mirror__leads(m)) {
-            if (nlogs == logs_cap) { /* the epochs logged so far, grown by doubling */
+        if (d.history || d.plot) { /* rank 0 writes; its result is every process's */
+            int wrote = MIRROR_OK;
+            if (mirror__leads(m) && nlogs == logs_cap) { /* the epochs logged so far, grown by doubling */
                 mirror_epoch_log *grown = (mirror_epoch_log *)mirror__alloc(2 * logs_cap + 8, sizeof *grown);
                 if (!grown) {
-                    rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
-                    break;
+                    wrote = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
+                } else {
+                    if (nlogs) memcpy(grown, logs, nlogs * sizeof *logs);
+                    MIRROR_FREE(logs);
+                    logs = grown, logs_cap = 2 * logs_cap + 8;
                 }
-                if (nlogs) memcpy(grown, logs, nlogs * sizeof *logs);
-                MIRROR_FREE(logs);
-                logs = grown, logs_cap = 2 * logs_cap + 8;
             }
-            logs[nlogs++] = log;
-            if ((rc = mirror__write_curves(m, &d, logs, nlogs))) break;
+            if (mirror__leads(m) && !wrote) {
+                logs[nlogs++] = log;
+                wrote = mirror__write_curves(m, &d, logs, nlogs);
+            }
+            if ((rc = mirror__from_leader(m, wrote))) break;
         }
-        if (d.on_epoch && d.on_epoch(d.user, &log)) {
+        if (d.on_epoch && mirror__hook_stops(m, d.on_epoch(d.user, &log))) {
             rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);
             break;
         }

@@ -72,6 +72,14 @@ if printf '#include <cblas.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
         $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_CBLAS -I. -c "$tmp/impl.c" -o "$tmp/cblas.o"
 fi
 
+# The README's short example, as printed there, compiles and links (it reads
+# .gz files: where zlib is).
+if printf '#include <zlib.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
+    sed -n '/^## A short example/,/^```$/p' README.md | sed '1,/^```c$/d; /^```$/d' >"$tmp/readme.c"
+    check "the README's short example compiles and links (-Wall -Wextra -Werror, zlib)" \
+        $CC -std=c99 -Wall -Wextra -Werror -I. "$tmp/readme.c" -o "$tmp/readme" -lm -lpthread -lz
+fi
+
 # The manual's API index names every public function.
 api_indexed() {
     index=$(sed -n '/^   API INDEX/,/^   OWNERSHIP/p' mirror.h)

@@ -849,6 +849,9 @@ static void test_arrays_and_split(void)
     CHECK(mirror_dataset_split(&a, 20, 9, &tr, &va, &err) == MIRROR_ERR_ARGUMENT && !tr.x && !va.x &&
               mirror_dataset_split(&a, 0, 9, &tr, &va, &err) == MIRROR_ERR_ARGUMENT,
           "a split that leaves a part empty: refused: %s", err.message);
+    CHECK(mirror_dataset_split(&a, 5, 9, &a, &va, &err) == MIRROR_ERR_ARGUMENT && a.x && a.count == N &&
+              mirror_dataset_split(&a, 5, 9, &tr, &tr, &err) == MIRROR_ERR_ARGUMENT,
+          "all given as a part, or one dataset for both parts: refused, all intact: %s", err.message);
     mirror_dataset_free(&a);
     CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);
 }
