@@ -29,8 +29,10 @@ static mirror_strategy *strategy(size_t replicas)
     return s;
 }
 
-/* flatten, dense 16, relu, dense 10 over 12x12 digits, with the optimizer o. */
-static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_error *err)
+/* flatten, dense 16, relu, dense 10 over 12x12 digits, with the optimizer o,
+   in `precision`. */
+static mirror_model *model_in(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_precision precision,
+                              mirror_error *err)
 {
     mirror_model_desc md;
     mirror_model *m = NULL;
@@ -39,6 +41,7 @@ static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, m
     md.channels = 1, md.height = md.width = SIDE;
     md.max_batch = BATCH;
     md.seed = 9;
+    md.precision = precision;
     md.optimizer = *o;
     if (mirror_model_create(&md, &m, err)) return NULL;
     mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
@@ -47,6 +50,11 @@ static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, m
         return NULL;
     }
     return m;
+}
+
+static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_error *err)
+{
+    return model_in(s, o, MIRROR_PRECISION_FP32, err);
 }
 
 /* Step k: samples [12k, 12k + 12) of the data (mod its size). */
@@ -143,23 +151,14 @@ static void test_applied(size_t replicas, mirror_lr_schedule kind)
 static void test_clip(size_t replicas, mirror_precision precision, float clip_norm)
 {
     mirror_strategy *s = strategy(replicas);
-    mirror_model_desc md;
-    mirror_model *m = NULL;
+    mirror_optimizer_desc o;
+    mirror_model *m;
     float *before, *after, *g;
     size_t n, i, k;
     int norms = 1, moved = 1, clipped = 0;
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = BATCH;
-    md.seed = 9;
-    md.precision = precision;
-    md.optimizer.kind = MIRROR_OPT_SGD, md.optimizer.lr = 0.5f, md.optimizer.clip_norm = clip_norm;
-    if (mirror_model_create(&md, &m, NULL) == MIRROR_OK) {
-        mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
-        if (mirror_model_build(m)) mirror_model_destroy(m), m = NULL;
-    }
-    if (!m) {
+    memset(&o, 0, sizeof o);
+    o.kind = MIRROR_OPT_SGD, o.lr = 0.5f, o.clip_norm = clip_norm;
+    if (!(m = model_in(s, &o, precision, NULL))) {
         CHECK(0, "model");
         mirror_strategy_destroy(s);
         return;
