@@ -5445,7 +5445,7 @@ static int mirror__phase_times(mirror_model *m, size_t replica, mirror_phase_tim
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_phase_times_get: replica %zu of %zu", replica, R);
     memset(out, 0, sizeof *out);
     if (!m->span_count) return MIRROR_OK;
-    if (!(sum = (double *)mirror__alloc(R * MIRROR_PHASE_COUNT, sizeof(double))))
+    if (!(sum = (double *)mirror__zalloc(R * MIRROR_PHASE_COUNT, sizeof(double))))
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_phase_times_get: out of memory");
     for (i = 0; i < m->span_count; i++) {
         const mirror__span *sp = &m->spans[i];
