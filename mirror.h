@@ -689,6 +689,36 @@ MIRROR_API int mirror_avgpool2d(mirror_model *m, size_t window, size_t stride);
 MIRROR_API int mirror_global_avgpool(mirror_model *m);
 /* [B,C,H,W] -> [B,C*H*W,1,1]; no data moves. */
 MIRROR_API int mirror_flatten(mirror_model *m);
+/* Batch normalisation (torch.nn.BatchNorm2d, and BatchNorm1d on a flat
+   input), any shape, per channel c over the batch and the plane:
+     y = gamma[c] (x - mean[c]) / sqrt(var[c] + eps) + beta[c]
+   gamma [C] (starts at 1) and beta [C] (at 0) are trained; momentum 0.1,
+   eps 1e-5. In training mean and var (biased) are the batch's, and update
+   the running statistics r = 0.9 r + 0.1 batch (unbiased variance), which
+   evaluation and prediction use and checkpoints keep.
+   MIRROR_BN_SYNC (SyncBatchNorm, the default): the statistics of the whole
+   global batch, every replica of every process: the per-channel sums of x
+   and x^2 are combined in the forward pass, those of dy and dy xhat in the
+   backward pass, in replica and rank order, so any replica count and split
+   gives one replica's result within float32 rounding.
+   MIRROR_BN_LOCAL: each replica normalises by the statistics of its own
+   shard (BatchNorm under DDP without SyncBatchNorm): results then depend on
+   how the batch is split. The running statistics follow the global batch
+   in both modes, so every replica keeps the same.
+   A step that fails (a non-finite fp32 step), or a batch whose statistics
+   are not finite, leaves the running statistics as they were. */
+typedef enum mirror_batchnorm_mode { MIRROR_BN_SYNC = 0, MIRROR_BN_LOCAL = 1 } mirror_batchnorm_mode;
+MIRROR_API int mirror_batchnorm(mirror_model *m, mirror_batchnorm_mode mode);
+/* Residual blocks: mirror_residual opens a block, the layers after it form
+   its body F, mirror_residual_end closes it: y = F(x) + P(x), x the block's
+   input. P is the identity when F keeps the shape; otherwise a 1x1
+   convolution with a bias (weight [C_out, C_in, 1, 1]) whose stride s is
+   the smallest with (H - 1)/s + 1 = H_out (and the same for W), as in
+   ResNet's downsampling blocks; a shape no stride reaches is an error.
+   Blocks follow each other but do not nest; every block must be closed
+   before build. */
+MIRROR_API int mirror_residual(mirror_model *m);
+MIRROR_API int mirror_residual_end(mirror_model *m);
 
 /* Allocates every replica's arenas and initialises the parameters from the
    model's seed, identically on every replica. */
@@ -1146,6 +1176,45 @@ MIRROR_HD static inline float mirror_hd_window_mean_grad(const float *dy, size_t
     for (oy = oy0; oy < oh && oy * stride <= iy; oy++)
         for (ox = ox0; ox < ow && ox * stride <= ix; ox++) sum += dy[oy * ow + ox];
     return sum / (float)(kh * kw);
+}
+
+/* Batch normalisation of one channel. Its moments over the count values
+   of the batch (the global batch, synchronised) from their sum and sum of
+   squares, both in double: the mean and the biased variance (what the
+   normalisation divides by, as torch.nn.BatchNorm2d). */
+MIRROR_HD static inline void mirror_hd_bn_moments(double sum, double sumsq, double count, double *mean, double *var)
+{
+    *mean = sum / count;
+    *var = sumsq / count - *mean * *mean;
+    if (*var < 0.0) *var = 0.0; /* rounding; a NaN stays NaN */
+}
+
+/* 1 / sqrt(var + eps). */
+MIRROR_HD static inline float mirror_hd_bn_invstd(double var, float eps) { return (float)(1.0 / sqrt(var + (double)eps)); }
+
+/* The running statistics, which evaluation and prediction normalise with:
+   r = (1 - momentum) r + momentum b, where b is the batch's mean, or for
+   the variance its unbiased variance var * count / (count - 1). */
+MIRROR_HD static inline float mirror_hd_bn_running(float running, float batch, float momentum)
+{
+    return (1.0f - momentum) * running + momentum * batch;
+}
+
+/* xhat = (x - mean) invstd, and y = gamma xhat + beta. */
+MIRROR_HD static inline float mirror_hd_bn_xhat(float x, float mean, float invstd) { return (x - mean) * invstd; }
+MIRROR_HD static inline float mirror_hd_bn(float x, float mean, float invstd, float gamma, float beta)
+{
+    return gamma * mirror_hd_bn_xhat(x, mean, invstd) + beta;
+}
+
+/* The input gradient, where xhat = (x - mean) invstd and the two means are
+   those of dy and dy xhat over the same values as the statistics:
+   dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)). dgamma is the
+   sum of dy xhat and dbeta that of dy. */
+MIRROR_HD static inline float mirror_hd_bn_grad(float dy, float xhat, float gamma, float invstd, float mean_dy,
+                                                float mean_dy_xhat)
+{
+    return gamma * invstd * (dy - mean_dy - xhat * mean_dy_xhat);
 }
 
 /* splitmix64's finaliser: the random numbers of dropout and augmentation
@@ -2133,11 +2202,15 @@ typedef enum mirror__kind {
     MIRROR__GELU,
     MIRROR__AVGPOOL2D,
     MIRROR__GLOBAL_AVGPOOL,
-    MIRROR__DROPOUT
+    MIRROR__DROPOUT,
+    MIRROR__BATCHNORM,
+    MIRROR__RESIDUAL,    /* a residual block's start: its input, kept */
+    MIRROR__RESIDUAL_END /* the block's output plus its input (projected) */
 } mirror__kind;
 
 static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
-                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout"};
+                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout",
+                                                 "batchnorm", "residual", "residual_end"};
 
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
@@ -2209,6 +2282,24 @@ typedef struct mirror__backend {
                             size_t kw, size_t stride, size_t ho, size_t wo);
     void (*avgpool_backward)(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w, size_t kh,
                              size_t kw, size_t stride, size_t ho, size_t wo);
+    /* Batch normalisation over [rows, channels, inner]; stat holds a
+       channel's mean at [c] and invstd at [C + c]. bn_sums, per channel in
+       double, in a fixed order: with x NULL, part[c] = sum of a and
+       part[C + c] = sum of a^2 (forward, a the input); else part[c] = sum
+       of a and part[C + c] = sum of a xhat, xhat from x and stat (backward,
+       a the output gradient). bn_forward: y = mirror_hd_bn. bn_backward:
+       dgamma[c] += part[C + c], dbeta[c] += part[c] (this replica's sums),
+       and, unless dx is NULL, dx = mirror_hd_bn_grad with the two means in
+       means[c] and means[C + c]. */
+    void (*bn_sums)(void *dev, double *part, const float *a, const float *x, const float *stat, size_t rows,
+                    size_t channels, size_t inner);
+    void (*bn_forward)(void *dev, float *y, const float *x, const float *stat, const float *gamma, const float *beta,
+                       size_t rows, size_t channels, size_t inner);
+    void (*bn_backward)(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                        const float *stat, const float *means, const double *part, const float *gamma, size_t rows,
+                        size_t channels, size_t inner);
+    /* y = a + b elementwise (y may be a or b); b NULL: y = a. */
+    void (*add)(void *dev, float *y, const float *a, const float *b, size_t n);
     void (*maxpool_backward)(void *dev, float *dx, const int32_t *arg, const float *dy,
                              size_t planes, size_t h, size_t w, size_t k, size_t stride, size_t ho,
                              size_t wo);
@@ -2578,6 +2669,59 @@ static void mirror__cpu_avgpool_backward(void *dev, float *dx, const float *dy, 
             for (j = 0; j < w; j++) *dx++ = mirror_hd_window_mean_grad(dy, ho, wo, kh, kw, stride, i, j);
 }
 
+static void mirror__cpu_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
+                                size_t rows, size_t channels, size_t inner)
+{
+    size_t r, c, i, C = channels;
+    (void)dev;
+    memset(part, 0, 2 * C * sizeof(double));
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < C; c++, a += inner) {
+            double s = 0.0, q = 0.0;
+            for (i = 0; i < inner; i++) {
+                float v = x ? a[i] * mirror_hd_bn_xhat(x[i], stat[c], stat[C + c]) : a[i] * a[i];
+                s += (double)a[i], q += (double)v;
+            }
+            part[c] += s, part[C + c] += q;
+            if (x) x += inner;
+        }
+}
+
+static void mirror__cpu_bn_forward(void *dev, float *y, const float *x, const float *stat, const float *gamma,
+                                   const float *beta, size_t rows, size_t channels, size_t inner)
+{
+    size_t r, c, i, C = channels;
+    (void)dev;
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < C; c++, x += inner, y += inner)
+            for (i = 0; i < inner; i++) y[i] = mirror_hd_bn(x[i], stat[c], stat[C + c], gamma[c], beta[c]);
+}
+
+static void mirror__cpu_bn_backward(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy,
+                                    const float *x, const float *stat, const float *means, const double *part,
+                                    const float *gamma, size_t rows, size_t channels, size_t inner)
+{
+    size_t r, c, i, C = channels;
+    (void)dev;
+    for (c = 0; c < C; c++) dgamma[c] += (float)part[C + c], dbeta[c] += (float)part[c];
+    for (r = 0; dx && r < rows; r++)
+        for (c = 0; c < C; c++, x += inner, dy += inner, dx += inner)
+            for (i = 0; i < inner; i++)
+                dx[i] = mirror_hd_bn_grad(dy[i], mirror_hd_bn_xhat(x[i], stat[c], stat[C + c]), gamma[c], stat[C + c],
+                                          means[c], means[C + c]);
+}
+
+static void mirror__cpu_add(void *dev, float *y, const float *a, const float *b, size_t n)
+{
+    size_t i;
+    (void)dev;
+    if (!b) {
+        if (y != a) memcpy(y, a, n * sizeof(float));
+        return;
+    }
+    for (i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
 static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct,
                                    const float *z, const int32_t *labels, size_t rows, size_t k,
                                    float inv_count, const float *scale)
@@ -2785,6 +2929,10 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_dropout,
     mirror__cpu_avgpool_forward,
     mirror__cpu_avgpool_backward,
+    mirror__cpu_bn_sums,
+    mirror__cpu_bn_forward,
+    mirror__cpu_bn_backward,
+    mirror__cpu_add,
     mirror__cpu_maxpool_backward,
     mirror__cpu_softmax_ce,
     mirror__cpu_mse,
@@ -3667,26 +3815,32 @@ static void mirror__mpi_teardown(mirror_strategy *s)
     MIRROR_FREE(s->fold_reqs);
 }
 
-/* Sums *m over the processes, in rank order. */
-static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err)
+/* Sums v[n] over the processes, in rank order: every process the same. */
+static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err)
 {
-    double mine[3], *all;
+    double *all;
     MPI_Request req;
-    size_t p;
+    size_t p, i;
     int rc;
-    if ((rc = mirror__mpi_usable(s, 3, "metrics across processes", err))) return rc;
-    if (!(all = (double *)mirror__alloc(3 * s->processes, sizeof(double))))
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "metrics across processes: out of memory");
-    mine[0] = m->loss_sum, mine[1] = (double)m->correct, mine[2] = (double)m->count;
-    rc = mirror__mpi_done(s, MPI_Iallgather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, s->comm, &req), &req,
-                          "metrics across processes", err);
-    if (rc == MIRROR_OK) {
-        memset(m, 0, sizeof *m);
-        for (p = 0; p < s->processes; p++)
-            m->loss_sum += all[3 * p], m->correct += (size_t)all[3 * p + 1], m->count += (size_t)all[3 * p + 2];
-    }
+    if ((rc = mirror__mpi_usable(s, n * s->processes, what, err))) return rc;
+    if (!(all = (double *)mirror__alloc(n * s->processes, sizeof(double))))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+    rc = mirror__mpi_done(s, MPI_Iallgather(v, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, s->comm, &req), &req,
+                          what, err);
+    for (i = 0; rc == MIRROR_OK && i < n; i++)
+        for (v[i] = 0.0, p = 0; p < s->processes; p++) v[i] += all[p * n + i];
     MIRROR_FREE(all);
     return rc;
+}
+
+static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err)
+{
+    double v[3];
+    int rc;
+    v[0] = m->loss_sum, v[1] = (double)m->correct, v[2] = (double)m->count;
+    if ((rc = mirror__mpi_sum_doubles(s, v, 3, "metrics across processes", err))) return rc;
+    m->loss_sum = v[0], m->correct = (size_t)v[1], m->count = (size_t)v[2];
+    return MIRROR_OK;
 }
 
 /* Every process's result; the first failure's message from its process. */
@@ -3770,6 +3924,12 @@ typedef struct mirror__layer {
     size_t n_w, n_b;
     size_t out_off, arg_off; /* bytes into the activation arena */
     float p;                 /* dropout */
+    /* batchnorm: its running statistics' floats into the model's, its
+       statistics' floats into each replica's batchnorm arena; momentum, eps */
+    size_t run_off, bn_off;
+    float momentum, eps;
+    int local;   /* batchnorm: statistics of the replica's shard alone */
+    size_t from; /* residual_end: the index of its block's residual layer */
 } mirror__layer;
 
 /* One replica: its device context, its four arenas and the views into the
@@ -3797,6 +3957,16 @@ typedef struct mirror__replica {
     float *loss;      /* [S] per-sample loss */
     int32_t *correct; /* [S] */
     double *acc;      /* [2] loss and correct sums of the steps not yet taken */
+    float *skip;      /* [S, max_size]: a residual block's input gradient through its shortcut */
+    /* Batch normalisation: per batchnorm layer of C channels, 6C floats at
+       its bn_off: the batch's mean and invstd, the running statistics'
+       mean and invstd (evaluation), the means of dy and dy xhat over the
+       batch (backward). bn_part: this replica's sums of one layer (2C
+       doubles), host_part and host_stat their host copies. */
+    float *bn;
+    double *bn_part, *host_part;
+    float *host_stat;
+    int dsel; /* backward: which delta buffer holds the gradient at hand */
     /* host buffers (pinned on a GPU): the shard gathered, metrics read back */
     float *host_x, *host_targets, *host_loss;
     int32_t *host_labels, *host_correct;
@@ -3844,6 +4014,14 @@ struct mirror_model {
     size_t augment_pad;          /* off while pad and flip are 0 */
     int augment_flip;
     size_t untaken; /* samples of the steps whose metrics stay on the device */
+    /* Batch normalisation: the running mean and variance of every layer
+       (host, the same on every replica and process), a copy from before the
+       step at hand, the replicas' sums, and the widest layer's channels. */
+    float *running, *running_before;
+    double *bn_total;
+    size_t nrunning, bn_size, bn_channels;
+    int bn_stale; /* the replicas' evaluation statistics lag the running ones */
+    size_t open_block; /* while layers are added: the open residual block's layer + 1 */
 };
 
 /* What the replica threads run on: one global batch, or one chunk of it. */
@@ -3860,6 +4038,13 @@ typedef struct mirror__job {
     size_t augment_pad;
     int augment_flip;
     float *predict_out;
+    /* The pass at hand: training pauses at each batchnorm layer, forward
+       and backward, for the host to combine the replicas' sums. The job
+       runs from layer `from` (its load first when `start`) and pauses at
+       layer `stop` (forward; nlayers: none) or `back_stop` (backward;
+       (size_t)-1: none); `backward` once the forward pass is done. */
+    size_t from, stop, back_stop;
+    int start, backward;
 } mirror__job;
 
 static int mirror__fail(mirror_model *m, int code, const char *fmt, ...)
@@ -4114,6 +4299,42 @@ static int mirror__add(mirror_model *m, mirror__layer *l)
         l->oc = l->c;
         l->oh = l->ow = 1;
         break;
+    case MIRROR__BATCHNORM: /* gamma as W, beta as b */
+        l->oc = l->c, l->oh = l->h, l->ow = l->w;
+        l->n_w = l->n_b = l->c;
+        break;
+    case MIRROR__RESIDUAL:
+        if (m->open_block)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                            "residual (layer %zu): the block opened at layer %zu is still open "
+                                            "(blocks do not nest; close it with mirror_residual_end)",
+                                            n, m->open_block - 1);
+        l->oc = l->c, l->oh = l->h, l->ow = l->w;
+        break;
+    case MIRROR__RESIDUAL_END: {
+        const mirror__layer *in;
+        if (!m->open_block)
+            return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                            "residual_end (layer %zu): no residual block is open (mirror_residual "
+                                            "starts one)",
+                                            n);
+        l->from = m->open_block - 1;
+        in = &m->layers[l->from];
+        l->oc = l->c, l->oh = l->h, l->ow = l->w;
+        l->k = 1, l->stride = 1;
+        if (in->c != l->c || in->h != l->h || in->w != l->w) { /* a 1x1 projection, strided */
+            while (l->stride <= 64 && ((in->h - 1) / l->stride + 1 != l->h || (in->w - 1) / l->stride + 1 != l->w))
+                l->stride++;
+            if (l->stride > 64)
+                return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
+                                                "residual_end (layer %zu): the block's input %zux%zux%zu cannot be "
+                                                "projected onto its output %zux%zux%zu by a strided 1x1 convolution",
+                                                n, in->c, in->h, in->w, l->c, l->h, l->w);
+            l->n_w = l->oc * in->c;
+            l->n_b = l->oc;
+        }
+        break;
+    }
     default: /* relu and the other activations */
         l->oc = l->c;
         l->oh = l->h;
@@ -4123,6 +4344,8 @@ static int mirror__add(mirror_model *m, mirror__layer *l)
     if (!mirror__mul(l->oc, l->oh, &size) || !mirror__mul(size, l->ow, &size) || size > ((size_t)1 << 28) ||
         l->n_w > ((size_t)1 << 30))
         return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s (layer %zu): too large", name, n);
+    if (l->kind == MIRROR__RESIDUAL) m->open_block = n + 1;
+    if (l->kind == MIRROR__RESIDUAL_END) m->open_block = 0;
     m->layers[m->nlayers++] = *l;
     m->c = l->oc;
     m->h = l->oh;
@@ -4211,6 +4434,29 @@ MIRROR_API int mirror_global_avgpool(mirror_model *m)
     return mirror__add_layer(m, MIRROR__GLOBAL_AVGPOOL, 0, 0, 1, 0);
 }
 
+static int mirror__batchnorm(mirror_model *m, float momentum, float eps, int local)
+{
+    mirror__layer l;
+    if (m && !m->built && !m->sticky && (!(momentum > 0.0f && momentum <= 1.0f) || !(eps > 0.0f && eps <= 1.0f)))
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                        "batchnorm: momentum %g and eps %g: each in (0, 1]", (double)momentum,
+                                        (double)eps);
+    memset(&l, 0, sizeof l);
+    l.kind = MIRROR__BATCHNORM;
+    l.momentum = momentum, l.eps = eps, l.local = local;
+    return mirror__add(m, &l);
+}
+
+MIRROR_API int mirror_batchnorm(mirror_model *m, mirror_batchnorm_mode mode)
+{
+    if (m && !m->built && !m->sticky && mode != MIRROR_BN_SYNC && mode != MIRROR_BN_LOCAL)
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "batchnorm: unknown mode %d", (int)mode);
+    return mirror__batchnorm(m, 0.1f, 1e-5f, mode == MIRROR_BN_LOCAL);
+}
+
+MIRROR_API int mirror_residual(mirror_model *m) { return mirror__add_layer(m, MIRROR__RESIDUAL, 0, 0, 0, 0); }
+MIRROR_API int mirror_residual_end(mirror_model *m) { return mirror__add_layer(m, MIRROR__RESIDUAL_END, 0, 0, 0, 0); }
+
 // >>pool --------------------------------------------------------------------
 /* Arena layout, computed once at build. Parameters and gradients: each
    weighted layer's W then b, back to back, so one all-reduce and one
@@ -4254,6 +4500,24 @@ static size_t mirror__conv_chunk(const mirror_model *m)
     return n && n < m->shard_max ? n : MIRROR__MAX(m->shard_max, 1);
 }
 
+/* A residual block's projection as the convolution it is: the 1x1
+   convolution from the block's input (layer l->from's) to l's output. */
+static mirror__layer mirror__projection(const mirror_model *m, const mirror__layer *l)
+{
+    mirror__layer p = *l;
+    const mirror__layer *in = &m->layers[l->from];
+    p.kind = MIRROR__CONV2D;
+    p.c = in->c, p.h = in->h, p.w = in->w;
+    p.k = 1, p.pad = 0;
+    return p;
+}
+
+/* The layers that run a convolution: conv2d, and a projecting residual_end. */
+static int mirror__convolves(const mirror__layer *l)
+{
+    return l->kind == MIRROR__CONV2D || (l->kind == MIRROR__RESIDUAL_END && l->n_w);
+}
+
 static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0;
@@ -4261,16 +4525,23 @@ static void mirror__plan(mirror_model *m)
     m->out_size = mirror__out_size(last);
     m->max_size = m->in_size;
     m->col_size = m->perm_size = 0;
+    m->nrunning = m->bn_size = m->bn_channels = 0;
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
         l->w_off = p;
         l->b_off = p + l->n_w;
         p += l->n_w + l->n_b;
-        if (l->kind == MIRROR__CONV2D) {
+        if (mirror__convolves(l)) {
+            mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
             size_t n = mirror__conv_chunk(m);
-            m->col_size = MIRROR__MAX(m->col_size, n * l->c * l->k * l->k * l->oh * l->ow);
-            if (n > 1) m->perm_size = MIRROR__MAX(m->perm_size, n * l->oc * l->oh * l->ow);
+            m->col_size = MIRROR__MAX(m->col_size, n * c.c * c.k * c.k * c.oh * c.ow);
+            if (n > 1) m->perm_size = MIRROR__MAX(m->perm_size, n * c.oc * c.oh * c.ow);
+        }
+        if (l->kind == MIRROR__BATCHNORM) {
+            l->run_off = m->nrunning, l->bn_off = m->bn_size;
+            m->nrunning += 2 * l->c, m->bn_size += 6 * l->c;
+            m->bn_channels = MIRROR__MAX(m->bn_channels, l->c);
         }
     }
     m->nparams = p;
@@ -4281,7 +4552,7 @@ static void mirror__plan(mirror_model *m)
     mirror__carve(&at, S * m->in_size, sizeof(float)); /* input, at 0 */
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
-        if (l->kind == MIRROR__FLATTEN) /* a view of its input */
+        if (l->kind == MIRROR__FLATTEN || l->kind == MIRROR__RESIDUAL) /* a view of its input */
             l->out_off = i ? m->layers[i - 1].out_off : 0;
         else
             l->out_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(float));
@@ -4291,11 +4562,19 @@ static void mirror__plan(mirror_model *m)
     m->layer_bytes = at;
 }
 
+static int mirror__has_residual(const mirror_model *m)
+{
+    size_t i;
+    for (i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == MIRROR__RESIDUAL) return 1;
+    return 0;
+}
+
 /* The step buffers after the layers' part of the activation arena; sets
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[9];
+    size_t S = m->shard_max, at = m->layer_bytes, off[10];
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[0] */
@@ -4305,6 +4584,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
     off[8] = mirror__carve(&at, m->perm_size, sizeof(float));      /* perm */
+    off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->max_size : 0, sizeof(float)); /* skip */
     if (r) {
         unsigned char *a = r->acts;
         r->input = (float *)a; /* carved first, at 0 */
@@ -4317,6 +4597,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
         r->correct = (int32_t *)(a + off[6]);
         r->acc = (double *)(a + off[7]);
         r->perm = (float *)(a + off[8]);
+        r->skip = (float *)(a + off[9]);
     }
     return (at + 63) & ~(size_t)63;
 }
@@ -4342,6 +4623,10 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->host_release(p->dev, p->host_loss);
         m->be->host_release(p->dev, p->host_correct);
         m->be->host_release(p->dev, p->host_acc);
+        m->be->release(p->dev, p->bn);
+        m->be->release(p->dev, p->bn_part);
+        m->be->host_release(p->dev, p->host_part);
+        m->be->host_release(p->dev, p->host_stat);
         m->be->close(p->dev);
     }
     MIRROR_FREE(m->rep);
@@ -4349,6 +4634,11 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->param_bufs);
     MIRROR_FREE(m->grad16_bufs);
     MIRROR_FREE(m->found);
+    MIRROR_FREE(m->running);
+    MIRROR_FREE(m->running_before);
+    MIRROR_FREE(m->bn_total);
+    m->running = m->running_before = NULL;
+    m->bn_total = NULL;
     m->rep = NULL;
     m->grad_bufs = m->param_bufs = NULL;
     m->grad16_bufs = NULL;
@@ -4381,11 +4671,13 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
     mirror__strategy_models(s, -1);
 }
 
-/* He before a relu, Glorot elsewhere, unless the desc says otherwise. */
+/* He before a relu (a batchnorm between them too), Glorot elsewhere,
+   unless the desc says otherwise. */
 static int mirror__uses_he(const mirror_model *m, size_t i)
 {
     if (m->desc.init != MIRROR_INIT_DEFAULT) return m->desc.init == MIRROR_INIT_HE;
-    return i + 1 < m->nlayers && m->layers[i + 1].kind == MIRROR__RELU;
+    while (++i < m->nlayers && m->layers[i].kind == MIRROR__BATCHNORM) {}
+    return i < m->nlayers && m->layers[i].kind == MIRROR__RELU;
 }
 
 /* Fills host[nparams] from the model's seed: one generator, layer by layer. */
@@ -4398,6 +4690,10 @@ static void mirror__init_params(const mirror_model *m, float *host)
         size_t fan_in = l->n_w / (l->n_b ? l->n_b : 1), fan_out = l->oc * l->k * l->k;
         float a;
         if (!l->n_w) continue;
+        if (l->kind == MIRROR__BATCHNORM) { /* gamma 1, beta 0 */
+            for (j = 0; j < l->n_w; j++) host[l->w_off + j] = 1.0f, host[l->b_off + j] = 0.0f;
+            continue;
+        }
         if (l->kind == MIRROR__DENSE) fan_out = l->oc;
         a = mirror_hd_init_bound(mirror__uses_he(m, i), fan_in, fan_out);
         for (j = 0; j < l->n_w; j++) host[l->w_off + j] = a * (2.0f * mirror__uniform(&state) - 1.0f);
@@ -4453,6 +4749,10 @@ static int mirror__model_build(mirror_model *m)
     if (m->sticky) return m->sticky;
     if (m->built) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: already built");
     if (!m->nlayers) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: no layers");
+    if (m->open_block)
+        return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: the residual block opened at layer %zu is not "
+                                                 "closed (mirror_residual_end)",
+                            m->open_block - 1);
     R = m->s->replicas; /* this process's; shards split the batch over every process's */
     m->shard_max = (m->desc.max_batch + m->s->world - 1) / m->s->world;
     m->format = m->desc.precision == MIRROR_PRECISION_FP32 ? 0 : (int)m->desc.precision;
@@ -4475,6 +4775,17 @@ static int mirror__model_build(mirror_model *m)
     m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
     init = (float *)mirror__alloc(m->nparams, sizeof(float));
     if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !init) goto oom;
+    if (m->nrunning) {
+        size_t i, j;
+        m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
+        m->running_before = (float *)mirror__alloc(m->nrunning, sizeof(float));
+        m->bn_total = (double *)mirror__alloc(2 * m->bn_channels + 1, sizeof(double));
+        if (!m->running || !m->running_before || !m->bn_total) goto oom;
+        for (i = 0; i < m->nlayers; i++) /* mean 0, variance 1 */
+            for (j = 0; m->layers[i].kind == MIRROR__BATCHNORM && j < m->layers[i].c; j++)
+                m->running[m->layers[i].run_off + j] = 0.0f, m->running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
+        m->bn_stale = 1;
+    }
     m->sharded = R > 1 && m->be == &mirror__cpu_backend; /* see mirror__sharded_update_job */
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
@@ -4497,6 +4808,13 @@ static int mirror__model_build(mirror_model *m)
         if (!p->params || !p->grads || !p->state || !p->acts || !p->host_x || !p->host_labels ||
             !p->host_targets || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
+        if (m->nrunning) {
+            p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
+            p->bn_part = (double *)m->be->alloc(p->dev, 2 * m->bn_channels * sizeof(double));
+            p->host_part = (double *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(double));
+            p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(float));
+            if (!p->bn || !p->bn_part || !p->host_part || !p->host_stat) goto oom;
+        }
         p->weights = p->params;
         p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
         p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
@@ -4741,40 +5059,93 @@ static float *mirror__layer_input(const mirror_model *m, const mirror__replica *
     return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
 }
 
-static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
+/* A convolution (conv2d, or a residual block's projection) of S samples,
+   n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
+   . col, then y' to y [n, OC, hw]; then the bias. */
+static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *x,
+                                 float *y, size_t S)
+{
+    const mirror__backend *be = m->be;
+    const float *W = r->weights + l->w_off, *b = r->weights + l->b_off;
+    size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
+              ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
+    for (s = 0; s < S; s += chunk) {
+        size_t n = MIRROR__MIN(chunk, S - s);
+        float *yn = n == 1 ? y + s * out : r->perm;
+        be->im2col(r->dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm(r->dev, 0, 0, l->oc, n * hw, ckk, 1.0f, W, ckk, r->col, n * hw, 0.0f, yn, n * hw);
+        if (n > 1) be->permute(r->dev, y + s * out, r->perm, l->oc, n, hw);
+    }
+    be->bias_add(r->dev, y, b, S, l->oc, hw);
+}
+
+/* Its backward, n samples at a time: d' [OC, n*hw] is d [n, OC, hw]
+   channels first; dW += d' . col^T [n*hw, C*k*k]; dcol [C*k*k, n*hw] =
+   W^T . d', summed back into dx by col2im (dx NULL: not needed). beta 0
+   writes dW (the first chunk), 1 adds to it (accumulation). */
+static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *x,
+                                  const float *d, float *dx, size_t S, int accumulate)
+{
+    const mirror__backend *be = m->be;
+    const float *W = r->weights + l->w_off;
+    float *dW = r->grads + l->w_off, *db = r->grads + l->b_off;
+    size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
+              ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
+    for (s = 0; s < S; s += chunk) {
+        size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
+        const float *dn = d + s * out;
+        if (n > 1) {
+            be->permute(r->dev, r->perm, dn, n, l->oc, hw);
+            dn = r->perm;
+        }
+        be->im2col(r->dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk);
+        if (!dx) continue;
+        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, r->col, nhw);
+        be->col2im(r->dev, dx + s * in, r->col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+    }
+    if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
+    be->bias_grad(r->dev, db, d, S, l->oc, hw);
+}
+
+/* Batchnorm layer l's statistics in replica r's arena: the batch's
+   (training) or the running ones (evaluation). */
+static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
+{
+    return r->bn + l->bn_off + (r->training ? 0 : 2 * l->c);
+}
+
+/* Layers [from, stop) of replica r's shard of S samples; where stop is a
+   batchnorm layer (stop < nlayers), its input's sums into r->bn_part and
+   a pause (the host combines the replicas' and sets the statistics). */
+static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, s, chunk = mirror__conv_chunk(m);
-    for (i = 0; i < m->nlayers; i++) {
+    size_t i;
+    for (i = from; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off,
                     *b = r->weights + l->b_off;
         float *y = mirror__act(r, l);
-        size_t in = l->c * l->h * l->w, out = mirror__out_size(l), ckk = l->c * l->k * l->k;
+        size_t out = mirror__out_size(l);
+        if (i == stop) {
+            be->bn_sums(dev, r->bn_part, x, NULL, NULL, S, l->c, l->h * l->w);
+            return;
+        }
         switch (l->kind) {
         case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b */
             be->gemm(dev, 0, 1, S, l->oc, l->c, 1.0f, x, l->c, W, l->c, 0.0f, y, l->oc);
             be->bias_add(dev, y, b, S, l->oc, 1);
             break;
-        case MIRROR__CONV2D:
-            /* n samples at a time (conv_chunk): col [C*k*k, n*hw];
-               y' [OC, n*hw] = W [OC, C*k*k] . col, then y' to y [n, OC, hw] */
-            for (s = 0; s < S; s += chunk) {
-                size_t n = MIRROR__MIN(chunk, S - s), hw = l->oh * l->ow;
-                float *yn = n == 1 ? y + s * out : r->perm;
-                be->im2col(dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-                be->gemm(dev, 0, 0, l->oc, n * hw, ckk, 1.0f, W, ckk, r->col, n * hw, 0.0f, yn, n * hw);
-                if (n > 1) be->permute(dev, y + s * out, r->perm, l->oc, n, hw);
-            }
-            be->bias_add(dev, y, b, S, l->oc, l->oh * l->ow);
-            break;
+        case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
         case MIRROR__RELU: be->relu_forward(dev, y, x, S * out); break;
         case MIRROR__MAXPOOL2D:
             be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off), x, S * l->c, l->h, l->w, l->k,
                                 l->stride, l->oh, l->ow);
             break;
-        case MIRROR__FLATTEN: break; /* y is x */
+        case MIRROR__FLATTEN:
+        case MIRROR__RESIDUAL: break; /* y is x */
         case MIRROR__TANH:
         case MIRROR__SIGMOID:
         case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
@@ -4786,41 +5157,69 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S)
             be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
                                 l->oh, l->ow);
             break;
+        case MIRROR__BATCHNORM:
+            be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w);
+            break;
+        case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
+            const float *block_in = mirror__layer_input(m, r, l->from);
+            if (l->n_w) {
+                mirror__layer p = mirror__projection(m, l);
+                mirror__conv_forward(m, r, &p, block_in, y, S);
+                block_in = y;
+            }
+            be->add(dev, y, x, block_in, S * out);
+            break;
+        }
         }
         /* Mixed precision: stored in 16 bits (relu, maxpool and flatten
            only move 16-bit values, which stay exact). */
-        if (m->format && (l->n_w || mirror__smooth(l) || mirror__averages(l) || l->kind == MIRROR__DROPOUT))
+        if (m->format && (l->n_w || mirror__smooth(l) || mirror__averages(l) || l->kind == MIRROR__DROPOUT ||
+                          l->kind == MIRROR__RESIDUAL_END))
             be->round(dev, y, S * out, m->format);
     }
 }
 
-/* d = dLoss/d(output) in r->delta[0]; leaves dLoss/dW in r->grads. */
-static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate)
+/* The first layer with weights: input gradients are needed only above it. */
+static size_t mirror__first_weighted(const mirror_model *m)
+{
+    size_t i;
+    for (i = 0; i < m->nlayers; i++)
+        if (m->layers[i].n_w) return i;
+    return m->nlayers;
+}
+
+/* Backward from layer `from` down (the top: nlayers - 1, with
+   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads. Where
+   layer `stop` is a batchnorm layer, its sums of dy and dy xhat go into
+   r->bn_part and the pass pauses there; it resumes with from = stop. */
+static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, s, first = m->nlayers, chunk = mirror__conv_chunk(m);
-    float *d = r->delta[0], *dx = r->delta[1], *swap;
-    /* Input gradients are needed only above the first layer with weights. */
-    for (i = 0; i < m->nlayers; i++)
-        if (m->layers[i].n_w) {
-            first = i;
-            break;
-        }
+    size_t i, first = mirror__first_weighted(m);
+    float *d, *dx, *swap;
     /* The weight gradients are written by GEMMs with beta 0 (a
        convolution's first chunk too), not added to: only the bias
        gradients, which accumulate, start from zero, and the whole arena
        where an empty shard writes nothing. A micro-batch after the first
        (accumulate) adds to what the others left: beta 1, nothing zeroed. */
     const float beta = accumulate ? 1.0f : 0.0f;
-    if (S == 0 && !accumulate) be->zero(dev, r->grads, m->nparams * sizeof(float));
-    for (i = m->nlayers; i-- > 0 && i >= first;) {
+    if (from == m->nlayers - 1) {
+        r->dsel = 0;
+        if (S == 0 && !accumulate) be->zero(dev, r->grads, m->nparams * sizeof(float));
+    }
+    d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
+    for (i = from + 1; i-- > 0 && i >= first;) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
         float *dW = r->grads + l->w_off, *db = r->grads + l->b_off;
-        size_t in = l->c * l->h * l->w, out = mirror__out_size(l), ckk = l->c * l->k * l->k,
-               hw = l->oh * l->ow;
+        size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
         int need_dx = i > first;
+        if (i == stop) {
+            r->dsel = d == r->delta[1];
+            be->bn_sums(dev, r->bn_part, d, x, mirror__bn_stat(r, l), S, l->c, l->h * l->w);
+            return;
+        }
         switch (l->kind) {
         case MIRROR__DENSE:
             /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
@@ -4830,26 +5229,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             be->bias_grad(dev, db, d, S, l->oc, 1);
             if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
             break;
-        case MIRROR__CONV2D:
-            /* n samples at a time: d' [OC, n*hw] is d [n, OC, hw] channels first;
-               dW += d' . col^T [n*hw, C*k*k];  dcol [C*k*k, n*hw] = W^T . d',
-               summed back into dx by col2im */
-            for (s = 0; s < S; s += chunk) {
-                size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
-                const float *dn = d + s * out;
-                if (n > 1) {
-                    be->permute(dev, r->perm, dn, n, l->oc, hw);
-                    dn = r->perm;
-                }
-                be->im2col(dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-                be->gemm(dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, s ? 1.0f : beta, dW, ckk);
-                if (!need_dx) continue;
-                be->gemm(dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, r->col, nhw);
-                be->col2im(dev, dx + s * in, r->col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-            }
-            if (!accumulate) be->zero(dev, db, l->n_b * sizeof(float));
-            be->bias_grad(dev, db, d, S, l->oc, hw);
-            break;
+        case MIRROR__CONV2D: mirror__conv_backward(m, r, l, x, d, need_dx ? dx : NULL, S, accumulate); break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
         case MIRROR__TANH:
         case MIRROR__SIGMOID:
@@ -4870,6 +5250,25 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
                                  l->stride, l->oh, l->ow);
             break;
+        case MIRROR__BATCHNORM: /* dgamma, dbeta from this replica's sums; dx from the batch's means */
+            if (!accumulate) be->zero(dev, dW, 2 * l->c * sizeof(float)); /* gamma's and beta's, side by side */
+            be->bn_backward(dev, need_dx ? dx : NULL, dW, db, d, x, mirror__bn_stat(r, l), r->bn + l->bn_off + 4 * l->c,
+                            r->bn_part, W, S, l->c, l->h * l->w);
+            break;
+        case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
+            if (l->n_w) {
+                mirror__layer p = mirror__projection(m, l);
+                mirror__conv_backward(m, r, &p, mirror__layer_input(m, r, l->from), d,
+                                      l->from > first ? r->skip : NULL, S, accumulate);
+                if (m->format && l->from > first) be->round(dev, r->skip, S * p.c * p.h * p.w, m->format);
+            } else if (l->from > first) {
+                be->add(dev, r->skip, d, NULL, S * out);
+            }
+            continue;
+        case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
+            be->add(dev, d, d, r->skip, S * out);
+            if (m->format) be->round(dev, d, S * out, m->format);
+            continue;
         case MIRROR__FLATTEN: continue;
         }
         /* Mixed precision: the input gradient is stored in 16 bits too
@@ -4966,25 +5365,173 @@ static void mirror__compute_job(void *ctx, size_t worker)
     const mirror__job *job = (const mirror__job *)ctx;
     mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
+    size_t from = job->from;
     m->be->bind(r->dev);
-    mirror_shard(job->n, m->s->world, m->s->first + worker, &r->begin, &r->count);
-    r->row0 = job->row0 + job->offset + r->begin;
-    r->training = job->mode == MIRROR__TRAIN;
-    if (m->trace_steps) r->mark[0] = mirror__now();
-    mirror__load_shard(job, r);
-    if (m->trace_steps) r->mark[1] = mirror__now();
-    mirror__forward(m, r, r->count);
-    if (m->trace_steps) r->mark[2] = mirror__now();
-    if (job->mode == MIRROR__PREDICT) {
-        const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
-        if (r->count)
-            m->be->download(r->dev, job->predict_out + (job->offset + r->begin) * m->out_size, z,
-                            r->count * m->out_size * sizeof(float));
-        return;
+    if (job->start) {
+        mirror_shard(job->n, m->s->world, m->s->first + worker, &r->begin, &r->count);
+        r->row0 = job->row0 + job->offset + r->begin;
+        r->training = job->mode == MIRROR__TRAIN;
+        if (m->trace_steps) r->mark[0] = mirror__now();
+        mirror__load_shard(job, r);
+        if (m->trace_steps) r->mark[1] = mirror__now();
     }
-    mirror__loss(m, r, job->inv_count, job->metrics_now);
-    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate);
+    if (!job->backward) {
+        mirror__forward(m, r, r->count, job->from, job->stop);
+        if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
+        if (m->trace_steps) r->mark[2] = mirror__now();
+        if (job->mode == MIRROR__PREDICT) {
+            const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
+            if (r->count)
+                m->be->download(r->dev, job->predict_out + (job->offset + r->begin) * m->out_size, z,
+                                r->count * m->out_size * sizeof(float));
+            return;
+        }
+        mirror__loss(m, r, job->inv_count, job->metrics_now);
+        from = m->nlayers - 1;
+    }
+    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
     if (m->trace_steps) r->mark[3] = mirror__now();
+}
+
+/* The batchnorm layers where a training pass pauses: the first at or
+   after i (nlayers: none), the last below i ((size_t)-1: none).
+   Evaluation normalises by the running statistics and never pauses. */
+static size_t mirror__next_bn(const mirror_model *m, const mirror__job *job, size_t i)
+{
+    for (; job->mode == MIRROR__TRAIN && i < m->nlayers; i++)
+        if (m->layers[i].kind == MIRROR__BATCHNORM) return i;
+    return m->nlayers;
+}
+
+static size_t mirror__prev_bn(const mirror_model *m, size_t i)
+{
+    while (i-- > 0)
+        if (m->layers[i].kind == MIRROR__BATCHNORM) return i;
+    return (size_t)-1;
+}
+
+/* Sums v[n] over the processes, in rank order (one process: nothing). */
+static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char *what)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_sum_doubles(m->s, v, n, what, &m->err);
+#endif
+    (void)m, (void)v, (void)n, (void)what;
+    return MIRROR_OK;
+}
+
+/* The running statistics of layer l move toward the batch's, whose sums
+   over count values are in tot; a batch with a statistic that is not
+   finite leaves them as they were. */
+static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const double *tot, double count)
+{
+    size_t c, C = l->c;
+    float *mean = m->running + l->run_off, *var = mean + C;
+    double mu, v;
+    for (c = 0; c < C; c++) {
+        mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
+        if (!mirror_hd_finite((float)mu) || !mirror_hd_finite((float)v)) return;
+    }
+    for (c = 0; c < C; c++) {
+        mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
+        mean[c] = mirror_hd_bn_running(mean[c], (float)mu, l->momentum);
+        var[c] = mirror_hd_bn_running(var[c], (float)(count > 1.0 ? v * count / (count - 1.0) : v), l->momentum);
+    }
+    m->bn_stale = 1;
+}
+
+/* A pause of a training pass at batchnorm layer i: the replicas' sums
+   (forward: of x and x^2; backward: of dy and dy xhat), added in replica
+   order and then over the processes in rank order, become what every
+   replica goes on with: the batch's mean and invstd (forward), the means
+   of dy and dy xhat (backward). Local mode: each replica's own sums.
+   Forward also moves the running statistics, by the global batch's. */
+static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
+{
+    const mirror__layer *l = &m->layers[i];
+    size_t C = l->c, inner = l->h * l->w, r, c;
+    double *tot = m->bn_total, count = (double)job->n * (double)inner;
+    int rc, mine;
+    memset(tot, 0, (2 * C + 1) * sizeof(double));
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        m->be->download(p->dev, p->host_part, p->bn_part, 2 * C * sizeof(double));
+        for (c = 0; c < 2 * C; c++) tot[c] += p->host_part[c];
+    }
+    /* the failures so far travel with the sums: every process stops here alike */
+    tot[2 * C] = (mine = mirror__device_status(m)) != MIRROR_OK;
+    if ((rc = mirror__sum_doubles(m, tot, 2 * C + 1, "batchnorm across processes")) || (rc = mine)) return rc;
+    if (tot[2 * C] > 0.0)
+        return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        const double *sum = l->local ? p->host_part : tot;
+        double n = l->local ? (double)(p->count ? p->count : 1) * (double)inner : count, mu, var;
+        m->be->bind(p->dev);
+        m->be->host_wait(p->dev); /* the last upload from host_stat is done */
+        for (c = 0; c < C; c++) {
+            if (backward) {
+                p->host_stat[c] = (float)(sum[c] / n), p->host_stat[C + c] = (float)(sum[C + c] / n);
+                continue;
+            }
+            mirror_hd_bn_moments(sum[c], sum[C + c], n, &mu, &var);
+            p->host_stat[c] = (float)mu, p->host_stat[C + c] = mirror_hd_bn_invstd(var, l->eps);
+        }
+        m->be->upload(p->dev, p->bn + l->bn_off + (backward ? 4 * C : 0), p->host_stat, 2 * C * sizeof(float));
+    }
+    if (!backward) mirror__bn_running(m, l, tot, count);
+    return mirror__device_status(m);
+}
+
+/* The running statistics into every replica's evaluation slots: the mean
+   and 1 / sqrt(var + eps). */
+static int mirror__bn_refresh(mirror_model *m)
+{
+    size_t r, i, c;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        for (i = 0; i < m->nlayers; i++) {
+            const mirror__layer *l = &m->layers[i];
+            const float *run = m->running + l->run_off;
+            if (l->kind != MIRROR__BATCHNORM) continue;
+            m->be->host_wait(p->dev);
+            for (c = 0; c < l->c; c++)
+                p->host_stat[c] = run[c], p->host_stat[l->c + c] = mirror_hd_bn_invstd(run[l->c + c], l->eps);
+            m->be->upload(p->dev, p->bn + l->bn_off + 2 * l->c, p->host_stat, 2 * l->c * sizeof(float));
+        }
+        m->be->host_wait(p->dev);
+    }
+    m->bn_stale = 0;
+    return mirror__device_status(m);
+}
+
+/* Runs a job on every replica. A training pass pauses at each batchnorm
+   layer, forward and then backward, while the host combines the replicas'
+   sums (mirror__bn_combine); the job then goes on from there. */
+static int mirror__compute(mirror_model *m, mirror__job *job)
+{
+    int rc;
+    if (job->mode != MIRROR__TRAIN && m->bn_stale && (rc = mirror__bn_refresh(m))) return rc;
+    job->start = 1, job->backward = 0, job->from = 0;
+    job->stop = mirror__next_bn(m, job, 0);
+    job->back_stop = job->mode == MIRROR__TRAIN ? mirror__prev_bn(m, m->nlayers) : (size_t)-1;
+    for (;;) {
+        mirror__run(&m->s->team, mirror__compute_job, job);
+        job->start = 0;
+        if (!job->backward && job->stop < m->nlayers) {
+            if ((rc = mirror__bn_combine(m, job, job->stop, 0))) return rc;
+            job->from = job->stop;
+            job->stop = mirror__next_bn(m, job, job->from + 1);
+            continue;
+        }
+        if (job->back_stop == (size_t)-1) return MIRROR_OK;
+        if ((rc = mirror__bn_combine(m, job, job->back_stop, 1))) return rc;
+        job->backward = 1;
+        job->from = job->back_stop;
+        job->back_stop = mirror__prev_bn(m, job->from);
+    }
 }
 
 // >>optimizers --------------------------------------------------------------
@@ -5552,7 +6099,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         job.batch = &micro[j];
         job.n = micro[j].n;
         job.accumulate = j > 0;
-        mirror__run(&m->s->team, mirror__compute_job, &job);
+        if ((rc = mirror__compute(m, &job))) break;
         mirror__mark_compute(m, m->steps + 1);
         job.row0 += micro[j].n;
         if (out) mirror__collect(m, &sum);
@@ -5589,17 +6136,30 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     return mirror__scaler_verdict(m, what);
 }
 
+/* The same, with the running statistics of batchnorm restored when the
+   step fails: a failed step changes nothing. */
+static int mirror__train(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out, const char *what)
+{
+    int rc;
+    if (m->nrunning) memcpy(m->running_before, m->running, m->nrunning * sizeof(float));
+    if ((rc = mirror__train_micro(m, micro, k, out, what)) && m->nrunning) {
+        memcpy(m->running, m->running_before, m->nrunning * sizeof(float));
+        m->bn_stale = 1;
+    }
+    return rc;
+}
+
 MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
 {
     if (!b) return mirror__check_batch(m, b, "mirror_train_step", 1);
     {
-        MIRROR__LOCKED(m, "mirror_train_step", mirror__train_micro(m, b, 1, out, "mirror_train_step"));
+        MIRROR__LOCKED(m, "mirror_train_step", mirror__train(m, b, 1, out, "mirror_train_step"));
     }
 }
 
 MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out)
 {
-    MIRROR__LOCKED(m, "mirror_train_steps", mirror__train_micro(m, micro, k, out, "mirror_train_steps"));
+    MIRROR__LOCKED(m, "mirror_train_steps", mirror__train(m, micro, k, out, "mirror_train_steps"));
 }
 
 /* FNV-1a, 64 bits, of n bytes, continuing from h. */
@@ -5767,8 +6327,7 @@ static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t
     for (job.offset = 0; job.offset < b->n; job.offset += chunk) {
         job.n = MIRROR__MIN(chunk, b->n - job.offset);
         job.inv_count = 1.0f / (float)job.n;
-        mirror__run(&m->s->team, mirror__compute_job, &job);
-        if ((rc = mirror__device_status(m))) return rc;
+        if ((rc = mirror__compute(m, &job)) || (rc = mirror__device_status(m))) return rc;
         if (acc) mirror__collect(m, &mine);
         if (pred && (rc = mirror__gather_predictions(m, pred + job.offset * m->out_size, job.n))) return rc;
     }
@@ -6918,6 +7477,9 @@ static void mirror__describe_model(const mirror_model *m, mirror__text *t)
         case MIRROR__MAXPOOL2D: mirror__printf(t, ";maxpool2d(%zu,%zu)", l->k, l->stride); break;
         case MIRROR__AVGPOOL2D: mirror__printf(t, ";avgpool2d(%zu,%zu)", l->k, l->stride); break;
         case MIRROR__DROPOUT: mirror__printf(t, ";dropout(%.9g)", (double)l->p); break;
+        case MIRROR__BATCHNORM:
+            mirror__printf(t, ";batchnorm(%.9g,%.9g,%d)", (double)l->momentum, (double)l->eps, l->local);
+            break;
         default: mirror__printf(t, ";%s", mirror__kind_names[l->kind]); break;
         }
     }
@@ -6935,26 +7497,42 @@ typedef struct mirror__tensor {
     uint64_t begin, end; /* loading: byte offsets in the data */
 } mirror__tensor;
 
-#define MIRROR__MAX_TENSORS (2 * MIRROR__MAX_LAYERS + 2)
+#define MIRROR__MAX_TENSORS (4 * MIRROR__MAX_LAYERS + 2)
 
-/* The tensors a checkpoint of m holds, pointing into params and state. */
-static size_t mirror__tensors(const mirror_model *m, const float *params, const float *state, mirror__tensor *t)
+/* One tensor of rank 1. */
+static void mirror__vector(mirror__tensor *t, size_t layer, const char *name, size_t count, const float *host)
+{
+    snprintf(t->name, sizeof t->name, "layers.%zu.%s", layer, name);
+    t->shape[0] = t->count = count;
+    t->rank = 1;
+    t->host = host;
+}
+
+/* The tensors a checkpoint of m holds, pointing into params, state and the
+   running statistics of batchnorm (weight and bias are its gamma and beta,
+   as in PyTorch's state_dict). */
+static size_t mirror__tensors(const mirror_model *m, const float *params, const float *state, const float *running,
+                              mirror__tensor *t)
 {
     size_t i, n = 0;
     for (i = 0; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
         if (!l->n_w) continue;
+        if (l->kind == MIRROR__BATCHNORM) {
+            mirror__vector(&t[n++], i, "weight", l->c, params ? params + l->w_off : NULL);
+            mirror__vector(&t[n++], i, "bias", l->c, params ? params + l->b_off : NULL);
+            mirror__vector(&t[n++], i, "running_mean", l->c, running ? running + l->run_off : NULL);
+            mirror__vector(&t[n++], i, "running_var", l->c, running ? running + l->run_off + l->c : NULL);
+            continue;
+        }
         snprintf(t[n].name, sizeof t[n].name, "layers.%zu.weight", i);
         t[n].shape[0] = l->oc;
-        t[n].shape[1] = l->c;
+        t[n].shape[1] = l->kind == MIRROR__RESIDUAL_END ? m->layers[l->from].c : l->c;
         t[n].rank = 2;
-        if (l->kind == MIRROR__CONV2D) t[n].shape[2] = t[n].shape[3] = l->k, t[n].rank = 4;
+        if (mirror__convolves(l)) t[n].shape[2] = t[n].shape[3] = l->k, t[n].rank = 4;
         t[n].count = l->n_w;
         t[n++].host = params ? params + l->w_off : NULL;
-        snprintf(t[n].name, sizeof t[n].name, "layers.%zu.bias", i);
-        t[n].shape[0] = t[n].count = l->n_b;
-        t[n].rank = 1;
-        t[n++].host = params ? params + l->b_off : NULL;
+        mirror__vector(&t[n++], i, "bias", l->n_b, params ? params + l->b_off : NULL);
     }
     if (m->nstate) {
         int adam = m->desc.optimizer.kind != MIRROR_OPT_SGD;
@@ -7271,7 +7849,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         (rc = mirror_get_optimizer_state(m, 0, state, m->nstate)))
         goto done;
     if (m->format && (rc = mirror__get_scaler(m, &st))) goto done;
-    nt = mirror__tensors(m, params, state, t);
+    nt = mirror__tensors(m, params, state, m->running, t);
     if ((rc = mirror__checkpoint_header(m, &c, m->format ? &st : NULL, t, nt, &h))) {
         rc = mirror__fail(m, rc, "mirror_checkpoint_save: out of memory for the header");
         goto done;
@@ -7675,7 +8253,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     }
     /* Every tensor this model needs: present, same shape, checksum right. */
     memset(want, 0, sizeof want);
-    nwant = mirror__tensors(m, NULL, NULL, want);
+    nwant = mirror__tensors(m, NULL, NULL, NULL, want);
     for (i = 0; i < nwant; i++) {
         const mirror__tensor *t = NULL;
         char key[96], hex[9];
@@ -7722,7 +8300,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
     /* at most a 64 MiB header and this model's tensors: not a whole
        multi-gigabyte file (or gzip bomb) into memory to find that out */
-    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nparams + (double)m->nstate);
+    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nparams + (double)m->nstate + (double)m->nrunning);
     if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
                                 &size, &m->err)))
         return rc;
@@ -7737,11 +8315,12 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     /* Everything checked: now, and only now, the model changes. */
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
-        size_t n = mirror__tensors(m, params, state, dst);
+        size_t n = mirror__tensors(m, params, state, m->running, dst);
         for (i = 0; i < n; i++) {
             if (!strncmp(dst[i].name, "optimizer.", 10) && weights_only) continue;
             memcpy((void *)dst[i].host, buf + h->t[i].begin, dst[i].count * sizeof(float));
         }
+        m->bn_stale = 1;
     }
     if ((rc = mirror_set_parameters(m, params, m->nparams))) goto done;
     if (!weights_only) {
@@ -7877,6 +8456,9 @@ static int mirror__add_described(mirror_model *m, const char *p, const char *pat
         else if (!strcmp(name, "gelu") && !n) rc = mirror_gelu(m);
         else if (!strcmp(name, "flatten") && !n) rc = mirror_flatten(m);
         else if (!strcmp(name, "global_avgpool") && !n) rc = mirror_global_avgpool(m);
+        else if (!strcmp(name, "batchnorm") && n == 3 && a[2] <= 1.0) rc = mirror__batchnorm(m, (float)a[0], (float)a[1], a[2] == 1.0);
+        else if (!strcmp(name, "residual") && !n) rc = mirror_residual(m);
+        else if (!strcmp(name, "residual_end") && !n) rc = mirror_residual_end(m);
         else return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: unknown layer \"%s\" with %zu arguments", path, name, n);
     }
     return rc ? rc : mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the model description is malformed or has no loss", path);

@@ -268,7 +268,64 @@ __global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x
     }
 }
 
-/* One thread per input pixel adds the outputs that chose it, in output order. */
+/* Batch normalisation. The sums: one block per channel, each thread a
+   fixed stride of the (row, i) pairs in double, then a fixed tree. */
+__global__ void mirror__k_bn_sums(double *part, const float *a, const float *x, const float *stat, size_t rows,
+                                  size_t channels, size_t inner)
+{
+    __shared__ double sum[MIRROR__THREADS], sq[MIRROR__THREADS];
+    size_t c = blockIdx.x, C = channels, n = rows * inner, j;
+    double s = 0.0, q = 0.0;
+    for (j = threadIdx.x; j < n; j += blockDim.x) {
+        size_t at = ((j / inner) * C + c) * inner + j % inner;
+        float v = x ? a[at] * mirror_hd_bn_xhat(x[at], stat[c], stat[C + c]) : a[at] * a[at];
+        s += (double)a[at], q += (double)v;
+    }
+    sum[threadIdx.x] = s, sq[threadIdx.x] = q;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) sum[threadIdx.x] += sum[threadIdx.x + half], sq[threadIdx.x] += sq[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[c] = sum[0], part[C + c] = sq[0];
+}
+
+__global__ void mirror__k_bn_forward(float *y, const float *x, const float *stat, const float *gamma,
+                                     const float *beta, size_t rows, size_t channels, size_t inner)
+{
+    MIRROR__FOR_EACH(i, rows * channels * inner)
+    {
+        size_t c = i / inner % channels;
+        y[i] = mirror_hd_bn(x[i], stat[c], stat[channels + c], gamma[c], beta[c]);
+    }
+}
+
+__global__ void mirror__k_bn_param_grads(float *dgamma, float *dbeta, const double *part, size_t channels)
+{
+    MIRROR__FOR_EACH(c, channels)
+    {
+        dgamma[c] += (float)part[channels + c];
+        dbeta[c] += (float)part[c];
+    }
+}
+
+__global__ void mirror__k_bn_backward(float *dx, const float *dy, const float *x, const float *stat, const float *means,
+                                      const float *gamma, size_t rows, size_t channels, size_t inner)
+{
+    MIRROR__FOR_EACH(i, rows * channels * inner)
+    {
+        size_t c = i / inner % channels;
+        float invstd = stat[channels + c];
+        dx[i] = mirror_hd_bn_grad(dy[i], mirror_hd_bn_xhat(x[i], stat[c], invstd), gamma[c], invstd, means[c],
+                                  means[channels + c]);
+    }
+}
+
+__global__ void mirror__k_add(float *y, const float *a, const float *b, size_t n)
+{
+    MIRROR__FOR_EACH(i, n) y[i] = a[i] + b[i];
+}
+
 /* Dropout: one thread per element, its mask hashed from its place. */
 __global__ void mirror__k_dropout(float *y, const float *x, size_t rows, size_t inner, uint64_t key, uint64_t row0,
                                   float p)
@@ -298,6 +355,7 @@ __global__ void mirror__k_avgpool_backward(float *dx, const float *dy, size_t pl
     }
 }
 
+/* One thread per input pixel adds the outputs that chose it, in output order. */
 __global__ void mirror__k_maxpool_backward(float *dx, const int32_t *arg, const float *dy, size_t planes,
                                            size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
 {
@@ -794,6 +852,52 @@ static void mirror__cuda_avgpool_backward(void *dev, float *dx, const float *dy,
     MIRROR__LAUNCHED(d, "avgpool_backward kernel");
 }
 
+static void mirror__cuda_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
+                                 size_t rows, size_t channels, size_t inner)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!channels) return;
+    mirror__k_bn_sums<<<(unsigned)channels, MIRROR__THREADS, 0, d->stream>>>(part, a, x, stat, rows, channels, inner);
+    MIRROR__LAUNCHED(d, "bn_sums kernel");
+}
+
+static void mirror__cuda_bn_forward(void *dev, float *y, const float *x, const float *stat, const float *gamma,
+                                    const float *beta, size_t rows, size_t channels, size_t inner)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows) return;
+    mirror__k_bn_forward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
+        y, x, stat, gamma, beta, rows, channels, inner);
+    MIRROR__LAUNCHED(d, "bn_forward kernel");
+}
+
+static void mirror__cuda_bn_backward(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy,
+                                     const float *x, const float *stat, const float *means, const double *part,
+                                     const float *gamma, size_t rows, size_t channels, size_t inner)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_bn_param_grads<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(dgamma, dbeta, part,
+                                                                                         channels);
+    MIRROR__LAUNCHED(d, "bn_param_grads kernel");
+    if (!dx || !rows) return;
+    mirror__k_bn_backward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
+        dx, dy, x, stat, means, gamma, rows, channels, inner);
+    MIRROR__LAUNCHED(d, "bn_backward kernel");
+}
+
+static void mirror__cuda_add(void *dev, float *y, const float *a, const float *b, size_t n)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n) return;
+    if (!b) {
+        if (y != a) mirror__cuda_ok(d, cudaMemcpyAsync(y, a, n * sizeof(float), cudaMemcpyDeviceToDevice, d->stream),
+                                    "cudaMemcpyAsync");
+        return;
+    }
+    mirror__k_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, a, b, n);
+    MIRROR__LAUNCHED(d, "add kernel");
+}
+
 static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy, size_t planes,
                                           size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
 {
@@ -961,6 +1065,10 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_dropout,
     mirror__cuda_avgpool_forward,
     mirror__cuda_avgpool_backward,
+    mirror__cuda_bn_sums,
+    mirror__cuda_bn_forward,
+    mirror__cuda_bn_backward,
+    mirror__cuda_add,
     mirror__cuda_maxpool_backward,
     mirror__cuda_softmax_ce,
     mirror__cuda_mse,

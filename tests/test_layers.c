@@ -64,8 +64,18 @@ typedef struct fd_case {
     mirror_batch b;
     mirror_dataset ds; /* MSE: x and targets, target_dim = out (not owned) */
     int use_ds;
+    int train; /* the loss of a training pass (batchnorm's batch statistics), by steps at lr 0 */
     size_t sig_cap; /* length of the kink signature (fd_signature) */
 } fd_case;
+
+/* The learning rate of the training-pass cases: 0 while the loss is
+   measured, the desc's while fd_analytic takes its step. */
+static float fd_rate;
+static float fd_rate_fn(void *user, uint64_t step)
+{
+    (void)user, (void)step;
+    return fd_rate;
+}
 
 /* The tolerance of a gradient check, float32 forward and central differences. */
 #define FD_ABS 2e-3
@@ -108,7 +118,11 @@ static double fd_loss(fd_case *c, int32_t *sig)
     mirror_metrics met;
     int rc;
     memset(&met, 0, sizeof met);
-    rc = c->use_ds ? mirror_evaluate(c->m, &c->ds, 0, &met) : mirror_evaluate_batch(c->m, &c->b, &met);
+    fd_rate = 0.0f;
+    if (c->train)
+        rc = mirror_train_step(c->m, &c->b, &met);
+    else
+        rc = c->use_ds ? mirror_evaluate(c->m, &c->ds, 0, &met) : mirror_evaluate_batch(c->m, &c->b, &met);
     if (rc || met.count != c->n) {
         fprintf(stderr, "%s: evaluation failed: %s\n", c->name, mirror_model_error(c->m));
         return NAN;
@@ -192,6 +206,32 @@ static fd_case fd_begin(const char *name, size_t c, size_t h, size_t w, mirror_l
     return fc;
 }
 
+/* A case whose loss is that of a training pass (batchnorm normalises by
+   the batch): measured by SGD steps at a learning rate of 0. */
+static fd_case fd_begin_train(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
+                              size_t batch)
+{
+    fd_case fc = fd_begin(name, c, h, w, loss, seed, batch);
+    mirror_model_destroy(fc.m);
+    fc.m = NULL;
+    {
+        mirror_model_desc md;
+        mirror_error err;
+        memset(&md, 0, sizeof md);
+        md.strategy = fc.s;
+        md.channels = c, md.height = h, md.width = w;
+        md.max_batch = batch;
+        md.loss = loss;
+        md.seed = seed;
+        md.optimizer.kind = MIRROR_OPT_SGD;
+        md.optimizer.lr = 0.05f;
+        md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = fd_rate_fn;
+        if (mirror_model_create(&md, &fc.m, &err)) die(name, err.message);
+    }
+    fc.train = 1;
+    return fc;
+}
+
 static void fd_end(fd_case *c)
 {
     mirror_model_destroy(c->m);
@@ -213,7 +253,9 @@ static void fd_analytic(fd_case *c, float *g)
     mirror_metrics met;
     double base = fd_loss(c, NULL);
     mirror_get_parameters(m, 0, p0, np);
+    fd_rate = lr;
     CHECK(mirror_train_step(m, &c->b, &met) == MIRROR_OK, "%s: train step: %s", c->name, mirror_model_error(m));
+    fd_rate = 0.0f;
     CHECK(met.count == c->n, "%s: train step counted %zu of %zu samples", c->name, met.count, c->n);
     CHECK(close_to(met.loss_sum / (double)met.count, base, 1e-6, 1e-6),
           "%s: train step loss %.9g, evaluated loss %.9g", c->name, met.loss_sum / (double)met.count, base);
@@ -437,6 +479,68 @@ static void test_gradients(void)
     mirror_conv2d(c.m, 4, 3, 1, 1);
     mirror_relu(c.m);
     mirror_global_avgpool(c.m);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 2);
+    fd_setup(&c, 3, 1);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* batchnorm after each convolution (BatchNorm2d) and a strided one, CE */
+    c = fd_begin_train("bn-cnn/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 22, 4);
+    mirror_conv2d(c.m, 3, 3, 1, 1);
+    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
+    mirror_relu(c.m);
+    mirror_conv2d(c.m, 2, 3, 2, 0);
+    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 4, 0);
+    fd_check(&c, 1);
+    fd_end(&c);
+
+    /* batchnorm of a flat input (BatchNorm1d) first, then between dense layers, MSE */
+    c = fd_begin_train("bn-mlp/mse", 4, 1, 1, MIRROR_LOSS_MSE, 23, 5);
+    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
+    mirror_dense(c.m, 6);
+    mirror_batchnorm(c.m, MIRROR_BN_LOCAL);
+    mirror_tanh(c.m);
+    mirror_dense(c.m, 2);
+    fd_setup(&c, 5, 1);
+    fd_check(&c, 0);
+    fd_end(&c);
+
+    /* residual blocks: an identity block with batchnorm inside, then a
+       projecting one (4 -> 6 channels, stride 2), global pooling, CE */
+    c = fd_begin_train("resnet/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 24, 4);
+    mirror_conv2d(c.m, 4, 3, 1, 1);
+    mirror_relu(c.m);
+    mirror_residual(c.m);
+    mirror_conv2d(c.m, 4, 3, 1, 1);
+    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
+    mirror_relu(c.m);
+    mirror_conv2d(c.m, 4, 3, 1, 1);
+    mirror_residual_end(c.m);
+    mirror_relu(c.m);
+    mirror_residual(c.m);
+    mirror_conv2d(c.m, 6, 3, 2, 1);
+    mirror_gelu(c.m);
+    mirror_residual_end(c.m);
+    mirror_global_avgpool(c.m);
+    mirror_flatten(c.m);
+    mirror_dense(c.m, 3);
+    fd_setup(&c, 4, 0);
+    fd_check(&c, 1);
+    fd_end(&c);
+
+    /* a block at the input, before any weight (no input gradient through
+       its shortcut), projecting 1 -> 3 channels; then an empty block (2x), MSE */
+    c = fd_begin("residual-first/mse", 1, 5, 5, MIRROR_LOSS_MSE, 25, 3);
+    mirror_residual(c.m);
+    mirror_conv2d(c.m, 3, 3, 1, 1);
+    mirror_tanh(c.m);
+    mirror_residual_end(c.m);
+    mirror_residual(c.m);
+    mirror_residual_end(c.m);
     mirror_flatten(c.m);
     mirror_dense(c.m, 2);
     fd_setup(&c, 3, 1);
