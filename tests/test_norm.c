@@ -1,0 +1,397 @@
+/* test_norm.c - batch normalisation and residual blocks beyond their
+   gradients (test_layers checks those by finite differences): SyncBatchNorm
+   on 1 to 4 replicas, uneven and empty shards, against one replica; the
+   local mode alike on one replica and split-dependent on several; the
+   running statistics and evaluation against values worked out here; a
+   failed step that leaves them as they were; checkpoints and a model
+   rebuilt from one; mixed precision; fit with batchnorm, dropout and
+   augmentation on 1, 2 and 3 replicas; and every misuse refused. */
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+#include "digits.h"
+#include "files.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { SIDE = 12, SAMPLES = 96 };
+
+static mirror_dataset data;
+
+static mirror_strategy *strategy(size_t replicas)
+{
+    mirror_strategy_desc sd = {0};
+    mirror_strategy *s = NULL;
+    sd.devices = "cpu";
+    sd.num_replicas = replicas;
+    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "strategy of %zu", replicas);
+    return s;
+}
+
+static float zero_rate(void *user, uint64_t step)
+{
+    (void)user, (void)step;
+    return 0.0f;
+}
+
+/* A small ResNet over the 12x12 digits: conv, batchnorm, relu, an
+   identity block with batchnorm inside, a projecting block (8 -> 12
+   channels, stride 2), optional dropout, global pooling, dense 10. */
+static mirror_model *resnet(mirror_strategy *s, mirror_batchnorm_mode mode, float dropout, mirror_precision precision,
+                            int lr_zero)
+{
+    mirror_model_desc md;
+    mirror_model *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.strategy = s;
+    md.channels = 1, md.height = md.width = SIDE;
+    md.max_batch = 32;
+    md.seed = 4;
+    md.precision = precision;
+    md.optimizer.kind = MIRROR_OPT_SGD;
+    md.optimizer.lr = 0.05f, md.optimizer.momentum = 0.9f;
+    if (lr_zero) md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = zero_rate;
+    if (mirror_model_create(&md, &m, NULL)) return NULL;
+    mirror_conv2d(m, 8, 3, 1, 1), mirror_batchnorm(m, mode), mirror_relu(m);
+    mirror_residual(m);
+    mirror_conv2d(m, 8, 3, 1, 1), mirror_batchnorm(m, mode), mirror_relu(m);
+    mirror_conv2d(m, 8, 3, 1, 1), mirror_batchnorm(m, mode);
+    mirror_residual_end(m), mirror_relu(m);
+    mirror_residual(m);
+    mirror_conv2d(m, 12, 3, 2, 1), mirror_batchnorm(m, mode), mirror_relu(m);
+    mirror_residual_end(m), mirror_relu(m);
+    mirror_global_avgpool(m), mirror_flatten(m);
+    if (dropout > 0.0f) mirror_dropout(m, dropout);
+    mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        fprintf(stderr, "resnet: %s\n", mirror_model_error(m));
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static mirror_batch batch_of(size_t first, size_t n)
+{
+    mirror_batch b;
+    memset(&b, 0, sizeof b);
+    b.x = data.x + first * SIDE * SIDE;
+    b.labels = data.labels + first;
+    b.n = n;
+    return b;
+}
+
+static float *params_of(mirror_model *m, size_t replica)
+{
+    size_t n = mirror_num_parameters(m);
+    float *p = (float *)malloc(n * sizeof(float));
+    if (p) mirror_get_parameters(m, replica, p, n);
+    return p;
+}
+
+/* The largest |a - b| relative to 1 + |b| over two models' parameters,
+   or their running statistics. */
+static double apart_floats(const float *a, const float *b, size_t n)
+{
+    double worst = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)b[i]));
+        if (!(d <= worst)) worst = d;
+    }
+    return worst;
+}
+
+static double apart(mirror_model *a, mirror_model *b)
+{
+    float *pa = params_of(a, 0), *pb = params_of(b, 0);
+    double d = pa && pb ? apart_floats(pa, pb, mirror_num_parameters(a)) : INFINITY;
+    free(pa), free(pb);
+    return d;
+}
+
+/* SyncBatchNorm: the gradient, the running statistics and the evaluation
+   of 2, 3 and 4 replicas against one replica's, with batches that split
+   unevenly (7) and leave a replica empty (3 on 4). */
+static void test_sync(void)
+{
+    static const size_t batches[2] = {7, 3};
+    mirror_strategy *s1 = strategy(1);
+    size_t bi, r, np = 0;
+    float *g1 = NULL, *gr = NULL;
+    for (r = 2; r <= 4; r++) {
+        mirror_strategy *s = strategy(r);
+        mirror_model *m = resnet(s, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
+        mirror_model *one = resnet(s1, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
+        if (!m || !one) {
+            CHECK(0, "model of %zu replicas", r);
+            mirror_model_destroy(m), mirror_model_destroy(one), mirror_strategy_destroy(s);
+            continue;
+        }
+        np = mirror_num_parameters(one);
+        g1 = (float *)realloc(g1, np * sizeof(float)), gr = (float *)realloc(gr, np * sizeof(float));
+        for (bi = 0; bi < 2 && g1 && gr; bi++) {
+            mirror_batch b = batch_of(10 * bi, batches[bi]);
+            mirror_metrics e1 = {0.0, 0, 0}, er = {0.0, 0, 0};
+            CHECK(mirror_train_step(one, &b, NULL) == MIRROR_OK && mirror_train_step(m, &b, NULL) == MIRROR_OK,
+                  "steps: %s %s", mirror_model_error(one), mirror_model_error(m));
+            mirror_get_gradients(one, 0, g1, np);
+            mirror_get_gradients(m, r - 1, gr, np);
+            CHECK(apart_floats(gr, g1, np) <= 1e-5, "%zu replicas, batch %zu: the gradient of one replica (%.2g apart)",
+                  r, batches[bi], apart_floats(gr, g1, np));
+            CHECK(apart_floats(m->running, one->running, one->nrunning) <= 1e-6,
+                  "%zu replicas, batch %zu: the running statistics of one replica (%.2g apart)", r, batches[bi],
+                  apart_floats(m->running, one->running, one->nrunning));
+            b = batch_of(40, 20);
+            CHECK(mirror_evaluate_batch(one, &b, &e1) == MIRROR_OK && mirror_evaluate_batch(m, &b, &er) == MIRROR_OK &&
+                      fabs(e1.loss_sum - er.loss_sum) <= 1e-5 * (1.0 + fabs(e1.loss_sum)),
+                  "%zu replicas: evaluation by the running statistics, as one replica (%.9g, %.9g)", r, er.loss_sum,
+                  e1.loss_sum);
+        }
+        mirror_model_destroy(m), mirror_model_destroy(one);
+        mirror_strategy_destroy(s);
+    }
+    free(g1), free(gr);
+    mirror_strategy_destroy(s1);
+}
+
+/* The local mode: on one replica the synchronised layer's bits; on three
+   each replica's shard alone, so another gradient (the dependence on the
+   split the manual states), while the running statistics still follow the
+   global batch and stay equal on every replica. */
+static void test_local(void)
+{
+    mirror_strategy *s1 = strategy(1), *s3 = strategy(3);
+    mirror_model *sync = resnet(s1, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
+    mirror_model *local = resnet(s1, MIRROR_BN_LOCAL, 0.0f, MIRROR_PRECISION_FP32, 0);
+    mirror_model *local3 = resnet(s3, MIRROR_BN_LOCAL, 0.0f, MIRROR_PRECISION_FP32, 0);
+    mirror_batch b = batch_of(0, 12);
+    size_t np;
+    float *ga, *gb;
+    if (!sync || !local || !local3) {
+        CHECK(0, "models");
+        goto out;
+    }
+    np = mirror_num_parameters(sync);
+    ga = (float *)malloc(np * sizeof(float)), gb = (float *)malloc(np * sizeof(float));
+    CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_OK && mirror_train_step(local, &b, NULL) == MIRROR_OK &&
+              mirror_train_step(local3, &b, NULL) == MIRROR_OK,
+          "steps");
+    mirror_get_gradients(sync, 0, ga, np);
+    mirror_get_gradients(local, 0, gb, np);
+    CHECK(memcmp(ga, gb, np * sizeof(float)) == 0 && memcmp(sync->running, local->running, sync->nrunning * 4) == 0,
+          "local on one replica: the synchronised gradient and running statistics, bit for bit");
+    mirror_get_gradients(local3, 0, gb, np);
+    CHECK(apart_floats(gb, ga, np) > 1e-3, "local on 3 replicas: each shard's own statistics, another gradient (%.2g)",
+          apart_floats(gb, ga, np));
+    CHECK(apart_floats(local3->running, sync->running, 16) <= 1e-6,
+          "local on 3 replicas: the first layer's running statistics are the global batch's (%.2g)",
+          apart_floats(local3->running, sync->running, 16));
+    CHECK(mirror_check_replicas(local3) == MIRROR_OK, "local on 3 replicas: the replicas stay equal: %s",
+          mirror_model_error(local3));
+    free(ga), free(gb);
+out:
+    mirror_model_destroy(sync), mirror_model_destroy(local), mirror_model_destroy(local3);
+    mirror_strategy_destroy(s1), mirror_strategy_destroy(s3);
+}
+
+/* One batchnorm layer on 3 features, MSE: a step at lr 0 moves the running
+   statistics to 0.9 r + 0.1 batch (unbiased variance), worked out here;
+   prediction then normalises by them; a step on a NaN sample fails and
+   leaves them as they were. */
+static void test_running(void)
+{
+    static const float x[4][3] = {{1, -2, 0.5f}, {3, 0, 0.5f}, {-1, 4, 0.5f}, {5, 2, 0.5f}};
+    float t[4][3], y[4][3], mean[3], var[3], before[6], bad[4][3];
+    mirror_strategy *s = strategy(2);
+    mirror_model_desc md;
+    mirror_model *m = NULL;
+    mirror_batch b;
+    size_t i, c, wrong = 0;
+    memset(&md, 0, sizeof md);
+    memset(t, 0, sizeof t);
+    md.strategy = s;
+    md.channels = 3, md.height = md.width = 1;
+    md.max_batch = 4;
+    md.loss = MIRROR_LOSS_MSE;
+    md.optimizer.kind = MIRROR_OPT_SGD;
+    md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = zero_rate;
+    if (mirror_model_create(&md, &m, NULL) || mirror_batchnorm(m, MIRROR_BN_SYNC) || mirror_model_build(m)) {
+        CHECK(0, "model");
+        goto out;
+    }
+    memset(&b, 0, sizeof b);
+    b.x = &x[0][0], b.targets = &t[0][0], b.n = 4;
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_OK, "step: %s", mirror_model_error(m));
+    for (c = 0; c < 3; c++) {
+        double sum = 0.0, sq = 0.0;
+        for (i = 0; i < 4; i++) sum += x[i][c];
+        for (i = 0; i < 4; i++) sq += (x[i][c] - sum / 4) * (x[i][c] - sum / 4);
+        mean[c] = (float)(0.1 * sum / 4), var[c] = (float)(0.9 + 0.1 * sq / 3);
+        if (fabsf(m->running[c] - mean[c]) > 1e-6f || fabsf(m->running[3 + c] - var[c]) > 1e-6f) wrong++;
+    }
+    CHECK(wrong == 0, "running mean and variance after one step: 0.9 r + 0.1 batch (mean %g %g %g, var %g %g %g)",
+          (double)m->running[0], (double)m->running[1], (double)m->running[2], (double)m->running[3],
+          (double)m->running[4], (double)m->running[5]);
+    CHECK(mirror_predict(m, &x[0][0], 4, &y[0][0]) == MIRROR_OK, "predict: %s", mirror_model_error(m));
+    for (wrong = 0, i = 0; i < 4; i++)
+        for (c = 0; c < 3; c++)
+            if (fabsf(y[i][c] - (x[i][c] - mean[c]) / sqrtf(var[c] + 1e-5f)) > 1e-5f) wrong++;
+    CHECK(wrong == 0, "prediction normalises by the running statistics (y[0] = %g %g %g)", (double)y[0][0],
+          (double)y[0][1], (double)y[0][2]);
+    memcpy(before, m->running, sizeof before);
+    memcpy(bad, x, sizeof bad);
+    bad[2][1] = NAN;
+    b.x = &bad[0][0];
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_ERR_NOT_FINITE && memcmp(before, m->running, sizeof before) == 0,
+          "a NaN sample: the step fails and the running statistics stay as they were");
+    CHECK(mirror_predict(m, &x[0][0], 4, &t[0][0]) == MIRROR_OK && memcmp(t, y, sizeof y) == 0,
+          "and prediction still normalises by them");
+out:
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
+/* A checkpoint keeps gamma, beta and the running statistics: a model of
+   the same layers that loads it, and one rebuilt from it, predict the same
+   bits; resuming from it continues as the model that wrote it. */
+static void test_checkpoint(void)
+{
+    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_model *a = resnet(s2, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
+    mirror_model *b = resnet(s3, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0), *c = NULL;
+    float *pa = (float *)malloc(20 * 10 * sizeof(float)), *pb = (float *)malloc(20 * 10 * sizeof(float));
+    char path[256];
+    size_t k;
+    if (!a || !b || !pa || !pb) {
+        CHECK(0, "models");
+        goto out;
+    }
+    path_in(path, "resnet.ckpt");
+    for (k = 0; k < 4; k++) {
+        mirror_batch bt = batch_of(8 * k, 8);
+        CHECK(mirror_train_step(a, &bt, NULL) == MIRROR_OK, "step %zu", k);
+    }
+    CHECK(mirror_checkpoint_save(a, path, NULL, 0) == MIRROR_OK, "save: %s", mirror_model_error(a));
+    CHECK(mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK && memcmp(a->running, b->running, a->nrunning * 4) == 0,
+          "load: the running statistics, bit for bit: %s", mirror_model_error(b));
+    CHECK(mirror_predict(a, data.x + 50 * SIDE * SIDE, 20, pa) == MIRROR_OK &&
+              mirror_predict(b, data.x + 50 * SIDE * SIDE, 20, pb) == MIRROR_OK &&
+              memcmp(pa, pb, 200 * sizeof(float)) == 0,
+          "loaded on 3 replicas: the same predictions, bit for bit");
+    CHECK(mirror_model_from_checkpoint(s2, path, 16, &c, NULL, NULL) == MIRROR_OK && c &&
+              mirror_predict(c, data.x + 50 * SIDE * SIDE, 20, pb) == MIRROR_OK &&
+              memcmp(pa, pb, 200 * sizeof(float)) == 0,
+          "rebuilt from the checkpoint: batchnorm and residual blocks, the same predictions");
+    for (k = 4; k < 7; k++) {
+        mirror_batch bt = batch_of(8 * k, 8);
+        CHECK(mirror_train_step(a, &bt, NULL) == MIRROR_OK && mirror_train_step(b, &bt, NULL) == MIRROR_OK, "step %zu", k);
+    }
+    CHECK(apart(a, b) <= 1e-5 && apart_floats(a->running, b->running, a->nrunning) <= 1e-6,
+          "resumed on 3 replicas: three more steps as the model that saved it (%.2g)", apart(a, b));
+out:
+    free(pa), free(pb);
+    mirror_model_destroy(a), mirror_model_destroy(b), mirror_model_destroy(c);
+    mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
+}
+
+/* fit with SyncBatchNorm, dropout and augmentation ends with the same loss
+   and parameters on 1, 2 and 3 replicas (within 1e-4); in fp16 and bf16 a
+   batchnorm ResNet trains as in fp32 (the loss falls alike). */
+static void test_fit(void)
+{
+    mirror_strategy *s[3];
+    mirror_model *m[3];
+    mirror_epoch_log log[3];
+    mirror_fit_desc fd;
+    size_t r;
+    int p;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 2, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.augment_flip = 1, fd.augment_crop_pad = 2;
+    for (r = 0; r < 3; r++) {
+        s[r] = strategy(r + 1);
+        m[r] = resnet(s[r], MIRROR_BN_SYNC, 0.3f, MIRROR_PRECISION_FP32, 0);
+        CHECK(m[r] && mirror_fit(m[r], &fd, &log[r]) == MIRROR_OK, "fit on %zu replicas: %s", r + 1,
+              m[r] ? mirror_model_error(m[r]) : "no model");
+    }
+    for (r = 1; r < 3 && m[0] && m[r]; r++)
+        CHECK(fabs(log[r].train_loss - log[0].train_loss) <= 1e-4 && apart(m[r], m[0]) <= 1e-4,
+              "%zu replicas: the loss of one (%.7f, %.7f), parameters within 1e-4 (%.2g)", r + 1, log[r].train_loss,
+              log[0].train_loss, apart(m[r], m[0]));
+    for (r = 0; r < 3; r++) mirror_model_destroy(m[r]), mirror_strategy_destroy(s[r]);
+    fd.augment_flip = 0, fd.augment_crop_pad = 0, fd.epochs = 12;
+    for (p = 0; p < 3; p++) {
+        static const mirror_precision precisions[3] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16,
+                                                       MIRROR_PRECISION_BF16};
+        static double fp32_loss;
+        mirror_strategy *s2 = strategy(2);
+        mirror_model *h = resnet(s2, MIRROR_BN_SYNC, 0.0f, precisions[p], 0);
+        mirror_epoch_log last;
+        memset(&last, 0, sizeof last);
+        CHECK(h && mirror_fit(h, &fd, &last) == MIRROR_OK, "%s fit: %s", mirror_precision_name(precisions[p]),
+              h ? mirror_model_error(h) : "no model");
+        if (!p) fp32_loss = last.train_loss;
+        CHECK(last.train_loss < 0.7 * 2.302585 /* ln 10: chance */ && fabs(last.train_loss - fp32_loss) < 0.1,
+              "%s: the batchnorm ResNet trains as in fp32 (loss %.4f after 12 epochs, fp32 %.4f)",
+              mirror_precision_name(precisions[p]), last.train_loss, fp32_loss);
+        mirror_model_destroy(h);
+        mirror_strategy_destroy(s2);
+    }
+}
+
+/* Misuse: every one refused with its error, the model usable or its
+   first error kept. */
+static void test_refused(void)
+{
+    mirror_strategy *s = strategy(1);
+    mirror_model_desc md;
+    mirror_model *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.strategy = s;
+    md.channels = 2, md.height = md.width = 5;
+    md.max_batch = 4;
+    CHECK(mirror_model_create(&md, &m, NULL) == MIRROR_OK, "model");
+    CHECK(mirror_residual_end(m) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "no residual block is open"),
+          "residual_end with no block open: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_model_create(&md, &m, NULL);
+    CHECK(mirror_residual(m) == MIRROR_OK && mirror_residual(m) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(m), "do not nest"),
+          "a block inside a block: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_model_create(&md, &m, NULL);
+    mirror_residual(m), mirror_conv2d(m, 3, 3, 1, 1);
+    CHECK(mirror_model_build(m) == MIRROR_ERR_STATE && strstr(mirror_model_error(m), "not closed"),
+          "a block never closed: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_model_create(&md, &m, NULL);
+    mirror_residual(m), mirror_conv2d(m, 3, 3, 1, 2); /* 5x5 -> 7x7: no stride reaches it */
+    CHECK(mirror_residual_end(m) == MIRROR_ERR_SHAPE && strstr(mirror_model_error(m), "cannot be projected"),
+          "a block whose output is larger than its input: %s", mirror_model_error(m));
+    CHECK(mirror_model_build(m) == MIRROR_ERR_SHAPE, "and build returns that first error");
+    mirror_model_destroy(m);
+    mirror_model_create(&md, &m, NULL);
+    CHECK(mirror_batchnorm(m, (mirror_batchnorm_mode)7) == MIRROR_ERR_ARGUMENT, "an unknown batchnorm mode");
+    mirror_model_destroy(m);
+    CHECK(mirror_batchnorm(NULL, MIRROR_BN_SYNC) == MIRROR_ERR_ARGUMENT && mirror_residual(NULL) == MIRROR_ERR_ARGUMENT &&
+              mirror_residual_end(NULL) == MIRROR_ERR_ARGUMENT,
+          "a NULL model");
+    mirror_strategy_destroy(s);
+}
+
+int main(void)
+{
+    if (!make_root("norm")) return 1;
+    small_digits(&data, SAMPLES, 5, SIDE, 2);
+    test_sync();
+    test_local();
+    test_running();
+    test_checkpoint();
+    test_fit();
+    test_refused();
+    mirror_dataset_free(&data);
+    remove_tree(root);
+    return check_done("test_norm");
+}
