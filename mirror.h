@@ -142,7 +142,8 @@
       layers      mirror_dense, mirror_conv2d, mirror_relu, mirror_tanh,
                   mirror_sigmoid, mirror_gelu, mirror_maxpool2d,
                   mirror_avgpool2d, mirror_global_avgpool, mirror_dropout,
-                  mirror_flatten
+                  mirror_flatten, mirror_batchnorm (SyncBatchNorm),
+                  mirror_residual, mirror_residual_end (residual blocks)
       state       mirror_get_parameters, mirror_get_gradients,
                   mirror_get_optimizer_state, mirror_set_parameters,
                   mirror_check_replicas, mirror_optimizer_steps,
@@ -335,15 +336,17 @@
       POSIX only (pthreads). Mixed precision rounds activations to 16 bits
       but keeps them in fp32-sized slots. Layers: dense, conv2d, relu,
       tanh, sigmoid, gelu, maxpool2d, avgpool2d, global_avgpool, dropout,
-      flatten;
+      batchnorm, flatten, and residual blocks around any of them;
       losses: softmax cross-entropy
-      and mean squared error. A model is a sequence of layers.
+      and mean squared error. A model is a sequence of layers; a residual
+      block is a stretch of it (blocks do not nest).
 
    REVISION HISTORY
 
       0.5  several processes over MPI (MIRROR_MPI); learning-rate schedules,
            gradient clipping and accumulation; tanh, sigmoid, GELU, average
-           and global average pooling, dropout.
+           and global average pooling, dropout, batch normalisation
+           (synchronised across replicas and processes), residual blocks.
       0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
@@ -4779,7 +4782,7 @@ static int mirror__model_build(mirror_model *m)
         size_t i, j;
         m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
         m->running_before = (float *)mirror__alloc(m->nrunning, sizeof(float));
-        m->bn_total = (double *)mirror__alloc(2 * m->bn_channels + 1, sizeof(double));
+        m->bn_total = (double *)mirror__alloc((m->s->world + 1) * 2 * m->bn_channels + 1, sizeof(double));
         if (!m->running || !m->running_before || !m->bn_total) goto oom;
         for (i = 0; i < m->nlayers; i++) /* mean 0, variance 1 */
             for (j = 0; m->layers[i].kind == MIRROR__BATCHNORM && j < m->layers[i].c; j++)
@@ -5441,29 +5444,35 @@ static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const do
 }
 
 /* A pause of a training pass at batchnorm layer i: the replicas' sums
-   (forward: of x and x^2; backward: of dy and dy xhat), added in replica
-   order and then over the processes in rank order, become what every
-   replica goes on with: the batch's mean and invstd (forward), the means
-   of dy and dy xhat (backward). Local mode: each replica's own sums.
-   Forward also moves the running statistics, by the global batch's. */
+   (forward: of x and x^2; backward: of dy and dy xhat), added in the order
+   of the global replicas, become what every replica goes on with: the
+   batch's mean and invstd (forward), the means of dy and dy xhat
+   (backward). Local mode: each replica's own sums. Forward also moves the
+   running statistics, by the global batch's. Across processes each
+   replica's sums travel in a slot of their own (the others add zeros,
+   exactly), so P processes add what one process of all the replicas adds,
+   in its order: the same bits. */
 static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
 {
     const mirror__layer *l = &m->layers[i];
-    size_t C = l->c, inner = l->h * l->w, r, c;
-    double *tot = m->bn_total, count = (double)job->n * (double)inner;
+    size_t C = l->c, n2 = 2 * C, W = m->s->world, inner = l->h * l->w, r, c;
+    double *slot = m->bn_total, *tot = slot + W * n2 + 1, count = (double)job->n * (double)inner;
     int rc, mine;
-    memset(tot, 0, (2 * C + 1) * sizeof(double));
+    memset(slot, 0, (W * n2 + 1) * sizeof(double));
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         m->be->bind(p->dev);
-        m->be->download(p->dev, p->host_part, p->bn_part, 2 * C * sizeof(double));
-        for (c = 0; c < 2 * C; c++) tot[c] += p->host_part[c];
+        m->be->download(p->dev, p->host_part, p->bn_part, n2 * sizeof(double));
+        memcpy(slot + (m->s->first + r) * n2, p->host_part, n2 * sizeof(double));
     }
     /* the failures so far travel with the sums: every process stops here alike */
-    tot[2 * C] = (mine = mirror__device_status(m)) != MIRROR_OK;
-    if ((rc = mirror__sum_doubles(m, tot, 2 * C + 1, "batchnorm across processes")) || (rc = mine)) return rc;
-    if (tot[2 * C] > 0.0)
+    slot[W * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
+    if ((rc = mirror__sum_doubles(m, slot, W * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
+    if (slot[W * n2] > 0.0)
         return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
+    memset(tot, 0, n2 * sizeof(double));
+    for (r = 0; r < W; r++)
+        for (c = 0; c < n2; c++) tot[c] += slot[r * n2 + c];
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         const double *sum = l->local ? p->host_part : tot;

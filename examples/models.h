@@ -4,6 +4,12 @@
    mlp: 784-256-128-10 (flatten, dense-relu, dense-relu, dense)
    cnn: conv 16 3x3 - relu - maxpool 2, conv 32 3x3 - relu - maxpool 2,
         flatten, dense 128 - relu, dense 10
+   cnn-bn: the cnn with SyncBatchNorm after each convolution
+   resnet: a small ResNet for 28x28 or 32x32 images (any size): conv 16 3x3
+        - batchnorm - relu, then three residual blocks of two conv 3x3 -
+        batchnorm (relu between, relu after the sum) with 16, 32 and 64
+        channels, the last two halving the plane (stride 2, a projected
+        shortcut), global average pooling, dense 10
    With dropout p > 0, a dropout layer before each dense layer after the
    first (the hidden units' outputs are what it drops). */
 #ifndef EXAMPLE_MODELS_H
@@ -18,20 +24,50 @@ static void example_dense(mirror_model *m, size_t units, float p)
     mirror_dense(m, units);
 }
 
-/* Adds the layers of `kind` ("mlp" or "cnn") to m and builds it; returns
+/* conv k x k (padding k/2) - batchnorm (synchronised), and a relu after. */
+static void example_conv_bn(mirror_model *m, size_t filters, size_t stride, int relu)
+{
+    mirror_conv2d(m, filters, 3, stride, 1);
+    mirror_batchnorm(m, MIRROR_BN_SYNC);
+    if (relu) mirror_relu(m);
+}
+
+/* ResNet's basic block: two conv-batchnorms, the input added, a relu. */
+static void example_block(mirror_model *m, size_t filters, size_t stride)
+{
+    mirror_residual(m);
+    example_conv_bn(m, filters, stride, 1);
+    example_conv_bn(m, filters, 1, 0);
+    mirror_residual_end(m);
+    mirror_relu(m);
+}
+
+/* Adds the layers of `kind` ("mlp", "cnn", "cnn-bn" or "resnet") to m and builds it; returns
    MIRROR_ERR_ARGUMENT for another kind, else what mirror_model_build does. */
 static int example_model(mirror_model *m, const char *kind, float dropout)
 {
+    int bn = !strcmp(kind, "cnn-bn");
     if (!strcmp(kind, "mlp")) {
         mirror_flatten(m);
         mirror_dense(m, 256), mirror_relu(m);
         example_dense(m, 128, dropout), mirror_relu(m);
         example_dense(m, 10, dropout);
-    } else if (!strcmp(kind, "cnn")) {
-        mirror_conv2d(m, 16, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_conv2d(m, 32, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    } else if (!strcmp(kind, "cnn") || bn) {
+        mirror_conv2d(m, 16, 3, 1, 1);
+        if (bn) mirror_batchnorm(m, MIRROR_BN_SYNC);
+        mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+        mirror_conv2d(m, 32, 3, 1, 1);
+        if (bn) mirror_batchnorm(m, MIRROR_BN_SYNC);
+        mirror_relu(m), mirror_maxpool2d(m, 2, 2);
         mirror_flatten(m);
         example_dense(m, 128, dropout), mirror_relu(m);
+        example_dense(m, 10, dropout);
+    } else if (!strcmp(kind, "resnet")) {
+        example_conv_bn(m, 16, 1, 1);
+        example_block(m, 16, 1);
+        example_block(m, 32, 2);
+        example_block(m, 64, 2);
+        mirror_global_avgpool(m), mirror_flatten(m);
         example_dense(m, 10, dropout);
     } else {
         return MIRROR_ERR_ARGUMENT;

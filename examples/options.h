@@ -163,8 +163,8 @@ static int options_check(options *o)
     mirror_loss_scale_desc *ls = &md->loss_scale;
     double scale;
     int rc;
-    if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn"))
-        return options_bad(o, "--model", "mlp or cnn", o->model);
+    if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn") && strcmp(o->model, "cnn-bn") && strcmp(o->model, "resnet"))
+        return options_bad(o, "--model", "mlp, cnn, cnn-bn or resnet", o->model);
     if (!strcmp(o->optimizer, "sgd")) md->optimizer.kind = MIRROR_OPT_SGD;
     else if (!strcmp(o->optimizer, "momentum")) md->optimizer.kind = MIRROR_OPT_SGD, md->optimizer.momentum = 0.9f;
     else if (!strcmp(o->optimizer, "adam")) md->optimizer.kind = MIRROR_OPT_ADAM;

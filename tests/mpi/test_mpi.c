@@ -40,7 +40,7 @@ static mirror_strategy *strategy(MPI_Comm *comm, size_t replicas)
 
 /* conv - relu - maxpool, dense - relu - dense; Adam; fp32 or fp16 with a
    loss scale of 2^24 that overflows at first (the first steps are skipped). */
-static mirror_model *model(mirror_strategy *s, mirror_precision precision)
+static mirror_model *model(mirror_strategy *s, mirror_precision precision, int bn)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
@@ -57,7 +57,15 @@ static mirror_model *model(mirror_strategy *s, mirror_precision precision)
         d.loss_scale.init_scale = 16777216.0f;
     }
     if (!s || mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    mirror_conv2d(m, 4, 3, 1, 1);
+    if (bn) mirror_batchnorm(m, MIRROR_BN_SYNC);
+    mirror_relu(m);
+    if (bn) { /* a residual block with batchnorm inside */
+        mirror_residual(m);
+        mirror_conv2d(m, 4, 3, 1, 1), mirror_batchnorm(m, MIRROR_BN_SYNC);
+        mirror_residual_end(m);
+    }
+    mirror_maxpool2d(m, 2, 2);
     mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
     if (mirror_model_build(m)) {
         mirror_model_destroy(m);
@@ -86,12 +94,12 @@ static float *params(mirror_model *m)
     return p;
 }
 
-static void compare(mirror_precision precision, size_t local, size_t processes)
+static void compare(mirror_precision precision, size_t local, size_t processes, int bn)
 {
-    const char *name = mirror_precision_name(precision);
+    const char *name = bn ? "fp32 batchnorm" : mirror_precision_name(precision);
     MPI_Comm self = MPI_COMM_SELF;
     mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, local * processes);
-    mirror_model *w = model(ws, precision), *r = model(rs, precision);
+    mirror_model *w = model(ws, precision, bn), *r = model(rs, precision, bn);
     mirror_metrics mw, mr;
     mirror_loss_scale_state sw, sr;
     mirror_process_info info = mirror_strategy_process(ws);
@@ -177,7 +185,7 @@ static void test_all_reduce(size_t local, size_t processes)
 static void test_check_replicas(size_t local)
 {
     mirror_strategy *s = strategy(NULL, local);
-    mirror_model *m = model(s, MIRROR_PRECISION_FP32);
+    mirror_model *m = model(s, MIRROR_PRECISION_FP32, 0);
     mirror_process_info info = mirror_strategy_process(s);
     mirror_fit_desc fd;
     char want[64];
@@ -229,8 +237,9 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     small_digits(&data, SAMPLES, 3, SIDE, 2);
-    compare(MIRROR_PRECISION_FP32, local, (size_t)size);
-    compare(MIRROR_PRECISION_FP16, local, (size_t)size);
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size, 0);
+    compare(MIRROR_PRECISION_FP16, local, (size_t)size, 0);
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size, 1); /* SyncBatchNorm across processes */
     test_all_reduce(local, (size_t)size);
     test_check_replicas(local);
     test_agree(local);
