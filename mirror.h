@@ -4923,7 +4923,7 @@ static int mirror__model_summary(mirror_model *m, char *buf, size_t size)
     buf[0] = '\0';
     for (i = 0; i < m->nlayers; i++) { /* every line is measured; those that fit are written */
         const mirror__layer *l = &m->layers[i];
-        ok &= mirror__appendf(buf, size, &need, "%2zu %-9s %zux%zux%zu -> %zux%zux%zu  %zu params\n", i,
+        ok &= mirror__appendf(buf, size, &need, "%2zu %-14s %zux%zux%zu -> %zux%zux%zu  %zu params\n", i,
                               mirror__kind_names[l->kind], l->c, l->h, l->w, l->oc, l->oh, l->ow, l->n_w + l->n_b);
         total += l->n_w + l->n_b;
     }
@@ -6150,6 +6150,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
 static int mirror__train(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out, const char *what)
 {
     int rc;
+    if ((rc = mirror__check_built(m, what))) return rc;
     if (m->nrunning) memcpy(m->running_before, m->running, m->nrunning * sizeof(float));
     if ((rc = mirror__train_micro(m, micro, k, out, what)) && m->nrunning) {
         memcpy(m->running, m->running_before, m->nrunning * sizeof(float));
