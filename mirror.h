@@ -5044,7 +5044,8 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     out->parameters = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
     out->gradients = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
     out->optimizer = r == 0 || !m->sharded ? m->nstate * sizeof(float) : 0; /* sharded: one state */
-    out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes;
+    out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes + m->bn_size * sizeof(float) +
+                       2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
     return MIRROR_OK;
 }
 
