@@ -179,8 +179,10 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     c->sig_cap = fd_signature(c, NULL);
 }
 
-static fd_case fd_begin(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
-                        size_t batch)
+/* With `train`, a case whose loss is that of a training pass (batchnorm
+   normalises by the batch): measured by SGD steps at a learning rate of 0. */
+static fd_case fd_begin_as(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
+                           size_t batch, int train)
 {
     fd_case fc;
     mirror_strategy_desc sd;
@@ -202,34 +204,22 @@ static fd_case fd_begin(const char *name, size_t c, size_t h, size_t w, mirror_l
     md.seed = seed;
     md.optimizer.kind = MIRROR_OPT_SGD;
     md.optimizer.lr = 0.05f;
+    if (train) md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = fd_rate_fn;
     if (mirror_model_create(&md, &fc.m, &err)) die(name, err.message);
+    fc.train = train;
     return fc;
 }
 
-/* A case whose loss is that of a training pass (batchnorm normalises by
-   the batch): measured by SGD steps at a learning rate of 0. */
+static fd_case fd_begin(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
+                        size_t batch)
+{
+    return fd_begin_as(name, c, h, w, loss, seed, batch, 0);
+}
+
 static fd_case fd_begin_train(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
                               size_t batch)
 {
-    fd_case fc = fd_begin(name, c, h, w, loss, seed, batch);
-    mirror_model_destroy(fc.m);
-    fc.m = NULL;
-    {
-        mirror_model_desc md;
-        mirror_error err;
-        memset(&md, 0, sizeof md);
-        md.strategy = fc.s;
-        md.channels = c, md.height = h, md.width = w;
-        md.max_batch = batch;
-        md.loss = loss;
-        md.seed = seed;
-        md.optimizer.kind = MIRROR_OPT_SGD;
-        md.optimizer.lr = 0.05f;
-        md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = fd_rate_fn;
-        if (mirror_model_create(&md, &fc.m, &err)) die(name, err.message);
-    }
-    fc.train = 1;
-    return fc;
+    return fd_begin_as(name, c, h, w, loss, seed, batch, 1);
 }
 
 static void fd_end(fd_case *c)
