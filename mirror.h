@@ -646,6 +646,13 @@ typedef struct mirror_model_desc {
     mirror_optimizer_desc optimizer;
     mirror_precision precision;
     mirror_loss_scale_desc loss_scale; /* mixed precision only */
+    /* Deterministic mode (1: on; CPU replicas): the parameters are bitwise
+       the same for any replica count and any split of the global batch.
+       The batch is cut into chunks of `chunk` samples (0: 16), each
+       replica takes whole chunks, and the chunks' gradients are added in
+       chunk order. See DETERMINISTIC MODE in the manual. */
+    int deterministic;
+    size_t chunk;
 } mirror_model_desc;
 
 /* Creates an empty model; add layers, then build. */
@@ -2970,6 +2977,8 @@ struct mirror_strategy {
     uint16_t *const *reduce_half; /* the 16-bit sum's buffers, and their format */
     int reduce_format;
     size_t reduce_n, reduce_root;
+    float *const *fold_in; /* what an fp32 sum adds, in order (then written into reduce_bufs) */
+    size_t fold_count;
     /* One call at a time (see mirror__enter): a recursive mutex, so that
        fit's calls to the other calls take it again. */
     pthread_mutex_t call;
@@ -3045,7 +3054,8 @@ static void mirror__cpu_broadcast_job(void *ctx, size_t worker);
 static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
     (void)err;
-    s->reduce_bufs = bufs;
+    s->fold_in = s->reduce_bufs = bufs;
+    s->fold_count = s->replicas;
     s->reduce_n = n;
     mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
     return MIRROR_OK;
@@ -3360,19 +3370,25 @@ MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin,
 
 #define MIRROR__REDUCE_CHUNK 512
 
-/* acc = the sum of bufs[r][begin, begin + len) over r in order 0, 1, ...,
-   which is then written back into every buffer. */
-static void mirror__sum_chunk(float *acc, float *const *bufs, size_t replicas, size_t begin, size_t len)
+/* acc = the sum of in[r][begin, begin + len) over r in order 0, 1, ...
+   (none: zeros), which is then written into every out[r]; in and out
+   may be the same buffers. */
+static void mirror__sum_chunk(float *acc, float *const *in, size_t nin, float *const *out, size_t nout, size_t begin,
+                              size_t len)
 {
     size_t i, r;
-    memcpy(acc, bufs[0] + begin, len * sizeof(float));
-    for (r = 1; r < replicas; r++) {
-        const float *b = bufs[r] + begin;
+    if (nin)
+        memcpy(acc, in[0] + begin, len * sizeof(float));
+    else
+        memset(acc, 0, len * sizeof(float));
+    for (r = 1; r < nin; r++) {
+        const float *b = in[r] + begin;
         for (i = 0; i < len; i++) acc[i] += b[i];
     }
-    for (r = 0; r < replicas; r++) memcpy(bufs[r] + begin, acc, len * sizeof(float));
+    for (r = 0; r < nout; r++) memcpy(out[r] + begin, acc, len * sizeof(float));
 }
 
+/* The sum of s->fold_in in order into every replica's s->reduce_bufs. */
 static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
@@ -3381,7 +3397,8 @@ static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
     mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
     end = begin + count;
     for (; begin < end; begin += MIRROR__REDUCE_CHUNK)
-        mirror__sum_chunk(acc, s->reduce_bufs, s->replicas, begin, MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin));
+        mirror__sum_chunk(acc, s->fold_in, s->fold_count, s->reduce_bufs, s->replicas, begin,
+                          MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin));
 }
 
 /* The same over 16-bit buffers: widened, added in fp32 in replica order,
@@ -3563,20 +3580,22 @@ static int mirror__mpi_usable(mirror_strategy *s, size_t n, const char *what, mi
 }
 
 /* acc (= s->fold) over this worker's part of the piece [fold_begin,
-   fold_begin + fold_len): the partial sums received (or, on rank 0,
-   replica 0's values), plus every local replica's in replica order, chunk
-   by chunk (16-bit buffers widened). */
+   fold_begin + fold_len): the partial sums received (or, on rank 0, the
+   first buffer's values), plus every local buffer's in order, chunk by
+   chunk: the replicas' 16-bit buffers widened, or the fp32 ones of
+   s->fold_in (the replicas', or deterministic mode's chunks). */
 static void mirror__mpi_fold_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
-    size_t begin, count, end, len, r, i;
+    size_t begin, count, end, len, r, i, nin = s->reduce_half ? s->replicas : s->fold_count;
     int f = s->reduce_format;
     mirror_shard(s->fold_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
     begin += s->fold_begin;
     for (end = begin + count; begin < end; begin += len) {
         float *acc = s->fold + begin;
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        for (r = 0; r < s->replicas; r++) {
+        if (!nin && !s->fold_from) memset(acc, 0, len * sizeof(float));
+        for (r = 0; r < nin; r++) {
             int first = r == 0 && !s->fold_from;
             if (s->reduce_half) {
                 const uint16_t *b = s->reduce_half[r] + begin;
@@ -3585,9 +3604,9 @@ static void mirror__mpi_fold_job(void *ctx, size_t worker)
                 else
                     for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
             } else if (first) {
-                memcpy(acc, s->reduce_bufs[r] + begin, len * sizeof(float));
+                memcpy(acc, s->fold_in[r] + begin, len * sizeof(float));
             } else {
-                const float *b = s->reduce_bufs[r] + begin;
+                const float *b = s->fold_in[r] + begin;
                 for (i = 0; i < len; i++) acc[i] += b[i];
             }
         }
@@ -3609,9 +3628,6 @@ static void mirror__mpi_unfold_job(void *ctx, size_t worker)
     }
 }
 
-/* The fold (see above) of fp32 bufs or 16-bit half buffers, with the
-   status word: on return s->status holds the first failed rank's code
-   (0: none), peer the rank (plus one), and s->stop_seen the stops. */
 /* Piece k of the pieces of a fold of n sums: acc[*at, *at + *len); the
    last piece carries the status word too. */
 static void mirror__fold_piece(size_t n, size_t pieces, size_t k, size_t *at, size_t *len)
@@ -3629,10 +3645,10 @@ static int mirror__mpi_wait_all(mirror_strategy *s, MPI_Request *reqs, size_t n,
     return rc;
 }
 
-/* The fold (see above) of fp32 bufs or 16-bit half buffers, with the
-   status word: on return s->status holds the first failed rank's code
-   (0: none), peer the rank (plus one), and s->stop_seen the stops. It
-   runs in pieces of MIRROR__FOLD_PIECE floats, pipelined: a rank sends
+/* The fold (see above) of s->fold_in (fp32) or 16-bit half buffers into
+   bufs or half, with the status word: on return s->status holds the
+   first failed rank's code (0: none), peer the rank (plus one), and
+   s->stop_seen the stops. It runs in pieces of MIRROR__FOLD_PIECE floats, pipelined: a rank sends
    piece k on while it folds piece k + 1, and the last rank broadcasts each
    piece as soon as it is summed. The pieces change no sum: each element
    still adds up in rank order. */
@@ -3711,6 +3727,8 @@ static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uin
 
 static int mirror__mpi_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
+    s->fold_in = bufs;
+    s->fold_count = s->replicas;
     return mirror__mpi_reduce_status(s, bufs, NULL, n, 0, err);
 }
 
@@ -3974,8 +3992,12 @@ typedef struct mirror__replica {
     float *host_x, *host_targets, *host_loss;
     int32_t *host_labels, *host_correct;
     double *host_acc;
-    /* this step's shard and results */
+    /* this step's shard and results; deterministic mode: the shard is
+       chunks [chunk0, chunk0 + nchunks) of the batch, each chunk's
+       gradients in an arena of its own (chunks_max of them) */
     size_t begin, count;
+    size_t chunk0, nchunks;
+    float *chunk_grads;
     size_t row0;  /* the shard's first sample's place among the step's samples (dropout) */
     double mark[8]; /* timing: the clock at the phases' edges in this replica's jobs */
     int training; /* the pass trains (dropout drops) */
@@ -3997,7 +4019,10 @@ struct mirror_model {
     mirror_error err;
     size_t nparams, nstate;
     size_t in_size, out_size, max_size, col_size, perm_size;
-    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas) */
+    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
+    size_t chunk;       /* deterministic mode: samples per chunk (0: off) */
+    size_t chunks_max;  /* the most chunks of one shard (1 when off) */
+    float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added */
     size_t layer_bytes; /* the layers' part of the activation arena */
     mirror__replica *rep;
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
@@ -4079,6 +4104,7 @@ static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
     if (o->eps == 0.0f) o->eps = 1e-8f;
     if (o->weight_decay == 0.0f && o->kind == MIRROR_OPT_ADAMW) o->weight_decay = 0.01f;
     if (o->gamma == 0.0f) o->gamma = 0.1f;
+    if (d.deterministic && !d.chunk) d.chunk = 16;
     if (d.precision != MIRROR_PRECISION_FP32) {
         mirror_loss_scale_desc *ls = &d.loss_scale;
         if (ls->kind == MIRROR_SCALE_DEFAULT)
@@ -4219,6 +4245,11 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: clip_norm %g: a finite norm >= 0 (0: off)",
                              (double)o->clip_norm);
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
+    if (d.deterministic && (d.deterministic != 1 || d.chunk > ((size_t)1 << 24)))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: deterministic %d, chunk %zu: deterministic is 0 or 1, a chunk "
+                             "at most 2^24 samples",
+                             d.deterministic, d.chunk);
     m = (mirror_model *)mirror__zalloc(1, sizeof *m);
     if (!m) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_model_create: out of memory");
     m->desc = d;
@@ -4228,6 +4259,7 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
     m->h = d.height;
     m->w = d.width;
     m->in_size = in_size;
+    m->chunk = d.deterministic ? d.chunk : 0;
     mirror__strategy_models(m->s, 1);
     *out = m;
     return MIRROR_OK;
@@ -4613,6 +4645,7 @@ static void mirror__free_replicas(mirror_model *m)
         if (!p->dev) continue;
         m->be->release(p->dev, p->params);
         m->be->release(p->dev, p->grads);
+        m->be->release(p->dev, p->chunk_grads);
         if (r == 0 || !m->sharded) m->be->release(p->dev, p->state); /* sharded: one state */
         m->be->release(p->dev, p->acts);
         m->be->release(p->dev, p->work16);
@@ -4637,6 +4670,7 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->param_bufs);
     MIRROR_FREE(m->grad16_bufs);
     MIRROR_FREE(m->found);
+    MIRROR_FREE(m->chunk_in);
     MIRROR_FREE(m->running);
     MIRROR_FREE(m->running_before);
     MIRROR_FREE(m->bn_total);
@@ -4646,6 +4680,7 @@ static void mirror__free_replicas(mirror_model *m)
     m->grad_bufs = m->param_bufs = NULL;
     m->grad16_bufs = NULL;
     m->found = NULL;
+    m->chunk_in = NULL;
 }
 
 /* The first failure any replica's device met since the last check. */
@@ -4757,13 +4792,24 @@ static int mirror__model_build(mirror_model *m)
                                                  "closed (mirror_residual_end)",
                             m->open_block - 1);
     R = m->s->replicas; /* this process's; shards split the batch over every process's */
+    if (m->chunk && m->be != &mirror__cpu_backend)
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
+                            "mirror_model_build: deterministic mode runs on CPU replicas only: on GPUs the GEMM "
+                            "library picks its kernels by shape, so a sample's sums would depend on its shard");
+    m->chunks_max = 1;
     m->shard_max = (m->desc.max_batch + m->s->world - 1) / m->s->world;
+    if (m->chunk) { /* each replica takes whole chunks: up to ceil(chunks / world) of them */
+        size_t chunks = (m->desc.max_batch + m->chunk - 1) / m->chunk;
+        m->chunks_max = (chunks + m->s->world - 1) / m->s->world;
+        m->shard_max = MIRROR__MIN(m->chunks_max * m->chunk, m->desc.max_batch);
+    }
     m->format = m->desc.precision == MIRROR_PRECISION_FP32 ? 0 : (int)m->desc.precision;
     mirror__plan(m);
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
     if (4.0 * ((double)m->shard_max * (double)(m->in_size + (m->nlayers + 4) * m->max_size) +
-               (double)m->col_size + (double)m->perm_size + (double)m->nparams) > (double)((size_t)-1 / 2))
+               (double)m->col_size + (double)m->perm_size + (double)(m->chunks_max + 1) * (double)m->nparams) >
+        (double)((size_t)-1 / 2))
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_model_build: the arenas would not fit in memory");
     if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
         return mirror__fail(m, MIRROR_ERR_SHAPE,
@@ -4776,13 +4822,15 @@ static int mirror__model_build(mirror_model *m)
     m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
     m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
+    m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
     init = (float *)mirror__alloc(m->nparams, sizeof(float));
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !init) goto oom;
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in || !init) goto oom;
     if (m->nrunning) {
         size_t i, j;
         m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
         m->running_before = (float *)mirror__alloc(m->nrunning, sizeof(float));
-        m->bn_total = (double *)mirror__alloc((m->s->world + 1) * 2 * m->bn_channels + 1, sizeof(double));
+        size_t units = m->chunk ? m->chunks_max * m->s->world : m->s->world; /* whose sums bn_combine adds */
+        m->bn_total = (double *)mirror__alloc((units + 1) * 2 * m->bn_channels + 1, sizeof(double));
         if (!m->running || !m->running_before || !m->bn_total) goto oom;
         for (i = 0; i < m->nlayers; i++) /* mean 0, variance 1 */
             for (j = 0; m->layers[i].kind == MIRROR__BATCHNORM && j < m->layers[i].c; j++)
@@ -4811,10 +4859,12 @@ static int mirror__model_build(mirror_model *m)
         if (!p->params || !p->grads || !p->state || !p->acts || !p->host_x || !p->host_labels ||
             !p->host_targets || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
+        if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nparams * sizeof(float))))
+            goto oom;
         if (m->nrunning) {
             p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
-            p->bn_part = (double *)m->be->alloc(p->dev, 2 * m->bn_channels * sizeof(double));
-            p->host_part = (double *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(double));
+            p->bn_part = (double *)m->be->alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
+            p->host_part = (double *)m->be->host_alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
             p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(float));
             if (!p->bn || !p->bn_part || !p->host_part || !p->host_stat) goto oom;
         }
@@ -5042,10 +5092,11 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
                              "mirror_memory_report_get: needs a built model, a replica index and out");
     /* mixed precision: + the 16-bit copy and its fp32 view; + the 16-bit gradient */
     out->parameters = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
-    out->gradients = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
+    out->gradients = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
+                                   (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
     out->optimizer = r == 0 || !m->sharded ? m->nstate * sizeof(float) : 0; /* sharded: one state */
     out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes + m->bn_size * sizeof(float) +
-                       2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
+                       m->chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
     return MIRROR_OK;
 }
 
@@ -5061,6 +5112,41 @@ static float *mirror__act(const mirror__replica *r, const mirror__layer *l)
 static float *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
 {
     return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
+}
+
+/* Deterministic mode cuts a replica's shard into chunks of m->chunk
+   samples (the last may be short), each with a gradient arena of its own;
+   otherwise the shard is one chunk, and its arena is r->grads. Chunk q is
+   rows [*at, *at + the count returned) of the shard. */
+static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r) { return m->chunk ? r->nchunks : 1; }
+
+static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t *at)
+{
+    if (!m->chunk) return *at = 0, r->count;
+    *at = q * m->chunk;
+    return MIRROR__MIN(m->chunk, r->count - *at);
+}
+
+static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *r, size_t q)
+{
+    return m->chunk ? r->chunk_grads + q * m->nparams : r->grads;
+}
+
+/* Global replica g's rows [*begin, *begin + *count) of a batch of n: an
+   even share (mirror_shard), or in deterministic mode its share of whole
+   chunks, [*chunk0, *chunk0 + *nchunks). */
+static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *begin, size_t *count, size_t *chunk0,
+                            size_t *nchunks)
+{
+    size_t K = m->chunk;
+    if (!K) {
+        mirror_shard(n, m->s->world, g, begin, count);
+        *chunk0 = 0, *nchunks = 1;
+        return;
+    }
+    mirror_shard((n + K - 1) / K, m->s->world, g, chunk0, nchunks);
+    *begin = MIRROR__MIN(*chunk0 * K, n);
+    *count = MIRROR__MIN((*chunk0 + *nchunks) * K, n) - *begin;
 }
 
 /* A convolution (conv2d, or a residual block's projection) of S samples,
@@ -5086,13 +5172,14 @@ static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, cons
 /* Its backward, n samples at a time: d' [OC, n*hw] is d [n, OC, hw]
    channels first; dW += d' . col^T [n*hw, C*k*k]; dcol [C*k*k, n*hw] =
    W^T . d', summed back into dx by col2im (dx NULL: not needed). beta 0
-   writes dW (the first chunk), 1 adds to it (accumulation). */
+   writes dW (the first chunk), 1 adds to it (accumulation). dW and db
+   are in the gradient arena `grads`. */
 static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *x,
-                                  const float *d, float *dx, size_t S, int accumulate)
+                                  const float *d, float *dx, size_t S, int accumulate, float *grads)
 {
     const mirror__backend *be = m->be;
     const float *W = r->weights + l->w_off;
-    float *dW = r->grads + l->w_off, *db = r->grads + l->b_off;
+    float *dW = grads + l->w_off, *db = grads + l->b_off;
     size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
     for (s = 0; s < S; s += chunk) {
@@ -5112,11 +5199,37 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
     be->bias_grad(r->dev, db, d, S, l->oc, hw);
 }
 
+/* The same, each chunk of the shard into its own gradient arena. */
+static void mirror__conv_backward_chunks(const mirror_model *m, mirror__replica *r, const mirror__layer *l,
+                                         const float *x, const float *d, float *dx, int accumulate)
+{
+    size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
+    for (q = 0; q < mirror__nchunks(m, r); q++) {
+        k = mirror__chunk_rows(m, r, q, &at);
+        mirror__conv_backward(m, r, l, x + at * in, d + at * out, dx ? dx + at * in : NULL, k, accumulate,
+                              mirror__chunk_grads(m, r, q));
+    }
+}
+
 /* Batchnorm layer l's statistics in replica r's arena: the batch's
    (training) or the running ones (evaluation). */
 static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
 {
     return r->bn + l->bn_off + (r->training ? 0 : 2 * l->c);
+}
+
+/* Batchnorm layer l's sums over each chunk of the shard into r->bn_part,
+   2C doubles a chunk: of a and a^2 (x NULL: forward, a the input), or of
+   a and a xhat (backward, a = dy, x the input). */
+static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *a,
+                                  const float *x)
+{
+    size_t q, at, k, in = l->c * l->h * l->w;
+    for (q = 0; q < mirror__nchunks(m, r); q++) {
+        k = mirror__chunk_rows(m, r, q, &at);
+        m->be->bn_sums(r->dev, r->bn_part + q * 2 * l->c, a + at * in, x ? x + at * in : NULL,
+                       x ? mirror__bn_stat(r, l) : NULL, k, l->c, l->h * l->w);
+    }
 }
 
 /* Layers [from, stop) of replica r's shard of S samples; where stop is a
@@ -5134,7 +5247,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         float *y = mirror__act(r, l);
         size_t out = mirror__out_size(l);
         if (i == stop) {
-            be->bn_sums(dev, r->bn_part, x, NULL, NULL, S, l->c, l->h * l->w);
+            mirror__bn_chunk_sums(m, r, l, x, NULL);
             return;
         }
         switch (l->kind) {
@@ -5193,47 +5306,55 @@ static size_t mirror__first_weighted(const mirror_model *m)
 }
 
 /* Backward from layer `from` down (the top: nlayers - 1, with
-   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads. Where
-   layer `stop` is a batchnorm layer, its sums of dy and dy xhat go into
-   r->bn_part and the pass pauses there; it resumes with from = stop. */
+   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads, or in
+   deterministic mode each chunk's in its own arena. Where layer `stop` is
+   a batchnorm layer, its sums of dy and dy xhat go into r->bn_part and
+   the pass pauses there; it resumes with from = stop. */
 static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, first = mirror__first_weighted(m);
-    float *d, *dx, *swap;
+    size_t i, q, at, k, first = mirror__first_weighted(m);
+    float *d, *dx, *swap, *g;
     /* The weight gradients are written by GEMMs with beta 0 (a
        convolution's first chunk too), not added to: only the bias
        gradients, which accumulate, start from zero, and the whole arena
        where an empty shard writes nothing. A micro-batch after the first
-       (accumulate) adds to what the others left: beta 1, nothing zeroed. */
-    const float beta = accumulate ? 1.0f : 0.0f;
+       (accumulate) adds to what the others left: beta 1, nothing zeroed.
+       Deterministic mode writes each chunk's arena afresh: the reduction
+       adds the micro-batches. */
+    float beta;
+    accumulate = accumulate && !m->chunk;
+    beta = accumulate ? 1.0f : 0.0f;
     if (from == m->nlayers - 1) {
         r->dsel = 0;
-        if (S == 0 && !accumulate) be->zero(dev, r->grads, m->nparams * sizeof(float));
+        if (S == 0 && !accumulate && !m->chunk) be->zero(dev, r->grads, m->nparams * sizeof(float));
     }
     d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
     for (i = from + 1; i-- > 0 && i >= first;) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
-        float *dW = r->grads + l->w_off, *db = r->grads + l->b_off;
         size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
         int need_dx = i > first;
         if (i == stop) {
             r->dsel = d == r->delta[1];
-            be->bn_sums(dev, r->bn_part, d, x, mirror__bn_stat(r, l), S, l->c, l->h * l->w);
+            mirror__bn_chunk_sums(m, r, l, d, x);
             return;
         }
         switch (l->kind) {
         case MIRROR__DENSE:
             /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
                dx [S,F] = d [S,units] . W [units,F] */
-            be->gemm(dev, 1, 0, l->oc, l->c, S, 1.0f, d, l->oc, x, l->c, beta, dW, l->c);
-            if (!accumulate) be->zero(dev, db, l->n_b * sizeof(float));
-            be->bias_grad(dev, db, d, S, l->oc, 1);
+            for (q = 0; q < mirror__nchunks(m, r); q++) {
+                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+                be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, d + at * l->oc, l->oc, x + at * l->c, l->c, beta,
+                         g + l->w_off, l->c);
+                if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
+                be->bias_grad(dev, g + l->b_off, d + at * l->oc, k, l->oc, 1);
+            }
             if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
             break;
-        case MIRROR__CONV2D: mirror__conv_backward(m, r, l, x, d, need_dx ? dx : NULL, S, accumulate); break;
+        case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, x, d, need_dx ? dx : NULL, accumulate); break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
         case MIRROR__TANH:
         case MIRROR__SIGMOID:
@@ -5254,16 +5375,20 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
                                  l->stride, l->oh, l->ow);
             break;
-        case MIRROR__BATCHNORM: /* dgamma, dbeta from this replica's sums; dx from the batch's means */
-            if (!accumulate) be->zero(dev, dW, 2 * l->c * sizeof(float)); /* gamma's and beta's, side by side */
-            be->bn_backward(dev, need_dx ? dx : NULL, dW, db, d, x, mirror__bn_stat(r, l), r->bn + l->bn_off + 4 * l->c,
-                            r->bn_part, W, S, l->c, l->h * l->w);
+        case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
+            for (q = 0; q < mirror__nchunks(m, r); q++) {
+                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+                if (!accumulate) be->zero(dev, g + l->w_off, 2 * l->c * sizeof(float)); /* gamma's and beta's */
+                be->bn_backward(dev, need_dx ? dx + at * in : NULL, g + l->w_off, g + l->b_off, d + at * in,
+                                x + at * in, mirror__bn_stat(r, l), r->bn + l->bn_off + 4 * l->c,
+                                r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
+            }
             break;
         case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
             if (l->n_w) {
                 mirror__layer p = mirror__projection(m, l);
-                mirror__conv_backward(m, r, &p, mirror__layer_input(m, r, l->from), d,
-                                      l->from > first ? r->skip : NULL, S, accumulate);
+                mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
+                                             l->from > first ? r->skip : NULL, accumulate);
                 if (m->format && l->from > first) be->round(dev, r->skip, S * p.c * p.h * p.w, m->format);
             } else if (l->from > first) {
                 be->add(dev, r->skip, d, NULL, S * out);
@@ -5283,8 +5408,9 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
         dx = swap;
     }
     /* Mixed precision: the weight gradients, accumulated in fp32, are
-       stored in 16 bits: the buffer the all-reduce carries. */
-    if (m->format) be->narrow(dev, r->grad16, r->grads, m->nparams, m->format);
+       stored in 16 bits: the buffer the all-reduce carries (deterministic
+       mode narrows the reduced sum instead). */
+    if (m->format && !m->chunk) be->narrow(dev, r->grad16, r->grads, m->nparams, m->format);
 }
 
 // >>step --------------------------------------------------------------------
@@ -5372,7 +5498,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     size_t from = job->from;
     m->be->bind(r->dev);
     if (job->start) {
-        mirror_shard(job->n, m->s->world, m->s->first + worker, &r->begin, &r->count);
+        mirror__rows_of(m, job->n, m->s->first + worker, &r->begin, &r->count, &r->chunk0, &r->nchunks);
         r->row0 = job->row0 + job->offset + r->begin;
         r->training = job->mode == MIRROR__TRAIN;
         if (m->trace_steps) r->mark[0] = mirror__now();
@@ -5446,33 +5572,39 @@ static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const do
 
 /* A pause of a training pass at batchnorm layer i: the replicas' sums
    (forward: of x and x^2; backward: of dy and dy xhat), added in the order
-   of the global replicas, become what every replica goes on with: the
-   batch's mean and invstd (forward), the means of dy and dy xhat
-   (backward). Local mode: each replica's own sums. Forward also moves the
-   running statistics, by the global batch's. Across processes each
-   replica's sums travel in a slot of their own (the others add zeros,
-   exactly), so P processes add what one process of all the replicas adds,
-   in its order: the same bits. */
+   of the global replicas (deterministic mode: of the batch's chunks),
+   become what every replica goes on with: the batch's mean and invstd
+   (forward), the means of dy and dy xhat (backward). Local mode: each
+   replica's own sums. Forward also moves the running statistics, by the
+   global batch's. Across processes each replica's (or chunk's) sums
+   travel in a slot of their own (the others add zeros, exactly), so P
+   processes add what one process of all the replicas adds, in its order:
+   the same bits. */
 static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
 {
     const mirror__layer *l = &m->layers[i];
-    size_t C = l->c, n2 = 2 * C, W = m->s->world, inner = l->h * l->w, r, c;
-    double *slot = m->bn_total, *tot = slot + W * n2 + 1, count = (double)job->n * (double)inner;
+    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq;
+    size_t U = m->chunk ? (job->n + m->chunk - 1) / m->chunk : m->s->world; /* the slots */
+    double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
     int rc, mine;
-    memset(slot, 0, (W * n2 + 1) * sizeof(double));
+    memset(slot, 0, (U * n2 + 1) * sizeof(double));
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
+        nq = mirror__nchunks(m, p);
         m->be->bind(p->dev);
-        m->be->download(p->dev, p->host_part, p->bn_part, n2 * sizeof(double));
-        memcpy(slot + (m->s->first + r) * n2, p->host_part, n2 * sizeof(double));
+        m->be->download(p->dev, p->host_part, p->bn_part, nq * n2 * sizeof(double));
+        memcpy(slot + (m->chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
+        if (!nq) memset(p->host_part, 0, n2 * sizeof(double));
+        for (q = 1; q < nq; q++) /* the replica's own sums (local mode), its chunks' in order */
+            for (c = 0; c < n2; c++) p->host_part[c] += p->host_part[q * n2 + c];
     }
     /* the failures so far travel with the sums: every process stops here alike */
-    slot[W * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
-    if ((rc = mirror__sum_doubles(m, slot, W * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
-    if (slot[W * n2] > 0.0)
+    slot[U * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
+    if ((rc = mirror__sum_doubles(m, slot, U * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
+    if (slot[U * n2] > 0.0)
         return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
     memset(tot, 0, n2 * sizeof(double));
-    for (r = 0; r < W; r++)
+    for (r = 0; r < U; r++)
         for (c = 0; c < n2; c++) tot[c] += slot[r * n2 + c];
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
@@ -5698,14 +5830,14 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
         if (m->trace_steps) r->mark[5] = mirror__now();
         return;
     }
-    if (m->s->processes > 1) { /* the all-reduce across processes has summed it already */
+    if (m->s->processes > 1 || m->chunk) { /* the reduction across processes (or chunks) has summed it already */
         m->found[worker] = !mirror__all_finite(r->grads + begin, count);
         if (m->trace_steps) r->mark[5] = mirror__now();
         return;
     }
     for (end = begin + count; begin < end; begin += len) {
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, begin, len);
+        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, m->grad_bufs, m->s->replicas, begin, len);
         finite &= mirror__all_finite(acc, len);
     }
     m->found[worker] = !finite;
@@ -5902,12 +6034,43 @@ static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
     return MIRROR_OK;
 }
 
+/* Deterministic mode's sum, over every chunk's gradient arena of every
+   replica of every process in chunk order (onto the total of the
+   micro-batches before: `onto`), into every replica's r->grads; mixed
+   precision then narrows that total into the 16-bit gradient. The sum is
+   the strategy's fp32 fold over the list of chunk arenas: in one process
+   the CPU reducer's job, across processes the rank-order fold, which
+   starts on rank 0 from the total before. */
+static int mirror__sum_chunks(mirror_model *m, int onto)
+{
+    mirror_strategy *s = m->s;
+    size_t r, q, nin = 0;
+    int rc = MIRROR_OK;
+    if (onto && s->rank == 0) m->chunk_in[nin++] = m->rep[0].grads;
+    for (r = 0; r < s->replicas; r++)
+        for (q = 0; q < m->rep[r].nchunks; q++) m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
+    s->fold_in = m->chunk_in;
+    s->fold_count = nin;
+#ifdef MIRROR_MPI
+    if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nparams, 0, &m->err);
+#endif
+    if (s->processes == 1) {
+        s->reduce_bufs = m->grad_bufs;
+        s->reduce_n = m->nparams;
+        mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+    }
+    for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
+        m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nparams, m->format);
+    return rc;
+}
+
 /* The all-reduce of a step's gradients (on CPU replicas in one process,
-   fp32's happens inside the sharded update instead). With several
-   processes it always runs, carrying this process's result so far and its
-   stop flag to the others (see >>processes): a failure anywhere fails the
-   step everywhere. */
-static int mirror__reduce_gradients(mirror_model *m, int rc)
+   fp32's happens inside the sharded update instead; deterministic mode's
+   is mirror__sum_chunks, after each micro-batch). With several processes
+   it always runs, carrying this process's result so far and its stop flag
+   to the others (see >>processes): a failure anywhere fails the step
+   everywhere. */
+static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
 {
     mirror_strategy *s = m->s;
 #ifdef MIRROR_MPI
@@ -5915,12 +6078,14 @@ static int mirror__reduce_gradients(mirror_model *m, int rc)
         int reduced;
         s->status = rc;
         s->stop_asked = m->stop && *m->stop;
-        reduced = m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err)
-                            : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+        reduced = m->chunk    ? mirror__sum_chunks(m, onto)
+                  : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err)
+                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
         return reduced ? reduced : rc; /* this process's own failure fails its step too */
     }
 #endif
     if (rc) return rc;
+    if (m->chunk) return mirror__sum_chunks(m, onto);
     if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err);
     return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
 }
@@ -5961,7 +6126,7 @@ static void mirror__mark_update(mirror_model *m, uint64_t step, double reduce0, 
     size_t r;
     for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
         const double *t = m->rep[r].mark;
-        if (m->sharded && !m->format && m->s->processes == 1)
+        if (m->sharded && !m->format && m->s->processes == 1 && !m->chunk)
             mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
         else
             mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, reduce0, reduce1);
@@ -6086,7 +6251,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     mirror_metrics sum = {0.0, 0, 0};
     mirror__job job;
     size_t j, total = 0;
-    double reduce0, reduce1;
+    double reduce0 = 0.0, reduce1 = 0.0;
     int rc;
     if (!micro || !k) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: no batch", what);
     for (j = 0; j < k; j++) {
@@ -6109,15 +6274,20 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         job.batch = &micro[j];
         job.n = micro[j].n;
         job.accumulate = j > 0;
-        if ((rc = mirror__compute(m, &job))) break;
-        mirror__mark_compute(m, m->steps + 1);
-        job.row0 += micro[j].n;
-        if (out) mirror__collect(m, &sum);
-        rc = mirror__device_status(m);
+        if ((rc = mirror__compute(m, &job)) == MIRROR_OK) {
+            mirror__mark_compute(m, m->steps + 1);
+            job.row0 += micro[j].n;
+            if (out) mirror__collect(m, &sum);
+            rc = mirror__device_status(m);
+        }
+        if (!m->chunk && rc == MIRROR_OK && j + 1 < k) continue;
+        /* the reduction: after the last micro-batch, or after each in
+           deterministic mode; with several processes after a failure too */
+        reduce0 = m->trace_steps ? mirror__now() : 0.0;
+        rc = mirror__reduce_gradients(m, rc, j > 0);
+        reduce1 = m->trace_steps ? mirror__now() : 0.0;
     }
-    reduce0 = m->trace_steps ? mirror__now() : 0.0;
-    if ((rc = mirror__reduce_gradients(m, rc))) return rc;
-    reduce1 = m->trace_steps ? mirror__now() : 0.0;
+    if (rc) return rc;
     m->steps++;
     if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
         m->steps--;
@@ -6296,15 +6466,15 @@ static int mirror__gather_predictions(mirror_model *m, float *out, size_t n)
     mirror_strategy *s = m->s;
     MPI_Request req;
     int *counts, *displs, rc;
-    size_t p, g = 0, begin, count, first_row, rows;
+    size_t p, g = 0, begin, count, first_row, rows, c0, nc;
     if (s->processes == 1) return MIRROR_OK;
     if ((rc = mirror__mpi_usable(s, n * m->out_size, "mirror_predict", &m->err))) return rc;
     counts = (int *)mirror__alloc(2 * s->processes, sizeof(int));
     if (!counts) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_predict: out of memory");
     displs = counts + s->processes;
     for (p = 0; p < s->processes; p++) {
-        mirror_shard(n, s->world, g, &first_row, &count);
-        mirror_shard(n, s->world, g + s->counts[p] - 1, &begin, &count);
+        mirror__rows_of(m, n, g, &first_row, &count, &c0, &nc);
+        mirror__rows_of(m, n, g + s->counts[p] - 1, &begin, &count, &c0, &nc);
         rows = begin + count - first_row;
         counts[p] = (int)(rows * m->out_size);
         displs[p] = (int)(first_row * m->out_size);

@@ -20,6 +20,8 @@ typedef struct options {
     size_t accumulate; /* micro-batches of `batch` per optimizer step */
     int report_nonfinite;
     int augment; /* --augment: flips and crops of the training images */
+    int deterministic; /* --deterministic: bitwise the same for any replica count */
+    size_t chunk;      /* --chunk K: deterministic mode's samples per chunk */
     double lr, clip_norm, dropout;
     unsigned long long seed;
     /* What the flags set in the model desc: precision, loss scaling and
@@ -109,6 +111,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--plot")) return options_text(o, a, v, &o->plot);
     if (!strcmp(a, "--trace")) return options_text(o, a, v, &o->trace);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
+    if (!strcmp(a, "--chunk")) return options_count(o, a, v, &o->chunk);
     if (!strcmp(a, "--accumulate")) {
         rc = options_int(o, a, v, 1, 1 << 20, &n);
         o->accumulate = (size_t)n;
@@ -197,6 +200,12 @@ static int options_check(options *o)
         ls->kind = MIRROR_SCALE_STATIC;
         ls->init_scale = (float)scale;
     }
+    if (o->chunk && !o->deterministic) {
+        snprintf(o->why, sizeof o->why, "--chunk needs --deterministic");
+        return OPTIONS_BAD;
+    }
+    md->deterministic = o->deterministic;
+    md->chunk = o->chunk;
     if (o->checkpoint_every && !o->save) {
         snprintf(o->why, sizeof o->why, "--checkpoint-every needs --save PATH");
         return OPTIONS_BAD;
@@ -212,8 +221,12 @@ static int options_parse(int argc, char **argv, options *o)
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return OPTIONS_HELP;
-        if (!strcmp(a, "--augment")) { /* the two flags without a value */
+        if (!strcmp(a, "--augment")) { /* the three flags without a value */
             o->augment = 1;
+            continue;
+        }
+        if (!strcmp(a, "--deterministic")) {
+            o->deterministic = 1;
             continue;
         }
         if (!strcmp(a, "--phases")) {

@@ -57,6 +57,8 @@ static void usage(FILE *f)
                "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
                "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
+               "  --deterministic     bitwise the same parameters for any replica count (CPU replicas)\n"
+               "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -212,6 +214,7 @@ int main(int argc, char **argv)
         o.optimizer, o.batch, o.precision);
     if (md.precision != MIRROR_PRECISION_FP32)
         say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
+    if (md.deterministic) say(", deterministic (chunks of %zu samples)", md.chunk);
     say("\n");
 
     if (o.resume) {
