@@ -318,6 +318,42 @@
       MIRROR_ERR_NOT_FINITE once max_consecutive_skips steps in a row were
       skipped), mirror_loss_scale_get, checkpoints and fit's progress.
 
+   DETERMINISTIC MODE (mirror_model_desc.deterministic = 1, chunk K)
+
+      Without it, N replicas compute the mean gradient of the global batch
+      as one replica does, but add it up in another order (each replica its
+      shard, then the replicas), so the parameters agree within float32
+      rounding, and over hundreds of steps drift apart in their last
+      digits. With it they are bitwise the same for any replica count, any
+      number of processes and, with accumulation, any cut into micro-batches
+      of whole chunks. Each global batch is cut into chunks of K samples
+      (0: 16; the last may be short); each replica takes a run of whole
+      chunks (mirror_shard over the chunks), so its shard may be a chunk
+      longer than an even share, and a replica may have none. Every sum
+      over samples is made per chunk, in the same code and the same order
+      whichever replica makes it: the weight and bias gradients (each chunk
+      into a gradient arena of its own), batchnorm's sums (forward and
+      backward) and dgamma, dbeta. The chunks' gradients are then added in
+      chunk order, 0, 1, 2, ..., one after another: over the replicas by
+      the reduction's threads, across processes by the rank-order fold,
+      which starts from the sum of the ranks before. With accumulation each
+      micro-batch's chunks are added onto the sum of the micro-batches
+      before, so B x k samples in micro-batches of B (K dividing B) give the
+      step of B k samples, bit for bit: the reduction then runs once per
+      micro-batch rather than once per step. Mixed precision adds the
+      chunks in fp32 and rounds the sum to 16 bits once.
+      What it does not make split-free: the batchnorm layers made with
+      MIRROR_BN_LOCAL (their statistics are the shard's, by definition); the
+      metrics, whose per-sample losses are the same bits but are added in
+      double per replica (the sums agree to about 1e-16). It needs the
+      built-in GEMM, which adds each element's products in one order
+      whatever the matrix shape: a CBLAS (MIRROR_CBLAS) may not, and GPU
+      replicas are refused (MIRROR_ERR_UNSUPPORTED): cuBLAS picks kernels by
+      shape. The cost: K = 16 makes the weight-gradient GEMMs 16 samples
+      deep and keeps ceil(chunks / replicas) gradient arenas per replica
+      (the memory report counts them under gradients); bench/RESULTS.md has
+      the measured time and memory.
+
    MEMORY
 
       mirror_model_build gives each replica four flat arenas: parameters,
@@ -346,7 +382,8 @@
       0.5  several processes over MPI (MIRROR_MPI); learning-rate schedules,
            gradient clipping and accumulation; tanh, sigmoid, GELU, average
            and global average pooling, dropout, batch normalisation
-           (synchronised across replicas and processes), residual blocks.
+           (synchronised across replicas and processes), residual blocks;
+           deterministic mode (bitwise the same for any replica count).
       0.4  mixed precision: fp16 and bf16 storage, loss scaling, fused updates.
       0.3  checkpoints (safetensors, atomic, exact resume), CIFAR-10 and .npy.
       0.2  mirror_cuda.h: GPU replicas, NCCL and copy reducers.
@@ -4531,8 +4568,10 @@ static int mirror__smooth(const mirror__layer *l)
 /* Samples per convolution GEMM for this model: the backend's, at most a shard. */
 static size_t mirror__conv_chunk(const mirror_model *m)
 {
-    size_t n = m->be->conv_chunk;
-    return n && n < m->shard_max ? n : MIRROR__MAX(m->shard_max, 1);
+    /* deterministic mode: within a chunk, so that a chunk's sums are cut
+       alike whatever the shard */
+    size_t n = m->be->conv_chunk, cap = m->chunk ? MIRROR__MIN(m->chunk, m->shard_max) : m->shard_max;
+    return n && n < cap ? n : MIRROR__MAX(cap, 1);
 }
 
 /* A residual block's projection as the convolution it is: the 1x1

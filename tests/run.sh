@@ -137,16 +137,25 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --lr-schedule cosine --warmup 5 >'$tmp/cos.out' && grep -q '^epoch 1/2 .* lr 0.000[1-9][0-9]* ' '$tmp/cos.out' && grep '^epoch 2/2 ' '$tmp/cos.out' | sed 's/.* lr \\([^ ]*\\) .*/\\1/' | awk '{ exit !(\$1 < 1e-5) }'"
     check "build/train --clip-norm 0.5: the gradient norm in each epoch line" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --clip-norm 0.5 | grep -q '^epoch 1/1 .* grad_norm [0-9]'"
-    check "build/train --batch 25 --accumulate 4 ends where --batch 100 does (the final: line up to the throughput)" sh -c \
-        "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 100 | grep '^final:' | sed 's/ samples_per_s.*//' >'$tmp/b100' && $BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 25 --accumulate 4 | grep '^final:' | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/b100'"
-    check "build/train --dropout 0.3: the same final: line on 1 and 3 replicas (masks keyed to the sample, not the replica)" sh -c \
-        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/d1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --dropout 0.3 --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/d1'"
-    for model in cnn-bn; do # (resnet: test_norm; its 4th digit moves with the build)
-        check "build/train --model $model --dropout 0.3 --augment: the same final: line on 1 and 3 replicas (SyncBatchNorm)" sh -c \
-            "$BUILD/train --model $model --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/b1' && $BUILD/train --model $model --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/b1'"
+    # Deterministic mode: two runs that split the batches differently end
+    # with the same final: line (up to the throughput) and byte-identical
+    # checkpoints. Usage: same_runs "ARGS A" "ARGS B" (each to build/train).
+    same_runs() {
+        $BUILD/train $1 --save "$tmp/run_a.ckpt" | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >"$tmp/run_a" &&
+            $BUILD/train $2 --save "$tmp/run_b.ckpt" | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >"$tmp/run_b" &&
+            test -s "$tmp/run_a" && cmp -s "$tmp/run_a" "$tmp/run_b" && cmp -s "$tmp/run_a.ckpt" "$tmp/run_b.ckpt"
+    }
+    det="--deterministic --epochs 1 --synthetic 300 --batch 50"
+    check "build/train --deterministic --batch 25 --accumulate 4 = --batch 100 (final: line and checkpoint, byte for byte)" \
+        same_runs "--model mlp $det --chunk 25 --batch 100 --replicas 2" "--model mlp $det --chunk 25 --batch 25 --accumulate 4 --replicas 3"
+    for model in mlp cnn cnn-bn resnet; do
+        for r in 2 3 4; do
+            check "build/train --model $model --deterministic --dropout 0.3 --augment: 1 and $r replicas byte-identical" \
+                same_runs "--model $model $det --dropout 0.3 --augment --replicas 1" "--model $model $det --dropout 0.3 --augment --replicas $r"
+        done
     done
-    check "build/train --augment: the same final: line on 1 and 3 replicas (draws keyed to the sample)" sh -c \
-        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 1 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' >'$tmp/a1' && $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --augment --replicas 3 | grep '^final:' | cut -d' ' -f3- | sed 's/ samples_per_s.*//' | cmp -s - '$tmp/a1'"
+    check "build/train --model cnn-bn --dropout 0.3 --augment: the final loss of 3 replicas within 1e-4 of 1 replica's (not deterministic)" sh -c \
+        "$BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 1 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >'$tmp/l1' && $BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 3 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >>'$tmp/l1' && awk 'NR == 1 { a = \$1 } NR == 2 { d = \$1 - a; exit !(d <= 1e-4 && d >= -1e-4) }' '$tmp/l1'"
     check "build/train --data DIR of CIFAR-10 batches: 3x32x32 samples, trained to a final: line" sh -c \
         "mkdir -p '$tmp/cifar' && for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do dd if=/dev/zero of='$tmp/cifar/'\$f.bin bs=3073 count=20 2>/dev/null; done && $BUILD/train --data '$tmp/cifar' --model cnn --epochs 1 --batch 25 >'$tmp/cifar.out' && grep -q 'data: .*cifar, 100 train and 20 test samples of 32x32' '$tmp/cifar.out' && grep -q '^final: ' '$tmp/cifar.out'"
     check "build/train --history h.csv --plot c.svg: a header and a row per epoch, an SVG with both curves" sh -c \

@@ -35,6 +35,9 @@ static float zero_rate(void *user, uint64_t step)
     return 0.0f;
 }
 
+/* Deterministic mode's chunk for the models made next (0: off). */
+static size_t det_chunk;
+
 /* A small ResNet over the 12x12 digits: conv, batchnorm, relu, an
    identity block with batchnorm inside, a projecting block (8 -> 12
    channels, stride 2), optional dropout, global pooling, dense 10. */
@@ -49,6 +52,7 @@ static mirror_model *resnet(mirror_strategy *s, mirror_batchnorm_mode mode, floa
     md.max_batch = 32;
     md.seed = 4;
     md.precision = precision;
+    md.deterministic = det_chunk > 0, md.chunk = det_chunk;
     md.optimizer.kind = MIRROR_OPT_SGD;
     md.optimizer.lr = 0.05f, md.optimizer.momentum = 0.9f;
     if (lr_zero) md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = zero_rate;
@@ -296,6 +300,50 @@ out:
     mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
 }
 
+/* Deterministic mode: the ResNet with SyncBatchNorm and dropout on 1, 2,
+   3 and 4 replicas, batches of 13 in chunks of 4 (shards of 8 + 4 + 1,
+   uneven and one empty): the parameters, the running statistics and the
+   predictions bit for bit those of one replica. */
+static void test_deterministic(void)
+{
+    float *ref = NULL, *run = NULL, *pred = NULL;
+    size_t r, k, np = 0;
+    det_chunk = 4;
+    for (r = 1; r <= 4; r++) {
+        mirror_strategy *s = strategy(r);
+        mirror_model *m = resnet(s, MIRROR_BN_SYNC, 0.2f, MIRROR_PRECISION_FP32, 0);
+        float *p, *out = (float *)malloc(20 * 10 * sizeof(float));
+        int ok = m != NULL && out != NULL;
+        for (k = 0; ok && k < 6; k++) {
+            mirror_batch b = batch_of(13 * k, 13);
+            ok = mirror_train_step(m, &b, NULL) == MIRROR_OK;
+        }
+        ok = ok && mirror_predict(m, data.x + 80 * SIDE * SIDE, 20, out) == MIRROR_OK;
+        CHECK(ok, "deterministic resnet on %zu replicas: 6 steps and a prediction", r);
+        if (ok) {
+            np = mirror_num_parameters(m);
+            p = params_of(m, 0);
+            if (!ref) {
+                ref = p, run = (float *)malloc(m->nrunning * sizeof(float)), pred = out, out = NULL;
+                if (run) memcpy(run, m->running, m->nrunning * sizeof(float));
+            } else {
+                CHECK(p && !memcmp(p, ref, np * sizeof(float)) && run &&
+                          !memcmp(m->running, run, m->nrunning * sizeof(float)) &&
+                          !memcmp(out, pred, 200 * sizeof(float)),
+                      "deterministic resnet (SyncBatchNorm, dropout): %zu replicas give 1 replica's parameters, "
+                      "running statistics and predictions, bit for bit",
+                      r);
+                free(p);
+            }
+        }
+        free(out);
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+    det_chunk = 0;
+    free(ref), free(run), free(pred);
+}
+
 /* fit with SyncBatchNorm, dropout and augmentation ends with the same loss
    and parameters on 1, 2 and 3 replicas (within 1e-4); in fp16 and bf16 a
    batchnorm ResNet trains as in fp32 (the loss falls alike). */
@@ -389,6 +437,7 @@ int main(void)
     test_local();
     test_running();
     test_checkpoint();
+    test_deterministic();
     test_fit();
     test_refused();
     mirror_dataset_free(&data);

@@ -1,12 +1,14 @@
 /* test_replicas.c - the invariants of synchronous data parallelism:
-   N replicas equal one replica, replicas stay bitwise equal, runs are
-   deterministic, the reducer adds correctly, a step allocates nothing. */
+   N replicas equal one replica (bitwise in deterministic mode), replicas
+   stay bitwise equal, runs are deterministic, the reducer adds correctly,
+   a step allocates nothing. */
 #define _POSIX_C_SOURCE 200809L /* mirror.h is not the first include here */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
 #include "digits.h"
+#include "files.h"
 
 #include <math.h>
 #include <string.h>
@@ -20,13 +22,17 @@ static mirror_strategy *strategy(size_t replicas)
     return s;
 }
 
-/* A small CNN or MLP on 12x12 crops of synthetic digits. */
-static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt, size_t max_batch)
+/* A small CNN or MLP on 12x12 crops of synthetic digits; chunk > 0:
+   deterministic mode with chunks of that many samples. */
+static mirror_model *model_with(mirror_strategy *s, int cnn, mirror_optimizer_kind opt, size_t max_batch, size_t chunk,
+                                mirror_precision precision)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
     memset(&d, 0, sizeof d);
     d.strategy = s;
+    d.deterministic = chunk > 0, d.chunk = chunk;
+    d.precision = precision;
     d.channels = 1, d.height = 12, d.width = 12;
     d.max_batch = max_batch;
     d.seed = 7;
@@ -48,6 +54,11 @@ static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind op
         return NULL;
     }
     return m;
+}
+
+static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt, size_t max_batch)
+{
+    return model_with(s, cnn, opt, max_batch, 0, MIRROR_PRECISION_FP32);
 }
 
 /* 95 samples of 12x12: crops of synthetic digits, so an epoch of batch 10
@@ -238,6 +249,129 @@ static void test_small_batches_and_predict(void)
     free(pred[1]);
 }
 
+/* Replica 0's parameters and optimizer state: equal to ref's bit for bit
+   (ref NULL: they become ref). */
+static int same_as(mirror_model *m, float **ref)
+{
+    size_t np = mirror_num_parameters(m), ns = mirror_optimizer_state_size(m);
+    float *p = params_of(m, 0), *st = state_of(m, 0), *both = (float *)malloc((np + ns + 1) * sizeof(float));
+    int same = 1;
+    memcpy(both, p, np * sizeof(float));
+    memcpy(both + np, st, ns * sizeof(float));
+    free(p), free(st);
+    if (!*ref) {
+        *ref = both;
+        return 1;
+    }
+    same = !memcmp(both, *ref, (np + ns) * sizeof(float));
+    free(both);
+    return same;
+}
+
+/* Deterministic mode: 1, 2, 3 and 4 replicas give the same parameters and
+   optimizer state bit for bit, after 25 steps of batch 10 over 95
+   samples (every third step a final partial batch of 5), with chunks of
+   3 (shards of 6, 3, 3 and 0 + 1 samples: uneven, one empty) and of 16
+   (the whole batch one chunk, on the first replica). */
+static void test_deterministic(int cnn, mirror_optimizer_kind opt, mirror_precision precision, size_t chunk)
+{
+    const char *name = opt == MIRROR_OPT_SGD ? "SGD" : "AdamW";
+    size_t perm[95], R, k;
+    float *ref = NULL;
+    for (R = 1; R <= 4; R++) {
+        mirror_strategy *s = strategy(R);
+        mirror_model *m = model_with(s, cnn, opt, 10, chunk, precision);
+        int ok = m != NULL, equal = 1;
+        for (k = 0; ok && k < 25; k++) {
+            ok = step(m, k, 10, perm) == MIRROR_OK;
+            equal &= replicas_equal(m, R);
+        }
+        CHECK(ok && equal, "deterministic %s %s %s, chunk %zu, %zu replicas: 25 steps, replicas equal after each: %s",
+              cnn ? "cnn" : "mlp", name, mirror_precision_name(precision), chunk, R, m ? mirror_model_error(m) : "");
+        if (ok)
+            CHECK(same_as(m, &ref), "deterministic %s %s %s, chunk %zu: %zu replicas give 1 replica's parameters and "
+                                    "optimizer state, bit for bit",
+                  cnn ? "cnn" : "mlp", name, mirror_precision_name(precision), chunk, R);
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+    free(ref);
+}
+
+/* Deterministic mode: two micro-batches of 5 accumulated are one step of
+   10, bit for bit (chunks of 5), on 1 and 3 replicas; a checkpoint of 2
+   replicas resumed on 3 goes on as 1 replica uninterrupted; evaluation
+   agrees to the rounding of its double sums; bad settings are refused. */
+static void test_deterministic_more(void)
+{
+    size_t perm[95], R, k, j;
+    float *ref = NULL;
+    char path[256];
+    mirror_metrics ev[2];
+    for (R = 1; R <= 3; R += 2) {
+        mirror_strategy *s = strategy(R);
+        mirror_model *whole = model_with(s, 1, MIRROR_OPT_ADAMW, 10, 5, MIRROR_PRECISION_FP32);
+        mirror_model *parts = model_with(s, 1, MIRROR_OPT_ADAMW, 10, 5, MIRROR_PRECISION_FP32);
+        int ok = whole && parts;
+        mirror_permutation(perm, 95, 3, 0);
+        for (k = 0; ok && k < 9; k++) {
+            mirror_batch b[2];
+            memset(b, 0, sizeof b);
+            for (j = 0; j < 2; j++) {
+                b[j].x = data.x, b[j].labels = data.labels, b[j].rows = 95;
+                b[j].index = perm + 10 * k + 5 * j, b[j].n = 5;
+            }
+            ok = mirror_train_steps(parts, b, 2, NULL) == MIRROR_OK;
+            b[0].n = 10;
+            ok = ok && mirror_train_step(whole, &b[0], NULL) == MIRROR_OK;
+        }
+        CHECK(ok && same_as(whole, &ref) && same_as(parts, &ref),
+              "deterministic, %zu replicas: 9 steps of 2 accumulated micro-batches of 5 = 9 steps of 10, bit for bit "
+              "(and the same on 1 and 3 replicas)",
+              R);
+        mirror_model_destroy(whole), mirror_model_destroy(parts);
+        mirror_strategy_destroy(s);
+    }
+    free(ref);
+    ref = NULL;
+    path_in(path, "det.ckpt");
+    for (R = 1; R <= 3; R++) { /* 1: 16 steps; 2: 8 steps, saved; 3: loaded, 8 more */
+        mirror_strategy *s = strategy(R);
+        mirror_model *m = model_with(s, 0, MIRROR_OPT_ADAMW, 10, 3, MIRROR_PRECISION_FP32);
+        int ok = m != NULL;
+        if (ok && R == 3) ok = mirror_checkpoint_load(m, path, 0, NULL) == MIRROR_OK;
+        for (k = R == 3 ? 8 : 0; ok && k < (R == 2 ? 8u : 16u); k++) ok = step(m, k, 10, perm) == MIRROR_OK;
+        if (ok && R == 2) ok = mirror_checkpoint_save(m, path, NULL, 0) == MIRROR_OK;
+        if (R != 2) CHECK(ok && same_as(m, &ref), "deterministic: saved on 2 replicas after 8 steps, resumed on 3 for 8 "
+                                                  "more: 1 replica's 16 steps, bit for bit (%s)",
+                          m ? mirror_model_error(m) : "no model");
+        if (R != 2) CHECK(mirror_evaluate(m, &data, 0, &ev[R / 3]) == MIRROR_OK, "evaluate");
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+    CHECK(ev[0].correct == ev[1].correct && fabs(ev[0].loss_sum - ev[1].loss_sum) <= 1e-12 * ev[0].loss_sum,
+          "deterministic: evaluation on 1 and 3 replicas: the same count correct, the loss sums within 1e-12 "
+          "(%.17g, %.17g)",
+          ev[0].loss_sum, ev[1].loss_sum);
+    free(ref);
+    {
+        mirror_strategy *s = strategy(2);
+        mirror_model_desc d;
+        mirror_model *m = NULL;
+        memset(&d, 0, sizeof d);
+        d.strategy = s, d.channels = 4;
+        d.deterministic = 2;
+        CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_ERR_ARGUMENT && !m, "deterministic 2 is refused");
+        d.deterministic = 1, d.chunk = ((size_t)1 << 24) + 1;
+        CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_ERR_ARGUMENT && !m, "a chunk of 2^24 + 1 samples is refused");
+        d.chunk = 0;
+        CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_model_query_desc(m).chunk == 16,
+              "deterministic mode's chunk is 16 by default");
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
 /* The steady-state step allocates nothing; the arenas are sized for the
    largest shard and reported. */
 static void test_pool(void)
@@ -395,7 +529,15 @@ static void test_check_replicas(void)
 
 int main(void)
 {
+    if (!make_root("replicas")) return 1;
     small_digits(&data, 95, 3, 12, 2);
+    test_deterministic(1, MIRROR_OPT_SGD, MIRROR_PRECISION_FP32, 3);
+    test_deterministic(1, MIRROR_OPT_ADAMW, MIRROR_PRECISION_FP32, 3);
+    test_deterministic(0, MIRROR_OPT_ADAMW, MIRROR_PRECISION_FP32, 3);
+    test_deterministic(0, MIRROR_OPT_SGD, MIRROR_PRECISION_FP32, 16);
+    test_deterministic(1, MIRROR_OPT_ADAMW, MIRROR_PRECISION_BF16, 3);
+    test_deterministic(0, MIRROR_OPT_SGD, MIRROR_PRECISION_FP16, 3);
+    test_deterministic_more();
     test_check_replicas();
     test_all_reduce();
     test_equivalence(1, MIRROR_OPT_SGD);
@@ -407,5 +549,6 @@ int main(void)
     test_pool();
     test_deferred_metrics();
     mirror_dataset_free(&data);
+    remove_tree(root);
     return check_done("test_replicas");
 }
