@@ -228,6 +228,13 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
             grep -q '^resume: .*epoch 2 step 0' "$tmp/p3.out" && test "$(final "$tmp/p3.out")" = "$(final "$tmp/one3.out")"
     }
     check "a checkpoint of 2 processes resumes on 3 as on one process of 3 replicas" mpi_resume_on_three
+    mpi_deterministic() {
+        $mpi -np 3 "$BUILD/train_mpi" --model cnn-bn --synthetic 300 --batch 50 --epochs 1 --deterministic --replicas 1 \
+            --save "$tmp/det3.ckpt" >/dev/null 2>&1 &&
+            "$BUILD/train" --model cnn-bn --synthetic 300 --batch 50 --epochs 1 --deterministic --replicas 1 \
+                --save "$tmp/det1.ckpt" >/dev/null 2>&1 && cmp -s "$tmp/det3.ckpt" "$tmp/det1.ckpt"
+    }
+    check "mpirun -np 3 build/train_mpi --deterministic: the checkpoint of one replica, byte for byte" mpi_deterministic
     mpi_bad_data() {
         $mpi -np 1 "$BUILD/train_mpi" $small --replicas 1 : -np 1 "$BUILD/train_mpi" $small --replicas 1 \
             --data "$tmp/no/such/dir" >"$tmp/bad.out" 2>&1

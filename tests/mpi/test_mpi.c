@@ -6,7 +6,9 @@
    fp16 with skipped steps: the parameters are bitwise equal (the sum folds
    in rank order, the additions of the reference), every replica of every
    process agrees (mirror_check_replicas), and the metrics, evaluation and
-   predictions are the reference's. Then mirror_check_replicas finding a
+   predictions are the reference's. In deterministic mode the reference
+   is one process of one replica, and accumulated micro-batches fold onto
+   the sum before them. Then mirror_check_replicas finding a
    replica changed by hand, and mirror_agree with one process failing.
    Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
 #define MIRROR_IMPLEMENTATION
@@ -38,6 +40,9 @@ static mirror_strategy *strategy(MPI_Comm *comm, size_t replicas)
     return s;
 }
 
+/* Deterministic mode's chunk for the models made next (0: off). */
+static size_t det_chunk;
+
 /* conv - relu - maxpool, dense - relu - dense; Adam; fp32 or fp16 with a
    loss scale of 2^24 that overflows at first (the first steps are skipped). */
 static mirror_model *model(mirror_strategy *s, mirror_precision precision, int bn)
@@ -52,6 +57,7 @@ static mirror_model *model(mirror_strategy *s, mirror_precision precision, int b
     d.optimizer.kind = MIRROR_OPT_ADAM;
     d.optimizer.lr = 0.003f;
     d.precision = precision;
+    d.deterministic = det_chunk > 0, d.chunk = det_chunk;
     if (precision == MIRROR_PRECISION_FP16) {
         d.loss_scale.kind = MIRROR_SCALE_DYNAMIC;
         d.loss_scale.init_scale = 16777216.0f;
@@ -96,9 +102,10 @@ static float *params(mirror_model *m)
 
 static void compare(mirror_precision precision, size_t local, size_t processes, int bn)
 {
-    const char *name = bn ? "fp32 batchnorm" : mirror_precision_name(precision);
+    const char *name = det_chunk ? (bn ? "deterministic batchnorm" : "deterministic")
+                                 : bn ? "fp32 batchnorm" : mirror_precision_name(precision);
     MPI_Comm self = MPI_COMM_SELF;
-    mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, local * processes);
+    mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, det_chunk ? 1 : local * processes);
     mirror_model *w = model(ws, precision, bn), *r = model(rs, precision, bn);
     mirror_metrics mw, mr;
     mirror_loss_scale_state sw, sr;
@@ -126,7 +133,7 @@ static void compare(mirror_precision precision, size_t local, size_t processes, 
     pw = params(w), pr = params(r);
     CHECK(pw && pr && !memcmp(pw, pr, n * sizeof(float)),
           "%s: after 20 steps the parameters are bitwise those of one process with %zu replicas", name,
-          local * processes);
+          det_chunk ? 1 : local * processes);
     CHECK(mirror_check_replicas(w) == MIRROR_OK, "%s: every replica of every process agrees: %s", name,
           mirror_model_error(w));
     if (precision != MIRROR_PRECISION_FP32) {
@@ -146,6 +153,41 @@ static void compare(mirror_precision precision, size_t local, size_t processes, 
           "%s: predict gathers every process's rows: bitwise the reference's", name);
 out:
     free(pw), free(pr), free(yw), free(yr);
+    mirror_model_destroy(w), mirror_model_destroy(r);
+    mirror_strategy_destroy(ws), mirror_strategy_destroy(rs);
+}
+
+/* Deterministic mode: steps of two micro-batches (6 and 3 samples, chunks
+   of 3) over every process are steps of 9 on one replica, bit for bit:
+   each micro-batch's chunks fold onto the sum of the one before, which
+   rank 0 starts from. */
+static void test_deterministic_accumulate(size_t local)
+{
+    MPI_Comm self = MPI_COMM_SELF;
+    mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, 1);
+    mirror_model *w, *r;
+    float *pw = NULL, *pr = NULL;
+    size_t k, i, index[9];
+    int ok;
+    det_chunk = 3;
+    w = model(ws, MIRROR_PRECISION_FP32, 0), r = model(rs, MIRROR_PRECISION_FP32, 0);
+    ok = w && r;
+    for (k = 0; ok && k < 8; k++) {
+        mirror_batch b[2];
+        memset(b, 0, sizeof b);
+        for (i = 0; i < 9; i++) index[i] = (11 * k + i) % SAMPLES;
+        for (i = 0; i < 2; i++) b[i].x = data.x, b[i].labels = data.labels, b[i].rows = data.count;
+        b[0].index = index, b[0].n = 6, b[1].index = index + 6, b[1].n = 3;
+        ok = mirror_train_steps(w, b, 2, NULL) == MIRROR_OK;
+        b[0].n = 9;
+        ok = ok && mirror_train_step(r, &b[0], NULL) == MIRROR_OK;
+    }
+    pw = ok ? params(w) : NULL, pr = ok ? params(r) : NULL;
+    CHECK(pw && pr && !memcmp(pw, pr, mirror_num_parameters(w) * sizeof(float)),
+          "deterministic: 8 steps of micro-batches of 6 and 3 over every process are one replica's steps of 9, bit "
+          "for bit");
+    det_chunk = 0;
+    free(pw), free(pr);
     mirror_model_destroy(w), mirror_model_destroy(r);
     mirror_strategy_destroy(ws), mirror_strategy_destroy(rs);
 }
@@ -240,6 +282,11 @@ int main(int argc, char **argv)
     compare(MIRROR_PRECISION_FP32, local, (size_t)size, 0);
     compare(MIRROR_PRECISION_FP16, local, (size_t)size, 0);
     compare(MIRROR_PRECISION_FP32, local, (size_t)size, 1); /* SyncBatchNorm across processes */
+    det_chunk = 2; /* deterministic mode: the reference is one replica */
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size, 0);
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size, 1);
+    det_chunk = 0;
+    test_deterministic_accumulate(local);
     test_all_reduce(local, (size_t)size);
     test_check_replicas(local);
     test_agree(local);
