@@ -79,7 +79,7 @@ endif
 HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;}\n' | \
                  $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
 
-EXAMPLES = $(BUILD)/train $(BUILD)/hello $(if $(HAVE_NVCC),$(BUILD)/train_cuda) $(if $(HAVE_MPI),$(BUILD)/train_mpi)
+EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BUILD)/train_cuda) $(if $(HAVE_MPI),$(BUILD)/train_mpi)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions

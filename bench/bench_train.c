@@ -1,5 +1,6 @@
 /* bench_train.c - training throughput of the example MLP and CNN with 1 and
-   2 CPU replicas, side by side in one run, and where a step's time goes.
+   2 CPU replicas, side by side in one run, where a step's time goes, and
+   what deterministic mode costs in time and memory.
 
    Build and run:  make bench
    Each configuration trains one pass over the same 2560 synthetic digits
@@ -124,8 +125,9 @@ int main(void)
     mirror_dataset ds;
     mirror_strategy *s[2];
     mirror_model *m[2][2][2]; /* [batch][cnn][replicas - 1] */
+    mirror_model *det[2][2];  /* [batch][cnn]: 2 replicas, deterministic mode */
     size_t perm[SAMPLES], cnn, r, round, n, bi;
-    double t[2][2][2][ROUNDS], fwd[2][ROUNDS], reduce[ROUNDS];
+    double t[2][2][2][ROUNDS], td[2][2][ROUNDS], fwd[2][ROUNDS], reduce[ROUNDS];
     mirror_strategy_desc sd = {0}; /* "cpu:1", then "cpu:2" */
     float *bufs[2];
     double peak;
@@ -141,6 +143,8 @@ int main(void)
             for (r = 0; r < 2; r++) {
                 m[bi][cnn][r] = example_bench_model(s[r], cnn ? "cnn" : "mlp", batches[bi]);
                 if (!m[bi][cnn][r]) return 1;
+                if (r == 1 && !(det[bi][cnn] = example_bench_model_with(s[r], cnn ? "cnn" : "mlp", batches[bi], 16)))
+                    return 1;
             }
     n = mirror_num_parameters(m[0][1][1]);
     bufs[0] = (float *)calloc(n, sizeof(float));
@@ -149,7 +153,10 @@ int main(void)
     for (round = 0; round < ROUNDS; round++) {
         for (bi = 0; bi < 2; bi++)
             for (cnn = 0; cnn < 2; cnn++)
-                for (r = 0; r < 2; r++) t[bi][cnn][r][round] = run(m[bi][cnn][r], &ds, perm, batches[bi], 0);
+                for (r = 0; r < 2; r++) {
+                    t[bi][cnn][r][round] = run(m[bi][cnn][r], &ds, perm, batches[bi], 0);
+                    if (r == 1) td[bi][cnn][round] = run(det[bi][cnn], &ds, perm, batches[bi], 0);
+                }
         for (cnn = 0; cnn < 2; cnn++) fwd[cnn][round] = run(m[0][cnn][0], &ds, perm, 64, 1);
         {
             double t0 = mirror__now();
@@ -174,6 +181,19 @@ int main(void)
                f, 100 * f / step, step - f, 100 * (step - f) / step);
     }
     printf("all-reduce of the CNN gradients (%zu floats) over 2 replicas: %.3f ms\n", n, 1e3 * median(reduce, ROUNDS));
+    printf("\ndeterministic mode (chunks of 16 samples) on 2 replicas, against the default (samples/s, medians;\n"
+           "memory: the gradient arenas of one replica)\n");
+    printf("%-6s %6s %12s %14s %7s %14s %14s\n", "model", "batch", "default", "deterministic", "ratio", "grads default",
+           "deterministic");
+    for (cnn = 0; cnn < 2; cnn++)
+        for (bi = 0; bi < 2; bi++) {
+            double a = SAMPLES / median(t[bi][cnn][1], ROUNDS), b = SAMPLES / median(td[bi][cnn], ROUNDS);
+            mirror_memory_report ma, mb;
+            mirror_memory_report_get(m[bi][cnn][1], 0, &ma);
+            mirror_memory_report_get(det[bi][cnn], 0, &mb);
+            printf("%-6s %6zu %12.0f %14.0f %6.2fx %11.2f MB %11.2f MB\n", cnn ? "cnn" : "mlp", batches[bi], a, b, b / a,
+                   ma.gradients / 1e6, mb.gradients / 1e6);
+        }
 
     /* The GEMMs of a 1-replica step of batch 64, and of a 2-replica step
        of batch 256, replayed alone: the step's FLOP rate against theirs. */
@@ -204,8 +224,10 @@ int main(void)
     printf("FMA peak of one core (%s, %dx%d chains): %.1f GFLOP/s\n", MIRROR__ISA, MIRROR__MR, MIRROR__NV, peak);
 
     for (bi = 0; bi < 2; bi++)
-        for (cnn = 0; cnn < 2; cnn++)
+        for (cnn = 0; cnn < 2; cnn++) {
             for (r = 0; r < 2; r++) mirror_model_destroy(m[bi][cnn][r]);
+            mirror_model_destroy(det[bi][cnn]);
+        }
     mirror_strategy_destroy(s[0]);
     mirror_strategy_destroy(s[1]);
     mirror_dataset_free(&ds);

@@ -78,13 +78,14 @@ static int example_model(mirror_model *m, const char *kind, float dropout)
 #ifdef EXAMPLE_BENCH_MODEL
 /* The benchmarks' model: `kind` on 28x28 digits, Adam, arenas for global
    batches of `batch`; NULL (with a message on stderr) on failure. */
-static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
+static mirror_model *example_bench_model_with(mirror_strategy *s, const char *kind, size_t batch, size_t chunk)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
     mirror_error err = {0, ""};
     memset(&d, 0, sizeof d);
     d.strategy = s;
+    d.deterministic = chunk > 0, d.chunk = chunk; /* deterministic mode's chunk (0: off) */
     d.channels = 1, d.height = 28, d.width = 28;
     d.max_batch = batch;
     d.optimizer.kind = MIRROR_OPT_ADAM;
@@ -98,6 +99,11 @@ static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, s
         return NULL;
     }
     return m;
+}
+
+static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
+{
+    return example_bench_model_with(s, kind, batch, 0);
 }
 
 /* The benchmarks' batch: the n samples of ds at index. */

@@ -154,6 +154,8 @@ if [ -x "$BUILD/train" ]; then
                 same_runs "--model $model $det --dropout 0.3 --augment --replicas 1" "--model $model $det --dropout 0.3 --augment --replicas $r"
         done
     done
+    check "build/scaling (the lecture demo): 1, 2 and 4 replicas, the deterministic ones 0 apart from 1 replica's weights" sh -c \
+        "$BUILD/scaling 1 >'$tmp/scaling.out' && test \$(grep -c '^default ' '$tmp/scaling.out') -eq 3 && test \$(grep -cE '^deterministic +[124] .* 0\$' '$tmp/scaling.out') -eq 3"
     check "build/train --model cnn-bn --dropout 0.3 --augment: the final loss of 3 replicas within 1e-4 of 1 replica's (not deterministic)" sh -c \
         "$BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 1 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >'$tmp/l1' && $BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 3 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >>'$tmp/l1' && awk 'NR == 1 { a = \$1 } NR == 2 { d = \$1 - a; exit !(d <= 1e-4 && d >= -1e-4) }' '$tmp/l1'"
     check "build/train --data DIR of CIFAR-10 batches: 3x32x32 samples, trained to a final: line" sh -c \
