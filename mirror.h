@@ -5499,12 +5499,14 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 }
 
 /* The loss layer: per-sample loss, correct flags and the output gradient
-   (divided by the global count) into delta[0]. The sums go to the host now
-   (r->loss_sum, which waits for the device) or stay on the device (r->acc). */
+   (divided by the global count) into delta[0]. The sums stay on the
+   device (r->acc), or are wanted now: mirror__take_loss reads them, once
+   the backward pass is queued behind them (a GPU then computes on while
+   the host waits for the copy). */
 static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count, int now)
 {
     const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
-    size_t i, S = r->count;
+    size_t S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
     r->loss_sum = 0.0;
     r->correct_sum = 0;
@@ -5516,10 +5518,16 @@ static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_co
     else
         m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count, scale);
     if (m->format) m->be->round(r->dev, r->delta[0], S * m->out_size, m->format);
-    if (!now) {
-        m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
-        return;
-    }
+    if (!now) m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
+}
+
+/* The loss and correct sums of the shard into r->loss_sum and
+   r->correct_sum (waits for the device). */
+static void mirror__take_loss(const mirror_model *m, mirror__replica *r)
+{
+    size_t i, S = r->count;
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    if (!S) return;
     m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
     for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
     if (!ce) return;
@@ -5559,6 +5567,8 @@ static void mirror__compute_job(void *ctx, size_t worker)
         from = m->nlayers - 1;
     }
     if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
+    /* the metrics, once the pass is done or, training, its backward queued to the end */
+    if (job->metrics_now && (job->mode != MIRROR__TRAIN || job->back_stop == (size_t)-1)) mirror__take_loss(m, r);
     if (m->trace_steps) r->mark[3] = mirror__now();
 }
 
