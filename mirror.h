@@ -3685,10 +3685,10 @@ static int mirror__mpi_wait_all(mirror_strategy *s, MPI_Request *reqs, size_t n,
 /* The fold (see above) of s->fold_in (fp32) or 16-bit half buffers into
    bufs or half, with the status word: on return s->status holds the
    first failed rank's code (0: none), peer the rank (plus one), and
-   s->stop_seen the stops. It runs in pieces of MIRROR__FOLD_PIECE floats, pipelined: a rank sends
-   piece k on while it folds piece k + 1, and the last rank broadcasts each
-   piece as soon as it is summed. The pieces change no sum: each element
-   still adds up in rank order. */
+   s->stop_seen the stops. It runs in pieces of MIRROR__FOLD_PIECE
+   floats, pipelined: a rank sends piece k on while it folds piece k + 1,
+   and the last rank broadcasts each piece as soon as it is summed. The
+   pieces change no sum: each element still adds up in rank order. */
 static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n, int format,
                                   size_t *peer, int *peer_code, mirror_error *err)
 {
