@@ -16,7 +16,8 @@ static void check_accepted(const options *o)
 {
     const mirror_loss_scale_desc *ls = &o->md.loss_scale;
     int ok = o->model && o->optimizer && o->precision && o->epochs >= 1 && o->batch >= 1 && o->synthetic >= 1;
-    ok &= !strcmp(o->model, "mlp") || !strcmp(o->model, "cnn");
+    ok &= !strcmp(o->model, "mlp") || !strcmp(o->model, "cnn") || !strcmp(o->model, "cnn-bn") ||
+          !strcmp(o->model, "resnet");
     ok &= o->lr == 0.0 || (o->lr >= FLT_MIN && o->lr <= FLT_MAX && o->md.optimizer.lr > 0.0f);
     ok &= o->clip_norm == 0.0 || (o->clip_norm >= FLT_MIN && o->md.optimizer.clip_norm > 0.0f);
     ok &= o->md.optimizer.kind == MIRROR_OPT_SGD || o->md.optimizer.kind == MIRROR_OPT_ADAM ||
@@ -32,6 +33,8 @@ static void check_accepted(const options *o)
     ok &= o->dropout >= 0.0 && o->dropout <= 0.99;
     ok &= (!o->history || o->history[0]) && (!o->plot || o->plot[0]) && (!o->trace || o->trace[0]);
     ok &= o->phases == 0 || o->phases == 1;
+    ok &= (o->deterministic == 0 || o->deterministic == 1) && o->md.deterministic == o->deterministic;
+    ok &= o->md.chunk == o->chunk && (!o->chunk || o->deterministic);
     ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
           (!o->devices || o->devices[0]);
     if (!ok) abort();
