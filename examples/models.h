@@ -5,9 +5,9 @@
    cnn: conv 16 3x3 - relu - maxpool 2, conv 32 3x3 - relu - maxpool 2,
         flatten, dense 128 - relu, dense 10
    cnn-bn: the cnn with SyncBatchNorm after each convolution
-   resnet: a small ResNet for 28x28 or 32x32 images (any size): conv 16 3x3
+   resnet: a small ResNet for 28x28 or 32x32 images (any size): conv 32 3x3
         - batchnorm - relu, then three residual blocks of two conv 3x3 -
-        batchnorm (relu between, relu after the sum) with 16, 32 and 64
+        batchnorm (relu between, relu after the sum) with 32, 64 and 128
         channels, the last two halving the plane (stride 2, a projected
         shortcut), global average pooling, dense 10
    With dropout p > 0, a dropout layer before each dense layer after the
@@ -63,10 +63,10 @@ static int example_model(mirror_model *m, const char *kind, float dropout)
         example_dense(m, 128, dropout), mirror_relu(m);
         example_dense(m, 10, dropout);
     } else if (!strcmp(kind, "resnet")) {
-        example_conv_bn(m, 16, 1, 1);
-        example_block(m, 16, 1);
-        example_block(m, 32, 2);
+        example_conv_bn(m, 32, 1, 1);
+        example_block(m, 32, 1);
         example_block(m, 64, 2);
+        example_block(m, 128, 2);
         mirror_global_avgpool(m), mirror_flatten(m);
         example_dense(m, 10, dropout);
     } else {

@@ -39,20 +39,22 @@ static void usage(FILE *f)
                "                      (data_batch_1.bin ... test_batch.bin); default: synthetic digits\n"
                "  --synthetic N       synthetic training samples (default 10000; test set N/5)\n"
                "  --model NAME        mlp: 784-256-128-10; cnn: two conv-relu-pool blocks + dense head;\n"
-               "                      cnn-bn: the cnn with SyncBatchNorm; resnet: 3 residual blocks (16-32-64),\n"
+               "                      cnn-bn: the cnn with SyncBatchNorm; resnet: 3 residual blocks (32-64-128),\n"
                "                      batchnorm, global average pooling (default cnn)\n"
                "  --replicas N        replicas in sync (default: one per core, or $MIRROR_DEVICES)\n"
                "  --devices LIST      device list, e.g. cpu:4\n"
                "  --epochs N          (default 3)\n"
                "  --batch N           global batch (default 64); with --accumulate, the micro-batch\n"
                "  --accumulate K      K micro-batches of --batch per optimizer step, one all-reduce (default 1)\n"
-               "  --lr X              learning rate (default: the optimizer's)\n"
+               "  --lr X              learning rate (default: the optimizer's; resnet with Adam: 0.003)\n"
                "  --lr-schedule S     constant | step (x0.1 every --lr-step steps, default a third of the run)\n"
-               "                      | cosine (from --lr down towards 0 over the run) (default constant)\n"
+               "                      | cosine (from --lr down towards 0 over the run)\n"
+               "                      (default constant; resnet: cosine)\n"
                "  --warmup N          steps of linear warmup before the schedule (default 0)\n"
                "  --clip-norm X       clip the gradient to global L2 norm X (default: no clipping)\n"
                "  --dropout P         dropout of P before each dense layer after the first (default 0)\n"
-               "  --augment           flip the training images left-right and crop them shifted by up to 1/8\n"
+               "  --augment           flip the training images left-right and crop them shifted by up to 1 pixel\n"
+               "  --crop-pad N        with --augment: shifts of up to N pixels (default 1; CIFAR-10's usual: 4)\n"
                "  --history FILE.csv  the epochs' numbers, rewritten after each epoch\n"
                "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
@@ -210,8 +212,8 @@ int main(int argc, char **argv)
         goto out;
     }
     md = mirror_model_query_desc(m);
-    say("model: %s, %zu parameters, optimizer %s, global batch %zu, precision %s", o.model, mirror_num_parameters(m),
-        o.optimizer, o.batch, o.precision);
+    say("model: %s, %zu parameters, optimizer %s (lr %g, %s), global batch %zu, precision %s", o.model,
+        mirror_num_parameters(m), o.optimizer, (double)md.optimizer.lr, o.lr_schedule, o.batch, o.precision);
     if (md.precision != MIRROR_PRECISION_FP32)
         say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
     if (md.deterministic) say(", deterministic (chunks of %zu samples)", md.chunk);
@@ -249,7 +251,7 @@ int main(int argc, char **argv)
     fd.trace = o.trace;
     fd.phases = o.phases;
     fd.augment_flip = o.augment;
-    fd.augment_crop_pad = o.augment ? (train.height + 7) / 8 : 0; /* 28x28: 4 pixels, 32x32: 4 */
+    fd.augment_crop_pad = o.augment ? o.crop_pad : 0;
     fd.on_epoch = on_epoch;
     fd.user = &sums;
     fd.checkpoint = o.save;

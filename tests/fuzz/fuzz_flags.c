@@ -35,6 +35,7 @@ static void check_accepted(const options *o)
     ok &= o->phases == 0 || o->phases == 1;
     ok &= (o->deterministic == 0 || o->deterministic == 1) && o->md.deterministic == o->deterministic;
     ok &= o->md.chunk == o->chunk && (!o->chunk || o->deterministic);
+    ok &= o->crop_pad <= 64 && o->lr_schedule;
     ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
           (!o->devices || o->devices[0]);
     if (!ok) abort();
