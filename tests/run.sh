@@ -120,7 +120,8 @@ if [ -x "$BUILD/train" ]; then
         "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16" "--data ''" \
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
-        "--accumulate 2000000" "--dropout 1" "--dropout -0.5"; do
+        "--accumulate 2000000" "--dropout 1" "--dropout -0.5" "--crop-pad 2" "--crop-pad 65 --augment" \
+        "--chunk 8" "--chunk 0 --deterministic"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
