@@ -5932,25 +5932,26 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
 static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_state *st)
 {
     char msg[256];
-    size_t i, r, j, found_layer = m->nlayers, found_rep = 0;
+    size_t i, r, q, j, found_layer = m->nlayers, found_rep = 0;
     float *host = (float *)mirror__alloc(m->nparams, sizeof(float));
     if (!host) {
         mirror__log(MIRROR_LOG_NOTICE, "a step was skipped; no memory to find the non-finite layer");
         return;
     }
-    for (r = 0; r < m->s->replicas; r++) {
-        m->be->download(m->rep[r].dev, host, m->rep[r].grads, m->nparams * sizeof(float));
-        for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
-            const mirror__layer *l = &m->layers[i];
-            for (j = 0; j < l->n_w + l->n_b; j++)
-                if (!mirror_hd_finite(mirror_hd_round(host[l->w_off + j], m->format))) break;
-            if (j < l->n_w + l->n_b) {
-                found_layer = i;
-                found_rep = r;
-                break;
+    for (r = 0; r < m->s->replicas; r++) /* the replica's own gradient: in deterministic mode, its chunks' */
+        for (q = 0; q < mirror__nchunks(m, &m->rep[r]); q++) {
+            m->be->download(m->rep[r].dev, host, mirror__chunk_grads(m, &m->rep[r], q), m->nparams * sizeof(float));
+            for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
+                const mirror__layer *l = &m->layers[i];
+                for (j = 0; j < l->n_w + l->n_b; j++)
+                    if (!mirror_hd_finite(mirror_hd_round(host[l->w_off + j], m->format))) break;
+                if (j < l->n_w + l->n_b) {
+                    found_layer = i;
+                    found_rep = r;
+                    break;
+                }
             }
         }
-    }
     MIRROR_FREE(host);
     if (found_layer < m->nlayers)
         snprintf(msg, sizeof msg,

@@ -128,6 +128,10 @@ if [ -x "$BUILD/train" ]; then
     done
     check "build/train --precision fp16: the loss scale on the final: line" sh -c \
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0\$'"
+    for d in "" "--deterministic"; do
+        check "build/train --report-nonfinite 1 $d: an overflowing step names its layer and replica" sh -c \
+            "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --precision fp16 --loss-scale 1e30 --max-skips 2 --report-nonfinite 1 $d 2>&1 >/dev/null | grep -q 'step 1 skipped: the gradient of layer 5 (dense) on replica 0 is not finite'"
+    done
     check "build/train: a scale that always overflows stops the run with its reason" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --precision fp16 --loss-scale 1e9 --max-skips 4 2>'$tmp/skips.err' >/dev/null; test \$? -eq 1 && grep -q 'steps were skipped' '$tmp/skips.err'"
     check "build/train: a diverging fp32 run stops at its first non-finite step and keeps the last good checkpoint" sh -c \
