@@ -64,8 +64,8 @@ NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
 CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
-            -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart -lcublas \
-            $(if $(HAVE_NCCL),-lnccl) -lstdc++
+            -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart_static -lcublas \
+            $(if $(HAVE_NCCL),-lnccl) -lstdc++ -ldl -lrt -lpthread
 
 # MPI (build/train_mpi and the tests in tests/mpi), found by compiling a
 # probe with mpicc. Plain builds only: the sanitizers do not see into MPI.

@@ -442,7 +442,7 @@ extern "C" {
     X(MIRROR_ERR_NOT_FINITE, -31, "loss or gradients not finite")            \
     X(MIRROR_ERR_REPLICAS, -32, "replicas hold different parameters")        \
     X(MIRROR_ERR_PEER, -40, "another process failed")                        \
-    X(MIRROR_ERR_TIMEOUT, -41, "another process did not answer in time")
+    X(MIRROR_ERR_TIMEOUT, -41, "another process, or the work queued on a GPU, did not finish in time")
 
 typedef enum mirror_result {
 #define MIRROR__ENUM(name, value, text) name = value,
@@ -498,8 +498,10 @@ typedef struct mirror_strategy_desc {
        process alone. devices and num_replicas count this process's
        replicas. Ignored without MIRROR_MPI. */
     const void *mpi_comm;
-    /* Seconds a process waits for the others in a cross-process operation
-       before it fails with MIRROR_ERR_TIMEOUT; 0: $MIRROR_TIMEOUT, else 300. */
+    /* Seconds a process waits for the others in a cross-process operation,
+       or for the work queued on a GPU (an NCCL all-reduce included),
+       before it fails with MIRROR_ERR_TIMEOUT; 0: $MIRROR_TIMEOUT, else
+       300. */
     double timeout;
 } mirror_strategy_desc;
 
@@ -1759,6 +1761,24 @@ static double mirror__now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Waiting with a deadline, for what cannot block safely (another process's
+   message, a GPU's queued work): calls poll(ctx) until it says 1 (done) or
+   -1 (failed), and returns that, or 0 once timeout seconds have passed. A
+   short wait spins; a long one naps between polls, leaving the cores.
+   (static inline: builds with neither MPI nor CUDA do not call it.) */
+static inline int mirror__poll(int (*poll)(void *ctx), void *ctx, double timeout)
+{
+    double deadline = mirror__now() + timeout;
+    struct timespec nap = {0, 20000};
+    long polls = 0;
+    int got;
+    while ((got = poll(ctx)) == 0) {
+        if (++polls > 20000) nanosleep(&nap, NULL);
+        if (polls % 64 == 0 && mirror__now() > deadline) return 0;
+    }
+    return got;
 }
 
 // >>random ------------------------------------------------------------------
@@ -3030,9 +3050,9 @@ struct mirror_strategy {
        its replicas are global replicas [first, first + replicas) of
        `world`. One process: 0, 1, 0, replicas. */
     size_t rank, processes, first, world;
+    double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
 #ifdef MIRROR_MPI
     MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
-    double timeout;    /* seconds to wait for the other processes */
     int broken;        /* a cross-process operation failed: every later one fails at once */
     size_t *counts;    /* every process's replica count */
     float *fold;       /* the partial sums that travel from rank to rank, and the status word */
@@ -3217,6 +3237,21 @@ static void mirror__leave(mirror_strategy *s)
     mirror__leave(s_);                                                                                 \
     return rc_
 
+/* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. */
+static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirror_error *err)
+{
+    const char *env = getenv("MIRROR_TIMEOUT");
+    char *end = NULL;
+    *timeout = d->timeout;
+    if (!(*timeout > 0) && env && *env) {
+        *timeout = strtod(env, &end);
+        if (*end || !(*timeout > 0))
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds", env);
+    }
+    if (!(*timeout > 0)) *timeout = 300.0;
+    return MIRROR_OK;
+}
+
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_strategy **out,
                                       mirror_error *err)
 {
@@ -3238,6 +3273,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     s = (mirror_strategy *)mirror__zalloc(1, sizeof *s);
     if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
     if ((rc = mirror__reducer_kind(d.reducer, &s->reducer_kind, err)) != MIRROR_OK) goto fail;
+    if ((rc = mirror__timeout(&d, &s->timeout, err)) != MIRROR_OK) goto fail;
 #ifdef MIRROR_CUDA
     /* GPUs when asked for, or by default when there are any. Without a
        device list, CPU replicas take over only where there is no GPU at
@@ -3568,30 +3604,26 @@ static size_t mirror__mpi_owner(const mirror_strategy *s, size_t g)
     return p;
 }
 
+static int mirror__mpi_test(void *req)
+{
+    int done = 0;
+    if (MPI_Test((MPI_Request *)req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
+    return done;
+}
+
 /* Waits for req until the deadline. A failed or late operation breaks the
    strategy (see above). */
 static int mirror__mpi_wait(mirror_strategy *s, MPI_Request *req, const char *what, mirror_error *err)
 {
-    double deadline = mirror__now() + s->timeout;
-    struct timespec nap = {0, 20000};
-    long polls = 0;
-    int done = 0;
-    for (;;) {
-        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            s->broken = mirror__mpi_broken = 1;
-            return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
-        }
-        if (done) return MIRROR_OK;
-        if (++polls > 20000) nanosleep(&nap, NULL); /* a short wait spins, a long one leaves the cores */
-        if (polls % 64 == 0 && mirror__now() > deadline) {
-            s->broken = mirror__mpi_broken = 1;
-            return mirror__error(err, MIRROR_ERR_TIMEOUT,
-                                 "%s: rank %zu of %zu waited %g s for the other processes: one of them failed, died "
-                                 "or hangs (the timeout is the strategy desc's timeout or $MIRROR_TIMEOUT); "
-                                 "this strategy can reach them no more: exit, and mpirun ends the job",
-                                 what, s->rank, s->processes, s->timeout);
-        }
-    }
+    int got = mirror__poll(mirror__mpi_test, req, s->timeout);
+    if (got > 0) return MIRROR_OK;
+    s->broken = mirror__mpi_broken = 1;
+    if (got < 0) return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
+    return mirror__error(err, MIRROR_ERR_TIMEOUT,
+                         "%s: rank %zu of %zu waited %g s for the other processes: one of them failed, died "
+                         "or hangs (the timeout is the strategy desc's timeout or $MIRROR_TIMEOUT); "
+                         "this strategy can reach them no more: exit, and mpirun ends the job",
+                         what, s->rank, s->processes, s->timeout);
 }
 
 /* Starts an operation (rc, an MPI result) and waits for it. */
@@ -3799,18 +3831,10 @@ static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, 
     MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD;
     MPI_Request req;
     unsigned long long mine = s->replicas, *all;
-    const char *env = getenv("MIRROR_TIMEOUT");
-    char *end = NULL, range[64];
+    char range[64];
     int ready = 0, provided = 0, rank = 0, size = 0, rc;
     size_t p;
     s->comm = MPI_COMM_NULL;
-    s->timeout = d->timeout;
-    if (!(s->timeout > 0) && env && *env) {
-        s->timeout = strtod(env, &end);
-        if (*end || !(s->timeout > 0))
-            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds", env);
-    }
-    if (!(s->timeout > 0)) s->timeout = 300.0;
     MPI_Initialized(&ready);
     if (!ready) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)

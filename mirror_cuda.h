@@ -13,12 +13,23 @@
 
           nvcc -O3 -arch=sm_90 -c mirror_cuda.cu -o mirror_cuda.o
           cc -O3 -std=c99 app.c mirror_cuda.o -o app -L$CUDA_PATH/lib64 \
-             -lcudart -lcublas -lnccl -lstdc++ -lm -lpthread
+             -lcudart_static -lcublas -lnccl -lstdc++ -lm -ldl -lrt -lpthread
 
       Every other file includes mirror.h alone, from C, without
       MIRROR_IMPLEMENTATION: the same API, now with GPU replicas. Define
       MIRROR_NO_NCCL to build without NCCL (the copy reducer then does all
       reductions).
+
+      What the program needs where it runs: the CUDA runtime is linked in
+      (libcudart_static, as the Makefile does); it finds the driver
+      (libcuda.so.1) when the program starts using it, so on a machine
+      with no driver or no GPU the program starts and trains on CPU
+      replicas (see DEVICES). cuBLAS (libcublas.so.13, libcublasLt.so.13)
+      and NCCL (libnccl.so.2) are shared libraries the program cannot
+      start without: install them (the CUDA toolkit or its redistributable
+      packages), or find them through the rpath the Makefile sets or
+      LD_LIBRARY_PATH. For a program that must also start where they are
+      missing, ship the CPU build (mirror.h alone) beside the CUDA one.
 
    DEVICES
 
@@ -106,9 +117,12 @@ extern "C" {
 
 // >>cuda errors -------------------------------------------------------------
 
+struct mirror__gpu;
+
 /* A replica's device context: its GPU, its stream (the strategy's), its
    cuBLAS handle, and the first failure since the last status() call. */
 typedef struct mirror__cuda_dev {
+    struct mirror__gpu *gpu; /* the strategy's: communicators, timeout */
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -576,7 +590,114 @@ typedef struct mirror__gpu {
 #endif
     unsigned char *stage; /* the copy reducer's staging on the first GPU, for other GPUs' buffers */
     size_t stage_bytes;
+    double timeout;         /* the strategy's: seconds a wait on a stream may take */
+    pthread_mutex_t lock;   /* guards comm against an abort while another thread polls it */
+    int locked;             /* lock was initialised */
+    int aborted;            /* NCCL failed or hung: every communicator aborted */
+    char why[200];          /* what made it abort */
 } mirror__gpu;
+
+/* ---- Waiting without hanging ----
+   The host waits for a replica's stream (a download, freeing memory) by
+   polling it with the strategy's timeout. NCCL reports a failed collective
+   asynchronously (ncclCommGetAsyncError) and a collective whose peer failed
+   never ends: a wait that sees such an error, or runs past the timeout,
+   aborts every communicator of the strategy (ncclCommAbort), which ends
+   the collectives in flight. The strategy's NCCL reductions fail from then
+   on; the copy reducer and every other call work as before. */
+
+/* Aborts every communicator once, noting why; returns why. */
+static const char *mirror__nccl_abort(mirror__gpu *g, const char *why)
+{
+    pthread_mutex_lock(&g->lock);
+    if (!g->aborted) {
+        g->aborted = 1;
+        snprintf(g->why, sizeof g->why, "%s", why);
+#ifndef MIRROR_NO_NCCL
+        for (size_t r = 0; g->comm && r < g->replicas; r++)
+            if (g->comm[r]) {
+                ncclCommAbort(g->comm[r]);
+                g->comm[r] = NULL;
+            }
+#endif
+    }
+    pthread_mutex_unlock(&g->lock);
+    return g->why;
+}
+
+/* The first asynchronous NCCL error of the strategy's communicators, into
+   why; 0 when there is none. */
+static int mirror__nccl_failed(mirror__gpu *g, char *why, size_t size)
+{
+    int failed = 0;
+#ifndef MIRROR_NO_NCCL
+    pthread_mutex_lock(&g->lock);
+    for (size_t r = 0; g->comm && r < g->replicas && !failed; r++) {
+        ncclResult_t async = ncclSuccess;
+        if (!g->comm[r] || ncclCommGetAsyncError(g->comm[r], &async) != ncclSuccess) continue;
+        if (async != ncclSuccess && async != ncclInProgress) {
+            snprintf(why, size, "NCCL failed on GPU %d: %s", g->device[r], ncclGetErrorString(async));
+            failed = 1;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+#else
+    (void)g, (void)why, (void)size;
+#endif
+    return failed;
+}
+
+typedef struct mirror__cuda_waiting {
+    mirror__gpu *g;
+    cudaStream_t stream;
+    cudaEvent_t event; /* NULL: the whole stream */
+    cudaError_t e;     /* the runtime's answer to the last query */
+    long polls;
+    char why[200];     /* NCCL's failure */
+} mirror__cuda_waiting;
+
+/* mirror__poll's question: done (1), not yet (0), or failed (-1). */
+static int mirror__cuda_poll(void *ctx)
+{
+    mirror__cuda_waiting *w = (mirror__cuda_waiting *)ctx;
+    w->e = w->event ? cudaEventQuery(w->event) : cudaStreamQuery(w->stream);
+    if (w->e == cudaSuccess) return 1;
+    if (w->e != cudaErrorNotReady) return -1;
+    /* NCCL's flags every 256th poll: cheap, but under the lock */
+    return ++w->polls % 256 == 0 && w->g->nccl && mirror__nccl_failed(w->g, w->why, sizeof w->why) ? -1 : 0;
+}
+
+/* Waits for the work queued on stream (up to event, when not NULL); on
+   failure aborts NCCL where it is to blame, and returns the code with the
+   reason in why. */
+static int mirror__gpu_wait(mirror__gpu *g, cudaStream_t stream, cudaEvent_t event, char *why, size_t size)
+{
+    mirror__cuda_waiting w;
+    int got;
+    memset(&w, 0, sizeof w);
+    w.g = g, w.stream = stream, w.event = event;
+    got = mirror__poll(mirror__cuda_poll, &w, g->timeout);
+    if (got > 0) return MIRROR_OK;
+    if (got < 0 && w.e != cudaErrorNotReady) { /* the runtime's own error: a kernel failed */
+        (void)cudaGetLastError();
+        snprintf(why, size, "%s", cudaGetErrorString(w.e));
+        return w.e == cudaErrorMemoryAllocation ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_DEVICE;
+    }
+    if (got == 0)
+        snprintf(w.why, sizeof w.why, "the GPU's work did not finish in %g s (the strategy's timeout or "
+                 "$MIRROR_TIMEOUT)%s", g->timeout, g->nccl ? "; NCCL aborted" : "");
+    snprintf(why, size, "%s", g->nccl ? mirror__nccl_abort(g, w.why) : w.why);
+    return got == 0 ? MIRROR_ERR_TIMEOUT : MIRROR_ERR_DEVICE;
+}
+
+/* The same for a replica: the failure recorded as `what`'s. */
+static int mirror__cuda_wait(mirror__cuda_dev *d, cudaEvent_t event, const char *what)
+{
+    char why[200];
+    int code = mirror__gpu_wait(d->gpu, d->stream, event, why, sizeof why);
+    if (code) mirror__cuda_record(d, code, what, why);
+    return code == MIRROR_OK;
+}
 
 static mirror__cuda_dev *mirror__cuda_enter(void *dev)
 {
@@ -587,12 +708,13 @@ static mirror__cuda_dev *mirror__cuda_enter(void *dev)
 
 static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
 {
-    const mirror__gpu *g = (const mirror__gpu *)s->gpu;
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
     mirror__cuda_dev *d = (mirror__cuda_dev *)mirror__zalloc(1, sizeof *d);
     if (!d) {
         mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: out of memory", r);
         return NULL;
     }
+    d->gpu = g;
     d->device = g->device[r];
     d->stream = g->stream[r];
     *workspace_bytes = 0;
@@ -608,12 +730,20 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     return d;
 }
 
+/* A failure that no later call will report (the model is going away) is
+   logged as a notice, not lost. */
 static void mirror__cuda_close(void *dev)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    cudaStreamSynchronize(d->stream);
-    cublasDestroy(d->blas);
-    cudaEventDestroy(d->uploaded);
+    if (mirror__cuda_wait(d, NULL, "waiting before freeing the replica")) {
+        mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
+        mirror__cuda_ok(d, cudaEventDestroy(d->uploaded), "cudaEventDestroy");
+    }
+    if (d->code) {
+        char notice[300];
+        snprintf(notice, sizeof notice, "while freeing a model: %s", d->message);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
     MIRROR_FREE(d);
 }
 
@@ -642,12 +772,12 @@ static void *mirror__cuda_alloc(void *dev, size_t bytes)
     return p;
 }
 
+/* Frees p once the stream no longer uses it; after a failed wait p is
+   left allocated (the work in flight may still use it). */
 static void mirror__cuda_release(void *dev, void *p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!p) return;
-    cudaStreamSynchronize(d->stream);
-    cudaFree(p);
+    if (p && mirror__cuda_wait(d, NULL, "waiting before cudaFree")) mirror__cuda_ok(d, cudaFree(p), "cudaFree");
 }
 
 static void *mirror__cuda_host_alloc(void *dev, size_t bytes)
@@ -663,15 +793,13 @@ static void *mirror__cuda_host_alloc(void *dev, size_t bytes)
 static void mirror__cuda_host_release(void *dev, void *p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!p) return;
-    cudaStreamSynchronize(d->stream);
-    cudaFreeHost(p);
+    if (p && mirror__cuda_wait(d, NULL, "waiting before cudaFreeHost"))
+        mirror__cuda_ok(d, cudaFreeHost(p), "cudaFreeHost");
 }
 
 static void mirror__cuda_host_wait(void *dev)
 {
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__cuda_ok(d, cudaEventSynchronize(d->uploaded), "cudaEventSynchronize");
+    mirror__cuda_wait(mirror__cuda_enter(dev), ((mirror__cuda_dev *)dev)->uploaded, "waiting for an upload");
 }
 
 static void mirror__cuda_zero(void *dev, void *p, size_t bytes)
@@ -693,7 +821,7 @@ static void mirror__cuda_download(void *dev, void *host, const void *src, size_t
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!bytes) return;
     if (mirror__cuda_ok(d, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, d->stream), "cudaMemcpyAsync"))
-        mirror__cuda_ok(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+        mirror__cuda_wait(d, NULL, "waiting for a download");
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
@@ -1107,6 +1235,21 @@ static int mirror__nccl_ok(ncclResult_t e, const char *what, mirror_error *err)
     return 0;
 }
 
+/* After an abort (see mirror__nccl_abort) NCCL is gone for this strategy. */
+static int mirror__nccl_usable(mirror__gpu *g, mirror_error *err)
+{
+    int aborted;
+    pthread_mutex_lock(&g->lock);
+    aborted = g->aborted;
+    pthread_mutex_unlock(&g->lock);
+    if (!aborted) return 1;
+    mirror__error(err, MIRROR_ERR_DEVICE,
+                  "NCCL was aborted after an earlier failure (%s): this strategy all-reduces no more; destroy it "
+                  "and create another",
+                  g->why);
+    return 0;
+}
+
 /* One NCCL call per replica, on its stream, inside a group: after the work
    already queued on every stream, before the work queued next. */
 static int mirror__nccl_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
@@ -1114,6 +1257,7 @@ static int mirror__nccl_sum(mirror_strategy *s, void *const *bufs, size_t n, ncc
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     size_t r;
     int ok;
+    if (!mirror__nccl_usable(g, err)) return MIRROR_ERR_DEVICE;
     if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return err ? err->code : MIRROR_ERR_DEVICE;
     for (r = 0, ok = 1; r < g->replicas && ok; r++)
         ok = mirror__nccl_ok(ncclAllReduce(bufs[r], bufs[r], n, type, ncclSum, g->comm[r], g->stream[r]),
@@ -1139,6 +1283,7 @@ static int mirror__nccl_broadcast(mirror_strategy *s, float *const *bufs, size_t
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     size_t r;
     int ok;
+    if (!mirror__nccl_usable(g, err)) return MIRROR_ERR_DEVICE;
     if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return MIRROR_ERR_DEVICE;
     for (r = 0, ok = 1; r < g->replicas && ok; r++)
         ok = mirror__nccl_ok(ncclBroadcast(bufs[r], bufs[r], n, ncclFloat, (int)root, g->comm[r], g->stream[r]),
@@ -1261,23 +1406,32 @@ static void mirror__cuda_teardown(mirror_strategy *s)
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     size_t r;
+    char why[200];
     if (!g) return;
-    for (r = 0; g->stream && r < g->replicas; r++) /* nothing left in flight */
-        if (g->stream[r] && cudaSetDevice(g->device[r]) == cudaSuccess) cudaStreamSynchronize(g->stream[r]);
+    for (r = 0; g->stream && r < g->replicas; r++) /* nothing left in flight (a hung NCCL aborted) */
+        if (g->stream[r] && cudaSetDevice(g->device[r]) == cudaSuccess &&
+            mirror__gpu_wait(g, g->stream[r], NULL, why, sizeof why) != MIRROR_OK) {
+            char notice[300];
+            snprintf(notice, sizeof notice, "while freeing the strategy, GPU %d: %s", g->device[r], why);
+            mirror__log(MIRROR_LOG_NOTICE, notice);
+        }
 #ifndef MIRROR_NO_NCCL
-    for (r = 0; g->comm && r < g->replicas; r++)
+    for (r = 0; g->comm && r < g->replicas; r++) /* those an abort left */
         if (g->comm[r]) ncclCommDestroy(g->comm[r]);
     MIRROR_FREE(g->comm);
 #endif
+    if (g->locked) pthread_mutex_destroy(&g->lock);
     for (r = 0; g->stream && r < g->replicas; r++) {
         cudaSetDevice(g->device[r]);
         if (g->stream[r]) cudaStreamDestroy(g->stream[r]);
         if (g->ready && g->ready[r]) cudaEventDestroy(g->ready[r]);
         if (g->done && g->done[r]) cudaEventDestroy(g->done[r]);
     }
-    if (g->stage) {
-        cudaSetDevice(g->device[0]);
-        cudaFree(g->stage);
+    if (g->stage && (cudaSetDevice(g->device[0]) != cudaSuccess || cudaFree(g->stage) != cudaSuccess)) {
+        char notice[300];
+        snprintf(notice, sizeof notice, "while freeing the strategy: cudaFree (copy reducer staging): %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        mirror__log(MIRROR_LOG_NOTICE, notice);
     }
     (void)cudaGetLastError();
     MIRROR_FREE(g->device);
@@ -1407,6 +1561,12 @@ static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t co
     s->gpu = g;
     g->replicas = count;
     g->device = ids;
+    g->timeout = s->timeout;
+    if (pthread_mutex_init(&g->lock, NULL) != 0) {
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: no lock");
+        goto fail;
+    }
+    g->locked = 1;
     g->stream = (cudaStream_t *)mirror__zalloc(count, sizeof(cudaStream_t));
     g->ready = (cudaEvent_t *)mirror__zalloc(count, sizeof(cudaEvent_t));
     g->done = (cudaEvent_t *)mirror__zalloc(count, sizeof(cudaEvent_t));
@@ -1450,6 +1610,8 @@ static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t co
             goto fail;
         }
         if (!mirror__nccl_ok(ncclCommInitAll(g->comm, (int)count, ids), "ncclCommInitAll", err)) {
+            for (r = 0; r < count; r++) /* a communicator whose init failed is aborted, not destroyed */
+                if (g->comm[r]) ncclCommAbort(g->comm[r]), g->comm[r] = NULL;
             if (s->reducer_kind == MIRROR_REDUCER_NCCL || count > MIRROR__COPY_MAX) { /* asked for: the reason */
                 rc = MIRROR_ERR_DEVICE;
                 goto fail;

@@ -207,6 +207,15 @@ if [ -x "$BUILD/train_cuda" ]; then
         check "build/train_cuda --devices cuda:0 without a GPU: exit 1 and the runtime's reason" sh -c \
             "$BUILD/train_cuda --devices cuda:0 --synthetic 100 >/dev/null 2>'$tmp/dev.err'; test \$? -eq 1 && grep -q 'cudaGetDeviceCount: ' '$tmp/dev.err'"
     fi
+    # Every GPU hidden (on a machine with one, too): CPU replicas and the notice.
+    check "CUDA_VISIBLE_DEVICES= build/train_cuda: the no-GPU notice, CPU replicas, a final: line" sh -c \
+        "CUDA_VISIBLE_DEVICES= $BUILD/train_cuda --model mlp --epochs 1 --synthetic 500 --replicas 2 >'$tmp/hidden.out' 2>'$tmp/hidden.err'; grep -q '^mirror: no GPU found: training on 2 CPU replicas' '$tmp/hidden.err' && grep -q '^strategy: 2 CPU replicas' '$tmp/hidden.out' && grep -q '^final:' '$tmp/hidden.out'"
+    # The CUDA runtime is linked in, so a machine without it starts the
+    # program (and falls back); cuBLAS and NCCL are shared (mirror_cuda.h, BUILDING).
+    if command -v ldd >/dev/null 2>&1; then
+        check "build/train_cuda links the CUDA runtime statically (no libcudart.so)" sh -c \
+            "ldd '$BUILD/train_cuda' >'$tmp/ldd.out' 2>&1 && ! grep -q 'libcudart' '$tmp/ldd.out'"
+    fi
 fi
 
 # Several processes (MIRROR_MPI; make builds them where mpicc and mpirun

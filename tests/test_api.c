@@ -1303,6 +1303,54 @@ static void test_destroy_order(void)
     mirror_model_destroy(b2); /* releases the strategy; the final count of live allocations checks it */
 }
 
+/* The deadline wait behind the MPI and GPU waits: a poll that answers
+   after some calls, and one that never does. */
+typedef struct poll_script {
+    int calls, answer_at, answer;
+} poll_script;
+
+static int scripted_poll(void *ctx)
+{
+    poll_script *p = (poll_script *)ctx;
+    return ++p->calls >= p->answer_at ? p->answer : 0;
+}
+
+static void test_timeout(void)
+{
+    poll_script done = {0, 5, 1}, failed = {0, 3, -1}, never = {0, INT_MAX, 1};
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    mirror_error err = {0, ""};
+    double t0 = mirror__now(), waited;
+    int got = mirror__poll(scripted_poll, &done, 10.0);
+    CHECK(got == 1 && done.calls == 5, "a poll done at the 5th call: 1 after 5 calls (%d after %d)", got, done.calls);
+    got = mirror__poll(scripted_poll, &failed, 10.0);
+    CHECK(got == -1 && failed.calls == 3, "a poll failing at the 3rd call: -1 after 3 calls (%d after %d)", got,
+          failed.calls);
+    t0 = mirror__now();
+    got = mirror__poll(scripted_poll, &never, 0.05);
+    waited = mirror__now() - t0;
+    CHECK(got == 0 && waited >= 0.05 && waited < 5.0, "a poll never done: 0 after the 0.05 s deadline (%d after %.3f s)",
+          got, waited);
+
+    memset(&d, 0, sizeof d);
+    d.devices = "cpu:1";
+    unsetenv("MIRROR_TIMEOUT");
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK && s->timeout == 300.0, "the default timeout: 300 s");
+    mirror_strategy_destroy(s), s = NULL;
+    setenv("MIRROR_TIMEOUT", "2.5", 1);
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK && s->timeout == 2.5, "MIRROR_TIMEOUT=2.5: 2.5 s");
+    mirror_strategy_destroy(s), s = NULL;
+    d.timeout = 7.0;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK && s->timeout == 7.0, "the desc's 7 s over the environment");
+    mirror_strategy_destroy(s), s = NULL;
+    d.timeout = 0.0;
+    setenv("MIRROR_TIMEOUT", "soon", 1);
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && s == NULL && strstr(err.message, "soon"),
+          "MIRROR_TIMEOUT=soon: an argument error naming it (%s)", err.message);
+    unsetenv("MIRROR_TIMEOUT");
+}
+
 int main(void)
 {
     mirror_strategy *s3;
@@ -1313,6 +1361,7 @@ int main(void)
 
     test_strategy();
     test_reducer();
+    test_timeout();
     s3 = strategy("cpu:3", 0);
     CHECK(s3 != NULL, "a strategy of 3 replicas");
     if (!s3) return check_done("test_api");

@@ -5,6 +5,12 @@
    narrow, widen, check, the fused updates and the scaler against the CPU;
    the copy reducer's 16-bit and float all-reduce against the CPU reducer;
    fp16 and bf16 training against CPU replicas, with an overflowing input.
+   Exact GEMMs (fp32 that TF32 would fail, tensor cores that an fp16
+   accumulator would fail); kernels over 65,535 blocks and over 2^31
+   elements; evaluate, predict, checkpoints across backends and MSE on the
+   GPU; a wait past the timeout. With two GPUs or more: NCCL and the copy
+   reducer across GPUs in fp32, fp16 and bf16, training on every GPU, fp16's
+   skip decision through NCCL, and the caller's current GPU.
 
    Tolerances, and why:
    - data movement and comparisons (relu, im2col, maxpool, the copy
@@ -20,7 +26,12 @@
    - softmax cross-entropy: 1e-5 relative (the device's expf and logf are
      within 2 ulp, not correctly rounded);
    - sums in another order (cuBLAS GEMM, bias gradient): 1e-5 times the
-     sum of the magnitudes added;
+     sum of the magnitudes added; GEMMs on values whose sums fp32 holds
+     exactly in any order: bitwise;
+   - NCCL across GPUs: R roundings (fp32, or the 16-bit format's at every
+     hop) of the sum of the R magnitudes; every replica the same bits;
+   - evaluation, prediction and MSE training against the CPU: 1e-4
+     relative;
    - mixed-precision training: step losses within 2e-2 relative (GEMMs
      that add in another order move an activation now and then to the
      neighbouring 16-bit value); the scaler's decisions bitwise. */
@@ -32,6 +43,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static uint64_t rng = 12345;
 
@@ -261,6 +274,94 @@ static void test_gemm(void)
                 G->release(gdev, da), G->release(gdev, db), G->release(gdev, dc);
             }
     free(ws);
+}
+
+/* GEMMs on values whose products and sums fp32 holds exactly, in any order,
+   so that a GEMM computing in fp32 gives the exact result bit for bit: the
+   tolerance of test_gemm cannot tell TF32 (inputs rounded to 11
+   significant bits) from fp32, this can. fp32: a has 12 significant bits
+   (m / 2^11, m in 2048..4095, either sign), which TF32 rounds; b is an
+   integer in -3..3; with k <= 1024 every partial sum stays below 2^13 at a
+   granularity of 2^-11: 24 bits. 16-bit GEMMs (tensor cores): integers
+   that fp16 (|v| <= 31) or bf16 (|v| <= 15) hold exactly, whose sums of
+   products pass 2048 by far, where an fp16 accumulator would round. */
+static float exact_operand(int format, int left)
+{
+    uint64_t r = mirror__next(&rng);
+    int half = format == MIRROR_PRECISION_FP16 ? 31 : 15;
+    if (format != MIRROR_PRECISION_FP32) return (float)((int)((r >> 40) % (uint64_t)(2 * half + 1)) - half);
+    if (!left) return (float)((int)((r >> 40) % 7) - 3);
+    return (float)(2048 + (r >> 40) % 2048) / 2048.0f * ((r & 1) ? -1.0f : 1.0f);
+}
+
+static void test_gemm_exact(void)
+{
+    static const size_t sizes[][3] = {{64, 256, 784}, {7, 33, 130}, {130, 7, 1024}};
+    static const int kinds[3] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16, MIRROR_PRECISION_BF16};
+    size_t s, f, i, j, l;
+    int ta, tb;
+    for (f = 0; f < 3; f++)
+        for (s = 0; s < sizeof sizes / sizeof *sizes; s++)
+            for (ta = 0; ta < 2; ta++)
+                for (tb = 0; tb < 2; tb++) {
+                    size_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], bad = 0;
+                    float *a = (float *)malloc(m * k * 4), *b = (float *)malloc(k * n * 4);
+                    float *want = (float *)malloc(m * n * 4), *c = (float *)malloc(m * n * 4), *got;
+                    float *da, *db, *dc;
+                    for (i = 0; i < m * k; i++) a[i] = exact_operand(kinds[f], 1);
+                    for (i = 0; i < k * n; i++) b[i] = exact_operand(kinds[f], 0);
+                    for (i = 0; i < m * n; i++) c[i] = NAN; /* beta 0: never read */
+                    for (i = 0; i < m; i++)
+                        for (j = 0; j < n; j++) {
+                            double sum = 0.0;
+                            for (l = 0; l < k; l++)
+                                sum += (double)(ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+                            want[i * n + j] = (float)sum;
+                        }
+                    da = to_gpu(a, m * k), db = to_gpu(b, k * n), dc = to_gpu(c, m * n);
+                    G->set_precision(gdev, kinds[f]);
+                    G->gemm(gdev, ta, tb, m, n, k, 1.0f, da, ta ? m : k, db, tb ? k : n, 0.0f, dc, n);
+                    G->set_precision(gdev, MIRROR_PRECISION_FP32);
+                    got = from_gpu(dc, m * n);
+                    for (i = 0; i < m * n; i++) bad += got[i] != want[i];
+                    CHECK(bad == 0, "%s GEMM %zux%zux%zu ta=%d tb=%d on exactly summable values: the exact result "
+                          "bit for bit (%zu elements off; TF32 or a 16-bit accumulator would be)",
+                          mirror_precision_name((mirror_precision)kinds[f]), m, n, k, ta, tb, bad);
+                    free(a), free(b), free(want), free(c), free(got);
+                    G->release(gdev, da), G->release(gdev, db), G->release(gdev, dc);
+                }
+}
+
+/* Kernels over more than 65,535 blocks of threads (the grid-stride loops
+   reach the end), and over more than 2^31 elements (indices are size_t
+   all the way), where the GPU has the memory. */
+static void test_large_shapes(void)
+{
+    size_t n = (size_t)65535 * MIRROR__THREADS * 3 + 17, big = ((size_t)1 << 31) + 4099, i, j, bad = 0;
+    float *x = random_floats(n, 1.0f), *want = (float *)malloc(n * 4), *dx = to_gpu(x, n), *got;
+    float *bx = NULL, *by = NULL, *edge = (float *)malloc(2 * 4096 * 4);
+    const size_t at[2] = {((size_t)1 << 31) - 2048, big - 4096};
+    C->relu_forward(cdev, want, x, n);
+    G->relu_forward(gdev, dx, dx, n);
+    got = from_gpu(dx, n);
+    CHECK(same_bits(got, want, n), "relu over %zu floats (%zu blocks' worth): bitwise the CPU's", n,
+          n / MIRROR__THREADS);
+    free(x), free(want), free(got);
+    G->release(gdev, dx);
+    if (cudaMalloc((void **)&bx, big * 4) != cudaSuccess || cudaMalloc((void **)&by, big * 4) != cudaSuccess) {
+        (void)cudaGetLastError();
+        printf("2^31 + 4099 elements: %.1f GB of GPU memory not free, skipped\n", 2.0 * (double)big * 4 / 1e9);
+    } else {
+        cudaMemset(bx, 0x3f, big * 4); /* every float 0x3f3f3f3f, positive */
+        cudaMemset(by, 0xff, big * 4); /* NaN where relu does not write */
+        cudaDeviceSynchronize();
+        G->relu_forward(gdev, by, bx, big);
+        for (j = 0; j < 2; j++) G->download(gdev, edge + j * 4096, by + at[j], 4096 * 4);
+        for (i = 0; i < 2 * 4096; i++) bad += mirror_hd_bits(edge[i]) != 0x3f3f3f3fu;
+        CHECK(bad == 0, "relu over 2^31 + 4099 floats: written around 2^31 and up to the last (%zu wrong)", bad);
+    }
+    cudaFree(bx), cudaFree(by);
+    free(edge);
 }
 
 static void test_conv_ops(void)
@@ -665,24 +766,29 @@ static mirror_strategy *strategy(const char *devices, mirror_reducer reducer)
     return s;
 }
 
-/* Parameters after `steps` steps of batch 40 (the last of an epoch of 150 is 30). */
-static float *train(mirror_strategy *s, mirror_optimizer_kind opt, int steps, size_t *n)
+/* `steps` steps of batch 40 (the last of an epoch of 150 is 30). */
+static int run_steps(mirror_model *m, int steps)
 {
-    mirror_model *m = model(s, opt, MIRROR_PRECISION_FP32);
     size_t perm[150], k;
-    float *p;
-    if (!m) return NULL;
+    int rc = MIRROR_OK;
     mirror_permutation(perm, 150, 9, 0);
-    for (k = 0; k < (size_t)steps; k++) {
+    for (k = 0; k < (size_t)steps && !rc; k++) {
         mirror_batch b;
         memset(&b, 0, sizeof b);
         b.x = data.x, b.labels = data.labels, b.rows = data.count;
         b.index = perm + (k % 4) * 40, b.n = k % 4 == 3 ? 30 : 40;
-        if (mirror_train_step(m, &b, NULL)) {
-            fprintf(stderr, "step: %s\n", mirror_model_error(m));
-            break;
-        }
+        if ((rc = mirror_train_step(m, &b, NULL))) fprintf(stderr, "step: %s\n", mirror_model_error(m));
     }
+    return rc;
+}
+
+/* Parameters after run_steps. */
+static float *train(mirror_strategy *s, mirror_optimizer_kind opt, int steps, size_t *n)
+{
+    mirror_model *m = model(s, opt, MIRROR_PRECISION_FP32);
+    float *p;
+    if (!m) return NULL;
+    run_steps(m, steps);
     *n = mirror_num_parameters(m);
     p = (float *)malloc(*n * 4);
     mirror_get_parameters(m, mirror_num_replicas(s) - 1, p, *n);
@@ -996,6 +1102,312 @@ static void test_out_of_memory(void)
     mirror_strategy_destroy(s);
 }
 
+/* Evaluation, prediction, checkpoints and the MSE loss on the GPU, against
+   the CPU backend after the same steps: metrics and outputs within 1e-4
+   relative (the GEMMs add in another order); a checkpoint written by a GPU
+   model loads into a CPU model bit for bit, and the other way round. */
+static void test_model_io(void)
+{
+    mirror_strategy *gs = strategy("cuda:0", MIRROR_REDUCER_DEFAULT), *cs = strategy("cpu:1", MIRROR_REDUCER_DEFAULT);
+    mirror_model *g = gs ? model(gs, MIRROR_OPT_ADAM, MIRROR_PRECISION_FP32) : NULL;
+    mirror_model *c = cs ? model(cs, MIRROR_OPT_ADAM, MIRROR_PRECISION_FP32) : NULL, *back = NULL, *there = NULL;
+    mirror_metrics mg, mc;
+    char path[2][64];
+    size_t n = 0, i, off = 0;
+    float *pg, *pc, *outg, *outc;
+    CHECK(g && c, "a GPU and a CPU model");
+    if (!g || !c) goto done;
+    CHECK(run_steps(g, 6) == MIRROR_OK && run_steps(c, 6) == MIRROR_OK, "6 steps on each");
+    CHECK(mirror_evaluate(g, &data, 40, &mg) == MIRROR_OK && mirror_evaluate(c, &data, 40, &mc) == MIRROR_OK &&
+              mg.count == 150 && mc.count == 150,
+          "evaluate on the GPU and the CPU: %s", mirror_model_error(g));
+    CHECK(fabs(mg.loss_sum - mc.loss_sum) <= 1e-4 * fabs(mc.loss_sum) &&
+              (mg.correct > mc.correct ? mg.correct - mc.correct : mc.correct - mg.correct) <= 1,
+          "evaluate: the GPU's loss sum %.6f within 1e-4 relative of the CPU's %.6f, correct %zu and %zu",
+          mg.loss_sum, mc.loss_sum, mg.correct, mc.correct);
+    outg = (float *)malloc(150 * 10 * 4), outc = (float *)malloc(150 * 10 * 4);
+    CHECK(mirror_predict(g, data.x, 150, outg) == MIRROR_OK && mirror_predict(c, data.x, 150, outc) == MIRROR_OK,
+          "predict on both");
+    for (i = 0; i < 150 * 10; i++) off += !(fabsf(outg[i] - outc[i]) <= 1e-4f * (1.0f + fabsf(outc[i])));
+    CHECK(off == 0, "predict: 1500 logits within 1e-4 of the CPU's (%zu off)", off);
+    free(outg), free(outc);
+
+    n = mirror_num_parameters(g);
+    pg = (float *)malloc(n * 4), pc = (float *)malloc(n * 4);
+    snprintf(path[0], sizeof path[0], "/tmp/mirror_test_cuda_%d_gpu.ckpt", (int)getpid());
+    snprintf(path[1], sizeof path[1], "/tmp/mirror_test_cuda_%d_cpu.ckpt", (int)getpid());
+    back = model(cs, MIRROR_OPT_ADAM, MIRROR_PRECISION_FP32);
+    there = model(gs, MIRROR_OPT_ADAM, MIRROR_PRECISION_FP32);
+    CHECK(back && there && mirror_checkpoint_save(g, path[0], NULL, 1) == MIRROR_OK &&
+              mirror_checkpoint_save(c, path[1], NULL, 1) == MIRROR_OK &&
+              mirror_checkpoint_load(back, path[0], 0, NULL) == MIRROR_OK &&
+              mirror_checkpoint_load(there, path[1], 0, NULL) == MIRROR_OK,
+          "checkpoints saved on each backend and loaded on the other");
+    if (back && there) {
+        mirror_get_parameters(g, 0, pg, n), mirror_get_parameters(back, 0, pc, n);
+        CHECK(same_bits(pg, pc, n), "the GPU model's checkpoint in a CPU model: bitwise its parameters");
+        mirror_get_parameters(c, 0, pc, n), mirror_get_parameters(there, 0, pg, n);
+        CHECK(same_bits(pg, pc, n), "the CPU model's checkpoint in a GPU model: bitwise its parameters");
+    }
+    remove(path[0]), remove(path[1]);
+    free(pg), free(pc);
+done:
+    mirror_model_destroy(g), mirror_model_destroy(c), mirror_model_destroy(back), mirror_model_destroy(there);
+    if (gs && cs) { /* MSE: a regression head, 10 SGD steps */
+        float *want[2];
+        mirror_metrics e[2];
+        size_t k;
+        int rc = MIRROR_OK;
+        float *targets = (float *)malloc(150 * 3 * 4);
+        for (i = 0; i < 150 * 3; i++) targets[i] = (float)((i * 7) % 5) / 4.0f - 0.5f;
+        for (k = 0; k < 2; k++) {
+            mirror_strategy *s = k ? cs : gs;
+            mirror_model_desc d;
+            mirror_model *m = NULL;
+            int step;
+            memset(&d, 0, sizeof d);
+            d.strategy = s, d.channels = 1, d.height = 28, d.width = 28, d.max_batch = 40, d.seed = 3;
+            d.loss = MIRROR_LOSS_MSE, d.optimizer.kind = MIRROR_OPT_SGD, d.optimizer.momentum = 0.9f;
+            want[k] = NULL;
+            if (mirror_model_create(&d, &m, NULL) == MIRROR_OK) {
+                mirror_flatten(m), mirror_dense(m, 16), mirror_tanh(m), mirror_dense(m, 3);
+                rc = mirror_model_build(m);
+            } else {
+                rc = MIRROR_ERR_STATE;
+            }
+            for (step = 0; step < 10 && !rc; step++) {
+                mirror_batch b;
+                memset(&b, 0, sizeof b);
+                b.x = data.x + (size_t)(step % 3) * 40 * 784, b.targets = targets + (size_t)(step % 3) * 40 * 3;
+                b.n = 40;
+                rc = mirror_train_step(m, &b, NULL);
+            }
+            if (!rc) {
+                mirror_dataset ds = data;
+                ds.targets = targets, ds.target_dim = 3, ds.labels = NULL;
+                rc = mirror_evaluate(m, &ds, 40, &e[k]);
+            }
+            if (!rc) {
+                n = mirror_num_parameters(m);
+                want[k] = (float *)malloc(n * 4);
+                rc = mirror_get_parameters(m, 0, want[k], n);
+            }
+            CHECK(rc == MIRROR_OK, "MSE on %s: 10 steps and an evaluation (%s)", k ? "the CPU" : "the GPU",
+                  m ? mirror_model_error(m) : "no model");
+            mirror_model_destroy(m);
+        }
+        if (want[0] && want[1]) {
+            CHECK(worst_excess(want[0], want[1], n, 1e-5, 1e-4) <= 0.0 &&
+                      fabs(e[0].loss_sum - e[1].loss_sum) <= 1e-4 * fabs(e[1].loss_sum),
+                  "MSE: the GPU's parameters within 1e-5 + 1e-4 relative of the CPU's, loss sums %.6f and %.6f",
+                  e[0].loss_sum, e[1].loss_sum);
+        }
+        free(want[0]), free(want[1]), free(targets);
+    }
+    mirror_strategy_destroy(gs), mirror_strategy_destroy(cs);
+}
+
+/* A wait that runs past the strategy's timeout fails with MIRROR_ERR_TIMEOUT
+   and says so, instead of hanging; once the work ends, the replica works
+   again. The stream is held up by a host function that sleeps. */
+static void CUDART_CB sleep_on_stream(void *seconds)
+{
+    struct timespec t;
+    double s = *(const double *)seconds;
+    t.tv_sec = (time_t)s, t.tv_nsec = (long)((s - (double)t.tv_sec) * 1e9);
+    nanosleep(&t, NULL);
+}
+
+static void test_wait_timeout(void)
+{
+    static double nap = 1.0;
+    mirror_strategy_desc sd;
+    mirror_strategy *s = NULL;
+    mirror_error err = {0, ""}, st = {0, ""};
+    size_t ws;
+    void *dev;
+    float host[4], *buf;
+    double t0, waited;
+    int rc;
+    memset(&sd, 0, sizeof sd);
+    sd.devices = "cuda:0", sd.timeout = 0.2;
+    if (mirror_strategy_create(&sd, &s, &err) != MIRROR_OK || !(dev = G->open(s, 0, &ws, &err))) {
+        CHECK(0, "a strategy with a timeout of 0.2 s: %s", err.message);
+        mirror_strategy_destroy(s);
+        return;
+    }
+    buf = (float *)G->alloc(dev, sizeof host);
+    cudaLaunchHostFunc(((mirror__cuda_dev *)dev)->stream, sleep_on_stream, &nap);
+    t0 = mirror__now();
+    G->download(dev, host, buf, sizeof host);
+    waited = mirror__now() - t0;
+    rc = G->status(dev, &st);
+    CHECK(rc == MIRROR_ERR_TIMEOUT && strstr(st.message, "did not finish in 0.2 s") && waited < 0.9,
+          "a download behind 1 s of work with a timeout of 0.2 s: MIRROR_ERR_TIMEOUT after %.2f s (%d: %s)", waited,
+          rc, st.message);
+    cudaStreamSynchronize(((mirror__cuda_dev *)dev)->stream);
+    G->download(dev, host, buf, sizeof host);
+    CHECK(G->status(dev, &st) == MIRROR_OK, "once the work has ended, a download works again: %s", st.message);
+    G->release(dev, buf);
+    G->close(dev);
+    mirror_strategy_destroy(s);
+}
+
+/* ---- two GPUs or more: these switch on where two or more are visible ---- */
+
+/* Waits for every visible GPU (the uploads below go through the default
+   stream, the reductions through the replicas' own). */
+static void sync_all(void)
+{
+    int visible = 0, dev;
+    cudaGetDeviceCount(&visible);
+    for (dev = 0; dev < visible; dev++) cudaSetDevice(dev), cudaDeviceSynchronize();
+    cudaSetDevice(0);
+}
+
+static void *on_gpu(int dev, const void *h, size_t bytes)
+{
+    void *d = NULL;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&d, bytes) != cudaSuccess ||
+        cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+        (void)cudaGetLastError();
+    return d;
+}
+
+static void *off_gpu(int dev, const void *d, size_t bytes)
+{
+    void *h = malloc(bytes);
+    if (cudaSetDevice(dev) != cudaSuccess || cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        (void)cudaGetLastError();
+        memset(h, 0xff, bytes);
+    }
+    return h;
+}
+
+static double value_at(const void *p, size_t i, int format)
+{
+    return format == MIRROR_PRECISION_FP32 ? ((const float *)p)[i] : mirror_hd_widen(((const uint16_t *)p)[i], format);
+}
+
+/* The all-reduce of gs's replicas, across GPUs, in `format` (fp32 or a
+   16-bit one) against the CPU reducer: the copy reducer bitwise (the same
+   order, the same single rounding); NCCL within R roundings of the sum of
+   magnitudes (its own order; 16-bit sums round at every hop). Either way
+   every replica ends with the same bits. */
+static void reduce_across(mirror_strategy *gs, const char *devices, int format)
+{
+    const size_t n = 100003, size = format == MIRROR_PRECISION_FP32 ? 4 : 2;
+    const mirror__gpu *g = (const mirror__gpu *)gs->gpu;
+    const double eps = format == MIRROR_PRECISION_FP32   ? FLT_EPSILON
+                       : format == MIRROR_PRECISION_FP16 ? 1.0 / 1024
+                                                         : 1.0 / 128;
+    size_t R = mirror_num_replicas(gs), r, i, q, bad = 0, differ = 0;
+    int exact = strcmp(gs->reducer->name, "copy") == 0, rc;
+    char cpu[16];
+    mirror_strategy *cs;
+    void *h[8], *want[8], *d[8], *got[8];
+    snprintf(cpu, sizeof cpu, "cpu:%zu", R);
+    cs = strategy(cpu, MIRROR_REDUCER_DEFAULT);
+    for (r = 0; r < R; r++) {
+        h[r] = malloc(n * size), want[r] = malloc(n * size);
+        for (i = 0; i < n; i++) {
+            float v = 2.0f * mirror__uniform(&rng) - 1.0f;
+            if (size == 4)
+                ((float *)h[r])[i] = v;
+            else
+                ((uint16_t *)h[r])[i] = mirror_hd_narrow(v, format);
+        }
+        memcpy(want[r], h[r], n * size);
+        d[r] = on_gpu(g->device[r], h[r], n * size);
+    }
+    sync_all();
+    if (size == 4) {
+        mirror_all_reduce_sum(cs, (float *const *)want, n);
+        rc = mirror_all_reduce_sum(gs, (float *const *)d, n);
+    } else {
+        cs->reducer->all_reduce_half(cs, (uint16_t *const *)want, n, format, NULL);
+        rc = gs->reducer->all_reduce_half(gs, (uint16_t *const *)d, n, format, NULL);
+    }
+    sync_all();
+    for (r = 0; r < R; r++) got[r] = off_gpu(g->device[r], d[r], n * size);
+    for (i = 0; i < n; i++) {
+        double mag = 0.0;
+        for (q = 0; q < R; q++) mag += fabs(value_at(h[q], i, format));
+        for (r = 0; r < R; r++) {
+            double x = value_at(got[r], i, format), w = value_at(want[r], i, format);
+            bad += exact ? x != w : !(fabs(x - w) <= (double)R * eps * mag);
+            differ += memcmp((char *)got[r] + i * size, (char *)got[0] + i * size, size) != 0;
+        }
+    }
+    CHECK(rc == MIRROR_OK && bad == 0 && differ == 0,
+          "%s, reducer %s, %s all-reduce: %s the CPU reducer's (%zu off); every replica the same bits (%zu differ)",
+          devices, gs->reducer->name, format_name(format),
+          exact ? "bitwise" : "within R roundings of", bad, differ);
+    for (r = 0; r < R; r++) {
+        cudaSetDevice(g->device[r]);
+        cudaFree(d[r]);
+        free(h[r]), free(want[r]), free(got[r]);
+    }
+    cudaSetDevice(0);
+    mirror_strategy_destroy(cs);
+}
+
+/* Every visible GPU (up to 8) with NCCL and with the copy reducer, and
+   replicas that alternate between GPUs 0 and 1 (shared and distinct GPUs,
+   cross-device events): all-reduces in fp32, fp16 and bf16; 20 training
+   steps against one GPU's (train() also checks that every replica holds
+   the same bits); and fp16 with NCCL across GPUs, where the overflowing
+   step is skipped on every replica alike. */
+static void test_multi_gpu(void)
+{
+    static const int kinds[3] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16, MIRROR_PRECISION_BF16};
+    int visible = 0, v;
+    size_t t, k, n, n1;
+    size_t used;
+    char all[64];
+    const char *lists[3];
+    mirror_reducer reducers[3] = {MIRROR_REDUCER_NCCL, MIRROR_REDUCER_COPY, MIRROR_REDUCER_COPY};
+    mirror_strategy *one;
+    float *ref;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess || visible < 2) {
+        printf("multi-GPU tests: fewer than two GPUs, skipped (they run where two or more are visible)\n");
+        return;
+    }
+    if (visible > 8) visible = 8;
+    memcpy(all, "cuda:", 6);
+    for (v = 0, used = 5; v < visible; v++) used += (size_t)snprintf(all + used, sizeof all - used, v ? ",%d" : "%d", v);
+    lists[0] = all, lists[1] = all, lists[2] = "cuda:0,1,0,1";
+#ifdef MIRROR_NO_NCCL
+    reducers[0] = MIRROR_REDUCER_COPY;
+#endif
+    one = strategy("cuda:0", MIRROR_REDUCER_COPY);
+    ref = one ? train(one, MIRROR_OPT_ADAMW, 20, &n1) : NULL;
+    mirror_strategy_destroy(one);
+    for (t = 0; t < 3; t++) {
+        mirror_strategy *s = strategy(lists[t], reducers[t]);
+        float *p;
+        CHECK(s != NULL, "%s with reducer %d: a strategy", lists[t], (int)reducers[t]);
+        if (!s) continue;
+        for (k = 0; k < 3; k++) reduce_across(s, lists[t], kinds[k]);
+        p = train(s, MIRROR_OPT_ADAMW, 20, &n);
+        CHECK(p && ref && worst_excess(p, ref, n, 1e-5, 1e-5) <= 0.0,
+              "%s, reducer %s: 20 steps equal one GPU's within 1e-5 + 1e-5 relative (excess %.3g)", lists[t],
+              s->reducer->name, p && ref ? worst_excess(p, ref, n, 1e-5, 1e-5) : -1.0);
+        free(p);
+        if (t == 0) {
+            mixed_run mr;
+            run_mixed(s, MIRROR_PRECISION_FP16, &mr);
+            CHECK(mr.rc == MIRROR_OK && mr.after.skipped == 1 && mr.after.scale == mr.before.scale / 2 &&
+                      same_bits(mr.params_before, mr.params_after, mr.n) && mr.replicas_equal,
+                  "%s, reducer %s, fp16 with an input of 1e6 on one replica: every replica skipped the step alike",
+                  lists[t], s->reducer->name);
+            free(mr.params_before), free(mr.params_after);
+        }
+        mirror_strategy_destroy(s);
+    }
+    free(ref);
+}
+
 /* With two GPUs or more: a program working on its last GPU calls mirror
    on GPU 0 and finds its own GPU current again after every call. */
 static void test_caller_device(void)
@@ -1043,6 +1455,8 @@ int main(void)
     test_elementwise();
     test_optimizers();
     test_gemm();
+    test_gemm_exact();
+    test_large_shapes();
     test_conv_ops();
     test_losses();
     test_half_ops();
@@ -1058,6 +1472,9 @@ int main(void)
     test_copy_reducer();
     test_mixed_training();
     test_out_of_memory();
+    test_model_io();
+    test_wait_timeout();
+    test_multi_gpu();
     test_caller_device();
     G->close(gdev);
     C->close(cdev);
