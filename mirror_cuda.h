@@ -87,12 +87,28 @@
       out == NULL the loss sums stay on the device until mirror_take_metrics.
       mirror_fit reads them once per progress update and once per epoch.
 
+      Where the host does wait (a download, memory about to be freed), it
+      polls the stream rather than blocking in the driver, with the
+      strategy's timeout (mirror_strategy_desc.timeout, else
+      $MIRROR_TIMEOUT, else 300 s), and every 256th poll asks NCCL for an
+      asynchronous error (ncclCommGetAsyncError). A failed NCCL operation,
+      or a wait past the timeout, aborts every NCCL communicator of the
+      strategy (ncclCommAbort, which ends the collectives in flight) and
+      fails the call with MIRROR_ERR_DEVICE or MIRROR_ERR_TIMEOUT: a hang
+      becomes an error. The strategy's NCCL reductions fail at once from
+      then on; destroy it and create another. A communicator whose init
+      failed is aborted, not destroyed.
+
    ERRORS
 
       Every CUDA, cuBLAS and NCCL call is checked. A failure becomes a
       result code (MIRROR_ERR_NO_MEMORY for out-of-memory, MIRROR_ERR_DEVICE
       otherwise) with a message naming the call and the library's own error
-      string, returned by the mirror_* call that met it.
+      string, returned by the mirror_* call that met it. Freeing checks its
+      results too (the waits, cudaFree, cudaFreeHost, cublasDestroy): a
+      failure there is reported by the next call on that replica under its
+      own name, not blamed on a later launch; one met while a model or
+      strategy is destroyed, when no call follows, is logged as a notice.
 */
 #ifndef MIRROR_CUDA_H
 #define MIRROR_CUDA_H

@@ -10,12 +10,16 @@ else
     : >"$BUILD/bench_torch.txt"
 fi
 grep '^#' "$BUILD/bench_gpu.txt" "$BUILD/bench_torch.txt" | cut -d: -f2-
-printf '%-6s %6s %14s %14s %8s\n' model batch "mirror (/s)" "torch (/s)" ratio
+# torch strict: fp32 and the batch uploaded each step, as mirror does;
+# torch tuned: cuDNN TF32 and the data on the GPU (bench_torch.py).
+printf '%-6s %6s %12s %12s %8s %12s %8s\n' model batch "mirror (/s)" "strict (/s)" ratio "tuned (/s)" ratio
 for key in "mlp 128" "cnn 256"; do
     m=$(grep "^mirror $key " "$BUILD/bench_gpu.txt" | awk '{print $4}')
-    t=$(grep "^torch $key " "$BUILD/bench_torch.txt" | awk '{print $4}')
-    awk -v k="$key" -v m="$m" -v t="$t" 'BEGIN { split(k, a, " ");
-        printf "%-6s %6s %14s %14s %8s\n", a[1], a[2], m, (t == "" ? "-" : t), (t == "" ? "-" : sprintf("%.2fx", m / t)) }'
+    t=$(grep "^torch $key .* strict$" "$BUILD/bench_torch.txt" | awk '{print $4}')
+    u=$(grep "^torch $key .* tuned$" "$BUILD/bench_torch.txt" | awk '{print $4}')
+    awk -v k="$key" -v m="$m" -v t="$t" -v u="$u" 'BEGIN { split(k, a, " ");
+        printf "%-6s %6s %12s %12s %8s %12s %8s\n", a[1], a[2], m, (t == "" ? "-" : t),
+            (t == "" ? "-" : sprintf("%.2fx", m / t)), (u == "" ? "-" : u), (u == "" ? "-" : sprintf("%.2fx", m / u)) }'
 done
 echo "step time of the CNN at global batch 256 on one GPU:"
 grep '^replicas' "$BUILD/bench_gpu.txt" | awk '{ printf "  %s replica(s): %s ms\n", $2, $3 }'
