@@ -79,7 +79,8 @@ endif
 HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;}\n' | \
                  $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo 1)
 
-EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BUILD)/train_cuda) $(if $(HAVE_MPI),$(BUILD)/train_mpi)
+EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BUILD)/train_cuda) $(if $(HAVE_MPI),$(BUILD)/train_mpi) \
+           $(if $(HAVE_NVCC),$(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
@@ -112,6 +113,15 @@ $(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD
 $(BUILD)/train_cuda: examples/train.c examples/models.h examples/options.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
+# The CUDA + MPI trainer, where nvcc and mpicc both are: the library
+# compiled by nvcc with MIRROR_MPI and MPI's include flags, linked by mpicc.
+MPI_CFLAGS = $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show 2>/dev/null))
+$(BUILD)/mirror_cuda_mpi.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -DMIRROR_MPI -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(MPI_CFLAGS) -c $< -o $@
+
+$(BUILD)/train_cuda_mpi: examples/train.c examples/models.h examples/options.h $(BUILD)/mirror_cuda_mpi.o mirror.h | $(BUILD)
+	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda_mpi.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
+
 # The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
 $(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -132,7 +142,7 @@ fuzz: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
 test-crash: info $(BUILD)/train
 	@BUILD="$(BUILD)" sh tests/crash_test.sh
 
-test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda
+test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" sh tests/gpu/run.sh
 
 $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)

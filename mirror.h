@@ -244,7 +244,27 @@
       step. A process that died or hangs makes the others fail with
       MIRROR_ERR_TIMEOUT; that strategy is then broken, MPI is not
       finalized at exit, and mpirun ends the job when the process exits.
-      GPU replicas in several processes are not supported yet.
+
+      GPU replicas in several processes (mirror_cuda.h compiled with
+      -DMIRROR_MPI; the Makefile's build/train_cuda_mpi): without a device
+      list each process takes one GPU, the one its rank among the
+      processes of its machine names (mirror_process_info.local_rank, from
+      MPI_COMM_TYPE_SHARED), in turn over the visible GPUs
+      (CUDA_VISIBLE_DEVICES honoured); with num_replicas N it takes N GPUs
+      from local_rank x N on. Every replica must have a GPU of its own:
+      the processes compare their GPUs' PCI bus ids per machine and all
+      fail with the clash before NCCL starts. One NCCL communicator spans
+      every GPU of every process (rank 0's unique id broadcast over MPI,
+      ncclCommInitRank with the global replica index). Each reduction
+      folds the status word through MPI first (a failure or a stop in any
+      process reaches all, and then no process all-reduces), then sums on
+      the GPUs in NCCL, fp32 or 16 bits: NCCL's order, not the rank-order
+      fold, so across processes GPU sums agree within rounding, not
+      bitwise with one process. Every replica of every process still
+      receives the same sum, so the skip decision of mixed precision is
+      the same everywhere. Waits on a GPU poll NCCL's asynchronous errors
+      under the same timeout and abort NCCL on failure (mirror_cuda.h,
+      STREAMS AND WAITING).
 
       MPI is called from the thread that calls mirror: a program that calls
       MPI_Init itself asks for MPI_THREAD_SERIALIZED (or more) when that
@@ -518,6 +538,7 @@ MIRROR_API size_t mirror_num_replicas(const mirror_strategy *s);
 typedef struct mirror_process_info {
     size_t rank, processes;
     size_t local_replicas, first_replica;
+    size_t local_rank; /* among the processes on this machine (MPI_COMM_TYPE_SHARED) */
 } mirror_process_info;
 MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s);
 /* Every process passes its own result (and, when it failed, its message in
@@ -3050,6 +3071,7 @@ struct mirror_strategy {
        its replicas are global replicas [first, first + replicas) of
        `world`. One process: 0, 1, 0, replicas. */
     size_t rank, processes, first, world;
+    size_t local_rank; /* among the processes on this machine */
     double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
 #ifdef MIRROR_MPI
     MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
@@ -3160,10 +3182,19 @@ static void mirror__cuda_restore(int device);
 #endif
 
 #ifdef MIRROR_MPI
-/* In >>processes: joins the processes (rank, counts, the reducer across
-   them), and leaves them. */
-static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
+/* In >>processes: joins the processes (MPI, the communicator, the rank and
+   the local rank) before the devices are chosen; then, with the devices,
+   counts every process's replicas and sets the reducer across them; and
+   leaves them. */
+static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
+static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err);
 static void mirror__mpi_teardown(mirror_strategy *s);
+#ifdef MIRROR_CUDA
+/* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
+   one NCCL communicator over every GPU of every process. */
+static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char *spec, size_t size);
+static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err);
+#endif
 #endif
 
 /* The strategy's call lock, recursive (see struct mirror_strategy), and its
@@ -3272,15 +3303,30 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "num_replicas %zu: at most 4096", d.num_replicas);
     s = (mirror_strategy *)mirror__zalloc(1, sizeof *s);
     if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    s->processes = 1;
+#ifdef MIRROR_MPI
+    s->comm = MPI_COMM_NULL; /* before anything can fail: the teardown reads it */
+#endif
     if ((rc = mirror__reducer_kind(d.reducer, &s->reducer_kind, err)) != MIRROR_OK) goto fail;
     if ((rc = mirror__timeout(&d, &s->timeout, err)) != MIRROR_OK) goto fail;
+#ifdef MIRROR_MPI
+    if ((rc = mirror__mpi_join(s, &d, err)) != MIRROR_OK) goto fail;
+#endif
 #ifdef MIRROR_CUDA
     /* GPUs when asked for, or by default when there are any. Without a
        device list, CPU replicas take over only where there is no GPU at
        all; a GPU that fails to set up is an error, not a slow run. */
     if (explicit_list || !mirror__cuda_absent(no_gpu, sizeof no_gpu)) {
         if (!explicit_list || strncmp(d.devices, "cuda", 4) == 0) {
-            rc = mirror__cuda_setup(s, explicit_list ? d.devices : NULL, d.num_replicas, err);
+            const char *spec = explicit_list ? d.devices : NULL;
+#ifdef MIRROR_MPI
+            char local[256];
+            if (!spec && s->processes > 1) { /* several processes: one GPU per local rank by default */
+                mirror__cuda_local_spec(s->local_rank, d.num_replicas ? d.num_replicas : 1, local, sizeof local);
+                spec = local;
+            }
+#endif
+            rc = mirror__cuda_setup(s, spec, d.num_replicas, err);
             if (rc == MIRROR_OK) goto team;
             goto fail;
         }
@@ -3330,10 +3376,9 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 #ifdef MIRROR_CUDA
 team:
 #endif
-    s->processes = 1;
     s->world = s->replicas;
 #ifdef MIRROR_MPI
-    if ((rc = mirror__mpi_setup(s, &d, err)) != MIRROR_OK) goto fail;
+    if ((rc = mirror__mpi_setup(s, err)) != MIRROR_OK) goto fail;
 #endif
     if ((rc = mirror__locks_init(s, err)) != MIRROR_OK) goto fail;
     if ((rc = mirror__team_start(&s->team, s->replicas, cores, err)) != MIRROR_OK) {
@@ -3581,6 +3626,7 @@ MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s)
     p.processes = s->processes;
     p.local_replicas = s->replicas;
     p.first_replica = s->first;
+    p.local_rank = s->local_rank;
     return p;
 }
 
@@ -3825,16 +3871,13 @@ static const mirror__reducer mirror__mpi_reducer = {"cpu-ordered, then MPI in ra
                                                     mirror__mpi_broadcast, mirror__mpi_all_reduce_half};
 
 /* Joins the processes of the desc's communicator: a duplicate of it with
-   errors returned, this process's rank, and every process's replicas. */
-static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err)
+   errors returned, this process's rank, and its rank among the processes
+   of its machine (MPI_COMM_TYPE_SHARED; the default GPU of a process). */
+static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err)
 {
-    MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD;
+    MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD, local = MPI_COMM_NULL;
     MPI_Request req;
-    unsigned long long mine = s->replicas, *all;
-    char range[64];
     int ready = 0, provided = 0, rank = 0, size = 0, rc;
-    size_t p;
-    s->comm = MPI_COMM_NULL;
     MPI_Initialized(&ready);
     if (!ready) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -3854,6 +3897,24 @@ static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, 
     MPI_Comm_size(s->comm, &size);
     s->rank = (size_t)rank;
     s->processes = (size_t)size;
+    /* Every process has answered the duplicate, so this collective (MPI
+       has no non-blocking form of it) finds them all. */
+    if (MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) != MPI_SUCCESS)
+        return mirror__error(err, MIRROR_ERR_PEER, "strategy: MPI could not group the processes by machine");
+    MPI_Comm_rank(local, &rank);
+    s->local_rank = (size_t)rank;
+    MPI_Comm_free(&local);
+    return MIRROR_OK;
+}
+
+/* Every process's replicas, and the reducer across the processes. */
+static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err)
+{
+    MPI_Request req;
+    unsigned long long mine = s->replicas, *all;
+    char range[64];
+    int rc;
+    size_t p;
     s->first = s->world = 0;
     all = (unsigned long long *)mirror__alloc(s->processes, sizeof *all);
     s->counts = (size_t *)mirror__alloc(s->processes, sizeof *s->counts);
@@ -3872,17 +3933,17 @@ static int mirror__mpi_setup(mirror_strategy *s, const mirror_strategy_desc *d, 
     if (rc == MIRROR_OK && s->world > 1 << 20)
         rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: %zu replicas in all: at most 2^20", s->world);
     if (rc || s->processes == 1) return rc;
-    if (s->gpu)
-        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
-                             "strategy: GPU replicas in several processes are not supported yet; use CPU replicas "
-                             "(\"cpu:N\") with MPI");
-    s->reducer = &mirror__mpi_reducer;
+#ifdef MIRROR_CUDA
+    if (s->gpu && (rc = mirror__cuda_mpi_join(s, err))) return rc; /* its reducer: NCCL across processes */
+#endif
+    if (!s->gpu) s->reducer = &mirror__mpi_reducer;
     if (s->replicas == 1)
         snprintf(range, sizeof range, "replica %zu", s->first);
     else
         snprintf(range, sizeof range, "replicas %zu-%zu", s->first, s->first + s->replicas - 1);
-    snprintf(s->describe, sizeof s->describe, "%zu replicas in %zu processes; rank %zu has CPU %s (threads), reducer %s",
-             s->world, s->processes, s->rank, range, s->reducer->name);
+    snprintf(s->describe, sizeof s->describe, "%zu replicas in %zu processes; rank %zu has %s %s %.64s, reducer %s",
+             s->world, s->processes, s->rank, s->gpu ? "CUDA" : "CPU", range, s->gpu ? s->devices : "(threads)",
+             s->reducer->name);
     return MIRROR_OK;
 }
 

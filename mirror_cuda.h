@@ -1665,6 +1665,165 @@ fail:
     return rc;
 }
 
+#ifdef MIRROR_MPI
+// >>cuda processes ----------------------------------------------------------
+/* GPU replicas in several processes (see PROCESSES in mirror.h). By default
+   each process takes one GPU, the one its rank among the processes of its
+   machine names (MPI_COMM_TYPE_SHARED), in turn over the visible GPUs
+   (CUDA_VISIBLE_DEVICES honoured); with num_replicas N, N GPUs from
+   local_rank * N on. One NCCL communicator spans every GPU of every
+   process: rank 0's unique id reaches the others over MPI, and each
+   process joins with its replicas' global indices (ncclCommInitRank, in a
+   group). A reduction first folds the status word through MPI, so that a
+   failure or a stop in any process reaches all; only when every process
+   is well do the GPUs all-reduce, in NCCL (whose sum, unlike the CPU's
+   rank-order fold, is in NCCL's own order). */
+
+static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char *spec, size_t size)
+{
+    int visible = 1;
+    size_t i, used;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess || visible < 1) (void)cudaGetLastError(), visible = 1;
+    used = (size_t)snprintf(spec, size, "cuda:");
+    for (i = 0; i < per_process && used < size; i++)
+        used += (size_t)snprintf(spec + used, size - used, i ? ",%zu" : "%zu",
+                                 (local_rank * per_process + i) % (size_t)visible);
+}
+
+#ifndef MIRROR_NO_NCCL
+/* The status word through MPI (the fold with no sums), then, if no process
+   failed, the NCCL all-reduce. A process whose own failure the word
+   carries returns MIRROR_OK: its caller has its code. */
+static int mirror__nccl_mpi_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
+{
+    size_t peer = 0;
+    int code = 0, rc = mirror__mpi_all_reduce(s, NULL, NULL, 0, 0, &peer, &code, err);
+    if (rc) return rc;
+    if (peer == s->rank + 1) return MIRROR_OK;
+    if (peer)
+        return mirror__error(err, MIRROR_ERR_PEER,
+                             "rank %zu failed before the all-reduce (%s); nothing of the step was applied", peer - 1,
+                             mirror_result_string(code));
+    return mirror__nccl_sum(s, bufs, n, type, err);
+}
+
+static int mirror__nccl_mpi_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
+{
+    return mirror__nccl_mpi_sum(s, (void *const *)bufs, n, ncclFloat, err);
+}
+
+static int mirror__nccl_mpi_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
+                                            mirror_error *err)
+{
+    return mirror__nccl_mpi_sum(s, (void *const *)bufs, n,
+                                format == MIRROR_PRECISION_BF16 ? ncclBfloat16 : ncclFloat16, err);
+}
+
+/* The broadcast needs no status word: the communicator's ranks are the
+   global replica indices, so root is the rank. */
+static const mirror__reducer mirror__nccl_mpi_reducer = {"nccl across processes", mirror__nccl_mpi_all_reduce,
+                                                         mirror__nccl_broadcast, mirror__nccl_mpi_all_reduce_half};
+
+/* NCCL refuses two of its ranks on one GPU, and a process that fails to
+   join leaves the others waiting in the join: every replica's machine and
+   GPU (its PCI bus id, whatever CUDA_VISIBLE_DEVICES numbers it) go to
+   every process, which all find the same clash, before NCCL starts. */
+enum { MIRROR__HOST_ID = 48, MIRROR__GPU_ID = 16 };
+
+static int mirror__cuda_distinct_gpus(mirror_strategy *s, mirror_error *err)
+{
+    const size_t rec = MIRROR__HOST_ID + MIRROR__GPU_ID;
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    char host[MPI_MAX_PROCESSOR_NAME], *mine, *all;
+    int *counts, *displs, len = 0, rc = MIRROR_OK;
+    size_t r, q, p, at = 0;
+    MPI_Request req;
+    mine = (char *)mirror__zalloc(g->replicas, rec);
+    all = (char *)mirror__zalloc(s->world, rec);
+    counts = (int *)mirror__alloc(2 * s->processes, sizeof(int));
+    if (!mine || !all || !counts) rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    if (rc == MIRROR_OK && MPI_Get_processor_name(host, &len) != MPI_SUCCESS) len = 0;
+    for (r = 0; rc == MIRROR_OK && r < g->replicas; r++) {
+        memcpy(mine + r * rec, host, MIRROR__MIN((size_t)len, (size_t)MIRROR__HOST_ID - 1));
+        if (!mirror__gpu_ok(cudaDeviceGetPCIBusId(mine + r * rec + MIRROR__HOST_ID, MIRROR__GPU_ID, g->device[r]),
+                            "cudaDeviceGetPCIBusId", err))
+            rc = MIRROR_ERR_DEVICE;
+    }
+    if ((rc = mirror__mpi_agree(s, rc, err)) == MIRROR_OK) {
+        displs = counts + s->processes;
+        for (p = 0; p < s->processes; p++) {
+            counts[p] = (int)(s->counts[p] * rec), displs[p] = (int)at;
+            at += s->counts[p] * rec;
+        }
+        rc = mirror__mpi_done(s, MPI_Iallgatherv(mine, (int)(g->replicas * rec), MPI_BYTE, all, counts, displs, MPI_BYTE,
+                                                 s->comm, &req),
+                              &req, "strategy: every replica's GPU", err);
+    }
+    for (r = 0; rc == MIRROR_OK && r < s->world; r++)
+        for (q = 0; q < r && rc == MIRROR_OK; q++)
+            if (!memcmp(all + q * rec, all + r * rec, rec))
+                rc = mirror__error(err, MIRROR_ERR_ARGUMENT,
+                                   "strategy: replicas %zu and %zu are on one GPU (%s on %s): across processes the "
+                                   "replicas all-reduce through NCCL, which refuses two on one GPU",
+                                   q, r, all + r * rec + MIRROR__HOST_ID, all + r * rec);
+    MIRROR_FREE(mine), MIRROR_FREE(all), MIRROR_FREE(counts);
+    return rc;
+}
+
+/* After mirror__mpi_setup has counted every process's replicas: the
+   communicator over all of them, in place of this process's own. */
+static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    size_t r;
+    int rc = MIRROR_OK, caller = mirror__cuda_current();
+    ncclUniqueId id;
+    MPI_Request req;
+    if ((rc = mirror__cuda_distinct_gpus(s, err)) != MIRROR_OK) return rc;
+    memset(&id, 0, sizeof id);
+    if (s->rank == 0 && !mirror__nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId", err))
+        rc = MIRROR_ERR_DEVICE;
+    /* every process ready before NCCL waits for all of them */
+    if ((rc = mirror__mpi_agree(s, rc, err))) return rc;
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, s->comm, &req), &req,
+                               "strategy: NCCL's unique id", err)))
+        return rc;
+    for (r = 0; g->comm && r < g->replicas; r++) /* this process's own communicators give way */
+        if (g->comm[r]) ncclCommDestroy(g->comm[r]), g->comm[r] = NULL;
+    if (!g->comm && !(g->comm = (ncclComm_t *)mirror__zalloc(g->replicas, sizeof(ncclComm_t))))
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    if (rc == MIRROR_OK && mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) {
+        int ok = 1;
+        for (r = 0; r < g->replicas && ok; r++)
+            ok = mirror__gpu_ok(cudaSetDevice(g->device[r]), "cudaSetDevice", err) &&
+                 mirror__nccl_ok(ncclCommInitRank(&g->comm[r], (int)s->world, id, (int)(s->first + r)),
+                                 "ncclCommInitRank", err);
+        if (!mirror__nccl_ok(ncclGroupEnd(), "ncclGroupEnd", ok ? err : NULL) || !ok) {
+            for (r = 0; r < g->replicas; r++) /* a communicator whose init failed is aborted */
+                if (g->comm[r]) ncclCommAbort(g->comm[r]), g->comm[r] = NULL;
+            rc = MIRROR_ERR_DEVICE;
+        }
+    } else if (rc == MIRROR_OK) {
+        rc = MIRROR_ERR_DEVICE;
+    }
+    mirror__cuda_restore(caller);
+    if (rc) return rc;
+    g->nccl = 1;
+    s->reducer = &mirror__nccl_mpi_reducer;
+    s->reducer_kind = MIRROR_REDUCER_NCCL;
+    return MIRROR_OK;
+}
+#else
+static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err)
+{
+    return mirror__mpi_agree(s,
+                             mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                                           "strategy: GPU replicas across processes need NCCL; this build has none"),
+                             err);
+}
+#endif
+#endif
+
 } /* extern "C" */
 
 #endif /* MIRROR_IMPLEMENTATION */

@@ -75,7 +75,7 @@ static void usage(FILE *f)
 
 /* With several processes (build/train_mpi under mpirun) rank 0 speaks for
    all: the others print only failures of their own. */
-static mirror_process_info where = {0, 1, 0, 0};
+static mirror_process_info where = {0, 1, 0, 0, 0};
 
 static void say(const char *fmt, ...)
 {

@@ -287,6 +287,19 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
     check "mpirun: one rank killed with SIGKILL ends the job, non-zero, within the timeout + 5 s" mpi_lose_rank KILL
     mpi_freeze_rank() { mpi_lose_rank STOP && grep -q 'waited 3 s for the other processes' "$tmp/lose.out"; }
     check "mpirun: one rank frozen with SIGSTOP: the other fails with MIRROR_ERR_TIMEOUT and the job ends" mpi_freeze_rank
+    # The CUDA + MPI trainer (built where nvcc is too): without a GPU its
+    # processes train on CPU replicas, to train_mpi's final: line; with
+    # GPUs, tests/gpu/run.sh runs it there.
+    if [ -x "$BUILD/train_cuda_mpi" ] && ! gpu_here; then
+        mpi_cuda_fallback() {
+            $mpi -np 2 "$BUILD/train_cuda_mpi" $small --replicas 1 --epochs 1 >"$tmp/cmpi.out" 2>"$tmp/cmpi.err" &&
+                $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 >"$tmp/mpi1.out" 2>&1 &&
+                test "$(grep -c '^mirror: no GPU found: training on 1 CPU replica' "$tmp/cmpi.err")" -eq 2 &&
+                test -n "$(final "$tmp/mpi1.out")" && test "$(final "$tmp/cmpi.out")" = "$(final "$tmp/mpi1.out")"
+        }
+        check "mpirun -np 2 build/train_cuda_mpi without a GPU: each process says so, CPU replicas, train_mpi's final: line" \
+            mpi_cuda_fallback
+    fi
 fi
 
 echo "$passed passed, $failed failed"

@@ -63,6 +63,19 @@ check "build/train_cuda in fp16 on the GPU (tensor-core GEMMs, fused update)" sh
 check "build/train_cuda in bf16 on 2 replicas of one GPU (16-bit copy all-reduce)" sh -c \
     "$BUILD/train_cuda --devices cuda:0,0 --model mlp --epochs 1 --synthetic 4000 --precision bf16 | grep -q '^final: replicas=2 .*precision=bf16'"
 
+# The CUDA + MPI trainer: one process on GPU 0, and with two GPUs or more
+# two processes, one GPU each, one NCCL communicator over both.
+if [ -x "$BUILD/train_cuda_mpi" ] && command -v mpirun >/dev/null 2>&1; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    check "mpirun -np 1 build/train_cuda_mpi: a CUDA replica, a final: line" sh -c \
+        "timeout 300 mpirun -np 1 $BUILD/train_cuda_mpi --model cnn --epochs 1 --synthetic 4000 >$out 2>&1; grep -q '^strategy: .*CUDA replica' $out && grep -q '^final:' $out"
+    if [ "${gpus:-0}" -ge 2 ]; then
+        check "mpirun -np 2 build/train_cuda_mpi: a GPU per process, NCCL across them, one final: line" sh -c \
+            "timeout 300 mpirun -np 2 $BUILD/train_cuda_mpi --model cnn --epochs 1 --synthetic 4000 >$out 2>&1; grep -q '^strategy: 2 replicas in 2 processes; rank 0 has CUDA replica 0 cuda:.*nccl across processes' $out && test \$(grep -c '^final:' $out) -eq 1"
+    fi
+fi
+
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 {
     echo "date: $(date -u +%Y-%m-%d)"

@@ -120,6 +120,10 @@ static void compare(mirror_precision precision, size_t local, size_t processes, 
               info.first_replica == info.rank * local,
           "%s: %zu replicas in all, rank %zu of %zu holds replicas %zu..", name, mirror_num_replicas(ws), info.rank,
           info.processes, info.first_replica);
+    /* every process of the test runs on this machine: its local rank (MPI_COMM_TYPE_SHARED) is its rank */
+    CHECK(info.local_rank == info.rank && mirror_strategy_process(rs).local_rank == 0,
+          "%s: local rank %zu on one machine is the rank %zu; alone (MPI_COMM_SELF) it is 0", name, info.local_rank,
+          info.rank);
     for (k = 0; k < STEPS; k++) {
         int a = step(w, k, &mw), b = step(r, k, &mr);
         steps_ok &= a == MIRROR_OK && b == MIRROR_OK;
