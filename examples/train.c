@@ -44,9 +44,9 @@ static void usage(FILE *f)
                "  --replicas N        replicas in sync (default: one per core, or $MIRROR_DEVICES)\n"
                "  --devices LIST      device list, e.g. cpu:4\n"
                "  --epochs N          (default 3)\n"
-               "  --batch N           global batch (default 64); with --accumulate, the micro-batch\n"
+               "  --batch N           global batch (default 64; resnet: 32); with --accumulate, the micro-batch\n"
                "  --accumulate K      K micro-batches of --batch per optimizer step, one all-reduce (default 1)\n"
-               "  --lr X              learning rate (default: the optimizer's; resnet with Adam: 0.003)\n"
+               "  --lr X              learning rate (default: the optimizer's; resnet with Adam: 0.002)\n"
                "  --lr-schedule S     constant | step (x0.1 every --lr-step steps, default a third of the run)\n"
                "                      | cosine (from --lr down towards 0 over the run)\n"
                "                      (default constant; resnet: cosine)\n"
@@ -59,7 +59,9 @@ static void usage(FILE *f)
                "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
                "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
-               "  --deterministic     bitwise the same parameters for any replica count (CPU replicas)\n"
+               "  --deterministic     bitwise the same parameters for any replica count: the default on CPU\n"
+               "                      replicas (GPU replicas: not supported)\n"
+               "  --no-deterministic  sums in each split's own order: equal within float32 rounding, a little faster\n"
                "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
@@ -200,6 +202,9 @@ int main(int argc, char **argv)
     }
     schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch * o.accumulate, 0) * o.epochs);
     md.strategy = s;
+    /* Deterministic unless asked otherwise, where it runs: CPU replicas.
+       (It costs the CNN a few percent; bench/RESULTS.md.) */
+    if (o.deterministic < 0) md.deterministic = !strncmp(mirror_strategy_query_desc(s).devices, "cpu", 3);
     md.channels = train.channels, md.height = train.height, md.width = train.width;
     md.max_batch = o.batch;
     md.seed = o.seed;

@@ -121,14 +121,14 @@ if [ -x "$BUILD/train" ]; then
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
         "--accumulate 2000000" "--dropout 1" "--dropout -0.5" "--crop-pad 2" "--crop-pad 65 --augment" \
-        "--chunk 8" "--chunk 0 --deterministic"; do
+        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
     done
     check "build/train --precision fp16: the loss scale on the final: line" sh -c \
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0\$'"
-    for d in "" "--deterministic"; do
+    for d in "--no-deterministic" "--deterministic"; do
         check "build/train --report-nonfinite 1 $d: an overflowing step names its layer and replica" sh -c \
             "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --precision fp16 --loss-scale 1e30 --max-skips 2 --report-nonfinite 1 $d 2>&1 >/dev/null | grep -q 'step 1 skipped: the gradient of layer 5 (dense) on replica 0 is not finite'"
     done
@@ -165,8 +165,13 @@ if [ -x "$BUILD/train" ]; then
     done
     check "build/scaling (the lecture demo): 1, 2 and 4 replicas, the deterministic ones 0 apart from 1 replica's weights" sh -c \
         "$BUILD/scaling 1 >'$tmp/scaling.out' && test \$(grep -c '^default ' '$tmp/scaling.out') -eq 3 && test \$(grep -cE '^deterministic +[124] .* 0\$' '$tmp/scaling.out') -eq 3"
-    check "build/train --model cnn-bn --dropout 0.3 --augment: the final loss of 3 replicas within 1e-4 of 1 replica's (not deterministic)" sh -c \
-        "$BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 1 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >'$tmp/l1' && $BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 3 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >>'$tmp/l1' && awk 'NR == 1 { a = \$1 } NR == 2 { d = \$1 - a; exit !(d <= 1e-4 && d >= -1e-4) }' '$tmp/l1'"
+    check "build/train --model cnn-bn --dropout 0.3 --augment --no-deterministic: the final loss of 3 replicas within 1e-4 of 1 replica's" sh -c \
+        "$BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --no-deterministic --replicas 1 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >'$tmp/l1' && $BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --no-deterministic --replicas 3 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >>'$tmp/l1' && awk 'NR == 1 { a = \$1 } NR == 2 { d = \$1 - a; exit !(d <= 1e-4 && d >= -1e-4) }' '$tmp/l1'"
+    # The trainer's default on CPU replicas is deterministic mode: no flag needed.
+    check "build/train (no flag): deterministic on CPU replicas, said on the model line; 1 and 3 replicas byte-identical" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 | grep -q '^model: .*, deterministic (chunks of 16 samples)' && ! $BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --no-deterministic | grep -q 'deterministic'"
+    check "build/train --model cnn-bn --dropout 0.3 --augment (the default mode): 1 and 3 replicas byte-identical" \
+        same_runs "--model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 1" "--model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 3"
     check "build/train --data DIR of CIFAR-10 batches: 3x32x32 samples, trained to a final: line" sh -c \
         "mkdir -p '$tmp/cifar' && for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do dd if=/dev/zero of='$tmp/cifar/'\$f.bin bs=3073 count=20 2>/dev/null; done && $BUILD/train --data '$tmp/cifar' --model cnn --epochs 1 --batch 25 >'$tmp/cifar.out' && grep -q 'data: .*cifar, 100 train and 20 test samples of 32x32' '$tmp/cifar.out' && grep -q '^final: ' '$tmp/cifar.out'"
     check "build/train --history h.csv --plot c.svg: a header and a row per epoch, an SVG with both curves" sh -c \
