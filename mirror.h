@@ -883,9 +883,12 @@ MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, si
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
 
 /* A step you can see. With timing on, every step records, per replica,
-   when each phase began and ended (host clocks: on GPUs the time the host
-   spent queueing, not yet the device's), in a ring of the last `steps`
-   steps; off (0, the default) it costs one branch per phase. */
+   when each phase began and ended, in a ring of the last `steps` steps;
+   off (0, the default) it costs one branch per phase. CPU replicas read
+   the host's clock; GPU replicas record CUDA events on each replica's
+   stream (the device's own times, put on the host's clock), and the host
+   waits for them after each phase group, so with timing on it no longer
+   queues ahead of the GPU. */
 typedef enum mirror_phase {
     MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded */
     MIRROR_PHASE_FORWARD,
@@ -2309,6 +2312,10 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
    asynchronously (a GPU stream): only download and status wait for them.
    A failure inside an operation is kept in dev and reported by status. */
 
+/* Timing's phase edges in a step: gather, forward, backward begin and end
+   (0-3), the all-reduce's (4, 5), the update's (6, 7). */
+enum { MIRROR__MARKS = 8 };
+
 typedef struct mirror__backend {
     const char *name;
     /* Samples per convolution GEMM (0: the whole shard). One sample keeps
@@ -2441,6 +2448,13 @@ typedef struct mirror__backend {
                        float beta1, float beta2, float eps, float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
     void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
+    /* Timing (mirror_timing): mark notes when the replica's work reaches
+       the phase edge `slot` (0 to MIRROR__MARKS - 1): the CPU reads its
+       clock then; a GPU records an event on the replica's stream. marks
+       gives slots [0, n) in seconds on mirror__now's clock (a GPU waits
+       for its events and places them on that clock). */
+    void (*mark)(void *dev, int slot);
+    void (*marks)(void *dev, double *t, int n);
 } mirror__backend;
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -2462,7 +2476,8 @@ typedef struct mirror__reducer {
 /* The reference backend: host memory, loops over the shared math. */
 
 typedef struct mirror__cpu_dev {
-    float *gemm_ws; /* MIRROR__GEMM_WORKSPACE floats */
+    float *gemm_ws;              /* MIRROR__GEMM_WORKSPACE floats */
+    double mark[MIRROR__MARKS]; /* timing: the clock at the phases' edges */
 } mirror__cpu_dev;
 
 static void *mirror__cpu_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
@@ -2486,6 +2501,13 @@ static void *mirror__cpu_open(mirror_strategy *s, size_t r, size_t *workspace_by
     }
 #endif
     return d;
+}
+
+static void mirror__cpu_mark(void *dev, int slot) { ((mirror__cpu_dev *)dev)->mark[slot] = mirror__now(); }
+
+static void mirror__cpu_marks(void *dev, double *t, int n)
+{
+    memcpy(t, ((mirror__cpu_dev *)dev)->mark, (size_t)n * sizeof *t);
 }
 
 static void mirror__cpu_close(void *dev)
@@ -3037,6 +3059,8 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_sgd_mixed,
     mirror__cpu_adam_mixed,
     mirror__cpu_scaler_update,
+    mirror__cpu_mark,
+    mirror__cpu_marks,
 };
 
 // >>strategy and devices ----------------------------------------------------
@@ -4121,7 +4145,6 @@ typedef struct mirror__replica {
     size_t chunk0, nchunks;
     float *chunk_grads;
     size_t row0;  /* the shard's first sample's place among the step's samples (dropout) */
-    double mark[8]; /* timing: the clock at the phases' edges in this replica's jobs */
     int training; /* the pass trains (dropout drops) */
     double loss_sum;
     size_t correct_sum;
@@ -5633,14 +5656,14 @@ static void mirror__compute_job(void *ctx, size_t worker)
         mirror__rows_of(m, job->n, m->s->first + worker, &r->begin, &r->count, &r->chunk0, &r->nchunks);
         r->row0 = job->row0 + job->offset + r->begin;
         r->training = job->mode == MIRROR__TRAIN;
-        if (m->trace_steps) r->mark[0] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
-        if (m->trace_steps) r->mark[1] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 1);
     }
     if (!job->backward) {
         mirror__forward(m, r, r->count, job->from, job->stop);
         if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
-        if (m->trace_steps) r->mark[2] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 2);
         if (job->mode == MIRROR__PREDICT) {
             const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
             if (r->count)
@@ -5654,7 +5677,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
     /* the metrics, once the pass is done or, training, its backward queued to the end */
     if (job->metrics_now && (job->mode != MIRROR__TRAIN || job->back_stop == (size_t)-1)) mirror__take_loss(m, r);
-    if (m->trace_steps) r->mark[3] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 3);
 }
 
 /* The batchnorm layers where a training pass pauses: the first at or
@@ -5900,19 +5923,19 @@ static void mirror__update_job(void *ctx, size_t worker)
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     float bc1, bc2_sqrt; /* identical for every replica */
     m->be->bind(r->dev);
-    if (m->trace_steps) r->mark[6] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 6);
     if (m->format) {
         m->be->check(r->dev, r->scaler, r->grad16, m->nparams, m->format);
         mirror__clip(m, r);
         mirror__update_mixed(m, r, 0, m->nparams);
-        if (m->trace_steps) r->mark[7] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 7);
         return;
     }
     m->be->check32(r->dev, r->scaler, r->grads, m->nparams, m->steps);
     mirror__clip(m, r);
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
     mirror__update_fp32(m, r, 0, m->nparams, bc1, bc2_sqrt);
-    if (m->trace_steps) r->mark[7] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
 /* The sharded update (ZeRO stage 1 on shared memory). Where every
@@ -5955,18 +5978,18 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
     int finite = 1;
-    if (m->trace_steps) r->mark[4] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 4);
     mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
     if (m->format) {
         st.found_nonfinite = 0;
         m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
         m->found[worker] = st.found_nonfinite;
-        if (m->trace_steps) r->mark[5] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 5);
         return;
     }
     if (m->s->processes > 1 || m->chunk) { /* the reduction across processes (or chunks) has summed it already */
         m->found[worker] = !mirror__all_finite(r->grads + begin, count);
-        if (m->trace_steps) r->mark[5] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 5);
         return;
     }
     for (end = begin + count; begin < end; begin += len) {
@@ -5975,7 +5998,7 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
         finite &= mirror__all_finite(acc, len);
     }
     m->found[worker] = !finite;
-    if (m->trace_steps) r->mark[5] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 5);
 }
 
 /* Then every replica takes the verdict of all slices into its guard or
@@ -5989,7 +6012,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
     size_t begin, count, end, len, i;
     uint32_t found = 0;
     float bc1, bc2_sqrt;
-    if (m->trace_steps) r->mark[6] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 6);
     mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
     if (m->format) {
@@ -5997,7 +6020,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
         mirror__clip(m, r);
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
-        if (m->trace_steps) r->mark[7] = mirror__now();
+        if (m->trace_steps) m->be->mark(r->dev, 7);
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
@@ -6008,7 +6031,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
         mirror__update_fp32(m, r, begin, len, bc1, bc2_sqrt);
         mirror__gather_slice(m, worker, begin, len);
     }
-    if (m->trace_steps) r->mark[7] = mirror__now();
+    if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
 /* After a skipped step, with report_nonfinite: the first layer, from the
@@ -6245,26 +6268,39 @@ static void mirror__span_push(mirror_model *m, uint64_t step, size_t replica, in
 /* After a compute job: each replica's gather, forward and backward. */
 static void mirror__mark_compute(mirror_model *m, uint64_t step)
 {
+    double t[MIRROR__MARKS];
     size_t r;
     for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
-        const double *t = m->rep[r].mark;
+        m->be->marks(m->rep[r].dev, t, 4);
         mirror__span_push(m, step, r, MIRROR_PHASE_GATHER, t[0], t[1]);
         mirror__span_push(m, step, r, MIRROR_PHASE_FORWARD, t[1], t[2]);
         mirror__span_push(m, step, r, MIRROR_PHASE_BACKWARD, t[2], t[3]);
     }
 }
 
-/* After the update: each replica's all-reduce (its own clocks where its
-   job did it, else the host's around the reducer) and update. */
-static void mirror__mark_update(mirror_model *m, uint64_t step, double reduce0, double reduce1)
+/* Whether the all-reduce's edges are marked by the replicas' own jobs (the
+   sharded update's reduce-scatter); else the host marks them on every
+   replica around the reducer (mirror__mark_reduce). */
+static int mirror__reduce_in_jobs(const mirror_model *m)
+{
+    return m->sharded && !m->format && m->s->processes == 1 && !m->chunk;
+}
+
+static void mirror__mark_reduce(mirror_model *m, int slot)
 {
     size_t r;
+    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
+        m->be->mark(m->rep[r].dev, slot);
+}
+
+/* After the update: each replica's all-reduce and update. */
+static void mirror__mark_update(mirror_model *m, uint64_t step)
+{
+    double t[MIRROR__MARKS];
+    size_t r;
     for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
-        const double *t = m->rep[r].mark;
-        if (m->sharded && !m->format && m->s->processes == 1 && !m->chunk)
-            mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
-        else
-            mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, reduce0, reduce1);
+        m->be->marks(m->rep[r].dev, t, MIRROR__MARKS);
+        mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
         mirror__span_push(m, step, r, MIRROR_PHASE_UPDATE, t[6], t[7]);
     }
 }
@@ -6386,7 +6422,6 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     mirror_metrics sum = {0.0, 0, 0};
     mirror__job job;
     size_t j, total = 0;
-    double reduce0 = 0.0, reduce1 = 0.0;
     int rc;
     if (!micro || !k) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: no batch", what);
     for (j = 0; j < k; j++) {
@@ -6418,9 +6453,9 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         if (!m->chunk && rc == MIRROR_OK && j + 1 < k) continue;
         /* the reduction: after the last micro-batch, or after each in
            deterministic mode; with several processes after a failure too */
-        reduce0 = m->trace_steps ? mirror__now() : 0.0;
+        mirror__mark_reduce(m, 4);
         rc = mirror__reduce_gradients(m, rc, j > 0);
-        reduce1 = m->trace_steps ? mirror__now() : 0.0;
+        mirror__mark_reduce(m, 5);
     }
     if (rc) return rc;
     m->steps++;
@@ -6434,7 +6469,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     } else {
         mirror__run(&m->s->team, mirror__update_job, &job);
     }
-    mirror__mark_update(m, m->steps, reduce0, reduce1);
+    mirror__mark_update(m, m->steps);
     if ((rc = mirror__device_status(m))) return rc;
     if (m->format && m->desc.loss_scale.report_nonfinite) {
         mirror_loss_scale_state st;

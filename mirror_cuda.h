@@ -144,6 +144,12 @@ typedef struct mirror__cuda_dev {
     cublasHandle_t blas;
     cudaEvent_t uploaded; /* after the last upload from the host buffers */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
+    /* Timing (mirror_timing), made by the first mark: an event per phase
+       edge, and an origin event whose time on the host's clock is known. */
+    cudaEvent_t mark[MIRROR__MARKS], origin;
+    double origin_host;
+    int timing;           /* the events exist */
+    unsigned marked;      /* the slots recorded since timing began, a bit each */
     int code;
     char message[256];
 } mirror__cuda_dev;
@@ -752,8 +758,11 @@ static void mirror__cuda_close(void *dev)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (mirror__cuda_wait(d, NULL, "waiting before freeing the replica")) {
+        int k;
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
         mirror__cuda_ok(d, cudaEventDestroy(d->uploaded), "cudaEventDestroy");
+        for (k = 0; d->timing && k < MIRROR__MARKS; k++) mirror__cuda_ok(d, cudaEventDestroy(d->mark[k]), "cudaEventDestroy");
+        if (d->timing) mirror__cuda_ok(d, cudaEventDestroy(d->origin), "cudaEventDestroy");
     }
     if (d->code) {
         char notice[300];
@@ -1173,6 +1182,46 @@ static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uin
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
 
+/* Timing on a GPU: CUDA events on the replica's stream, placed on the
+   host's clock through an origin event that the host waited for (its time
+   known within the poll's microseconds). Reading them waits for the GPU:
+   while timing is on, the host does not run ahead of a step's work. */
+static void mirror__cuda_mark(void *dev, int slot)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!d->timing) {
+        int k, ok = mirror__cuda_ok(d, cudaEventCreate(&d->origin), "cudaEventCreate (timing)");
+        for (k = 0; ok && k < MIRROR__MARKS; k++)
+            if (!(ok = mirror__cuda_ok(d, cudaEventCreate(&d->mark[k]), "cudaEventCreate (timing)")))
+                while (k-- > 0) cudaEventDestroy(d->mark[k]);
+        if (!ok) return;
+        if (!mirror__cuda_ok(d, cudaEventRecord(d->origin, d->stream), "cudaEventRecord (timing)") ||
+            !mirror__cuda_wait(d, d->origin, "waiting for timing's origin")) {
+            for (k = 0; k < MIRROR__MARKS; k++) cudaEventDestroy(d->mark[k]);
+            cudaEventDestroy(d->origin);
+            return;
+        }
+        d->origin_host = mirror__now();
+        d->timing = 1;
+    }
+    if (mirror__cuda_ok(d, cudaEventRecord(d->mark[slot], d->stream), "cudaEventRecord (timing)"))
+        d->marked |= 1u << slot;
+}
+
+static void mirror__cuda_marks(void *dev, double *t, int n)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    float ms = 0.0f;
+    int k;
+    for (k = 0; k < n; k++) {
+        t[k] = 0.0;
+        if (!d->timing || !(d->marked & (1u << k))) continue; /* never reached: 0, as a span of nothing */
+        if (!mirror__cuda_wait(d, d->mark[k], "waiting for a timing event")) return;
+        if (mirror__cuda_ok(d, cudaEventElapsedTime(&ms, d->origin, d->mark[k]), "cudaEventElapsedTime"))
+            t[k] = d->origin_host + 1e-3 * (double)ms;
+    }
+}
+
 static void mirror__cuda_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *desc)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1229,6 +1278,8 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_sgd_mixed,
     mirror__cuda_adam_mixed,
     mirror__cuda_scaler_update,
+    mirror__cuda_mark,
+    mirror__cuda_marks,
 };
 
 // >>cuda reducers -----------------------------------------------------------

@@ -8,9 +8,10 @@
    Exact GEMMs (fp32 that TF32 would fail, tensor cores that an fp16
    accumulator would fail); kernels over 65,535 blocks and over 2^31
    elements; evaluate, predict, checkpoints across backends and MSE on the
-   GPU; a wait past the timeout. With two GPUs or more: NCCL and the copy
-   reducer across GPUs in fp32, fp16 and bf16, training on every GPU, fp16's
-   skip decision through NCCL, and the caller's current GPU.
+   GPU; phase timing by CUDA events; a wait past the timeout. With two
+   GPUs or more: NCCL and the copy reducer across GPUs in fp32, fp16 and
+   bf16, training on every GPU, fp16's skip decision through NCCL, and the
+   caller's current GPU.
 
    Tolerances, and why:
    - data movement and comparisons (relu, im2col, maxpool, the copy
@@ -1209,6 +1210,31 @@ done:
     mirror_strategy_destroy(gs), mirror_strategy_destroy(cs);
 }
 
+/* Timing on the GPU: CUDA events on each replica's stream give every phase
+   of the kept steps a positive length, and the trace has each replica's
+   spans. */
+static void test_gpu_timing(void)
+{
+    mirror_strategy *s = strategy("cuda:0,0", MIRROR_REDUCER_COPY);
+    mirror_model *m = s ? model(s, MIRROR_OPT_ADAM, MIRROR_PRECISION_FP32) : NULL;
+    mirror_phase_times t;
+    char path[64];
+    int p, positive = 1;
+    memset(&t, 0, sizeof t);
+    snprintf(path, sizeof path, "/tmp/mirror_test_cuda_%d_trace.json", (int)getpid());
+    CHECK(m && mirror_timing(m, 4) == MIRROR_OK && run_steps(m, 6) == MIRROR_OK &&
+              mirror_phase_times_get(m, (size_t)-1, &t) == MIRROR_OK && t.steps == 4 &&
+              mirror_trace_write(m, path) == MIRROR_OK,
+          "timing 4 of 6 steps on 2 replicas of GPU 0, and its trace: %s", m ? mirror_model_error(m) : "no model");
+    for (p = 0; p < MIRROR_PHASE_COUNT; p++) positive &= t.seconds[p] > 0.0 && t.imbalance[p] >= 1.0;
+    CHECK(positive, "every phase timed by CUDA events is positive (gather %.3g, forward %.3g, backward %.3g, "
+          "all-reduce %.3g, update %.3g ms)", 1e3 * t.seconds[0], 1e3 * t.seconds[1], 1e3 * t.seconds[2],
+          1e3 * t.seconds[3], 1e3 * t.seconds[4]);
+    remove(path);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* A wait that runs past the strategy's timeout fails with MIRROR_ERR_TIMEOUT
    and says so, instead of hanging; once the work ends, the replica works
    again. The stream is held up by a host function that sleeps. */
@@ -1475,6 +1501,7 @@ int main(void)
     test_mixed_training();
     test_out_of_memory();
     test_model_io();
+    test_gpu_timing();
     test_wait_timeout();
     test_multi_gpu();
     test_caller_device();
