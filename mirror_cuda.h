@@ -761,7 +761,8 @@ static void mirror__cuda_close(void *dev)
         int k;
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
         mirror__cuda_ok(d, cudaEventDestroy(d->uploaded), "cudaEventDestroy");
-        for (k = 0; d->timing && k < MIRROR__MARKS; k++) mirror__cuda_ok(d, cudaEventDestroy(d->mark[k]), "cudaEventDestroy");
+        for (k = 0; d->timing && k < MIRROR__MARKS; k++)
+            mirror__cuda_ok(d, cudaEventDestroy(d->mark[k]), "cudaEventDestroy");
         if (d->timing) mirror__cuda_ok(d, cudaEventDestroy(d->origin), "cudaEventDestroy");
     }
     if (d->code) {
@@ -1186,25 +1187,27 @@ static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uin
    host's clock through an origin event that the host waited for (its time
    known within the poll's microseconds). Reading them waits for the GPU:
    while timing is on, the host does not run ahead of a step's work. */
+static int mirror__cuda_timing_start(mirror__cuda_dev *d)
+{
+    int k = 0, origin = mirror__cuda_ok(d, cudaEventCreate(&d->origin), "cudaEventCreate (timing)"), ok = origin;
+    while (ok && k < MIRROR__MARKS) /* k: the marks made */
+        if ((ok = mirror__cuda_ok(d, cudaEventCreate(&d->mark[k]), "cudaEventCreate (timing)"))) k++;
+    ok = ok && mirror__cuda_ok(d, cudaEventRecord(d->origin, d->stream), "cudaEventRecord (timing)") &&
+         mirror__cuda_wait(d, d->origin, "waiting for timing's origin");
+    if (!ok) { /* what was made, unmade */
+        while (k-- > 0) cudaEventDestroy(d->mark[k]);
+        if (origin) cudaEventDestroy(d->origin);
+        return 0;
+    }
+    d->origin_host = mirror__now();
+    return d->timing = 1;
+}
+
 static void mirror__cuda_mark(void *dev, int slot)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!d->timing) {
-        int k, ok = mirror__cuda_ok(d, cudaEventCreate(&d->origin), "cudaEventCreate (timing)");
-        for (k = 0; ok && k < MIRROR__MARKS; k++)
-            if (!(ok = mirror__cuda_ok(d, cudaEventCreate(&d->mark[k]), "cudaEventCreate (timing)")))
-                while (k-- > 0) cudaEventDestroy(d->mark[k]);
-        if (!ok) return;
-        if (!mirror__cuda_ok(d, cudaEventRecord(d->origin, d->stream), "cudaEventRecord (timing)") ||
-            !mirror__cuda_wait(d, d->origin, "waiting for timing's origin")) {
-            for (k = 0; k < MIRROR__MARKS; k++) cudaEventDestroy(d->mark[k]);
-            cudaEventDestroy(d->origin);
-            return;
-        }
-        d->origin_host = mirror__now();
-        d->timing = 1;
-    }
-    if (mirror__cuda_ok(d, cudaEventRecord(d->mark[slot], d->stream), "cudaEventRecord (timing)"))
+    if ((d->timing || mirror__cuda_timing_start(d)) &&
+        mirror__cuda_ok(d, cudaEventRecord(d->mark[slot], d->stream), "cudaEventRecord (timing)"))
         d->marked |= 1u << slot;
 }
 
@@ -1806,8 +1809,9 @@ static int mirror__cuda_distinct_gpus(mirror_strategy *s, mirror_error *err)
             counts[p] = (int)(s->counts[p] * rec), displs[p] = (int)at;
             at += s->counts[p] * rec;
         }
-        rc = mirror__mpi_done(s, MPI_Iallgatherv(mine, (int)(g->replicas * rec), MPI_BYTE, all, counts, displs, MPI_BYTE,
-                                                 s->comm, &req),
+        rc = mirror__mpi_done(s,
+                              MPI_Iallgatherv(mine, (int)(g->replicas * rec), MPI_BYTE, all, counts, displs, MPI_BYTE,
+                                              s->comm, &req),
                               &req, "strategy: every replica's GPU", err);
     }
     for (r = 0; rc == MIRROR_OK && r < s->world; r++)

@@ -1403,7 +1403,8 @@ static void test_multi_gpu(void)
     }
     if (visible > 8) visible = 8;
     memcpy(all, "cuda:", 6);
-    for (v = 0, used = 5; v < visible; v++) used += (size_t)snprintf(all + used, sizeof all - used, v ? ",%d" : "%d", v);
+    for (v = 0, used = 5; v < visible; v++)
+        used += (size_t)snprintf(all + used, sizeof all - used, v ? ",%d" : "%d", v);
     lists[0] = all, lists[1] = all, lists[2] = "cuda:0,1,0,1";
 #ifdef MIRROR_NO_NCCL
     reducers[0] = MIRROR_REDUCER_COPY;
