@@ -3852,6 +3852,16 @@ static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16
     return MIRROR_OK;
 }
 
+/* After a fold: MIRROR_ERR_PEER when another rank failed before it (peer:
+   that rank plus one, 0 for none, with its code); this rank's own failure
+   is its caller's to report. */
+static int mirror__mpi_peer_failed(const mirror_strategy *s, size_t peer, int code, mirror_error *err)
+{
+    if (!peer || peer == s->rank + 1) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_PEER, "rank %zu failed before the all-reduce (%s); nothing of the step was applied",
+                         peer - 1, mirror_result_string(code));
+}
+
 /* The reducer's entry points: a failure in another process before the
    reduction is an error here too. */
 static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n,
@@ -3859,9 +3869,7 @@ static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uin
 {
     size_t peer = 0;
     int code = 0, rc = mirror__mpi_all_reduce(s, bufs, half, n, format, &peer, &code, err);
-    if (rc || !peer || peer == s->rank + 1) return rc; /* this rank's own failure: its caller has it */
-    return mirror__error(err, MIRROR_ERR_PEER, "rank %zu failed before the all-reduce (%s); nothing of the step was applied",
-                         peer - 1, mirror_result_string(code));
+    return rc ? rc : mirror__mpi_peer_failed(s, peer, code, err);
 }
 
 static int mirror__mpi_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)

@@ -825,7 +825,8 @@ static void mirror__cuda_host_release(void *dev, void *p)
 
 static void mirror__cuda_host_wait(void *dev)
 {
-    mirror__cuda_wait(mirror__cuda_enter(dev), ((mirror__cuda_dev *)dev)->uploaded, "waiting for an upload");
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__cuda_wait(d, d->uploaded, "waiting for an upload");
 }
 
 static void mirror__cuda_zero(void *dev, void *p, size_t bytes)
@@ -1753,11 +1754,7 @@ static int mirror__nccl_mpi_sum(mirror_strategy *s, void *const *bufs, size_t n,
     size_t peer = 0;
     int code = 0, rc = mirror__mpi_all_reduce(s, NULL, NULL, 0, 0, &peer, &code, err);
     if (rc) return rc;
-    if (peer == s->rank + 1) return MIRROR_OK;
-    if (peer)
-        return mirror__error(err, MIRROR_ERR_PEER,
-                             "rank %zu failed before the all-reduce (%s); nothing of the step was applied", peer - 1,
-                             mirror_result_string(code));
+    if (peer) return mirror__mpi_peer_failed(s, peer, code, err); /* a failure anywhere: no NCCL anywhere */
     return mirror__nccl_sum(s, bufs, n, type, err);
 }
 
