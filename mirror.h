@@ -1215,6 +1215,141 @@ MIRROR_HD static inline int mirror_hd_finite(float x)
 
 MIRROR_HD static inline int mirror_hd_isnan(float x) { return (mirror_hd_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 
+/* ---- Division by a divisor fixed before a loop ----
+   A GPU has no integer divider: a 64-bit division costs it dozens of
+   instructions, and the layout kernels (im2col, col2im, permute, pooling)
+   would spend most of theirs splitting an index into coordinates. This is
+   Granlund and Montgomery's division by invariant integers (their figure
+   4.1): for d >= 1 and any 64-bit n, n / d = (t + ((n - t) >> s1)) >> s2,
+   t the high half of magic * n. The kernels take their divisors as
+   arguments, made once per launch by mirror_hd_divisor_of. */
+typedef struct mirror_hd_divisor {
+    uint64_t d, magic;
+    unsigned s1, s2;
+} mirror_hd_divisor;
+
+/* The high 64 bits of a * b. */
+MIRROR_HD static inline uint64_t mirror_hd_mulhi(uint64_t a, uint64_t b)
+{
+#ifdef __CUDA_ARCH__
+    return __umul64hi(a, b);
+#else
+    uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
+    uint64_t lh = al * bh, hl = ah * bl, mid = (al * bl >> 32) + (lh & 0xffffffffu) + (hl & 0xffffffffu);
+    return ah * bh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+#endif
+}
+
+/* With l = ceil(log2 d): magic = floor(2^64 (2^l - d) / d) + 1, s1 =
+   min(l, 1), s2 = max(l - 1, 0). The quotient comes bit by bit (2^l - d <
+   d, so it fits in 64 bits). d 0 is taken as 1. */
+MIRROR_HD static inline mirror_hd_divisor mirror_hd_divisor_of(uint64_t d)
+{
+    mirror_hd_divisor v;
+    uint64_t r, q = 0;
+    unsigned l = 0, i;
+    d = d ? d : 1;
+    while (l < 64 && ((uint64_t)1 << l) < d) l++;
+    r = l == 64 ? 0 - d : ((uint64_t)1 << l) - d;
+    for (i = 0; i < 64; i++) { /* (r:0) / d, one bit at a time; top: r overflowed, so r > d */
+        uint64_t top = r >> 63;
+        r <<= 1, q <<= 1;
+        if (top || r >= d) r -= d, q |= 1;
+    }
+    v.d = d, v.magic = q + 1, v.s1 = l ? 1u : 0u, v.s2 = l ? l - 1 : 0u;
+    return v;
+}
+
+MIRROR_HD static inline uint64_t mirror_hd_div(mirror_hd_divisor v, uint64_t n)
+{
+    uint64_t t = mirror_hd_mulhi(v.magic, n);
+    return (t + ((n - t) >> v.s1)) >> v.s2;
+}
+
+/* n / d into *q, and the remainder returned. */
+MIRROR_HD static inline uint64_t mirror_hd_divmod(mirror_hd_divisor v, uint64_t n, uint64_t *q)
+{
+    *q = mirror_hd_div(v, n);
+    return n - *q * v.d;
+}
+
+/* The channel of element i of a [rows, channels, inner] tensor. */
+MIRROR_HD static inline uint64_t mirror_hd_channel(uint64_t i, mirror_hd_divisor inner, mirror_hd_divisor channels)
+{
+    uint64_t row;
+    return mirror_hd_divmod(channels, mirror_hd_div(inner, i), &row);
+}
+
+/* A convolution's layout, x [n, c, h, w] and its im2col col [c*k*k,
+   n*ho*wo] (sample s at columns s*ho*wo ...), with the divisors that the
+   layout kernels split their indices by. */
+typedef struct mirror_hd_conv_shape {
+    uint64_t n, c, h, w, k, stride, pad, ho, wo;
+    mirror_hd_divisor by_n, by_c, by_h, by_w, by_k, by_kk, by_wo, by_hwo, by_stride;
+} mirror_hd_conv_shape;
+
+MIRROR_HD static inline mirror_hd_conv_shape mirror_hd_conv_shape_of(size_t n, size_t c, size_t h, size_t w,
+                                                                     size_t k, size_t stride, size_t pad, size_t ho,
+                                                                     size_t wo)
+{
+    mirror_hd_conv_shape g;
+    g.n = n, g.c = c, g.h = h, g.w = w, g.k = k, g.stride = stride, g.pad = pad, g.ho = ho, g.wo = wo;
+    g.by_n = mirror_hd_divisor_of(n), g.by_c = mirror_hd_divisor_of(c), g.by_h = mirror_hd_divisor_of(h);
+    g.by_w = mirror_hd_divisor_of(w), g.by_k = mirror_hd_divisor_of(k), g.by_kk = mirror_hd_divisor_of(k * k);
+    g.by_wo = mirror_hd_divisor_of(wo), g.by_hwo = mirror_hd_divisor_of(ho * wo);
+    g.by_stride = mirror_hd_divisor_of(stride);
+    return g;
+}
+
+/* col[i] of im2col: the input pixel that tap (ki, kj) of output (oy, ox)
+   reads, or 0 in the zero padding. */
+MIRROR_HD static inline float mirror_hd_im2col_at(const mirror_hd_conv_shape *g, const float *x, uint64_t i)
+{
+    uint64_t q, row, ch, ki, oy;
+    uint64_t pos = mirror_hd_divmod(g->by_hwo, i, &q), smp = mirror_hd_divmod(g->by_n, q, &row);
+    uint64_t tap = mirror_hd_divmod(g->by_kk, row, &ch), kj = mirror_hd_divmod(g->by_k, tap, &ki);
+    uint64_t ox = mirror_hd_divmod(g->by_wo, pos, &oy);
+    uint64_t py = oy * g->stride + ki, px = ox * g->stride + kj; /* in the padded input */
+    if (py < g->pad || px < g->pad || py - g->pad >= g->h || px - g->pad >= g->w) return 0.0f;
+    return x[((smp * g->c + ch) * g->h + py - g->pad) * g->w + px - g->pad];
+}
+
+/* x[i] of col2im: the sum of the col entries that read pixel i, in the
+   order of the taps (ki, kj), that is of the outputs (oy, ox) from the
+   last: the CPU backend's order, so the same bits. */
+MIRROR_HD static inline float mirror_hd_col2im_at(const mirror_hd_conv_shape *g, const float *col, uint64_t i)
+{
+    uint64_t q, plane, smp, ix = mirror_hd_divmod(g->by_w, i, &q), iy = mirror_hd_divmod(g->by_h, q, &plane);
+    uint64_t ch = mirror_hd_divmod(g->by_c, plane, &smp), py = iy + g->pad, px = ix + g->pad, oy, ox, top, right;
+    uint64_t hwo = g->ho * g->wo;
+    float sum = 0.0f;
+    if (!g->ho || !g->wo) return 0.0f;
+    top = mirror_hd_div(g->by_stride, py), right = mirror_hd_div(g->by_stride, px);
+    top = top < g->ho ? top : g->ho - 1, right = right < g->wo ? right : g->wo - 1;
+    for (oy = top + 1; oy-- > 0 && py - oy * g->stride < g->k;) { /* ki = py - oy stride, rising */
+        const float *taps = col + ((ch * g->k + py - oy * g->stride) * g->k * g->n + smp) * hwo + oy * g->wo;
+        for (ox = right + 1; ox-- > 0 && px - ox * g->stride < g->k;) /* kj = px - ox stride */
+            sum += taps[(px - ox * g->stride) * g->n * hwo + ox];
+    }
+    return sum;
+}
+
+/* dx at pixel `at` = (iy, ix) of a max-pooling plane: the sum, in output
+   order, of the dy of the outputs whose argmax it is. */
+MIRROR_HD static inline float mirror_hd_maxpool_grad_at(const float *dy, const int32_t *arg, uint64_t at, uint64_t iy,
+                                                        uint64_t ix, uint64_t k, mirror_hd_divisor by_stride,
+                                                        uint64_t ho, uint64_t wo)
+{
+    uint64_t stride = by_stride.d, oy, ox;
+    uint64_t oy0 = iy + 1 > k ? mirror_hd_div(by_stride, iy + stride - k) : 0;
+    uint64_t ox0 = ix + 1 > k ? mirror_hd_div(by_stride, ix + stride - k) : 0;
+    float sum = 0.0f;
+    for (oy = oy0; oy < ho && oy * stride <= iy; oy++)
+        for (ox = ox0; ox < wo && ox * stride <= ix; ox++)
+            if ((uint64_t)arg[oy * wo + ox] == at) sum += dy[oy * wo + ox];
+    return sum;
+}
+
 
 /* y = max(0, x), and NaN stays NaN (torch.relu): a NaN in the data must
    reach the loss, not vanish into a zero. */

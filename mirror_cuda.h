@@ -143,6 +143,7 @@ typedef struct mirror__cuda_dev {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t uploaded; /* after the last upload from the host buffers */
+    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_PARTS floats) */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -200,26 +201,71 @@ static unsigned mirror__blocks(size_t n)
 #define MIRROR__FOR_EACH(i, n) \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void mirror__k_bias_add(float *y, const float *bias, size_t total, size_t channels, size_t inner)
+/* Indices are split into coordinates by mirror_hd_divisor (a multiply-high
+   and shifts), made on the host at each launch: a GPU has no integer
+   divider. */
+
+__global__ void mirror__k_bias_add(float *y, const float *bias, size_t total, mirror_hd_divisor inner,
+                                   mirror_hd_divisor channels)
 {
-    MIRROR__FOR_EACH(i, total) y[i] += bias[(i / inner) % channels];
+    MIRROR__FOR_EACH(i, total) y[i] += bias[mirror_hd_channel(i, inner, channels)];
 }
 
-/* One block per channel: each thread sums a fixed stride of the (row, i)
-   pairs, then a fixed tree: the same order every run. */
-__global__ void mirror__k_bias_grad(float *db, const float *dy, size_t rows, size_t channels, size_t inner)
+/* The block's sum of each thread's s, by a fixed tree: thread 0 gets it.
+   part is the block's shared array of blockDim.x (a power of two) floats. */
+__device__ static float mirror__block_sum(float *part, float s)
 {
-    __shared__ float part[MIRROR__THREADS];
-    size_t c = blockIdx.x, n = rows * inner, j;
-    float s = 0.0f;
-    for (j = threadIdx.x; j < n; j += blockDim.x) s += dy[((j / inner) * channels + c) * inner + j % inner];
     part[threadIdx.x] = s;
     __syncthreads();
     for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
         if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
         __syncthreads();
     }
-    if (threadIdx.x == 0) db[c] += part[0];
+    s = part[0];
+    __syncthreads(); /* part is free again */
+    return s;
+}
+
+/* The bias gradient's spans: about MIRROR__BIAS_SPAN elements each, and
+   about MIRROR__BIAS_BLOCKS blocks in all (a few per SM), the parts in the
+   replica's scratch of MIRROR__BIAS_PARTS floats. */
+#define MIRROR__BIAS_SPAN 4096
+#define MIRROR__BIAS_BLOCKS 1024
+#define MIRROR__BIAS_PARTS 65536
+
+/* The bias gradient, spread over the GPU. A channel's rows * inner
+   elements are cut into `parts` spans of consecutive elements; block (b, c)
+   sums span b of channel c (each thread a fixed stride of it, then a fixed
+   tree) into out[c * parts + b], or with one part adds it to out[c] = db[c].
+   bias_total then adds a channel's parts in order: the same bits every run. */
+__global__ void mirror__k_bias_part(float *out, const float *dy, size_t rows, size_t channels,
+                                    mirror_hd_divisor inner, size_t parts)
+{
+    __shared__ float part[MIRROR__THREADS];
+    size_t n = rows * inner.d, b = blockIdx.x, lo = n / parts * b + MIRROR__MIN(b, n % parts);
+    size_t hi = lo + n / parts + (b < n % parts);
+    for (size_t c = blockIdx.y; c < channels; c += gridDim.y) {
+        float s = 0.0f;
+        for (size_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+            uint64_t row, e = mirror_hd_divmod(inner, j, &row);
+            s += dy[(row * channels + c) * inner.d + e];
+        }
+        s = mirror__block_sum(part, s);
+        if (threadIdx.x == 0) {
+            if (parts == 1) out[c] += s;
+            else out[c * parts + b] = s;
+        }
+    }
+}
+
+__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts)
+{
+    MIRROR__FOR_EACH(c, channels)
+    {
+        float s = 0.0f;
+        for (size_t b = 0; b < parts; b++) s += part[c * parts + b];
+        db[c] += s;
+    }
 }
 
 __global__ void mirror__k_relu_forward(float *y, const float *x, size_t n)
@@ -248,55 +294,38 @@ __global__ void mirror__k_act_backward(int kind, float *d, const float *x, const
                                      : mirror_hd_gelu_grad(x[i], d[i]);
 }
 
-/* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p] */
-__global__ void mirror__k_im2col(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
-                                 size_t stride, size_t pad, size_t ho, size_t wo)
+/* One thread per col entry (mirror_hd_im2col_at). */
+__global__ void mirror__k_im2col(float *col, const float *x, mirror_hd_conv_shape g)
 {
-    size_t hw = ho * wo;
-    MIRROR__FOR_EACH(i, c * k * k * n * hw)
-    {
-        size_t row = i / (n * hw), smp = i / hw % n, pos = i % hw, ch = row / (k * k), ki = row / k % k, kj = row % k;
-        long iy = (long)(pos / wo * stride + ki) - (long)pad, ix = (long)(pos % wo * stride + kj) - (long)pad;
-        col[i] = iy >= 0 && iy < (long)h && ix >= 0 && ix < (long)w ? x[((smp * c + ch) * h + iy) * w + ix] : 0.0f;
-    }
+    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo) col[i] = mirror_hd_im2col_at(&g, x, i);
 }
 
-/* One thread per pixel gathers its col entries in the CPU's order (ki, kj). */
-__global__ void mirror__k_col2im(float *x, const float *col, size_t n, size_t c, size_t h, size_t w, size_t k,
-                                 size_t stride, size_t pad, size_t ho, size_t wo)
+/* One thread per pixel gathers its col entries in the CPU's order (mirror_hd_col2im_at). */
+__global__ void mirror__k_col2im(float *x, const float *col, mirror_hd_conv_shape g)
 {
-    MIRROR__FOR_EACH(i, n * c * h * w)
-    {
-        size_t smp = i / (c * h * w), ch = i / (h * w) % c, iy = i / w % h, ix = i % w, ki, kj;
-        float s = 0.0f;
-        for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++) {
-                size_t ty = iy + pad - ki, tx = ix + pad - kj; /* = o*stride when it is a tap */
-                if (iy + pad < ki || ix + pad < kj || ty % stride || tx % stride) continue;
-                if (ty / stride >= ho || tx / stride >= wo) continue;
-                s += col[(((ch * k + ki) * k + kj) * n + smp) * ho * wo + ty / stride * wo + tx / stride];
-            }
-        x[i] = s;
-    }
+    MIRROR__FOR_EACH(i, g.n * g.c * g.h * g.w) x[i] = mirror_hd_col2im_at(&g, col, i);
 }
 
 /* src [a, b, inner] -> dst [b, a, inner] */
-__global__ void mirror__k_permute(float *dst, const float *src, size_t a, size_t b, size_t inner)
+__global__ void mirror__k_permute(float *dst, const float *src, size_t a, mirror_hd_divisor b, mirror_hd_divisor inner)
 {
-    MIRROR__FOR_EACH(i, a * b * inner)
+    MIRROR__FOR_EACH(i, a * b.d * inner.d)
     {
-        size_t ia = i / (b * inner), ib = i / inner % b, ii = i % inner;
-        dst[(ib * a + ia) * inner + ii] = src[i];
+        uint64_t q, ia, ii = mirror_hd_divmod(inner, i, &q), ib = mirror_hd_divmod(b, q, &ia);
+        dst[(ib * a + ia) * inner.d + ii] = src[i];
     }
 }
 
+/* hwo divides by ho * wo, wo by wo. */
 __global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x, size_t planes, size_t h,
-                                          size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+                                          size_t w, size_t k, size_t stride, mirror_hd_divisor hwo,
+                                          mirror_hd_divisor wo)
 {
-    MIRROR__FOR_EACH(o, planes * ho * wo)
+    MIRROR__FOR_EACH(o, planes * hwo.d)
     {
-        const float *p = x + o / (ho * wo) * h * w;
-        size_t oy = o / wo % ho, ox = o % wo, corner = oy * stride * w + ox * stride, at;
+        uint64_t plane, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, o, &plane), &oy);
+        const float *p = x + plane * h * w;
+        size_t corner = oy * stride * w + ox * stride, at;
         float top = mirror_hd_window_max(p + corner, w, k, &at);
         if (mirror_hd_window_nan(p + corner, w, k, &at)) top = p[corner + at];
         y[o] = top;
@@ -307,13 +336,14 @@ __global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x
 /* Batch normalisation. The sums: one block per channel, each thread a
    fixed stride of the (row, i) pairs in double, then a fixed tree. */
 __global__ void mirror__k_bn_sums(double *part, const float *a, const float *x, const float *stat, size_t rows,
-                                  size_t channels, size_t inner)
+                                  size_t channels, mirror_hd_divisor inner)
 {
     __shared__ double sum[MIRROR__THREADS], sq[MIRROR__THREADS];
-    size_t c = blockIdx.x, C = channels, n = rows * inner, j;
+    size_t c = blockIdx.x, C = channels, n = rows * inner.d, j;
     double s = 0.0, q = 0.0;
     for (j = threadIdx.x; j < n; j += blockDim.x) {
-        size_t at = ((j / inner) * C + c) * inner + j % inner;
+        uint64_t row, e = mirror_hd_divmod(inner, j, &row);
+        size_t at = (row * C + c) * inner.d + e;
         float v = x ? a[at] * mirror_hd_bn_xhat(x[at], stat[c], stat[C + c]) : a[at] * a[at];
         s += (double)a[at], q += (double)v;
     }
@@ -327,12 +357,13 @@ __global__ void mirror__k_bn_sums(double *part, const float *a, const float *x, 
 }
 
 __global__ void mirror__k_bn_forward(float *y, const float *x, const float *stat, const float *gamma,
-                                     const float *beta, size_t rows, size_t channels, size_t inner)
+                                     const float *beta, size_t rows, mirror_hd_divisor channels,
+                                     mirror_hd_divisor inner)
 {
-    MIRROR__FOR_EACH(i, rows * channels * inner)
+    MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
     {
-        size_t c = i / inner % channels;
-        y[i] = mirror_hd_bn(x[i], stat[c], stat[channels + c], gamma[c], beta[c]);
+        size_t c = mirror_hd_channel(i, inner, channels);
+        y[i] = mirror_hd_bn(x[i], stat[c], stat[channels.d + c], gamma[c], beta[c]);
     }
 }
 
@@ -346,14 +377,15 @@ __global__ void mirror__k_bn_param_grads(float *dgamma, float *dbeta, const doub
 }
 
 __global__ void mirror__k_bn_backward(float *dx, const float *dy, const float *x, const float *stat, const float *means,
-                                      const float *gamma, size_t rows, size_t channels, size_t inner)
+                                      const float *gamma, size_t rows, mirror_hd_divisor channels,
+                                      mirror_hd_divisor inner)
 {
-    MIRROR__FOR_EACH(i, rows * channels * inner)
+    MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
     {
-        size_t c = i / inner % channels;
-        float invstd = stat[channels + c];
+        size_t c = mirror_hd_channel(i, inner, channels);
+        float invstd = stat[channels.d + c];
         dx[i] = mirror_hd_bn_grad(dy[i], mirror_hd_bn_xhat(x[i], stat[c], invstd), gamma[c], invstd, means[c],
-                                  means[channels + c]);
+                                  means[channels.d + c]);
     }
 }
 
@@ -363,49 +395,50 @@ __global__ void mirror__k_add(float *y, const float *a, const float *b, size_t n
 }
 
 /* Dropout: one thread per element, its mask hashed from its place. */
-__global__ void mirror__k_dropout(float *y, const float *x, size_t rows, size_t inner, uint64_t key, uint64_t row0,
-                                  float p)
+__global__ void mirror__k_dropout(float *y, const float *x, size_t rows, mirror_hd_divisor inner, uint64_t key,
+                                  uint64_t row0, float p)
 {
-    MIRROR__FOR_EACH(i, rows * inner) y[i] = x[i] * mirror_hd_dropout(key, row0 + i / inner, i % inner, p);
+    MIRROR__FOR_EACH(i, rows * inner.d)
+    {
+        uint64_t row, e = mirror_hd_divmod(inner, i, &row);
+        y[i] = x[i] * mirror_hd_dropout(key, row0 + row, e, p);
+    }
 }
 
 /* Average pooling: one thread per output (forward), per input (backward:
    each input gathers its windows, so no two threads write one place). */
 __global__ void mirror__k_avgpool_forward(float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
-                                          size_t kw, size_t stride, size_t ho, size_t wo)
+                                          size_t kw, size_t stride, mirror_hd_divisor hwo, mirror_hd_divisor wo)
 {
-    MIRROR__FOR_EACH(i, planes * ho * wo)
+    MIRROR__FOR_EACH(i, planes * hwo.d)
     {
-        size_t p = i / (ho * wo), o = i % (ho * wo);
-        y[i] = mirror_hd_window_mean(x + p * h * w, w, kh, kw, o / wo * stride, o % wo * stride);
+        uint64_t p, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, i, &p), &oy);
+        y[i] = mirror_hd_window_mean(x + p * h * w, w, kh, kw, oy * stride, ox * stride);
     }
 }
 
-__global__ void mirror__k_avgpool_backward(float *dx, const float *dy, size_t planes, size_t h, size_t w, size_t kh,
-                                           size_t kw, size_t stride, size_t ho, size_t wo)
+/* hw divides by h * w, w by w. */
+__global__ void mirror__k_avgpool_backward(float *dx, const float *dy, size_t planes, mirror_hd_divisor hw,
+                                           mirror_hd_divisor w, size_t kh, size_t kw, size_t stride, size_t ho,
+                                           size_t wo)
 {
-    MIRROR__FOR_EACH(i, planes * h * w)
+    MIRROR__FOR_EACH(i, planes * hw.d)
     {
-        size_t p = i / (h * w), at = i % (h * w);
-        dx[i] = mirror_hd_window_mean_grad(dy + p * ho * wo, ho, wo, kh, kw, stride, at / w, at % w);
+        uint64_t p, iy, ix = mirror_hd_divmod(w, mirror_hd_divmod(hw, i, &p), &iy);
+        dx[i] = mirror_hd_window_mean_grad(dy + p * ho * wo, ho, wo, kh, kw, stride, iy, ix);
     }
 }
 
-/* One thread per input pixel adds the outputs that chose it, in output order. */
+/* One thread per input pixel adds the outputs that chose it, in output
+   order (mirror_hd_maxpool_grad_at). */
 __global__ void mirror__k_maxpool_backward(float *dx, const int32_t *arg, const float *dy, size_t planes,
-                                           size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+                                           mirror_hd_divisor hw, mirror_hd_divisor w, size_t k,
+                                           mirror_hd_divisor stride, size_t ho, size_t wo)
 {
-    MIRROR__FOR_EACH(i, planes * h * w)
+    MIRROR__FOR_EACH(i, planes * hw.d)
     {
-        size_t plane = i / (h * w), at = i % (h * w), iy = at / w, ix = at % w, oy, ox;
-        size_t oy0 = iy + 1 > k ? (iy + 1 - k + stride - 1) / stride : 0, ox0 = ix + 1 > k ? (ix + 1 - k + stride - 1) / stride : 0;
-        float s = 0.0f;
-        for (oy = oy0; oy < ho && oy * stride <= iy; oy++)
-            for (ox = ox0; ox < wo && ox * stride <= ix; ox++) {
-                size_t o = (plane * ho + oy) * wo + ox;
-                if ((size_t)arg[o] == at) s += dy[o];
-            }
-        dx[i] = s;
+        uint64_t plane, iy, at = mirror_hd_divmod(hw, i, &plane), ix = mirror_hd_divmod(w, at, &iy);
+        dx[i] = mirror_hd_maxpool_grad_at(dy + plane * ho * wo, arg + plane * ho * wo, at, iy, ix, k, stride, ho, wo);
     }
 }
 
@@ -739,13 +772,15 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     d->gpu = g;
     d->device = g->device[r];
     d->stream = g->stream[r];
-    *workspace_bytes = 0;
+    *workspace_bytes = MIRROR__BIAS_PARTS * sizeof(float);
     if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
+        !mirror__cuda_ok(d, cudaMalloc(&d->part, *workspace_bytes), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaEventCreateWithFlags(&d->uploaded, cudaEventDisableTiming), "cudaEventCreate")) {
         mirror__error(err, d->code, "replica %zu: %s", r, d->message);
         if (d->blas) cublasDestroy(d->blas);
+        if (d->part) cudaFree(d->part);
         MIRROR_FREE(d);
         return NULL;
     }
@@ -760,6 +795,7 @@ static void mirror__cuda_close(void *dev)
     if (mirror__cuda_wait(d, NULL, "waiting before freeing the replica")) {
         int k;
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
+        mirror__cuda_ok(d, cudaFree(d->part), "cudaFree");
         mirror__cuda_ok(d, cudaEventDestroy(d->uploaded), "cudaEventDestroy");
         for (k = 0; d->timing && k < MIRROR__MARKS; k++)
             mirror__cuda_ok(d, cudaEventDestroy(d->mark[k]), "cudaEventDestroy");
@@ -896,16 +932,25 @@ static void mirror__cuda_bias_add(void *dev, float *y, const float *bias, size_t
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     size_t n = rows * channels * inner;
     if (!n) return;
-    mirror__k_bias_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, bias, n, channels, inner);
+    mirror__k_bias_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, bias, n, mirror_hd_divisor_of(inner),
+                                                                              mirror_hd_divisor_of(channels));
     MIRROR__LAUNCHED(d, "bias_add kernel");
 }
 
+/* One part per channel (a dense layer's bias at a small batch) takes one pass. */
 static void mirror__cuda_bias_grad(void *dev, float *db, const float *dy, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!rows || !channels) return;
-    mirror__k_bias_grad<<<(unsigned)channels, MIRROR__THREADS, 0, d->stream>>>(db, dy, rows, channels, inner);
-    MIRROR__LAUNCHED(d, "bias_grad kernel");
+    size_t n = rows * inner, parts;
+    if (!n || !channels) return;
+    parts = MIRROR__MIN((n + MIRROR__BIAS_SPAN - 1) / MIRROR__BIAS_SPAN,
+                        MIRROR__MIN(MIRROR__BIAS_BLOCKS, MIRROR__BIAS_PARTS) / channels);
+    parts = parts ? parts : 1;
+    mirror__k_bias_part<<<dim3((unsigned)parts, (unsigned)MIRROR__MIN(channels, 65535)), MIRROR__THREADS, 0,
+                          d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels, mirror_hd_divisor_of(inner), parts);
+    if (!MIRROR__LAUNCHED(d, "bias_part kernel") || parts == 1) return;
+    mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts);
+    MIRROR__LAUNCHED(d, "bias_total kernel");
 }
 
 static void mirror__cuda_relu_forward(void *dev, float *y, const float *x, size_t n)
@@ -945,8 +990,8 @@ static void mirror__cuda_im2col(void *dev, float *col, const float *x, size_t n,
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_im2col<<<mirror__blocks(c * k * k * n * ho * wo), MIRROR__THREADS, 0, d->stream>>>(col, x, n, c, h, w, k,
-                                                                                              stride, pad, ho, wo);
+    mirror__k_im2col<<<mirror__blocks(c * k * k * n * ho * wo), MIRROR__THREADS, 0, d->stream>>>(
+        col, x, mirror_hd_conv_shape_of(n, c, h, w, k, stride, pad, ho, wo));
     MIRROR__LAUNCHED(d, "im2col kernel");
 }
 
@@ -955,8 +1000,8 @@ static void mirror__cuda_col2im(void *dev, float *x, const float *col, size_t n,
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_col2im<<<mirror__blocks(n * c * h * w), MIRROR__THREADS, 0, d->stream>>>(x, col, n, c, h, w, k, stride,
-                                                                                    pad, ho, wo);
+    mirror__k_col2im<<<mirror__blocks(n * c * h * w), MIRROR__THREADS, 0, d->stream>>>(
+        x, col, mirror_hd_conv_shape_of(n, c, h, w, k, stride, pad, ho, wo));
     MIRROR__LAUNCHED(d, "col2im kernel");
 }
 
@@ -964,7 +1009,8 @@ static void mirror__cuda_permute(void *dev, float *dst, const float *src, size_t
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!a || !b || !inner) return;
-    mirror__k_permute<<<mirror__blocks(a * b * inner), MIRROR__THREADS, 0, d->stream>>>(dst, src, a, b, inner);
+    mirror__k_permute<<<mirror__blocks(a * b * inner), MIRROR__THREADS, 0, d->stream>>>(
+        dst, src, a, mirror_hd_divisor_of(b), mirror_hd_divisor_of(inner));
     MIRROR__LAUNCHED(d, "permute kernel");
 }
 
@@ -973,8 +1019,9 @@ static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, cons
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
-    mirror__k_maxpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(y, arg, x, planes, h, w,
-                                                                                                 k, stride, ho, wo);
+    if (!ho || !wo) return;
+    mirror__k_maxpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(
+        y, arg, x, planes, h, w, k, stride, mirror_hd_divisor_of(ho * wo), mirror_hd_divisor_of(wo));
     MIRROR__LAUNCHED(d, "maxpool_forward kernel");
 }
 
@@ -983,7 +1030,8 @@ static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t row
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows || !inner) return;
-    mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(y, x, rows, inner, key, row0, p);
+    mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(
+        y, x, rows, mirror_hd_divisor_of(inner), key, row0, p);
     MIRROR__LAUNCHED(d, "dropout kernel");
 }
 
@@ -992,8 +1040,9 @@ static void mirror__cuda_avgpool_forward(void *dev, float *y, const float *x, si
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
-    mirror__k_avgpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(y, x, planes, h, w, kh,
-                                                                                                 kw, stride, ho, wo);
+    if (!ho || !wo) return;
+    mirror__k_avgpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(
+        y, x, planes, h, w, kh, kw, stride, mirror_hd_divisor_of(ho * wo), mirror_hd_divisor_of(wo));
     MIRROR__LAUNCHED(d, "avgpool_forward kernel");
 }
 
@@ -1002,8 +1051,9 @@ static void mirror__cuda_avgpool_backward(void *dev, float *dx, const float *dy,
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
-    mirror__k_avgpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(dx, dy, planes, h, w, kh,
-                                                                                                kw, stride, ho, wo);
+    if (!h || !w) return;
+    mirror__k_avgpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
+        dx, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), kh, kw, stride, ho, wo);
     MIRROR__LAUNCHED(d, "avgpool_backward kernel");
 }
 
@@ -1012,7 +1062,8 @@ static void mirror__cuda_bn_sums(void *dev, double *part, const float *a, const 
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!channels) return;
-    mirror__k_bn_sums<<<(unsigned)channels, MIRROR__THREADS, 0, d->stream>>>(part, a, x, stat, rows, channels, inner);
+    mirror__k_bn_sums<<<(unsigned)channels, MIRROR__THREADS, 0, d->stream>>>(part, a, x, stat, rows, channels,
+                                                                             mirror_hd_divisor_of(inner));
     MIRROR__LAUNCHED(d, "bn_sums kernel");
 }
 
@@ -1022,7 +1073,7 @@ static void mirror__cuda_bn_forward(void *dev, float *y, const float *x, const f
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
     mirror__k_bn_forward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, stat, gamma, beta, rows, channels, inner);
+        y, x, stat, gamma, beta, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner));
     MIRROR__LAUNCHED(d, "bn_forward kernel");
 }
 
@@ -1036,7 +1087,7 @@ static void mirror__cuda_bn_backward(void *dev, float *dx, float *dgamma, float 
     MIRROR__LAUNCHED(d, "bn_param_grads kernel");
     if (!dx || !rows) return;
     mirror__k_bn_backward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
-        dx, dy, x, stat, means, gamma, rows, channels, inner);
+        dx, dy, x, stat, means, gamma, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner));
     MIRROR__LAUNCHED(d, "bn_backward kernel");
 }
 
@@ -1058,8 +1109,10 @@ static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *a
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
-    mirror__k_maxpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(dx, arg, dy, planes, h,
-                                                                                                w, k, stride, ho, wo);
+    if (!h || !w) return;
+    mirror__k_maxpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
+        dx, arg, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), k, mirror_hd_divisor_of(stride), ho,
+        wo);
     MIRROR__LAUNCHED(d, "maxpool_backward kernel");
 }
 

@@ -1264,6 +1264,73 @@ static void test_batched_im2col(void)
     free(x), free(col), free(one), free(back), free(back1), free(src);
 }
 
+/* The GPU's index arithmetic on the CPU: the divisor against the division
+   operator, and the layout kernels' per-element functions against the CPU
+   backend's loops, bit for bit. */
+static void test_layout_math(void)
+{
+    static const size_t shapes[][7] = {
+        /* n, C, H, W, k, stride, pad */
+        {1, 1, 5, 5, 3, 1, 1}, {3, 2, 6, 5, 3, 2, 1}, {2, 3, 7, 9, 5, 3, 2}, {4, 1, 4, 4, 1, 1, 0},
+        {2, 2, 8, 8, 2, 2, 0}, {1, 4, 3, 3, 3, 1, 2}, {3, 1, 28, 28, 5, 1, 2}, {2, 2, 9, 7, 4, 3, 1},
+    };
+    size_t t, i, wrong = 0, tried = 0;
+    for (t = 0; t < 1500; t++) {
+        uint64_t d = t < 300 ? t + 1 : t < 426 ? ((uint64_t)1 << ((t - 300) / 2 + 1)) + (t % 2 ? 1 : 0) - (t % 4 == 2)
+                         : t < 1000 ? rng_next() >> (rng_next() % 64) | 1 : rng_next();
+        mirror_hd_divisor v = mirror_hd_divisor_of(d ? d : 1);
+        uint64_t edge[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, UINT64_MAX, UINT64_MAX - 1,
+                           UINT64_MAX / d * d, UINT64_MAX / d * d - 1};
+        for (i = 0; i < 40; i++) {
+            uint64_t n = i < sizeof edge / sizeof *edge ? edge[i] : i % 2 ? rng_next() : rng_next() >> (rng_next() % 64), q;
+            uint64_t r = mirror_hd_divmod(v, n, &q);
+            wrong += q != n / d || r != n % d;
+            tried++;
+        }
+    }
+    {
+        uint64_t q, r = mirror_hd_divmod(mirror_hd_divisor_of(0), 7, &q);
+        CHECK(q == 7 && r == 0, "a divisor of 0 is taken as 1");
+    }
+    CHECK(wrong == 0, "n / d and n %% d by multiply-high: %zu of %zu 64-bit cases wrong (every d up to 300, "
+          "powers of two and their neighbours, random)", wrong, tried);
+    for (t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        size_t n = shapes[t][0], C = shapes[t][1], H = shapes[t][2], W = shapes[t][3], k = shapes[t][4];
+        size_t st = shapes[t][5], p = shapes[t][6], ho = (H + 2 * p - k) / st + 1, wo = (W + 2 * p - k) / st + 1;
+        size_t nx = n * C * H * W, ncol = C * k * k * n * ho * wo, col_wrong = 0, back_wrong = 0;
+        float *x = (float *)xmalloc(nx * sizeof(float)), *col = (float *)xmalloc(ncol * sizeof(float));
+        float *back = (float *)xmalloc(nx * sizeof(float));
+        mirror_hd_conv_shape g = mirror_hd_conv_shape_of(n, C, H, W, k, st, p, ho, wo);
+        for (i = 0; i < nx; i++) x[i] = frand(-1.0f, 1.0f);
+        mirror__cpu_im2col(NULL, col, x, n, C, H, W, k, st, p, ho, wo);
+        for (i = 0; i < ncol; i++) col_wrong += mirror_hd_bits(mirror_hd_im2col_at(&g, x, i)) != mirror_hd_bits(col[i]);
+        for (i = 0; i < ncol; i++) col[i] = frand(-1.0f, 1.0f);
+        mirror__cpu_col2im(NULL, back, col, n, C, H, W, k, st, p, ho, wo);
+        for (i = 0; i < nx; i++) back_wrong += mirror_hd_bits(mirror_hd_col2im_at(&g, col, i)) != mirror_hd_bits(back[i]);
+        CHECK(col_wrong == 0 && back_wrong == 0,
+              "%zu x %zux%zux%zu, k %zu stride %zu pad %zu: im2col and col2im element by element equal the CPU "
+              "backend's, bitwise (%zu and %zu differ)", n, C, H, W, k, st, p, col_wrong, back_wrong);
+        if (k > 1 && k <= H && k <= W && !p) { /* max pooling of the same planes */
+            size_t planes = n * C, po = ho * wo, pool_wrong = 0, at;
+            float *y = (float *)xmalloc(planes * po * sizeof(float)), *dy = (float *)xmalloc(planes * po * sizeof(float));
+            int32_t *arg = (int32_t *)xmalloc(planes * po * sizeof(int32_t));
+            for (i = 0; i < planes * po; i++) dy[i] = frand(-1.0f, 1.0f);
+            mirror__cpu_maxpool_forward(NULL, y, arg, x, planes, H, W, k, st, ho, wo);
+            mirror__cpu_maxpool_backward(NULL, back, arg, dy, planes, H, W, k, st, ho, wo);
+            for (i = 0; i < planes; i++)
+                for (at = 0; at < H * W; at++) {
+                    float got = mirror_hd_maxpool_grad_at(dy + i * po, arg + i * po, at, at / W, at % W, k,
+                                                          mirror_hd_divisor_of(st), ho, wo);
+                    pool_wrong += mirror_hd_bits(got) != mirror_hd_bits(back[i * H * W + at]);
+                }
+            CHECK(pool_wrong == 0, "max pooling %zux%zu, k %zu stride %zu: the gradient gathered per pixel equals "
+                  "the CPU backend's scatter, bitwise (%zu differ)", H, W, k, st, pool_wrong);
+            free(y), free(dy), free(arg);
+        }
+        free(x), free(col), free(back);
+    }
+}
+
 static void test_im2col(void)
 {
     static const size_t shapes[][6] = {
@@ -1417,5 +1484,6 @@ int main(void)
     test_gradient_replicas(0);
     test_gradient_replicas(1);
     test_dropout();
+    test_layout_math(); /* last: it draws from the generator the others' data comes from */
     return check_done("test_layers");
 }

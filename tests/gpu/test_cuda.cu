@@ -170,6 +170,31 @@ static void test_elementwise(void)
     G->release(gdev, dy);
 }
 
+/* The bias gradient spread over many blocks per channel (two passes), and
+   in one pass: against the CPU, and the same bits on a second run. */
+static void test_bias_grad_spread(void)
+{
+    static const size_t shapes[][3] = {{256, 16, 784}, {300, 3, 5000}, {4096, 10, 1}, {64, 2000, 1}, {1, 1, 70001}};
+    size_t s;
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        size_t rows = shapes[s][0], ch = shapes[s][1], inner = shapes[s][2], n = rows * ch * inner, c, bad = 0;
+        float *dy = random_floats(n, 1.0f), *cpu = (float *)calloc(ch, 4), *ddy = to_gpu(dy, n);
+        float *db = (float *)G->alloc(gdev, ch * 4), *first, *again;
+        C->bias_grad(cdev, cpu, dy, rows, ch, inner);
+        G->bias_grad(gdev, db, ddy, rows, ch, inner);
+        first = from_gpu(db, ch);
+        G->zero(gdev, db, ch * 4);
+        G->bias_grad(gdev, db, ddy, rows, ch, inner);
+        again = from_gpu(db, ch);
+        for (c = 0; c < ch; c++) bad += fabsf(first[c] - cpu[c]) > 1e-5f * (float)(rows * inner);
+        CHECK(bad == 0 && same_bits(first, again, ch),
+              "bias gradient of [%zu, %zu, %zu]: within 1e-5 per element summed (%zu channels off), the same bits "
+              "twice", rows, ch, inner, bad);
+        free(dy), free(cpu), free(first), free(again);
+        G->release(gdev, ddy), G->release(gdev, db);
+    }
+}
+
 static void test_optimizers(void)
 {
     const size_t n = 65537;
@@ -369,7 +394,8 @@ static void test_large_shapes(void)
 
 static void test_conv_ops(void)
 {
-    static const size_t shapes[][6] = {{1, 3, 9, 7, 3, 1}, {5, 2, 8, 8, 3, 2}, {3, 4, 5, 6, 2, 1}, {7, 1, 28, 28, 5, 1}};
+    static const size_t shapes[][6] = {{1, 3, 9, 7, 3, 1}, {5, 2, 8, 8, 3, 2}, {3, 4, 5, 6, 2, 1}, {7, 1, 28, 28, 5, 1},
+                                       {2, 2, 9, 7, 5, 3}};
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         size_t ns = shapes[s][0], c = shapes[s][1], h = shapes[s][2], w = shapes[s][3], k = shapes[s][4];
@@ -1482,6 +1508,7 @@ int main(void)
     if (!gdev || !cdev) return check_done("test_cuda");
     mirror_dataset_synthetic_digits(&data, 150, 4, NULL);
     test_elementwise();
+    test_bias_grad_spread();
     test_optimizers();
     test_gemm();
     test_gemm_exact();
