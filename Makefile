@@ -84,6 +84,7 @@ EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BU
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
+TESTS   += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas # and their im2col kept for backward
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
 endif
@@ -150,6 +151,9 @@ $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h t
 
 $(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)

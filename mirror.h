@@ -81,6 +81,9 @@
                               vector extensions (the default with other
                               compilers; see >>gemm for the tiles)
       MIRROR_CPU_CONV_CHUNK   samples per convolution GEMM on the CPU (1)
+      MIRROR_CPU_KEEP_COLS    bytes of im2col a CPU replica keeps from forward
+                              for backward (0: backward redoes it)
+      MIRROR_CUDA_KEEP_COLS   the same on a GPU (1 GiB; see mirror_cuda.h)
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
 
@@ -2456,6 +2459,10 @@ typedef struct mirror__backend {
     /* Samples per convolution GEMM (0: the whole shard). One sample keeps
        the im2col buffer in cache on a CPU; a GPU wants one large GEMM. */
     size_t conv_chunk;
+    /* Bytes of im2col a replica may keep from forward for backward, every
+       convolution's whole shard (0: backward redoes im2col in the one
+       shared buffer). */
+    size_t keep_cols;
     /* Per-replica context for replica r of s; *workspace_bytes reports what
        it holds. NULL with err set on failure. */
     void *(*open)(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err);
@@ -3144,10 +3151,14 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #ifndef MIRROR_CPU_CONV_CHUNK
 #define MIRROR_CPU_CONV_CHUNK 1
 #endif
+#ifndef MIRROR_CPU_KEEP_COLS
+#define MIRROR_CPU_KEEP_COLS 0 /* one sample's columns stay in cache; a shard's would not */
+#endif
 
 static const mirror__backend mirror__cpu_backend = {
     "cpu",
     MIRROR_CPU_CONV_CHUNK,
+    MIRROR_CPU_KEEP_COLS,
     mirror__cpu_open,
     mirror__cpu_close,
     mirror__cpu_nothing,
@@ -4233,6 +4244,7 @@ typedef struct mirror__layer {
     size_t w_off, b_off;    /* floats into the parameter and gradient arenas */
     size_t n_w, n_b;
     size_t out_off, arg_off; /* bytes into the activation arena */
+    size_t col_off;          /* a convolution's kept im2col (keep_cols), bytes into the activation arena */
     float p;                 /* dropout */
     /* batchnorm: its running statistics' floats into the model's, its
        statistics' floats into each replica's batchnorm arena; momentum, eps */
@@ -4318,6 +4330,7 @@ struct mirror_model {
     uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients */
     int format;             /* mixed precision: the 16-bit format, else 0 */
     int sharded;            /* the update is sharded over the replicas (ZeRO stage 1) */
+    int keep_cols;          /* each convolution keeps its im2col from forward for backward */
     uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
     uint64_t steps;         /* steps run, skipped ones included */
     float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
@@ -4843,6 +4856,27 @@ static int mirror__convolves(const mirror__layer *l)
     return l->kind == MIRROR__CONV2D || (l->kind == MIRROR__RESIDUAL_END && l->n_w);
 }
 
+/* A convolution's im2col of a whole shard, in floats. */
+static size_t mirror__cols(const mirror_model *m, const mirror__layer *l)
+{
+    mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
+    return m->shard_max * c.c * c.k * c.k * c.oh * c.ow;
+}
+
+/* Whether the convolutions keep their im2col from forward for backward:
+   where the backend's budget holds all of them (in deterministic mode a
+   chunk's backward runs apart from the shard's forward: never). Else one
+   buffer, redone in backward. */
+static void mirror__plan_cols(mirror_model *m)
+{
+    size_t i;
+    double bytes = 0.0;
+    for (i = 0; i < m->nlayers; i++)
+        if (mirror__convolves(&m->layers[i])) bytes += (double)mirror__cols(m, &m->layers[i]) * sizeof(float);
+    m->keep_cols = !m->chunk && bytes > 0.0 && bytes <= (double)m->be->keep_cols;
+    if (m->keep_cols) m->col_size = 0;
+}
+
 static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0;
@@ -4870,6 +4904,7 @@ static void mirror__plan(mirror_model *m)
         }
     }
     m->nparams = p;
+    mirror__plan_cols(m);
     switch (m->desc.optimizer.kind) {
     case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? p : 0; break;
     default: m->nstate = 2 * p; break;
@@ -4883,6 +4918,7 @@ static void mirror__plan(mirror_model *m)
             l->out_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(float));
         if (l->kind == MIRROR__MAXPOOL2D)
             l->arg_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(int32_t));
+        if (m->keep_cols && mirror__convolves(l)) l->col_off = mirror__carve(&at, mirror__cols(m, l), sizeof(float));
     }
     m->layer_bytes = at;
 }
@@ -5439,6 +5475,12 @@ static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *b
     *count = MIRROR__MIN((*chunk0 + *nchunks) * K, n) - *begin;
 }
 
+/* The im2col of the chunk of samples from s on: kept, or the shared buffer. */
+static float *mirror__col(const mirror_model *m, const mirror__replica *r, const mirror__layer *l, size_t s)
+{
+    return m->keep_cols ? (float *)(r->acts + l->col_off) + s * l->c * l->k * l->k * l->oh * l->ow : r->col;
+}
+
 /* A convolution (conv2d, or a residual block's projection) of S samples,
    n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
    . col, then y' to y [n, OC, hw]; then the bias. */
@@ -5451,9 +5493,9 @@ static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, cons
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
     for (s = 0; s < S; s += chunk) {
         size_t n = MIRROR__MIN(chunk, S - s);
-        float *yn = n == 1 ? y + s * out : r->perm;
-        be->im2col(r->dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-        be->gemm(r->dev, 0, 0, l->oc, n * hw, ckk, 1.0f, W, ckk, r->col, n * hw, 0.0f, yn, n * hw);
+        float *yn = n == 1 ? y + s * out : r->perm, *col = mirror__col(m, r, l, s);
+        be->im2col(r->dev, col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm(r->dev, 0, 0, l->oc, n * hw, ckk, 1.0f, W, ckk, col, n * hw, 0.0f, yn, n * hw);
         if (n > 1) be->permute(r->dev, y + s * out, r->perm, l->oc, n, hw);
     }
     be->bias_add(r->dev, y, b, S, l->oc, hw);
@@ -5475,15 +5517,17 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
     for (s = 0; s < S; s += chunk) {
         size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
         const float *dn = d + s * out;
+        float *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
         if (n > 1) {
             be->permute(r->dev, r->perm, dn, n, l->oc, hw);
             dn = r->perm;
         }
-        be->im2col(r->dev, r->col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, r->col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk);
+        if (!m->keep_cols)
+            be->im2col(r->dev, col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk);
         if (!dx) continue;
-        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, r->col, nhw);
-        be->col2im(r->dev, dx + s * in, r->col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw);
+        be->col2im(r->dev, dx + s * in, col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
     }
     if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
     be->bias_grad(r->dev, db, d, S, l->oc, hw);

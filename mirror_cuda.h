@@ -1286,9 +1286,14 @@ static void mirror__cuda_scaler_update(void *dev, mirror_loss_scale_state *st, c
     MIRROR__LAUNCHED(d, "scaler_update kernel");
 }
 
+#ifndef MIRROR_CUDA_KEEP_COLS
+#define MIRROR_CUDA_KEEP_COLS ((size_t)1 << 30)
+#endif
+
 static const mirror__backend mirror__cuda_backend = {
     "cuda",
-    0, /* convolutions: one GEMM over the whole shard */
+    0,                     /* convolutions: one GEMM over the whole shard */
+    MIRROR_CUDA_KEEP_COLS, /* and its im2col kept for backward, within this budget */
     mirror__cuda_open,
     mirror__cuda_close,
     mirror__cuda_bind,

@@ -138,6 +138,9 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     size_t i, j;
     int rc = mirror_model_build(m);
     if (rc) die(c->name, mirror_model_error(m));
+    if (m->col_size || m->keep_cols) /* it convolves: the build's im2col path is the one checked */
+        CHECK(m->keep_cols == (MIRROR_CPU_KEEP_COLS > 0), "%s: the convolutions %s their im2col for backward", c->name,
+              MIRROR_CPU_KEEP_COLS > 0 ? "keep" : "redo");
     c->n = n;
     c->in = m->in_size;
     c->out = mirror_num_outputs(m);
