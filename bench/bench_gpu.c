@@ -1,11 +1,26 @@
 /* bench_gpu.c - training throughput on one GPU (make bench-gpu; needs a GPU).
-   The MLP at global batch 128 and the CNN at 256, the models of
-   examples/train.c, fp32, Adam; then the step time with 1, 2 and 4 replicas
-   on one GPU at a fixed global batch of 256. Medians of 7 timings of 50
-   steps. Writes the synthetic digits to build/bench_digits.bin for
+   The workloads, each with Adam, in fp32 (strict: mirror's GEMMs do not use
+   TF32) and in fp16 mixed precision:
+
+     mlp      784-256-128-10 at batch 128: launch-bound
+     mlp2048  784-2048-2048-10 at batch 4096
+     mlp8192  8192-8192-8192-8192-10 at batch 8192: GEMM-bound (TFLOP/s)
+     cnn      the trainer's CNN at batch 512
+
+   then the CNN's step time with K = 1, 2, 4 and 8 replicas on the one GPU at
+   a fixed global batch of 512. Every step uploads its batch from host
+   memory. Medians of ROUNDS timings of a run of steps, after a warm-up run.
+   Writes the synthetic digits to build/bench_digits.bin for
    bench/bench_torch.py, which trains the same models on the same data.
-   Output lines: "mirror <model> <batch> <samples/s>" and
-   "replicas <n> <ms per step>". */
+
+   Output: "mirror <workload> <batch> <precision> <samples/s> <ms/step>
+   <TFLOP/s>" (the MLPs' 6 x batch x parameters flops a step; "-" for the
+   CNN) and "replicas <K> <ms/step>".
+
+   bench_gpu [--quick] [--devices LIST]: --quick shrinks every workload
+   (batches / 16, widths / 16) for a try on CPU replicas, say with
+   --devices cpu:2; LIST replaces "cuda:0" (and K replicas its first device
+   K times). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c99 */
 #include "../mirror.h"
 #define EXAMPLE_BENCH_MODEL /* the benchmarks' model too */
@@ -16,8 +31,13 @@
 #include <string.h>
 #include <time.h>
 
-#define STEPS 50
-#define ROUNDS 7
+#define ROUNDS 5
+
+typedef struct workload {
+    const char *name;
+    size_t batch, steps;
+    size_t in, width, depth; /* an MLP: in features, depth hidden layers of width; else 0 (the digits' model) */
+} workload;
 
 static double now(void)
 {
@@ -32,25 +52,27 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void fail(const char *what)
+{
+    fprintf(stderr, "bench_gpu: %s\n", what);
+    exit(1);
+}
 
-/* Median seconds per STEPS steps; the last step's metrics are read, which
-   waits for the GPU to finish them all. */
-static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch)
+/* Median seconds per step over ROUNDS runs of `steps` steps; the last
+   step's metrics are read, which waits for the GPU to finish them all. */
+static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch, size_t steps)
 {
     double t[ROUNDS];
-    size_t round, k;
+    size_t round, k, per = ds->count / batch, in = ds->channels * ds->height * ds->width;
     mirror_metrics out;
     for (round = 0; round <= ROUNDS; round++) { /* round 0 warms up */
         double t0 = now();
-        for (k = 0; k < STEPS; k++) {
+        for (k = 0; k < steps; k++) {
             mirror_batch b = example_bench_batch(ds, NULL, batch);
-            b.x += (k % (ds->count / batch)) * batch * 784, b.labels += (k % (ds->count / batch)) * batch;
-            if (mirror_train_step(m, &b, k + 1 == STEPS ? &out : NULL)) {
-                fprintf(stderr, "bench_gpu: %s\n", mirror_model_error(m));
-                exit(1);
-            }
+            b.x += (k % per) * batch * in, b.labels += (k % per) * batch;
+            if (mirror_train_step(m, &b, k + 1 == steps ? &out : NULL)) fail(mirror_model_error(m));
         }
-        if (round) t[round - 1] = now() - t0;
+        if (round) t[round - 1] = (now() - t0) / (double)steps;
     }
     qsort(t, ROUNDS, sizeof *t, cmp);
     return t[ROUNDS / 2];
@@ -63,45 +85,124 @@ static mirror_strategy *strategy(const char *devices)
     mirror_error err = {0, ""};
     memset(&d, 0, sizeof d);
     d.devices = devices;
-    if (mirror_strategy_create(&d, &s, &err)) {
-        fprintf(stderr, "bench_gpu: %s\n", err.message);
-        exit(1);
-    }
+    if (mirror_strategy_create(&d, &s, &err)) fail(err.message);
     return s;
 }
 
-int main(void)
+/* The workload's model: an MLP of its shape, or the digits' "mlp"/"cnn". */
+static mirror_model *build(mirror_strategy *s, const workload *w, mirror_precision precision)
 {
-    static const char *const lists[3] = {"cuda:0", "cuda:0,0", "cuda:0,0,0,0"};
-    mirror_dataset ds;
-    mirror_strategy *s = strategy("cuda:0");
-    FILE *f;
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    mirror_error err = {0, ""};
     size_t i;
-    mirror_dataset_synthetic_digits(&ds, 256 * 8, 1, NULL);
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = w->in ? 1 : 28, d.width = w->in ? w->in : 28;
+    d.max_batch = w->batch;
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    d.precision = precision;
+    if (mirror_model_create(&d, &m, &err)) fail(err.message);
+    if (!w->in) {
+        if (example_model(m, strcmp(w->name, "cnn") ? "mlp" : "cnn", 0.0f)) fail(mirror_model_error(m));
+        return m;
+    }
+    mirror_flatten(m);
+    for (i = 0; i < w->depth; i++) mirror_dense(m, w->width), mirror_relu(m);
+    mirror_dense(m, 10);
+    if (mirror_model_build(m)) fail(mirror_model_error(m));
+    return m;
+}
+
+/* count samples of `in` features in [-1, 1) with labels 0..9 (an MLP's
+   data: only the speed is measured). */
+static void random_data(mirror_dataset *ds, size_t count, size_t in)
+{
+    uint32_t state = 7;
+    size_t i;
+    memset(ds, 0, sizeof *ds);
+    ds->x = (float *)malloc(count * in * sizeof(float));
+    ds->labels = (int32_t *)malloc(count * sizeof(int32_t));
+    if (!ds->x || !ds->labels) fail("out of memory");
+    for (i = 0; i < count * in; i++) {
+        state = state * 1664525u + 1013904223u; /* an LCG's top 24 bits */
+        ds->x[i] = (float)(state >> 8) / 8388608.0f - 1.0f;
+    }
+    for (i = 0; i < count; i++) ds->labels[i] = (int32_t)(i % 10);
+    ds->count = count, ds->channels = 1, ds->height = 1, ds->width = in, ds->num_classes = 10;
+}
+
+int main(int argc, char **argv)
+{
+    workload loads[] = {{"mlp", 128, 50, 0, 0, 0},
+                        {"mlp2048", 4096, 20, 784, 2048, 2},
+                        {"mlp8192", 8192, 5, 8192, 8192, 3},
+                        {"cnn", 512, 20, 0, 0, 0}};
+    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    const char *devices = "cuda:0";
+    int quick = 0, a;
+    size_t i, p, k;
+    mirror_dataset digits;
+    mirror_strategy *s;
+    FILE *f;
+    for (a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--quick")) quick = 1;
+        else if (!strcmp(argv[a], "--devices") && a + 1 < argc) devices = argv[++a];
+        else fail("usage: bench_gpu [--quick] [--devices LIST]");
+    }
+    for (i = 0; quick && i < sizeof loads / sizeof *loads; i++) {
+        loads[i].batch = loads[i].batch / 16 ? loads[i].batch / 16 : 1;
+        loads[i].width /= 16, loads[i].in = loads[i].in == 8192 ? 512 : loads[i].in;
+        loads[i].steps = 3;
+    }
+    s = strategy(devices);
+    mirror_dataset_synthetic_digits(&digits, 8192, 1, NULL);
     if ((f = fopen("build/bench_digits.bin", "wb")) != NULL) { /* count, then x, then int32 labels */
-        int32_t n = (int32_t)ds.count;
+        int32_t n = (int32_t)digits.count;
         fwrite(&n, 4, 1, f);
-        fwrite(ds.x, 4, ds.count * 784, f);
-        fwrite(ds.labels, 4, ds.count, f);
+        fwrite(digits.x, 4, digits.count * 784, f);
+        fwrite(digits.labels, 4, digits.count, f);
         fclose(f);
     }
-    printf("# %s\n", mirror_strategy_describe(s));
-    for (i = 0; i < 2; i++) {
-        size_t batch = i ? 256 : 128;
-        mirror_model *m = example_bench_model(s, i ? "cnn" : "mlp", batch);
-        if (!m) return 1;
-        printf("mirror %s %zu %.0f\n", i ? "cnn" : "mlp", batch, STEPS * batch / time_steps(m, &ds, batch));
-        mirror_model_destroy(m);
+    printf("# %s; every step uploads its batch; fp32 GEMMs strict (no TF32)\n", mirror_strategy_describe(s));
+    for (i = 0; i < sizeof loads / sizeof *loads; i++) {
+        const workload *w = &loads[i];
+        mirror_dataset own, *ds = &digits;
+        if (w->in == 8192 || (quick && w->in == 512)) random_data(&own, w->batch, w->in), ds = &own;
+        for (p = 0; p < 2; p++) {
+            mirror_model *m = build(s, w, precisions[p]);
+            double t = time_steps(m, ds, w->batch, w->steps);
+            printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precisions[p]),
+                   (double)w->batch / t, 1e3 * t);
+            if (w->in) printf("%.1f\n", 6.0 * (double)w->batch * (double)mirror_num_parameters(m) / t / 1e12);
+            else printf("-\n");
+            fflush(stdout);
+            mirror_model_destroy(m);
+        }
+        if (ds == &own) free(own.x), free(own.labels);
     }
     mirror_strategy_destroy(s);
-    for (i = 0; i < 3; i++) {
-        mirror_strategy *r = strategy(lists[i]);
-        mirror_model *m = example_bench_model(r, "cnn", 256);
-        if (!m) return 1;
-        printf("replicas %zu %.3f\n", mirror_num_replicas(r), 1e3 * time_steps(m, &ds, 256) / STEPS);
+    for (k = 1; k <= 8; k *= 2) { /* K replicas of the first device: "cuda:0,0,0,0" or "cpu:4" */
+        char first[64], list[256];
+        const char *id;
+        size_t r, at;
+        const workload *cnn = &loads[3];
+        mirror_model *m;
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(devices, ","), devices);
+        id = strchr(first, ':') ? strchr(first, ':') + 1 : "0";
+        if (!strncmp(first, "cpu", 3)) {
+            snprintf(list, sizeof list, "cpu:%zu", k);
+        } else {
+            at = (size_t)snprintf(list, sizeof list, "cuda:%s", id);
+            for (r = 1; r < k && at < sizeof list; r++) at += (size_t)snprintf(list + at, sizeof list - at, ",%s", id);
+        }
+        s = strategy(list);
+        m = build(s, cnn, MIRROR_PRECISION_FP32);
+        printf("replicas %zu %.3f\n", mirror_num_replicas(s), 1e3 * time_steps(m, &digits, cnn->batch, cnn->steps));
+        fflush(stdout);
         mirror_model_destroy(m);
-        mirror_strategy_destroy(r);
+        mirror_strategy_destroy(s);
     }
-    mirror_dataset_free(&ds);
+    mirror_dataset_free(&digits);
     return 0;
 }

@@ -1,20 +1,28 @@
-"""bench_torch.py - PyTorch (eager, fp32) on the models and data of bench_gpu.c.
+"""bench_torch.py - PyTorch on the workloads of bench_gpu.c, side by side.
 
-Reads build/bench_digits.bin (written by bench_gpu), trains the MLP at batch
-128 and the CNN at batch 256 with Adam on one GPU, 50 steps per timing, median
-of 7, in two settings, and prints "torch <model> <batch> <samples/s> <setting>"
-lines:
+The same models (Adam) and shapes as bench_gpu.c: mlp (784-256-128-10, batch
+128), mlp2048 (784-2048-2048-10, batch 4096), mlp8192 (8192-8192-8192-8192-10,
+batch 8192) and cnn (the trainer's CNN, batch 512); the digits from
+build/bench_digits.bin (written by bench_gpu), random data for mlp8192. The
+data sits on the device before timing (PyTorch's fastest loop; mirror uploads
+every batch). Each workload in three modes and three precisions:
 
-  strict  what mirror does: fp32 math throughout (cuDNN's and cuBLAS's TF32
-          off; mirror's SGEMM is strict fp32), and each batch copied to the
-          GPU in the step, from pinned host memory (mirror gathers each shard
-          into pinned buffers and uploads it every step)
-  tuned   PyTorch's defaults and a tuned loop: cuDNN convolutions in TF32
-          (torch.backends.cudnn.allow_tf32, on by default), the whole dataset
-          on the GPU before timing
+  modes       eager; graphs (the whole step captured once in a CUDA graph and
+              replayed: Adam(capturable=True), static input tensors);
+              compile (torch.compile of the model, default mode)
+  precisions  fp32 (TF32 off in cuBLAS and cuDNN: mirror's fp32); tf32 (TF32
+              on in both); amp (autocast to fp16 with a GradScaler, as
+              mirror's fp16 mixed precision; not in a CUDA graph, where the
+              scaler's host check cannot run)
 
-An optional argument names the device (default cuda; "cpu" runs the same
-loop on the CPU, to try the script where there is no GPU).
+Then cuBLAS's own GEMM rate at 8192 x 8192 x 8192 in each precision (what
+the GEMM-bound workload is measured against). Prints
+
+  torch <workload> <batch> <precision> <mode> <samples/s> <ms/step> <TFLOP/s|->
+  cublas <precision> <TFLOP/s>
+
+Arguments: [cuda|cpu] [--quick] [--modes eager,graphs,compile]. --quick
+shrinks the workloads as bench_gpu --quick does, to try the script on a CPU.
 """
 import statistics
 import sys
@@ -24,7 +32,13 @@ import numpy as np
 import torch
 from torch import nn
 
-STEPS, ROUNDS = 50, 7
+ROUNDS = 5
+WORKLOADS = [  # name, batch, steps, (in, width, depth) for an MLP of random data, or None for the digits
+    ("mlp", 128, 50, None),
+    ("mlp2048", 4096, 20, (784, 2048, 2)),
+    ("mlp8192", 8192, 5, (8192, 8192, 3)),
+    ("cnn", 512, 20, None),
+]
 
 
 def load(path="build/bench_digits.bin"):
@@ -35,8 +49,15 @@ def load(path="build/bench_digits.bin"):
     return torch.from_numpy(x.copy()), torch.from_numpy(y.astype(np.int64))
 
 
-def model(kind):
-    if kind == "mlp":
+def model(name, shape):
+    if shape:
+        n_in, width, depth = shape
+        layers, last = [nn.Flatten()], n_in
+        for _ in range(depth):
+            layers += [nn.Linear(last, width), nn.ReLU()]
+            last = width
+        return nn.Sequential(*layers, nn.Linear(last, 10))
+    if name == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                              nn.Linear(128, 10))
     return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -44,57 +65,123 @@ def model(kind):
                          nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def bench(kind, batch, x, y, dev, setting):
-    strict = setting == "strict"
-    if dev == "cuda":
-        torch.backends.cudnn.allow_tf32 = not strict
-        torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default, in both settings
-    net = model(kind).to(dev)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    if strict:
-        if dev == "cuda":
-            x, y = x.pin_memory(), y.pin_memory()
-    else:
-        x, y = x.to(dev), y.to(dev)
-    per_epoch = x.shape[0] // batch
-    times = []
-    for r in range(ROUNDS + 1):
-        sync(dev)
-        t0 = time.perf_counter()
-        for k in range(STEPS):
-            i = (k % per_epoch) * batch
-            xb, yb = x[i:i + batch], y[i:i + batch]
-            if strict:
-                xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(net(xb), yb)
-            loss.backward()
-            opt.step()
-        loss.item()
-        sync(dev)
-        if r:
-            times.append(time.perf_counter() - t0)
-    return STEPS * batch / statistics.median(times)
-
-
 def sync(dev):
     if dev == "cuda":
         torch.cuda.synchronize()
 
 
+def set_tf32(dev, on):
+    if dev == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+
+
+def timed(step, steps, dev):
+    """Median seconds per step over ROUNDS runs of `steps`, after a warm-up run."""
+    times = []
+    for r in range(ROUNDS + 1):
+        sync(dev)
+        t0 = time.perf_counter()
+        for k in range(steps):
+            step(k)
+        sync(dev)
+        if r:
+            times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)
+
+
+def bench(name, batch, steps, shape, x, y, dev, precision, mode):
+    """Seconds per step, or None where the mode does not apply."""
+    if mode == "graphs" and (dev != "cuda" or precision == "amp"):
+        return None
+    set_tf32(dev, precision == "tf32")
+    net = model(name, shape).to(dev)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, capturable=mode == "graphs")
+    loss_fn = nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler(dev, enabled=precision == "amp")
+    fwd = torch.compile(net) if mode == "compile" else net
+    per = x.shape[0] // batch
+
+    def step_on(xb, yb):
+        with torch.autocast(dev, dtype=torch.float16, enabled=precision == "amp"):
+            loss = loss_fn(fwd(xb), yb)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    def eager(k):
+        i = (k % per) * batch
+        opt.zero_grad(set_to_none=True)
+        step_on(x[i:i + batch], y[i:i + batch])
+
+    if mode != "graphs":
+        return timed(eager, steps, dev)
+    sx, sy = x[:batch].clone(), y[:batch].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the graph, as capture requires
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step_on(sx, sy)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        step_on(sx, sy)
+
+    def replay(k):
+        i = (k % per) * batch
+        sx.copy_(x[i:i + batch], non_blocking=True)
+        sy.copy_(y[i:i + batch], non_blocking=True)
+        graph.replay()
+
+    return timed(replay, steps, dev)
+
+
+def gemm_rate(dev, precision, n):
+    """cuBLAS's (torch.mm's) TFLOP/s on an n x n x n product."""
+    set_tf32(dev, precision == "tf32")
+    dtype = torch.float16 if precision == "amp" else torch.float32
+    a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+    return 2.0 * n ** 3 / timed(lambda k: torch.mm(a, b), 10, dev) / 1e12
+
+
 def main():
-    dev = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+    args = sys.argv[1:]
+    dev = "cpu" if "cpu" in args else "cuda"
+    quick = "--quick" in args
+    modes = ["eager", "graphs", "compile"]
+    if "--modes" in args:
+        modes = args[args.index("--modes") + 1].split(",")
     if dev == "cuda" and not torch.cuda.is_available():
         print("bench_torch: no CUDA device", file=sys.stderr)
         return 1
-    x, y = load()
+    digits_x, digits_y = load()
     name = torch.cuda.get_device_name(0) if dev == "cuda" else "the CPU"
-    print(f"# torch {torch.__version__} on {name}; strict: fp32, data uploaded each step; "
-          f"tuned: cuDNN TF32, data on the device")
-    for kind, batch in (("mlp", 128), ("cnn", 256)):
-        for setting in ("strict", "tuned"):
-            print(f"torch {kind} {batch} {bench(kind, batch, x, y, dev, setting):.0f} {setting}")
+    print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}) on {name}; data on the device")
+    for wname, batch, steps, shape in WORKLOADS:
+        if quick:
+            batch, steps = max(batch // 16, 1), 3
+            if shape:
+                shape = (512 if shape[0] == 8192 else shape[0], shape[1] // 16, shape[2])
+        if shape and shape[0] != 784:
+            gen = torch.Generator().manual_seed(7)
+            x = torch.rand(batch, shape[0], generator=gen) * 2 - 1
+            y = torch.arange(batch) % 10
+        else:
+            x, y = digits_x, digits_y
+        x, y = x.to(dev), y.to(dev)
+        params = sum(p.numel() for p in model(wname, shape).parameters())
+        for precision in ("fp32", "tf32", "amp"):
+            for mode in modes:
+                t = bench(wname, batch, steps, shape, x, y, dev, precision, mode)
+                if t is None:
+                    continue
+                tflops = f"{6.0 * batch * params / t / 1e12:.1f}" if shape else "-"
+                print(f"torch {wname} {batch} {precision} {mode} {batch / t:.0f} {1e3 * t:.3f} {tflops}", flush=True)
+    for precision in ("fp32", "tf32", "amp"):
+        print(f"cublas {precision} {gemm_rate(dev, precision, 512 if quick else 8192):.1f}", flush=True)
     return 0
 
 

@@ -101,7 +101,7 @@ static mirror_model *example_bench_model_with(mirror_strategy *s, const char *ki
     return m;
 }
 
-static mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
+static inline mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
 {
     return example_bench_model_with(s, kind, batch, 0);
 }
