@@ -2481,6 +2481,15 @@ typedef struct mirror__backend {
     void (*zero)(void *dev, void *p, size_t bytes);
     void (*upload)(void *dev, void *dst, const void *host, size_t bytes);
     void (*download)(void *dev, void *host, const void *src, size_t bytes); /* waits */
+    /* The shard's input, double-buffered in two slots (mirror__load_shard).
+       stage: slot's host buffers are free to fill (their last upload is
+       done), and what upload_staged copies next waits for the compute that
+       last read slot's device buffers. staged: the compute queued next
+       waits for those copies. A GPU copies on a stream of its own, while
+       it computes on the other slot. */
+    void (*stage)(void *dev, int slot);
+    void (*upload_staged)(void *dev, void *dst, const void *host, size_t bytes);
+    void (*staged)(void *dev, int slot);
     void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                  const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                  size_t ldc);
@@ -2673,6 +2682,7 @@ static void mirror__cpu_release(void *dev, void *p)
 }
 
 static void mirror__cpu_nothing(void *dev) { (void)dev; }
+static void mirror__cpu_slot(void *dev, int slot) { (void)dev, (void)slot; }
 
 static int mirror__cpu_status(void *dev, mirror_error *err)
 {
@@ -3171,6 +3181,9 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_zero,
     mirror__cpu_copy,
     mirror__cpu_copy,
+    mirror__cpu_slot,
+    mirror__cpu_copy,
+    mirror__cpu_slot,
     mirror__cpu_gemm,
     mirror__cpu_bias_add,
     mirror__cpu_bias_grad,
@@ -4289,9 +4302,14 @@ typedef struct mirror__replica {
     double *bn_part, *host_part;
     float *host_stat;
     int dsel; /* backward: which delta buffer holds the gradient at hand */
-    /* host buffers (pinned on a GPU): the shard gathered, metrics read back */
-    float *host_x, *host_targets, *host_loss;
-    int32_t *host_labels, *host_correct;
+    /* host buffers (pinned on a GPU): the shard gathered (in the slot at
+       hand of two, as the input, labels and targets on the device: see
+       mirror__load_shard), metrics read back */
+    float *host_x[2], *host_targets[2], *host_loss;
+    int32_t *host_labels[2], *host_correct;
+    float *in_x[2], *in_targets[2];
+    int32_t *in_labels[2];
+    int slot;
     double *host_acc;
     /* this step's shard and results; deterministic mode: the shard is
        chunks [chunk0, chunk0 + nchunks) of the batch, each chunk's
@@ -4935,7 +4953,7 @@ static int mirror__has_residual(const mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[10];
+    size_t S = m->shard_max, at = m->layer_bytes, off[13];
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[0] */
@@ -4946,11 +4964,20 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
     off[8] = mirror__carve(&at, m->perm_size, sizeof(float));      /* perm */
     off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->max_size : 0, sizeof(float)); /* skip */
+    off[10] = mirror__carve(&at, S * m->in_size, sizeof(float));   /* the second slot's input, */
+    off[11] = mirror__carve(&at, S, sizeof(int32_t));              /* labels */
+    off[12] = mirror__carve(&at, S * m->out_size, sizeof(float));  /* and targets */
     if (r) {
         unsigned char *a = r->acts;
-        r->input = (float *)a; /* carved first, at 0 */
-        r->labels = (int32_t *)(a + off[0]);
-        r->targets = (float *)(a + off[1]);
+        r->in_x[0] = (float *)a; /* carved first, at 0 */
+        r->in_labels[0] = (int32_t *)(a + off[0]);
+        r->in_targets[0] = (float *)(a + off[1]);
+        r->in_x[1] = (float *)(a + off[10]);
+        r->in_labels[1] = (int32_t *)(a + off[11]);
+        r->in_targets[1] = (float *)(a + off[12]);
+        r->input = r->in_x[r->slot];
+        r->labels = r->in_labels[r->slot];
+        r->targets = r->in_targets[r->slot];
         r->delta[0] = (float *)(a + off[2]);
         r->delta[1] = (float *)(a + off[3]);
         r->col = (float *)(a + off[4]);
@@ -4965,7 +4992,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 
 static void mirror__free_replicas(mirror_model *m)
 {
-    size_t r;
+    size_t r, k;
     for (r = 0; m->rep && r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         if (!p->dev) continue;
@@ -4979,9 +5006,11 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->wide);
         m->be->release(p->dev, p->scaler);
         m->be->host_release(p->dev, p->host_scaler);
-        m->be->host_release(p->dev, p->host_x);
-        m->be->host_release(p->dev, p->host_labels);
-        m->be->host_release(p->dev, p->host_targets);
+        for (k = 0; k < 2; k++) {
+            m->be->host_release(p->dev, p->host_x[k]);
+            m->be->host_release(p->dev, p->host_labels[k]);
+            m->be->host_release(p->dev, p->host_targets[k]);
+        }
         m->be->host_release(p->dev, p->host_loss);
         m->be->host_release(p->dev, p->host_correct);
         m->be->host_release(p->dev, p->host_acc);
@@ -5166,7 +5195,7 @@ static int mirror__model_build(mirror_model *m)
     m->sharded = R > 1 && m->be == &mirror__cpu_backend; /* see mirror__sharded_update_job */
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
-        size_t S = m->shard_max;
+        size_t S = m->shard_max, k;
         if (!(p->dev = m->be->open(m->s, r, &p->workspace_bytes, &m->err))) {
             rc = m->err.code;
             goto fail;
@@ -5176,14 +5205,16 @@ static int mirror__model_build(mirror_model *m)
         p->state = r > 0 && m->sharded ? m->rep[0].state
                                        : (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
-        p->host_x = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
-        p->host_labels = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
-        p->host_targets = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
+        for (k = 0; k < 2; k++) {
+            p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
+            p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
+            p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
+            if (!p->host_x[k] || !p->host_labels[k] || !p->host_targets[k]) goto oom;
+        }
         p->host_loss = (float *)m->be->host_alloc(p->dev, S * sizeof(float));
         p->host_correct = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
         p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
-        if (!p->params || !p->grads || !p->state || !p->acts || !p->host_x || !p->host_labels ||
-            !p->host_targets || !p->host_loss || !p->host_correct || !p->host_acc)
+        if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
         if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nparams * sizeof(float))))
             goto oom;
@@ -5430,9 +5461,11 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
 /* Forward and backward of one replica's shard of S samples. Shapes are in
    the comments as [S, ...]; mirror__act(r, l) is layer l's output. */
 
+/* A view of the model's input (a first flatten, say) has offset 0, where
+   the first slot's input is carved: it reads the slot at hand. */
 static float *mirror__act(const mirror__replica *r, const mirror__layer *l)
 {
-    return (float *)(r->acts + l->out_off);
+    return l->out_off ? (float *)(r->acts + l->out_off) : r->input;
 }
 
 static float *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
@@ -5766,31 +5799,36 @@ static void mirror__augment_row(const mirror_model *m, const mirror__job *job, s
 }
 
 /* Copies replica r's shard of the job's chunk into its arenas: gathered
-   row by row into the replica's host buffers, then one upload each. */
+   row by row into the replica's host buffers, then one upload each. The
+   buffers come in two slots, taken in turn: while a GPU still computes on
+   the last shard's slot, this one's copies run beside it. */
 static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 {
     const mirror_model *m = job->m;
     const mirror_batch *b = job->batch;
     size_t i, in = m->in_size, out = m->out_size, S = r->count;
-    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT;
-    m->be->host_wait(r->dev); /* the previous upload from these buffers is done */
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT, slot = r->slot ^= 1;
+    float *x = r->host_x[slot], *targets = r->host_targets[slot];
+    int32_t *labels = r->host_labels[slot];
+    m->be->stage(r->dev, slot);
     for (i = 0; i < S; i++) {
         size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
         if (job->augment_flip || job->augment_pad)
-            mirror__augment_row(m, job, row, b->x + row * in, r->host_x + i * in);
+            mirror__augment_row(m, job, row, b->x + row * in, x + i * in);
         else
-            memcpy(r->host_x + i * in, b->x + row * in, in * sizeof(float));
+            memcpy(x + i * in, b->x + row * in, in * sizeof(float));
         if (!with_y) continue;
         if (ce)
-            r->host_labels[i] = b->labels[row];
+            labels[i] = b->labels[row];
         else
-            memcpy(r->host_targets + i * out, b->targets + row * out, out * sizeof(float));
+            memcpy(targets + i * out, b->targets + row * out, out * sizeof(float));
     }
-    if (!S) return;
-    m->be->upload(r->dev, r->input, r->host_x, S * in * sizeof(float));
-    if (m->format) m->be->round(r->dev, r->input, S * in, m->format); /* a 16-bit input */
-    if (with_y && ce) m->be->upload(r->dev, r->labels, r->host_labels, S * sizeof(int32_t));
-    if (with_y && !ce) m->be->upload(r->dev, r->targets, r->host_targets, S * out * sizeof(float));
+    r->input = r->in_x[slot], r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
+    if (S) m->be->upload_staged(r->dev, r->input, x, S * in * sizeof(float));
+    if (S && with_y && ce) m->be->upload_staged(r->dev, r->labels, labels, S * sizeof(int32_t));
+    if (S && with_y && !ce) m->be->upload_staged(r->dev, r->targets, targets, S * out * sizeof(float));
+    m->be->staged(r->dev, slot);
+    if (S && m->format) m->be->round(r->dev, r->input, S * in, m->format); /* a 16-bit input */
 }
 
 /* The loss layer: per-sample loss, correct flags and the output gradient

@@ -80,9 +80,13 @@
 
    STREAMS AND WAITING
 
-      Each replica has one stream; a replica's host thread only queues work
-      on it. Shards are gathered into pinned host buffers and copied
-      asynchronously. Within mirror_train_step the host waits for nothing
+      Each replica has a compute stream and a copy stream; a replica's host
+      thread only queues work on them. A shard is gathered into one of two
+      pinned host buffers and copied on the copy stream into one of two
+      input buffers on the GPU, while the compute stream may still run the
+      step before on the other pair (double buffering); the compute stream
+      waits for the copy with an event, the copy for the compute that last
+      read its buffer. Within mirror_train_step the host waits for nothing
       unless the caller asks for the step's metrics (out != NULL); with
       out == NULL the loss sums stay on the device until mirror_take_metrics.
       mirror_fit reads them once per progress update and once per epoch.
@@ -98,6 +102,20 @@
       becomes an error. The strategy's NCCL reductions fail at once from
       then on; destroy it and create another. A communicator whose init
       failed is aborted, not destroyed.
+
+   SPEED
+
+      The layout kernels (im2col, col2im, permute, pooling, batch
+      normalisation's elementwise passes) split an index into coordinates by
+      multiplying by a precomputed reciprocal (mirror_hd_divisor, in the
+      shared math, tested against / and % on the CPU): a GPU has no integer
+      divider. The bias gradient is spread over the GPU: each channel's
+      elements are cut into spans of about 4096, one block a span, and a
+      second pass adds a channel's spans in order (the same bits every run).
+      A convolution keeps its im2col from forward for backward when every
+      convolution's whole-shard im2col fits in MIRROR_CUDA_KEEP_COLS bytes
+      (default 1 GiB a replica; define it to change the budget, 0 to redo
+      im2col in backward in one shared buffer).
 
    ERRORS
 
@@ -143,6 +161,10 @@ typedef struct mirror__cuda_dev {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t uploaded; /* after the last upload from the host buffers */
+    /* The double-buffered input: the copy stream, and per slot the compute
+       stream's release of it and the copy stream's upload into it. */
+    cudaStream_t copy;
+    cudaEvent_t freed[2], copied[2];
     float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_PARTS floats) */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
@@ -754,11 +776,34 @@ static int mirror__cuda_wait(mirror__cuda_dev *d, cudaEvent_t event, const char 
     return code == MIRROR_OK;
 }
 
+/* Waits until the replica's compute and copy streams are idle (before
+   memory is freed). */
+static int mirror__cuda_idle(mirror__cuda_dev *d, const char *what)
+{
+    char why[200];
+    int code = mirror__gpu_wait(d->gpu, d->copy, NULL, why, sizeof why);
+    if (code) mirror__cuda_record(d, code, what, why);
+    return !code && mirror__cuda_wait(d, NULL, what);
+}
+
 static mirror__cuda_dev *mirror__cuda_enter(void *dev)
 {
     mirror__cuda_dev *d = (mirror__cuda_dev *)dev;
     mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice");
     return d;
+}
+
+/* Makes (make 1) or destroys (0: those that exist) n events without
+   timing; whether every call succeeded. */
+static int mirror__cuda_events(mirror__cuda_dev *d, cudaEvent_t *e, int n, int make)
+{
+    int ok = 1, i;
+    for (i = 0; i < n; i++)
+        if (make)
+            ok = ok && mirror__cuda_ok(d, cudaEventCreateWithFlags(&e[i], cudaEventDisableTiming), "cudaEventCreate");
+        else if (e[i])
+            ok = mirror__cuda_ok(d, cudaEventDestroy(e[i]), "cudaEventDestroy") && ok, e[i] = NULL;
+    return ok;
 }
 
 static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
@@ -777,10 +822,15 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->part, *workspace_bytes), "cudaMalloc") ||
-        !mirror__cuda_ok(d, cudaEventCreateWithFlags(&d->uploaded, cudaEventDisableTiming), "cudaEventCreate")) {
+        !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        !mirror__cuda_events(d, &d->uploaded, 1, 1) || !mirror__cuda_events(d, d->freed, 2, 1) ||
+        !mirror__cuda_events(d, d->copied, 2, 1)) {
         mirror__error(err, d->code, "replica %zu: %s", r, d->message);
         if (d->blas) cublasDestroy(d->blas);
         if (d->part) cudaFree(d->part);
+        if (d->copy) cudaStreamDestroy(d->copy);
+        mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
+        mirror__cuda_events(d, d->copied, 2, 0);
         MIRROR_FREE(d);
         return NULL;
     }
@@ -792,11 +842,13 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
 static void mirror__cuda_close(void *dev)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (mirror__cuda_wait(d, NULL, "waiting before freeing the replica")) {
+    if (mirror__cuda_idle(d, "waiting before freeing the replica")) {
         int k;
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
         mirror__cuda_ok(d, cudaFree(d->part), "cudaFree");
-        mirror__cuda_ok(d, cudaEventDestroy(d->uploaded), "cudaEventDestroy");
+        mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
+        mirror__cuda_events(d, d->copied, 2, 0);
+        mirror__cuda_ok(d, cudaStreamDestroy(d->copy), "cudaStreamDestroy");
         for (k = 0; d->timing && k < MIRROR__MARKS; k++)
             mirror__cuda_ok(d, cudaEventDestroy(d->mark[k]), "cudaEventDestroy");
         if (d->timing) mirror__cuda_ok(d, cudaEventDestroy(d->origin), "cudaEventDestroy");
@@ -839,7 +891,7 @@ static void *mirror__cuda_alloc(void *dev, size_t bytes)
 static void mirror__cuda_release(void *dev, void *p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (p && mirror__cuda_wait(d, NULL, "waiting before cudaFree")) mirror__cuda_ok(d, cudaFree(p), "cudaFree");
+    if (p && mirror__cuda_idle(d, "waiting before cudaFree")) mirror__cuda_ok(d, cudaFree(p), "cudaFree");
 }
 
 static void *mirror__cuda_host_alloc(void *dev, size_t bytes)
@@ -855,7 +907,7 @@ static void *mirror__cuda_host_alloc(void *dev, size_t bytes)
 static void mirror__cuda_host_release(void *dev, void *p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (p && mirror__cuda_wait(d, NULL, "waiting before cudaFreeHost"))
+    if (p && mirror__cuda_idle(d, "waiting before cudaFreeHost"))
         mirror__cuda_ok(d, cudaFreeHost(p), "cudaFreeHost");
 }
 
@@ -877,6 +929,32 @@ static void mirror__cuda_upload(void *dev, void *dst, const void *host, size_t b
     if (!bytes) return;
     if (mirror__cuda_ok(d, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, d->stream), "cudaMemcpyAsync"))
         mirror__cuda_ok(d, cudaEventRecord(d->uploaded, d->stream), "cudaEventRecord");
+}
+
+/* The input's slots: the host waits until slot's host buffers are read
+   (its last upload), the compute queued so far releases the other slot
+   (the shard before), and the copy stream waits until the compute released
+   this slot (the shard before that). */
+static void mirror__cuda_stage(void *dev, int slot)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (mirror__cuda_wait(d, d->copied[slot], "waiting for an upload") &&
+        mirror__cuda_ok(d, cudaEventRecord(d->freed[!slot], d->stream), "cudaEventRecord"))
+        mirror__cuda_ok(d, cudaStreamWaitEvent(d->copy, d->freed[slot], 0), "cudaStreamWaitEvent");
+}
+
+static void mirror__cuda_upload_staged(void *dev, void *dst, const void *host, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (bytes) mirror__cuda_ok(d, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, d->copy), "cudaMemcpyAsync");
+}
+
+/* The compute queued next waits for slot's uploads. */
+static void mirror__cuda_staged(void *dev, int slot)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (mirror__cuda_ok(d, cudaEventRecord(d->copied[slot], d->copy), "cudaEventRecord"))
+        mirror__cuda_ok(d, cudaStreamWaitEvent(d->stream, d->copied[slot], 0), "cudaStreamWaitEvent");
 }
 
 static void mirror__cuda_download(void *dev, void *host, const void *src, size_t bytes)
@@ -1306,6 +1384,9 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_zero,
     mirror__cuda_upload,
     mirror__cuda_download,
+    mirror__cuda_stage,
+    mirror__cuda_upload_staged,
+    mirror__cuda_staged,
     mirror__cuda_gemm,
     mirror__cuda_bias_add,
     mirror__cuda_bias_grad,
