@@ -85,6 +85,7 @@ TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
 TESTS   += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas # and their im2col kept for backward
+TESTS   += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint replicas optim precision) # GPU-style padded parameters
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
 endif
@@ -154,6 +155,9 @@ $(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h te
 
 $(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_PARAM_ALIGN=64 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)

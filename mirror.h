@@ -84,6 +84,8 @@
       MIRROR_CPU_KEEP_COLS    bytes of im2col a CPU replica keeps from forward
                               for backward (0: backward redoes it)
       MIRROR_CUDA_KEEP_COLS   the same on a GPU (1 GiB; see mirror_cuda.h)
+      MIRROR_CPU_PARAM_ALIGN  floats each parameter tensor is aligned to in
+                              a CPU replica's arenas (1; a GPU's: 64)
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
 
@@ -844,6 +846,9 @@ MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *o
 MIRROR_API const char *mirror_precision_name(mirror_precision p);
 MIRROR_API const char *mirror_loss_scaling_name(mirror_loss_scaling k);
 
+/* The bytes replica r's arenas hold. On a GPU each parameter tensor starts
+   at a 256-byte boundary, so parameters, gradients and optimizer state hold
+   up to 252 bytes of padding a tensor beside 4 bytes a value. */
 typedef struct mirror_memory_report {
     size_t parameters, gradients, optimizer, activations; /* bytes */
 } mirror_memory_report;
@@ -2463,6 +2468,10 @@ typedef struct mirror__backend {
        convolution's whole shard (0: backward redoes im2col in the one
        shared buffer). */
     size_t keep_cols;
+    /* Each parameter tensor (a layer's W, its b) starts in the parameter,
+       gradient and state arenas at a multiple of this many floats (1: back
+       to back). */
+    size_t param_align;
     /* Per-replica context for replica r of s; *workspace_bytes reports what
        it holds. NULL with err set on failure. */
     void *(*open)(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err);
@@ -3164,11 +3173,15 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #ifndef MIRROR_CPU_KEEP_COLS
 #define MIRROR_CPU_KEEP_COLS 0 /* one sample's columns stay in cache; a shard's would not */
 #endif
+#ifndef MIRROR_CPU_PARAM_ALIGN
+#define MIRROR_CPU_PARAM_ALIGN 1
+#endif
 
 static const mirror__backend mirror__cpu_backend = {
     "cpu",
     MIRROR_CPU_CONV_CHUNK,
     MIRROR_CPU_KEEP_COLS,
+    MIRROR_CPU_PARAM_ALIGN,
     mirror__cpu_open,
     mirror__cpu_close,
     mirror__cpu_nothing,
@@ -4335,7 +4348,7 @@ struct mirror_model {
     int built;
     int sticky;          /* the first error of a layer call, returned by build */
     mirror_error err;
-    size_t nparams, nstate;
+    size_t nparams, nslots, nstate; /* values; floats in a parameter arena (padded, see mirror__plan); state floats */
     size_t in_size, out_size, max_size, col_size, perm_size;
     size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
     size_t chunk;       /* deterministic mode: samples per chunk (0: off) */
@@ -4897,18 +4910,19 @@ static void mirror__plan_cols(mirror_model *m)
 
 static void mirror__plan(mirror_model *m)
 {
-    size_t i, S = m->shard_max, at = 0, p = 0;
+    size_t i, S = m->shard_max, at = 0, p = 0, a = m->be->param_align ? m->be->param_align : 1;
     const mirror__layer *last = &m->layers[m->nlayers - 1];
     m->out_size = mirror__out_size(last);
     m->max_size = m->in_size;
     m->col_size = m->perm_size = 0;
-    m->nrunning = m->bn_size = m->bn_channels = 0;
+    m->nrunning = m->bn_size = m->bn_channels = m->nparams = 0;
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
-        l->w_off = p;
-        l->b_off = p + l->n_w;
-        p += l->n_w + l->n_b;
+        l->w_off = (p + a - 1) / a * a; /* zeros between tensors, which no update changes */
+        l->b_off = (l->w_off + l->n_w + a - 1) / a * a;
+        p = l->b_off + l->n_b;
+        m->nparams += l->n_w + l->n_b;
         if (mirror__convolves(l)) {
             mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
             size_t n = mirror__conv_chunk(m);
@@ -4921,7 +4935,7 @@ static void mirror__plan(mirror_model *m)
             m->bn_channels = MIRROR__MAX(m->bn_channels, l->c);
         }
     }
-    m->nparams = p;
+    m->nslots = p;
     mirror__plan_cols(m);
     switch (m->desc.optimizer.kind) {
     case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? p : 0; break;
@@ -5102,8 +5116,8 @@ static int mirror__refresh_working_copy(mirror_model *m)
     for (r = 0; m->format && r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         m->be->bind(p->dev);
-        m->be->narrow(p->dev, p->work16, p->params, m->nparams, m->format);
-        m->be->widen(p->dev, p->wide, p->work16, m->nparams, m->format);
+        m->be->narrow(p->dev, p->work16, p->params, m->nslots, m->format);
+        m->be->widen(p->dev, p->wide, p->work16, m->nslots, m->format);
     }
     return mirror__device_status(m);
 }
@@ -5163,7 +5177,7 @@ static int mirror__model_build(mirror_model *m)
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
     if (4.0 * ((double)m->shard_max * (double)(m->in_size + (m->nlayers + 4) * m->max_size) +
-               (double)m->col_size + (double)m->perm_size + (double)(m->chunks_max + 1) * (double)m->nparams) >
+               (double)m->col_size + (double)m->perm_size + (double)(m->chunks_max + 1) * (double)m->nslots) >
         (double)((size_t)-1 / 2))
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_model_build: the arenas would not fit in memory");
     if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
@@ -5178,7 +5192,7 @@ static int mirror__model_build(mirror_model *m)
     m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
     m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
     m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
-    init = (float *)mirror__alloc(m->nparams, sizeof(float));
+    init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
     if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in || !init) goto oom;
     if (m->nrunning) {
         size_t i, j;
@@ -5200,8 +5214,8 @@ static int mirror__model_build(mirror_model *m)
             rc = m->err.code;
             goto fail;
         }
-        p->params = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
-        p->grads = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
+        p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
+        p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
         p->state = r > 0 && m->sharded ? m->rep[0].state
                                        : (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
@@ -5216,7 +5230,7 @@ static int mirror__model_build(mirror_model *m)
         p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
         if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct || !p->host_acc)
             goto oom;
-        if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nparams * sizeof(float))))
+        if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nslots * sizeof(float))))
             goto oom;
         if (m->nrunning) {
             p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
@@ -5231,9 +5245,9 @@ static int mirror__model_build(mirror_model *m)
         if (!p->scaler || !p->host_scaler) goto oom;
         if (m->format) {
             m->be->set_precision(p->dev, m->format);
-            p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nparams * sizeof(uint16_t));
-            p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nparams * sizeof(uint16_t));
-            p->wide = (float *)m->be->alloc(p->dev, m->nparams * sizeof(float));
+            p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
+            p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
+            p->wide = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
             if (!p->work16 || !p->grad16 || !p->wide) goto oom;
             p->weights = p->wide;
             m->grad16_bufs[r] = p->grad16;
@@ -5244,11 +5258,11 @@ static int mirror__model_build(mirror_model *m)
     }
     /* One generator fills replica 0; the broadcast makes every replica equal. */
     mirror__init_params(m, init);
-    m->be->upload(m->rep[0].dev, m->rep[0].params, init, m->nparams * sizeof(float));
+    m->be->upload(m->rep[0].dev, m->rep[0].params, init, m->nslots * sizeof(float));
     m->be->host_wait(m->rep[0].dev); /* the copy has read init */
     MIRROR_FREE(init);
     init = NULL;
-    if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nparams, 0, &m->err)) ||
+    if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nslots, 0, &m->err)) ||
         (rc = mirror__device_status(m)))
         goto fail;
     {
@@ -5276,8 +5290,14 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     MIRROR__LOCKED(m, "mirror_model_build", mirror__model_build(m));
 }
 
+/* Arrays of the optimizer's state: 0, 1 (momentum) or 2 (Adam's m and v). */
+static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m->nstate / m->nslots : 0; }
+
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
-MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m) { return m && m->built ? m->nstate : 0; }
+MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m)
+{
+    return m && m->built ? mirror__state_copies(m) * m->nparams : 0;
+}
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->out_size : 0; }
 static int mirror__check_built(mirror_model *m, const char *what)
 {
@@ -5353,12 +5373,28 @@ MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size)
 
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
 
+/* The values alone, in layer order (what the API and checkpoints see), from
+   `copies` arrays shaped as a parameter arena (nslots floats each, zeros
+   between tensors), or back (unpack: the gaps are left as they are). */
+static void mirror__pack(const mirror_model *m, float *packed, float *slots, size_t copies, int unpack)
+{
+    size_t c, i, at = 0;
+    for (c = 0; c < copies; c++, slots += m->nslots)
+        for (i = 0; i < m->nlayers; i++) {
+            const mirror__layer *l = &m->layers[i];
+            float *w = slots + l->w_off, *b = slots + l->b_off;
+            memcpy(unpack ? w : packed + at, unpack ? packed + at : w, l->n_w * sizeof(float));
+            memcpy(unpack ? b : packed + at + l->n_w, unpack ? packed + at + l->n_w : b, l->n_b * sizeof(float));
+            at += l->n_w + l->n_b;
+        }
+}
+
 /* Mixed precision: the reduced 16-bit gradient of the last step, widened
    and divided by the loss scale it carried. */
 static int mirror__copy_out_half_grads(mirror_model *m, size_t r, float *dst)
 {
     mirror_loss_scale_state st;
-    size_t i, n = m->nparams;
+    size_t i, n = m->nslots;
     uint16_t *half = (uint16_t *)mirror__alloc(n ? n : 1, sizeof(uint16_t));
     int rc;
     if (!half) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_get_gradients: out of memory");
@@ -5376,20 +5412,32 @@ static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int
     static const char *const what_names[] = {"mirror_get_parameters", "mirror_get_gradients",
                                               "mirror_get_optimizer_state"};
     const char *what = what_names[which];
-    size_t want;
+    size_t want, copies;
     const float *src;
-    int rc;
+    float *slots;
+    int rc = MIRROR_OK;
     if ((rc = mirror__check_built(m, what))) return rc;
-    want = which == MIRROR__STATE ? m->nstate : m->nparams;
+    copies = which == MIRROR__STATE ? mirror__state_copies(m) : 1;
+    want = copies * m->nparams;
     if (r >= m->s->replicas)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: replica %zu of %zu", what, r, m->s->replicas);
     if (n != want || (!dst && n))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dst must hold %zu floats (got %zu%s)", what,
                             want, n, dst ? "" : ", NULL");
+    if (!n) return MIRROR_OK;
     src = which == MIRROR__STATE ? m->rep[r].state : which == MIRROR__GRADS ? m->rep[r].grads : m->rep[r].params;
-    if (which == MIRROR__GRADS && m->format) return mirror__copy_out_half_grads(m, r, dst);
-    if (n) m->be->download(m->rep[r].dev, dst, src, n * sizeof(float));
-    return MIRROR_OK;
+    /* the arena's shape, packed after (padded arenas only) */
+    if (!(slots = m->nslots == m->nparams ? dst : (float *)mirror__alloc(copies * m->nslots, sizeof(float))))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+    if (which == MIRROR__GRADS && m->format)
+        rc = mirror__copy_out_half_grads(m, r, slots);
+    else
+        m->be->download(m->rep[r].dev, slots, src, copies * m->nslots * sizeof(float));
+    if (slots != dst) {
+        if (rc == MIRROR_OK) mirror__pack(m, dst, slots, copies, 0);
+        MIRROR_FREE(slots);
+    }
+    return rc;
 }
 
 static int mirror__get_parameters(mirror_model *m, size_t r, float *dst, size_t n)
@@ -5422,19 +5470,32 @@ MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst,
     MIRROR__LOCKED(m, "mirror_get_optimizer_state", mirror__get_optimizer_state(m, r, dst, n));
 }
 
-static int mirror__set_parameters(mirror_model *m, const float *src, size_t n)
+/* Every replica's parameters from slots, shaped as the arena. */
+static int mirror__upload_params(mirror_model *m, const float *slots)
 {
     size_t r;
+    for (r = 0; r < m->s->replicas; r++) {
+        m->be->upload(m->rep[r].dev, m->rep[r].params, slots, m->nslots * sizeof(float));
+        m->be->host_wait(m->rep[r].dev); /* slots is the caller's again on return */
+    }
+    return m->format ? mirror__refresh_working_copy(m) : mirror__device_status(m);
+}
+
+static int mirror__set_parameters(mirror_model *m, const float *src, size_t n)
+{
+    float *slots;
     int rc;
     if ((rc = mirror__check_built(m, "mirror_set_parameters"))) return rc;
     if (!src || n != m->nparams)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_set_parameters: src must hold %zu floats",
                             m->nparams);
-    for (r = 0; r < m->s->replicas; r++) {
-        m->be->upload(m->rep[r].dev, m->rep[r].params, src, n * sizeof(float));
-        m->be->host_wait(m->rep[r].dev); /* src is the caller's again on return */
-    }
-    return m->format ? mirror__refresh_working_copy(m) : mirror__device_status(m);
+    if (m->nslots == m->nparams) return mirror__upload_params(m, src);
+    if (!(slots = (float *)mirror__zalloc(m->nslots, sizeof(float))))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_set_parameters: out of memory");
+    mirror__pack(m, (float *)src, slots, 1, 1);
+    rc = mirror__upload_params(m, slots);
+    MIRROR_FREE(slots);
+    return rc;
 }
 
 MIRROR_API int mirror_set_parameters(mirror_model *m, const float *src, size_t n)
@@ -5448,8 +5509,8 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT,
                              "mirror_memory_report_get: needs a built model, a replica index and out");
     /* mixed precision: + the 16-bit copy and its fp32 view; + the 16-bit gradient */
-    out->parameters = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
-    out->gradients = m->nparams * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
+    out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
+    out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
                                    (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
     out->optimizer = r == 0 || !m->sharded ? m->nstate * sizeof(float) : 0; /* sharded: one state */
     out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes + m->bn_size * sizeof(float) +
@@ -5488,7 +5549,7 @@ static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r
 
 static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *r, size_t q)
 {
-    return m->chunk ? r->chunk_grads + q * m->nparams : r->grads;
+    return m->chunk ? r->chunk_grads + q * m->nslots : r->grads;
 }
 
 /* Global replica g's rows [*begin, *begin + *count) of a batch of n: an
@@ -5695,7 +5756,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
     beta = accumulate ? 1.0f : 0.0f;
     if (from == m->nlayers - 1) {
         r->dsel = 0;
-        if (S == 0 && !accumulate && !m->chunk) be->zero(dev, r->grads, m->nparams * sizeof(float));
+        if (S == 0 && !accumulate && !m->chunk) be->zero(dev, r->grads, m->nslots * sizeof(float));
     }
     d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
     for (i = from + 1; i-- > 0 && i >= first;) {
@@ -5745,7 +5806,10 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
         case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
             for (q = 0; q < mirror__nchunks(m, r); q++) {
                 k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-                if (!accumulate) be->zero(dev, g + l->w_off, 2 * l->c * sizeof(float)); /* gamma's and beta's */
+                if (!accumulate) { /* gamma's and beta's */
+                    be->zero(dev, g + l->w_off, l->c * sizeof(float));
+                    be->zero(dev, g + l->b_off, l->c * sizeof(float));
+                }
                 be->bn_backward(dev, need_dx ? dx + at * in : NULL, g + l->w_off, g + l->b_off, d + at * in,
                                 x + at * in, mirror__bn_stat(r, l), r->bn + l->bn_off + 4 * l->c,
                                 r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
@@ -5777,7 +5841,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
     /* Mixed precision: the weight gradients, accumulated in fp32, are
        stored in 16 bits: the buffer the all-reduce carries (deterministic
        mode narrows the reduced sum instead). */
-    if (m->format && !m->chunk) be->narrow(dev, r->grad16, r->grads, m->nparams, m->format);
+    if (m->format && !m->chunk) be->narrow(dev, r->grad16, r->grads, m->nslots, m->format);
 }
 
 // >>step --------------------------------------------------------------------
@@ -6102,7 +6166,7 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
         m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, r->scaler, m->lr,
                    o->momentum, o->weight_decay, o->nesterov);
     else
-        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nparams + off, g, n, r->scaler, m->lr,
+        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nslots + off, g, n, r->scaler, m->lr,
                     o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
 }
 
@@ -6113,7 +6177,7 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
 static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
-    size_t all = m->nparams;
+    size_t all = m->nslots;
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
         m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? r->state + off : NULL, r->work16 + off,
@@ -6133,7 +6197,7 @@ static void mirror__clip(mirror_model *m, mirror__replica *r)
 {
     float max_norm = m->desc.optimizer.clip_norm;
     if (max_norm > 0.0f)
-        m->be->clip(r->dev, r->scaler, m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, m->nparams,
+        m->be->clip(r->dev, r->scaler, m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, m->nslots,
                     m->format, max_norm);
 }
 
@@ -6150,16 +6214,16 @@ static void mirror__update_job(void *ctx, size_t worker)
     m->be->bind(r->dev);
     if (m->trace_steps) m->be->mark(r->dev, 6);
     if (m->format) {
-        m->be->check(r->dev, r->scaler, r->grad16, m->nparams, m->format);
+        m->be->check(r->dev, r->scaler, r->grad16, m->nslots, m->format);
         mirror__clip(m, r);
-        mirror__update_mixed(m, r, 0, m->nparams);
+        mirror__update_mixed(m, r, 0, m->nslots);
         if (m->trace_steps) m->be->mark(r->dev, 7);
         return;
     }
-    m->be->check32(r->dev, r->scaler, r->grads, m->nparams, m->steps);
+    m->be->check32(r->dev, r->scaler, r->grads, m->nslots, m->steps);
     mirror__clip(m, r);
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
-    mirror__update_fp32(m, r, 0, m->nparams, bc1, bc2_sqrt);
+    mirror__update_fp32(m, r, 0, m->nslots, bc1, bc2_sqrt);
     if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
@@ -6204,7 +6268,7 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
     size_t begin, count, end, len;
     int finite = 1;
     if (m->trace_steps) m->be->mark(r->dev, 4);
-    mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
+    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
     if (m->format) {
         st.found_nonfinite = 0;
         m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
@@ -6238,7 +6302,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
     uint32_t found = 0;
     float bc1, bc2_sqrt;
     if (m->trace_steps) m->be->mark(r->dev, 6);
-    mirror_shard(m->nparams, m->s->replicas, worker, &begin, &count);
+    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
     if (m->format) {
         r->scaler->found_nonfinite |= found;
@@ -6266,18 +6330,20 @@ static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_st
 {
     char msg[256];
     size_t i, r, q, j, found_layer = m->nlayers, found_rep = 0;
-    float *host = (float *)mirror__alloc(m->nparams, sizeof(float));
+    float *host = (float *)mirror__alloc(m->nslots, sizeof(float));
     if (!host) {
         mirror__log(MIRROR_LOG_NOTICE, "a step was skipped; no memory to find the non-finite layer");
         return;
     }
     for (r = 0; r < m->s->replicas; r++) /* the replica's own gradient: in deterministic mode, its chunks' */
         for (q = 0; q < mirror__nchunks(m, &m->rep[r]); q++) {
-            m->be->download(m->rep[r].dev, host, mirror__chunk_grads(m, &m->rep[r], q), m->nparams * sizeof(float));
+            m->be->download(m->rep[r].dev, host, mirror__chunk_grads(m, &m->rep[r], q), m->nslots * sizeof(float));
             for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
                 const mirror__layer *l = &m->layers[i];
                 for (j = 0; j < l->n_w + l->n_b; j++)
-                    if (!mirror_hd_finite(mirror_hd_round(host[l->w_off + j], m->format))) break;
+                    if (!mirror_hd_finite(mirror_hd_round(host[j < l->n_w ? l->w_off + j : l->b_off + j - l->n_w],
+                                                          m->format)))
+                        break;
                 if (j < l->n_w + l->n_b) {
                     found_layer = i;
                     found_rep = r;
@@ -6435,15 +6501,15 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
     s->fold_in = m->chunk_in;
     s->fold_count = nin;
 #ifdef MIRROR_MPI
-    if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nparams, 0, &m->err);
+    if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
 #endif
     if (s->processes == 1) {
         s->reduce_bufs = m->grad_bufs;
-        s->reduce_n = m->nparams;
+        s->reduce_n = m->nslots;
         mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
     }
     for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
-        m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nparams, m->format);
+        m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nslots, m->format);
     return rc;
 }
 
@@ -6462,15 +6528,15 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
         s->status = rc;
         s->stop_asked = m->stop && *m->stop;
         reduced = m->chunk    ? mirror__sum_chunks(m, onto)
-                  : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err)
-                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+                  : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
+                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
         return reduced ? reduced : rc; /* this process's own failure fails its step too */
     }
 #endif
     if (rc) return rc;
     if (m->chunk) return mirror__sum_chunks(m, onto);
-    if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nparams, m->format, &m->err);
-    return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nparams, &m->err);
+    if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
+    return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
 }
 
 /* ---- timing ---- */
@@ -6752,7 +6818,7 @@ static uint64_t mirror__fnv(uint64_t h, const void *p, size_t n)
 static int mirror__check_replicas(mirror_model *m)
 {
     mirror_strategy *s = m->s;
-    size_t r, n = MIRROR__MAX(m->nparams, m->nstate), bad;
+    size_t r, n = MIRROR__MAX(m->nslots, m->nstate), bad;
     float *host = (float *)mirror__alloc(n ? n : 1, sizeof(float));
     uint64_t *hash = (uint64_t *)mirror__alloc(s->world, sizeof(uint64_t));
     int rc = MIRROR_OK;
@@ -6762,8 +6828,8 @@ static int mirror__check_replicas(mirror_model *m)
     }
     for (r = 0; r < s->replicas; r++) {
         uint64_t h = 14695981039346656037ull;
-        m->be->download(m->rep[r].dev, host, m->rep[r].params, m->nparams * sizeof(float));
-        h = mirror__fnv(h, host, m->nparams * sizeof(float));
+        m->be->download(m->rep[r].dev, host, m->rep[r].params, m->nslots * sizeof(float));
+        h = mirror__fnv(h, host, m->nslots * sizeof(float));
         m->be->download(m->rep[r].dev, host, m->rep[r].state, m->nstate * sizeof(float));
         hash[s->first + r] = mirror__fnv(h, host, m->nstate * sizeof(float));
     }
@@ -8113,7 +8179,7 @@ static size_t mirror__tensors(const mirror_model *m, const float *params, const 
     if (m->nstate) {
         int adam = m->desc.optimizer.kind != MIRROR_OPT_SGD;
         snprintf(t[n].name, sizeof t[n].name, "%s", adam ? "optimizer.m" : "optimizer.momentum");
-        t[n].shape[0] = t[n].count = m->nparams;
+        t[n].shape[0] = t[n].count = m->nparams; /* state: packed */
         t[n].rank = 1;
         t[n++].host = state ? state : NULL;
         if (adam) {
@@ -8409,7 +8475,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     memset(&c, 0, sizeof c);
     if (cursor) c = *cursor;
     if (!keep) keep = 3;
-    params = (float *)mirror__alloc(m->nparams, sizeof(float));
+    params = (float *)mirror__alloc(m->nslots, sizeof(float));
     state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));
     tmp = (char *)MIRROR_MALLOC(plen + 300); /* file names: the new file, two for rotation */
     a = (char *)MIRROR_MALLOC(plen + 300);
@@ -8421,8 +8487,9 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
     if (!m->fit_lock && (rc = mirror__save_lock(m, path, a, plen + 300, &lock))) goto done;
     mirror__remove_stale(path, a, b, plen + 300);
-    if ((rc = mirror_get_parameters(m, 0, params, m->nparams)) ||
-        (rc = mirror_get_optimizer_state(m, 0, state, m->nstate)))
+    m->be->download(m->rep[0].dev, params, m->rep[0].params, m->nslots * sizeof(float)); /* as the arena */
+    if ((rc = mirror__device_status(m)) ||
+        (rc = mirror_get_optimizer_state(m, 0, state, mirror__state_copies(m) * m->nparams)))
         goto done;
     if (m->format && (rc = mirror__get_scaler(m, &st))) goto done;
     nt = mirror__tensors(m, params, state, m->running, t);
@@ -8876,13 +8943,13 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
     /* at most a 64 MiB header and this model's tensors: not a whole
        multi-gigabyte file (or gzip bomb) into memory to find that out */
-    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nparams + (double)m->nstate + (double)m->nrunning);
+    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nslots + (double)m->nstate + (double)m->nrunning);
     if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
                                 &size, &m->err)))
         return rc;
     h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
-    params = (float *)mirror__alloc(m->nparams, sizeof(float));
-    state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));
+    params = (float *)mirror__zalloc(m->nslots, sizeof(float));            /* as the arena */
+    state = (float *)mirror__zalloc(2 * m->nstate + 1, sizeof(float)); /* packed, then as the arena */
     if (!h || !params || !state) {
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
         goto done;
@@ -8898,10 +8965,11 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         }
         m->bn_stale = 1;
     }
-    if ((rc = mirror_set_parameters(m, params, m->nparams))) goto done;
+    if ((rc = mirror__upload_params(m, params))) goto done;
     if (!weights_only) {
+        mirror__pack(m, state, state + m->nstate, mirror__state_copies(m), 1);
         for (r = 0; r < m->s->replicas && m->nstate; r++) {
-            m->be->upload(m->rep[r].dev, m->rep[r].state, state, m->nstate * sizeof(float));
+            m->be->upload(m->rep[r].dev, m->rep[r].state, state + m->nstate, m->nstate * sizeof(float));
             m->be->host_wait(m->rep[r].dev);
         }
         m->steps = got.step;

@@ -1372,6 +1372,7 @@ static const mirror__backend mirror__cuda_backend = {
     "cuda",
     0,                     /* convolutions: one GEMM over the whole shard */
     MIRROR_CUDA_KEEP_COLS, /* and its im2col kept for backward, within this budget */
+    64,                    /* parameter tensors at 256-byte boundaries: aligned GEMM operands */
     mirror__cuda_open,
     mirror__cuda_close,
     mirror__cuda_bind,

@@ -1088,9 +1088,10 @@ static void test_memory_report(mirror_strategy *s)
         for (r = 0; r < mirror_num_replicas(s); r++) {
             memset(&rep, 0, sizeof rep);
             /* several CPU replicas share one optimizer state, counted on replica 0 */
-            size_t state = r == 0 || mirror_num_replicas(s) == 1 ? 4 * mirror_optimizer_state_size(m) : 0;
-            ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * np &&
-                  rep.gradients == 4 * np && rep.optimizer == state && rep.activations > 0;
+            size_t state = r == 0 || mirror_num_replicas(s) == 1 ? 4 * m->nstate : 0; /* the arenas, padding included */
+            ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * m->nslots &&
+                  rep.gradients == 4 * m->nslots && rep.optimizer == state && rep.activations > 0 &&
+                  m->nslots >= np && m->nstate == opts[i].state_per_param * m->nslots;
         }
         CHECK(ok, "%s: every replica reports parameters = gradients = 4 x %zu bytes, the optimizer state once "
                   "(4 x state on replica 0), activations > 0", opts[i].name, np);
@@ -1189,6 +1190,67 @@ static void test_layout(mirror_strategy *s3)
 out:
     mirror_model_destroy(cnn);
     mirror_model_destroy(flat);
+}
+
+/* The parameter arenas' layout: each tensor at a multiple of the backend's
+   alignment (a build with MIRROR_CPU_PARAM_ALIGN pads, as a GPU's does),
+   zeros between, which training keeps; the API sees the values alone. */
+static void test_param_layout(mirror_strategy *s3)
+{
+    static float x[8 * 36];
+    static int32_t y[8];
+    mirror_model_desc d = base_desc(s3);
+    mirror_model *m = NULL;
+    mirror_batch b;
+    size_t i, r, c, values = 0, misplaced = 0, nonzero = 0, n;
+    float *got, *again;
+    d.channels = 1, d.height = 6, d.width = 6, d.max_batch = 8, d.seed = 5;
+    d.optimizer.kind = MIRROR_OPT_ADAMW, d.optimizer.weight_decay = 0.1f;
+    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK, "the model for the layout");
+    if (!m) return;
+    mirror_conv2d(m, 3, 3, 1, 0), mirror_batchnorm(m, MIRROR_BN_SYNC), mirror_relu(m), mirror_flatten(m);
+    mirror_dense(m, 5), mirror_relu(m), mirror_dense(m, 3);
+    CHECK(mirror_model_build(m) == MIRROR_OK, "build: %s", mirror_model_error(m));
+    for (i = 0; i < 8 * 36; i++) x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    for (i = 0; i < 8; i++) y[i] = (int32_t)(i % 3);
+    memset(&b, 0, sizeof b);
+    b.x = x, b.labels = y, b.rows = b.n = 8;
+    for (i = 0; i < 4; i++) CHECK(mirror_train_step(m, &b, NULL) == MIRROR_OK, "step %zu", i);
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        values += l->n_w + l->n_b;
+        misplaced += l->n_w && (l->w_off % MIRROR_CPU_PARAM_ALIGN || l->b_off % MIRROR_CPU_PARAM_ALIGN);
+    }
+    CHECK(misplaced == 0 && mirror_num_parameters(m) == values && mirror_optimizer_state_size(m) == 2 * values &&
+              m->nslots >= values,
+          "tensors at multiples of %d floats (%zu misplaced); %zu values in arenas of %zu floats", MIRROR_CPU_PARAM_ALIGN,
+          misplaced, values, m->nslots);
+    for (r = 0; r < m->s->replicas; r++) /* the gaps: not in any tensor */
+        for (c = 0; c < m->nslots; c++) {
+            int inside = 0;
+            for (i = 0; i < m->nlayers && !inside; i++) {
+                const mirror__layer *l = &m->layers[i];
+                inside = (c >= l->w_off && c < l->w_off + l->n_w) || (c >= l->b_off && c < l->b_off + l->n_b);
+            }
+            if (inside) continue;
+            nonzero += m->rep[r].params[c] != 0.0f || m->rep[r].grads[c] != 0.0f;
+            nonzero += m->rep[r].state[c] != 0.0f || m->rep[r].state[m->nslots + c] != 0.0f;
+        }
+    CHECK(nonzero == 0, "after 4 AdamW steps on %zu replicas the gaps between tensors hold zeros (%zu do not)",
+          m->s->replicas, nonzero);
+    n = mirror_num_parameters(m);
+    got = (float *)calloc(n, sizeof(float)), again = (float *)calloc(n, sizeof(float));
+    if (got && again) {
+        got[0] = 1.0f;
+        CHECK(mirror_get_parameters(m, 1, got, n) == MIRROR_OK && mirror_set_parameters(m, got, n) == MIRROR_OK &&
+                  mirror_get_parameters(m, 2, again, n) == MIRROR_OK && !memcmp(got, again, n * sizeof(float)),
+              "get then set then get: the same values");
+        CHECK(mirror_get_parameters(m, 0, got, n + 1) == MIRROR_ERR_ARGUMENT &&
+                  mirror_set_parameters(m, got, m->nslots + 1) == MIRROR_ERR_ARGUMENT,
+              "counts other than the values' refused");
+    }
+    free(got), free(again);
+    mirror_model_destroy(m);
 }
 
 /* Two threads on one model: while one is inside fit (held in its epoch
@@ -1371,6 +1433,7 @@ int main(void)
     test_steps(s3);
     test_fit(s3);
     test_layout(s3);
+    test_param_layout(s3);
     test_two_threads(s3);
     test_destroy_order();
     test_results();
