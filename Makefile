@@ -84,8 +84,12 @@ EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BU
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
-TESTS   += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas # and their im2col kept for backward
-TESTS   += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint replicas optim precision) # GPU-style padded parameters
+# GPU-style layouts on the CPU: convolutions that keep their im2col, padded
+# parameter arenas. Plain and AddressSanitizer runs: they add no threads.
+ifeq ($(filter $(SAN),thread valgrind),)
+  TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
+  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint replicas optim precision)
+endif
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
 endif
