@@ -86,6 +86,8 @@
       MIRROR_CUDA_KEEP_COLS   the same on a GPU (1 GiB; see mirror_cuda.h)
       MIRROR_CPU_PARAM_ALIGN  floats each parameter tensor is aligned to in
                               a CPU replica's arenas (1; a GPU's: 64)
+      MIRROR_BUCKET_BYTES     the least bytes of a gradient bucket that NCCL
+                              all-reduces while backward runs (25 MB)
 
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
 
@@ -2608,6 +2610,14 @@ typedef struct mirror__backend {
                        float beta1, float beta2, float eps, float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
     void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
+    /* The gradient all-reduced in buckets while backward runs (NULL: after
+       it, by the reducer; used with the nccl reducer in one process).
+       reduce_bucket: the n values at buf (format 0: fp32, else 16-bit)
+       summed over every replica, once the work queued so far has made
+       them, beside the work queued next. buckets_done: the work queued
+       next waits for every bucket. */
+    void (*reduce_bucket)(void *dev, void *buf, size_t n, int format);
+    void (*buckets_done)(void *dev);
     /* Timing (mirror_timing): mark notes when the replica's work reaches
        the phase edge `slot` (0 to MIRROR__MARKS - 1): the CPU reads its
        clock then; a GPU records an event on the replica's stream. marks
@@ -3231,6 +3241,8 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_sgd_mixed,
     mirror__cpu_adam_mixed,
     mirror__cpu_scaler_update,
+    NULL, /* buckets: the CPU's update sums the gradient itself (see mirror__sharded_update_job) */
+    NULL,
     mirror__cpu_mark,
     mirror__cpu_marks,
 };
@@ -4315,6 +4327,8 @@ typedef struct mirror__replica {
     double *bn_part, *host_part;
     float *host_stat;
     int dsel; /* backward: which delta buffer holds the gradient at hand */
+    int bucketing; /* this backward all-reduces in buckets; bucket: the next one */
+    size_t bucket;
     /* host buffers (pinned on a GPU): the shard gathered (in the slot at
        hand of two, as the input, labels and targets on the device: see
        mirror__load_shard), metrics read back */
@@ -4362,6 +4376,11 @@ struct mirror_model {
     int format;             /* mixed precision: the 16-bit format, else 0 */
     int sharded;            /* the update is sharded over the replicas (ZeRO stage 1) */
     int keep_cols;          /* each convolution keeps its im2col from forward for backward */
+    /* The gradient's buckets (bucketed: all-reduced while backward runs):
+       bucket b holds the layers from bucket_layer[b] up to the bucket
+       before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
+    int bucketed;
+    size_t nbuckets, bucket_layer[MIRROR__MAX_LAYERS], bucket_lo[MIRROR__MAX_LAYERS], bucket_hi[MIRROR__MAX_LAYERS];
     uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
     uint64_t steps;         /* steps run, skipped ones included */
     float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
@@ -4393,6 +4412,7 @@ typedef struct mirror__job {
     float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
     int metrics_now;  /* read the loss back now, or leave it on the device */
     int accumulate;   /* add the gradients to those of the micro-batches before */
+    int last;         /* the step's last micro-batch: its backward may all-reduce in buckets */
     size_t row0;      /* the samples of the step before this micro-batch */
     uint64_t augment_key; /* fit's augmentation this epoch (off: pad 0, flip 0) */
     size_t augment_pad;
@@ -4908,6 +4928,29 @@ static void mirror__plan_cols(mirror_model *m)
     if (m->keep_cols) m->col_size = 0;
 }
 
+#ifndef MIRROR_BUCKET_BYTES
+#define MIRROR_BUCKET_BYTES ((size_t)25 << 20)
+#endif
+
+/* The gradient's buckets, from the top layer down (the order backward
+   makes them): a bucket closes at the first layer start where it holds at
+   least `bytes` (DDP's 25 MB), and the last reaches slot 0. Buckets end at
+   layer starts, so a bucket is whole once its lowest layer's backward is
+   queued. */
+static void mirror__plan_buckets(mirror_model *m, size_t bytes)
+{
+    size_t i, first = m->nlayers, hi = m->nslots, b = 0;
+    for (i = m->nlayers; i-- > 0;)
+        if (m->layers[i].n_w) first = i;
+    for (i = m->nlayers; i-- > 0 && first < m->nlayers;) {
+        const mirror__layer *l = &m->layers[i];
+        if (!l->n_w || (i > first && (hi - l->w_off) * sizeof(float) < bytes)) continue;
+        m->bucket_layer[b] = i, m->bucket_lo[b] = i == first ? 0 : l->w_off, m->bucket_hi[b] = hi;
+        hi = m->bucket_lo[b++];
+    }
+    m->nbuckets = b;
+}
+
 static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0, a = m->be->param_align ? m->be->param_align : 1;
@@ -4937,6 +4980,7 @@ static void mirror__plan(mirror_model *m)
     }
     m->nslots = p;
     mirror__plan_cols(m);
+    mirror__plan_buckets(m, MIRROR_BUCKET_BYTES);
     switch (m->desc.optimizer.kind) {
     case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? p : 0; break;
     default: m->nstate = 2 * p; break;
@@ -5207,6 +5251,7 @@ static int mirror__model_build(mirror_model *m)
         m->bn_stale = 1;
     }
     m->sharded = R > 1 && m->be == &mirror__cpu_backend; /* see mirror__sharded_update_job */
+    m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         size_t S = m->shard_max, k;
@@ -5738,6 +5783,22 @@ static size_t mirror__first_weighted(const mirror_model *m)
    deterministic mode each chunk's in its own arena. Where layer `stop` is
    a batchnorm layer, its sums of dy and dy xhat go into r->bn_part and
    the pass pauses there; it resumes with from = stop. */
+/* Bucketed all-reduce: queues the sum of every bucket whose layers, all at
+   or above layer `done`, have their gradients queued, while backward goes
+   on below them (mixed precision: narrowed to 16 bits first). */
+static void mirror__reduce_buckets(const mirror_model *m, mirror__replica *r, size_t done)
+{
+    for (; r->bucketing && r->bucket < m->nbuckets && m->bucket_layer[r->bucket] >= done; r->bucket++) {
+        size_t lo = m->bucket_lo[r->bucket], n = m->bucket_hi[r->bucket] - lo;
+        if (m->format) {
+            m->be->narrow(r->dev, r->grad16 + lo, r->grads + lo, n, m->format);
+            m->be->reduce_bucket(r->dev, r->grad16 + lo, n, m->format);
+        } else {
+            m->be->reduce_bucket(r->dev, r->grads + lo, n, 0);
+        }
+    }
+}
+
 static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
 {
     const mirror__backend *be = m->be;
@@ -5764,6 +5825,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
         size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
         int need_dx = i > first;
+        mirror__reduce_buckets(m, r, i + 1); /* the layers above i are done */
         if (i == stop) {
             r->dsel = d == r->delta[1];
             mirror__bn_chunk_sums(m, r, l, d, x);
@@ -5838,10 +5900,11 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
         d = dx;
         dx = swap;
     }
+    mirror__reduce_buckets(m, r, 0);
     /* Mixed precision: the weight gradients, accumulated in fp32, are
        stored in 16 bits: the buffer the all-reduce carries (deterministic
-       mode narrows the reduced sum instead). */
-    if (m->format && !m->chunk) be->narrow(dev, r->grad16, r->grads, m->nslots, m->format);
+       mode narrows the reduced sum instead; buckets narrow their own). */
+    if (m->format && !m->chunk && !r->bucketing) be->narrow(dev, r->grad16, r->grads, m->nslots, m->format);
 }
 
 // >>step --------------------------------------------------------------------
@@ -5945,6 +6008,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
         mirror__rows_of(m, job->n, m->s->first + worker, &r->begin, &r->count, &r->chunk0, &r->nchunks);
         r->row0 = job->row0 + job->offset + r->begin;
         r->training = job->mode == MIRROR__TRAIN;
+        r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
         if (m->trace_steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
         if (m->trace_steps) m->be->mark(r->dev, 1);
@@ -6533,6 +6597,11 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
         return reduced ? reduced : rc; /* this process's own failure fails its step too */
     }
 #endif
+    if (m->bucketed) { /* summed in buckets during backward: what follows waits for them */
+        size_t r;
+        for (r = 0; r < s->replicas; r++) m->be->buckets_done(m->rep[r].dev);
+        return rc;
+    }
     if (rc) return rc;
     if (m->chunk) return mirror__sum_chunks(m, onto);
     if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
@@ -6734,7 +6803,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
         job.batch = &micro[j];
         job.n = micro[j].n;
-        job.accumulate = j > 0;
+        job.accumulate = j > 0, job.last = j + 1 == k;
         if ((rc = mirror__compute(m, &job)) == MIRROR_OK) {
             mirror__mark_compute(m, m->steps + 1);
             job.row0 += micro[j].n;

@@ -49,10 +49,16 @@
 
    REDUCERS
 
-      nccl   ncclCommInitAll over the replicas' GPUs, one all-reduce per step
-             over the flat gradient arena, on the replicas' streams inside
-             ncclGroupStart/End. Needs distinct GPUs: NCCL refuses two ranks
-             on one GPU.
+      nccl   ncclCommInitAll over the replicas' GPUs. The gradient arena is
+             all-reduced in buckets of at least 25 MB (MIRROR_BUCKET_BYTES),
+             cut at layer starts from the top layer down: each replica's
+             thread queues a bucket's ncclAllReduce as soon as its backward
+             has queued the bucket's gradients, on a stream of its own that
+             waits for them by an event, so the sums overlap the backward of
+             the layers below (as DDP's buckets do); the update waits for
+             the last. In one process; across processes one all-reduce
+             follows backward (see PROCESSES). Needs distinct GPUs: NCCL
+             refuses two ranks on one GPU.
       copy   the sum on the first replica's GPU, adding replica 0, 1, 2, ...
              in that order (the CPU reducer's order, so the same bits), then
              copies back; GPUs reached by peer copies. The default when
@@ -80,8 +86,9 @@
 
    STREAMS AND WAITING
 
-      Each replica has a compute stream and a copy stream; a replica's host
-      thread only queues work on them. A shard is gathered into one of two
+      Each replica has a compute stream, a copy stream and (NCCL) a stream
+      for its buckets' all-reduces; a replica's host thread only queues
+      work on them. A shard is gathered into one of two
       pinned host buffers and copied on the copy stream into one of two
       input buffers on the GPU, while the compute stream may still run the
       step before on the other pair (double buffering); the compute stream
@@ -165,6 +172,11 @@ typedef struct mirror__cuda_dev {
        stream's release of it and the copy stream's upload into it. */
     cudaStream_t copy;
     cudaEvent_t freed[2], copied[2];
+    /* The bucketed all-reduce (nccl): the replica's index, the stream NCCL
+       runs on, a bucket made (on the compute stream), every bucket summed. */
+    size_t replica;
+    cudaStream_t comm;
+    cudaEvent_t made, summed;
     float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_PARTS floats) */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
@@ -776,12 +788,13 @@ static int mirror__cuda_wait(mirror__cuda_dev *d, cudaEvent_t event, const char 
     return code == MIRROR_OK;
 }
 
-/* Waits until the replica's compute and copy streams are idle (before
-   memory is freed). */
+/* Waits until the replica's copy, NCCL and compute streams are idle
+   (before memory is freed). */
 static int mirror__cuda_idle(mirror__cuda_dev *d, const char *what)
 {
     char why[200];
     int code = mirror__gpu_wait(d->gpu, d->copy, NULL, why, sizeof why);
+    if (!code) code = mirror__gpu_wait(d->gpu, d->comm, NULL, why, sizeof why);
     if (code) mirror__cuda_record(d, code, what, why);
     return !code && mirror__cuda_wait(d, NULL, what);
 }
@@ -817,20 +830,25 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     d->gpu = g;
     d->device = g->device[r];
     d->stream = g->stream[r];
+    d->replica = r;
     *workspace_bytes = MIRROR__BIAS_PARTS * sizeof(float);
     if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->part, *workspace_bytes), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking), "cudaStreamCreate") ||
         !mirror__cuda_events(d, &d->uploaded, 1, 1) || !mirror__cuda_events(d, d->freed, 2, 1) ||
-        !mirror__cuda_events(d, d->copied, 2, 1)) {
+        !mirror__cuda_events(d, d->copied, 2, 1) || !mirror__cuda_events(d, &d->made, 1, 1) ||
+        !mirror__cuda_events(d, &d->summed, 1, 1)) {
         mirror__error(err, d->code, "replica %zu: %s", r, d->message);
         if (d->blas) cublasDestroy(d->blas);
         if (d->part) cudaFree(d->part);
         if (d->copy) cudaStreamDestroy(d->copy);
+        if (d->comm) cudaStreamDestroy(d->comm);
         mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
-        mirror__cuda_events(d, d->copied, 2, 0);
+        mirror__cuda_events(d, d->copied, 2, 0), mirror__cuda_events(d, &d->made, 1, 0);
+        mirror__cuda_events(d, &d->summed, 1, 0);
         MIRROR_FREE(d);
         return NULL;
     }
@@ -847,8 +865,10 @@ static void mirror__cuda_close(void *dev)
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
         mirror__cuda_ok(d, cudaFree(d->part), "cudaFree");
         mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
-        mirror__cuda_events(d, d->copied, 2, 0);
+        mirror__cuda_events(d, d->copied, 2, 0), mirror__cuda_events(d, &d->made, 1, 0);
+        mirror__cuda_events(d, &d->summed, 1, 0);
         mirror__cuda_ok(d, cudaStreamDestroy(d->copy), "cudaStreamDestroy");
+        mirror__cuda_ok(d, cudaStreamDestroy(d->comm), "cudaStreamDestroy");
         for (k = 0; d->timing && k < MIRROR__MARKS; k++)
             mirror__cuda_ok(d, cudaEventDestroy(d->mark[k]), "cudaEventDestroy");
         if (d->timing) mirror__cuda_ok(d, cudaEventDestroy(d->origin), "cudaEventDestroy");
@@ -1368,6 +1388,43 @@ static void mirror__cuda_scaler_update(void *dev, mirror_loss_scale_state *st, c
 #define MIRROR_CUDA_KEEP_COLS ((size_t)1 << 30)
 #endif
 
+/* The bucketed all-reduce (mirror.h's mirror__reduce_buckets): each
+   replica's thread queues its buckets as its backward makes them; NCCL
+   sums a bucket on the replica's NCCL stream once the compute stream has
+   made it, while the compute stream goes on with the layers below. One
+   communicator per GPU, each driven by its own thread: no group call. */
+static void mirror__cuda_reduce_bucket(void *dev, void *buf, size_t n, int format)
+{
+#ifndef MIRROR_NO_NCCL
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__gpu *g = d->gpu;
+    ncclDataType_t type = !format ? ncclFloat : format == MIRROR_PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
+    ncclResult_t e;
+    int aborted;
+    pthread_mutex_lock(&g->lock);
+    aborted = g->aborted;
+    pthread_mutex_unlock(&g->lock);
+    if (aborted) {
+        mirror__cuda_record(d, MIRROR_ERR_DEVICE, "ncclAllReduce", "NCCL was aborted after an earlier failure");
+        return;
+    }
+    if (!mirror__cuda_ok(d, cudaEventRecord(d->made, d->stream), "cudaEventRecord") ||
+        !mirror__cuda_ok(d, cudaStreamWaitEvent(d->comm, d->made, 0), "cudaStreamWaitEvent"))
+        return;
+    if ((e = ncclAllReduce(buf, buf, n, type, ncclSum, g->comm[d->replica], d->comm)) != ncclSuccess)
+        mirror__cuda_record(d, MIRROR_ERR_DEVICE, "ncclAllReduce", ncclGetErrorString(e));
+#else
+    (void)dev, (void)buf, (void)n, (void)format;
+#endif
+}
+
+static void mirror__cuda_buckets_done(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (mirror__cuda_ok(d, cudaEventRecord(d->summed, d->comm), "cudaEventRecord"))
+        mirror__cuda_ok(d, cudaStreamWaitEvent(d->stream, d->summed, 0), "cudaStreamWaitEvent");
+}
+
 static const mirror__backend mirror__cuda_backend = {
     "cuda",
     0,                     /* convolutions: one GEMM over the whole shard */
@@ -1422,6 +1479,13 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_sgd_mixed,
     mirror__cuda_adam_mixed,
     mirror__cuda_scaler_update,
+#ifndef MIRROR_NO_NCCL
+    mirror__cuda_reduce_bucket,
+    mirror__cuda_buckets_done,
+#else
+    NULL,
+    NULL,
+#endif
     mirror__cuda_mark,
     mirror__cuda_marks,
 };

@@ -527,6 +527,101 @@ static void test_check_replicas(void)
     mirror_strategy_destroy(s);
 }
 
+/* The bucketed all-reduce, on a CPU replica through a backend that records
+   what reduce_bucket is handed (the CPU's own sums need no buckets): every
+   bucket once a step, the top first, together the whole arena, each handed
+   over only once its gradient is final (a copy taken then equals the
+   gradient at the end of the step's backward), and only in the step's last
+   micro-batch. A batchnorm layer makes backward pause on the way. */
+static struct {
+    mirror_model *m;
+    size_t calls, done, lo[MIRROR__MAX_LAYERS], n[MIRROR__MAX_LAYERS];
+    int format[MIRROR__MAX_LAYERS];
+    void *copy[MIRROR__MAX_LAYERS];
+} rec;
+
+static void record_bucket(void *dev, void *buf, size_t n, int format)
+{
+    mirror__replica *r = &rec.m->rep[0];
+    size_t k = rec.calls++, size = format ? sizeof(uint16_t) : sizeof(float);
+    (void)dev;
+    if (k >= MIRROR__MAX_LAYERS) return;
+    rec.lo[k] = format ? (size_t)((uint16_t *)buf - r->grad16) : (size_t)((float *)buf - r->grads);
+    rec.n[k] = n, rec.format[k] = format;
+    if ((rec.copy[k] = malloc(n * size + 1)) != NULL) memcpy(rec.copy[k], buf, n * size);
+}
+
+static void record_done(void *dev)
+{
+    (void)dev;
+    rec.done++;
+}
+
+static void forget_buckets(void)
+{
+    size_t k;
+    for (k = 0; k < MIRROR__MAX_LAYERS; k++) free(rec.copy[k]), rec.copy[k] = NULL;
+    rec.calls = rec.done = 0;
+}
+
+static void test_buckets(void)
+{
+    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    mirror__backend be = mirror__cpu_backend;
+    size_t p, k, i, perm[95];
+    be.reduce_bucket = record_bucket, be.buckets_done = record_done;
+    for (p = 0; p < 2; p++) {
+        mirror_strategy *s = strategy(1);
+        mirror_model_desc d;
+        mirror_model *m = NULL;
+        mirror_batch micro[2];
+        size_t weighted = 0, wrong = 0, late = 0;
+        memset(&d, 0, sizeof d);
+        d.strategy = s, d.precision = precisions[p], d.channels = 1, d.height = 12, d.width = 12, d.max_batch = 10;
+        d.optimizer.kind = MIRROR_OPT_ADAM;
+        if (!s || mirror_model_create(&d, &m, NULL)) {
+            CHECK(0, "buckets: the model");
+            mirror_strategy_destroy(s);
+            continue;
+        }
+        mirror_conv2d(m, 4, 3, 1, 1), mirror_batchnorm(m, MIRROR_BN_SYNC), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+        mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
+        CHECK(mirror_model_build(m) == MIRROR_OK, "buckets: build: %s", mirror_model_error(m));
+        CHECK(!m->bucketed && m->nbuckets == 1 && m->bucket_lo[0] == 0 && m->bucket_hi[0] == m->nslots,
+              "a CPU strategy sums after backward; a model under 25 MB is one bucket");
+        for (i = 0; i < m->nlayers; i++) weighted += m->layers[i].n_w > 0;
+        mirror__plan_buckets(m, 1);
+        CHECK(m->nbuckets == weighted && m->bucket_hi[0] == m->nslots && m->bucket_lo[m->nbuckets - 1] == 0,
+              "buckets of at least 1 byte: one a weighted layer (%zu of %zu), from the arena's top to 0", m->nbuckets,
+              weighted);
+        m->be = &be, m->bucketed = 1, rec.m = m;
+        CHECK(step(m, 0, 10, perm) == MIRROR_OK && rec.calls == m->nbuckets && rec.done == 1,
+              "%s: one step hands over %zu buckets (want %zu), then waits for them once (%zu)",
+              mirror_precision_name(precisions[p]), rec.calls, m->nbuckets, rec.done);
+        for (k = 0; k < rec.calls && k < m->nbuckets; k++) {
+            const void *now = m->format ? (const void *)(m->rep[0].grad16 + rec.lo[k]) : m->rep[0].grads + rec.lo[k];
+            wrong += rec.lo[k] != m->bucket_lo[k] || rec.n[k] != m->bucket_hi[k] - m->bucket_lo[k] ||
+                     rec.format[k] != m->format || (k && m->bucket_hi[k] != m->bucket_lo[k - 1]);
+            late += !rec.copy[k] || memcmp(rec.copy[k], now, rec.n[k] * (m->format ? 2 : 4)) != 0;
+        }
+        CHECK(wrong == 0 && late == 0,
+              "%s: the buckets top first, back to back, in the model's format (%zu wrong); each final when handed "
+              "over (%zu changed after)", mirror_precision_name(precisions[p]), wrong, late);
+        forget_buckets();
+        memset(micro, 0, sizeof micro);
+        for (i = 0; i < 2; i++)
+            micro[i].x = data.x, micro[i].labels = data.labels, micro[i].rows = data.count, micro[i].index = perm + 5 * i,
+            micro[i].n = 5;
+        CHECK(mirror_train_steps(m, micro, 2, NULL) == MIRROR_OK && rec.calls == m->nbuckets && rec.done == 1,
+              "%s: two micro-batches: the buckets once, in the last (%zu handed over)",
+              mirror_precision_name(precisions[p]), rec.calls);
+        forget_buckets();
+        m->be = &mirror__cpu_backend;
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
 int main(void)
 {
     if (!make_root("replicas")) return 1;
@@ -548,6 +643,7 @@ int main(void)
     test_small_batches_and_predict();
     test_pool();
     test_deferred_metrics();
+    test_buckets();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_replicas");
