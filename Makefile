@@ -88,7 +88,7 @@ TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-sty
 # parameter arenas. Plain and AddressSanitizer runs: they add no threads.
 ifeq ($(filter $(SAN),thread valgrind),)
   TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
-  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint replicas optim precision)
+  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas optim precision)
 endif
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib

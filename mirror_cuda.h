@@ -177,7 +177,7 @@ typedef struct mirror__cuda_dev {
     size_t replica;
     cudaStream_t comm;
     cudaEvent_t made, summed;
-    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_PARTS floats) */
+    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_BLOCKS floats) */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -261,11 +261,10 @@ __device__ static float mirror__block_sum(float *part, float s)
 }
 
 /* The bias gradient's spans: about MIRROR__BIAS_SPAN elements each, and
-   about MIRROR__BIAS_BLOCKS blocks in all (a few per SM), the parts in the
-   replica's scratch of MIRROR__BIAS_PARTS floats. */
+   at most MIRROR__BIAS_BLOCKS blocks in all (a few per SM), whose parts fit
+   the replica's scratch of as many floats. */
 #define MIRROR__BIAS_SPAN 4096
 #define MIRROR__BIAS_BLOCKS 1024
-#define MIRROR__BIAS_PARTS 65536
 
 /* The bias gradient, spread over the GPU. A channel's rows * inner
    elements are cut into `parts` spans of consecutive elements; block (b, c)
@@ -831,7 +830,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     d->device = g->device[r];
     d->stream = g->stream[r];
     d->replica = r;
-    *workspace_bytes = MIRROR__BIAS_PARTS * sizeof(float);
+    *workspace_bytes = MIRROR__BIAS_BLOCKS * sizeof(float);
     if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
@@ -903,6 +902,9 @@ static void *mirror__cuda_alloc(void *dev, size_t bytes)
         cudaFree(p);
         return NULL;
     }
+    /* the input's uploads (copy stream) come after the zeroing too */
+    if (mirror__cuda_ok(d, cudaEventRecord(d->freed[0], d->stream), "cudaEventRecord"))
+        mirror__cuda_ok(d, cudaEventRecord(d->freed[1], d->stream), "cudaEventRecord");
     return p;
 }
 
@@ -1042,7 +1044,7 @@ static void mirror__cuda_bias_grad(void *dev, float *db, const float *dy, size_t
     size_t n = rows * inner, parts;
     if (!n || !channels) return;
     parts = MIRROR__MIN((n + MIRROR__BIAS_SPAN - 1) / MIRROR__BIAS_SPAN,
-                        MIRROR__MIN(MIRROR__BIAS_BLOCKS, MIRROR__BIAS_PARTS) / channels);
+                        MIRROR__BIAS_BLOCKS / channels);
     parts = parts ? parts : 1;
     mirror__k_bias_part<<<dim3((unsigned)parts, (unsigned)MIRROR__MIN(channels, 65535)), MIRROR__THREADS, 0,
                           d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels, mirror_hd_divisor_of(inner), parts);

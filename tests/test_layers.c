@@ -170,11 +170,11 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     }
     /* Non-zero biases, so every bias matters and the pieces are not symmetric. */
     {
-        size_t np = mirror_num_parameters(m);
+        size_t np = mirror_num_parameters(m), at = 0; /* the values packed: each layer's W, then its b */
         float *p = (float *)xmalloc(np * sizeof(float));
         mirror_get_parameters(m, 0, p, np);
-        for (i = 0; i < m->nlayers; i++)
-            for (j = 0; j < m->layers[i].n_b; j++) p[m->layers[i].b_off + j] = frand(-0.2f, 0.2f);
+        for (i = 0; i < m->nlayers; at += m->layers[i].n_w + m->layers[i].n_b, i++)
+            for (j = 0; j < m->layers[i].n_b; j++) p[at + m->layers[i].n_w + j] = frand(-0.2f, 0.2f);
         mirror_set_parameters(m, p, np);
         free(p);
     }
@@ -652,6 +652,17 @@ static mirror_model *dropout_model(const char *devices, float p, int with_dropou
     return m;
 }
 
+/* Where value i of the parameters (packed, as the API gives them) lies in
+   the parameter arena: each tensor at its offset. */
+static size_t slot_of(const mirror_model *m, size_t i)
+{
+    size_t k;
+    for (k = 0; k < m->nlayers; i -= m->layers[k].n_w + m->layers[k].n_b, k++)
+        if (i < m->layers[k].n_w + m->layers[k].n_b)
+            return i < m->layers[k].n_w ? m->layers[k].w_off + i : m->layers[k].b_off + i - m->layers[k].n_w;
+    return i;
+}
+
 /* The training loss at step s + 1 (the mask of that step) without moving
    on: a step at rate 0, then the step count put back. */
 static double train_loss_at(mirror_model *m, const mirror_batch *b, uint64_t s)
@@ -695,7 +706,7 @@ static void test_dropout(void)
     train_loss_at(m, &b, 3);
     mirror_get_gradients(m, 0, g, n);
     for (i = 0; i < n; i++) {
-        float *w = &m->rep[0].params[i], keep = *w;
+        float *w = &m->rep[0].params[slot_of(m, i)], keep = *w;
         *w = keep + FD_H, hi = train_loss_at(m, &b, 3);
         *w = keep - FD_H, lo = train_loss_at(m, &b, 3);
         *w = keep;
