@@ -8,7 +8,8 @@
    Exact GEMMs (fp32 that TF32 would fail, tensor cores that an fp16
    accumulator would fail); kernels over 65,535 blocks and over 2^31
    elements; evaluate, predict, checkpoints across backends and MSE on the
-   GPU; phase timing by CUDA events; a wait past the timeout. With two
+   GPU; phase timing by CUDA events; a wait past the timeout; NCCL's
+   bucketed all-reduce (one rank); the bias gradient in two passes. With two
    GPUs or more: NCCL and the copy reducer across GPUs in fp32, fp16 and
    bf16, training on every GPU, fp16's skip decision through NCCL, and the
    caller's current GPU.
@@ -969,6 +970,21 @@ static void test_training(void)
         if (s && ref) {
             p = train(s, MIRROR_OPT_ADAMW, 20, &n2);
             CHECK(same_bits(p, ref, n), "NCCL with one rank: bitwise equal to the copy reducer");
+            free(p);
+        }
+        if (s && ref) { /* the buckets of the all-reduce during backward, one a layer */
+            mirror_model *m = model(s, MIRROR_OPT_ADAMW, MIRROR_PRECISION_FP32);
+            p = (float *)calloc(n, 4);
+            if (m) {
+                CHECK(m->bucketed, "NCCL in one process: the gradient all-reduced in buckets during backward");
+                mirror__plan_buckets(m, 1);
+                run_steps(m, 20);
+                mirror_get_parameters(m, 0, p, n);
+                CHECK(m->nbuckets > 1 && same_bits(p, ref, n),
+                      "NCCL with one rank in %zu buckets on their own stream: bitwise equal to the copy reducer",
+                      m->nbuckets);
+                mirror_model_destroy(m);
+            }
             free(p);
         }
         mirror_strategy_destroy(s);
