@@ -2600,12 +2600,13 @@ typedef struct mirror__backend {
        any element, unscaled, is Inf or NaN. */
     void (*check)(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format);
     /* One pass each, doing nothing when st->found_nonfinite: unscale g by
-       st->scale, update the fp32 master w and moments, write w16. Adam's t
-       is st->applied + 1. */
-    void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n,
+       st->scale, update the fp32 master w and moments, write w16 and, unless
+       wide is NULL, the fp32 view the layers read (wide = w16 widened, in
+       the same pass). Adam's t is st->applied + 1. */
+    void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g, size_t n,
                       int format, const mirror_loss_scale_state *st, float lr, float momentum,
                       float weight_decay, int nesterov);
-    void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g,
+    void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide, const uint16_t *g,
                        size_t n, int format, const mirror_loss_scale_state *st, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
@@ -3144,31 +3145,35 @@ static void mirror__cpu_check(void *dev, mirror_loss_scale_state *st, const uint
     if (!finite) st->found_nonfinite = 1;
 }
 
-static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n,
-                                  int format, const mirror_loss_scale_state *st, float lr, float momentum,
+static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
+                                  size_t n, int format, const mirror_loss_scale_state *st, float lr, float momentum,
                                   float weight_decay, int nesterov)
 {
     size_t i;
     float unused = 0.0f, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
                             weight_decay, nesterov);
+        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
+    }
 }
 
-static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g,
-                                   size_t n, int format, const mirror_loss_scale_state *st, float lr,
-                                   float beta1, float beta2, float eps, float weight_decay, int decoupled)
+static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide,
+                                   const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+                                   float lr, float beta1, float beta2, float eps, float weight_decay, int decoupled)
 {
     size_t i;
     float bc1, bc2_sqrt, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
     mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
                              weight_decay, decoupled, bc1, bc2_sqrt);
+        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
+    }
 }
 
 static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d)
@@ -6237,21 +6242,22 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
 /* Mixed precision, on replica r's device and stream, with no wait for it,
    once r->scaler->found_nonfinite holds the step's verdict: the fused
    update of parameters [off, off + n), which does nothing on a non-finite
-   step, the scaler's update, and the working copy widened. */
+   step (the working copy and its fp32 view are then as they were) and
+   writes the working copy and its view in the same pass; then the
+   scaler's update. */
 static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     size_t all = m->nslots;
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? r->state + off : NULL, r->work16 + off,
+        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? r->state + off : NULL, r->work16 + off, r->wide + off,
                          r->grad16 + off, n, f, r->scaler, m->lr, o->momentum, o->weight_decay, o->nesterov);
     else
         m->be->adam_mixed(r->dev, r->params + off, r->state + off, r->state + all + off, r->work16 + off,
-                          r->grad16 + off, n, f, r->scaler, m->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
-                          o->kind == MIRROR_OPT_ADAMW);
+                          r->wide + off, r->grad16 + off, n, f, r->scaler, m->lr, o->beta1, o->beta2, o->eps,
+                          o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
     m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
-    m->be->widen(r->dev, r->wide + off, r->work16 + off, n, f);
 }
 
 /* Gradient clipping, when asked: replica r's norm of the whole reduced

@@ -75,14 +75,16 @@
       rounds every stored activation, input gradient and weight), through
       cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16F or _16BF: tensor cores,
       an exact conversion, fp32 accumulation. The update after the
-      all-reduce is four launches per replica, none of which the host
-      waits for: check (one pass over the 16-bit gradient: sets the
-      scaler's found_nonfinite), the fused SGD or Adam (reads the flag and
-      returns at once when it is set; else unscales, updates the fp32
-      masters and moments and writes the 16-bit copy: AdamW moves 28 bytes
-      a parameter, SGD with momentum 20), the scaler's update (one thread),
-      and widen (the 16-bit copy into the layers' fp32 slots). The scaler
-      lives in device memory; kernels read it, the host never does.
+      all-reduce is three launches per replica, none of which the host
+      waits for: check (one pass over the 16-bit gradient, 2 bytes a
+      parameter: sets the scaler's found_nonfinite), the fused SGD or Adam
+      (reads the flag and returns at once when it is set; else unscales,
+      updates the fp32 masters and moments, and writes the 16-bit copy and
+      the layers' fp32 view of it in the same pass: AdamW moves 32 bytes a
+      parameter, SGD with momentum 24), and the scaler's update (one
+      thread). So the update moves 34 bytes a parameter with AdamW, 26 with
+      SGD and momentum. The scaler lives in device memory; kernels read it,
+      the host never does.
 
    STREAMS AND WAITING
 
@@ -595,9 +597,9 @@ __global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, 
 
 /* The fused updates return at once on a skipped step; every thread reads
    the same flag, so a block leaves as a whole. */
-__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
-                                    const mirror_loss_scale_state *st, float lr, float momentum, float weight_decay,
-                                    int nesterov)
+__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g, size_t n,
+                                    int format, const mirror_loss_scale_state *st, float lr, float momentum,
+                                    float weight_decay, int nesterov)
 {
     float inv_scale;
     if (st->found_nonfinite) return;
@@ -607,12 +609,13 @@ __global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uin
         float unused = 0.0f;
         mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
                             weight_decay, nesterov);
+        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
     }
 }
 
 /* Adam's t is st->applied + 1; its bias corrections, once per block. */
-__global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n,
-                                     int format, const mirror_loss_scale_state *st, float lr, float beta1,
+__global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, float *wide, const uint16_t *g,
+                                     size_t n, int format, const mirror_loss_scale_state *st, float lr, float beta1,
                                      float beta2, float eps, float weight_decay, int decoupled)
 {
     __shared__ float bias[2]; /* bc1, bc2_sqrt */
@@ -622,8 +625,11 @@ __global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16
     __syncthreads();
     inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     MIRROR__FOR_EACH(i, n)
-    mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
-                         weight_decay, decoupled, bias[0], bias[1]);
+    {
+        mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
+                             weight_decay, decoupled, bias[0], bias[1]);
+        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
+    }
 }
 
 /* One thread; the desc comes by value, as a kernel argument. */
@@ -1315,25 +1321,25 @@ static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uin
     MIRROR__LAUNCHED(d, "check kernel");
 }
 
-static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
-                                   const mirror_loss_scale_state *st, float lr, float momentum, float weight_decay,
-                                   int nesterov)
+static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
+                                   size_t n, int format, const mirror_loss_scale_state *st, float lr, float momentum,
+                                   float weight_decay, int nesterov)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, g, n, format, st, lr, momentum,
-                                                                            weight_decay, nesterov);
+    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, wide, g, n, format, st, lr,
+                                                                            momentum, weight_decay, nesterov);
     MIRROR__LAUNCHED(d, "sgd_mixed kernel");
 }
 
-static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n,
-                                    int format, const mirror_loss_scale_state *st, float lr, float beta1, float beta2,
-                                    float eps, float weight_decay, int decoupled)
+static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide,
+                                    const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+                                    float lr, float beta1, float beta2, float eps, float weight_decay, int decoupled)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_adam_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, w16, g, n, format, st, lr, beta1,
-                                                                             beta2, eps, weight_decay, decoupled);
+    mirror__k_adam_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(
+        w, m, v, w16, wide, g, n, format, st, lr, beta1, beta2, eps, weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
 

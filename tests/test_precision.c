@@ -439,6 +439,34 @@ static void test_accuracy(mirror_strategy *s2)
     mirror_dataset_free(&test);
 }
 
+/* The layers' fp32 view of the 16-bit working copy is written by the
+   optimizer's own pass: after steps (one skipped) it is the working copy
+   widened, on every replica, for SGD and AdamW in fp16 and bf16. */
+static void test_view(mirror_strategy *s3)
+{
+    static float x[BATCH * N_IN];
+    static int32_t y[BATCH];
+    size_t p, adam, r, i, k, stale;
+    for (p = 0; p < 2; p++)
+        for (adam = 0; adam < 2; adam++) {
+            mirror_precision prec = p ? MIRROR_PRECISION_BF16 : MIRROR_PRECISION_FP16;
+            mirror_model *m = small_model(s3, prec, NULL, (int)adam);
+            if (!m) continue;
+            for (k = 0, stale = 0; k < 4; k++) {
+                make_data(x, y, BATCH, 40 + k);
+                if (k == 2) x[5] = NAN; /* a skipped step */
+                CHECK(step(m, x, y) == MIRROR_OK || k == 2, "%s step %zu", mirror_precision_name(prec), k);
+                for (r = 0; r < mirror_num_replicas(s3); r++)
+                    for (i = 0; i < m->nslots; i++)
+                        stale += mirror_hd_bits(m->rep[r].wide[i]) !=
+                                 mirror_hd_bits(mirror_hd_widen(m->rep[r].work16[i], m->format));
+            }
+            CHECK(stale == 0, "%s %s: the layers' fp32 view is the working copy widened after each of 4 steps, "
+                  "one skipped (%zu differ)", mirror_precision_name(prec), adam ? "AdamW" : "SGD", stale);
+            mirror_model_destroy(m);
+        }
+}
+
 int main(void)
 {
     mirror_strategy *s1 = strategy("cpu:1"), *s2 = strategy("cpu:2"), *s3 = strategy("cpu:3");
@@ -454,6 +482,7 @@ int main(void)
         test_report(s3);
         test_resume(s2);
         test_accuracy(s2);
+        test_view(s3);
     }
     mirror_strategy_destroy(s1);
     mirror_strategy_destroy(s2);

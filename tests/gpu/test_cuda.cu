@@ -671,6 +671,7 @@ static void test_mixed_updates(void)
         uint16_t *dg, *dw16, *gw16;
         mirror_loss_scale_state st, *dst;
         size_t inconsistent;
+        float *widec = (float *)malloc(n * 4), *dwide = (float *)G->alloc(gdev, n * 4), *gwide;
         memset(&st, 0, sizeof st);
         st.scale = 1024.0f, st.applied = 6;
         for (i = 0; i < n; i++) v[i] = fabsf(v[i]), g[i] = mirror_hd_narrow(gf[i], f);
@@ -681,15 +682,27 @@ static void test_mixed_updates(void)
             memcpy(wc, w, n * 4), memcpy(mc, m, n * 4), memcpy(vc, v, n * 4), memcpy(w16c, w16, n * 2);
             G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
             G->upload(gdev, dw16, w16, n * 2);
-            if (o < 2) {
+            G->zero(gdev, dwide, n * 4);
+            if (o < 2) { /* the fp32 view written in the same pass for o 0 and 2, not for 1 and 3 */
                 float momentum = o == 0 ? 0.9f : 0.0f;
-                C->sgd_mixed(cdev, wc, o == 0 ? mc : NULL, w16c, g, n, f, &st, 0.1f, momentum, 1e-4f, 1);
-                G->sgd_mixed(gdev, dw, o == 0 ? dm : NULL, dw16, dg, n, f, dst, 0.1f, momentum, 1e-4f, 1);
+                C->sgd_mixed(cdev, wc, o == 0 ? mc : NULL, w16c, o == 0 ? widec : NULL, g, n, f, &st, 0.1f, momentum,
+                             1e-4f, 1);
+                G->sgd_mixed(gdev, dw, o == 0 ? dm : NULL, dw16, o == 0 ? dwide : NULL, dg, n, f, dst, 0.1f, momentum,
+                             1e-4f, 1);
             } else {
-                C->adam_mixed(cdev, wc, mc, vc, w16c, g, n, f, &st, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, o == 2);
-                G->adam_mixed(gdev, dw, dm, dv, dw16, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, o == 2);
+                C->adam_mixed(cdev, wc, mc, vc, w16c, o == 2 ? widec : NULL, g, n, f, &st, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                              0.01f, o == 2);
+                G->adam_mixed(gdev, dw, dm, dv, dw16, o == 2 ? dwide : NULL, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                              0.01f, o == 2);
             }
             gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
+            gwide = from_gpu(dwide, n);
+            for (i = 0, inconsistent = 0; i < n; i++)
+                inconsistent += mirror_hd_bits(gwide[i]) != (o % 2 ? 0u : mirror_hd_bits(mirror_hd_widen(gw16[i], f))) ||
+                                (o % 2 == 0 && mirror_hd_bits(widec[i]) != mirror_hd_bits(mirror_hd_widen(w16c[i], f)));
+            CHECK(inconsistent == 0, "%s %s: the fp32 view is w16 widened, in the same pass (%s; %zu differ)",
+                  format_name(f), names[o], o % 2 ? "not asked: left alone" : "asked", inconsistent);
+            free(gwide);
             for (i = 0, inconsistent = 0; i < n; i++) inconsistent += gw16[i] != mirror_hd_narrow(gw[i], f);
             CHECK(near(wc, gw, n, 1e-7f), "%s %s: masters within 4 ulp + 1e-7, NaN where NaN", format_name(f), names[o]);
             CHECK(near(mc, gm, n, o < 2 ? 1e-7f : 1e-9f), "%s %s: first moments (momentum) within 4 ulp + %g",
@@ -705,15 +718,16 @@ static void test_mixed_updates(void)
         G->upload(gdev, dst, &st, sizeof st);
         G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
         G->upload(gdev, dw16, w16, n * 2);
-        G->sgd_mixed(gdev, dw, dm, dw16, dg, n, f, dst, 0.1f, 0.9f, 1e-4f, 1);
-        G->adam_mixed(gdev, dw, dm, dv, dw16, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+        G->sgd_mixed(gdev, dw, dm, dw16, NULL, dg, n, f, dst, 0.1f, 0.9f, 1e-4f, 1);
+        G->adam_mixed(gdev, dw, dm, dv, dw16, NULL, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
         gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
         CHECK(same_bits(w, gw, n) && same_bits(m, gm, n) && same_bits(v, gv, n) && !memcmp(w16, gw16, n * 2),
               "%s SGD and Adam with found_nonfinite set: w, m, v and w16 untouched", format_name(f));
         free(gw), free(gm), free(gv), free(gw16);
         free(w), free(m), free(v), free(gf), free(wc), free(mc), free(vc), free(g), free(w16), free(w16c);
+        free(widec);
         G->release(gdev, dw), G->release(gdev, dm), G->release(gdev, dv), G->release(gdev, dg);
-        G->release(gdev, dw16), G->release(gdev, dst);
+        G->release(gdev, dw16), G->release(gdev, dst), G->release(gdev, dwide);
     }
 }
 
