@@ -83,7 +83,7 @@ EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BU
            $(if $(HAVE_NVCC),$(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
-TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions
+TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions and GEMMs
 # GPU-style layouts on the CPU: convolutions that keep their im2col, padded
 # parameter arenas. Plain and AddressSanitizer runs: they add no threads.
 ifeq ($(filter $(SAN),thread valgrind),)
@@ -155,7 +155,7 @@ $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h t
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
 $(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 $< -o $@ $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_GEMM_ROWS_FREE=0 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 $< -o $@ $(LDLIBS_ALL)

@@ -81,6 +81,9 @@
                               vector extensions (the default with other
                               compilers; see >>gemm for the tiles)
       MIRROR_CPU_CONV_CHUNK   samples per convolution GEMM on the CPU (1)
+      MIRROR_CPU_GEMM_ROWS_FREE 0: deterministic mode runs the CPU's GEMMs
+                              over samples a chunk at a time, as on a GPU
+                              (1; 0 with MIRROR_CBLAS)
       MIRROR_CPU_KEEP_COLS    bytes of im2col a CPU replica keeps from forward
                               for backward (0: backward redoes it)
       MIRROR_CUDA_KEEP_COLS   the same on a GPU (1 GiB; see mirror_cuda.h)
@@ -372,14 +375,18 @@
       What it does not make split-free: the batchnorm layers made with
       MIRROR_BN_LOCAL (their statistics are the shard's, by definition); the
       metrics, whose per-sample losses are the same bits but are added in
-      double per replica (the sums agree to about 1e-16). It needs the
-      built-in GEMM, which adds each element's products in one order
-      whatever the matrix shape: a CBLAS (MIRROR_CBLAS) may not, and GPU
-      replicas are refused (MIRROR_ERR_UNSUPPORTED): cuBLAS picks kernels by
-      shape. The cost: K = 16 makes the weight-gradient GEMMs 16 samples
-      deep and keeps ceil(chunks / replicas) gradient arenas per replica
-      (the memory report counts them under gradients); bench/RESULTS.md has
-      the measured time and memory.
+      double per replica (the sums agree to about 1e-16). The built-in GEMM
+      adds each element's products in one order whatever the matrix shape;
+      cuBLAS and a CBLAS (MIRROR_CBLAS) pick their kernels by shape, so
+      there every GEMM over samples (a dense layer's forward and input
+      gradient too) runs one chunk at a time: its shapes are the chunk's,
+      whatever the shard. On GPUs the chunks are added on the first GPU in
+      chunk order (the copy reducer's sum; NCCL's order is its own, so the
+      nccl reducer hands it over), in one process: GPU replicas across
+      processes are refused (MIRROR_ERR_UNSUPPORTED). The cost: K = 16
+      makes the weight-gradient GEMMs 16 samples deep and keeps ceil(chunks
+      / replicas) gradient arenas per replica (the memory report counts them
+      under gradients); bench/RESULTS.md has the measured time and memory.
 
    MEMORY
 
@@ -2474,6 +2481,12 @@ typedef struct mirror__backend {
        gradient and state arenas at a multiple of this many floats (1: back
        to back). */
     size_t param_align;
+    /* Whether a GEMM's row of results is the same whatever the number of
+       rows (the built-in CPU GEMM: each element's products added in one
+       order). Where not (cuBLAS, a CBLAS), deterministic mode runs every
+       GEMM over samples one chunk at a time, so that its shapes do not
+       depend on the shard. */
+    int gemm_rows_free;
     /* Per-replica context for replica r of s; *workspace_bytes reports what
        it holds. NULL with err set on failure. */
     void *(*open)(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err);
@@ -2641,6 +2654,11 @@ typedef struct mirror__reducer {
        (the CPU and copy reducers; NCCL rounds at every hop). */
     int (*all_reduce_half)(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
                            mirror_error *err);
+    /* Deterministic mode's sum of a list: bufs[r] of every replica =
+       in[0] + in[1] + ... + in[nin - 1], element by element in that order;
+       in[k] lies on replica owner[k]'s device (in[0] may be bufs[0]). */
+    int (*sum_list)(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin, float *const *bufs,
+                    size_t n, mirror_error *err);
 } mirror__reducer;
 
 // >>cpu backend -------------------------------------------------------------
@@ -3191,12 +3209,20 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #ifndef MIRROR_CPU_PARAM_ALIGN
 #define MIRROR_CPU_PARAM_ALIGN 1
 #endif
+#ifndef MIRROR_CPU_GEMM_ROWS_FREE
+#ifdef MIRROR_CBLAS
+#define MIRROR_CPU_GEMM_ROWS_FREE 0 /* a CBLAS may pick its kernels by shape */
+#else
+#define MIRROR_CPU_GEMM_ROWS_FREE 1
+#endif
+#endif
 
 static const mirror__backend mirror__cpu_backend = {
     "cpu",
     MIRROR_CPU_CONV_CHUNK,
     MIRROR_CPU_KEEP_COLS,
     MIRROR_CPU_PARAM_ALIGN,
+    MIRROR_CPU_GEMM_ROWS_FREE,
     mirror__cpu_open,
     mirror__cpu_close,
     mirror__cpu_nothing,
@@ -3375,8 +3401,20 @@ static int mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t 
     return MIRROR_OK;
 }
 
-static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_all_reduce,
-                                                    mirror__cpu_broadcast, mirror__cpu_all_reduce_half};
+/* The threads sum element ranges, each element in list order. */
+static int mirror__cpu_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
+                                float *const *bufs, size_t n, mirror_error *err)
+{
+    (void)owner, (void)err;
+    s->fold_in = in, s->fold_count = nin;
+    s->reduce_bufs = bufs;
+    s->reduce_n = n;
+    mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+    return MIRROR_OK;
+}
+
+static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_all_reduce, mirror__cpu_broadcast,
+                                                    mirror__cpu_all_reduce_half, mirror__cpu_sum_list};
 
 #ifdef MIRROR_CUDA
 /* In mirror_cuda.h. Whether the machine has no GPU to use: no driver, a
@@ -4089,7 +4127,8 @@ static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t 
 }
 
 static const mirror__reducer mirror__mpi_reducer = {"cpu-ordered, then MPI in rank order", mirror__mpi_all_reduce_sum,
-                                                    mirror__mpi_broadcast, mirror__mpi_all_reduce_half};
+                                                    mirror__mpi_broadcast, mirror__mpi_all_reduce_half,
+                                                    mirror__cpu_sum_list}; /* sum_list: one process's */
 
 /* Joins the processes of the desc's communicator: a duplicate of it with
    errors returned, this process's rank, and its rank among the processes
@@ -4372,7 +4411,8 @@ struct mirror_model {
     size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
     size_t chunk;       /* deterministic mode: samples per chunk (0: off) */
     size_t chunks_max;  /* the most chunks of one shard (1 when off) */
-    float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added */
+    float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added, */
+    size_t *chunk_owner; /* and the replica each lies on */
     size_t layer_bytes; /* the layers' part of the activation arena */
     mirror__replica *rep;
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
@@ -5089,6 +5129,7 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->grad16_bufs);
     MIRROR_FREE(m->found);
     MIRROR_FREE(m->chunk_in);
+    MIRROR_FREE(m->chunk_owner);
     MIRROR_FREE(m->running);
     MIRROR_FREE(m->running_before);
     MIRROR_FREE(m->bn_total);
@@ -5210,10 +5251,10 @@ static int mirror__model_build(mirror_model *m)
                                                  "closed (mirror_residual_end)",
                             m->open_block - 1);
     R = m->s->replicas; /* this process's; shards split the batch over every process's */
-    if (m->chunk && m->be != &mirror__cpu_backend)
+    if (m->chunk && m->be != &mirror__cpu_backend && m->s->processes > 1)
         return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
-                            "mirror_model_build: deterministic mode runs on CPU replicas only: on GPUs the GEMM "
-                            "library picks its kernels by shape, so a sample's sums would depend on its shard");
+                            "mirror_model_build: deterministic mode on GPUs runs in one process: across processes "
+                            "the GPUs' chunk sums would need an ordered fold on the host");
     m->chunks_max = 1;
     m->shard_max = (m->desc.max_batch + m->s->world - 1) / m->s->world;
     if (m->chunk) { /* each replica takes whole chunks: up to ceil(chunks / world) of them */
@@ -5241,8 +5282,9 @@ static int mirror__model_build(mirror_model *m)
     m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
     m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
     m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
+    m->chunk_owner = (size_t *)mirror__zalloc(R * m->chunks_max + 1, sizeof(size_t));
     init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in || !init) goto oom;
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in || !m->chunk_owner || !init) goto oom;
     if (m->nrunning) {
         size_t i, j;
         m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
@@ -5713,11 +5755,25 @@ static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, con
 /* Layers [from, stop) of replica r's shard of S samples; where stop is a
    batchnorm layer (stop < nlayers), its input's sums into r->bn_part and
    a pause (the host combines the replicas' and sets the statistics). */
+/* The GEMMs over a shard's S samples: one, or one a chunk in deterministic
+   mode where a GEMM's rows depend on their count (gemm_rows_free); part q
+   has rows [*at, *at + the count returned). */
+static size_t mirror__gemm_parts(const mirror_model *m, const mirror__replica *r)
+{
+    return m->chunk && !m->be->gemm_rows_free ? r->nchunks : 1;
+}
+
+static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t S, size_t *at)
+{
+    if (mirror__gemm_parts(m, r) == 1) return *at = 0, S;
+    return mirror__chunk_rows(m, r, q, at);
+}
+
 static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i;
+    size_t i, q;
     for (i = from; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
         const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off,
@@ -5730,7 +5786,10 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         }
         switch (l->kind) {
         case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b */
-            be->gemm(dev, 0, 1, S, l->oc, l->c, 1.0f, x, l->c, W, l->c, 0.0f, y, l->oc);
+            for (q = 0; q < mirror__gemm_parts(m, r); q++) {
+                size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
+                be->gemm(dev, 0, 1, k, l->oc, l->c, 1.0f, x + at * l->c, l->c, W, l->c, 0.0f, y + at * l->oc, l->oc);
+            }
             be->bias_add(dev, y, b, S, l->oc, 1);
             break;
         case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
@@ -5847,7 +5906,10 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                 if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
                 be->bias_grad(dev, g + l->b_off, d + at * l->oc, k, l->oc, 1);
             }
-            if (need_dx) be->gemm(dev, 0, 0, S, l->c, l->oc, 1.0f, d, l->oc, W, l->c, 0.0f, dx, l->c);
+            for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
+                k = mirror__gemm_rows(m, r, q, S, &at);
+                be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, d + at * l->oc, l->oc, W, l->c, 0.0f, dx + at * l->c, l->c);
+            }
             break;
         case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, x, d, need_dx ? dx : NULL, accumulate); break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
@@ -6557,27 +6619,25 @@ static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
    replica of every process in chunk order (onto the total of the
    micro-batches before: `onto`), into every replica's r->grads; mixed
    precision then narrows that total into the 16-bit gradient. The sum is
-   the strategy's fp32 fold over the list of chunk arenas: in one process
-   the CPU reducer's job, across processes the rank-order fold, which
-   starts on rank 0 from the total before. */
+   the strategy's fp32 sum of the list of chunk arenas in list order: in
+   one process its reducer's sum_list (CPU: the threads' element ranges;
+   GPUs: on the first GPU, as the copy reducer sums), across processes the
+   rank-order fold, which starts on rank 0 from the total before. */
 static int mirror__sum_chunks(mirror_model *m, int onto)
 {
     mirror_strategy *s = m->s;
     size_t r, q, nin = 0;
     int rc = MIRROR_OK;
-    if (onto && s->rank == 0) m->chunk_in[nin++] = m->rep[0].grads;
+    if (onto && s->rank == 0) m->chunk_owner[nin] = 0, m->chunk_in[nin++] = m->rep[0].grads;
     for (r = 0; r < s->replicas; r++)
-        for (q = 0; q < m->rep[r].nchunks; q++) m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
+        for (q = 0; q < m->rep[r].nchunks; q++)
+            m->chunk_owner[nin] = r, m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
+#ifdef MIRROR_MPI
     s->fold_in = m->chunk_in;
     s->fold_count = nin;
-#ifdef MIRROR_MPI
     if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
 #endif
-    if (s->processes == 1) {
-        s->reduce_bufs = m->grad_bufs;
-        s->reduce_n = m->nslots;
-        mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
-    }
+    if (s->processes == 1) rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
     for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
         m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nslots, m->format);
     return rc;

@@ -1438,6 +1438,7 @@ static const mirror__backend mirror__cuda_backend = {
     0,                     /* convolutions: one GEMM over the whole shard */
     MIRROR_CUDA_KEEP_COLS, /* and its im2col kept for backward, within this budget */
     64,                    /* parameter tensors at 256-byte boundaries: aligned GEMM operands */
+    0,                     /* cuBLAS picks its kernels by shape: deterministic mode's GEMMs go a chunk at a time */
     mirror__cuda_open,
     mirror__cuda_close,
     mirror__cuda_bind,
@@ -1575,8 +1576,10 @@ static int mirror__nccl_broadcast(mirror_strategy *s, float *const *bufs, size_t
     return MIRROR_OK;
 }
 
+static int mirror__copy_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
+                                 float *const *bufs, size_t n, mirror_error *err);
 static const mirror__reducer mirror__nccl_reducer = {"nccl", mirror__nccl_all_reduce, mirror__nccl_broadcast,
-                                                     mirror__nccl_all_reduce_half};
+                                                     mirror__nccl_all_reduce_half, mirror__copy_sum_list};
 #endif
 
 /* The copy reducer, in the strategy's order of events: every replica's
@@ -1680,8 +1683,57 @@ static int mirror__copy_broadcast(mirror_strategy *s, float *const *bufs, size_t
     return mirror__copy_scatter(g, (void *const *)bufs, n * sizeof(float), root, err);
 }
 
+/* Deterministic mode's sum of a list in list order, on the first GPU: the
+   lists on other GPUs come over to the staging area; the sum goes in
+   groups of up to MIRROR__COPY_MAX buffers, each group added onto the
+   total of those before (mirror__k_sum adds its sources in order); then
+   the total is copied to every replica. NCCL's order of additions is its
+   own, so the nccl reducer sums a list this way too. */
+static int mirror__copy_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
+                                 float *const *bufs, size_t n, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    mirror__sources src;
+    size_t k, staged = 0, bytes = n * sizeof(float), done = 0;
+    if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
+    for (k = 0; k < nin; k++) staged += g->device[owner[k]] != g->device[0];
+    if (staged * bytes > g->stage_bytes) {
+        if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
+        g->stage = NULL;
+        g->stage_bytes = 0;
+        if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * bytes), "cudaMalloc (copy reducer staging)", err))
+            return err ? err->code : MIRROR_ERR_NO_MEMORY;
+        g->stage_bytes = staged * bytes;
+    }
+    while (done < nin || !done) { /* a group: the total so far (after the first), then the next buffers */
+        size_t count = 0;
+        if (done) src.p[count++] = bufs[0];
+        for (; done < nin && count < MIRROR__COPY_MAX; done++) {
+            void *from = in[done];
+            if (g->device[owner[done]] != g->device[0]) {
+                void *to = g->stage + (staged - 1) * bytes; /* each staged buffer its own place */
+                staged--;
+                if (!mirror__gpu_ok(cudaMemcpyPeerAsync(to, g->device[0], from, g->device[owner[done]], bytes,
+                                                        g->stream[0]),
+                                    "cudaMemcpyPeerAsync", err))
+                    return MIRROR_ERR_DEVICE;
+                from = to;
+            }
+            src.p[count++] = from;
+        }
+        if (!count) { /* an empty list: zeros */
+            if (!mirror__gpu_ok(cudaMemsetAsync(bufs[0], 0, bytes, g->stream[0]), "cudaMemsetAsync", err))
+                return MIRROR_ERR_DEVICE;
+            break;
+        }
+        mirror__k_sum<<<mirror__blocks(n), MIRROR__THREADS, 0, g->stream[0]>>>(bufs[0], src, count, n);
+        if (!mirror__gpu_ok(cudaGetLastError(), "copy reducer sum kernel", err)) return MIRROR_ERR_DEVICE;
+    }
+    return g->replicas > 1 ? mirror__copy_scatter(g, (void *const *)bufs, bytes, 0, err) : MIRROR_OK;
+}
+
 static const mirror__reducer mirror__copy_reducer = {"copy", mirror__copy_all_reduce, mirror__copy_broadcast,
-                                                     mirror__copy_all_reduce_half};
+                                                     mirror__copy_all_reduce_half, mirror__copy_sum_list};
 
 // >>cuda devices ------------------------------------------------------------
 
@@ -1985,7 +2037,8 @@ static int mirror__nccl_mpi_all_reduce_half(mirror_strategy *s, uint16_t *const 
 /* The broadcast needs no status word: the communicator's ranks are the
    global replica indices, so root is the rank. */
 static const mirror__reducer mirror__nccl_mpi_reducer = {"nccl across processes", mirror__nccl_mpi_all_reduce,
-                                                         mirror__nccl_broadcast, mirror__nccl_mpi_all_reduce_half};
+                                                         mirror__nccl_broadcast, mirror__nccl_mpi_all_reduce_half,
+                                                         mirror__copy_sum_list}; /* in one process */
 
 /* NCCL refuses two of its ranks on one GPU, and a process that fails to
    join leaves the others waiting in the join: every replica's machine and

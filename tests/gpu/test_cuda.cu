@@ -9,7 +9,8 @@
    accumulator would fail); kernels over 65,535 blocks and over 2^31
    elements; evaluate, predict, checkpoints across backends and MSE on the
    GPU; phase timing by CUDA events; a wait past the timeout; NCCL's
-   bucketed all-reduce (one rank); the bias gradient in two passes. With two
+   bucketed all-reduce (one rank); the bias gradient in two passes;
+   deterministic mode on 1, 2 and 4 replicas of a GPU (and on two GPUs). With two
    GPUs or more: NCCL and the copy reducer across GPUs in fp32, fp16 and
    bf16, training on every GPU, fp16's skip decision through NCCL, and the
    caller's current GPU.
@@ -775,12 +776,15 @@ static void test_scaler_update(void)
 
 static mirror_dataset data;
 
-static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt, mirror_precision precision)
+/* chunk > 0: deterministic mode with chunks of that many samples. */
+static mirror_model *model_with(mirror_strategy *s, mirror_optimizer_kind opt, mirror_precision precision,
+                                size_t chunk)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
     memset(&d, 0, sizeof d);
     d.strategy = s;
+    d.deterministic = chunk > 0, d.chunk = chunk;
     d.channels = 1, d.height = 28, d.width = 28;
     d.max_batch = 40;
     d.seed = 5;
@@ -796,6 +800,11 @@ static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt, mirror
         return NULL;
     }
     return m;
+}
+
+static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt, mirror_precision precision)
+{
+    return model_with(s, opt, precision, 0);
 }
 
 static mirror_strategy *strategy(const char *devices, mirror_reducer reducer)
@@ -1006,6 +1015,57 @@ static void test_training(void)
 #endif
     free(ref_cpu);
     free(ref);
+}
+
+/* Deterministic mode on GPUs (chunks of 8: batches of 40 and 30 make 5 and
+   4 chunks): 1, 2 and 4 replicas of GPU 0, and with two GPUs or more every
+   GPU under NCCL's strategy, give one replica's parameters bit for bit, in
+   fp32 and fp16; against the CPU in the same mode within 1e-4. */
+static float *train_deterministic(const char *devices, mirror_reducer reducer, mirror_precision precision, size_t *n)
+{
+    mirror_strategy *s = strategy(devices, reducer);
+    mirror_model *m = s ? model_with(s, MIRROR_OPT_ADAMW, precision, 8) : NULL;
+    float *p = NULL;
+    if (m && run_steps(m, 20) == MIRROR_OK) {
+        *n = mirror_num_parameters(m);
+        p = (float *)malloc(*n * 4);
+        mirror_get_parameters(m, mirror_num_replicas(s) - 1, p, *n);
+    }
+    CHECK(p != NULL, "deterministic %s on %s: 20 steps", mirror_precision_name(precision), devices);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+    return p;
+}
+
+static void test_deterministic_gpu(void)
+{
+    static const char *const lists[3] = {"cuda:0", "cuda:0,0", "cuda:0,0,0,0"};
+    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    size_t k, t, n = 0, n2 = 0;
+    int visible = 0;
+    for (k = 0; k < 2; k++) {
+        float *ref = train_deterministic(lists[0], MIRROR_REDUCER_COPY, precisions[k], &n), *p;
+        for (t = 1; ref && t < 3; t++) {
+            p = train_deterministic(lists[t], MIRROR_REDUCER_COPY, precisions[k], &n2);
+            CHECK(p && n2 == n && same_bits(p, ref, n), "deterministic %s: %s gives cuda:0's parameters bit for bit",
+                  mirror_precision_name(precisions[k]), lists[t]);
+            free(p);
+        }
+        if (ref && cudaGetDeviceCount(&visible) == cudaSuccess && visible >= 2) {
+            p = train_deterministic("cuda:0,1", MIRROR_REDUCER_DEFAULT, precisions[k], &n2);
+            CHECK(p && same_bits(p, ref, n), "deterministic %s on two GPUs (NCCL's strategy): one GPU's bits",
+                  mirror_precision_name(precisions[k]));
+            free(p);
+        }
+        if (ref && k == 0) {
+            p = train_deterministic("cpu:2", MIRROR_REDUCER_DEFAULT, precisions[k], &n2);
+            CHECK(p && worst_excess(p, ref, n, 1e-4, 1e-4) <= 0.0,
+                  "deterministic fp32 on the GPU against 2 CPU replicas in the same mode: within 1e-4 + 1e-4 relative "
+                  "(excess %.3g)", p ? worst_excess(p, ref, n, 1e-4, 1e-4) : -1.0);
+            free(p);
+        }
+        free(ref);
+    }
 }
 
 /* A mixed-precision run: the mean losses of 20 SGD-momentum steps, then one
@@ -1555,6 +1615,7 @@ int main(void)
         CHECK(G->status(gdev, &st) == MIRROR_OK, "no device error in the operation tests: %s", st.message);
     }
     test_training();
+    test_deterministic_gpu();
     test_copy_reducer();
     test_mixed_training();
     test_out_of_memory();
