@@ -1098,7 +1098,12 @@ typedef struct mirror_fit_desc {
        of the epoch logs (epoch, steps, samples, train_loss, train_acc,
        val_loss, val_acc, lr, grad_norm, loss_scale, skipped, seconds,
        samples_per_s); plot an SVG of loss and accuracy, training and
-       validation, by epoch, that a browser shows. NULL: none. */
+       validation, by epoch, that a browser shows. NULL: none. With
+       curve_every (steps; 0: none), both also get a point every
+       curve_every steps within an epoch, for long epochs: the epoch's
+       training loss and accuracy so far, at epoch (e - 1) + s / S after step
+       s of S of epoch e (the CSV's epoch column then has fractions; the
+       epoch's own row stays at e). */
     const char *history, *plot;
     /* Every log_every steps (0: never) on_step gets the epoch's running
        numbers (the metrics are read from the device then: a GPU waits); a
@@ -1110,6 +1115,7 @@ typedef struct mirror_fit_desc {
        of each phase's mean time and the replicas' imbalance. */
     const char *trace;
     int phases;
+    size_t curve_every;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -9492,7 +9498,15 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
 
 /* ---- fit's curves: a CSV history and an SVG plot of the epoch logs ---- */
 
-static int mirror__write_history(const char *path, const mirror_epoch_log *logs, size_t n)
+/* A point of the curves: an epoch's log at x = its epoch, or (curve_every)
+   the epoch's numbers so far at x = epoch - 1 + steps done / steps, with no
+   validation numbers (val_loss -1). */
+typedef struct mirror__curve_point {
+    double x;
+    mirror_epoch_log log;
+} mirror__curve_point;
+
+static int mirror__write_history(const char *path, const mirror__curve_point *pts, size_t n)
 {
     FILE *f = fopen(path, "w");
     size_t i;
@@ -9501,8 +9515,8 @@ static int mirror__write_history(const char *path, const mirror_epoch_log *logs,
     fprintf(f, "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
                "samples_per_s\n");
     for (i = 0; i < n; i++) {
-        const mirror_epoch_log *l = &logs[i];
-        fprintf(f, "%zu,%zu,%zu,%.9g,%.9g,", l->epoch, l->steps, l->samples, l->train_loss, l->train_acc);
+        const mirror_epoch_log *l = &pts[i].log;
+        fprintf(f, "%.9g,%zu,%zu,%.9g,%.9g,", pts[i].x, l->steps, l->samples, l->train_loss, l->train_acc);
         if (l->val_loss != -1.0) fprintf(f, "%.9g,%.9g,", l->val_loss, l->val_acc);
         else fprintf(f, ",,");
         fprintf(f, "%.9g,%.9g,%.9g,%llu,%.6f,%.1f\n", l->lr, l->grad_norm, l->loss_scale, (unsigned long long)l->skipped,
@@ -9513,19 +9527,23 @@ static int mirror__write_history(const char *path, const mirror_epoch_log *logs,
 }
 
 /* One panel of the plot at (x0, y0), w x h: a series of training values
-   (and of validation values, when there are), against the epochs. */
+   (and of validation values, where there are), against the epochs. */
 static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title,
-                              const mirror_epoch_log *logs, size_t n, int acc)
+                              const mirror__curve_point *pts, size_t n, int acc)
 {
     const double left = 56, bottom = 36, top = 28, right = 12;
     double lo = 1e300, hi = -1e300, px = w - left - right, py = h - top - bottom;
-    size_t i, k, series;
+    double first = n ? pts[0].x : 0, span = n ? pts[n - 1].x - first : 0; /* the epochs shown */
+    size_t i, k, series, labels, e;
+    int validated = 0;
     for (i = 0; i < n; i++) {
+        const mirror_epoch_log *l = &pts[i].log;
         double v[2];
-        v[0] = acc ? logs[i].train_acc : logs[i].train_loss;
-        v[1] = acc ? logs[i].val_acc : logs[i].val_loss;
+        v[0] = acc ? l->train_acc : l->train_loss;
+        v[1] = acc ? l->val_acc : l->val_loss;
+        validated |= l->val_loss != -1.0;
         for (k = 0; k < 2; k++)
-            if (v[k] == v[k] && v[k] > -1e300 && v[k] < 1e300 && (k == 0 || logs[i].val_loss != -1.0)) {
+            if (v[k] == v[k] && v[k] > -1e300 && v[k] < 1e300 && (k == 0 || l->val_loss != -1.0)) {
                 if (v[k] < lo) lo = v[k];
                 if (v[k] > hi) hi = v[k];
             }
@@ -9541,21 +9559,24 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", left, y, left + px, y);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.4g</text>\n", left - 4, y + 4, v);
     }
-    for (i = 0; i < n; i++) { /* epoch ticks, at most about 10 labelled */
-        double x = left + (n > 1 ? px * (double)i / (double)(n - 1) : px / 2);
-        if (n <= 10 || i % ((n + 9) / 10) == 0 || i + 1 == n)
+    labels = (size_t)(span + 1.0); /* epoch ticks at the whole epochs shown, at most about 10 labelled */
+    for (e = (size_t)ceil(first - 1e-9); n && (double)e <= pts[n - 1].x + 1e-9; e++) {
+        double x = left + (span > 1e-9 ? px * ((double)e - first) / span : px / 2);
+        if (labels <= 10 || (e - (size_t)ceil(first - 1e-9)) % ((labels + 9) / 10) == 0)
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%zu</text>\n", x,
-                    top + py + 14, logs[i].epoch);
+                    top + py + 14, e);
     }
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", left + px / 2,
             top + py + 30);
     for (series = 0; series < 2; series++) {
         const char *color = series ? "#e6550d" : "#3182bd";
-        if (series && (!n || logs[0].val_loss == -1.0)) break;
+        if (series && !validated) break;
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
         for (i = 0; i < n; i++) {
-            double v = series ? (acc ? logs[i].val_acc : logs[i].val_loss) : (acc ? logs[i].train_acc : logs[i].train_loss);
-            double x = left + (n > 1 ? px * (double)i / (double)(n - 1) : px / 2), y;
+            const mirror_epoch_log *l = &pts[i].log;
+            double v = series ? (acc ? l->val_acc : l->val_loss) : (acc ? l->train_acc : l->train_loss);
+            double x = left + (span > 1e-9 ? px * (pts[i].x - first) / span : px / 2), y;
+            if (series && l->val_loss == -1.0) continue; /* a point within an epoch */
             if (!(v == v) || v < lo || v > hi) continue; /* NaN: a gap */
             y = top + py - py * (v - lo) / (hi - lo);
             fprintf(f, "%.1f,%.1f ", x, y);
@@ -9568,7 +9589,7 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
 }
 
 /* Loss (and, for a classifier, accuracy) by epoch, training and validation. */
-static int mirror__write_plot(const char *path, const mirror_epoch_log *logs, size_t n, int classify)
+static int mirror__write_plot(const char *path, const mirror__curve_point *pts, size_t n, int classify)
 {
     FILE *f = fopen(path, "w");
     double w = 420, h = 300;
@@ -9577,19 +9598,34 @@ static int mirror__write_plot(const char *path, const mirror_epoch_log *logs, si
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n",
             classify ? 2 * w : w, h);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    mirror__svg_panel(f, 0, 0, w, h, "loss", logs, n, 0);
-    if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", logs, n, 1);
+    mirror__svg_panel(f, 0, 0, w, h, "loss", pts, n, 0);
+    if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", pts, n, 1);
     fprintf(f, "</svg>\n");
     ok = !ferror(f);
     return fclose(f) == 0 && ok;
 }
 
-/* After each epoch (rank 0): the history and the plot, rewritten whole. */
-static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const mirror_epoch_log *logs, size_t n)
+/* A point of the curves at x (rank 0), into *pts, grown by doubling. */
+static int mirror__curve_add(mirror_model *m, mirror__curve_point **pts, size_t *n, size_t *cap, double x,
+                             const mirror_epoch_log *log)
 {
-    if (d->history && !mirror__write_history(d->history, logs, n))
+    if (*n == *cap) {
+        mirror__curve_point *grown = (mirror__curve_point *)mirror__alloc(2 * *cap + 8, sizeof *grown);
+        if (!grown) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
+        if (*n) memcpy(grown, *pts, *n * sizeof **pts);
+        MIRROR_FREE(*pts);
+        *pts = grown, *cap = 2 * *cap + 8;
+    }
+    (*pts)[*n].x = x, (*pts)[(*n)++].log = *log;
+    return MIRROR_OK;
+}
+
+/* After each epoch (rank 0): the history and the plot, rewritten whole. */
+static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n)
+{
+    if (d->history && !mirror__write_history(d->history, pts, n))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", d->history, strerror(errno));
-    if (d->plot && !mirror__write_plot(d->plot, logs, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
+    if (d->plot && !mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", d->plot, strerror(errno));
     return MIRROR_OK;
 }
@@ -9649,7 +9685,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror_metrics dropped;
     size_t *perm, epoch, step, steps, ran = 0, verdict, per_step, nlogs = 0, logs_cap = 0;
     mirror_batch *micro;
-    mirror_epoch_log *logs = NULL;
+    mirror__curve_point *logs = NULL; /* history and plot: the points so far */
+    int curve_rc = MIRROR_OK;          /* rank 0's failure to keep a point within an epoch */
     uint64_t saved = (uint64_t)-1;
     double start = mirror__now();
     int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, timed_here = 0;
@@ -9765,13 +9802,24 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                so that a run that skips every step, or has stopped
                applying them, stops soon. */
             if (step + 1 == steps || (timed && mirror__now() - shown > 0.1) || ran % verdict == 0 ||
-                (d.log_every && ran % d.log_every == 0)) {
+                (d.log_every && ran % d.log_every == 0) || (d.curve_every && ran % d.curve_every == 0)) {
                 if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
                     break;
                 mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
                 shown = mirror__now();
                 log.lr = m->lr;
                 if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0, shows_lr, classify, NULL);
+                if ((d.history || d.plot) && d.curve_every && ran % d.curve_every == 0 && step + 1 < steps &&
+                    mirror__leads(m) && !curve_rc) { /* a point within the epoch (its end is the epoch's own) */
+                    mirror_epoch_log so_far = log;
+                    so_far.steps = step + 1, so_far.samples = acc.count, so_far.seconds = shown - t0;
+                    so_far.samples_per_s = so_far.seconds > 0 ? (double)acc.count / so_far.seconds : 0.0;
+                    so_far.train_loss = acc.count ? acc.loss_sum / (double)acc.count : 0.0;
+                    so_far.train_acc = acc.count ? (double)acc.correct / (double)acc.count : 0.0;
+                    so_far.val_loss = so_far.val_acc = -1.0, so_far.grad_norm = mirror_last_grad_norm(m);
+                    curve_rc = mirror__curve_add(m, &logs, &nlogs, &logs_cap,
+                                                 (double)epoch + (double)(step + 1) / (double)steps, &so_far);
+                }
                 if (d.on_step && d.log_every && ran % d.log_every == 0) {
                     mirror_step_log sl;
                     sl.epoch = epoch + 1, sl.epochs = d.epochs, sl.step = step + 1, sl.steps = steps;
@@ -9819,21 +9867,9 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr, classify);
         if (d.phases && mirror__leads(m)) mirror__phase_line(m);
         if (d.history || d.plot) { /* rank 0 writes; its result is every process's */
-            int wrote = MIRROR_OK;
-            if (mirror__leads(m) && nlogs == logs_cap) { /* the epochs logged so far, grown by doubling */
-                mirror_epoch_log *grown = (mirror_epoch_log *)mirror__alloc(2 * logs_cap + 8, sizeof *grown);
-                if (!grown) {
-                    wrote = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
-                } else {
-                    if (nlogs) memcpy(grown, logs, nlogs * sizeof *logs);
-                    MIRROR_FREE(logs);
-                    logs = grown, logs_cap = 2 * logs_cap + 8;
-                }
-            }
-            if (mirror__leads(m) && !wrote) {
-                logs[nlogs++] = log;
+            int wrote = curve_rc; /* a point within the epoch that failed: shared here, by every process */
+            if (mirror__leads(m) && !wrote && !(wrote = mirror__curve_add(m, &logs, &nlogs, &logs_cap, (double)log.epoch, &log)))
                 wrote = mirror__write_curves(m, &d, logs, nlogs);
-            }
             if ((rc = mirror__from_leader(m, wrote))) break;
         }
         if (d.on_epoch && mirror__hook_stops(m, d.on_epoch(d.user, &log))) {

@@ -23,6 +23,7 @@ typedef struct options {
     size_t crop_pad; /* --crop-pad N: the crops' shift, up to N pixels (default 1) */
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
     size_t chunk;      /* --chunk K: deterministic mode's samples per chunk */
+    size_t curve_every; /* --curve-every N: a point of the curves every N steps too */
     double lr, clip_norm, dropout;
     unsigned long long seed;
     /* What the flags set in the model desc: precision, loss scaling and
@@ -115,6 +116,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--trace")) return options_text(o, a, v, &o->trace);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
     if (!strcmp(a, "--chunk")) return options_count(o, a, v, &o->chunk);
+    if (!strcmp(a, "--curve-every")) return options_count(o, a, v, &o->curve_every);
     if (!strcmp(a, "--crop-pad")) {
         rc = options_int(o, a, v, 0, 64, &n);
         o->crop_pad = (size_t)n;

@@ -57,6 +57,7 @@ static void usage(FILE *f)
                "  --crop-pad N        with --augment: shifts of up to N pixels (default 1; CIFAR-10's usual: 4)\n"
                "  --history FILE.csv  the epochs' numbers, rewritten after each epoch\n"
                "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
+               "  --curve-every N     with --history or --plot: a point every N steps within each epoch too\n"
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
                "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
                "  --deterministic     bitwise the same parameters for any replica count: the default on CPU\n"
@@ -253,6 +254,7 @@ int main(int argc, char **argv)
     fd.accumulate = o.accumulate;
     fd.history = o.history;
     fd.plot = o.plot;
+    fd.curve_every = o.curve_every;
     fd.trace = o.trace;
     fd.phases = o.phases;
     fd.augment_flip = o.augment;
