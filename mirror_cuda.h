@@ -1624,6 +1624,20 @@ static int mirror__copy_scatter(mirror__gpu *g, void *const *bufs, size_t bytes,
     return MIRROR_OK;
 }
 
+/* The staging area on the first GPU, for buffers of other GPUs: at least
+   bytes, grown when short (a first step allocates). */
+static int mirror__copy_stage(mirror__gpu *g, size_t bytes, mirror_error *err)
+{
+    if (bytes <= g->stage_bytes) return MIRROR_OK;
+    if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
+    g->stage = NULL;
+    g->stage_bytes = 0;
+    if (!mirror__gpu_ok(cudaMalloc(&g->stage, bytes), "cudaMalloc (copy reducer staging)", err))
+        return err ? err->code : MIRROR_ERR_NO_MEMORY;
+    g->stage_bytes = bytes;
+    return MIRROR_OK;
+}
+
 /* The sum of n values of the format (MIRROR_PRECISION_FP32: floats, else
    16-bit values) on the first replica's GPU, copied back to every replica. */
 static int mirror__copy_sum(mirror_strategy *s, void *const *bufs, size_t n, int format, mirror_error *err)
@@ -1631,18 +1645,12 @@ static int mirror__copy_sum(mirror_strategy *s, void *const *bufs, size_t n, int
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     mirror__sources src;
     size_t r, staged = 0, bytes = n * (format == MIRROR_PRECISION_FP32 ? sizeof(float) : sizeof(uint16_t));
+    int rc;
     if (g->replicas == 1) return MIRROR_OK;
     if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
     /* Buffers on other GPUs come over to the first GPU's staging area. */
     for (r = 1; r < g->replicas; r++) staged += g->device[r] != g->device[0];
-    if (staged * bytes > g->stage_bytes) {
-        if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
-        g->stage = NULL;
-        g->stage_bytes = 0;
-        if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * bytes), "cudaMalloc (copy reducer staging)", err))
-            return err ? err->code : MIRROR_ERR_NO_MEMORY;
-        g->stage_bytes = staged * bytes;
-    }
+    if ((rc = mirror__copy_stage(g, staged * bytes, err))) return rc;
     src.p[0] = bufs[0];
     for (r = 1, staged = 0; r < g->replicas; r++) {
         if (g->device[r] == g->device[0]) {
@@ -1695,16 +1703,10 @@ static int mirror__copy_sum_list(mirror_strategy *s, float *const *in, const siz
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     mirror__sources src;
     size_t k, staged = 0, bytes = n * sizeof(float), done = 0;
+    int rc;
     if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
     for (k = 0; k < nin; k++) staged += g->device[owner[k]] != g->device[0];
-    if (staged * bytes > g->stage_bytes) {
-        if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
-        g->stage = NULL;
-        g->stage_bytes = 0;
-        if (!mirror__gpu_ok(cudaMalloc(&g->stage, staged * bytes), "cudaMalloc (copy reducer staging)", err))
-            return err ? err->code : MIRROR_ERR_NO_MEMORY;
-        g->stage_bytes = staged * bytes;
-    }
+    if ((rc = mirror__copy_stage(g, staged * bytes, err))) return rc;
     while (done < nin || !done) { /* a group: the total so far (after the first), then the next buffers */
         size_t count = 0;
         if (done) src.p[count++] = bufs[0];
