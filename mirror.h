@@ -5290,7 +5290,9 @@ static int mirror__model_build(mirror_model *m)
     m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
     m->chunk_owner = (size_t *)mirror__zalloc(R * m->chunks_max + 1, sizeof(size_t));
     init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in || !m->chunk_owner || !init) goto oom;
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in ||
+        !m->chunk_owner || !init)
+        goto oom;
     if (m->nrunning) {
         size_t i, j;
         m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
@@ -6643,7 +6645,8 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
     s->fold_count = nin;
     if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
 #endif
-    if (s->processes == 1) rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
+    if (s->processes == 1)
+        rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
     for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
         m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nslots, m->format);
     return rc;
@@ -9868,7 +9871,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         if (d.phases && mirror__leads(m)) mirror__phase_line(m);
         if (d.history || d.plot) { /* rank 0 writes; its result is every process's */
             int wrote = curve_rc; /* a point within the epoch that failed: shared here, by every process */
-            if (mirror__leads(m) && !wrote && !(wrote = mirror__curve_add(m, &logs, &nlogs, &logs_cap, (double)log.epoch, &log)))
+            if (mirror__leads(m) && !wrote &&
+                !(wrote = mirror__curve_add(m, &logs, &nlogs, &logs_cap, (double)log.epoch, &log)))
                 wrote = mirror__write_curves(m, &d, logs, nlogs);
             if ((rc = mirror__from_leader(m, wrote))) break;
         }

@@ -974,7 +974,8 @@ static void mirror__cuda_stage(void *dev, int slot)
 static void mirror__cuda_upload_staged(void *dev, void *dst, const void *host, size_t bytes)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (bytes) mirror__cuda_ok(d, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, d->copy), "cudaMemcpyAsync");
+    if (bytes)
+        mirror__cuda_ok(d, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, d->copy), "cudaMemcpyAsync");
 }
 
 /* The compute queued next waits for slot's uploads. */
@@ -1052,8 +1053,9 @@ static void mirror__cuda_bias_grad(void *dev, float *db, const float *dy, size_t
     parts = MIRROR__MIN((n + MIRROR__BIAS_SPAN - 1) / MIRROR__BIAS_SPAN,
                         MIRROR__BIAS_BLOCKS / channels);
     parts = parts ? parts : 1;
-    mirror__k_bias_part<<<dim3((unsigned)parts, (unsigned)MIRROR__MIN(channels, 65535)), MIRROR__THREADS, 0,
-                          d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels, mirror_hd_divisor_of(inner), parts);
+    dim3 grid((unsigned)parts, (unsigned)MIRROR__MIN(channels, 65535));
+    mirror__k_bias_part<<<grid, MIRROR__THREADS, 0, d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels,
+                                                                 mirror_hd_divisor_of(inner), parts);
     if (!MIRROR__LAUNCHED(d, "bias_part kernel") || parts == 1) return;
     mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts);
     MIRROR__LAUNCHED(d, "bias_total kernel");
