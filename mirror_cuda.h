@@ -124,7 +124,11 @@
       A convolution keeps its im2col from forward for backward when every
       convolution's whole-shard im2col fits in MIRROR_CUDA_KEEP_COLS bytes
       (default 1 GiB a replica; define it to change the budget, 0 to redo
-      im2col in backward in one shared buffer).
+      im2col in backward in one shared buffer). Each parameter tensor
+      starts at a 256-byte boundary of the parameter, gradient and state
+      arenas (aligned GEMM operands; zeros between, which no update
+      changes); the API and checkpoints see the values packed. Overlap: see
+      STREAMS AND WAITING (the input) and REDUCERS (NCCL's buckets).
 
    ERRORS
 
