@@ -83,12 +83,15 @@ EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BU
            $(if $(HAVE_NVCC),$(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
-TESTS   += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # GPU-style batched convolutions and GEMMs
-# GPU-style layouts on the CPU: convolutions that keep their im2col, padded
-# parameter arenas, in the plain run; under AddressSanitizer the two tests
-# of the packing between padded arenas and packed values (the API's copies
-# and checkpoints). They add no threads, so not again under ThreadSanitizer
-# and valgrind.
+# GPU-style layouts on the CPU: batched convolutions and GEMMs (plain and
+# AddressSanitizer), convolutions that keep their im2col and padded
+# parameter arenas (plain; under AddressSanitizer the two tests of the
+# packing between padded arenas and packed values: the API's copies and
+# checkpoints). They add no threads, so not again under ThreadSanitizer and
+# valgrind.
+ifeq ($(filter $(SAN),thread valgrind),)
+  TESTS += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # batched convolutions and GEMMs
+endif
 ifeq ($(SAN),)
   TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
   TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision)
