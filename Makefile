@@ -88,16 +88,24 @@ TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomi
 # parameter arenas (plain; under AddressSanitizer the two tests of the
 # packing between padded arenas and packed values: the API's copies and
 # checkpoints). They add no threads, so not again under ThreadSanitizer and
-# valgrind.
+# valgrind. The sharded update as GPUs run it (reduce-scatter, a state
+# slice per replica, all-gather): plain; the replicas and checkpoints
+# under AddressSanitizer; the replicas, whose threads share the slices,
+# under ThreadSanitizer.
 ifeq ($(filter $(SAN),thread valgrind),)
   TESTS += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # batched convolutions and GEMMs
 endif
 ifeq ($(SAN),)
+  TESTS += $(patsubst %,$(BUILD)/sliced_test_%,replicas checkpoint precision api)
   TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
   TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision)
 endif
 ifeq ($(SAN),address)
   TESTS += $(BUILD)/aligned_test_api $(BUILD)/aligned_test_checkpoint
+  TESTS += $(BUILD)/sliced_test_replicas $(BUILD)/sliced_test_checkpoint
+endif
+ifeq ($(SAN),thread)
+  TESTS += $(BUILD)/sliced_test_replicas
 endif
 ifeq ($(HAVE_ZLIB),1)
   TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
@@ -171,6 +179,9 @@ $(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h t
 
 $(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_PARAM_ALIGN=64 $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/sliced_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_SHARED_UPDATE=0 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)

@@ -89,6 +89,10 @@
       MIRROR_CUDA_KEEP_COLS   the same on a GPU (1 GiB; see mirror_cuda.h)
       MIRROR_CPU_PARAM_ALIGN  floats each parameter tensor is aligned to in
                               a CPU replica's arenas (1; a GPU's: 64)
+      MIRROR_CPU_SHARED_UPDATE 0: CPU replicas shard the update through the
+                              reducer's reduce-scatter and all-gather, with
+                              a state slice each, as GPUs do (1: on shared
+                              memory, one state)
       MIRROR_BUCKET_BYTES     the least bytes of a gradient bucket that NCCL
                               all-reduces while backward runs (25 MB)
 
@@ -117,6 +121,8 @@
                             schedule       MIRROR_LR_CONSTANT; warmup 0;
                                            gamma 0.1
       mirror_model_desc     precision      MIRROR_PRECISION_FP32
+                            shard_update   MIRROR_SHARD_AUTO: sharded on CPU
+                                           replicas, not on GPUs
       mirror_loss_scale_desc (fp16 and bf16 only)
                             kind           dynamic for fp16, none for bf16
                             init_scale     65536 (none: 1)
@@ -303,8 +309,23 @@
          parameter is updated once a step, not once per replica, so this
          part of the step shrinks as replicas are added; the optimizer
          state lives once. On GPUs every replica checks the all-reduced
-         gradient and runs the same update. Either way the parameters stay
-         bitwise identical on every replica.
+         gradient and runs the same update, unless the model desc asks
+         shard_update = MIRROR_SHARD_ON: then the reducer reduce-scatters
+         the gradient (NCCL's ncclReduceScatter; the copy reducer sums it
+         all), each replica checks its slice and sums its squares, two
+         floats that the reducer adds so that every replica takes the same
+         verdict and clipping norm, updates its slice with the optimizer
+         state of that slice alone (1/R of the state per GPU), and the
+         all-gather hands the slices round (the 16-bit working copy in
+         mixed precision, which each replica widens; the fp32 masters stay
+         with their slice's owner, and the API and checkpoints take each
+         slice from there). The sums are the all-reduce's, so the
+         parameters are those of the unsharded update, bit for bit; a
+         clipping norm adds its squares slice by slice. In one process
+         only; gradients then are not all-reduced in buckets during
+         backward. MIRROR_SHARD_OFF makes CPU replicas update everything
+         too. Either way the parameters stay bitwise identical on every
+         replica.
       5. The metrics (loss sum, correct count, sample count) are summed.
 
    NON-FINITE VALUES
@@ -399,7 +420,8 @@
       replica shares (the update is sharded, see above): Adam's state costs
       8 bytes per parameter once instead of once per replica, which saves
       8 (R - 1) bytes per parameter on R replicas; the report counts it on
-      replica 0.
+      replica 0. GPUs with shard_update on hold 1/R of it each (the
+      parameter count padded to R x 64).
 
    LIMITS
 
@@ -707,6 +729,12 @@ typedef struct mirror_loss_scale_state {
     float clip; /* 0 until a step is clipped or not: then in (0, 1] */
 } mirror_loss_scale_state;
 
+typedef enum mirror_shard_update {
+    MIRROR_SHARD_AUTO = 0, /* CPU replicas: on; GPUs: off */
+    MIRROR_SHARD_ON,
+    MIRROR_SHARD_OFF
+} mirror_shard_update;
+
 typedef struct mirror_model_desc {
     mirror_strategy *strategy; /* required */
     /* Shape of one input sample, NCHW without the N. A vector of F features
@@ -727,6 +755,11 @@ typedef struct mirror_model_desc {
        chunk order. See DETERMINISTIC MODE in the manual. */
     int deterministic;
     size_t chunk;
+    /* The sharded optimizer update (ZeRO stage 1): each replica updates one
+       slice of the parameters and keeps that slice's optimizer state alone.
+       MIRROR_SHARD_AUTO: on CPU replicas (shared memory), off on GPUs. See
+       the update in THE STEP. */
+    mirror_shard_update shard_update;
 } mirror_model_desc;
 
 /* Creates an empty model; add layers, then build. */
@@ -1782,6 +1815,26 @@ MIRROR_HD static inline void mirror_hd_guard(mirror_loss_scale_state *st, int fi
     st->found_nonfinite = 1;
 }
 
+/* The sharded update across devices: every replica checked its slice of
+   the reduced gradient into two floats, 1 if the slice holds an Inf or
+   NaN (unscaled, in mixed precision) and its sum of squares; sums[] is
+   their sum over the replicas. This takes the whole gradient's verdict
+   into st: fp32's guard of step `step` (format 0), or the mixed step's
+   skip; and, with max_norm > 0, the norm and its clipping factor. */
+MIRROR_HD static inline void mirror_hd_slice_verdict(mirror_loss_scale_state *st, const float *sums, uint64_t step,
+                                                     int format, float max_norm)
+{
+    int finite = !(sums[0] > 0.0f);
+    if (format)
+        st->found_nonfinite |= !finite;
+    else
+        mirror_hd_guard(st, finite, step);
+    if (max_norm > 0.0f) {
+        st->grad_norm = sqrtf(sums[1]);
+        st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
+    }
+}
+
 /* The loss scaler after a step, once found_nonfinite says whether the
    reduced gradient held an Inf or NaN (torch's _amp_update_scale_, with the
    scale kept in [min_scale, max_scale]). A skipped step moves only this
@@ -2600,6 +2653,16 @@ typedef struct mirror__backend {
        Sums in a fixed order: every replica gets the same norm. */
     void (*clip)(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n, int format,
                  float max_norm);
+    /* The sharded update across devices, on one slice of the reduced
+       gradient g (fp32), or g16 unscaled by st->scale (g NULL):
+       slice_stats writes out[0] = 1 if the slice holds an Inf or NaN, else
+       0, and out[1] = its sum of squares (0 unless squares), in a fixed
+       order. Once the reducer has summed out over the replicas,
+       slice_verdict applies mirror_hd_slice_verdict to st. */
+    void (*slice_stats)(void *dev, float *out, const float *g, const uint16_t *g16, size_t n, int format,
+                        const mirror_loss_scale_state *st, int squares);
+    void (*slice_verdict)(void *dev, mirror_loss_scale_state *st, const float *sums, uint64_t step, int format,
+                          float max_norm);
     /* One launch over the whole flat parameter arena, doing nothing while
        guard->found_nonfinite is set. */
     void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
@@ -2665,6 +2728,15 @@ typedef struct mirror__reducer {
        in[k] lies on replica owner[k]'s device (in[0] may be bufs[0]). */
     int (*sum_list)(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin, float *const *bufs,
                     size_t n, mirror_error *err);
+    /* The sharded update across devices (NULL where the reducer has none).
+       bufs[r] holds replicas * slice values (format 0: floats, else 16-bit
+       values summed as all_reduce_half sums them), slice r being replica
+       r's. reduce_scatter: slice r of bufs[r] becomes the sum of every
+       replica's slice r (the other slices are left undefined).
+       all_gather: slice r of bufs[r] is copied into every other replica's
+       slice r (values of `size` bytes). */
+    int (*reduce_scatter)(mirror_strategy *s, void *const *bufs, size_t slice, int format, mirror_error *err);
+    int (*all_gather)(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err);
 } mirror__reducer;
 
 // >>cpu backend -------------------------------------------------------------
@@ -3099,16 +3171,45 @@ static double mirror__sum_squares(const float *g, const uint16_t *g16, size_t be
     return sum;
 }
 
+/* The sum of squares of n values of g (or of g16 unscaled), in blocks of 1024. */
+static double mirror__cpu_squares(const float *g, const uint16_t *g16, size_t n, int format, float inv_scale)
+{
+    double sum = 0.0;
+    size_t i;
+    for (i = 0; i < n; i += 1024) sum += mirror__sum_squares(g, g16, i, MIRROR__MIN(n, i + 1024), format, inv_scale);
+    return sum;
+}
+
 static void mirror__cpu_clip(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n,
                              int format, float max_norm)
 {
-    double sum = 0.0;
-    float inv_scale = 1.0f / st->scale;
-    size_t i;
     (void)dev;
-    for (i = 0; i < n; i += 1024) sum += mirror__sum_squares(g, g16, i, MIRROR__MIN(n, i + 1024), format, inv_scale);
-    st->grad_norm = (float)sqrt(sum);
+    st->grad_norm = (float)sqrt(mirror__cpu_squares(g, g16, n, format, 1.0f / st->scale));
     st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
+}
+
+static int mirror__half_finite(const uint16_t *g, size_t n, int format, float inv_scale)
+{
+    size_t i;
+    int finite = 1;
+    for (i = 0; i < n; i++) finite &= mirror_hd_finite(mirror_hd_unscale(g[i], format, inv_scale));
+    return finite;
+}
+
+static void mirror__cpu_slice_stats(void *dev, float *out, const float *g, const uint16_t *g16, size_t n, int format,
+                                    const mirror_loss_scale_state *st, int squares)
+{
+    float inv_scale = 1.0f / st->scale;
+    (void)dev;
+    out[0] = (g ? mirror__all_finite(g, n) : mirror__half_finite(g16, n, format, inv_scale)) ? 0.0f : 1.0f;
+    out[1] = squares ? (float)mirror__cpu_squares(g, g16, n, format, inv_scale) : 0.0f;
+}
+
+static void mirror__cpu_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums, uint64_t step,
+                                      int format, float max_norm)
+{
+    (void)dev;
+    mirror_hd_slice_verdict(st, sums, step, format, max_norm);
 }
 
 static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n,
@@ -3161,12 +3262,8 @@ static void mirror__cpu_widen(void *dev, float *dst, const uint16_t *src, size_t
 
 static void mirror__cpu_check(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
 {
-    size_t i;
-    int finite = 1;
-    float inv_scale = 1.0f / st->scale;
     (void)dev;
-    for (i = 0; i < n; i++) finite &= mirror_hd_finite(mirror_hd_unscale(g[i], format, inv_scale));
-    if (!finite) st->found_nonfinite = 1;
+    if (!mirror__half_finite(g, n, format, 1.0f / st->scale)) st->found_nonfinite = 1;
 }
 
 static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
@@ -3214,6 +3311,9 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #endif
 #ifndef MIRROR_CPU_PARAM_ALIGN
 #define MIRROR_CPU_PARAM_ALIGN 1
+#endif
+#ifndef MIRROR_CPU_SHARED_UPDATE
+#define MIRROR_CPU_SHARED_UPDATE 1 /* 0: the sharded update goes through the reducer, as on GPUs */
 #endif
 #ifndef MIRROR_CPU_GEMM_ROWS_FREE
 #ifdef MIRROR_CBLAS
@@ -3268,6 +3368,8 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_accumulate,
     mirror__cpu_check32,
     mirror__cpu_clip,
+    mirror__cpu_slice_stats,
+    mirror__cpu_slice_verdict,
     mirror__cpu_sgd,
     mirror__cpu_adam,
     mirror__cpu_set_precision,
@@ -3302,6 +3404,8 @@ struct mirror_strategy {
     size_t reduce_n, reduce_root;
     float *const *fold_in; /* what an fp32 sum adds, in order (then written into reduce_bufs) */
     size_t fold_count;
+    void *const *reduce_any; /* the sharded update's reduce-scatter and all-gather: slices of */
+    size_t reduce_slice, reduce_size; /* reduce_slice values of reduce_size bytes */
     /* One call at a time (see mirror__enter): a recursive mutex, so that
        fit's calls to the other calls take it again. */
     pthread_mutex_t call;
@@ -3374,6 +3478,8 @@ static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *
 static void mirror__cpu_all_reduce_job(void *ctx, size_t worker);
 static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker);
 static void mirror__cpu_broadcast_job(void *ctx, size_t worker);
+static void mirror__cpu_reduce_scatter_job(void *ctx, size_t worker);
+static void mirror__cpu_all_gather_job(void *ctx, size_t worker);
 
 static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
@@ -3419,8 +3525,37 @@ static int mirror__cpu_sum_list(mirror_strategy *s, float *const *in, const size
     return MIRROR_OK;
 }
 
-static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered", mirror__cpu_all_reduce, mirror__cpu_broadcast,
-                                                    mirror__cpu_all_reduce_half, mirror__cpu_sum_list};
+/* Replica r's thread sums its own slice (reduce-scatter) or copies it
+   into the others (all-gather). */
+static int mirror__cpu_slices(mirror_strategy *s, mirror__job_fn job, void *const *bufs, size_t slice, int format,
+                              size_t size)
+{
+    s->reduce_any = bufs;
+    s->reduce_slice = slice, s->reduce_format = format, s->reduce_size = size;
+    mirror__run(&s->team, job, s);
+    return MIRROR_OK;
+}
+
+static int mirror__cpu_reduce_scatter(mirror_strategy *s, void *const *bufs, size_t slice, int format,
+                                      mirror_error *err)
+{
+    (void)err;
+    return mirror__cpu_slices(s, mirror__cpu_reduce_scatter_job, bufs, slice, format, 0);
+}
+
+static int mirror__cpu_all_gather(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err)
+{
+    (void)err;
+    return mirror__cpu_slices(s, mirror__cpu_all_gather_job, bufs, slice, 0, size);
+}
+
+static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered",
+                                                    mirror__cpu_all_reduce,
+                                                    mirror__cpu_broadcast,
+                                                    mirror__cpu_all_reduce_half,
+                                                    mirror__cpu_sum_list,
+                                                    mirror__cpu_reduce_scatter,
+                                                    mirror__cpu_all_gather};
 
 #ifdef MIRROR_CUDA
 /* In mirror_cuda.h. Whether the machine has no GPU to use: no driver, a
@@ -3777,26 +3912,59 @@ static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
 }
 
 /* The same over 16-bit buffers: widened, added in fp32 in replica order,
-   rounded once. Gradients are already divided by the global count, so the
-   sum is a mean's size and does not overflow where the parts do not. */
+   rounded once, into out[0 .. nout). Gradients are already divided by the
+   global count, so the sum is a mean's size and does not overflow where
+   the parts do not. */
+static void mirror__sum_half_chunk(float *acc, uint16_t *const *in, size_t nin, uint16_t *const *out, size_t nout,
+                                   size_t begin, size_t len, int f)
+{
+    size_t i, r;
+    for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(in[0][begin + i], f);
+    for (r = 1; r < nin; r++) {
+        const uint16_t *b = in[r] + begin;
+        for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
+    }
+    for (r = 0; r < nout; r++)
+        for (i = 0; i < len; i++) out[r][begin + i] = mirror_hd_narrow(acc[i], f);
+}
+
 static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
     float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin, count, i, r, end;
-    int f = s->reduce_format;
+    size_t begin, count, end;
     mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
-    end = begin + count;
-    for (; begin < end; begin += MIRROR__REDUCE_CHUNK) {
-        size_t len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(s->reduce_half[0][begin + i], f);
-        for (r = 1; r < s->replicas; r++) {
-            const uint16_t *b = s->reduce_half[r] + begin;
-            for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
-        }
-        for (r = 0; r < s->replicas; r++)
-            for (i = 0; i < len; i++) s->reduce_half[r][begin + i] = mirror_hd_narrow(acc[i], f);
+    for (end = begin + count; begin < end; begin += MIRROR__REDUCE_CHUNK)
+        mirror__sum_half_chunk(acc, s->reduce_half, s->replicas, s->reduce_half, s->replicas, begin,
+                               MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin), s->reduce_format);
+}
+
+/* Replica `worker`'s slice of every replica's buffer, summed in replica
+   order into its own buffer alone. */
+static void mirror__cpu_reduce_scatter_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin = worker * s->reduce_slice, end = begin + s->reduce_slice, len;
+    for (; begin < end; begin += len) {
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        if (s->reduce_format)
+            mirror__sum_half_chunk(acc, (uint16_t *const *)s->reduce_any, s->replicas,
+                                   (uint16_t *const *)&s->reduce_any[worker], 1, begin, len, s->reduce_format);
+        else
+            mirror__sum_chunk(acc, (float *const *)s->reduce_any, s->replicas, (float *const *)&s->reduce_any[worker],
+                              1, begin, len);
     }
+}
+
+/* Replica `worker`'s slice of its own buffer, into every other's. */
+static void mirror__cpu_all_gather_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    size_t r, bytes = s->reduce_slice * s->reduce_size;
+    const unsigned char *from = (const unsigned char *)s->reduce_any[worker] + worker * bytes;
+    for (r = 0; r < s->replicas; r++)
+        if (r != worker) memcpy((unsigned char *)s->reduce_any[r] + worker * bytes, from, bytes);
 }
 
 static void mirror__cpu_broadcast_job(void *ctx, size_t worker)
@@ -4134,7 +4302,8 @@ static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t 
 
 static const mirror__reducer mirror__mpi_reducer = {"cpu-ordered, then MPI in rank order", mirror__mpi_all_reduce_sum,
                                                     mirror__mpi_broadcast, mirror__mpi_all_reduce_half,
-                                                    mirror__cpu_sum_list}; /* sum_list: one process's */
+                                                    mirror__cpu_sum_list, /* sum_list: one process's */
+                                                    NULL, NULL}; /* no sharded update across processes */
 
 /* Joins the processes of the desc's communicator: a duplicate of it with
    errors returned, this process's rank, and its rank among the processes
@@ -4356,6 +4525,7 @@ typedef struct mirror__replica {
     uint16_t *work16, *grad16;
     float *wide, *weights;
     mirror_loss_scale_state *scaler, *host_scaler;
+    float *stats; /* the sharded update across devices: its slice's check and sum of squares (2 floats) */
     unsigned char *acts;
     size_t workspace_bytes;
     float *input;     /* [S, in_size] */
@@ -4423,9 +4593,13 @@ struct mirror_model {
     mirror__replica *rep;
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
     float **param_bufs;
-    uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients */
+    uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients, */
+    uint16_t **work16_bufs; /* and the working copies */
+    float **stats_bufs;     /* the replicas' stats (sliced) */
     int format;             /* mixed precision: the 16-bit format, else 0 */
-    int sharded;            /* the update is sharded over the replicas (ZeRO stage 1) */
+    int sharded;            /* the update is sharded over the replicas' shared memory (ZeRO stage 1) */
+    int sliced;             /* it is sharded across devices (ZeRO stage 1: mirror__sliced_update), */
+    size_t slice;           /* replica r's slice being slots [r slice, (r + 1) slice) */
     int keep_cols;          /* each convolution keeps its im2col from forward for backward */
     /* The gradient's buckets (bucketed: all-reduced while backward runs):
        bucket b holds the layers from bucket_layer[b] up to the bucket
@@ -4648,6 +4822,10 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: clip_norm %g: a finite norm >= 0 (0: off)",
                              (double)o->clip_norm);
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
+    if ((int)d.shard_update < 0 || d.shard_update > MIRROR_SHARD_OFF)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: shard_update %d: MIRROR_SHARD_AUTO, _ON or _OFF",
+                             (int)d.shard_update);
     if (d.deterministic && (d.deterministic != 1 || d.chunk > ((size_t)1 << 24)))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: deterministic %d, chunk %zu: deterministic is 0 or 1, a chunk "
@@ -5002,6 +5180,47 @@ static void mirror__plan_buckets(mirror_model *m, size_t bytes)
     m->nbuckets = b;
 }
 
+/* Which update the model takes. CPU replicas share memory: the update is
+   sharded there unless asked off (mirror__sharded_update_job). Elsewhere,
+   when asked, it is sharded across devices through the reducer's
+   reduce-scatter and all-gather (mirror__sliced_update), in one process. */
+static int mirror__choose_update(mirror_model *m)
+{
+    mirror_shard_update want = m->desc.shard_update;
+    int cpu = m->be == &mirror__cpu_backend;
+    m->sharded = m->sliced = 0;
+    m->slice = 0;
+    if (m->s->replicas == 1 || want == MIRROR_SHARD_OFF || (!cpu && want == MIRROR_SHARD_AUTO)) return MIRROR_OK;
+    if (cpu && MIRROR_CPU_SHARED_UPDATE) {
+        m->sharded = 1;
+        return MIRROR_OK;
+    }
+    if (m->s->reducer->reduce_scatter && m->s->processes == 1) {
+        m->sliced = 1;
+        return MIRROR_OK;
+    }
+    if (want == MIRROR_SHARD_AUTO) return MIRROR_OK;
+    return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
+                        "mirror_model_build: shard_update on: the sharded update on GPUs runs in one process, "
+                        "through a reducer with a reduce-scatter (the %s reducer%s)",
+                        m->s->reducer->name, m->s->processes > 1 ? ", across processes" : "");
+}
+
+/* The floats of optimizer state a replica holds: every parameter's, or
+   (sliced) its slice's alone. */
+static size_t mirror__state_floats(const mirror_model *m)
+{
+    return m->sliced && m->nslots ? m->nstate / m->nslots * m->slice : m->nstate;
+}
+
+/* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
+   second), at parameter slot off (in r's slice when sliced). */
+static float *mirror__state_at(const mirror_model *m, const mirror__replica *r, size_t c, size_t off)
+{
+    if (!m->sliced) return r->state + c * m->nslots + off;
+    return r->state + c * m->slice + (off - (size_t)(r - m->rep) * m->slice);
+}
+
 static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0, a = m->be->param_align ? m->be->param_align : 1;
@@ -5030,11 +5249,16 @@ static void mirror__plan(mirror_model *m)
         }
     }
     m->nslots = p;
+    if (m->sliced) { /* equal slices of whole alignment units, as NCCL's reduce-scatter wants */
+        size_t unit = m->s->replicas * a;
+        m->nslots = (p + unit - 1) / unit * unit;
+        m->slice = m->nslots / m->s->replicas;
+    }
     mirror__plan_cols(m);
     mirror__plan_buckets(m, MIRROR_BUCKET_BYTES);
     switch (m->desc.optimizer.kind) {
-    case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? p : 0; break;
-    default: m->nstate = 2 * p; break;
+    case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? m->nslots : 0; break;
+    default: m->nstate = 2 * m->nslots; break;
     }
     mirror__carve(&at, S * m->in_size, sizeof(float)); /* input, at 0 */
     for (i = 0; i < m->nlayers; i++) {
@@ -5114,6 +5338,7 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->grad16);
         m->be->release(p->dev, p->wide);
         m->be->release(p->dev, p->scaler);
+        m->be->release(p->dev, p->stats);
         m->be->host_release(p->dev, p->host_scaler);
         for (k = 0; k < 2; k++) {
             m->be->host_release(p->dev, p->host_x[k]);
@@ -5133,6 +5358,8 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->grad_bufs);
     MIRROR_FREE(m->param_bufs);
     MIRROR_FREE(m->grad16_bufs);
+    MIRROR_FREE(m->work16_bufs);
+    MIRROR_FREE(m->stats_bufs);
     MIRROR_FREE(m->found);
     MIRROR_FREE(m->chunk_in);
     MIRROR_FREE(m->chunk_owner);
@@ -5143,7 +5370,8 @@ static void mirror__free_replicas(mirror_model *m)
     m->bn_total = NULL;
     m->rep = NULL;
     m->grad_bufs = m->param_bufs = NULL;
-    m->grad16_bufs = NULL;
+    m->grad16_bufs = m->work16_bufs = NULL;
+    m->stats_bufs = NULL;
     m->found = NULL;
     m->chunk_in = NULL;
 }
@@ -5269,6 +5497,7 @@ static int mirror__model_build(mirror_model *m)
         m->shard_max = MIRROR__MIN(m->chunks_max * m->chunk, m->desc.max_batch);
     }
     m->format = m->desc.precision == MIRROR_PRECISION_FP32 ? 0 : (int)m->desc.precision;
+    if ((rc = mirror__choose_update(m))) return rc;
     mirror__plan(m);
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
@@ -5286,11 +5515,14 @@ static int mirror__model_build(mirror_model *m)
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
+    m->work16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
+    m->stats_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
     m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
     m->chunk_owner = (size_t *)mirror__zalloc(R * m->chunks_max + 1, sizeof(size_t));
     init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->found || !m->chunk_in ||
+    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->work16_bufs || !m->stats_bufs ||
+        !m->found || !m->chunk_in ||
         !m->chunk_owner || !init)
         goto oom;
     if (m->nrunning) {
@@ -5305,8 +5537,8 @@ static int mirror__model_build(mirror_model *m)
                 m->running[m->layers[i].run_off + j] = 0.0f, m->running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
         m->bn_stale = 1;
     }
-    m->sharded = R > 1 && m->be == &mirror__cpu_backend; /* see mirror__sharded_update_job */
-    m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk;
+    m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk &&
+                  !m->sliced;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         size_t S = m->shard_max, k;
@@ -5317,7 +5549,9 @@ static int mirror__model_build(mirror_model *m)
         p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
         p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
         p->state = r > 0 && m->sharded ? m->rep[0].state
-                                       : (float *)m->be->alloc(p->dev, m->nstate * sizeof(float));
+                                       : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
+        if (m->sliced && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float)))) goto oom;
+        m->stats_bufs[r] = p->stats;
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
         for (k = 0; k < 2; k++) {
             p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
@@ -5351,6 +5585,7 @@ static int mirror__model_build(mirror_model *m)
             if (!p->work16 || !p->grad16 || !p->wide) goto oom;
             p->weights = p->wide;
             m->grad16_bufs[r] = p->grad16;
+            m->work16_bufs[r] = p->work16;
         }
         mirror__step_buffers(m, p);
         m->grad_bufs[r] = p->grads;
@@ -5489,6 +5724,51 @@ static void mirror__pack(const mirror_model *m, float *packed, float *slots, siz
         }
 }
 
+/* Where `which` (MIRROR__PARAMS, _GRADS or _STATE, copy c) of replica q
+   holds slot off: the gradient is the 16-bit one in mixed precision. */
+static const void *mirror__arena_at(const mirror_model *m, size_t q, int which, size_t c, size_t off)
+{
+    const mirror__replica *p = &m->rep[q];
+    if (which == MIRROR__STATE) return mirror__state_at(m, p, c, off);
+    if (which == MIRROR__GRADS) return m->format ? (const void *)(p->grad16 + off) : (const void *)(p->grads + off);
+    return p->params + off;
+}
+
+/* Replica r's `which` into host, shaped as its arena (copies of nslots
+   values). A sliced update keeps a slice up to date on its owner alone
+   (the gradient's sum, the optimizer state, mixed precision's masters):
+   each slice then comes from its owner. */
+static void mirror__download_arena(mirror_model *m, size_t r, void *host, int which)
+{
+    size_t c, q, copies = which == MIRROR__STATE ? mirror__state_copies(m) : 1;
+    size_t size = which == MIRROR__GRADS && m->format ? sizeof(uint16_t) : sizeof(float);
+    unsigned char *to = (unsigned char *)host;
+    for (c = 0; c < copies; c++, to += m->nslots * size) {
+        if (!m->sliced || (which == MIRROR__PARAMS && !m->format)) { /* fp32 parameters are gathered */
+            m->be->download(m->rep[r].dev, to, mirror__arena_at(m, r, which, c, 0), m->nslots * size);
+            continue;
+        }
+        for (q = 0; q < m->s->replicas; q++)
+            m->be->download(m->rep[q].dev, to + q * m->slice * size, mirror__arena_at(m, q, which, c, q * m->slice),
+                            m->slice * size);
+    }
+}
+
+/* The optimizer state from host, shaped as the arena, into every replica
+   (sliced: each its slice). */
+static void mirror__upload_state(mirror_model *m, const float *slots)
+{
+    size_t r, c, copies = mirror__state_copies(m);
+    for (r = 0; r < m->s->replicas && m->nstate; r++) {
+        for (c = 0; c < copies; c++) {
+            size_t off = m->sliced ? r * m->slice : 0, n = m->sliced ? m->slice : m->nslots;
+            m->be->upload(m->rep[r].dev, mirror__state_at(m, &m->rep[r], c, off), slots + c * m->nslots + off,
+                          n * sizeof(float));
+        }
+        m->be->host_wait(m->rep[r].dev);
+    }
+}
+
 /* Mixed precision: the reduced 16-bit gradient of the last step, widened
    and divided by the loss scale it carried. */
 static int mirror__copy_out_half_grads(mirror_model *m, size_t r, float *dst)
@@ -5499,7 +5779,7 @@ static int mirror__copy_out_half_grads(mirror_model *m, size_t r, float *dst)
     int rc;
     if (!half) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_get_gradients: out of memory");
     if ((rc = mirror__get_scaler(m, &st)) == MIRROR_OK) {
-        m->be->download(m->rep[r].dev, half, m->rep[r].grad16, n * sizeof(uint16_t));
+        mirror__download_arena(m, r, half, MIRROR__GRADS);
         for (i = 0; i < n; i++) dst[i] = mirror_hd_unscale(half[i], m->format, 1.0f / st.last_scale);
         rc = mirror__device_status(m);
     }
@@ -5513,7 +5793,6 @@ static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int
                                               "mirror_get_optimizer_state"};
     const char *what = what_names[which];
     size_t want, copies;
-    const float *src;
     float *slots;
     int rc = MIRROR_OK;
     if ((rc = mirror__check_built(m, what))) return rc;
@@ -5525,14 +5804,13 @@ static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dst must hold %zu floats (got %zu%s)", what,
                             want, n, dst ? "" : ", NULL");
     if (!n) return MIRROR_OK;
-    src = which == MIRROR__STATE ? m->rep[r].state : which == MIRROR__GRADS ? m->rep[r].grads : m->rep[r].params;
     /* the arena's shape, packed after (padded arenas only) */
     if (!(slots = m->nslots == m->nparams ? dst : (float *)mirror__alloc(copies * m->nslots, sizeof(float))))
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
     if (which == MIRROR__GRADS && m->format)
         rc = mirror__copy_out_half_grads(m, r, slots);
     else
-        m->be->download(m->rep[r].dev, slots, src, copies * m->nslots * sizeof(float));
+        mirror__download_arena(m, r, slots, which);
     if (slots != dst) {
         if (rc == MIRROR_OK) mirror__pack(m, dst, slots, copies, 0);
         MIRROR_FREE(slots);
@@ -5612,7 +5890,7 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
     out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
                                    (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
-    out->optimizer = r == 0 || !m->sharded ? m->nstate * sizeof(float) : 0; /* sharded: one state */
+    out->optimizer = r == 0 || !m->sharded ? mirror__state_floats(m) * sizeof(float) : 0; /* sharded: one state */
     out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes + m->bn_size * sizeof(float) +
                        m->chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
     return MIRROR_OK;
@@ -6302,11 +6580,12 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     const float *g = r->grads + off;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd(r->dev, r->params + off, m->nstate ? r->state + off : NULL, g, n, r->scaler, m->lr,
+        m->be->sgd(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler, m->lr,
                    o->momentum, o->weight_decay, o->nesterov);
     else
-        m->be->adam(r->dev, r->params + off, r->state + off, r->state + m->nslots + off, g, n, r->scaler, m->lr,
-                    o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1, bc2_sqrt);
+        m->be->adam(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off), g, n,
+                    r->scaler, m->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1,
+                    bc2_sqrt);
 }
 
 /* Mixed precision, on replica r's device and stream, with no wait for it,
@@ -6318,15 +6597,15 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
 static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
-    size_t all = m->nslots;
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? r->state + off : NULL, r->work16 + off, r->wide + off,
-                         r->grad16 + off, n, f, r->scaler, m->lr, o->momentum, o->weight_decay, o->nesterov);
+        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
+                         r->wide + off, r->grad16 + off, n, f, r->scaler, m->lr, o->momentum, o->weight_decay,
+                         o->nesterov);
     else
-        m->be->adam_mixed(r->dev, r->params + off, r->state + off, r->state + all + off, r->work16 + off,
-                          r->wide + off, r->grad16 + off, n, f, r->scaler, m->lr, o->beta1, o->beta2, o->eps,
-                          o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
+        m->be->adam_mixed(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off),
+                          r->work16 + off, r->wide + off, r->grad16 + off, n, f, r->scaler, m->lr, o->beta1, o->beta2,
+                          o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
     m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
 }
 
@@ -6461,6 +6740,71 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
         mirror__gather_slice(m, worker, begin, len);
     }
     if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+/* The sharded update across devices (ZeRO stage 1, where the replicas'
+   arenas are apart: GPUs). The reduce-scatter has left replica r the sum
+   of slice r of the gradient (slots [r slice, (r + 1) slice)). Each
+   replica checks its slice and sums its squares (slice_stats); the
+   reducer adds those two floats over the replicas, and every replica
+   takes the whole gradient's verdict and norm from them (slice_verdict).
+   Then replica r applies the optimizer to slice r alone, with the state of
+   that slice alone (1/R of the state per replica), and the all-gather
+   copies each slice into the others: the fp32 parameters, or in mixed
+   precision the 16-bit working copy, which every replica then widens into
+   the view the layers read. The fp32 masters of mixed precision stay on
+   their slice's owner: whatever reads them (the API, checkpoints) takes
+   each slice from its owner (mirror__download_arena). The sums are the
+   reducer's all-reduce sums, and each slice is updated once, so the
+   parameters are those of the update without sharding; only the clipping
+   norm adds its squares in another order. */
+static void mirror__slice_stats_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    size_t begin = worker * m->slice;
+    m->be->bind(r->dev);
+    if (m->trace_steps) m->be->mark(r->dev, 6);
+    m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
+                       m->slice, m->format, r->scaler, m->desc.optimizer.clip_norm > 0.0f);
+}
+
+static void mirror__slice_update_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    float bc1, bc2_sqrt;
+    m->be->bind(r->dev);
+    m->be->slice_verdict(r->dev, r->scaler, r->stats, m->steps, m->format, o->clip_norm);
+    if (m->format) {
+        mirror__update_mixed(m, r, worker * m->slice, m->slice);
+        return;
+    }
+    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
+    mirror__update_fp32(m, r, worker * m->slice, m->slice, bc1, bc2_sqrt);
+}
+
+static void mirror__slice_gathered_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    m->be->bind(r->dev);
+    if (m->format) m->be->widen(r->dev, r->wide, r->work16, m->nslots, m->format);
+    if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+static int mirror__sliced_update(mirror_model *m, mirror__job *job)
+{
+    mirror_strategy *s = m->s;
+    int rc;
+    mirror__run(&s->team, mirror__slice_stats_job, job);
+    if ((rc = s->reducer->all_reduce_sum(s, m->stats_bufs, 2, &m->err))) return rc;
+    mirror__run(&s->team, mirror__slice_update_job, job);
+    rc = m->format ? s->reducer->all_gather(s, (void *const *)m->work16_bufs, m->slice, sizeof(uint16_t), &m->err)
+                   : s->reducer->all_gather(s, (void *const *)m->param_bufs, m->slice, sizeof(float), &m->err);
+    mirror__run(&s->team, mirror__slice_gathered_job, job);
+    return rc;
 }
 
 /* After a skipped step, with report_nonfinite: the first layer, from the
@@ -6679,6 +7023,9 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
     }
     if (rc) return rc;
     if (m->chunk) return mirror__sum_chunks(m, onto);
+    if (m->sliced) /* each replica's slice alone: see mirror__sliced_update */
+        return m->format ? s->reducer->reduce_scatter(s, (void *const *)m->grad16_bufs, m->slice, m->format, &m->err)
+                         : s->reducer->reduce_scatter(s, (void *const *)m->grad_bufs, m->slice, 0, &m->err);
     if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
     return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
 }
@@ -6898,7 +7245,9 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         m->steps--;
         return rc;
     }
-    if (m->sharded) {
+    if (m->sliced) {
+        if ((rc = mirror__sliced_update(m, &job))) return rc;
+    } else if (m->sharded) {
         mirror__run(&m->s->team, mirror__sharded_check_job, &job);
         mirror__run(&m->s->team, mirror__sharded_update_job, &job);
     } else {
@@ -6972,9 +7321,13 @@ static int mirror__check_replicas(mirror_model *m)
     }
     for (r = 0; r < s->replicas; r++) {
         uint64_t h = 14695981039346656037ull;
-        m->be->download(m->rep[r].dev, host, m->rep[r].params, m->nslots * sizeof(float));
+        mirror__download_arena(m, r, host, MIRROR__PARAMS);
         h = mirror__fnv(h, host, m->nslots * sizeof(float));
-        m->be->download(m->rep[r].dev, host, m->rep[r].state, m->nstate * sizeof(float));
+        if (m->format) { /* the view the layers read: the working copy, widened */
+            m->be->download(m->rep[r].dev, host, m->rep[r].wide, m->nslots * sizeof(float));
+            h = mirror__fnv(h, host, m->nslots * sizeof(float));
+        }
+        mirror__download_arena(m, r, host, MIRROR__STATE);
         hash[s->first + r] = mirror__fnv(h, host, m->nstate * sizeof(float));
     }
     if ((rc = mirror__device_status(m))) goto out;
@@ -8631,7 +8984,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
     if (!m->fit_lock && (rc = mirror__save_lock(m, path, a, plen + 300, &lock))) goto done;
     mirror__remove_stale(path, a, b, plen + 300);
-    m->be->download(m->rep[0].dev, params, m->rep[0].params, m->nslots * sizeof(float)); /* as the arena */
+    mirror__download_arena(m, 0, params, MIRROR__PARAMS); /* as the arena */
     if ((rc = mirror__device_status(m)) ||
         (rc = mirror_get_optimizer_state(m, 0, state, mirror__state_copies(m) * m->nparams)))
         goto done;
@@ -9076,7 +9429,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
                                    mirror_checkpoint_info *info)
 {
     unsigned char *buf = NULL;
-    size_t size = 0, i, r;
+    size_t size = 0, i;
     float *params = NULL, *state = NULL;
     mirror__header *h = NULL;
     mirror_checkpoint_info got;
@@ -9112,10 +9465,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     if ((rc = mirror__upload_params(m, params))) goto done;
     if (!weights_only) {
         mirror__pack(m, state, state + m->nstate, mirror__state_copies(m), 1);
-        for (r = 0; r < m->s->replicas && m->nstate; r++) {
-            m->be->upload(m->rep[r].dev, m->rep[r].state, state + m->nstate, m->nstate * sizeof(float));
-            m->be->host_wait(m->rep[r].dev);
-        }
+        mirror__upload_state(m, state + m->nstate);
         m->steps = got.step;
         if ((rc = mirror__device_status(m))) goto done;
         if (m->format) { /* from an fp32 checkpoint: a fresh scaler that has taken its steps */

@@ -130,6 +130,26 @@
       changes); the API and checkpoints see the values packed. Overlap: see
       STREAMS AND WAITING (the input) and REDUCERS (NCCL's buckets).
 
+   THE SHARDED UPDATE (ZeRO stage 1)
+
+      With mirror_model_desc.shard_update = MIRROR_SHARD_ON, replicas in one
+      process share out the update: the parameter arena is padded to a
+      multiple of R x 64 floats and cut into R equal slices; the gradient is
+      reduce-scattered (ncclReduceScatter in place, in the gradient's own
+      type; the copy reducer sums the whole arena), each replica checks its
+      slice (slice_stats: a flag and, with clipping, its sum of squares),
+      the reducer all-reduces those two floats, every replica takes the
+      same verdict and norm from them (mirror_hd_slice_verdict), updates
+      its slice with the optimizer state of that slice alone, and
+      ncclAllGather (in place, as bytes) hands the slices round: fp32
+      parameters, or in mixed precision the 16-bit working copy, widened
+      then into the layers' view. Adam's state costs 8/R bytes a parameter
+      per GPU instead of 8; the communication is the all-reduce's (a
+      reduce-scatter and an all-gather of the same type). Gradients are not
+      all-reduced in buckets in this mode. Across processes it is refused
+      (MIRROR_ERR_UNSUPPORTED): a checkpoint would need every process's
+      slices.
+
    ERRORS
 
       Every CUDA, cuBLAS and NCCL call is checked. A failure becomes a
@@ -521,12 +541,12 @@ __global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, s
     if (!finite) mirror_hd_guard(st, 0, step);
 }
 
-/* Gradient clipping: one block sums the squares in a fixed order (each
-   thread a strided part in double, then a tree in shared memory), so the
-   norm is the same on every replica and every run; thread 0 writes it and
-   its factor into st. g16 (g NULL) is unscaled first. */
-__global__ void mirror__k_clip(mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n, int format,
-                               float max_norm)
+/* One block's sum of the squares of g (or of g16 unscaled by st->scale,
+   g NULL) in a fixed order: each thread a strided part in double, then a
+   tree in shared memory, so that every replica and run gets the same sum.
+   Thread 0 returns it. */
+__device__ static double mirror__block_squares(const float *g, const uint16_t *g16, size_t n, int format,
+                                               const mirror_loss_scale_state *st)
 {
     __shared__ double part[MIRROR__THREADS];
     float inv_scale = 1.0f / st->scale;
@@ -543,10 +563,42 @@ __global__ void mirror__k_clip(mirror_loss_scale_state *st, const float *g, cons
         if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
         __syncthreads();
     }
+    return part[0];
+}
+
+/* Gradient clipping: thread 0 writes the norm and its factor into st. */
+__global__ void mirror__k_clip(mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n, int format,
+                               float max_norm)
+{
+    double sum = mirror__block_squares(g, g16, n, format, st);
     if (threadIdx.x == 0) {
-        st->grad_norm = (float)sqrt(part[0]);
+        st->grad_norm = (float)sqrt(sum);
         st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
     }
+}
+
+/* The sharded update: 1 into *flag (zeroed first) where a thread meets an
+   Inf or NaN in its part of the slice; every writer writes the same value. */
+__global__ void mirror__k_slice_finite(float *flag, const float *g, const uint16_t *g16, size_t n, int format,
+                                       const mirror_loss_scale_state *st)
+{
+    float inv_scale = 1.0f / st->scale;
+    int finite = 1;
+    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale));
+    if (!finite) *flag = 1.0f;
+}
+
+__global__ void mirror__k_slice_squares(float *sum, const float *g, const uint16_t *g16, size_t n, int format,
+                                        const mirror_loss_scale_state *st)
+{
+    double s = mirror__block_squares(g, g16, n, format, st);
+    if (threadIdx.x == 0) *sum = (float)s;
+}
+
+__global__ void mirror__k_slice_verdict(mirror_loss_scale_state *st, const float *sums, uint64_t step, int format,
+                                        float max_norm)
+{
+    mirror_hd_slice_verdict(st, sums, step, format, max_norm);
 }
 
 /* The fp32 updates return at once while the guard holds a non-finite step. */
@@ -1271,6 +1323,29 @@ static void mirror__cuda_clip(void *dev, mirror_loss_scale_state *st, const floa
     MIRROR__LAUNCHED(d, "clip kernel");
 }
 
+static void mirror__cuda_slice_stats(void *dev, float *out, const float *g, const uint16_t *g16, size_t n, int format,
+                                     const mirror_loss_scale_state *st, int squares)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!mirror__cuda_ok(d, cudaMemsetAsync(out, 0, 2 * sizeof(float), d->stream), "cudaMemsetAsync")) return;
+    if (n) {
+        mirror__k_slice_finite<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(out, g, g16, n, format, st);
+        MIRROR__LAUNCHED(d, "slice check kernel");
+    }
+    if (squares) {
+        mirror__k_slice_squares<<<1, MIRROR__THREADS, 0, d->stream>>>(out + 1, g, g16, n, format, st);
+        MIRROR__LAUNCHED(d, "slice squares kernel");
+    }
+}
+
+static void mirror__cuda_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums, uint64_t step,
+                                       int format, float max_norm)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_slice_verdict<<<1, 1, 0, d->stream>>>(st, sums, step, format, max_norm);
+    MIRROR__LAUNCHED(d, "slice verdict kernel");
+}
+
 static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n,
                              const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
                              int nesterov)
@@ -1484,6 +1559,8 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_accumulate,
     mirror__cuda_check32,
     mirror__cuda_clip,
+    mirror__cuda_slice_stats,
+    mirror__cuda_slice_verdict,
     mirror__cuda_sgd,
     mirror__cuda_adam,
     mirror__cuda_set_precision,
@@ -1540,20 +1617,50 @@ static int mirror__nccl_usable(mirror__gpu *g, mirror_error *err)
     return 0;
 }
 
+/* The collectives the reducers use. In the reduce-scatter and the
+   all-gather, n is a slice (values of `type`), replica r's slice lying at
+   r n of its buffer: NCCL's in-place layout, the communicator's rank r
+   being replica r (one process). */
+enum { MIRROR__NCCL_SUM, MIRROR__NCCL_BROADCAST, MIRROR__NCCL_REDUCE_SCATTER, MIRROR__NCCL_ALL_GATHER };
+
+static ncclResult_t mirror__nccl_call(int op, void *buf, size_t r, size_t n, ncclDataType_t type, size_t size,
+                                      size_t root, ncclComm_t comm, cudaStream_t stream)
+{
+    char *mine = (char *)buf + r * n * size;
+    switch (op) {
+    case MIRROR__NCCL_SUM: return ncclAllReduce(buf, buf, n, type, ncclSum, comm, stream);
+    case MIRROR__NCCL_BROADCAST: return ncclBroadcast(buf, buf, n, type, (int)root, comm, stream);
+    case MIRROR__NCCL_REDUCE_SCATTER: return ncclReduceScatter(buf, mine, n, type, ncclSum, comm, stream);
+    default: return ncclAllGather(mine, buf, n, type, comm, stream);
+    }
+}
+
 /* One NCCL call per replica, on its stream, inside a group: after the work
    already queued on every stream, before the work queued next. */
-static int mirror__nccl_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
+static int mirror__nccl_group(mirror_strategy *s, int op, void *const *bufs, size_t n, ncclDataType_t type,
+                              size_t size, size_t root, mirror_error *err)
 {
+    static const char *const names[] = {"ncclAllReduce", "ncclBroadcast", "ncclReduceScatter", "ncclAllGather"};
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     size_t r;
     int ok;
     if (!mirror__nccl_usable(g, err)) return MIRROR_ERR_DEVICE;
     if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return err ? err->code : MIRROR_ERR_DEVICE;
     for (r = 0, ok = 1; r < g->replicas && ok; r++)
-        ok = mirror__nccl_ok(ncclAllReduce(bufs[r], bufs[r], n, type, ncclSum, g->comm[r], g->stream[r]),
-                             "ncclAllReduce", err);
+        ok = mirror__nccl_ok(mirror__nccl_call(op, bufs[r], r, n, type, size, root, g->comm[r], g->stream[r]),
+                             names[op], err);
     if (!mirror__nccl_ok(ncclGroupEnd(), "ncclGroupEnd", ok ? err : NULL) || !ok) return MIRROR_ERR_DEVICE;
     return MIRROR_OK;
+}
+
+static int mirror__nccl_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
+{
+    return mirror__nccl_group(s, MIRROR__NCCL_SUM, bufs, n, type, 0, 0, err);
+}
+
+static ncclDataType_t mirror__nccl_type(int format)
+{
+    return format == MIRROR_PRECISION_BF16 ? ncclBfloat16 : format ? ncclFloat16 : ncclFloat;
 }
 
 static int mirror__nccl_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
@@ -1564,28 +1671,35 @@ static int mirror__nccl_all_reduce(mirror_strategy *s, float *const *bufs, size_
 static int mirror__nccl_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
                                         mirror_error *err)
 {
-    return mirror__nccl_sum(s, (void *const *)bufs, n, format == MIRROR_PRECISION_BF16 ? ncclBfloat16 : ncclFloat16,
-                            err);
+    return mirror__nccl_sum(s, (void *const *)bufs, n, mirror__nccl_type(format), err);
 }
 
 static int mirror__nccl_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
 {
-    mirror__gpu *g = (mirror__gpu *)s->gpu;
-    size_t r;
-    int ok;
-    if (!mirror__nccl_usable(g, err)) return MIRROR_ERR_DEVICE;
-    if (!mirror__nccl_ok(ncclGroupStart(), "ncclGroupStart", err)) return MIRROR_ERR_DEVICE;
-    for (r = 0, ok = 1; r < g->replicas && ok; r++)
-        ok = mirror__nccl_ok(ncclBroadcast(bufs[r], bufs[r], n, ncclFloat, (int)root, g->comm[r], g->stream[r]),
-                             "ncclBroadcast", err);
-    if (!mirror__nccl_ok(ncclGroupEnd(), "ncclGroupEnd", ok ? err : NULL) || !ok) return MIRROR_ERR_DEVICE;
-    return MIRROR_OK;
+    return mirror__nccl_group(s, MIRROR__NCCL_BROADCAST, (void *const *)bufs, n, ncclFloat, 0, root, err);
+}
+
+static int mirror__nccl_reduce_scatter(mirror_strategy *s, void *const *bufs, size_t slice, int format,
+                                       mirror_error *err)
+{
+    return mirror__nccl_group(s, MIRROR__NCCL_REDUCE_SCATTER, bufs, slice, mirror__nccl_type(format),
+                              format ? sizeof(uint16_t) : sizeof(float), 0, err);
+}
+
+static int mirror__nccl_all_gather(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err)
+{
+    return mirror__nccl_group(s, MIRROR__NCCL_ALL_GATHER, bufs, slice * size, ncclInt8, 1, 0, err);
 }
 
 static int mirror__copy_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
                                  float *const *bufs, size_t n, mirror_error *err);
-static const mirror__reducer mirror__nccl_reducer = {"nccl", mirror__nccl_all_reduce, mirror__nccl_broadcast,
-                                                     mirror__nccl_all_reduce_half, mirror__copy_sum_list};
+static const mirror__reducer mirror__nccl_reducer = {"nccl",
+                                                     mirror__nccl_all_reduce,
+                                                     mirror__nccl_broadcast,
+                                                     mirror__nccl_all_reduce_half,
+                                                     mirror__copy_sum_list,
+                                                     mirror__nccl_reduce_scatter,
+                                                     mirror__nccl_all_gather};
 #endif
 
 /* The copy reducer, in the strategy's order of events: every replica's
@@ -1607,6 +1721,21 @@ static int mirror__copy_gather_wait(mirror__gpu *g, size_t root, mirror_error *e
     return 1;
 }
 
+/* Every stream waits for what the root's stream has queued. */
+static int mirror__copy_release(mirror__gpu *g, size_t root, mirror_error *err)
+{
+    size_t r;
+    if (!mirror__gpu_ok(cudaEventRecord(g->done[root], g->stream[root]), "cudaEventRecord", err))
+        return MIRROR_ERR_DEVICE;
+    for (r = 0; r < g->replicas; r++) {
+        if (r == root) continue;
+        if (!mirror__gpu_ok(cudaSetDevice(g->device[r]), "cudaSetDevice", err) ||
+            !mirror__gpu_ok(cudaStreamWaitEvent(g->stream[r], g->done[root], 0), "cudaStreamWaitEvent", err))
+            return MIRROR_ERR_DEVICE;
+    }
+    return MIRROR_OK;
+}
+
 /* Copies bufs[root] (bytes) to every other replica on the root's stream,
    then makes every stream wait for the copies. */
 static int mirror__copy_scatter(mirror__gpu *g, void *const *bufs, size_t bytes, size_t root, mirror_error *err)
@@ -1619,15 +1748,7 @@ static int mirror__copy_scatter(mirror__gpu *g, void *const *bufs, size_t bytes,
                             "cudaMemcpyPeerAsync", err))
             return MIRROR_ERR_DEVICE;
     }
-    if (!mirror__gpu_ok(cudaEventRecord(g->done[root], g->stream[root]), "cudaEventRecord", err))
-        return MIRROR_ERR_DEVICE;
-    for (r = 0; r < g->replicas; r++) {
-        if (r == root) continue;
-        if (!mirror__gpu_ok(cudaSetDevice(g->device[r]), "cudaSetDevice", err) ||
-            !mirror__gpu_ok(cudaStreamWaitEvent(g->stream[r], g->done[root], 0), "cudaStreamWaitEvent", err))
-            return MIRROR_ERR_DEVICE;
-    }
-    return MIRROR_OK;
+    return mirror__copy_release(g, root, err);
 }
 
 /* The staging area on the first GPU, for buffers of other GPUs: at least
@@ -1740,8 +1861,39 @@ static int mirror__copy_sum_list(mirror_strategy *s, float *const *in, const siz
     return g->replicas > 1 ? mirror__copy_scatter(g, (void *const *)bufs, bytes, 0, err) : MIRROR_OK;
 }
 
-static const mirror__reducer mirror__copy_reducer = {"copy", mirror__copy_all_reduce, mirror__copy_broadcast,
-                                                     mirror__copy_all_reduce_half, mirror__copy_sum_list};
+/* The copy reducer's reduce-scatter is its all-reduce: every replica gets
+   every slice's sum, its own among them. */
+static int mirror__copy_reduce_scatter(mirror_strategy *s, void *const *bufs, size_t slice, int format,
+                                       mirror_error *err)
+{
+    return mirror__copy_sum(s, bufs, ((mirror__gpu *)s->gpu)->replicas * slice, format, err);
+}
+
+/* Each replica's slice into every other's, on the first replica's stream. */
+static int mirror__copy_all_gather(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    size_t r, q, bytes = slice * size;
+    if (g->replicas == 1) return MIRROR_OK;
+    if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
+    for (r = 0; r < g->replicas; r++)
+        for (q = 0; q < g->replicas; q++) {
+            char *from = (char *)bufs[r] + r * bytes, *to = (char *)bufs[q] + r * bytes;
+            if (q != r && !mirror__gpu_ok(cudaMemcpyPeerAsync(to, g->device[q], from, g->device[r], bytes,
+                                                              g->stream[0]),
+                                          "cudaMemcpyPeerAsync", err))
+                return MIRROR_ERR_DEVICE;
+        }
+    return mirror__copy_release(g, 0, err);
+}
+
+static const mirror__reducer mirror__copy_reducer = {"copy",
+                                                     mirror__copy_all_reduce,
+                                                     mirror__copy_broadcast,
+                                                     mirror__copy_all_reduce_half,
+                                                     mirror__copy_sum_list,
+                                                     mirror__copy_reduce_scatter,
+                                                     mirror__copy_all_gather};
 
 // >>cuda devices ------------------------------------------------------------
 
@@ -2038,15 +2190,15 @@ static int mirror__nccl_mpi_all_reduce(mirror_strategy *s, float *const *bufs, s
 static int mirror__nccl_mpi_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
                                             mirror_error *err)
 {
-    return mirror__nccl_mpi_sum(s, (void *const *)bufs, n,
-                                format == MIRROR_PRECISION_BF16 ? ncclBfloat16 : ncclFloat16, err);
+    return mirror__nccl_mpi_sum(s, (void *const *)bufs, n, mirror__nccl_type(format), err);
 }
 
 /* The broadcast needs no status word: the communicator's ranks are the
    global replica indices, so root is the rank. */
 static const mirror__reducer mirror__nccl_mpi_reducer = {"nccl across processes", mirror__nccl_mpi_all_reduce,
                                                          mirror__nccl_broadcast, mirror__nccl_mpi_all_reduce_half,
-                                                         mirror__copy_sum_list}; /* in one process */
+                                                         mirror__copy_sum_list, /* in one process */
+                                                         NULL, NULL}; /* no sharded update across processes */
 
 /* NCCL refuses two of its ranks on one GPU, and a process that fails to
    join leaves the others waiting in the join: every replica's machine and

@@ -15,6 +15,7 @@
 typedef struct options {
     const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
     const char *history, *plot, *trace; /* --history FILE.csv, --plot FILE.svg, --trace FILE.json */
+    const char *shard_update;           /* --shard-update auto|on|off */
     int phases;                         /* --phases: an epoch line of the phases' times */
     size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
     size_t accumulate; /* micro-batches of `batch` per optimizer step */
@@ -114,6 +115,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--history")) return options_text(o, a, v, &o->history);
     if (!strcmp(a, "--plot")) return options_text(o, a, v, &o->plot);
     if (!strcmp(a, "--trace")) return options_text(o, a, v, &o->trace);
+    if (!strcmp(a, "--shard-update")) return options_text(o, a, v, &o->shard_update);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
     if (!strcmp(a, "--chunk")) return options_count(o, a, v, &o->chunk);
     if (!strcmp(a, "--curve-every")) return options_count(o, a, v, &o->curve_every);
@@ -227,6 +229,10 @@ static int options_check(options *o)
         return OPTIONS_BAD;
     }
     md->deterministic = o->deterministic == 1; /* the default (-1) is the trainer's to settle */
+    if (!o->shard_update || !strcmp(o->shard_update, "auto")) md->shard_update = MIRROR_SHARD_AUTO;
+    else if (!strcmp(o->shard_update, "on")) md->shard_update = MIRROR_SHARD_ON;
+    else if (!strcmp(o->shard_update, "off")) md->shard_update = MIRROR_SHARD_OFF;
+    else return options_bad(o, "--shard-update", "auto, on or off", o->shard_update);
     md->chunk = o->chunk;
     if (o->checkpoint_every && !o->save) {
         snprintf(o->why, sizeof o->why, "--checkpoint-every needs --save PATH");

@@ -61,9 +61,11 @@ static void usage(FILE *f)
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
                "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
                "  --deterministic     bitwise the same parameters for any replica count: the default on CPU\n"
-               "                      replicas (GPU replicas: not supported)\n"
+               "                      replicas (GPU replicas: off unless asked)\n"
                "  --no-deterministic  sums in each split's own order: equal within float32 rounding, a little faster\n"
                "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
+               "  --shard-update M    auto | on | off: each replica updates a slice and keeps its optimizer state\n"
+               "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -223,6 +225,8 @@ int main(int argc, char **argv)
     if (md.precision != MIRROR_PRECISION_FP32)
         say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
     if (md.deterministic) say(", deterministic (chunks of %zu samples)", md.chunk);
+    if (md.shard_update == MIRROR_SHARD_ON) say(", sharded update");
+    if (md.shard_update == MIRROR_SHARD_OFF) say(", unsharded update");
     say("\n");
 
     if (o.resume) {

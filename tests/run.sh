@@ -121,7 +121,7 @@ if [ -x "$BUILD/train" ]; then
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
         "--accumulate 2000000" "--dropout 1" "--dropout -0.5" "--crop-pad 2" "--crop-pad 65 --augment" \
-        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic"; do
+        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic" "--shard-update zero"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
@@ -151,6 +151,8 @@ if [ -x "$BUILD/train" ]; then
             test -s "$tmp/run_a" && cmp -s "$tmp/run_a" "$tmp/run_b" && cmp -s "$tmp/run_a.ckpt" "$tmp/run_b.ckpt"
     }
     det="--deterministic --epochs 1 --synthetic 300 --batch 50"
+    check "build/train --shard-update off = the default sharded update on 3 CPU replicas (final: line and checkpoint, byte for byte)" \
+        same_runs "--model cnn-bn --optimizer adamw --clip-norm 100 $det --replicas 3" "--model cnn-bn --optimizer adamw --clip-norm 100 $det --replicas 3 --shard-update off"
     check "build/train --deterministic --batch 25 --accumulate 4 = --batch 100 (final: line and checkpoint, byte for byte)" \
         same_runs "--model mlp $det --chunk 25 --batch 100 --replicas 2" "--model mlp $det --chunk 25 --batch 25 --accumulate 4 --replicas 3"
     reps="2 3 4" models="mlp cnn cnn-bn resnet"

@@ -1087,8 +1087,10 @@ static void test_memory_report(mirror_strategy *s)
               opts[i].name, mirror_optimizer_state_size(m), opts[i].state_per_param, np);
         for (r = 0; r < mirror_num_replicas(s); r++) {
             memset(&rep, 0, sizeof rep);
-            /* several CPU replicas share one optimizer state, counted on replica 0 */
-            size_t state = r == 0 || mirror_num_replicas(s) == 1 ? 4 * m->nstate : 0; /* the arenas, padding included */
+            /* several CPU replicas share one optimizer state, counted on replica 0
+               (built with MIRROR_CPU_SHARED_UPDATE=0: a slice each) */
+            size_t R = mirror_num_replicas(s), state = m->sliced ? 4 * m->nstate / R
+                                                      : r == 0 || R == 1 ? 4 * m->nstate : 0; /* padding included */
             ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * m->nslots &&
                   rep.gradients == 4 * m->nslots && rep.optimizer == state && rep.activations > 0 &&
                   m->nslots >= np && m->nstate == opts[i].state_per_param * m->nslots;
@@ -1234,7 +1236,8 @@ static void test_param_layout(mirror_strategy *s3)
             }
             if (inside) continue;
             nonzero += m->rep[r].params[c] != 0.0f || m->rep[r].grads[c] != 0.0f;
-            nonzero += m->rep[r].state[c] != 0.0f || m->rep[r].state[m->nslots + c] != 0.0f;
+            if (m->sliced && c / m->slice != r) continue; /* not replica r's slice of the state */
+            nonzero += *mirror__state_at(m, &m->rep[r], 0, c) != 0.0f || *mirror__state_at(m, &m->rep[r], 1, c) != 0.0f;
         }
     CHECK(nonzero == 0, "after 4 AdamW steps on %zu replicas the gaps between tensors hold zeros (%zu do not)",
           m->s->replicas, nonzero);

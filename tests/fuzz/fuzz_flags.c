@@ -36,6 +36,8 @@ static void check_accepted(const options *o)
     ok &= o->deterministic >= -1 && o->deterministic <= 1 && o->md.deterministic == (o->deterministic == 1);
     ok &= o->md.chunk == o->chunk && (!o->chunk || o->deterministic != 0);
     ok &= o->crop_pad <= 64 && o->lr_schedule;
+    ok &= o->md.shard_update == MIRROR_SHARD_AUTO || o->md.shard_update == MIRROR_SHARD_ON ||
+          o->md.shard_update == MIRROR_SHARD_OFF;
     ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
           (!o->devices || o->devices[0]);
     if (!ok) abort();

@@ -777,6 +777,8 @@ static void test_scaler_update(void)
 static mirror_dataset data;
 
 /* chunk > 0: deterministic mode with chunks of that many samples. */
+static mirror_shard_update shard_mode = MIRROR_SHARD_AUTO; /* what model_with asks beside its arguments */
+
 static mirror_model *model_with(mirror_strategy *s, mirror_optimizer_kind opt, mirror_precision precision,
                                 size_t chunk)
 {
@@ -791,6 +793,7 @@ static mirror_model *model_with(mirror_strategy *s, mirror_optimizer_kind opt, m
     d.optimizer.kind = opt;
     d.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
     d.precision = precision; /* fp16: dynamic loss scaling from 65536 */
+    d.shard_update = shard_mode;
     if (mirror_model_create(&d, &m, NULL)) return NULL;
     mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
     mirror_flatten(m), mirror_dense(m, 32), mirror_relu(m), mirror_dense(m, 10);
@@ -1066,6 +1069,102 @@ static void test_deterministic_gpu(void)
         }
         free(ref);
     }
+}
+
+/* The sharded update's two operations against the CPU's: a slice's flag
+   exactly and its sum of squares within 1e-6 (another order of the same
+   double sums), in fp32 and in 16 bits unscaled; then the verdict, the
+   shared math on both, bit for bit. */
+static void test_slice_ops(void)
+{
+    const size_t n = 300007;
+    float *x = (float *)malloc(n * 4), *dx = (float *)G->alloc(gdev, n * 4), *dout = (float *)G->alloc(gdev, 8);
+    uint16_t *h = (uint16_t *)malloc(n * 2), *dh = (uint16_t *)G->alloc(gdev, n * 2);
+    mirror_loss_scale_state *dst = (mirror_loss_scale_state *)G->alloc(gdev, sizeof *dst), cs, gs;
+    size_t i, k;
+    for (i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    for (k = 0; k < 4; k++) { /* fp32, fp32 with a NaN, fp16 scaled by 1024, the same with an Inf */
+        int f = k < 2 ? 0 : MIRROR_PRECISION_FP16;
+        float cpu[2], gpu[2];
+        memset(&cs, 0, sizeof cs);
+        cs.scale = f ? 1024.0f : 1.0f;
+        for (i = 0; i < n; i++) h[i] = mirror_hd_narrow(x[i] * 1024.0f, MIRROR_PRECISION_FP16);
+        if (k == 1) x[n / 3] = NAN;
+        if (k == 3) h[n - 1] = 0x7c00;
+        G->upload(gdev, dx, x, n * 4), G->upload(gdev, dh, h, n * 2), G->upload(gdev, dst, &cs, sizeof cs);
+        C->slice_stats(cdev, cpu, f ? NULL : x, f ? h : NULL, n, f, &cs, 1);
+        G->slice_stats(gdev, dout, f ? NULL : dx, f ? dh : NULL, n, f, dst, 1);
+        G->download(gdev, gpu, dout, 8);
+        CHECK(cpu[0] == (float)(k & 1) && gpu[0] == cpu[0] &&
+                  (k & 1 ? isnan(gpu[1]) || isinf(gpu[1]) : fabs(gpu[1] - cpu[1]) <= 1e-6 * cpu[1]),
+              "slice stats, case %zu: flag %g (CPU %g), squares %.9g (CPU %.9g)", k, gpu[0], cpu[0], gpu[1], cpu[1]);
+        if (k == 1) x[n / 3] = 0.0f;
+        cpu[0] = (float)(k & 1) * 2.0f; /* two replicas' slices not finite */
+        G->upload(gdev, dout, cpu, 8);
+        cs.applied = 4;
+        C->slice_verdict(cdev, &cs, cpu, 9, f, 0.5f);
+        G->slice_verdict(gdev, dst, dout, 9, f, 0.5f);
+        G->download(gdev, &gs, dst, sizeof gs);
+        CHECK(!memcmp(&cs, &gs, sizeof cs) && cs.found_nonfinite == (uint32_t)(k & 1),
+              "slice verdict, case %zu: the CPU's state bit for bit (flag %u, norm %g, clip %g)", k, gs.found_nonfinite,
+              gs.grad_norm, gs.clip);
+    }
+    free(x), free(h);
+    G->release(gdev, dx), G->release(gdev, dh), G->release(gdev, dout), G->release(gdev, dst);
+}
+
+/* The sharded update (MIRROR_SHARD_ON) on GPUs against every replica
+   updating everything: 20 AdamW steps give the same parameters and state,
+   bit for bit, on 2 and 4 replicas of one GPU (the copy reducer) in fp32
+   and fp16, and on two GPUs through NCCL where there are two (two ranks add
+   in one order). Each replica's memory report holds 1/R of the state. */
+static float *train_sharded(const char *devices, mirror_reducer reducer, mirror_precision precision,
+                            mirror_shard_update mode, size_t *n, size_t *state_bytes)
+{
+    mirror_strategy *s = strategy(devices, reducer);
+    mirror_model *m;
+    mirror_memory_report rep;
+    float *p = NULL;
+    shard_mode = mode;
+    m = s ? model(s, MIRROR_OPT_ADAMW, precision) : NULL;
+    shard_mode = MIRROR_SHARD_AUTO;
+    if (m && run_steps(m, 20) == MIRROR_OK && mirror_check_replicas(m) == MIRROR_OK) {
+        size_t np = mirror_num_parameters(m), ns = mirror_optimizer_state_size(m);
+        *n = np + ns;
+        p = (float *)malloc(*n * 4);
+        mirror_get_parameters(m, mirror_num_replicas(s) - 1, p, np);
+        mirror_get_optimizer_state(m, 0, p + np, ns);
+        mirror_memory_report_get(m, mirror_num_replicas(s) - 1, &rep);
+        *state_bytes = rep.optimizer;
+    }
+    CHECK(p != NULL, "%s %s, shard_update %d: 20 steps, replicas equal: %s", devices,
+          mirror_precision_name(precision), (int)mode, m ? mirror_model_error(m) : "no model");
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+    return p;
+}
+
+static void test_sharded_gpu(void)
+{
+    static const char *const lists[3] = {"cuda:0,0", "cuda:0,0,0,0", "cuda:0,1"};
+    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    size_t k, t, n = 0, n2 = 0, whole = 0, part = 0, replicas[3] = {2, 4, 2};
+    int visible = 0;
+    cudaGetDeviceCount(&visible);
+    for (k = 0; k < 2; k++)
+        for (t = 0; t < 3; t++) {
+            mirror_reducer red = t < 2 ? MIRROR_REDUCER_COPY : MIRROR_REDUCER_DEFAULT;
+            float *off, *on;
+            if (t == 2 && visible < 2) continue;
+            off = train_sharded(lists[t], red, precisions[k], MIRROR_SHARD_OFF, &n, &whole);
+            on = train_sharded(lists[t], red, precisions[k], MIRROR_SHARD_ON, &n2, &part);
+            CHECK(off && on && n == n2 && same_bits(on, off, n),
+                  "%s %s: the sharded update gives the unsharded parameters and state bit for bit", lists[t],
+                  mirror_precision_name(precisions[k]));
+            CHECK(part * replicas[t] >= whole && part * replicas[t] < whole + replicas[t] * 64 * 8,
+                  "%s: a replica holds %zu bytes of the %zu-byte state", lists[t], part, whole);
+            free(off), free(on);
+        }
 }
 
 /* A mixed-precision run: the mean losses of 20 SGD-momentum steps, then one
@@ -1608,6 +1707,7 @@ int main(void)
     test_half_ops();
     test_check();
     test_check32();
+    test_slice_ops();
     test_mixed_updates();
     test_scaler_update();
     {
@@ -1616,6 +1716,7 @@ int main(void)
     }
     test_training();
     test_deterministic_gpu();
+    test_sharded_gpu();
     test_copy_reducer();
     test_mixed_training();
     test_out_of_memory();
