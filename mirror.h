@@ -320,8 +320,11 @@
          mixed precision, which each replica widens; the fp32 masters stay
          with their slice's owner, and the API and checkpoints take each
          slice from there). The sums are the all-reduce's, so the
-         parameters are those of the unsharded update, bit for bit; a
-         clipping norm adds its squares slice by slice. In one process
+         parameters are those of the unsharded update, bit for bit, with
+         the copy reducer (NCCL's reduce-scatter on three GPUs or more may
+         add in another order than its all-reduce); a clipping norm adds
+         its squares slice by slice (in deterministic mode it is taken
+         over the whole gradient, which every replica holds). In one process
          only; gradients then are not all-reduced in buckets during
          backward. MIRROR_SHARD_OFF makes CPU replicas update everything
          too. Either way the parameters stay bitwise identical on every
@@ -6757,7 +6760,12 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
    each slice from its owner (mirror__download_arena). The sums are the
    reducer's all-reduce sums, and each slice is updated once, so the
    parameters are those of the update without sharding; only the clipping
-   norm adds its squares in another order. */
+   norm adds its squares in another order (outside deterministic mode). */
+/* Whether the clipping norm is summed slice by slice. Deterministic mode's
+   gradient is whole on every replica (mirror__sum_chunks): its norm is
+   taken over the whole, in one order whatever the replica count. */
+static int mirror__slice_norm(const mirror_model *m) { return m->desc.optimizer.clip_norm > 0.0f && !m->chunk; }
+
 static void mirror__slice_stats_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
@@ -6766,7 +6774,7 @@ static void mirror__slice_stats_job(void *ctx, size_t worker)
     m->be->bind(r->dev);
     if (m->trace_steps) m->be->mark(r->dev, 6);
     m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
-                       m->slice, m->format, r->scaler, m->desc.optimizer.clip_norm > 0.0f);
+                       m->slice, m->format, r->scaler, mirror__slice_norm(m));
 }
 
 static void mirror__slice_update_job(void *ctx, size_t worker)
@@ -6776,7 +6784,8 @@ static void mirror__slice_update_job(void *ctx, size_t worker)
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     float bc1, bc2_sqrt;
     m->be->bind(r->dev);
-    m->be->slice_verdict(r->dev, r->scaler, r->stats, m->steps, m->format, o->clip_norm);
+    m->be->slice_verdict(r->dev, r->scaler, r->stats, m->steps, m->format, mirror__slice_norm(m) ? o->clip_norm : 0.0f);
+    if (m->chunk) mirror__clip(m, r);
     if (m->format) {
         mirror__update_mixed(m, r, worker * m->slice, m->slice);
         return;
@@ -6799,7 +6808,10 @@ static int mirror__sliced_update(mirror_model *m, mirror__job *job)
     mirror_strategy *s = m->s;
     int rc;
     mirror__run(&s->team, mirror__slice_stats_job, job);
-    if ((rc = s->reducer->all_reduce_sum(s, m->stats_bufs, 2, &m->err))) return rc;
+    if ((rc = s->reducer->all_reduce_sum(s, m->stats_bufs, 2, &m->err))) {
+        m->steps--; /* nothing of the step applied */
+        return rc;
+    }
     mirror__run(&s->team, mirror__slice_update_job, job);
     rc = m->format ? s->reducer->all_gather(s, (void *const *)m->work16_bufs, m->slice, sizeof(uint16_t), &m->err)
                    : s->reducer->all_gather(s, (void *const *)m->param_bufs, m->slice, sizeof(float), &m->err);

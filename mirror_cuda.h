@@ -141,9 +141,13 @@
       the reducer all-reduces those two floats, every replica takes the
       same verdict and norm from them (mirror_hd_slice_verdict), updates
       its slice with the optimizer state of that slice alone, and
-      ncclAllGather (in place, as bytes) hands the slices round: fp32
+      ncclAllGather (in place, as bytes; the copy reducer gathers on the
+      first GPU and copies back) hands the slices round: fp32
       parameters, or in mixed precision the 16-bit working copy, widened
-      then into the layers' view. Adam's state costs 8/R bytes a parameter
+      then into the layers' view. With the copy reducer the parameters are
+      the unsharded update's bit for bit; with NCCL on three GPUs or more
+      its reduce-scatter may add in another order than its all-reduce.
+      Adam's state costs 8/R bytes a parameter
       per GPU instead of 8; the communication is the all-reduce's (a
       reduce-scatter and an all-gather of the same type). Gradients are not
       all-reduced in buckets in this mode. Across processes it is refused
@@ -1869,22 +1873,21 @@ static int mirror__copy_reduce_scatter(mirror_strategy *s, void *const *bufs, si
     return mirror__copy_sum(s, bufs, ((mirror__gpu *)s->gpu)->replicas * slice, format, err);
 }
 
-/* Each replica's slice into every other's, on the first replica's stream. */
+/* Each replica's slice into the first replica's buffer, then that buffer
+   to every other, on the first replica's stream (peer copies to and from
+   the first GPU only, as the copy reducer's sum). */
 static int mirror__copy_all_gather(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err)
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
-    size_t r, q, bytes = slice * size;
+    size_t r, bytes = slice * size;
     if (g->replicas == 1) return MIRROR_OK;
     if (!mirror__copy_gather_wait(g, 0, err)) return MIRROR_ERR_DEVICE;
-    for (r = 0; r < g->replicas; r++)
-        for (q = 0; q < g->replicas; q++) {
-            char *from = (char *)bufs[r] + r * bytes, *to = (char *)bufs[q] + r * bytes;
-            if (q != r && !mirror__gpu_ok(cudaMemcpyPeerAsync(to, g->device[q], from, g->device[r], bytes,
-                                                              g->stream[0]),
-                                          "cudaMemcpyPeerAsync", err))
-                return MIRROR_ERR_DEVICE;
-        }
-    return mirror__copy_release(g, 0, err);
+    for (r = 1; r < g->replicas; r++)
+        if (!mirror__gpu_ok(cudaMemcpyPeerAsync((char *)bufs[0] + r * bytes, g->device[0], (char *)bufs[r] + r * bytes,
+                                                g->device[r], bytes, g->stream[0]),
+                            "cudaMemcpyPeerAsync", err))
+            return MIRROR_ERR_DEVICE;
+    return mirror__copy_scatter(g, bufs, g->replicas * bytes, 0, err);
 }
 
 static const mirror__reducer mirror__copy_reducer = {"copy",

@@ -541,8 +541,9 @@ static double excess(const float *a, const float *b, size_t n, double tol)
    (MIRROR_SHARD_OFF): the same parameters and optimizer state, bit for
    bit, over 12 steps that end an epoch on a partial batch, in fp32, fp16
    and bf16, with SGD and AdamW. With clipping the norm adds its squares
-   in another order, so within 1e-5. Then where the state lives, and a
-   setting out of range. */
+   in another order, so within 1e-5 (deterministic mode: bit for bit for
+   any replica count). Then where the state lives, and a setting out of
+   range. */
 static void test_shard_modes(void)
 {
     static const mirror_precision precisions[] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16,
@@ -615,6 +616,23 @@ static void test_shard_modes(void)
             mirror_model_destroy(on), mirror_model_destroy(off);
         }
         mirror_strategy_destroy(s);
+    }
+    for (pi = 0; pi < 2; pi++) { /* deterministic mode with clipping: the norm of the whole gradient */
+        float *ref = NULL;
+        for (R = 1; R <= 3; R++) {
+            mirror_strategy *s = strategy(R);
+            mirror_model *m;
+            int ok = 1;
+            clip_norm = 0.05f;
+            m = model_with(s, 0, MIRROR_OPT_ADAMW, 10, 5, precisions[pi]);
+            clip_norm = 0.0f;
+            for (k = 0; m && ok && k < 12; k++) ok = step(m, k, 10, perm) == MIRROR_OK;
+            CHECK(m && ok && same_as(m, &ref), "deterministic %s, clipped, sharded: %zu replicas give 1 replica's "
+                  "parameters and state bit for bit", mirror_precision_name(precisions[pi]), R);
+            mirror_model_destroy(m);
+            mirror_strategy_destroy(s);
+        }
+        free(ref);
     }
     {
         mirror_model_desc d;
