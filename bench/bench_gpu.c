@@ -8,14 +8,15 @@
      cnn      the trainer's CNN at batch 512
 
    then the CNN's step time with K = 1, 2, 4 and 8 replicas on the one GPU at
-   a fixed global batch of 512. Every step uploads its batch from host
+   a fixed global batch of 512, with every replica updating every parameter
+   and with the sharded update (each replica a slice). Every step uploads its batch from host
    memory. Medians of ROUNDS timings of a run of steps, after a warm-up run.
    Writes the synthetic digits to build/bench_digits.bin for
    bench/bench_torch.py, which trains the same models on the same data.
 
    Output: "mirror <workload> <batch> <precision> <samples/s> <ms/step>
    <TFLOP/s>" (the MLPs' 6 x batch x parameters flops a step; "-" for the
-   CNN) and "replicas <K> <ms/step>".
+   CNN) and "replicas <K> <ms/step> <ms/step sharded>".
 
    bench_gpu [--quick] [--devices LIST]: --quick shrinks every workload
    (batches / 16, widths / 16) for a try on CPU replicas, say with
@@ -90,7 +91,8 @@ static mirror_strategy *strategy(const char *devices)
 }
 
 /* The workload's model: an MLP of its shape, or the digits' "mlp"/"cnn". */
-static mirror_model *build(mirror_strategy *s, const workload *w, mirror_precision precision)
+static mirror_model *build(mirror_strategy *s, const workload *w, mirror_precision precision,
+                           mirror_shard_update shard)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
@@ -102,6 +104,7 @@ static mirror_model *build(mirror_strategy *s, const workload *w, mirror_precisi
     d.max_batch = w->batch;
     d.optimizer.kind = MIRROR_OPT_ADAM;
     d.precision = precision;
+    d.shard_update = shard;
     if (mirror_model_create(&d, &m, &err)) fail(err.message);
     if (!w->in) {
         if (example_model(m, strcmp(w->name, "cnn") ? "mlp" : "cnn", 0.0f)) fail(mirror_model_error(m));
@@ -170,7 +173,7 @@ int main(int argc, char **argv)
         mirror_dataset own, *ds = &digits;
         if (w->in == 8192 || (quick && w->in == 512)) random_data(&own, w->batch, w->in), ds = &own;
         for (p = 0; p < 2; p++) {
-            mirror_model *m = build(s, w, precisions[p]);
+            mirror_model *m = build(s, w, precisions[p], MIRROR_SHARD_AUTO);
             double t = time_steps(m, ds, w->batch, w->steps);
             printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precisions[p]),
                    (double)w->batch / t, 1e3 * t);
@@ -188,6 +191,7 @@ int main(int argc, char **argv)
         size_t r, at;
         const workload *cnn = &loads[3];
         mirror_model *m;
+        double t[2];
         snprintf(first, sizeof first, "%.*s", (int)strcspn(devices, ","), devices);
         id = strchr(first, ':') ? strchr(first, ':') + 1 : "0";
         if (!strncmp(first, "cpu", 3)) {
@@ -197,10 +201,13 @@ int main(int argc, char **argv)
             for (r = 1; r < k && at < sizeof list; r++) at += (size_t)snprintf(list + at, sizeof list - at, ",%s", id);
         }
         s = strategy(list);
-        m = build(s, cnn, MIRROR_PRECISION_FP32);
-        printf("replicas %zu %.3f\n", mirror_num_replicas(s), 1e3 * time_steps(m, &digits, cnn->batch, cnn->steps));
+        for (r = 0; r < 2; r++) {
+            m = build(s, cnn, MIRROR_PRECISION_FP32, r ? MIRROR_SHARD_ON : MIRROR_SHARD_OFF);
+            t[r] = time_steps(m, &digits, cnn->batch, cnn->steps);
+            mirror_model_destroy(m);
+        }
+        printf("replicas %zu %.3f %.3f\n", mirror_num_replicas(s), 1e3 * t[0], 1e3 * t[1]);
         fflush(stdout);
-        mirror_model_destroy(m);
         mirror_strategy_destroy(s);
     }
     mirror_dataset_free(&digits);

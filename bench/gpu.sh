@@ -48,7 +48,7 @@ cat "$BUILD/bench_gpu.txt" "$BUILD/bench_torch.txt" | awk '
         if (blas["tf32"]) printf "  cuBLAS GEMM in TF32: %s\n", blas["tf32"]
     }'
 echo "step time of the CNN at global batch 512 on one GPU:"
-grep '^replicas' "$BUILD/bench_gpu.txt" | awk '{ printf "  %s replica(s): %s ms\n", $2, $3 }'
+grep '^replicas' "$BUILD/bench_gpu.txt" | awk '{ printf "  %s replica(s): %s ms, sharded update %s ms\n", $2, $3, $4 }'
 
 # The fused mixed-precision update (bench_fused_cuda, 256M parameters) in GB/s
 # against the GPU's copy, then PyTorch's AMP update on as many parameters.
