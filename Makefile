@@ -91,9 +91,13 @@ TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomi
 # valgrind. The sharded update as GPUs run it (reduce-scatter, a state
 # slice per replica, all-gather): plain; the replicas and checkpoints
 # under AddressSanitizer; the replicas, whose threads share the slices,
-# under ThreadSanitizer.
+# under ThreadSanitizer. Graphs emulated (replays of recorded passes):
+# the replica tests, plain and under AddressSanitizer.
 ifeq ($(filter $(SAN),thread valgrind),)
   TESTS += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # batched convolutions and GEMMs
+endif
+ifeq ($(filter $(SAN),thread valgrind),)
+  TESTS += $(BUILD)/graphs_test_replicas
 endif
 ifeq ($(SAN),)
   TESTS += $(patsubst %,$(BUILD)/sliced_test_%,replicas checkpoint precision api)
@@ -182,6 +186,9 @@ $(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h te
 
 $(BUILD)/sliced_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_SHARED_UPDATE=0 $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/graphs_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_GRAPHS=1 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)

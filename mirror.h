@@ -93,6 +93,9 @@
                               reducer's reduce-scatter and all-gather, with
                               a state slice each, as GPUs do (1: on shared
                               memory, one state)
+      MIRROR_CPU_GRAPHS       1: CPU replicas emulate graphs (desc.graphs):
+                              a replay queues the pass again with the host's
+                              state as it was at capture (tests; 0)
       MIRROR_BUCKET_BYTES     the least bytes of a gradient bucket that NCCL
                               all-reduces while backward runs (25 MB)
 
@@ -123,6 +126,7 @@
       mirror_model_desc     precision      MIRROR_PRECISION_FP32
                             shard_update   MIRROR_SHARD_AUTO: sharded on CPU
                                            replicas, not on GPUs
+                            graphs         0 (1: CUDA graphs, GPUs only)
       mirror_loss_scale_desc (fp16 and bf16 only)
                             kind           dynamic for fp16, none for bf16
                             init_scale     65536 (none: 1)
@@ -763,6 +767,12 @@ typedef struct mirror_model_desc {
        MIRROR_SHARD_AUTO: on CPU replicas (shared memory), off on GPUs. See
        the update in THE STEP. */
     mirror_shard_update shard_update;
+    /* 1: each replica's forward and backward of a training step are
+       captured once per shape (a CUDA graph) and replayed, a launch or so
+       a step instead of one per kernel. GPUs only; elsewhere, and for
+       models with batchnorm layers or in deterministic mode, the step runs
+       as without. See GRAPHS in mirror_cuda.h. */
+    int graphs;
 } mirror_model_desc;
 
 /* Creates an empty model; add layers, then build. */
@@ -2605,9 +2615,13 @@ typedef struct mirror__backend {
                             size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
     /* Dropout over rows of `inner` elements, the first being global row
        row0: y = x * mirror_hd_dropout(key, row, e, p) (x may be y: backward
-       applies it to the gradient in place). */
-    void (*dropout)(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t key, uint64_t row0,
-                    float p);
+       applies it to the gradient in place), key being
+       mirror_hd_dropout_key(seed, layer, *step), the step read from device
+       memory (a captured step reads the step at hand). */
+    void (*dropout)(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed, uint64_t layer,
+                    const uint64_t *step, uint64_t row0, float p);
+    /* *p = v in device memory, in stream order. */
+    void (*set_u64)(void *dev, uint64_t *p, uint64_t v);
     /* Average pooling over planes of h x w, kh x kw windows every stride:
        y = the window means; dx = mirror_hd_window_mean_grad of dy. */
     void (*avgpool_forward)(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
@@ -2711,6 +2725,15 @@ typedef struct mirror__backend {
        for its events and places them on that clock). */
     void (*mark)(void *dev, int slot);
     void (*marks)(void *dev, double *t, int n);
+    /* Graphs (NULL: none). capture_begin: the work queued next on the
+       replica is recorded, not run (0: it cannot be). capture_end: the
+       recording as a graph ready to launch, or NULL where recording failed
+       (the work recorded is dropped: queue it again). graph_launch runs it
+       in stream order; graph_free. */
+    int (*capture_begin)(void *dev);
+    void *(*capture_end)(void *dev);
+    void (*graph_launch)(void *dev, void *graph);
+    void (*graph_free)(void *dev, void *graph);
 } mirror__backend;
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -3021,13 +3044,20 @@ static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *ar
         for (i = 0; i < ho * wo; i++) dx[*arg++] += *dy++;
 }
 
-static void mirror__cpu_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t key,
-                                uint64_t row0, float p)
+static void mirror__cpu_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
+                                uint64_t layer, const uint64_t *step, uint64_t row0, float p)
 {
+    uint64_t key = mirror_hd_dropout_key(seed, layer, *step);
     size_t r, e;
     (void)dev;
     for (r = 0; r < rows; r++, x += inner, y += inner)
         for (e = 0; e < inner; e++) y[e] = x[e] * mirror_hd_dropout(key, row0 + r, e, p);
+}
+
+static void mirror__cpu_set_u64(void *dev, uint64_t *p, uint64_t v)
+{
+    (void)dev;
+    *p = v;
 }
 
 static void mirror__cpu_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
@@ -3318,6 +3348,9 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #ifndef MIRROR_CPU_SHARED_UPDATE
 #define MIRROR_CPU_SHARED_UPDATE 1 /* 0: the sharded update goes through the reducer, as on GPUs */
 #endif
+#ifndef MIRROR_CPU_GRAPHS
+#define MIRROR_CPU_GRAPHS 0 /* 1: CPU replicas emulate graphs (a replay queues the pass as at capture) */
+#endif
 #ifndef MIRROR_CPU_GEMM_ROWS_FREE
 #ifdef MIRROR_CBLAS
 #define MIRROR_CPU_GEMM_ROWS_FREE 0 /* a CBLAS may pick its kernels by shape */
@@ -3359,6 +3392,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_permute,
     mirror__cpu_maxpool_forward,
     mirror__cpu_dropout,
+    mirror__cpu_set_u64,
     mirror__cpu_avgpool_forward,
     mirror__cpu_avgpool_backward,
     mirror__cpu_bn_sums,
@@ -3387,6 +3421,10 @@ static const mirror__backend mirror__cpu_backend = {
     NULL,
     mirror__cpu_mark,
     mirror__cpu_marks,
+    NULL, /* graphs: none (see mirror__graph_step for the emulation the tests build) */
+    NULL,
+    NULL,
+    NULL,
 };
 
 // >>strategy and devices ----------------------------------------------------
@@ -4514,6 +4552,23 @@ typedef struct mirror__layer {
     size_t from; /* residual_end: the index of its block's residual layer */
 } mirror__layer;
 
+/* A replica's captured training pass (see mirror__graph_step): the values
+   the recording holds (the key), the backend's graph, and when the key
+   last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the model
+   and replica as at capture instead, which each replay queues again. */
+#define MIRROR__GRAPHS 8
+typedef struct mirror__graph {
+    size_t count, row0;
+    float inv_count;
+    int slot, accumulate, metrics_now;
+    unsigned seen;       /* the key's visits since it took this place */
+    uint64_t used;       /* the replica's pass count at its last visit */
+    int failed;          /* capture failed: the key runs as queued */
+    void *graph;         /* NULL: not captured */
+    struct mirror_model *m_at;
+    struct mirror__replica *r_at;
+} mirror__graph;
+
 /* One replica: its device context, its four arenas and the views into the
    activation arena (each sized for shard_max samples). */
 typedef struct mirror__replica {
@@ -4529,6 +4584,9 @@ typedef struct mirror__replica {
     float *wide, *weights;
     mirror_loss_scale_state *scaler, *host_scaler;
     float *stats; /* the sharded update across devices: its slice's check and sum of squares (2 floats) */
+    uint64_t *step; /* the step at hand, in device memory (dropout's masks) */
+    mirror__graph graph[MIRROR__GRAPHS]; /* captured passes (graphs), */
+    uint64_t passes;                     /* and the training passes queued */
     unsigned char *acts;
     size_t workspace_bytes;
     float *input;     /* [S, in_size] */
@@ -4601,6 +4659,8 @@ struct mirror_model {
     float **stats_bufs;     /* the replicas' stats (sliced) */
     int format;             /* mixed precision: the 16-bit format, else 0 */
     int sharded;            /* the update is sharded over the replicas' shared memory (ZeRO stage 1) */
+    int graphs;             /* training passes are captured and replayed (mirror__graph_step) */
+    int dropouts;           /* the model has dropout layers */
     int sliced;             /* it is sharded across devices (ZeRO stage 1: mirror__sliced_update), */
     size_t slice;           /* replica r's slice being slots [r slice, (r + 1) slice) */
     int keep_cols;          /* each convolution keeps its im2col from forward for backward */
@@ -4825,6 +4885,8 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: clip_norm %g: a finite norm >= 0 (0: off)",
                              (double)o->clip_norm);
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
+    if (d.graphs != 0 && d.graphs != 1)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: graphs %d: 0 or 1", d.graphs);
     if ((int)d.shard_update < 0 || d.shard_update > MIRROR_SHARD_OFF)
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: shard_update %d: MIRROR_SHARD_AUTO, _ON or _OFF",
@@ -5101,10 +5163,6 @@ static int mirror__averages(const mirror__layer *l)
 }
 
 /* Dropout layer i's key for the step being computed (steps + 1). */
-static uint64_t mirror__dropout_key(const mirror_model *m, size_t i)
-{
-    return mirror_hd_dropout_key(m->desc.seed, i, m->steps + 1);
-}
 
 /* tanh, sigmoid and GELU: activations whose outputs are new values. */
 static int mirror__smooth(const mirror__layer *l)
@@ -5207,6 +5265,22 @@ static int mirror__choose_update(mirror_model *m)
                         "mirror_model_build: shard_update on: the sharded update on GPUs runs in one process, "
                         "through a reducer with a reduce-scatter (the %s reducer%s)",
                         m->s->reducer->name, m->s->processes > 1 ? ", across processes" : "");
+}
+
+/* Whether training passes are captured and replayed (desc.graphs): where
+   the backend records graphs (or CPU replicas emulate them), for models
+   whose pass runs in one piece: batchnorm pauses at each layer for the
+   host, and deterministic mode sums chunk by chunk. */
+static void mirror__choose_graphs(mirror_model *m)
+{
+    size_t i;
+    int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
+    for (i = 0, m->dropouts = 0; i < m->nlayers; i++) m->dropouts |= m->layers[i].kind == MIRROR__DROPOUT;
+    m->graphs = m->desc.graphs && able && !m->nrunning && !m->chunk;
+    if (m->desc.graphs && able && !m->graphs)
+        mirror__log(MIRROR_LOG_NOTICE, m->chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
+                                                : "graphs: off for a model with batchnorm layers (they pause for the "
+                                                  "host at each layer)");
 }
 
 /* The floats of optimizer state a replica holds: every parameter's, or
@@ -5326,6 +5400,19 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     return (at + 63) & ~(size_t)63;
 }
 
+/* Frees a replica's graphs (and the emulation's copies). */
+static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
+{
+    size_t k;
+    for (k = 0; k < MIRROR__GRAPHS; k++) {
+        mirror__graph *g = &r->graph[k];
+        if (g->graph && m->be->graph_free) m->be->graph_free(r->dev, g->graph);
+        MIRROR_FREE(g->m_at);
+        MIRROR_FREE(g->r_at);
+        memset(g, 0, sizeof *g);
+    }
+}
+
 static void mirror__free_replicas(mirror_model *m)
 {
     size_t r, k;
@@ -5342,6 +5429,8 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->wide);
         m->be->release(p->dev, p->scaler);
         m->be->release(p->dev, p->stats);
+        m->be->release(p->dev, p->step);
+        mirror__graphs_free(m, p);
         m->be->host_release(p->dev, p->host_scaler);
         for (k = 0; k < 2; k++) {
             m->be->host_release(p->dev, p->host_x[k]);
@@ -5540,8 +5629,9 @@ static int mirror__model_build(mirror_model *m)
                 m->running[m->layers[i].run_off + j] = 0.0f, m->running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
         m->bn_stale = 1;
     }
+    mirror__choose_graphs(m);
     m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk &&
-                  !m->sliced;
+                  !m->sliced && !m->graphs;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         size_t S = m->shard_max, k;
@@ -5554,6 +5644,7 @@ static int mirror__model_build(mirror_model *m)
         p->state = r > 0 && m->sharded ? m->rep[0].state
                                        : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
         if (m->sliced && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float)))) goto oom;
+        if (!(p->step = (uint64_t *)m->be->alloc(p->dev, sizeof(uint64_t)))) goto oom;
         m->stats_bufs[r] = p->stats;
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
         for (k = 0; k < 2; k++) {
@@ -6093,7 +6184,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         case MIRROR__SIGMOID:
         case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
         case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
-            be->dropout(dev, y, x, S, out, mirror__dropout_key(m, i), r->row0, r->training ? l->p : 0.0f);
+            be->dropout(dev, y, x, S, out, m->desc.seed, i, r->step, r->row0, r->training ? l->p : 0.0f);
             break;
         case MIRROR__AVGPOOL2D:
         case MIRROR__GLOBAL_AVGPOOL:
@@ -6213,7 +6304,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                                  l->k, l->stride, l->oh, l->ow);
             break;
         case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
-            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, mirror__dropout_key(m, i), r->row0, l->p);
+            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->step, r->row0, l->p);
             if (m->format && l->p > 0.0f) be->round(dev, d, S * out, m->format);
             continue;
         case MIRROR__AVGPOOL2D:
@@ -6324,8 +6415,6 @@ static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_co
     const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
     size_t S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
-    r->loss_sum = 0.0;
-    r->correct_sum = 0;
     if (!S) return;
     const float *scale = m->format ? &r->scaler->scale : NULL; /* the loss scale */
     if (ce)
@@ -6351,6 +6440,89 @@ static void mirror__take_loss(const mirror_model *m, mirror__replica *r)
     for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
 }
 
+/* A training pass as the host queues it (no batchnorm: in one piece). */
+static void mirror__queue_pass(mirror_model *m, mirror__replica *r, const mirror__job *job)
+{
+    mirror__forward(m, r, r->count, 0, m->nlayers);
+    mirror__loss(m, r, job->inv_count, job->metrics_now);
+    mirror__backward(m, r, r->count, job->accumulate, m->nlayers - 1, (size_t)-1);
+}
+
+/* The place of the pass's key among r's graphs: its own, else a free one,
+   else the one least recently used (its graph freed). */
+static mirror__graph *mirror__graph_of(mirror_model *m, mirror__replica *r, const mirror__job *job)
+{
+    mirror__graph *g, *pick = &r->graph[0];
+    size_t k;
+    for (k = 0; k < MIRROR__GRAPHS; k++) {
+        g = &r->graph[k];
+        if (g->seen && g->count == r->count && g->row0 == r->row0 && g->inv_count == job->inv_count &&
+            g->slot == r->slot && g->accumulate == job->accumulate && g->metrics_now == job->metrics_now)
+            return g;
+        if (pick->seen && (!g->seen || g->used < pick->used)) pick = g;
+    }
+    if (pick->graph && m->be->graph_free) m->be->graph_free(r->dev, pick->graph);
+    MIRROR_FREE(pick->m_at);
+    MIRROR_FREE(pick->r_at);
+    memset(pick, 0, sizeof *pick);
+    pick->count = r->count, pick->row0 = r->row0, pick->inv_count = job->inv_count;
+    pick->slot = r->slot, pick->accumulate = job->accumulate, pick->metrics_now = job->metrics_now;
+    return pick;
+}
+
+/* The emulation's graph: the model and replica as at capture. */
+static void *mirror__emulated_capture(const mirror_model *m, const mirror__replica *r, mirror__graph *g)
+{
+    g->m_at = (mirror_model *)mirror__alloc(1, sizeof *m);
+    g->r_at = (mirror__replica *)mirror__alloc(1, sizeof *r);
+    if (!g->m_at || !g->r_at) return NULL;
+    *g->m_at = *m, *g->r_at = *r;
+    return g->m_at;
+}
+
+/* Queues the pass again from the state at capture, as a graph replays
+   what was recorded then (a value the host changed since is not seen). */
+static void mirror__emulated_launch(mirror__replica *r, const mirror__graph *g, const mirror__job *job)
+{
+    mirror_model *m = (mirror_model *)mirror__alloc(1, sizeof *m);
+    mirror__replica at = *g->r_at;
+    if (!m) { /* the emulation's own shortage: the pass as queued now */
+        mirror__queue_pass(job->m, r, job);
+        return;
+    }
+    *m = *g->m_at;
+    mirror__queue_pass(m, &at, job);
+    MIRROR_FREE(m);
+}
+
+/* A training pass through graphs: the first time its key comes the pass
+   is queued as usual (a warm-up: libraries set up their kernels then),
+   the second time it is captured, and from then on the graph replays it.
+   The key holds every value the pass is queued with that changes from
+   step to step on the host: the shard's size and first row, the input
+   slot, the loss's divisor, accumulation and the metrics' path; the step
+   (dropout's masks) is read from device memory. */
+static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror__job *job)
+{
+    mirror__graph *g = mirror__graph_of(m, r, job);
+    g->used = ++r->passes;
+    if (!g->graph && !g->failed && g->seen++ >= 1) {
+        if (!m->be->capture_begin) {
+            g->graph = mirror__emulated_capture(m, r, g);
+        } else if (m->be->capture_begin(r->dev)) {
+            mirror__queue_pass(m, r, job);
+            g->graph = m->be->capture_end(r->dev);
+        }
+        g->failed = !g->graph;
+    }
+    if (!g->graph)
+        mirror__queue_pass(m, r, job);
+    else if (m->be->graph_launch)
+        m->be->graph_launch(r->dev, g->graph);
+    else
+        mirror__emulated_launch(r, g, job);
+}
+
 /* Replica `worker`: its shard in, forward, then the loss and backward, or
    the outputs out for predict. */
 static void mirror__compute_job(void *ctx, size_t worker)
@@ -6367,7 +6539,15 @@ static void mirror__compute_job(void *ctx, size_t worker)
         r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
         if (m->trace_steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
+        if (r->training && m->dropouts) m->be->set_u64(r->dev, r->step, m->steps + 1);
         if (m->trace_steps) m->be->mark(r->dev, 1);
+        r->loss_sum = 0.0;
+        r->correct_sum = 0;
+    }
+    if (m->graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
+        mirror__graph_step(m, r, job);
+        if (job->metrics_now) mirror__take_loss(m, r);
+        return;
     }
     if (!job->backward) {
         mirror__forward(m, r, r->count, job->from, job->stop);

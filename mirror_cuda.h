@@ -130,6 +130,32 @@
       changes); the API and checkpoints see the values packed. Overlap: see
       STREAMS AND WAITING (the input) and REDUCERS (NCCL's buckets).
 
+   GRAPHS
+
+      With mirror_model_desc.graphs = 1 each replica's forward, loss and
+      backward of a training step (not the update: its learning rate and
+      Adam's bias corrections change every step) are recorded once as a
+      CUDA graph (stream capture, thread-local mode) and replayed with one
+      cudaGraphLaunch: the CNN's 40-odd launches a replica become one, plus
+      the input's upload, a one-thread kernel that writes the step for
+      dropout's masks (device memory, so a replay sees the step at hand),
+      the reducer and the update's three launches. A graph holds the
+      values it was recorded with, so each replica keeps up to 8 graphs,
+      one per key: the shard's size and first row, the input slot (of the
+      two double-buffered ones), the loss's divisor (the global batch),
+      accumulation, and whether the metrics are read at once. A key's first
+      pass runs as queued (cuBLAS and the kernels load), its second is
+      recorded, later ones replay; the least recently used graph makes
+      room for a new key. A recording that fails is logged as a notice and
+      that key runs as queued from then on. Graphs are not used for models
+      with batchnorm layers (the replicas' statistics are combined on the
+      host at each layer), in deterministic mode, while mirror_timing
+      records phase edges, or with the bucketed all-reduce (the gradient
+      is all-reduced after backward instead). The tests emulate replays on
+      CPU replicas (MIRROR_CPU_GRAPHS=1: a replay queues the pass again with
+      the host's state as at capture), so that a value read from the host
+      that should come from the device shows.
+
    THE SHARDED UPDATE (ZeRO stage 1)
 
       With mirror_model_desc.shard_update = MIRROR_SHARD_ON, replicas in one
@@ -458,9 +484,10 @@ __global__ void mirror__k_add(float *y, const float *a, const float *b, size_t n
 }
 
 /* Dropout: one thread per element, its mask hashed from its place. */
-__global__ void mirror__k_dropout(float *y, const float *x, size_t rows, mirror_hd_divisor inner, uint64_t key,
-                                  uint64_t row0, float p)
+__global__ void mirror__k_dropout(float *y, const float *x, size_t rows, mirror_hd_divisor inner, uint64_t seed,
+                                  uint64_t layer, const uint64_t *step, uint64_t row0, float p)
 {
+    uint64_t key = mirror_hd_dropout_key(seed, layer, *step);
     MIRROR__FOR_EACH(i, rows * inner.d)
     {
         uint64_t row, e = mirror_hd_divmod(inner, i, &row);
@@ -1193,14 +1220,23 @@ static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, cons
     MIRROR__LAUNCHED(d, "maxpool_forward kernel");
 }
 
-static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t key,
-                                 uint64_t row0, float p)
+static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
+                                 uint64_t layer, const uint64_t *step, uint64_t row0, float p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows || !inner) return;
     mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, rows, mirror_hd_divisor_of(inner), key, row0, p);
+        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, step, row0, p);
     MIRROR__LAUNCHED(d, "dropout kernel");
+}
+
+__global__ void mirror__k_set_u64(uint64_t *p, uint64_t v) { *p = v; }
+
+static void mirror__cuda_set_u64(void *dev, uint64_t *p, uint64_t v)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_set_u64<<<1, 1, 0, d->stream>>>(p, v);
+    MIRROR__LAUNCHED(d, "set_u64 kernel");
 }
 
 static void mirror__cuda_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
@@ -1518,6 +1554,60 @@ static void mirror__cuda_buckets_done(void *dev)
         mirror__cuda_ok(d, cudaStreamWaitEvent(d->stream, d->summed, 0), "cudaStreamWaitEvent");
 }
 
+/* Graphs (GRAPHS in the manual). A recording that fails leaves no failure
+   behind (the notice says why): the pass is then queued as usual, which
+   reports any failure of its own. */
+static void mirror__cuda_capture_notice(mirror__cuda_dev *d, const char *what, cudaError_t e)
+{
+    char notice[400];
+    snprintf(notice, sizeof notice, "GPU %d: a training pass could not be recorded as a graph (%s: %s); it runs as "
+                                    "queued",
+             d->device, what, d->code ? d->message : cudaGetErrorString(e));
+    mirror__log(MIRROR_LOG_NOTICE, notice);
+    (void)cudaGetLastError();
+    d->code = 0, d->message[0] = '\0';
+}
+
+static int mirror__cuda_capture_begin(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    cudaError_t e;
+    if (d->code) return 0; /* a failure waits to be reported: the pass as queued reports it */
+    e = cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) return 1;
+    mirror__cuda_capture_notice(d, "cudaStreamBeginCapture", e);
+    return 0;
+}
+
+static void *mirror__cuda_capture_end(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture(d->stream, &graph);
+    const char *what = "cudaStreamEndCapture";
+    if (e == cudaSuccess && !d->code) e = cudaGraphInstantiate(&exec, graph, 0), what = "cudaGraphInstantiate";
+    if (graph) (void)cudaGraphDestroy(graph); /* the executable graph keeps what it needs */
+    if (e == cudaSuccess && !d->code) return exec;
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    mirror__cuda_capture_notice(d, what, e);
+    return NULL;
+}
+
+static void mirror__cuda_graph_launch(void *dev, void *graph)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__cuda_ok(d, cudaGraphLaunch((cudaGraphExec_t)graph, d->stream), "cudaGraphLaunch");
+}
+
+/* After the replica's work is done: a launch may still run the graph. */
+static void mirror__cuda_graph_free(void *dev, void *graph)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (mirror__cuda_idle(d, "waiting before freeing a graph"))
+        mirror__cuda_ok(d, cudaGraphExecDestroy((cudaGraphExec_t)graph), "cudaGraphExecDestroy");
+}
+
 static const mirror__backend mirror__cuda_backend = {
     "cuda",
     0,                     /* convolutions: one GEMM over the whole shard */
@@ -1551,6 +1641,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_permute,
     mirror__cuda_maxpool_forward,
     mirror__cuda_dropout,
+    mirror__cuda_set_u64,
     mirror__cuda_avgpool_forward,
     mirror__cuda_avgpool_backward,
     mirror__cuda_bn_sums,
@@ -1584,6 +1675,10 @@ static const mirror__backend mirror__cuda_backend = {
 #endif
     mirror__cuda_mark,
     mirror__cuda_marks,
+    mirror__cuda_capture_begin,
+    mirror__cuda_capture_end,
+    mirror__cuda_graph_launch,
+    mirror__cuda_graph_free,
 };
 
 // >>cuda reducers -----------------------------------------------------------

@@ -14,9 +14,11 @@
    Writes the synthetic digits to build/bench_digits.bin for
    bench/bench_torch.py, which trains the same models on the same data.
 
+   Each workload runs as queued and with CUDA graphs (desc.graphs).
+
    Output: "mirror <workload> <batch> <precision> <samples/s> <ms/step>
-   <TFLOP/s>" (the MLPs' 6 x batch x parameters flops a step; "-" for the
-   CNN) and "replicas <K> <ms/step> <ms/step sharded>".
+   <TFLOP/s> <eager|graphs>" (the MLPs' 6 x batch x parameters flops a
+   step; "-" for the CNN) and "replicas <K> <ms/step> <ms/step sharded>".
 
    bench_gpu [--quick] [--devices LIST]: --quick shrinks every workload
    (batches / 16, widths / 16) for a try on CPU replicas, say with
@@ -92,7 +94,7 @@ static mirror_strategy *strategy(const char *devices)
 
 /* The workload's model: an MLP of its shape, or the digits' "mlp"/"cnn". */
 static mirror_model *build(mirror_strategy *s, const workload *w, mirror_precision precision,
-                           mirror_shard_update shard)
+                           mirror_shard_update shard, int graphs)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
@@ -105,6 +107,7 @@ static mirror_model *build(mirror_strategy *s, const workload *w, mirror_precisi
     d.optimizer.kind = MIRROR_OPT_ADAM;
     d.precision = precision;
     d.shard_update = shard;
+    d.graphs = graphs;
     if (mirror_model_create(&d, &m, &err)) fail(err.message);
     if (!w->in) {
         if (example_model(m, strcmp(w->name, "cnn") ? "mlp" : "cnn", 0.0f)) fail(mirror_model_error(m));
@@ -172,13 +175,14 @@ int main(int argc, char **argv)
         const workload *w = &loads[i];
         mirror_dataset own, *ds = &digits;
         if (w->in == 8192 || (quick && w->in == 512)) random_data(&own, w->batch, w->in), ds = &own;
-        for (p = 0; p < 2; p++) {
-            mirror_model *m = build(s, w, precisions[p], MIRROR_SHARD_AUTO);
+        for (p = 0; p < 4; p++) {
+            mirror_model *m = build(s, w, precisions[p / 2], MIRROR_SHARD_AUTO, (int)(p % 2));
             double t = time_steps(m, ds, w->batch, w->steps);
-            printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precisions[p]),
+            printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precisions[p / 2]),
                    (double)w->batch / t, 1e3 * t);
-            if (w->in) printf("%.1f\n", 6.0 * (double)w->batch * (double)mirror_num_parameters(m) / t / 1e12);
-            else printf("-\n");
+            if (w->in) printf("%.1f", 6.0 * (double)w->batch * (double)mirror_num_parameters(m) / t / 1e12);
+            else printf("-");
+            printf(" %s\n", p % 2 ? "graphs" : "eager");
             fflush(stdout);
             mirror_model_destroy(m);
         }
@@ -202,7 +206,7 @@ int main(int argc, char **argv)
         }
         s = strategy(list);
         for (r = 0; r < 2; r++) {
-            m = build(s, cnn, MIRROR_PRECISION_FP32, r ? MIRROR_SHARD_ON : MIRROR_SHARD_OFF);
+            m = build(s, cnn, MIRROR_PRECISION_FP32, r ? MIRROR_SHARD_ON : MIRROR_SHARD_OFF, 0);
             t[r] = time_steps(m, &digits, cnn->batch, cnn->steps);
             mirror_model_destroy(m);
         }

@@ -23,6 +23,7 @@ typedef struct options {
     int augment;     /* --augment: flips and crops of the training images */
     size_t crop_pad; /* --crop-pad N: the crops' shift, up to N pixels (default 1) */
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
+    int graphs;        /* --graphs: CUDA graphs */
     size_t chunk;      /* --chunk K: deterministic mode's samples per chunk */
     size_t curve_every; /* --curve-every N: a point of the curves every N steps too */
     double lr, clip_norm, dropout;
@@ -229,6 +230,7 @@ static int options_check(options *o)
         return OPTIONS_BAD;
     }
     md->deterministic = o->deterministic == 1; /* the default (-1) is the trainer's to settle */
+    md->graphs = o->graphs;
     if (!o->shard_update || !strcmp(o->shard_update, "auto")) md->shard_update = MIRROR_SHARD_AUTO;
     else if (!strcmp(o->shard_update, "on")) md->shard_update = MIRROR_SHARD_ON;
     else if (!strcmp(o->shard_update, "off")) md->shard_update = MIRROR_SHARD_OFF;
@@ -249,7 +251,7 @@ static int options_parse(int argc, char **argv, options *o)
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return OPTIONS_HELP;
-        if (!strcmp(a, "--augment")) { /* the four flags without a value */
+        if (!strcmp(a, "--augment")) { /* the flags without a value */
             o->augment = 1;
             continue;
         }
@@ -259,6 +261,10 @@ static int options_parse(int argc, char **argv, options *o)
         }
         if (!strcmp(a, "--phases")) {
             o->phases = 1;
+            continue;
+        }
+        if (!strcmp(a, "--graphs")) {
+            o->graphs = 1;
             continue;
         }
         if (i + 1 >= argc) {

@@ -64,6 +64,7 @@ static void usage(FILE *f)
                "                      replicas (GPU replicas: off unless asked)\n"
                "  --no-deterministic  sums in each split's own order: equal within float32 rounding, a little faster\n"
                "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
+               "  --graphs            GPUs: record each replica's forward and backward as a CUDA graph, replay it\n"
                "  --shard-update M    auto | on | off: each replica updates a slice and keeps its optimizer state\n"
                "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
@@ -226,6 +227,7 @@ int main(int argc, char **argv)
         say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
     if (md.deterministic) say(", deterministic (chunks of %zu samples)", md.chunk);
     if (md.shard_update == MIRROR_SHARD_ON) say(", sharded update");
+    if (md.graphs) say(", graphs");
     if (md.shard_update == MIRROR_SHARD_OFF) say(", unsharded update");
     say("\n");
 

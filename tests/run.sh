@@ -151,6 +151,8 @@ if [ -x "$BUILD/train" ]; then
             test -s "$tmp/run_a" && cmp -s "$tmp/run_a" "$tmp/run_b" && cmp -s "$tmp/run_a.ckpt" "$tmp/run_b.ckpt"
     }
     det="--deterministic --epochs 1 --synthetic 300 --batch 50"
+    check "build/train --graphs on CPU replicas (no graphs there) = without (final: line and checkpoint, byte for byte)" \
+        same_runs "--model mlp --dropout 0.3 --no-deterministic --epochs 1 --synthetic 300 --batch 50 --replicas 2" "--model mlp --dropout 0.3 --no-deterministic --epochs 1 --synthetic 300 --batch 50 --replicas 2 --graphs"
     check "build/train --shard-update off = the default sharded update on 3 CPU replicas (final: line and checkpoint, byte for byte)" \
         same_runs "--model cnn-bn --optimizer adamw --clip-norm 100 $det --replicas 3" "--model cnn-bn --optimizer adamw --clip-norm 100 $det --replicas 3 --shard-update off"
     check "build/train --deterministic --batch 25 --accumulate 4 = --batch 100 (final: line and checkpoint, byte for byte)" \

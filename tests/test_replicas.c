@@ -647,6 +647,118 @@ static void test_shard_modes(void)
     }
 }
 
+/* An MLP with dropout for test_graphs. */
+static mirror_model *dropout_model(mirror_strategy *s, mirror_precision precision, int graphs)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s, d.channels = 1, d.height = 12, d.width = 12, d.max_batch = 10, d.seed = 3;
+    d.optimizer.kind = MIRROR_OPT_ADAMW, d.precision = precision, d.graphs = graphs;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_flatten(m), mirror_dense(m, 24), mirror_relu(m), mirror_dropout(m, 0.3f), mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* 30 steps: 12 of batches of 10 over 95 samples (a partial batch of 5
+   ends the epoch), 6 more with their metrics read at once, then 12 of
+   four micro-batches of 5 accumulated (the second and fourth alike but for
+   their first row). Each kind's passes come often enough to be replayed.
+   Sums the losses read into *loss. */
+static int graph_steps(mirror_model *m, double *loss)
+{
+    size_t perm[95], k, j, per_epoch = mirror_num_batches(95, 10, 0);
+    for (k = 0; k < 30; k++) {
+        size_t b = k % per_epoch;
+        mirror_batch g[4];
+        mirror_metrics met;
+        int rc, now = k >= 12 && k < 18;
+        memset(g, 0, sizeof g);
+        if (b == 0) mirror_permutation(perm, 95, 11, k / per_epoch);
+        g[0].x = data.x, g[0].labels = data.labels, g[0].rows = data.count, g[0].index = perm + b * 10;
+        g[0].n = b * 10 + 10 <= 95 ? 10 : 95 - b * 10;
+        if (k >= 18) {
+            g[0].index = perm + b * 10 % 75;
+            for (j = 0; j < 4; j++) g[j] = g[0], g[j].n = 5, g[j].index = g[0].index + 5 * j;
+            rc = mirror_train_steps(m, g, 4, now ? &met : NULL);
+        } else {
+            rc = mirror_train_step(m, &g[0], now ? &met : NULL);
+        }
+        if (rc) return rc;
+        if (now) *loss += met.loss_sum;
+    }
+    return MIRROR_OK;
+}
+
+/* desc.graphs: the training passes captured once per key and replayed
+   (built with MIRROR_CPU_GRAPHS=1, CPU replicas emulate that: a replay
+   queues the pass again as the host held it at capture, so a value read
+   from the host's state where it should come from the device shows) give
+   the parameters, state and losses of the passes queued as usual, bit
+   for bit, with dropout, partial batches, accumulation and metrics read
+   at once, on 1 to 3 replicas in fp32 and fp16. A model with batchnorm
+   runs without. */
+static void test_graphs(void)
+{
+    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    size_t R, pi, r, k, replayed, with_metrics, accumulated;
+    for (R = 1; R <= 3; R++) {
+        mirror_strategy *s = strategy(R);
+        for (pi = 0; pi < 2; pi++) {
+            mirror_model *on = dropout_model(s, precisions[pi], 1), *off = dropout_model(s, precisions[pi], 0);
+            double loss[2] = {0.0, 0.0};
+            float *p[2], *st[2];
+            int ok = on && off && graph_steps(on, &loss[0]) == MIRROR_OK && graph_steps(off, &loss[1]) == MIRROR_OK;
+            CHECK(ok, "graphs, %zu replicas: 30 steps: %s", R, on ? mirror_model_error(on) : "no model");
+            if (!ok) {
+                mirror_model_destroy(on), mirror_model_destroy(off);
+                continue;
+            }
+            for (k = 0; k < 2; k++) p[k] = params_of(k ? off : on, R - 1), st[k] = state_of(k ? off : on, R - 1);
+            CHECK(!memcmp(p[0], p[1], mirror_num_parameters(on) * sizeof(float)) &&
+                      !memcmp(st[0], st[1], mirror_optimizer_state_size(on) * sizeof(float)) && loss[0] == loss[1] &&
+                      replicas_equal(on, R),
+                  "graphs %s, %zu replicas: the parameters, state and losses of the passes as queued, bit for bit",
+                  mirror_precision_name(precisions[pi]), R);
+            for (r = 0, replayed = with_metrics = accumulated = 0; r < R; r++)
+                for (k = 0; k < MIRROR__GRAPHS; k++) {
+                    const mirror__graph *g = &on->rep[r].graph[k];
+                    replayed += g->graph != NULL; /* captured: every pass of its key since is a replay */
+                    with_metrics += g->graph != NULL && g->metrics_now;
+                    accumulated += g->graph != NULL && g->accumulate;
+                }
+            CHECK(on->graphs == MIRROR_CPU_GRAPHS && (replayed > 0 && with_metrics > 0 && accumulated > 0) ==
+                                                         MIRROR_CPU_GRAPHS,
+                  "graphs %s, %zu replicas: in use %d; graphs %zu, with metrics %zu, accumulating %zu "
+                  "(emulated: %d)", mirror_precision_name(precisions[pi]), R, on->graphs, replayed, with_metrics,
+                  accumulated, MIRROR_CPU_GRAPHS);
+            for (k = 0; k < 2; k++) free(p[k]), free(st[k]);
+            mirror_model_destroy(on), mirror_model_destroy(off);
+        }
+        mirror_strategy_destroy(s);
+    }
+    {
+        mirror_strategy *s = strategy(2);
+        mirror_model_desc d;
+        mirror_model *m = NULL;
+        mirror_error e;
+        memset(&d, 0, sizeof d);
+        d.strategy = s, d.channels = 4, d.max_batch = 8, d.graphs = 2;
+        CHECK(mirror_model_create(&d, &m, &e) == MIRROR_ERR_ARGUMENT && strstr(e.message, "graphs"),
+              "graphs 2 is refused: %s", e.message);
+        d.graphs = 1;
+        mirror_model_create(&d, &m, NULL);
+        mirror_dense(m, 4), mirror_batchnorm(m, MIRROR_BN_SYNC), mirror_dense(m, 3);
+        CHECK(m && mirror_model_build(m) == MIRROR_OK && !m->graphs, "graphs: a model with batchnorm runs without");
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
 /* mirror_check_replicas: equal replicas pass, in fit too; one parameter of
    replica 2 changed by hand is found and named. One process here; tests/mpi
    checks it across processes. */
@@ -787,6 +899,7 @@ int main(void)
     test_determinism();
     test_sharded_update();
     test_shard_modes();
+    test_graphs();
     test_small_batches_and_predict();
     test_pool();
     test_deferred_metrics();

@@ -33,6 +33,7 @@ static void check_accepted(const options *o)
     ok &= o->dropout >= 0.0 && o->dropout <= 0.99;
     ok &= (!o->history || o->history[0]) && (!o->plot || o->plot[0]) && (!o->trace || o->trace[0]);
     ok &= o->phases == 0 || o->phases == 1;
+    ok &= o->md.graphs == o->graphs && (o->graphs == 0 || o->graphs == 1);
     ok &= o->deterministic >= -1 && o->deterministic <= 1 && o->md.deterministic == (o->deterministic == 1);
     ok &= o->md.chunk == o->chunk && (!o->chunk || o->deterministic != 0);
     ok &= o->crop_pad <= 64 && o->lr_schedule;
