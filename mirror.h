@@ -767,11 +767,11 @@ typedef struct mirror_model_desc {
        MIRROR_SHARD_AUTO: on CPU replicas (shared memory), off on GPUs. See
        the update in THE STEP. */
     mirror_shard_update shard_update;
-    /* 1: each replica's forward and backward of a training step are
-       captured once per shape (a CUDA graph) and replayed, a launch or so
-       a step instead of one per kernel. GPUs only; elsewhere, and for
-       models with batchnorm layers or in deterministic mode, the step runs
-       as without. See GRAPHS in mirror_cuda.h. */
+    /* 1: each replica's forward and backward of a training step, and its
+       update, are recorded once per shape (CUDA graphs) and replayed, two
+       launches a step instead of one per kernel. GPUs only; elsewhere, and
+       for models with batchnorm layers or in deterministic mode, the step
+       runs as without. See GRAPHS in mirror_cuda.h. */
     int graphs;
 } mirror_model_desc;
 
@@ -2540,6 +2540,14 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
    (0-3), the all-reduce's (4, 5), the update's (6, 7). */
 enum { MIRROR__MARKS = 8 };
 
+/* What an update reads that changes from step to step, in device memory
+   (a recorded update then reads the step at hand): the step applied, its
+   learning rate, and fp32 Adam's bias corrections for it. */
+typedef struct mirror__tick {
+    uint64_t step;
+    float lr, bc1, bc2_sqrt;
+} mirror__tick;
+
 typedef struct mirror__backend {
     const char *name;
     /* Samples per convolution GEMM (0: the whole shard). One sample keeps
@@ -2620,8 +2628,9 @@ typedef struct mirror__backend {
        memory (a captured step reads the step at hand). */
     void (*dropout)(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed, uint64_t layer,
                     const uint64_t *step, uint64_t row0, float p);
-    /* *p = v in device memory, in stream order. */
-    void (*set_u64)(void *dev, uint64_t *p, uint64_t v);
+    /* n <= 32 bytes from the host's value into p in device memory, in
+       stream order (the value is taken at once). */
+    void (*set)(void *dev, void *p, const void *value, size_t n);
     /* Average pooling over planes of h x w, kh x kw windows every stride:
        y = the window means; dx = mirror_hd_window_mean_grad of dy. */
     void (*avgpool_forward)(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
@@ -2660,10 +2669,10 @@ typedef struct mirror__backend {
        NULL), in row order: a step's metrics stay on the device. */
     void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
                        size_t rows);
-    /* fp32: one pass over the reduced gradient of step `step`:
+    /* fp32: one pass over the reduced gradient of step t->step:
        mirror_hd_guard on st (found_nonfinite, kept set until the host
        clears it). */
-    void (*check32)(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step);
+    void (*check32)(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, const mirror__tick *t);
     /* Gradient clipping: the L2 norm of the reduced gradient g (fp32), or of
        g16 unscaled by st->scale (mixed; g NULL), into st->grad_norm, and
        mirror_hd_clip_factor of it into st->clip, which the updates apply.
@@ -2678,15 +2687,16 @@ typedef struct mirror__backend {
        slice_verdict applies mirror_hd_slice_verdict to st. */
     void (*slice_stats)(void *dev, float *out, const float *g, const uint16_t *g16, size_t n, int format,
                         const mirror_loss_scale_state *st, int squares);
-    void (*slice_verdict)(void *dev, mirror_loss_scale_state *st, const float *sums, uint64_t step, int format,
-                          float max_norm);
+    void (*slice_verdict)(void *dev, mirror_loss_scale_state *st, const float *sums, const mirror__tick *t,
+                          int format, float max_norm);
     /* One launch over the whole flat parameter arena, doing nothing while
-       guard->found_nonfinite is set. */
+       guard->found_nonfinite is set; the learning rate (and Adam's bias
+       corrections) from t. */
     void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
-                float lr, float momentum, float weight_decay, int nesterov);
+                const mirror__tick *t, float momentum, float weight_decay, int nesterov);
     void (*adam)(void *dev, float *w, float *m, float *v, const float *g, size_t n,
-                 const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
-                 float weight_decay, int decoupled, float bc1, float bc2_sqrt);
+                 const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2, float eps,
+                 float weight_decay, int decoupled);
 
     /* Mixed precision; format is MIRROR_PRECISION_FP16 or _BF16. */
     /* The model's precision, once after open: a GPU picks its GEMM compute type. */
@@ -2701,12 +2711,13 @@ typedef struct mirror__backend {
     /* One pass each, doing nothing when st->found_nonfinite: unscale g by
        st->scale, update the fp32 master w and moments, write w16 and, unless
        wide is NULL, the fp32 view the layers read (wide = w16 widened, in
-       the same pass). Adam's t is st->applied + 1. */
+       the same pass). Adam's t is st->applied + 1; the learning rate is
+       t->lr. */
     void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g, size_t n,
-                      int format, const mirror_loss_scale_state *st, float lr, float momentum,
+                      int format, const mirror_loss_scale_state *st, const mirror__tick *t, float momentum,
                       float weight_decay, int nesterov);
     void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide, const uint16_t *g,
-                       size_t n, int format, const mirror_loss_scale_state *st, float lr,
+                       size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                        float beta1, float beta2, float eps, float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
     void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
@@ -3054,10 +3065,10 @@ static void mirror__cpu_dropout(void *dev, float *y, const float *x, size_t rows
         for (e = 0; e < inner; e++) y[e] = x[e] * mirror_hd_dropout(key, row0 + r, e, p);
 }
 
-static void mirror__cpu_set_u64(void *dev, uint64_t *p, uint64_t v)
+static void mirror__cpu_set(void *dev, void *p, const void *value, size_t n)
 {
     (void)dev;
-    *p = v;
+    memcpy(p, value, n);
 }
 
 static void mirror__cpu_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
@@ -3177,10 +3188,11 @@ static int mirror__all_finite(const float *g, size_t n)
     return finite;
 }
 
-static void mirror__cpu_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step)
+static void mirror__cpu_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n,
+                                const mirror__tick *t)
 {
     (void)dev;
-    mirror_hd_guard(st, mirror__all_finite(g, n), step);
+    mirror_hd_guard(st, mirror__all_finite(g, n), t->step);
 }
 
 /* The squares of g[begin, end) (or of g16 unscaled) in 8 float lanes,
@@ -3238,19 +3250,19 @@ static void mirror__cpu_slice_stats(void *dev, float *out, const float *g, const
     out[1] = squares ? (float)mirror__cpu_squares(g, g16, n, format, inv_scale) : 0.0f;
 }
 
-static void mirror__cpu_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums, uint64_t step,
-                                      int format, float max_norm)
+static void mirror__cpu_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums,
+                                      const mirror__tick *t, int format, float max_norm)
 {
     (void)dev;
-    mirror_hd_slice_verdict(st, sums, step, format, max_norm);
+    mirror_hd_slice_verdict(st, sums, t->step, format, max_norm);
 }
 
 static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n,
-                            const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
-                            int nesterov)
+                            const mirror_loss_scale_state *guard, const mirror__tick *t, float momentum,
+                            float weight_decay, int nesterov)
 {
     size_t i;
-    float unused = 0.0f, c = mirror_hd_clip_of(guard);
+    float unused = 0.0f, c = mirror_hd_clip_of(guard), lr = t->lr;
     (void)dev;
     if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
@@ -3258,11 +3270,11 @@ static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_
 }
 
 static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
-                             const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int decoupled, float bc1, float bc2_sqrt)
+                             const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
+                             float eps, float weight_decay, int decoupled)
 {
     size_t i;
-    float c = mirror_hd_clip_of(guard);
+    float c = mirror_hd_clip_of(guard), lr = t->lr, bc1 = t->bc1, bc2_sqrt = t->bc2_sqrt;
     (void)dev;
     if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
@@ -3300,11 +3312,11 @@ static void mirror__cpu_check(void *dev, mirror_loss_scale_state *st, const uint
 }
 
 static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
-                                  size_t n, int format, const mirror_loss_scale_state *st, float lr, float momentum,
-                                  float weight_decay, int nesterov)
+                                  size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+                                  float momentum, float weight_decay, int nesterov)
 {
     size_t i;
-    float unused = 0.0f, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
+    float unused = 0.0f, lr = t->lr, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
     for (i = 0; i < n; i++) {
@@ -3316,10 +3328,11 @@ static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, 
 
 static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide,
                                    const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
-                                   float lr, float beta1, float beta2, float eps, float weight_decay, int decoupled)
+                                   const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
+                                   int decoupled)
 {
     size_t i;
-    float bc1, bc2_sqrt, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
+    float bc1, bc2_sqrt, lr = t->lr, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
     mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
@@ -3392,7 +3405,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_permute,
     mirror__cpu_maxpool_forward,
     mirror__cpu_dropout,
-    mirror__cpu_set_u64,
+    mirror__cpu_set,
     mirror__cpu_avgpool_forward,
     mirror__cpu_avgpool_backward,
     mirror__cpu_bn_sums,
@@ -4552,12 +4565,14 @@ typedef struct mirror__layer {
     size_t from; /* residual_end: the index of its block's residual layer */
 } mirror__layer;
 
-/* A replica's captured training pass (see mirror__graph_step): the values
-   the recording holds (the key), the backend's graph, and when the key
-   last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the model
-   and replica as at capture instead, which each replay queues again. */
+/* A replica's recorded training pass or update (see mirror__graph_step):
+   the values the recording holds (the key), the backend's graph, and when
+   the key last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the
+   model and replica as at capture instead, which each replay queues again. */
 #define MIRROR__GRAPHS 8
+enum { MIRROR__PASS_GRAPH, MIRROR__UPDATE_GRAPH };
 typedef struct mirror__graph {
+    int kind; /* MIRROR__PASS_GRAPH or MIRROR__UPDATE_GRAPH (whose key is the kind alone) */
     size_t count, row0;
     float inv_count;
     int slot, accumulate, metrics_now;
@@ -4584,9 +4599,9 @@ typedef struct mirror__replica {
     float *wide, *weights;
     mirror_loss_scale_state *scaler, *host_scaler;
     float *stats; /* the sharded update across devices: its slice's check and sum of squares (2 floats) */
-    uint64_t *step; /* the step at hand, in device memory (dropout's masks) */
+    mirror__tick *tick; /* the step at hand, in device memory (dropout's masks, the update) */
     mirror__graph graph[MIRROR__GRAPHS]; /* captured passes (graphs), */
-    uint64_t passes;                     /* and the training passes queued */
+    uint64_t passes;                     /* and the passes and updates queued through them */
     unsigned char *acts;
     size_t workspace_bytes;
     float *input;     /* [S, in_size] */
@@ -5429,7 +5444,7 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->wide);
         m->be->release(p->dev, p->scaler);
         m->be->release(p->dev, p->stats);
-        m->be->release(p->dev, p->step);
+        m->be->release(p->dev, p->tick);
         mirror__graphs_free(m, p);
         m->be->host_release(p->dev, p->host_scaler);
         for (k = 0; k < 2; k++) {
@@ -5644,7 +5659,7 @@ static int mirror__model_build(mirror_model *m)
         p->state = r > 0 && m->sharded ? m->rep[0].state
                                        : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
         if (m->sliced && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float)))) goto oom;
-        if (!(p->step = (uint64_t *)m->be->alloc(p->dev, sizeof(uint64_t)))) goto oom;
+        if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) goto oom;
         m->stats_bufs[r] = p->stats;
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
         for (k = 0; k < 2; k++) {
@@ -6184,7 +6199,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         case MIRROR__SIGMOID:
         case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
         case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
-            be->dropout(dev, y, x, S, out, m->desc.seed, i, r->step, r->row0, r->training ? l->p : 0.0f);
+            be->dropout(dev, y, x, S, out, m->desc.seed, i, &r->tick->step, r->row0, r->training ? l->p : 0.0f);
             break;
         case MIRROR__AVGPOOL2D:
         case MIRROR__GLOBAL_AVGPOOL:
@@ -6304,7 +6319,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                                  l->k, l->stride, l->oh, l->ow);
             break;
         case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
-            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->step, r->row0, l->p);
+            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, &r->tick->step, r->row0, l->p);
             if (m->format && l->p > 0.0f) be->round(dev, d, S * out, m->format);
             continue;
         case MIRROR__AVGPOOL2D:
@@ -6448,26 +6463,43 @@ static void mirror__queue_pass(mirror_model *m, mirror__replica *r, const mirror
     mirror__backward(m, r, r->count, job->accumulate, m->nlayers - 1, (size_t)-1);
 }
 
-/* The place of the pass's key among r's graphs: its own, else a free one,
-   else the one least recently used (its graph freed). */
-static mirror__graph *mirror__graph_of(mirror_model *m, mirror__replica *r, const mirror__job *job)
+/* The place of the key among r's graphs: its own, else a free one, else
+   the one least recently used (its graph freed). An update's key is its
+   kind alone. */
+static mirror__graph *mirror__graph_of(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
 {
-    mirror__graph *g, *pick = &r->graph[0];
+    mirror__graph key, *g, *pick = &r->graph[0];
     size_t k;
+    memset(&key, 0, sizeof key);
+    key.kind = kind;
+    if (kind == MIRROR__PASS_GRAPH) {
+        key.count = r->count, key.row0 = r->row0, key.inv_count = job->inv_count;
+        key.slot = r->slot, key.accumulate = job->accumulate, key.metrics_now = job->metrics_now;
+    }
     for (k = 0; k < MIRROR__GRAPHS; k++) {
         g = &r->graph[k];
-        if (g->seen && g->count == r->count && g->row0 == r->row0 && g->inv_count == job->inv_count &&
-            g->slot == r->slot && g->accumulate == job->accumulate && g->metrics_now == job->metrics_now)
+        if (g->seen && g->kind == key.kind && g->count == key.count && g->row0 == key.row0 &&
+            g->inv_count == key.inv_count && g->slot == key.slot && g->accumulate == key.accumulate &&
+            g->metrics_now == key.metrics_now)
             return g;
         if (pick->seen && (!g->seen || g->used < pick->used)) pick = g;
     }
     if (pick->graph && m->be->graph_free) m->be->graph_free(r->dev, pick->graph);
     MIRROR_FREE(pick->m_at);
     MIRROR_FREE(pick->r_at);
-    memset(pick, 0, sizeof *pick);
-    pick->count = r->count, pick->row0 = r->row0, pick->inv_count = job->inv_count;
-    pick->slot = r->slot, pick->accumulate = job->accumulate, pick->metrics_now = job->metrics_now;
+    *pick = key;
     return pick;
+}
+
+static void mirror__queue_update(mirror_model *m, mirror__replica *r);
+
+/* What a graph of that kind records, as the host queues it. */
+static void mirror__queue(int kind, mirror_model *m, mirror__replica *r, const mirror__job *job)
+{
+    if (kind == MIRROR__PASS_GRAPH)
+        mirror__queue_pass(m, r, job);
+    else
+        mirror__queue_update(m, r);
 }
 
 /* The emulation's graph: the model and replica as at capture. */
@@ -6486,37 +6518,38 @@ static void mirror__emulated_launch(mirror__replica *r, const mirror__graph *g, 
 {
     mirror_model *m = (mirror_model *)mirror__alloc(1, sizeof *m);
     mirror__replica at = *g->r_at;
-    if (!m) { /* the emulation's own shortage: the pass as queued now */
-        mirror__queue_pass(job->m, r, job);
+    if (!m) { /* the emulation's own shortage: the work as queued now */
+        mirror__queue(g->kind, job->m, r, job);
         return;
     }
     *m = *g->m_at;
-    mirror__queue_pass(m, &at, job);
+    mirror__queue(g->kind, m, &at, job);
     MIRROR_FREE(m);
 }
 
-/* A training pass through graphs: the first time its key comes the pass
-   is queued as usual (a warm-up: libraries set up their kernels then),
-   the second time it is captured, and from then on the graph replays it.
-   The key holds every value the pass is queued with that changes from
-   step to step on the host: the shard's size and first row, the input
-   slot, the loss's divisor, accumulation and the metrics' path; the step
-   (dropout's masks) is read from device memory. */
-static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror__job *job)
+/* A training pass or an update through graphs: the first time its key
+   comes the work is queued as usual (a warm-up: libraries set up their
+   kernels then), the second time it is recorded, and from then on the
+   graph replays it. A pass's key holds every value it is queued with that
+   changes from step to step on the host: the shard's size and first row,
+   the input slot, the loss's divisor, accumulation and the metrics' path.
+   The step (dropout's masks) and the update's learning rate and bias
+   corrections are read from device memory (r->tick). */
+static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
 {
-    mirror__graph *g = mirror__graph_of(m, r, job);
+    mirror__graph *g = mirror__graph_of(m, r, job, kind);
     g->used = ++r->passes;
     if (!g->graph && !g->failed && g->seen++ >= 1) {
         if (!m->be->capture_begin) {
             g->graph = mirror__emulated_capture(m, r, g);
         } else if (m->be->capture_begin(r->dev)) {
-            mirror__queue_pass(m, r, job);
+            mirror__queue(kind, m, r, job);
             g->graph = m->be->capture_end(r->dev);
         }
         g->failed = !g->graph;
     }
     if (!g->graph)
-        mirror__queue_pass(m, r, job);
+        mirror__queue(kind, m, r, job);
     else if (m->be->graph_launch)
         m->be->graph_launch(r->dev, g->graph);
     else
@@ -6539,13 +6572,16 @@ static void mirror__compute_job(void *ctx, size_t worker)
         r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
         if (m->trace_steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
-        if (r->training && m->dropouts) m->be->set_u64(r->dev, r->step, m->steps + 1);
+        if (r->training && m->dropouts) {
+            uint64_t step = m->steps + 1;
+            m->be->set(r->dev, &r->tick->step, &step, sizeof step);
+        }
         if (m->trace_steps) m->be->mark(r->dev, 1);
         r->loss_sum = 0.0;
         r->correct_sum = 0;
     }
     if (m->graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
-        mirror__graph_step(m, r, job);
+        mirror__graph_step(m, r, job, MIRROR__PASS_GRAPH);
         if (job->metrics_now) mirror__take_loss(m, r);
         return;
     }
@@ -6754,21 +6790,30 @@ MIRROR_API float mirror_last_grad_norm(mirror_model *m)
     return st.grad_norm;
 }
 
+/* The step's tick (mirror__tick) into replica r's device memory: the
+   update reads its learning rate and bias corrections there. */
+static void mirror__set_tick(mirror_model *m, mirror__replica *r)
+{
+    mirror__tick t;
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    memset(&t, 0, sizeof t);
+    t.step = m->steps, t.lr = m->lr;
+    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &t.bc1, &t.bc2_sqrt);
+    m->be->set(r->dev, r->tick, &t, sizeof t);
+}
+
 /* The fp32 update of parameters [off, off + n) of replica r from its
-   reduced gradient, unless r's guard holds a non-finite step; bc1 and
-   bc2_sqrt are Adam's bias corrections. */
-static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n, float bc1,
-                                float bc2_sqrt)
+   reduced gradient, unless r's guard holds a non-finite step. */
+static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     const float *g = r->grads + off;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler, m->lr,
-                   o->momentum, o->weight_decay, o->nesterov);
+        m->be->sgd(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler,
+                   r->tick, o->momentum, o->weight_decay, o->nesterov);
     else
         m->be->adam(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off), g, n,
-                    r->scaler, m->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW, bc1,
-                    bc2_sqrt);
+                    r->scaler, r->tick, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
 }
 
 /* Mixed precision, on replica r's device and stream, with no wait for it,
@@ -6783,12 +6828,12 @@ static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
         m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
-                         r->wide + off, r->grad16 + off, n, f, r->scaler, m->lr, o->momentum, o->weight_decay,
+                         r->wide + off, r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
                          o->nesterov);
     else
         m->be->adam_mixed(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off),
-                          r->work16 + off, r->wide + off, r->grad16 + off, n, f, r->scaler, m->lr, o->beta1, o->beta2,
-                          o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
+                          r->work16 + off, r->wide + off, r->grad16 + off, n, f, r->scaler, r->tick, o->beta1,
+                          o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
     m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
 }
 
@@ -6803,29 +6848,37 @@ static void mirror__clip(mirror_model *m, mirror__replica *r)
                     m->format, max_norm);
 }
 
+/* The update as the host queues it on replica r (no sharding): the check
+   of the whole reduced gradient, clipping, the optimizer. */
+static void mirror__queue_update(mirror_model *m, mirror__replica *r)
+{
+    if (m->format) {
+        m->be->check(r->dev, r->scaler, r->grad16, m->nslots, m->format);
+        mirror__clip(m, r);
+        mirror__update_mixed(m, r, 0, m->nslots);
+        return;
+    }
+    m->be->check32(r->dev, r->scaler, r->grads, m->nslots, r->tick);
+    mirror__clip(m, r);
+    mirror__update_fp32(m, r, 0, m->nslots);
+}
+
 /* Replica `worker` applies the optimizer to its own copy, with the reduced
    gradient: every replica the same update over every parameter. Each
    replica checks the whole reduced gradient first (the same on every
    replica, so every replica decides alike). */
 static void mirror__update_job(void *ctx, size_t worker)
 {
-    mirror_model *m = ((const mirror__job *)ctx)->m;
+    const mirror__job *job = (const mirror__job *)ctx;
+    mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    float bc1, bc2_sqrt; /* identical for every replica */
     m->be->bind(r->dev);
     if (m->trace_steps) m->be->mark(r->dev, 6);
-    if (m->format) {
-        m->be->check(r->dev, r->scaler, r->grad16, m->nslots, m->format);
-        mirror__clip(m, r);
-        mirror__update_mixed(m, r, 0, m->nslots);
-        if (m->trace_steps) m->be->mark(r->dev, 7);
-        return;
-    }
-    m->be->check32(r->dev, r->scaler, r->grads, m->nslots, m->steps);
-    mirror__clip(m, r);
-    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
-    mirror__update_fp32(m, r, 0, m->nslots, bc1, bc2_sqrt);
+    mirror__set_tick(m, r);
+    if (m->graphs && !m->trace_steps)
+        mirror__graph_step(m, r, job, MIRROR__UPDATE_GRAPH);
+    else
+        mirror__queue_update(m, r);
     if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
@@ -6899,11 +6952,10 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
     size_t begin, count, end, len, i;
     uint32_t found = 0;
-    float bc1, bc2_sqrt;
     if (m->trace_steps) m->be->mark(r->dev, 6);
+    mirror__set_tick(m, r);
     mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
     if (m->format) {
@@ -6916,10 +6968,9 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
     mirror__clip(m, r);
-    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
     for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        mirror__update_fp32(m, r, begin, len, bc1, bc2_sqrt);
+        mirror__update_fp32(m, r, begin, len);
         mirror__gather_slice(m, worker, begin, len);
     }
     if (m->trace_steps) m->be->mark(r->dev, 7);
@@ -6962,16 +7013,15 @@ static void mirror__slice_update_job(void *ctx, size_t worker)
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     const mirror_optimizer_desc *o = &m->desc.optimizer;
-    float bc1, bc2_sqrt;
     m->be->bind(r->dev);
-    m->be->slice_verdict(r->dev, r->scaler, r->stats, m->steps, m->format, mirror__slice_norm(m) ? o->clip_norm : 0.0f);
+    mirror__set_tick(m, r);
+    m->be->slice_verdict(r->dev, r->scaler, r->stats, r->tick, m->format, mirror__slice_norm(m) ? o->clip_norm : 0.0f);
     if (m->chunk) mirror__clip(m, r);
     if (m->format) {
         mirror__update_mixed(m, r, worker * m->slice, m->slice);
         return;
     }
-    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &bc1, &bc2_sqrt);
-    mirror__update_fp32(m, r, worker * m->slice, m->slice, bc1, bc2_sqrt);
+    mirror__update_fp32(m, r, worker * m->slice, m->slice);
 }
 
 static void mirror__slice_gathered_job(void *ctx, size_t worker)

@@ -133,28 +133,31 @@
    GRAPHS
 
       With mirror_model_desc.graphs = 1 each replica's forward, loss and
-      backward of a training step (not the update: its learning rate and
-      Adam's bias corrections change every step) are recorded once as a
-      CUDA graph (stream capture, thread-local mode) and replayed with one
-      cudaGraphLaunch: the CNN's 40-odd launches a replica become one, plus
-      the input's upload, a one-thread kernel that writes the step for
-      dropout's masks (device memory, so a replay sees the step at hand),
-      the reducer and the update's three launches. A graph holds the
-      values it was recorded with, so each replica keeps up to 8 graphs,
-      one per key: the shard's size and first row, the input slot (of the
-      two double-buffered ones), the loss's divisor (the global batch),
-      accumulation, and whether the metrics are read at once. A key's first
+      backward of a training step, and its update (check, clipping,
+      optimizer, loss scaler), are recorded once each as CUDA graphs
+      (stream capture, thread-local mode) and replayed with cudaGraphLaunch:
+      the CNN's 40-odd launches a replica become two, plus the input's
+      upload, two one-thread kernels that write the step at hand into
+      device memory (mirror__tick: the step for dropout's masks, then the
+      learning rate and fp32 Adam's bias corrections for the update, which
+      the kernels read there, so a replay sees this step's), and the
+      reducer between the graphs. A graph holds the values it was recorded
+      with, so each replica keeps up to 8 graphs, one per key: for a pass,
+      the shard's size and first row, the input slot (of the two
+      double-buffered ones), the loss's divisor (the global batch),
+      accumulation, and whether the metrics are read at once; the update
+      has one. The sharded updates are not recorded. A key's first
       pass runs as queued (cuBLAS and the kernels load), its second is
       recorded, later ones replay; the least recently used graph makes
       room for a new key. A recording that fails is logged as a notice and
       that key runs as queued from then on. Graphs are not used for models
       with batchnorm layers (the replicas' statistics are combined on the
-      host at each layer), in deterministic mode, while mirror_timing
-      records phase edges, or with the bucketed all-reduce (the gradient
-      is all-reduced after backward instead). The tests emulate replays on
-      CPU replicas (MIRROR_CPU_GRAPHS=1: a replay queues the pass again with
-      the host's state as at capture), so that a value read from the host
-      that should come from the device shows.
+      host at each layer), in deterministic mode, or while mirror_timing
+      records phase edges; with graphs the gradient is all-reduced after
+      backward, not in buckets during it. The tests emulate replays on CPU
+      replicas (MIRROR_CPU_GRAPHS=1: a replay queues the work again with the
+      host's state as at capture), so that a value read from the host that
+      should come from the device shows.
 
    THE SHARDED UPDATE (ZeRO stage 1)
 
@@ -565,11 +568,11 @@ __global__ void mirror__k_accumulate(double *acc, const float *loss, const int32
 
 /* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
    every writer writes the same values, so no atomics. */
-__global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step)
+__global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, size_t n, const mirror__tick *t)
 {
     int finite = 1;
     MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g[i]);
-    if (!finite) mirror_hd_guard(st, 0, step);
+    if (!finite) mirror_hd_guard(st, 0, t->step);
 }
 
 /* One block's sum of the squares of g (or of g16 unscaled by st->scale,
@@ -626,17 +629,17 @@ __global__ void mirror__k_slice_squares(float *sum, const float *g, const uint16
     if (threadIdx.x == 0) *sum = (float)s;
 }
 
-__global__ void mirror__k_slice_verdict(mirror_loss_scale_state *st, const float *sums, uint64_t step, int format,
-                                        float max_norm)
+__global__ void mirror__k_slice_verdict(mirror_loss_scale_state *st, const float *sums, const mirror__tick *t,
+                                        int format, float max_norm)
 {
-    mirror_hd_slice_verdict(st, sums, step, format, max_norm);
+    mirror_hd_slice_verdict(st, sums, t->step, format, max_norm);
 }
 
 /* The fp32 updates return at once while the guard holds a non-finite step. */
 __global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
-                              float lr, float momentum, float weight_decay, int nesterov)
+                              const mirror__tick *t, float momentum, float weight_decay, int nesterov)
 {
-    float c = mirror_hd_clip_of(guard);
+    float c = mirror_hd_clip_of(guard), lr = t->lr;
     if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
     {
@@ -646,10 +649,10 @@ __global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, cons
 }
 
 __global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, size_t n,
-                               const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, int decoupled, float bc1, float bc2_sqrt)
+                               const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
+                               float eps, float weight_decay, int decoupled)
 {
-    float c = mirror_hd_clip_of(guard);
+    float c = mirror_hd_clip_of(guard), lr = t->lr, bc1 = t->bc1, bc2_sqrt = t->bc2_sqrt;
     if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
     mirror_hd_adam(&w[i], &m[i], &v[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
@@ -685,10 +688,10 @@ __global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, 
 /* The fused updates return at once on a skipped step; every thread reads
    the same flag, so a block leaves as a whole. */
 __global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g, size_t n,
-                                    int format, const mirror_loss_scale_state *st, float lr, float momentum,
-                                    float weight_decay, int nesterov)
+                                    int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+                                    float momentum, float weight_decay, int nesterov)
 {
-    float inv_scale;
+    float inv_scale, lr = t->lr;
     if (st->found_nonfinite) return;
     inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     MIRROR__FOR_EACH(i, n)
@@ -702,11 +705,11 @@ __global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, float *wi
 
 /* Adam's t is st->applied + 1; its bias corrections, once per block. */
 __global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, float *wide, const uint16_t *g,
-                                     size_t n, int format, const mirror_loss_scale_state *st, float lr, float beta1,
-                                     float beta2, float eps, float weight_decay, int decoupled)
+                                     size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+                                     float beta1, float beta2, float eps, float weight_decay, int decoupled)
 {
     __shared__ float bias[2]; /* bc1, bc2_sqrt */
-    float inv_scale;
+    float inv_scale, lr = t->lr;
     if (st->found_nonfinite) return;
     if (threadIdx.x == 0) mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bias[0], &bias[1]);
     __syncthreads();
@@ -1230,13 +1233,25 @@ static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t row
     MIRROR__LAUNCHED(d, "dropout kernel");
 }
 
-__global__ void mirror__k_set_u64(uint64_t *p, uint64_t v) { *p = v; }
+/* Up to 32 bytes, as a kernel argument: the host's value is taken at the
+   launch, so no host buffer has to outlive it. */
+typedef struct mirror__bytes {
+    unsigned char b[32];
+} mirror__bytes;
 
-static void mirror__cuda_set_u64(void *dev, uint64_t *p, uint64_t v)
+__global__ void mirror__k_set(unsigned char *p, mirror__bytes v, unsigned n)
+{
+    unsigned i;
+    for (i = 0; i < n; i++) p[i] = v.b[i];
+}
+
+static void mirror__cuda_set(void *dev, void *p, const void *value, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__k_set_u64<<<1, 1, 0, d->stream>>>(p, v);
-    MIRROR__LAUNCHED(d, "set_u64 kernel");
+    mirror__bytes v;
+    memcpy(v.b, value, n < sizeof v.b ? n : sizeof v.b);
+    mirror__k_set<<<1, 1, 0, d->stream>>>((unsigned char *)p, v, (unsigned)(n < sizeof v.b ? n : sizeof v.b));
+    MIRROR__LAUNCHED(d, "set kernel");
 }
 
 static void mirror__cuda_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
@@ -1347,11 +1362,12 @@ static void mirror__cuda_accumulate(void *dev, double *acc, const float *loss, c
     MIRROR__LAUNCHED(d, "accumulate kernel");
 }
 
-static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n, uint64_t step)
+static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n,
+                                 const mirror__tick *t)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_check32<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, step);
+    mirror__k_check32<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, t);
     MIRROR__LAUNCHED(d, "check32 kernel");
 }
 
@@ -1378,33 +1394,33 @@ static void mirror__cuda_slice_stats(void *dev, float *out, const float *g, cons
     }
 }
 
-static void mirror__cuda_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums, uint64_t step,
-                                       int format, float max_norm)
+static void mirror__cuda_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums,
+                                       const mirror__tick *t, int format, float max_norm)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__k_slice_verdict<<<1, 1, 0, d->stream>>>(st, sums, step, format, max_norm);
+    mirror__k_slice_verdict<<<1, 1, 0, d->stream>>>(st, sums, t, format, max_norm);
     MIRROR__LAUNCHED(d, "slice verdict kernel");
 }
 
 static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n,
-                             const mirror_loss_scale_state *guard, float lr, float momentum, float weight_decay,
-                             int nesterov)
+                             const mirror_loss_scale_state *guard, const mirror__tick *t, float momentum,
+                             float weight_decay, int nesterov)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_sgd<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, g, n, guard, lr, momentum, weight_decay,
+    mirror__k_sgd<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, g, n, guard, t, momentum, weight_decay,
                                                                       nesterov);
     MIRROR__LAUNCHED(d, "sgd kernel");
 }
 
 static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
-                              const mirror_loss_scale_state *guard, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, int decoupled, float bc1, float bc2_sqrt)
+                              const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
+                              float eps, float weight_decay, int decoupled)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, guard, lr, beta1, beta2, eps,
-                                                                       weight_decay, decoupled, bc1, bc2_sqrt);
+    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, guard, t, beta1, beta2, eps,
+                                                                       weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam kernel");
 }
 
@@ -1443,24 +1459,25 @@ static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uin
 }
 
 static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
-                                   size_t n, int format, const mirror_loss_scale_state *st, float lr, float momentum,
-                                   float weight_decay, int nesterov)
+                                   size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+                                   float momentum, float weight_decay, int nesterov)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, wide, g, n, format, st, lr,
+    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, wide, g, n, format, st, t,
                                                                             momentum, weight_decay, nesterov);
     MIRROR__LAUNCHED(d, "sgd_mixed kernel");
 }
 
 static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide,
                                     const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
-                                    float lr, float beta1, float beta2, float eps, float weight_decay, int decoupled)
+                                    const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
+                                    int decoupled)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_adam_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(
-        w, m, v, w16, wide, g, n, format, st, lr, beta1, beta2, eps, weight_decay, decoupled);
+        w, m, v, w16, wide, g, n, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
 
@@ -1641,7 +1658,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_permute,
     mirror__cuda_maxpool_forward,
     mirror__cuda_dropout,
-    mirror__cuda_set_u64,
+    mirror__cuda_set,
     mirror__cuda_avgpool_forward,
     mirror__cuda_avgpool_backward,
     mirror__cuda_bn_sums,

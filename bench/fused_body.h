@@ -35,6 +35,7 @@ typedef struct fused_ctx {
     float *w, *m, *v, *src, *dst; /* src, dst: the copy's 4N bytes */
     uint16_t *w16, *g16;
     mirror_loss_scale_state *st; /* device memory, as in a model */
+    mirror__tick *tick[2];       /* device memory: Adam's learning rate, SGD's */
     mirror_loss_scale_desc scaler;
 } fused_ctx;
 
@@ -80,10 +81,10 @@ static void fused_issue(const fused_ctx *c, int op)
     if (op == FUSED_CHECK || op == FUSED_STEP_ADAM || op == FUSED_STEP_SGD) be->check(c->dev, c->st, c->g16, c->n, f);
     float *wide = op == FUSED_STEP_ADAM || op == FUSED_STEP_SGD ? c->dst : NULL; /* the step's fp32 view */
     if (op == FUSED_ADAM || op == FUSED_STEP_ADAM) /* AdamW */
-        be->adam_mixed(c->dev, c->w, c->m, c->v, c->w16, wide, c->g16, c->n, f, c->st, 1e-3f, 0.9f, 0.999f, 1e-8f,
+        be->adam_mixed(c->dev, c->w, c->m, c->v, c->w16, wide, c->g16, c->n, f, c->st, c->tick[0], 0.9f, 0.999f, 1e-8f,
                        0.01f, 1);
     if (op == FUSED_SGD || op == FUSED_STEP_SGD)
-        be->sgd_mixed(c->dev, c->w, c->m, c->w16, wide, c->g16, c->n, f, c->st, 0.01f, 0.9f, 0.0f, 0);
+        be->sgd_mixed(c->dev, c->w, c->m, c->w16, wide, c->g16, c->n, f, c->st, c->tick[1], 0.9f, 0.0f, 0);
     if (op == FUSED_STEP_ADAM || op == FUSED_STEP_SGD) be->scaler_update(c->dev, c->st, &c->scaler);
 }
 
@@ -181,9 +182,13 @@ static int fused_main(int argc, char **argv, const char *devices, size_t default
     c.w16 = (uint16_t *)c.be->alloc(c.dev, c.n * sizeof(uint16_t));
     c.g16 = (uint16_t *)c.be->alloc(c.dev, c.n * sizeof(uint16_t));
     c.st = (mirror_loss_scale_state *)c.be->alloc(c.dev, sizeof *c.st);
+    for (i = 0; i < 2; i++) {
+        mirror__tick t = {1, i ? 0.01f : 1e-3f, 0.0f, 0.0f};
+        if ((c.tick[i] = (mirror__tick *)c.be->alloc(c.dev, sizeof t)) != NULL) c.be->set(c.dev, c.tick[i], &t, sizeof t);
+    }
     host = c.be->host_alloc(c.dev, c.n * sizeof(float));
     fused_ok(&c, "allocating the arena");
-    if (!c.w || !c.m || !c.v || !c.src || !c.dst || !c.w16 || !c.g16 || !c.st || !host) {
+    if (!c.w || !c.m || !c.v || !c.src || !c.dst || !c.w16 || !c.g16 || !c.st || !c.tick[0] || !c.tick[1] || !host) {
         fprintf(stderr, "bench_fused: out of memory for %zu parameters\n", c.n);
         return 1;
     }
@@ -234,6 +239,7 @@ static int fused_main(int argc, char **argv, const char *devices, size_t default
     c.be->release(c.dev, c.w), c.be->release(c.dev, c.m), c.be->release(c.dev, c.v);
     c.be->release(c.dev, c.src), c.be->release(c.dev, c.dst);
     c.be->release(c.dev, c.w16), c.be->release(c.dev, c.g16), c.be->release(c.dev, c.st);
+    c.be->release(c.dev, c.tick[0]), c.be->release(c.dev, c.tick[1]);
     c.be->close(c.dev);
     mirror_strategy_destroy(s);
     return 0;

@@ -647,14 +647,18 @@ static void test_shard_modes(void)
     }
 }
 
-/* An MLP with dropout for test_graphs. */
-static mirror_model *dropout_model(mirror_strategy *s, mirror_precision precision, int graphs)
+/* An MLP with dropout for test_graphs, AdamW (SGD with momentum: sgd) with
+   warmup and a cosine schedule (a learning rate and bias corrections of
+   their own every step), every replica updating everything. */
+static mirror_model *dropout_model(mirror_strategy *s, mirror_precision precision, int graphs, int sgd)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
     memset(&d, 0, sizeof d);
     d.strategy = s, d.channels = 1, d.height = 12, d.width = 12, d.max_batch = 10, d.seed = 3;
-    d.optimizer.kind = MIRROR_OPT_ADAMW, d.precision = precision, d.graphs = graphs;
+    d.optimizer.kind = sgd ? MIRROR_OPT_SGD : MIRROR_OPT_ADAMW, d.optimizer.momentum = sgd ? 0.9f : 0.0f;
+    d.optimizer.schedule = MIRROR_LR_COSINE, d.optimizer.warmup = 3, d.optimizer.total_steps = 40;
+    d.precision = precision, d.graphs = graphs, d.shard_update = MIRROR_SHARD_OFF;
     if (mirror_model_create(&d, &m, NULL)) return NULL;
     mirror_flatten(m), mirror_dense(m, 24), mirror_relu(m), mirror_dropout(m, 0.3f), mirror_dense(m, 10);
     if (mirror_model_build(m)) {
@@ -694,22 +698,24 @@ static int graph_steps(mirror_model *m, double *loss)
     return MIRROR_OK;
 }
 
-/* desc.graphs: the training passes captured once per key and replayed
-   (built with MIRROR_CPU_GRAPHS=1, CPU replicas emulate that: a replay
-   queues the pass again as the host held it at capture, so a value read
-   from the host's state where it should come from the device shows) give
-   the parameters, state and losses of the passes queued as usual, bit
-   for bit, with dropout, partial batches, accumulation and metrics read
-   at once, on 1 to 3 replicas in fp32 and fp16. A model with batchnorm
-   runs without. */
+/* desc.graphs: the training passes and updates recorded once per key and
+   replayed (built with MIRROR_CPU_GRAPHS=1, CPU replicas emulate that: a
+   replay queues the work again as the host held it at capture, so a value
+   read from the host's state where it should come from the device shows)
+   give the parameters, state and losses of the work queued as usual, bit
+   for bit, with dropout, partial batches, accumulation, metrics read at
+   once and a learning rate that changes every step, on 1 to 3 replicas
+   in fp32 and fp16, with AdamW and SGD. A model with batchnorm runs
+   without. */
 static void test_graphs(void)
 {
     static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
-    size_t R, pi, r, k, replayed, with_metrics, accumulated;
+    size_t R, pi, r, k, replayed, with_metrics, accumulated, updates;
     for (R = 1; R <= 3; R++) {
         mirror_strategy *s = strategy(R);
-        for (pi = 0; pi < 2; pi++) {
-            mirror_model *on = dropout_model(s, precisions[pi], 1), *off = dropout_model(s, precisions[pi], 0);
+        for (pi = 0; pi < 4; pi++) {
+            mirror_model *on = dropout_model(s, precisions[pi % 2], 1, pi >= 2);
+            mirror_model *off = dropout_model(s, precisions[pi % 2], 0, pi >= 2);
             double loss[2] = {0.0, 0.0};
             float *p[2], *st[2];
             int ok = on && off && graph_steps(on, &loss[0]) == MIRROR_OK && graph_steps(off, &loss[1]) == MIRROR_OK;
@@ -722,20 +728,21 @@ static void test_graphs(void)
             CHECK(!memcmp(p[0], p[1], mirror_num_parameters(on) * sizeof(float)) &&
                       !memcmp(st[0], st[1], mirror_optimizer_state_size(on) * sizeof(float)) && loss[0] == loss[1] &&
                       replicas_equal(on, R),
-                  "graphs %s, %zu replicas: the parameters, state and losses of the passes as queued, bit for bit",
-                  mirror_precision_name(precisions[pi]), R);
-            for (r = 0, replayed = with_metrics = accumulated = 0; r < R; r++)
+                  "graphs %s %s, %zu replicas: the parameters, state and losses of the work as queued, bit for bit",
+                  mirror_precision_name(precisions[pi % 2]), pi >= 2 ? "SGD" : "AdamW", R);
+            for (r = 0, replayed = with_metrics = accumulated = updates = 0; r < R; r++)
                 for (k = 0; k < MIRROR__GRAPHS; k++) {
                     const mirror__graph *g = &on->rep[r].graph[k];
-                    replayed += g->graph != NULL; /* captured: every pass of its key since is a replay */
+                    replayed += g->graph != NULL; /* recorded: every visit of its key since is a replay */
                     with_metrics += g->graph != NULL && g->metrics_now;
                     accumulated += g->graph != NULL && g->accumulate;
+                    updates += g->graph != NULL && g->kind == MIRROR__UPDATE_GRAPH;
                 }
-            CHECK(on->graphs == MIRROR_CPU_GRAPHS && (replayed > 0 && with_metrics > 0 && accumulated > 0) ==
-                                                         MIRROR_CPU_GRAPHS,
-                  "graphs %s, %zu replicas: in use %d; graphs %zu, with metrics %zu, accumulating %zu "
-                  "(emulated: %d)", mirror_precision_name(precisions[pi]), R, on->graphs, replayed, with_metrics,
-                  accumulated, MIRROR_CPU_GRAPHS);
+            CHECK(on->graphs == MIRROR_CPU_GRAPHS &&
+                      (replayed > 0 && with_metrics > 0 && accumulated > 0 && updates == R) == MIRROR_CPU_GRAPHS,
+                  "graphs %s, %zu replicas: in use %d; graphs %zu, with metrics %zu, accumulating %zu, updates %zu "
+                  "(emulated: %d)", mirror_precision_name(precisions[pi % 2]), R, on->graphs, replayed, with_metrics,
+                  accumulated, updates, MIRROR_CPU_GRAPHS);
             for (k = 0; k < 2; k++) free(p[k]), free(st[k]);
             mirror_model_destroy(on), mirror_model_destroy(off);
         }

@@ -197,6 +197,18 @@ static void test_bias_grad_spread(void)
     }
 }
 
+/* An update's tick (the step, its learning rate, fp32 Adam's bias
+   corrections) in host memory for the CPU, into *host, and on the GPU
+   (returned: release it). */
+static mirror__tick *tick_pair(mirror__tick *host, uint64_t step, float lr, float bc1, float bc2_sqrt)
+{
+    mirror__tick *d = (mirror__tick *)G->alloc(gdev, sizeof *d);
+    host->step = step, host->lr = lr, host->bc1 = bc1, host->bc2_sqrt = bc2_sqrt;
+    G->upload(gdev, d, host, sizeof *host);
+    G->host_wait(gdev);
+    return d;
+}
+
 static void test_optimizers(void)
 {
     const size_t n = 65537;
@@ -210,16 +222,20 @@ static void test_optimizers(void)
     mirror_loss_scale_state guard, *dguard = (mirror_loss_scale_state *)G->alloc(gdev, sizeof guard);
     memset(&guard, 0, sizeof guard); /* clear: the updates run */
     dw = to_gpu(w, n), dg = to_gpu(g, n), dm = to_gpu(m, n), dv = to_gpu(v, n);
-    C->sgd(cdev, wc, mc, g, n, &guard, 0.1f, 0.9f, 1e-4f, 1);
-    G->sgd(gdev, dw, dm, dg, n, dguard, 0.1f, 0.9f, 1e-4f, 1);
+    mirror__tick ht, *dt = tick_pair(&ht, 1, 0.1f, 0.0f, 0.0f);
+    C->sgd(cdev, wc, mc, g, n, &guard, &ht, 0.9f, 1e-4f, 1);
+    G->sgd(gdev, dw, dm, dg, n, dguard, dt, 0.9f, 1e-4f, 1);
+    G->release(gdev, dt);
     out = from_gpu(dw, n);
     CHECK(near(wc, out, n, 1e-7f), "SGD Nesterov: weights within 4 ulp + 1e-7");
     free(out);
     out = from_gpu(dm, n);
     CHECK(near(mc, out, n, 1e-7f), "SGD Nesterov: momentum within 4 ulp + 1e-7");
     free(out);
-    C->adam(cdev, wc, mc, vc, g, n, &guard, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
-    G->adam(gdev, dw, dm, dv, dg, n, dguard, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.1f, 0.0316f);
+    dt = tick_pair(&ht, 1, 1e-3f, 0.1f, 0.0316f);
+    C->adam(cdev, wc, mc, vc, g, n, &guard, &ht, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    G->adam(gdev, dw, dm, dv, dg, n, dguard, dt, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    G->release(gdev, dt);
     out = from_gpu(dw, n);
     CHECK(near(wc, out, n, 1e-7f), "AdamW: weights within 4 ulp + 1e-7, NaN where the gradient was NaN or Inf");
     free(out);
@@ -254,6 +270,7 @@ static void test_check32(void)
         {n / 2, NAN, 1, 1, "a NaN with the flag already set (the first step's number stays)"},
     };
     size_t c;
+    mirror__tick ht, *dt = tick_pair(&ht, 9, 0.1f, 0.0f, 0.0f);
     for (c = 0; c < sizeof cases / sizeof *cases; c++) {
         mirror_loss_scale_state cs, gs;
         float kept = g[cases[c].at];
@@ -262,8 +279,8 @@ static void test_check32(void)
         if (cases[c].value != 0.0f) g[cases[c].at] = cases[c].value;
         G->upload(gdev, dst, &cs, sizeof cs);
         G->upload(gdev, dg, g, n * 4);
-        C->check32(cdev, &cs, g, n, 9);
-        G->check32(gdev, dst, dg, n, 9);
+        C->check32(cdev, &cs, g, n, &ht);
+        G->check32(gdev, dst, dg, n, dt);
         G->download(gdev, &gs, dst, sizeof gs);
         CHECK(cs.found_nonfinite == (uint32_t)cases[c].want && !memcmp(&cs, &gs, sizeof cs) &&
                   cs.applied == (cases[c].want && !cases[c].flag_before ? 8u : 3u),
@@ -273,11 +290,11 @@ static void test_check32(void)
         g[cases[c].at] = kept;
     }
     G->upload(gdev, dg, g, n * 4);
-    G->sgd(gdev, dw, NULL, dg, n, dst, 0.1f, 0.0f, 0.0f, 0); /* the flag is set from the last case */
+    G->sgd(gdev, dw, NULL, dg, n, dst, dt, 0.0f, 0.0f, 0); /* the flag is set from the last case */
     out = from_gpu(dw, n);
     CHECK(same_bits(w, out, n), "sgd with the guard set: no weight moves");
     free(out), free(g), free(w);
-    G->release(gdev, dg), G->release(gdev, dw), G->release(gdev, dst);
+    G->release(gdev, dg), G->release(gdev, dw), G->release(gdev, dst), G->release(gdev, dt);
 }
 
 static void test_gemm(void)
@@ -679,6 +696,8 @@ static void test_mixed_updates(void)
         g[3] = bf16 ? 0x7fc0 : 0x7e00, g[7] = bf16 ? 0x7f80 : 0x7c00, g[11] = 0x0001, g[12] = 0x8003;
         dw = to_gpu(w, n), dm = to_gpu(m, n), dv = to_gpu(v, n), dg = to_gpu16(g, n), dw16 = to_gpu16(w16, n);
         dst = (mirror_loss_scale_state *)to_gpu_bytes(&st, sizeof st);
+        mirror__tick sgd_t, adam_t, *dsgd_t = tick_pair(&sgd_t, 7, 0.1f, 0.0f, 0.0f);
+        mirror__tick *dadam_t = tick_pair(&adam_t, 7, 1e-3f, 0.0f, 0.0f);
         for (o = 0; o < 4; o++) {
             memcpy(wc, w, n * 4), memcpy(mc, m, n * 4), memcpy(vc, v, n * 4), memcpy(w16c, w16, n * 2);
             G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
@@ -686,15 +705,15 @@ static void test_mixed_updates(void)
             G->zero(gdev, dwide, n * 4);
             if (o < 2) { /* the fp32 view written in the same pass for o 0 and 2, not for 1 and 3 */
                 float momentum = o == 0 ? 0.9f : 0.0f;
-                C->sgd_mixed(cdev, wc, o == 0 ? mc : NULL, w16c, o == 0 ? widec : NULL, g, n, f, &st, 0.1f, momentum,
-                             1e-4f, 1);
-                G->sgd_mixed(gdev, dw, o == 0 ? dm : NULL, dw16, o == 0 ? dwide : NULL, dg, n, f, dst, 0.1f, momentum,
-                             1e-4f, 1);
+                C->sgd_mixed(cdev, wc, o == 0 ? mc : NULL, w16c, o == 0 ? widec : NULL, g, n, f, &st, &sgd_t,
+                             momentum, 1e-4f, 1);
+                G->sgd_mixed(gdev, dw, o == 0 ? dm : NULL, dw16, o == 0 ? dwide : NULL, dg, n, f, dst, dsgd_t,
+                             momentum, 1e-4f, 1);
             } else {
-                C->adam_mixed(cdev, wc, mc, vc, w16c, o == 2 ? widec : NULL, g, n, f, &st, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                              0.01f, o == 2);
-                G->adam_mixed(gdev, dw, dm, dv, dw16, o == 2 ? dwide : NULL, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                              0.01f, o == 2);
+                C->adam_mixed(cdev, wc, mc, vc, w16c, o == 2 ? widec : NULL, g, n, f, &st, &adam_t, 0.9f, 0.999f,
+                              1e-8f, 0.01f, o == 2);
+                G->adam_mixed(gdev, dw, dm, dv, dw16, o == 2 ? dwide : NULL, dg, n, f, dst, dadam_t, 0.9f, 0.999f,
+                              1e-8f, 0.01f, o == 2);
             }
             gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
             gwide = from_gpu(dwide, n);
@@ -719,8 +738,8 @@ static void test_mixed_updates(void)
         G->upload(gdev, dst, &st, sizeof st);
         G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
         G->upload(gdev, dw16, w16, n * 2);
-        G->sgd_mixed(gdev, dw, dm, dw16, NULL, dg, n, f, dst, 0.1f, 0.9f, 1e-4f, 1);
-        G->adam_mixed(gdev, dw, dm, dv, dw16, NULL, dg, n, f, dst, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+        G->sgd_mixed(gdev, dw, dm, dw16, NULL, dg, n, f, dst, dsgd_t, 0.9f, 1e-4f, 1);
+        G->adam_mixed(gdev, dw, dm, dv, dw16, NULL, dg, n, f, dst, dadam_t, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
         gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
         CHECK(same_bits(w, gw, n) && same_bits(m, gm, n) && same_bits(v, gv, n) && !memcmp(w16, gw16, n * 2),
               "%s SGD and Adam with found_nonfinite set: w, m, v and w16 untouched", format_name(f));
@@ -729,6 +748,7 @@ static void test_mixed_updates(void)
         free(widec);
         G->release(gdev, dw), G->release(gdev, dm), G->release(gdev, dv), G->release(gdev, dg);
         G->release(gdev, dw16), G->release(gdev, dst), G->release(gdev, dwide);
+        G->release(gdev, dsgd_t), G->release(gdev, dadam_t);
     }
 }
 
@@ -1101,8 +1121,10 @@ static void test_slice_ops(void)
         if (k == 1) x[n / 3] = 0.0f;
         cpu[0] = (float)(k & 1) * 2.0f; /* two replicas' slices not finite */
         G->upload(gdev, dout, cpu, 8);
-        C->slice_verdict(cdev, &cs, cpu, 9, f, 0.5f);
-        G->slice_verdict(gdev, dst, dout, 9, f, 0.5f);
+        mirror__tick ht, *dt = tick_pair(&ht, 9, 0.0f, 0.0f, 0.0f);
+        C->slice_verdict(cdev, &cs, cpu, &ht, f, 0.5f);
+        G->slice_verdict(gdev, dst, dout, dt, f, 0.5f);
+        G->release(gdev, dt);
         G->download(gdev, &gs, dst, sizeof gs);
         if (isnan(cs.grad_norm) && isnan(gs.grad_norm)) gs.grad_norm = cs.grad_norm; /* a GPU's NaN is its own */
         CHECK(!memcmp(&cs, &gs, sizeof cs) && cs.found_nonfinite == (uint32_t)(k & 1),
