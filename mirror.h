@@ -2540,11 +2540,12 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
    (0-3), the all-reduce's (4, 5), the update's (6, 7). */
 enum { MIRROR__MARKS = 8 };
 
-/* What an update reads that changes from step to step, in device memory
-   (a recorded update then reads the step at hand): the step applied, its
-   learning rate, and fp32 Adam's bias corrections for it. */
+/* What a pass and an update read that changes from step to step, in
+   device memory (a recorded pass or update then reads the step at hand):
+   the step, the first row of the replica's shard among the step's samples
+   (dropout's masks), the learning rate, and fp32 Adam's bias corrections. */
 typedef struct mirror__tick {
-    uint64_t step;
+    uint64_t step, row0;
     float lr, bc1, bc2_sqrt;
 } mirror__tick;
 
@@ -2622,12 +2623,11 @@ typedef struct mirror__backend {
     void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
                             size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
     /* Dropout over rows of `inner` elements, the first being global row
-       row0: y = x * mirror_hd_dropout(key, row, e, p) (x may be y: backward
-       applies it to the gradient in place), key being
-       mirror_hd_dropout_key(seed, layer, *step), the step read from device
-       memory (a captured step reads the step at hand). */
+       t->row0: y = x * mirror_hd_dropout(key, row, e, p) (x may be y:
+       backward applies it to the gradient in place), key being
+       mirror_hd_dropout_key(seed, layer, t->step), t in device memory. */
     void (*dropout)(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed, uint64_t layer,
-                    const uint64_t *step, uint64_t row0, float p);
+                    const mirror__tick *t, float p);
     /* n <= 32 bytes from the host's value into p in device memory, in
        stream order (the value is taken at once). */
     void (*set)(void *dev, void *p, const void *value, size_t n);
@@ -2737,7 +2737,8 @@ typedef struct mirror__backend {
     void (*mark)(void *dev, int slot);
     void (*marks)(void *dev, double *t, int n);
     /* Graphs (NULL: none). capture_begin: the work queued next on the
-       replica is recorded, not run (0: it cannot be). capture_end: the
+       replica is recorded, not run (1; 0: it cannot be; -1: not now, a
+       failure waits to be reported). capture_end: the
        recording as a graph ready to launch, or NULL where recording failed
        (the work recorded is dropped: queue it again). graph_launch runs it
        in stream order; graph_free. */
@@ -3056,9 +3057,9 @@ static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *ar
 }
 
 static void mirror__cpu_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
-                                uint64_t layer, const uint64_t *step, uint64_t row0, float p)
+                                uint64_t layer, const mirror__tick *t, float p)
 {
-    uint64_t key = mirror_hd_dropout_key(seed, layer, *step);
+    uint64_t key = mirror_hd_dropout_key(seed, layer, t->step), row0 = t->row0;
     size_t r, e;
     (void)dev;
     for (r = 0; r < rows; r++, x += inner, y += inner)
@@ -4568,20 +4569,22 @@ typedef struct mirror__layer {
 /* A replica's recorded training pass or update (see mirror__graph_step):
    the values the recording holds (the key), the backend's graph, and when
    the key last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the
-   model and replica as at capture instead, which each replay queues again. */
+   model, replica and job as at capture instead, which each replay queues
+   again (on a scratch copy of the model, made at capture). */
 #define MIRROR__GRAPHS 8
 enum { MIRROR__PASS_GRAPH, MIRROR__UPDATE_GRAPH };
 typedef struct mirror__graph {
     int kind; /* MIRROR__PASS_GRAPH or MIRROR__UPDATE_GRAPH (whose key is the kind alone) */
-    size_t count, row0;
+    size_t count;
     float inv_count;
     int slot, accumulate, metrics_now;
     unsigned seen;       /* the key's visits since it took this place */
     uint64_t used;       /* the replica's pass count at its last visit */
     int failed;          /* capture failed: the key runs as queued */
     void *graph;         /* NULL: not captured */
-    struct mirror_model *m_at;
+    struct mirror_model *m_at, *m_run;
     struct mirror__replica *r_at;
+    struct mirror__job *job_at;
 } mirror__graph;
 
 /* One replica: its device context, its four arenas and the views into the
@@ -5415,17 +5418,21 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     return (at + 63) & ~(size_t)63;
 }
 
-/* Frees a replica's graphs (and the emulation's copies). */
+/* Frees one of replica r's graphs (and the emulation's copies). */
+static void mirror__graph_clear(mirror_model *m, mirror__replica *r, mirror__graph *g)
+{
+    if (g->graph && m->be->graph_free) m->be->graph_free(r->dev, g->graph);
+    MIRROR_FREE(g->m_at);
+    MIRROR_FREE(g->m_run);
+    MIRROR_FREE(g->r_at);
+    MIRROR_FREE(g->job_at);
+    memset(g, 0, sizeof *g);
+}
+
 static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
 {
     size_t k;
-    for (k = 0; k < MIRROR__GRAPHS; k++) {
-        mirror__graph *g = &r->graph[k];
-        if (g->graph && m->be->graph_free) m->be->graph_free(r->dev, g->graph);
-        MIRROR_FREE(g->m_at);
-        MIRROR_FREE(g->r_at);
-        memset(g, 0, sizeof *g);
-    }
+    for (k = 0; k < MIRROR__GRAPHS; k++) mirror__graph_clear(m, r, &r->graph[k]);
 }
 
 static void mirror__free_replicas(mirror_model *m)
@@ -6199,7 +6206,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         case MIRROR__SIGMOID:
         case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
         case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
-            be->dropout(dev, y, x, S, out, m->desc.seed, i, &r->tick->step, r->row0, r->training ? l->p : 0.0f);
+            be->dropout(dev, y, x, S, out, m->desc.seed, i, r->tick, r->training ? l->p : 0.0f);
             break;
         case MIRROR__AVGPOOL2D:
         case MIRROR__GLOBAL_AVGPOOL:
@@ -6319,7 +6326,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                                  l->k, l->stride, l->oh, l->ow);
             break;
         case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
-            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, &r->tick->step, r->row0, l->p);
+            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
             if (m->format && l->p > 0.0f) be->round(dev, d, S * out, m->format);
             continue;
         case MIRROR__AVGPOOL2D:
@@ -6473,20 +6480,17 @@ static mirror__graph *mirror__graph_of(mirror_model *m, mirror__replica *r, cons
     memset(&key, 0, sizeof key);
     key.kind = kind;
     if (kind == MIRROR__PASS_GRAPH) {
-        key.count = r->count, key.row0 = r->row0, key.inv_count = job->inv_count;
+        key.count = r->count, key.inv_count = job->inv_count;
         key.slot = r->slot, key.accumulate = job->accumulate, key.metrics_now = job->metrics_now;
     }
     for (k = 0; k < MIRROR__GRAPHS; k++) {
         g = &r->graph[k];
-        if (g->seen && g->kind == key.kind && g->count == key.count && g->row0 == key.row0 &&
-            g->inv_count == key.inv_count && g->slot == key.slot && g->accumulate == key.accumulate &&
-            g->metrics_now == key.metrics_now)
+        if (g->seen && g->kind == key.kind && g->count == key.count && g->inv_count == key.inv_count &&
+            g->slot == key.slot && g->accumulate == key.accumulate && g->metrics_now == key.metrics_now)
             return g;
         if (pick->seen && (!g->seen || g->used < pick->used)) pick = g;
     }
-    if (pick->graph && m->be->graph_free) m->be->graph_free(r->dev, pick->graph);
-    MIRROR_FREE(pick->m_at);
-    MIRROR_FREE(pick->r_at);
+    mirror__graph_clear(m, r, pick);
     *pick = key;
     return pick;
 }
@@ -6502,58 +6506,60 @@ static void mirror__queue(int kind, mirror_model *m, mirror__replica *r, const m
         mirror__queue_update(m, r);
 }
 
-/* The emulation's graph: the model and replica as at capture. */
-static void *mirror__emulated_capture(const mirror_model *m, const mirror__replica *r, mirror__graph *g)
+/* The emulation's graph: the model, replica and job as at capture, and a
+   scratch model for the replays. */
+static void *mirror__emulated_capture(const mirror_model *m, const mirror__replica *r, const mirror__job *job,
+                                      mirror__graph *g)
 {
     g->m_at = (mirror_model *)mirror__alloc(1, sizeof *m);
+    g->m_run = (mirror_model *)mirror__alloc(1, sizeof *m);
     g->r_at = (mirror__replica *)mirror__alloc(1, sizeof *r);
-    if (!g->m_at || !g->r_at) return NULL;
-    *g->m_at = *m, *g->r_at = *r;
+    g->job_at = (mirror__job *)mirror__alloc(1, sizeof *job);
+    if (!g->m_at || !g->m_run || !g->r_at || !g->job_at) return NULL;
+    *g->m_at = *m, *g->r_at = *r, *g->job_at = *job;
     return g->m_at;
 }
 
-/* Queues the pass again from the state at capture, as a graph replays
+/* Queues the work again from the state at capture, as a graph replays
    what was recorded then (a value the host changed since is not seen). */
-static void mirror__emulated_launch(mirror__replica *r, const mirror__graph *g, const mirror__job *job)
+static void mirror__emulated_launch(const mirror__graph *g)
 {
-    mirror_model *m = (mirror_model *)mirror__alloc(1, sizeof *m);
     mirror__replica at = *g->r_at;
-    if (!m) { /* the emulation's own shortage: the work as queued now */
-        mirror__queue(g->kind, job->m, r, job);
-        return;
-    }
-    *m = *g->m_at;
-    mirror__queue(g->kind, m, &at, job);
-    MIRROR_FREE(m);
+    mirror__job job = *g->job_at;
+    *g->m_run = *g->m_at;
+    job.m = g->m_run;
+    mirror__queue(g->kind, g->m_run, &at, &job);
 }
 
 /* A training pass or an update through graphs: the first time its key
    comes the work is queued as usual (a warm-up: libraries set up their
    kernels then), the second time it is recorded, and from then on the
    graph replays it. A pass's key holds every value it is queued with that
-   changes from step to step on the host: the shard's size and first row,
-   the input slot, the loss's divisor, accumulation and the metrics' path.
-   The step (dropout's masks) and the update's learning rate and bias
-   corrections are read from device memory (r->tick). */
+   changes from step to step on the host: the shard's size, the input
+   slot, the loss's divisor, accumulation and the metrics' path. The step
+   and the shard's first row (dropout's masks) and the update's learning
+   rate and bias corrections are read from device memory (r->tick). */
 static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
 {
     mirror__graph *g = mirror__graph_of(m, r, job, kind);
     g->used = ++r->passes;
     if (!g->graph && !g->failed && g->seen++ >= 1) {
-        if (!m->be->capture_begin) {
-            g->graph = mirror__emulated_capture(m, r, g);
-        } else if (m->be->capture_begin(r->dev)) {
+        int began = m->be->capture_begin ? m->be->capture_begin(r->dev) : 1;
+        if (began > 0 && !m->be->capture_begin) {
+            g->graph = mirror__emulated_capture(m, r, job, g);
+        } else if (began > 0) {
             mirror__queue(kind, m, r, job);
             g->graph = m->be->capture_end(r->dev);
         }
-        g->failed = !g->graph;
+        if (began < 0) g->seen--; /* not now (a failure waits to be reported): the next visit tries */
+        g->failed = began == 0 || (began > 0 && !g->graph);
     }
     if (!g->graph)
         mirror__queue(kind, m, r, job);
     else if (m->be->graph_launch)
         m->be->graph_launch(r->dev, g->graph);
     else
-        mirror__emulated_launch(r, g, job);
+        mirror__emulated_launch(g);
 }
 
 /* Replica `worker`: its shard in, forward, then the loss and backward, or
@@ -6572,9 +6578,11 @@ static void mirror__compute_job(void *ctx, size_t worker)
         r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
         if (m->trace_steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
-        if (r->training && m->dropouts) {
-            uint64_t step = m->steps + 1;
-            m->be->set(r->dev, &r->tick->step, &step, sizeof step);
+        if (r->training && m->dropouts) { /* the update writes its own fields later */
+            mirror__tick t;
+            memset(&t, 0, sizeof t);
+            t.step = m->steps + 1, t.row0 = r->row0;
+            m->be->set(r->dev, r->tick, &t, sizeof t);
         }
         if (m->trace_steps) m->be->mark(r->dev, 1);
         r->loss_sum = 0.0;
@@ -6797,7 +6805,7 @@ static void mirror__set_tick(mirror_model *m, mirror__replica *r)
     mirror__tick t;
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     memset(&t, 0, sizeof t);
-    t.step = m->steps, t.lr = m->lr;
+    t.step = m->steps, t.row0 = r->row0, t.lr = m->lr;
     mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &t.bc1, &t.bc2_sqrt);
     m->be->set(r->dev, r->tick, &t, sizeof t);
 }

@@ -237,6 +237,7 @@ typedef struct mirror__cuda_dev {
     cudaStream_t comm;
     cudaEvent_t made, summed;
     float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_BLOCKS floats) */
+    void *blas_ws;        /* cuBLAS's workspace, its own: a recorded GEMM allocates nothing */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -324,6 +325,8 @@ __device__ static float mirror__block_sum(float *part, float s)
    the replica's scratch of as many floats. */
 #define MIRROR__BIAS_SPAN 4096
 #define MIRROR__BIAS_BLOCKS 1024
+/* cuBLAS's workspace per replica (cuBLAS's own advice for Hopper: 32 MiB). */
+#define MIRROR__BLAS_WORKSPACE ((size_t)32 << 20)
 
 /* The bias gradient, spread over the GPU. A channel's rows * inner
    elements are cut into `parts` spans of consecutive elements; block (b, c)
@@ -488,9 +491,9 @@ __global__ void mirror__k_add(float *y, const float *a, const float *b, size_t n
 
 /* Dropout: one thread per element, its mask hashed from its place. */
 __global__ void mirror__k_dropout(float *y, const float *x, size_t rows, mirror_hd_divisor inner, uint64_t seed,
-                                  uint64_t layer, const uint64_t *step, uint64_t row0, float p)
+                                  uint64_t layer, const mirror__tick *t, float p)
 {
-    uint64_t key = mirror_hd_dropout_key(seed, layer, *step);
+    uint64_t key = mirror_hd_dropout_key(seed, layer, t->step), row0 = t->row0;
     MIRROR__FOR_EACH(i, rows * inner.d)
     {
         uint64_t row, e = mirror_hd_divmod(inner, i, &row);
@@ -926,11 +929,13 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     d->device = g->device[r];
     d->stream = g->stream[r];
     d->replica = r;
-    *workspace_bytes = MIRROR__BIAS_BLOCKS * sizeof(float);
+    *workspace_bytes = MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__BLAS_WORKSPACE;
     if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
-        !mirror__cuda_ok(d, cudaMalloc(&d->part, *workspace_bytes), "cudaMalloc") ||
+        !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_BLOCKS * sizeof(float)), "cudaMalloc") ||
+        !mirror__cuda_ok(d, cudaMalloc(&d->blas_ws, MIRROR__BLAS_WORKSPACE), "cudaMalloc") ||
+        !mirror__blas_ok(d, cublasSetWorkspace(d->blas, d->blas_ws, MIRROR__BLAS_WORKSPACE), "cublasSetWorkspace") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking), "cudaStreamCreate") ||
         !mirror__cuda_events(d, &d->uploaded, 1, 1) || !mirror__cuda_events(d, d->freed, 2, 1) ||
@@ -939,6 +944,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         mirror__error(err, d->code, "replica %zu: %s", r, d->message);
         if (d->blas) cublasDestroy(d->blas);
         if (d->part) cudaFree(d->part);
+        if (d->blas_ws) cudaFree(d->blas_ws);
         if (d->copy) cudaStreamDestroy(d->copy);
         if (d->comm) cudaStreamDestroy(d->comm);
         mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
@@ -959,6 +965,7 @@ static void mirror__cuda_close(void *dev)
         int k;
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
         mirror__cuda_ok(d, cudaFree(d->part), "cudaFree");
+        mirror__cuda_ok(d, cudaFree(d->blas_ws), "cudaFree");
         mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
         mirror__cuda_events(d, d->copied, 2, 0), mirror__cuda_events(d, &d->made, 1, 0);
         mirror__cuda_events(d, &d->summed, 1, 0);
@@ -1224,12 +1231,12 @@ static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, cons
 }
 
 static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
-                                 uint64_t layer, const uint64_t *step, uint64_t row0, float p)
+                                 uint64_t layer, const mirror__tick *t, float p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows || !inner) return;
     mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, step, row0, p);
+        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, t, p);
     MIRROR__LAUNCHED(d, "dropout kernel");
 }
 
@@ -1589,7 +1596,7 @@ static int mirror__cuda_capture_begin(void *dev)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     cudaError_t e;
-    if (d->code) return 0; /* a failure waits to be reported: the pass as queued reports it */
+    if (d->code) return -1; /* a failure waits to be reported: the pass as queued reports it */
     e = cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) return 1;
     mirror__cuda_capture_notice(d, "cudaStreamBeginCapture", e);
@@ -1617,12 +1624,11 @@ static void mirror__cuda_graph_launch(void *dev, void *graph)
     mirror__cuda_ok(d, cudaGraphLaunch((cudaGraphExec_t)graph, d->stream), "cudaGraphLaunch");
 }
 
-/* After the replica's work is done: a launch may still run the graph. */
+/* A graph still running is freed once it is done (no wait). */
 static void mirror__cuda_graph_free(void *dev, void *graph)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (mirror__cuda_idle(d, "waiting before freeing a graph"))
-        mirror__cuda_ok(d, cudaGraphExecDestroy((cudaGraphExec_t)graph), "cudaGraphExecDestroy");
+    mirror__cuda_ok(d, cudaGraphExecDestroy((cudaGraphExec_t)graph), "cudaGraphExecDestroy");
 }
 
 static const mirror__backend mirror__cuda_backend = {

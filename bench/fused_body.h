@@ -183,7 +183,9 @@ static int fused_main(int argc, char **argv, const char *devices, size_t default
     c.g16 = (uint16_t *)c.be->alloc(c.dev, c.n * sizeof(uint16_t));
     c.st = (mirror_loss_scale_state *)c.be->alloc(c.dev, sizeof *c.st);
     for (i = 0; i < 2; i++) {
-        mirror__tick t = {1, i ? 0.01f : 1e-3f, 0.0f, 0.0f};
+        mirror__tick t;
+        memset(&t, 0, sizeof t);
+        t.step = 1, t.lr = i ? 0.01f : 1e-3f;
         if ((c.tick[i] = (mirror__tick *)c.be->alloc(c.dev, sizeof t)) != NULL) c.be->set(c.dev, c.tick[i], &t, sizeof t);
     }
     host = c.be->host_alloc(c.dev, c.n * sizeof(float));
