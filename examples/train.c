@@ -64,7 +64,7 @@ static void usage(FILE *f)
                "                      replicas (GPU replicas: off unless asked)\n"
                "  --no-deterministic  sums in each split's own order: equal within float32 rounding, a little faster\n"
                "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
-               "  --graphs            GPUs: record each replica's forward and backward as a CUDA graph, replay it\n"
+               "  --graphs            GPUs: record each replica's pass and update as CUDA graphs, replay them\n"
                "  --shard-update M    auto | on | off: each replica updates a slice and keeps its optimizer state\n"
                "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
