@@ -686,6 +686,7 @@ static int graph_steps(mirror_model *m, double *loss)
         mirror_metrics met;
         int rc, now = k >= 12 && k < 18;
         memset(g, 0, sizeof g);
+        memset(&met, 0, sizeof met);
         if (b == 0) mirror_permutation(perm, 95, 11, k / per_epoch);
         g[0].x = data.x, g[0].labels = data.labels, g[0].rows = data.count, g[0].index = perm + b * 10;
         g[0].n = b * 10 + 10 <= 95 ? 10 : 95 - b * 10;
