@@ -5291,9 +5291,7 @@ static int mirror__choose_update(mirror_model *m)
    host, and deterministic mode sums chunk by chunk. */
 static void mirror__choose_graphs(mirror_model *m)
 {
-    size_t i;
     int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
-    for (i = 0, m->dropouts = 0; i < m->nlayers; i++) m->dropouts |= m->layers[i].kind == MIRROR__DROPOUT;
     m->graphs = m->desc.graphs && able && !m->nrunning && !m->chunk;
     if (m->desc.graphs && able && !m->graphs)
         mirror__log(MIRROR_LOG_NOTICE, m->chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
@@ -5324,6 +5322,7 @@ static void mirror__plan(mirror_model *m)
     m->max_size = m->in_size;
     m->col_size = m->perm_size = 0;
     m->nrunning = m->bn_size = m->bn_channels = m->nparams = 0;
+    m->dropouts = 0;
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
@@ -5331,6 +5330,7 @@ static void mirror__plan(mirror_model *m)
         l->b_off = (l->w_off + l->n_w + a - 1) / a * a;
         p = l->b_off + l->n_b;
         m->nparams += l->n_w + l->n_b;
+        m->dropouts |= l->kind == MIRROR__DROPOUT;
         if (mirror__convolves(l)) {
             mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
             size_t n = mirror__conv_chunk(m);
@@ -6544,15 +6544,18 @@ static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror
     mirror__graph *g = mirror__graph_of(m, r, job, kind);
     g->used = ++r->passes;
     if (!g->graph && !g->failed && g->seen++ >= 1) {
-        int began = m->be->capture_begin ? m->be->capture_begin(r->dev) : 1;
-        if (began > 0 && !m->be->capture_begin) {
+        if (!m->be->capture_begin) {
             g->graph = mirror__emulated_capture(m, r, job, g);
-        } else if (began > 0) {
-            mirror__queue(kind, m, r, job);
-            g->graph = m->be->capture_end(r->dev);
+            g->failed = !g->graph;
+        } else {
+            int began = m->be->capture_begin(r->dev);
+            if (began > 0) {
+                mirror__queue(kind, m, r, job);
+                g->graph = m->be->capture_end(r->dev);
+            }
+            if (began < 0) g->seen--; /* not now (a failure waits to be reported): the next visit tries */
+            g->failed = began == 0 || (began > 0 && !g->graph);
         }
-        if (began < 0) g->seen--; /* not now (a failure waits to be reported): the next visit tries */
-        g->failed = began == 0 || (began > 0 && !g->graph);
     }
     if (!g->graph)
         mirror__queue(kind, m, r, job);
