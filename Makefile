@@ -64,7 +64,7 @@ NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
 CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
-            -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart_static -lcublas \
+            -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart_static -lcublasLt -lcublas \
             $(if $(HAVE_NCCL),-lnccl) -lstdc++ -ldl -lrt -lpthread
 
 # MPI (build/train_mpi and the tests in tests/mpi), found by compiling a

@@ -428,7 +428,11 @@
       8 bytes per parameter once instead of once per replica, which saves
       8 (R - 1) bytes per parameter on R replicas; the report counts it on
       replica 0. GPUs with shard_update on hold 1/R of it each (the
-      parameter count padded to R x 64).
+      parameter count padded to R x 64). A relu right after a dense layer
+      is that layer's GEMM epilogue (the bias too: mirror__epilogue, one
+      pass over the output instead of three) and writes over the dense
+      layer's output, which nothing else reads, so the pair holds one
+      activation buffer, not two.
 
    LIMITS
 
@@ -2372,12 +2376,39 @@ static void mirror__pack_b(const float *b, size_t rs, size_t cs, size_t kc, size
     }
 }
 
+/* What a GEMM does to each element (i, j) of C once the products are in
+   (NULL: nothing): adds bias[i*rs + j*cs], then applies mirror_hd_relu
+   where relu is set. A dense layer's bias, and the relu after it, ride on
+   its forward GEMM instead of two more passes over the output. */
+typedef struct mirror__epilogue {
+    const float *bias;
+    size_t rs, cs;
+    int relu;
+} mirror__epilogue;
+
+/* c = the epilogue of v at element (i, j). */
+static float mirror__finish(const mirror__epilogue *ep, size_t i, size_t j, float v)
+{
+    v += ep->bias[i * ep->rs + j * ep->cs];
+    return ep->relu ? mirror_hd_relu(v) : v;
+}
+
+/* The same epilogue for the block of C from element (i, j) on. */
+static mirror__epilogue mirror__epilogue_at(const mirror__epilogue *ep, size_t i, size_t j)
+{
+    mirror__epilogue e = *ep;
+    e.bias += i * ep->rs + j * ep->cs;
+    return e;
+}
+
 /* The register tile: C[mr, nr] = beta C + alpha A-rows . B-panel, where
    element (i, p) of A is a[i*ars + p*acs] (A is read in place, never
    packed: rows past mr repeat the last row, their sums are dropped) and
-   element (i, j) of C is c[i*crs + j*ccs]. */
+   element (i, j) of C is c[i*crs + j*ccs]; then the epilogue ep (NULL: none,
+   else the tile's own, from its first element). */
 MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars, size_t acs, const float *pb, size_t ldpb,
-                         float *c, size_t crs, size_t ccs, size_t mr, size_t nr, float alpha, float beta)
+                         float *c, size_t crs, size_t ccs, size_t mr, size_t nr, float alpha, float beta,
+                         const mirror__epilogue *ep)
 {
     const mirror__vec zero = {0};
     mirror__vec acc[MIRROR__MR][MIRROR__NV], b[MIRROR__NV];
@@ -2394,7 +2425,7 @@ MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars,
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] += ai * b[j];
         }
     }
-    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1) {
+    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1 && !ep) {
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
                 float *cij = c + i * crs + j * MIRROR__VL;
@@ -2406,8 +2437,8 @@ MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars,
         memcpy(t, acc, sizeof t);
         for (i = 0; i < mr; i++)
             for (j = 0; j < nr; j++) {
-                float *cij = c + i * crs + j * ccs;
-                *cij = beta == 0.0f ? alpha * t[i][j] : beta * *cij + alpha * t[i][j];
+                float *cij = c + i * crs + j * ccs, v = beta == 0.0f ? alpha * t[i][j] : beta * *cij + alpha * t[i][j];
+                *cij = ep ? mirror__finish(ep, i, j, v) : v;
             }
     }
 }
@@ -2418,17 +2449,18 @@ MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars,
    are not contiguous or when A spans several blocks; otherwise the tile
    reads B's full panels in place and only the last, partial panel is
    packed, zero-filled. The depth k is cut into equal blocks of at most KC,
-   not into KC and a thin rest. */
+   not into KC and a thin rest; the epilogue ep (NULL: none) comes with the
+   last. */
 static void mirror__gemm_strided(size_t m, size_t n, size_t k, float alpha, const float *a, size_t ars,
                                  size_t acs, const float *b, size_t brs, size_t bcs, float beta, float *c,
-                                 size_t crs, size_t ccs, float *ws)
+                                 size_t crs, size_t ccs, float *ws, const mirror__epilogue *ep)
 {
     size_t jc, pc, ic, jr, ir, i, j, blocks, kstep;
     if (k == 0 || alpha == 0.0f) {
         for (i = 0; i < m; i++)
             for (j = 0; j < n; j++) {
-                float *cij = c + i * crs + j * ccs;
-                *cij = beta == 0.0f ? 0.0f : beta * *cij;
+                float *cij = c + i * crs + j * ccs, v = beta == 0.0f ? 0.0f : beta * *cij;
+                *cij = ep ? mirror__finish(ep, i, j, v) : v;
             }
         return;
     }
@@ -2447,11 +2479,14 @@ static void mirror__gemm_strided(size_t m, size_t n, size_t k, float alpha, cons
                 for (jr = 0; jr < nc; jr += MIRROR__NR) {
                     const float *panel = jr < full ? bsrc + jr : ws + (jr - full) * kc;
                     size_t ldp = jr < full ? brs : MIRROR__NR;
-                    for (ir = 0; ir < mc; ir += MIRROR__MR)
+                    for (ir = 0; ir < mc; ir += MIRROR__MR) {
+                        mirror__epilogue at;
+                        if (ep && pc + kc == k) at = mirror__epilogue_at(ep, ic + ir, jc + jr);
                         mirror__tile(kc, a + (ic + ir) * ars + pc * acs, ars, acs, panel, ldp,
                                      c + (ic + ir) * crs + (jc + jr) * ccs, crs, ccs,
                                      MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), alpha,
-                                     bk);
+                                     bk, ep && pc + kc == k ? &at : NULL);
+                    }
                 }
             }
         }
@@ -2479,29 +2514,36 @@ static size_t mirror__gemm_cost(size_t m, size_t n, int gather_b)
    tiles of 9 x 16, not three of 16 x 9 in 16-wide panels). */
 static void mirror__sgemm_builtin(int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                                   const float *a, size_t lda, const float *b, size_t ldb, float beta,
-                                  float *c, size_t ldc, float *ws)
+                                  float *c, size_t ldc, float *ws, const mirror__epilogue *ep)
 {
     size_t ars = ta ? 1 : lda, acs = ta ? lda : 1, brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
-    if (tb && mirror__gemm_cost(n, m, !ta) < mirror__gemm_cost(m, n, 1))
-        mirror__gemm_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, 1, ldc, ws);
-    else
-        mirror__gemm_strided(m, n, k, alpha, a, ars, acs, b, brs, bcs, beta, c, ldc, 1, ws);
+    if (tb && mirror__gemm_cost(n, m, !ta) < mirror__gemm_cost(m, n, 1)) {
+        mirror__epilogue t; /* the epilogue of C^T */
+        if (ep) t = *ep, t.rs = ep->cs, t.cs = ep->rs;
+        mirror__gemm_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, 1, ldc, ws, ep ? &t : NULL);
+    } else {
+        mirror__gemm_strided(m, n, k, alpha, a, ars, acs, b, brs, bcs, beta, c, ldc, 1, ws, ep);
+    }
 }
 
-/* Every GEMM of the CPU backend: a CBLAS when MIRROR_CBLAS, else built in. */
+/* Every GEMM of the CPU backend: a CBLAS when MIRROR_CBLAS (the epilogue ep
+   then a pass of its own), else built in. */
 static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc,
-                          float *ws)
+                          float *ws, const mirror__epilogue *ep)
 {
 #ifdef MIRROR_CBLAS
+    size_t i, j;
     (void)ws;
     (void)mirror__sgemm_builtin;
     if (m && n)
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     (int)m, (int)n, (int)k, alpha, a, (int)MIRROR__MAX(lda, 1), b, (int)MIRROR__MAX(ldb, 1),
                     beta, c, (int)MIRROR__MAX(ldc, 1));
+    for (i = 0; ep && i < m; i++)
+        for (j = 0; j < n; j++) c[i * ldc + j] = mirror__finish(ep, i, j, c[i * ldc + j]);
 #else
-    mirror__sgemm_builtin(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
+    mirror__sgemm_builtin(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws, ep);
 #endif
 }
 
@@ -2598,6 +2640,12 @@ typedef struct mirror__backend {
     void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                  const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                  size_t ldc);
+    /* A dense layer's forward in one GEMM: C = op(A) op(B) with bias[j]
+       added to every row's column j, then, where relu is set,
+       mirror_hd_relu: bitwise the gemm (alpha 1, beta 0), bias_add and
+       relu_forward one after the other. */
+    void (*gemm_bias)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
+                      const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc);
     /* y[r, c, i] += bias[c] */
     void (*bias_add)(void *dev, float *y, const float *bias, size_t rows, size_t channels,
                      size_t inner);
@@ -2861,7 +2909,15 @@ static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size
                              float *c, size_t ldc)
 {
     mirror__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                  ((mirror__cpu_dev *)dev)->gemm_ws);
+                  ((mirror__cpu_dev *)dev)->gemm_ws, NULL);
+}
+
+static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
+                                  const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc)
+{
+    mirror__epilogue ep;
+    ep.bias = bias, ep.rs = 0, ep.cs = 1, ep.relu = relu;
+    mirror__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, ((mirror__cpu_dev *)dev)->gemm_ws, &ep);
 }
 
 static void mirror__cpu_bias_add(void *dev, float *y, const float *bias, size_t rows,
@@ -3395,6 +3451,7 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_copy,
     mirror__cpu_slot,
     mirror__cpu_gemm,
+    mirror__cpu_gemm_bias,
     mirror__cpu_bias_add,
     mirror__cpu_bias_grad,
     mirror__cpu_relu_forward,
@@ -4564,6 +4621,10 @@ typedef struct mirror__layer {
     float momentum, eps;
     int local;   /* batchnorm: statistics of the replica's shard alone */
     size_t from; /* residual_end: the index of its block's residual layer */
+    /* A dense layer followed by a relu: the relu is its GEMM's epilogue,
+       and the relu's output is the dense layer's (its input is read by
+       nothing else; the relu's backward reads its output alone). */
+    int fused;
 } mirror__layer;
 
 /* A replica's recorded training pass or update (see mirror__graph_step):
@@ -5358,8 +5419,9 @@ static void mirror__plan(mirror_model *m)
     mirror__carve(&at, S * m->in_size, sizeof(float)); /* input, at 0 */
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
-        if (l->kind == MIRROR__FLATTEN || l->kind == MIRROR__RESIDUAL) /* a view of its input */
-            l->out_off = i ? m->layers[i - 1].out_off : 0;
+        l->fused = l->kind == MIRROR__DENSE && i + 1 < m->nlayers && m->layers[i + 1].kind == MIRROR__RELU;
+        if (l->kind == MIRROR__FLATTEN || l->kind == MIRROR__RESIDUAL || (i && m->layers[i - 1].fused))
+            l->out_off = i ? m->layers[i - 1].out_off : 0; /* a view of its input (or a fused relu's, in place) */
         else
             l->out_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(float));
         if (l->kind == MIRROR__MAXPOOL2D)
@@ -6187,15 +6249,17 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
             return;
         }
         switch (l->kind) {
-        case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b */
+        case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
             for (q = 0; q < mirror__gemm_parts(m, r); q++) {
                 size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm(dev, 0, 1, k, l->oc, l->c, 1.0f, x + at * l->c, l->c, W, l->c, 0.0f, y + at * l->oc, l->oc);
+                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, x + at * l->c, l->c, W, l->c, b, l->fused, y + at * l->oc,
+                              l->oc);
             }
-            be->bias_add(dev, y, b, S, l->oc, 1);
             break;
         case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
-        case MIRROR__RELU: be->relu_forward(dev, y, x, S * out); break;
+        case MIRROR__RELU:
+            if (!i || !m->layers[i - 1].fused) be->relu_forward(dev, y, x, S * out);
+            break;
         case MIRROR__MAXPOOL2D:
             be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off), x, S * l->c, l->h, l->w, l->k,
                                 l->stride, l->oh, l->ow);

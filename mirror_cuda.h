@@ -13,7 +13,7 @@
 
           nvcc -O3 -arch=sm_90 -c mirror_cuda.cu -o mirror_cuda.o
           cc -O3 -std=c99 app.c mirror_cuda.o -o app -L$CUDA_PATH/lib64 \
-             -lcudart_static -lcublas -lnccl -lstdc++ -lm -ldl -lrt -lpthread
+             -lcudart_static -lcublasLt -lcublas -lnccl -lstdc++ -lm -ldl -lrt -lpthread
 
       Every other file includes mirror.h alone, from C, without
       MIRROR_IMPLEMENTATION: the same API, now with GPU replicas. Define
@@ -129,6 +129,16 @@
       arenas (aligned GEMM operands; zeros between, which no update
       changes); the API and checkpoints see the values packed. Overlap: see
       STREAMS AND WAITING (the input) and REDUCERS (NCCL's buckets).
+      A dense layer's forward is one cuBLASLt matmul with the bias as its
+      epilogue (CUBLASLT_EPILOGUE_BIAS; the plan, descriptors and the
+      algorithm cuBLASLt's heuristic picks, is made at a shape's first call
+      and kept, 16 a replica); where cuBLASLt has no algorithm for a shape,
+      the GEMM and one epilogue kernel. A relu right after a dense layer
+      is applied in place by that kernel, not by cuBLASLt's relu, whose
+      max(x, 0) need not keep a NaN (mirror_hd_relu does; see mirror.h,
+      NON-FINITE VALUES), and its output is the dense layer's buffer. So a
+      dense-relu pair is two launches and one pass over its output
+      (three launches and two passes before).
 
    GRAPHS
 
@@ -207,6 +217,7 @@
 #error "compile the file that defines MIRROR_IMPLEMENTATION and includes mirror_cuda.h with nvcc"
 #endif
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #ifndef MIRROR_NO_NCCL
@@ -218,6 +229,29 @@ extern "C" {
 // >>cuda errors -------------------------------------------------------------
 
 struct mirror__gpu;
+
+/* A cuBLASLt plan for a dense layer's forward GEMM of one shape, made at
+   the shape's first call: the descriptors, with the bias as the epilogue,
+   and the algorithm the heuristic picked (usable 0: none, and the layer
+   then runs the plain GEMM and the epilogue kernel). */
+#define MIRROR__LT_PLANS 16
+typedef struct mirror__lt_plan {
+    int ta, tb, usable;
+    size_t m, n, k, lda, ldb, ldc;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} mirror__lt_plan;
+
+/* Frees a cuBLASLt plan's descriptors (those made). */
+static void mirror__lt_free(mirror__lt_plan *p)
+{
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
 
 /* A replica's device context: its GPU, its stream (the strategy's), its
    cuBLAS handle, and the first failure since the last status() call. */
@@ -238,6 +272,9 @@ typedef struct mirror__cuda_dev {
     cudaEvent_t made, summed;
     float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_BLOCKS floats) */
     void *blas_ws;        /* cuBLAS's workspace, its own: a recorded GEMM allocates nothing */
+    cublasLtHandle_t lt;  /* cuBLASLt (the same workspace) and its plans, the oldest replaced first */
+    mirror__lt_plan plan[MIRROR__LT_PLANS];
+    unsigned plans;
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -303,6 +340,19 @@ __global__ void mirror__k_bias_add(float *y, const float *bias, size_t total, mi
                                    mirror_hd_divisor channels)
 {
     MIRROR__FOR_EACH(i, total) y[i] += bias[mirror_hd_channel(i, inner, channels)];
+}
+
+/* A dense layer's epilogue where cuBLASLt does not run it: C [m, n], rows
+   ldc apart, gets bias[j] on column j (bias NULL: none), then relu where
+   asked; the CPU's order of operations (mirror__finish). */
+__global__ void mirror__k_epilogue(float *c, const float *bias, size_t m, mirror_hd_divisor n, size_t ldc, int relu)
+{
+    MIRROR__FOR_EACH(i, m * n.d)
+    {
+        uint64_t row, j = mirror_hd_divmod(n, i, &row);
+        float *y = c + row * ldc + j, v = bias ? *y + bias[j] : *y;
+        *y = relu ? mirror_hd_relu(v) : v;
+    }
 }
 
 /* The block's sum of each thread's s, by a fixed tree: thread 0 gets it.
@@ -936,6 +986,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_BLOCKS * sizeof(float)), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->blas_ws, MIRROR__BLAS_WORKSPACE), "cudaMalloc") ||
         !mirror__blas_ok(d, cublasSetWorkspace(d->blas, d->blas_ws, MIRROR__BLAS_WORKSPACE), "cublasSetWorkspace") ||
+        !mirror__blas_ok(d, cublasLtCreate(&d->lt), "cublasLtCreate") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking), "cudaStreamCreate") ||
         !mirror__cuda_events(d, &d->uploaded, 1, 1) || !mirror__cuda_events(d, d->freed, 2, 1) ||
@@ -943,6 +994,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         !mirror__cuda_events(d, &d->summed, 1, 1)) {
         mirror__error(err, d->code, "replica %zu: %s", r, d->message);
         if (d->blas) cublasDestroy(d->blas);
+        if (d->lt) cublasLtDestroy(d->lt);
         if (d->part) cudaFree(d->part);
         if (d->blas_ws) cudaFree(d->blas_ws);
         if (d->copy) cudaStreamDestroy(d->copy);
@@ -964,6 +1016,8 @@ static void mirror__cuda_close(void *dev)
     if (mirror__cuda_idle(d, "waiting before freeing the replica")) {
         int k;
         mirror__blas_ok(d, cublasDestroy(d->blas), "cublasDestroy");
+        for (k = 0; k < MIRROR__LT_PLANS; k++) mirror__lt_free(&d->plan[k]);
+        mirror__blas_ok(d, cublasLtDestroy(d->lt), "cublasLtDestroy");
         mirror__cuda_ok(d, cudaFree(d->part), "cudaFree");
         mirror__cuda_ok(d, cudaFree(d->blas_ws), "cudaFree");
         mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
@@ -1129,6 +1183,84 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                                                                        : CUBLAS_COMPUTE_32F_FAST_16F,
                                  CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx");
+}
+
+/* The plan for C [m, n] = op(A) op(B) + bias, operands swapped as in
+   mirror__cuda_gemm (cuBLASLt's D is C^T, whose rows are C's columns: the
+   bias epilogue adds bias[j] to C's column j). */
+static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb, size_t m, size_t n, size_t k,
+                                            size_t lda, size_t ldb, size_t ldc)
+{
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cublasComputeType_t compute = d->precision == MIRROR_PRECISION_FP32   ? CUBLAS_COMPUTE_32F
+                                  : d->precision == MIRROR_PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                          : CUBLAS_COMPUTE_32F_FAST_16F;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t found;
+    size_t ws = MIRROR__BLAS_WORKSPACE;
+    int count = 0;
+    unsigned i;
+    mirror__lt_plan *p;
+    for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++) {
+        p = &d->plan[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+            p->ldc == ldc)
+            return p;
+    }
+    p = &d->plan[d->plans++ % MIRROR__LT_PLANS];
+    mirror__lt_free(p);
+    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc;
+    memset(&found, 0, sizeof found);
+    p->usable =
+        cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, (int64_t)ldb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, ta ? m : k, ta ? k : m, (int64_t)lda) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, n, m, (int64_t)ldc) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(d->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count) ==
+            CUBLAS_STATUS_SUCCESS &&
+        count > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    p->algo = found.algo;
+    return p;
+}
+
+/* cuBLASLt with the bias as its epilogue where it has an algorithm for the
+   shape, else the GEMM and the epilogue kernel; the relu (mirror_hd_relu:
+   a NaN stays NaN, which cuBLASLt's max(x, 0) does not promise) by the
+   kernel in place. */
+static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
+                                   const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    const float one = 1.0f, zero = 0.0f;
+    mirror__lt_plan *p = NULL;
+    if (!m || !n) return;
+    if (k && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX)
+        p = mirror__lt_plan_for(d, ta, tb, m, n, k, lda, ldb, ldc);
+    if (p && p->usable) {
+        if (!mirror__blas_ok(d, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                               sizeof bias),
+                             "cublasLtMatmulDescSetAttribute") ||
+            !mirror__blas_ok(d, cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo,
+                                               d->blas_ws, MIRROR__BLAS_WORKSPACE, d->stream),
+                             "cublasLtMatmul"))
+            return;
+        bias = NULL;
+    } else {
+        mirror__cuda_gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    }
+    if (!bias && !relu) return;
+    mirror__k_epilogue<<<mirror__blocks(m * n), MIRROR__THREADS, 0, d->stream>>>(c, bias, m, mirror_hd_divisor_of(n),
+                                                                               ldc, relu);
+    MIRROR__LAUNCHED(d, "epilogue kernel");
 }
 
 static void mirror__cuda_bias_add(void *dev, float *y, const float *bias, size_t rows, size_t channels, size_t inner)
@@ -1653,6 +1785,7 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_upload_staged,
     mirror__cuda_staged,
     mirror__cuda_gemm,
+    mirror__cuda_gemm_bias,
     mirror__cuda_bias_add,
     mirror__cuda_bias_grad,
     mirror__cuda_relu_forward,

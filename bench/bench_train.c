@@ -20,13 +20,14 @@
 
 
 /* The GEMMs of one training step, recorded through a copy of the CPU
-   backend whose gemm notes each call before it runs, then replayed alone
-   on the same buffers: the FLOP rate a step's GEMMs reach by themselves. */
+   backend whose gemm and gemm_bias note each call before it runs, then
+   replayed alone on the same buffers: the FLOP rate a step's GEMMs reach
+   by themselves (a dense layer's with its bias and relu, as in the step). */
 typedef struct {
-    int ta, tb;
+    int ta, tb, relu;
     size_t m, n, k, lda, ldb, ldc;
     float alpha, beta;
-    const float *a, *b;
+    const float *a, *b, *bias; /* bias: a gemm_bias call */
     float *c;
     void *dev;
 } gemm_call;
@@ -38,18 +39,31 @@ static int recording;
 static mirror__backend recorder;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void record(const gemm_call *g)
+{
+    pthread_mutex_lock(&lock); /* the replicas' threads record at once */
+    if (recording && ncalls < MAX_CALLS) calls[ncalls++] = *g;
+    pthread_mutex_unlock(&lock);
+}
+
 static void recording_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
                            size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
 {
-    pthread_mutex_lock(&lock); /* the replicas' threads record at once */
-    if (recording && ncalls < MAX_CALLS) {
-        gemm_call g;
-        g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
-        g.alpha = alpha, g.beta = beta, g.a = a, g.b = b, g.c = c, g.dev = dev;
-        calls[ncalls++] = g;
-    }
-    pthread_mutex_unlock(&lock);
+    gemm_call g;
+    g.ta = ta, g.tb = tb, g.relu = 0, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    g.alpha = alpha, g.beta = beta, g.a = a, g.b = b, g.bias = NULL, g.c = c, g.dev = dev;
+    record(&g);
     mirror__cpu_backend.gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void recording_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
+                                const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc)
+{
+    gemm_call g;
+    g.ta = ta, g.tb = tb, g.relu = relu, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    g.alpha = 1.0f, g.beta = 0.0f, g.a = a, g.b = b, g.bias = bias, g.c = c, g.dev = dev;
+    record(&g);
+    mirror__cpu_backend.gemm_bias(dev, ta, tb, m, n, k, a, lda, b, ldb, bias, relu, c, ldc);
 }
 
 /* Seconds for one replay of the recorded GEMMs; *flops gets their count. */
@@ -60,8 +74,12 @@ static double replay(double *flops)
     *flops = 0.0;
     for (i = 0; i < ncalls; i++) {
         const gemm_call *g = &calls[i];
-        mirror__cpu_backend.gemm(g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb,
-                                 g->beta, g->c, g->ldc);
+        if (g->bias)
+            mirror__cpu_backend.gemm_bias(g->dev, g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->bias,
+                                          g->relu, g->c, g->ldc);
+        else
+            mirror__cpu_backend.gemm(g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb,
+                                     g->beta, g->c, g->ldc);
         *flops += 2.0 * (double)g->m * (double)g->n * (double)g->k;
     }
     return mirror__now() - t0;
@@ -209,6 +227,7 @@ int main(void)
             mirror_batch b = example_bench_batch(&ds, perm, batches[bi]);
             recorder = mirror__cpu_backend;
             recorder.gemm = recording_gemm;
+            recorder.gemm_bias = recording_gemm_bias;
             mm->be = &recorder;
             recording = 1, ncalls = 0;
             mirror_train_step(mm, &b, NULL);

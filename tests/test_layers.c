@@ -1162,7 +1162,7 @@ static void gemm_case(float *ws, int ta, int tb, size_t m, size_t n, size_t k, s
     for (i = 0; i < br * ldb; i++) b[i] = (i % ldb) < bc ? frand(-1.0f, 1.0f) : NAN;
     for (i = 0; i < m * ldc; i++) c[i] = (i % ldc) < n ? (beta == 0.0f ? NAN : frand(-1.0f, 1.0f)) : 12345.0f;
     memcpy(c0, c, m * ldc * sizeof(float));
-    mirror__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
+    mirror__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws, NULL);
     for (i = 0; i < m; i++) {
         for (j = 0; j < n; j++) {
             double sum = 0.0, mag = 0.0, ref, tol;
@@ -1224,23 +1224,61 @@ static void test_gemm(void)
     /* m = 0 or n = 0: nothing is written. */
     {
         float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4] = {7, 7, 7, 7};
-        mirror__sgemm(0, 0, 0, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws);
-        mirror__sgemm(0, 0, 2, 0, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws);
+        mirror__sgemm(0, 0, 0, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws, NULL);
+        mirror__sgemm(0, 0, 2, 0, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws, NULL);
         CHECK(c[0] == 7 && c[1] == 7 && c[2] == 7 && c[3] == 7, "sgemm m=0 / n=0 wrote C");
     }
     /* A hand case: [1 2; 3 4] [5 6; 7 8] = [19 22; 43 50]; 2 * that - C. */
     {
         float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {1, 1, 1, 1};
-        mirror__sgemm(0, 0, 2, 2, 2, 2.0f, a, 2, b, 2, -1.0f, c, 2, ws);
+        mirror__sgemm(0, 0, 2, 2, 2, 2.0f, a, 2, b, 2, -1.0f, c, 2, ws, NULL);
         CHECK(c[0] == 37 && c[1] == 43 && c[2] == 85 && c[3] == 99, "sgemm 2x2 hand case: %g %g %g %g",
               (double)c[0], (double)c[1], (double)c[2], (double)c[3]);
         c[0] = c[1] = c[2] = c[3] = 0;
         /* A^T B^T = (B A)^T: B A = [23 34; 31 46] */
-        mirror__sgemm(1, 1, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws);
+        mirror__sgemm(1, 1, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2, ws, NULL);
         CHECK(c[0] == 23 && c[1] == 31 && c[2] == 34 && c[3] == 46, "sgemm 2x2 A^T B^T: %g %g %g %g", (double)c[0],
               (double)c[1], (double)c[2], (double)c[3]);
     }
     free(ws);
+}
+
+/* A dense layer's forward in one GEMM (the bias and the relu after it as
+   the epilogue) gives the bits of the GEMM, bias_add and relu_forward one
+   after the other: on shapes that take the transposed route, cross KC (the
+   epilogue comes with the last block of the depth) and MC, and with C
+   holding NaN before (overwritten) and a NaN bias (kept by the relu). */
+static void test_gemm_bias(void)
+{
+    static const size_t sizes[][3] = {{1, 1, 1}, {7, 33, 1},    {1, 300, 7},   {33, 7, 300}, {130, 33, 7},
+                                      {64, 10, 128}, {121, 17, 600}, {9, 130, 257}, {300, 7, 0}};
+    const mirror__backend *be = &mirror__cpu_backend;
+    size_t workspace, si;
+    void *dev = be->open(NULL, 0, &workspace, NULL);
+    int t, relu;
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (t = 0; t < 4; t++)
+            for (relu = 0; relu < 2; relu++) {
+                int ta = t >> 1, tb = t & 1;
+                size_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], i, differ = 0;
+                float *a = (float *)xmalloc((m * k + 1) * sizeof(float)), *b = (float *)xmalloc((k * n + 1) * sizeof(float));
+                float *bias = (float *)xmalloc(n * sizeof(float)), *want = (float *)xmalloc(m * n * sizeof(float));
+                float *got = (float *)xmalloc(m * n * sizeof(float));
+                for (i = 0; i < m * k; i++) a[i] = frand(-1.0f, 1.0f);
+                for (i = 0; i < k * n; i++) b[i] = frand(-1.0f, 1.0f);
+                for (i = 0; i < n; i++) bias[i] = i == 1 ? NAN : frand(-1.0f, 1.0f);
+                for (i = 0; i < m * n; i++) want[i] = got[i] = NAN;
+                be->gemm(dev, ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, want, n);
+                be->bias_add(dev, want, bias, m, n, 1);
+                if (relu) be->relu_forward(dev, want, want, m * n);
+                be->gemm_bias(dev, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, bias, relu, got, n);
+                for (i = 0; i < m * n; i++) differ += memcmp(&want[i], &got[i], sizeof(float)) != 0;
+                CHECK(differ == 0 && (n < 2 || isnan(got[1])),
+                      "gemm_bias ta=%d tb=%d m=%zu n=%zu k=%zu relu=%d: %zu elements differ from gemm, bias_add%s", ta,
+                      tb, m, n, k, relu, differ, relu ? ", relu" : "");
+                free(a), free(b), free(bias), free(want), free(got);
+            }
+    be->close(dev);
 }
 
 // >>im2col and maxpool ----------------------------------------------------------
@@ -1490,6 +1528,7 @@ int main(void)
     test_sgd();
     test_adam();
     test_gemm();
+    test_gemm_bias();
     test_im2col();
     test_batched_im2col();
     test_maxpool();

@@ -897,6 +897,57 @@ static void test_buckets(void)
     }
 }
 
+/* A relu right after a dense layer rides on its GEMM (the epilogue) and
+   writes over its output: the same bits as the two layers apart (a flatten
+   between them, a view, keeps them apart), with one activation buffer
+   fewer; in fp32 and in mixed precision, with dropout (its masks hashed
+   from the layer's index, so both models have a dropout at the same
+   place), and in a prediction. */
+static void test_fused_relu(void)
+{
+    static const mirror_precision precisions[] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16, MIRROR_PRECISION_BF16};
+    mirror_strategy *s = strategy(2);
+    size_t pi, k, perm[95];
+    for (pi = 0; pi < 3; pi++) {
+        mirror_model *m[2] = {NULL, NULL};
+        mirror_memory_report rep[2];
+        float *p[2], out[2][3 * 10];
+        int v, ok = 1;
+        for (v = 0; v < 2; v++) {
+            mirror_model_desc d;
+            memset(&d, 0, sizeof d);
+            d.strategy = s, d.precision = precisions[pi], d.seed = 5;
+            d.init = MIRROR_INIT_HE; /* the flatten apart would make the default Glorot's */
+            d.channels = 1, d.height = 12, d.width = 12, d.max_batch = 10;
+            d.optimizer.kind = MIRROR_OPT_ADAMW, d.optimizer.lr = 0.01f;
+            ok &= mirror_model_create(&d, &m[v], NULL) == MIRROR_OK;
+            if (!ok) break;
+            mirror_flatten(m[v]), mirror_dense(m[v], 16);
+            if (v) mirror_flatten(m[v]); /* apart */
+            mirror_relu(m[v]);
+            if (!v) mirror_flatten(m[v]); /* the dropout at the same index */
+            mirror_dropout(m[v], 0.25f), mirror_dense(m[v], 10);
+            ok &= mirror_model_build(m[v]) == MIRROR_OK && mirror_memory_report_get(m[v], 0, &rep[v]) == MIRROR_OK;
+            for (k = 0; ok && k < 12; k++) ok &= step(m[v], k, 10, perm) == MIRROR_OK;
+            ok &= ok && mirror_predict(m[v], data.x, 3, out[v]) == MIRROR_OK;
+        }
+        CHECK(ok, "fused relu, %s: models build and train", mirror_precision_name(precisions[pi]));
+        if (ok) {
+            size_t n = mirror_num_parameters(m[0]);
+            p[0] = params_of(m[0], 0), p[1] = params_of(m[1], 1);
+            CHECK(m[0]->layers[1].fused && !m[1]->layers[1].fused && n == mirror_num_parameters(m[1]) &&
+                      !memcmp(p[0], p[1], n * sizeof(float)) && !memcmp(out[0], out[1], sizeof out[0]) &&
+                      rep[0].activations < rep[1].activations,
+                  "fused relu, %s: dense-relu as one GEMM gives the bits of the two apart (parameters after 12 steps, "
+                  "predictions) with fewer activation bytes (%zu, %zu apart)",
+                  mirror_precision_name(precisions[pi]), rep[0].activations, rep[1].activations);
+            free(p[0]), free(p[1]);
+        }
+        mirror_model_destroy(m[0]), mirror_model_destroy(m[1]);
+    }
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("replicas")) return 1;
@@ -921,6 +972,7 @@ int main(void)
     test_pool();
     test_deferred_metrics();
     test_buckets();
+    test_fused_relu();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_replicas");
