@@ -428,11 +428,11 @@
       8 bytes per parameter once instead of once per replica, which saves
       8 (R - 1) bytes per parameter on R replicas; the report counts it on
       replica 0. GPUs with shard_update on hold 1/R of it each (the
-      parameter count padded to R x 64). A relu right after a dense layer
-      is that layer's GEMM epilogue (the bias too: mirror__epilogue, one
-      pass over the output instead of three) and writes over the dense
-      layer's output, which nothing else reads, so the pair holds one
-      activation buffer, not two.
+      parameter count padded to R x 64). A relu right after a dense or
+      conv2d layer is that layer's GEMM epilogue (the bias too:
+      mirror__epilogue, one pass over the output instead of three) and
+      writes over the layer's output, which nothing else reads, so the
+      pair holds one activation buffer, not two.
 
    LIMITS
 
@@ -2640,12 +2640,13 @@ typedef struct mirror__backend {
     void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                  const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
                  size_t ldc);
-    /* A dense layer's forward in one GEMM: C = op(A) op(B) with bias[j]
-       added to every row's column j, then, where relu is set,
-       mirror_hd_relu: bitwise the gemm (alpha 1, beta 0), bias_add and
-       relu_forward one after the other. */
+    /* A layer's forward in one GEMM: C = op(A) op(B) with bias[j] added
+       to column j of every row (a dense layer), or with per_row, bias[i]
+       to every column of row i (a convolution's channels), then, where
+       relu is set, mirror_hd_relu: bitwise the gemm (alpha 1, beta 0),
+       bias_add and relu_forward one after the other. */
     void (*gemm_bias)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
-                      const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc);
+                      const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c, size_t ldc);
     /* y[r, c, i] += bias[c] */
     void (*bias_add)(void *dev, float *y, const float *bias, size_t rows, size_t channels,
                      size_t inner);
@@ -2913,10 +2914,11 @@ static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size
 }
 
 static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
-                                  const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc)
+                                  const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c,
+                                  size_t ldc)
 {
     mirror__epilogue ep;
-    ep.bias = bias, ep.rs = 0, ep.cs = 1, ep.relu = relu;
+    ep.bias = bias, ep.rs = per_row ? 1 : 0, ep.cs = per_row ? 0 : 1, ep.relu = relu;
     mirror__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, ((mirror__cpu_dev *)dev)->gemm_ws, &ep);
 }
 
@@ -4621,9 +4623,9 @@ typedef struct mirror__layer {
     float momentum, eps;
     int local;   /* batchnorm: statistics of the replica's shard alone */
     size_t from; /* residual_end: the index of its block's residual layer */
-    /* A dense layer followed by a relu: the relu is its GEMM's epilogue,
-       and the relu's output is the dense layer's (its input is read by
-       nothing else; the relu's backward reads its output alone). */
+    /* A dense or conv2d layer followed by a relu: the relu is its GEMM's
+       epilogue, and the relu's output is the layer's (its input is read
+       by nothing else; the relu's backward reads its output alone). */
     int fused;
 } mirror__layer;
 
@@ -5265,6 +5267,7 @@ static mirror__layer mirror__projection(const mirror_model *m, const mirror__lay
     mirror__layer p = *l;
     const mirror__layer *in = &m->layers[l->from];
     p.kind = MIRROR__CONV2D;
+    p.fused = 0; /* its output is added to, never a relu's */
     p.c = in->c, p.h = in->h, p.w = in->w;
     p.k = 1, p.pad = 0;
     return p;
@@ -5419,7 +5422,8 @@ static void mirror__plan(mirror_model *m)
     mirror__carve(&at, S * m->in_size, sizeof(float)); /* input, at 0 */
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
-        l->fused = l->kind == MIRROR__DENSE && i + 1 < m->nlayers && m->layers[i + 1].kind == MIRROR__RELU;
+        l->fused = (l->kind == MIRROR__DENSE || l->kind == MIRROR__CONV2D) && i + 1 < m->nlayers &&
+                   m->layers[i + 1].kind == MIRROR__RELU;
         if (l->kind == MIRROR__FLATTEN || l->kind == MIRROR__RESIDUAL || (i && m->layers[i - 1].fused))
             l->out_off = i ? m->layers[i - 1].out_off : 0; /* a view of its input (or a fused relu's, in place) */
         else
@@ -6133,7 +6137,8 @@ static float *mirror__col(const mirror_model *m, const mirror__replica *r, const
 
 /* A convolution (conv2d, or a residual block's projection) of S samples,
    n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
-   . col, then y' to y [n, OC, hw]; then the bias. */
+   . col + b (per channel, a row of y'; and the relu after it if fused),
+   then y' to y [n, OC, hw]. */
 static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *x,
                                  float *y, size_t S)
 {
@@ -6145,10 +6150,9 @@ static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, cons
         size_t n = MIRROR__MIN(chunk, S - s);
         float *yn = n == 1 ? y + s * out : r->perm, *col = mirror__col(m, r, l, s);
         be->im2col(r->dev, col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-        be->gemm(r->dev, 0, 0, l->oc, n * hw, ckk, 1.0f, W, ckk, col, n * hw, 0.0f, yn, n * hw);
+        be->gemm_bias(r->dev, 0, 0, l->oc, n * hw, ckk, W, ckk, col, n * hw, b, 1, l->fused, yn, n * hw);
         if (n > 1) be->permute(r->dev, y + s * out, r->perm, l->oc, n, hw);
     }
-    be->bias_add(r->dev, y, b, S, l->oc, hw);
 }
 
 /* Its backward, n samples at a time: d' [OC, n*hw] is d [n, OC, hw]
@@ -6252,8 +6256,8 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
             for (q = 0; q < mirror__gemm_parts(m, r); q++) {
                 size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, x + at * l->c, l->c, W, l->c, b, l->fused, y + at * l->oc,
-                              l->oc);
+                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, x + at * l->c, l->c, W, l->c, b, 0, l->fused,
+                              y + at * l->oc, l->oc);
             }
             break;
         case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;

@@ -86,6 +86,27 @@
       SGD and momentum. The scaler lives in device memory; kernels read it,
       the host never does.
 
+      Bytes of GPU memory read and written per parameter in one step of
+      one replica with AdamW, each pass counting its buffers once (a GEMM
+      may read its operands more than once from the cache; the network's
+      share of an all-reduce is NCCL's):
+
+                                           fp32   fp16 / bf16 mixed
+        forward GEMMs read the weights        4   4 (fp32 view)
+        input-gradient GEMMs read them        4   4
+        weight-gradient GEMMs write dW        4   4 (fp32)
+        dW narrowed to 16 bits                -   6 (read 4, write 2)
+        all-reduce in place (read, write)     8   4
+        check (guard or scaler)               4   2
+        AdamW update                         28   32 (+ the 16-bit copy
+                                                  and the fp32 view)
+        in all                               52   56
+
+      The 16-bit gradient halves the all-reduce; the fp32 view of the
+      weights costs 4 bytes a parameter in memory and 12 a step (written,
+      read twice). With the sharded update each replica's AdamW pass
+      covers 1/R of the parameters.
+
    STREAMS AND WAITING
 
       Each replica has a compute stream, a copy stream and (NCCL) a stream
@@ -133,12 +154,15 @@
       epilogue (CUBLASLT_EPILOGUE_BIAS; the plan, descriptors and the
       algorithm cuBLASLt's heuristic picks, is made at a shape's first call
       and kept, 16 a replica); where cuBLASLt has no algorithm for a shape,
-      the GEMM and one epilogue kernel. A relu right after a dense layer
-      is applied in place by that kernel, not by cuBLASLt's relu, whose
-      max(x, 0) need not keep a NaN (mirror_hd_relu does; see mirror.h,
-      NON-FINITE VALUES), and its output is the dense layer's buffer. So a
-      dense-relu pair is two launches and one pass over its output
-      (three launches and two passes before).
+      the GEMM and one epilogue kernel. A convolution's bias is per row of
+      its GEMM's output, which cuBLASLt's bias does not do: the GEMM and
+      the epilogue kernel, before the permute. A relu right after a dense
+      or conv2d layer is applied in place by that kernel, not by
+      cuBLASLt's relu, whose max(x, 0) need not keep a NaN
+      (mirror_hd_relu does; see mirror.h, NON-FINITE VALUES), and its
+      output is the layer's buffer. So a dense-relu pair is two launches
+      and one pass over its output, a conv-relu pair one pass besides the
+      permute (before: a bias pass and a relu pass, each a launch).
 
    GRAPHS
 
@@ -342,15 +366,17 @@ __global__ void mirror__k_bias_add(float *y, const float *bias, size_t total, mi
     MIRROR__FOR_EACH(i, total) y[i] += bias[mirror_hd_channel(i, inner, channels)];
 }
 
-/* A dense layer's epilogue where cuBLASLt does not run it: C [m, n], rows
-   ldc apart, gets bias[j] on column j (bias NULL: none), then relu where
-   asked; the CPU's order of operations (mirror__finish). */
-__global__ void mirror__k_epilogue(float *c, const float *bias, size_t m, mirror_hd_divisor n, size_t ldc, int relu)
+/* A GEMM's epilogue where cuBLASLt does not run it: C [m, n], rows ldc
+   apart, gets bias[j] on column j, or with per_row bias[row] on its row
+   (bias NULL: none), then relu where asked; the CPU's order of operations
+   (mirror__finish). */
+__global__ void mirror__k_epilogue(float *c, const float *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
+                                   int relu)
 {
     MIRROR__FOR_EACH(i, m * n.d)
     {
         uint64_t row, j = mirror_hd_divmod(n, i, &row);
-        float *y = c + row * ldc + j, v = bias ? *y + bias[j] : *y;
+        float *y = c + row * ldc + j, v = bias ? *y + bias[per_row ? row : j] : *y;
         *y = relu ? mirror_hd_relu(v) : v;
     }
 }
@@ -1232,18 +1258,21 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
     return p;
 }
 
-/* cuBLASLt with the bias as its epilogue where it has an algorithm for the
-   shape, else the GEMM and the epilogue kernel; the relu (mirror_hd_relu:
-   a NaN stays NaN, which cuBLASLt's max(x, 0) does not promise) by the
-   kernel in place. */
+/* A dense layer's bias (per column) is cuBLASLt's epilogue where it has an
+   algorithm for the shape; a convolution's (per row: cuBLASLt's bias runs
+   along C's columns only) and the other shapes take the GEMM and the
+   epilogue kernel. The relu (mirror_hd_relu: a NaN stays NaN, which
+   cuBLASLt's max(x, 0) does not promise) is the kernel's, in place. */
 static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
-                                   const float *b, size_t ldb, const float *bias, int relu, float *c, size_t ldc)
+                                   const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c,
+                                   size_t ldc)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     const float one = 1.0f, zero = 0.0f;
     mirror__lt_plan *p = NULL;
     if (!m || !n) return;
-    if (k && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX)
+    if (!per_row && k && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+        ldc <= INT_MAX)
         p = mirror__lt_plan_for(d, ta, tb, m, n, k, lda, ldb, ldc);
     if (p && p->usable) {
         if (!mirror__blas_ok(d, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -1258,8 +1287,8 @@ static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n
         mirror__cuda_gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
     }
     if (!bias && !relu) return;
-    mirror__k_epilogue<<<mirror__blocks(m * n), MIRROR__THREADS, 0, d->stream>>>(c, bias, m, mirror_hd_divisor_of(n),
-                                                                               ldc, relu);
+    mirror__k_epilogue<<<mirror__blocks(m * n), MIRROR__THREADS, 0, d->stream>>>(c, bias, per_row, m,
+                                                                               mirror_hd_divisor_of(n), ldc, relu);
     MIRROR__LAUNCHED(d, "epilogue kernel");
 }
 

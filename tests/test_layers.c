@@ -1243,11 +1243,12 @@ static void test_gemm(void)
     free(ws);
 }
 
-/* A dense layer's forward in one GEMM (the bias and the relu after it as
-   the epilogue) gives the bits of the GEMM, bias_add and relu_forward one
-   after the other: on shapes that take the transposed route, cross KC (the
-   epilogue comes with the last block of the depth) and MC, and with C
-   holding NaN before (overwritten) and a NaN bias (kept by the relu). */
+/* A layer's forward in one GEMM (the bias, per column as a dense layer's
+   or per row as a convolution's, and the relu after it as the epilogue)
+   gives the bits of the GEMM, bias_add and relu_forward one after the
+   other: on shapes that take the transposed route, cross KC (the epilogue
+   comes with the last block of the depth) and MC, and with C holding NaN
+   before (overwritten) and a NaN bias (kept by the relu). */
 static void test_gemm_bias(void)
 {
     static const size_t sizes[][3] = {{1, 1, 1}, {7, 33, 1},    {1, 300, 7},   {33, 7, 300}, {130, 33, 7},
@@ -1257,25 +1258,27 @@ static void test_gemm_bias(void)
     void *dev = be->open(NULL, 0, &workspace, NULL);
     int t, relu;
     for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (t = 0; t < 4; t++)
+        for (t = 0; t < 8; t++)
             for (relu = 0; relu < 2; relu++) {
-                int ta = t >> 1, tb = t & 1;
-                size_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], i, differ = 0;
+                int ta = (t >> 1) & 1, tb = t & 1, per_row = t >> 2;
+                size_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], i, differ = 0, nb = per_row ? m : n;
                 float *a = (float *)xmalloc((m * k + 1) * sizeof(float)), *b = (float *)xmalloc((k * n + 1) * sizeof(float));
-                float *bias = (float *)xmalloc(n * sizeof(float)), *want = (float *)xmalloc(m * n * sizeof(float));
+                float *bias = (float *)xmalloc(nb * sizeof(float)), *want = (float *)xmalloc(m * n * sizeof(float));
                 float *got = (float *)xmalloc(m * n * sizeof(float));
                 for (i = 0; i < m * k; i++) a[i] = frand(-1.0f, 1.0f);
                 for (i = 0; i < k * n; i++) b[i] = frand(-1.0f, 1.0f);
-                for (i = 0; i < n; i++) bias[i] = i == 1 ? NAN : frand(-1.0f, 1.0f);
+                for (i = 0; i < nb; i++) bias[i] = i == 1 ? NAN : frand(-1.0f, 1.0f);
                 for (i = 0; i < m * n; i++) want[i] = got[i] = NAN;
                 be->gemm(dev, ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, want, n);
-                be->bias_add(dev, want, bias, m, n, 1);
+                if (per_row) be->bias_add(dev, want, bias, 1, m, n);
+                else be->bias_add(dev, want, bias, m, n, 1);
                 if (relu) be->relu_forward(dev, want, want, m * n);
-                be->gemm_bias(dev, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, bias, relu, got, n);
+                be->gemm_bias(dev, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, bias, per_row, relu, got, n);
                 for (i = 0; i < m * n; i++) differ += memcmp(&want[i], &got[i], sizeof(float)) != 0;
-                CHECK(differ == 0 && (n < 2 || isnan(got[1])),
-                      "gemm_bias ta=%d tb=%d m=%zu n=%zu k=%zu relu=%d: %zu elements differ from gemm, bias_add%s", ta,
-                      tb, m, n, k, relu, differ, relu ? ", relu" : "");
+                CHECK(differ == 0 && (nb < 2 || isnan(got[per_row ? n : 1])),
+                      "gemm_bias ta=%d tb=%d m=%zu n=%zu k=%zu per_row=%d relu=%d: %zu elements differ from gemm, "
+                      "bias_add%s",
+                      ta, tb, m, n, k, per_row, relu, differ, relu ? ", relu" : "");
                 free(a), free(b), free(bias), free(want), free(got);
             }
     be->close(dev);

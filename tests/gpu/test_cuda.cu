@@ -321,31 +321,33 @@ static void test_gemm(void)
     free(ws);
 }
 
-/* A dense layer's forward GEMM with its bias and relu (cuBLASLt's epilogue,
-   or the kernel where it has no algorithm) against the CPU's, the relu
-   keeping a NaN (the bias of column 1 is one) as mirror_hd_relu does. */
+/* A layer's forward GEMM with its bias and relu (a dense layer's bias per
+   column: cuBLASLt's epilogue, or the kernel where it has no algorithm; a
+   convolution's per row: the kernel) against the CPU's, the relu keeping a
+   NaN (the bias of column or row 1 is one) as mirror_hd_relu does. */
 static void test_gemm_bias(void)
 {
     static const size_t sizes[][3] = {{1, 1, 1}, {7, 33, 130}, {130, 7, 300}, {64, 256, 784}, {256, 10, 128}};
     size_t s;
-    int ta, tb, relu;
+    int ta, tb, t;
     for (s = 0; s < sizeof sizes / sizeof *sizes; s++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++)
-                for (relu = 0; relu < 2; relu++) {
-                    size_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], i, bad = 0;
-                    float *a = random_floats(m * k, 1.0f), *b = random_floats(k * n, 1.0f);
-                    float *bias = random_floats(n, 1.0f), *c = random_floats(m * n, 1.0f), *got;
-                    float *da, *db, *dbias, *dc;
-                    if (n > 1) bias[1] = NAN;
-                    da = to_gpu(a, m * k), db = to_gpu(b, k * n), dbias = to_gpu(bias, n), dc = to_gpu(c, m * n);
-                    C->gemm_bias(cdev, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, bias, relu, c, n);
-                    G->gemm_bias(gdev, ta, tb, m, n, k, da, ta ? m : k, db, tb ? k : n, dbias, relu, dc, n);
+                for (t = 0; t < 4; t++) {
+                    int relu = t & 1, per_row = t >> 1;
+                    size_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], i, bad = 0, nb = per_row ? m : n;
+                    float *a = random_floats(m * k, 1.0f), *b = random_floats(k * n, 1.0f), *bias = random_floats(nb, 1.0f);
+                    float *c = random_floats(m * n, 1.0f), *got, *da, *db, *dbias, *dc;
+                    if (nb > 1) bias[1] = NAN;
+                    da = to_gpu(a, m * k), db = to_gpu(b, k * n), dbias = to_gpu(bias, nb), dc = to_gpu(c, m * n);
+                    C->gemm_bias(cdev, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, bias, per_row, relu, c, n);
+                    G->gemm_bias(gdev, ta, tb, m, n, k, da, ta ? m : k, db, tb ? k : n, dbias, per_row, relu, dc, n);
                     got = from_gpu(dc, m * n);
                     for (i = 0; i < m * n; i++)
                         bad += isnan(c[i]) ? !isnan(got[i]) : !(fabsf(got[i] - c[i]) <= 1e-5f * (float)(k + 1));
-                    CHECK(bad == 0, "gemm_bias %zux%zux%zu ta=%d tb=%d relu=%d against the CPU's: %zu elements off", m,
-                          n, k, ta, tb, relu, bad);
+                    CHECK(bad == 0,
+                          "gemm_bias %zux%zux%zu ta=%d tb=%d per_row=%d relu=%d against the CPU's: %zu elements off", m,
+                          n, k, ta, tb, per_row, relu, bad);
                     free(a), free(b), free(bias), free(c), free(got);
                     G->release(gdev, da), G->release(gdev, db), G->release(gdev, dbias), G->release(gdev, dc);
                 }
