@@ -88,7 +88,7 @@ int main(int argc, char **argv)
                 for (rep = 0; rep < reps; rep++) {
                     if (lib == 0)
                         mirror__sgemm_builtin(sh->ta, sh->tb, sh->m, sh->n, sh->k, 1.0f, a, lda, b, ldb, 0.0f, c,
-                                              sh->n, ws);
+                                              sh->n, ws, NULL);
                     else
                         cblas_sgemm(CblasRowMajor, sh->ta ? CblasTrans : CblasNoTrans,
                                     sh->tb ? CblasTrans : CblasNoTrans, (int)sh->m, (int)sh->n, (int)sh->k, 1.0f, a,
