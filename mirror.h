@@ -321,7 +321,7 @@
          verdict and clipping norm, updates its slice with the optimizer
          state of that slice alone (1/R of the state per GPU), and the
          all-gather hands the slices round (the 16-bit working copy in
-         mixed precision, which each replica widens; the fp32 masters stay
+         mixed precision, which the layers read as it is; the fp32 masters stay
          with their slice's owner, and the API and checkpoints take each
          slice from there). The sums are the all-reduce's, so the
          parameters are those of the unsharded update, bit for bit, with
@@ -359,11 +359,18 @@
 
       Weights, activations and gradients are 16-bit values (uint16_t
       storage, round to nearest even, mirror_hd_narrow); the optimizer keeps
-      fp32 master weights and moments. In a step, on every replica:
-      the loss gradient is multiplied by the loss scale S; every layer's
-      output and input gradient is rounded to 16 bits (the activations keep
-      fp32-sized slots holding 16-bit values); the weight gradients,
-      accumulated in fp32, are stored in 16 bits and all-reduced in 16 bits.
+      fp32 master weights and moments. The activations, their gradients,
+      im2col's columns and the weights the layers read are 16-bit buffers:
+      half the memory of fp32, and GEMMs on 16-bit operands (every op
+      computes in fp32 and rounds what it stores once). In a step, on
+      every replica: the input is narrowed to 16 bits on the host (half the
+      upload); the loss gradient is multiplied by the loss scale S; the
+      weight gradients, accumulated in fp32, are stored in 16 bits and
+      all-reduced in 16 bits. Where fp32 rounds nothing, two places round
+      twice: a convolution's input gradient adds the 16-bit columns of its
+      GEMM (as a GPU's col2im of a 16-bit buffer does), and a projected
+      residual block adds the 16-bit projection to the 16-bit body, as
+      PyTorch's autocast does.
       Then, with no host wait: one pass checks the reduced gradient,
       unscaled, for Inf and NaN and sets a flag in device memory; one fused
       pass reads the flag and, when the gradient is finite, unscales it,
@@ -436,8 +443,7 @@
 
    LIMITS
 
-      POSIX only (pthreads). Mixed precision rounds activations to 16 bits
-      but keeps them in fp32-sized slots. Layers: dense, conv2d, relu,
+      POSIX only (pthreads). Layers: dense, conv2d, relu,
       tanh, sigmoid, gelu, maxpool2d, avgpool2d, global_avgpool, dropout,
       batchnorm, flatten, and residual blocks around any of them;
       losses: softmax cross-entropy
@@ -1288,6 +1294,95 @@ MIRROR_HD static inline int mirror_hd_finite(float x)
 
 MIRROR_HD static inline int mirror_hd_isnan(float x) { return (mirror_hd_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 
+/* 16-bit storage. A 16-bit value is a uint16_t holding the bits of an IEEE
+   binary16 (format MIRROR_PRECISION_FP16) or of a bfloat16, the top half of
+   a float32 (MIRROR_PRECISION_BF16). Conversions from float32 round to
+   nearest, ties to even, as the GPU's conversion instructions do: values
+   beyond the largest finite one become Inf, those below the smallest
+   subnormal become zero, NaN stays a (quiet) NaN. Widening is exact. */
+
+/* Every candidate is computed and one is selected by a mask, with no
+   branch, so that CPU loops over these vectorise (gcc turned ?: here into
+   branches, and the loops into scalar ones). */
+MIRROR_HD static inline uint32_t mirror_hd_select(int c, uint32_t a, uint32_t b)
+{
+    return b ^ ((a ^ b) & (0u - (uint32_t)c)); /* c ? a : b */
+}
+
+MIRROR_HD static inline uint16_t mirror_hd_f16_from_f32(float x)
+{
+    uint32_t u = mirror_hd_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    /* >= 2^-14, a normal binary16: rebias the exponent, round away the low
+       13 bits to nearest even (a carry moves up an exponent, as it should) */
+    uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    /* below, a subnormal: adding 0.5 makes the float addition round to a
+       multiple of 2^-24, which lands in the low bits (1024 is 2^-14) */
+    uint32_t sub = mirror_hd_bits(mirror_hd_float(a) + 0.5f) - 0x3f000000u;
+    uint32_t big = mirror_hd_select(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), /* NaN, kept quiet */
+                                    0x7c00u);                                        /* >= 65520: Inf */
+    return (uint16_t)(sign | mirror_hd_select(a >= 0x477ff000u, big, mirror_hd_select(a >= 0x38800000u, normal, sub)));
+}
+
+MIRROR_HD static inline float mirror_hd_f32_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t normal = a + (112u << 23), special = a + (224u << 23); /* rebias; Inf, NaN */
+    /* subnormal mant * 2^-24 = 2^-14 * (1 + mant/1024) - 2^-14, exactly */
+    uint32_t sub = mirror_hd_bits(mirror_hd_float(a + (113u << 23)) - mirror_hd_float(113u << 23));
+    return mirror_hd_float(sign | mirror_hd_select(a >= 0x0f800000u, special, mirror_hd_select(a >= 0x00800000u, normal, sub)));
+}
+
+MIRROR_HD static inline uint16_t mirror_hd_bf16_from_f32(float x)
+{
+    uint32_t u = mirror_hd_bits(x), nan = (u >> 16) | 0x40u; /* NaN, kept quiet */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* overflows to Inf, as it should */
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+MIRROR_HD static inline float mirror_hd_f32_from_bf16(uint16_t h) { return mirror_hd_float((uint32_t)h << 16); }
+
+/* format: MIRROR_PRECISION_FP16 or MIRROR_PRECISION_BF16. */
+/* (Both converted, one selected: no branch inside a CPU loop.) */
+MIRROR_HD static inline uint16_t mirror_hd_narrow(float x, int format)
+{
+    uint16_t b = mirror_hd_bf16_from_f32(x), h = mirror_hd_f16_from_f32(x);
+    return format == MIRROR_PRECISION_BF16 ? b : h;
+}
+
+MIRROR_HD static inline float mirror_hd_widen(uint16_t h, int format)
+{
+    float b = mirror_hd_f32_from_bf16(h), f = mirror_hd_f32_from_f16(h);
+    return format == MIRROR_PRECISION_BF16 ? b : f;
+}
+
+/* x as the 16-bit format stores it: what a layer's output keeps. */
+MIRROR_HD static inline float mirror_hd_round(float x, int format)
+{
+    return mirror_hd_widen(mirror_hd_narrow(x, format), format);
+}
+
+/* Storage: element i of a layer buffer in format f, 0 for floats, else
+   16-bit values; a store rounds once. mirror_hd_skip: the address of
+   element i. */
+MIRROR_HD static inline float mirror_hd_load(const void *p, size_t i, int f)
+{
+    return f ? mirror_hd_widen(((const uint16_t *)p)[i], f) : ((const float *)p)[i];
+}
+
+MIRROR_HD static inline void mirror_hd_store(void *p, size_t i, float v, int f)
+{
+    if (f)
+        ((uint16_t *)p)[i] = mirror_hd_narrow(v, f);
+    else
+        ((float *)p)[i] = v;
+}
+
+MIRROR_HD static inline void *mirror_hd_skip(const void *p, size_t i, int f)
+{
+    return (unsigned char *)(uintptr_t)p + i * (f ? sizeof(uint16_t) : sizeof(float));
+}
+
+
 /* ---- Division by a divisor fixed before a loop ----
    A GPU has no integer divider: a 64-bit division costs it dozens of
    instructions, and the layout kernels (im2col, col2im, permute, pooling)
@@ -1375,8 +1470,9 @@ MIRROR_HD static inline mirror_hd_conv_shape mirror_hd_conv_shape_of(size_t n, s
 }
 
 /* col[i] of im2col: the input pixel that tap (ki, kj) of output (oy, ox)
-   reads, or 0 in the zero padding. */
-MIRROR_HD static inline float mirror_hd_im2col_at(const mirror_hd_conv_shape *g, const float *x, uint64_t i)
+   reads, or 0 in the zero padding. The buffers of these functions are in
+   storage format f (mirror_hd_load). */
+MIRROR_HD static inline float mirror_hd_im2col_at(const mirror_hd_conv_shape *g, const void *x, uint64_t i, int f)
 {
     uint64_t q, row, ch, ki, oy;
     uint64_t pos = mirror_hd_divmod(g->by_hwo, i, &q), smp = mirror_hd_divmod(g->by_n, q, &row);
@@ -1384,13 +1480,13 @@ MIRROR_HD static inline float mirror_hd_im2col_at(const mirror_hd_conv_shape *g,
     uint64_t ox = mirror_hd_divmod(g->by_wo, pos, &oy);
     uint64_t py = oy * g->stride + ki, px = ox * g->stride + kj; /* in the padded input */
     if (py < g->pad || px < g->pad || py - g->pad >= g->h || px - g->pad >= g->w) return 0.0f;
-    return x[((smp * g->c + ch) * g->h + py - g->pad) * g->w + px - g->pad];
+    return mirror_hd_load(x, ((smp * g->c + ch) * g->h + py - g->pad) * g->w + px - g->pad, f);
 }
 
 /* x[i] of col2im: the sum of the col entries that read pixel i, in the
    order of the taps (ki, kj), that is of the outputs (oy, ox) from the
    last: the CPU backend's order, so the same bits. */
-MIRROR_HD static inline float mirror_hd_col2im_at(const mirror_hd_conv_shape *g, const float *col, uint64_t i)
+MIRROR_HD static inline float mirror_hd_col2im_at(const mirror_hd_conv_shape *g, const void *col, uint64_t i, int f)
 {
     uint64_t q, plane, smp, ix = mirror_hd_divmod(g->by_w, i, &q), iy = mirror_hd_divmod(g->by_h, q, &plane);
     uint64_t ch = mirror_hd_divmod(g->by_c, plane, &smp), py = iy + g->pad, px = ix + g->pad, oy, ox, top, right;
@@ -1400,18 +1496,18 @@ MIRROR_HD static inline float mirror_hd_col2im_at(const mirror_hd_conv_shape *g,
     top = mirror_hd_div(g->by_stride, py), right = mirror_hd_div(g->by_stride, px);
     top = top < g->ho ? top : g->ho - 1, right = right < g->wo ? right : g->wo - 1;
     for (oy = top + 1; oy-- > 0 && py - oy * g->stride < g->k;) { /* ki = py - oy stride, rising */
-        const float *taps = col + ((ch * g->k + py - oy * g->stride) * g->k * g->n + smp) * hwo + oy * g->wo;
+        uint64_t taps = ((ch * g->k + py - oy * g->stride) * g->k * g->n + smp) * hwo + oy * g->wo;
         for (ox = right + 1; ox-- > 0 && px - ox * g->stride < g->k;) /* kj = px - ox stride */
-            sum += taps[(px - ox * g->stride) * g->n * hwo + ox];
+            sum += mirror_hd_load(col, taps + (px - ox * g->stride) * g->n * hwo + ox, f);
     }
     return sum;
 }
 
 /* dx at pixel `at` = (iy, ix) of a max-pooling plane: the sum, in output
    order, of the dy of the outputs whose argmax it is. */
-MIRROR_HD static inline float mirror_hd_maxpool_grad_at(const float *dy, const int32_t *arg, uint64_t at, uint64_t iy,
+MIRROR_HD static inline float mirror_hd_maxpool_grad_at(const void *dy, const int32_t *arg, uint64_t at, uint64_t iy,
                                                         uint64_t ix, uint64_t k, mirror_hd_divisor by_stride,
-                                                        uint64_t ho, uint64_t wo)
+                                                        uint64_t ho, uint64_t wo, int f)
 {
     uint64_t stride = by_stride.d, oy, ox;
     uint64_t oy0 = iy + 1 > k ? mirror_hd_div(by_stride, iy + stride - k) : 0;
@@ -1419,7 +1515,7 @@ MIRROR_HD static inline float mirror_hd_maxpool_grad_at(const float *dy, const i
     float sum = 0.0f;
     for (oy = oy0; oy < ho && oy * stride <= iy; oy++)
         for (ox = ox0; ox < wo && ox * stride <= ix; ox++)
-            if ((uint64_t)arg[oy * wo + ox] == at) sum += dy[oy * wo + ox];
+            if ((uint64_t)arg[oy * wo + ox] == at) sum += mirror_hd_load(dy, oy * wo + ox, f);
     return sum;
 }
 
@@ -1434,13 +1530,13 @@ MIRROR_HD static inline float mirror_hd_relu_grad(float y, float dy) { return y 
 
 /* Average pooling over a kh x kw window of a plane of width w: the mean of
    the window whose corner is (y0, x0). */
-MIRROR_HD static inline float mirror_hd_window_mean(const float *x, size_t w, size_t kh, size_t kw, size_t y0,
-                                                    size_t x0)
+MIRROR_HD static inline float mirror_hd_window_mean(const void *x, size_t w, size_t kh, size_t kw, size_t y0,
+                                                    size_t x0, int f)
 {
     float sum = 0.0f;
     size_t i, j;
     for (i = 0; i < kh; i++)
-        for (j = 0; j < kw; j++) sum += x[(y0 + i) * w + x0 + j];
+        for (j = 0; j < kw; j++) sum += mirror_hd_load(x, (y0 + i) * w + x0 + j, f);
     return sum / (float)(kh * kw);
 }
 
@@ -1448,14 +1544,14 @@ MIRROR_HD static inline float mirror_hd_window_mean(const float *x, size_t w, si
    (taken every stride, oh x ow of them) that hold it, of dy / (kh kw).
    Every input gathers its own sum: no two writers, the same order on
    every backend. */
-MIRROR_HD static inline float mirror_hd_window_mean_grad(const float *dy, size_t oh, size_t ow, size_t kh, size_t kw,
-                                                         size_t stride, size_t iy, size_t ix)
+MIRROR_HD static inline float mirror_hd_window_mean_grad(const void *dy, size_t oh, size_t ow, size_t kh, size_t kw,
+                                                         size_t stride, size_t iy, size_t ix, int f)
 {
     size_t oy0 = iy + 1 > kh ? (iy + 1 - kh + stride - 1) / stride : 0, ox0 = ix + 1 > kw ? (ix + 1 - kw + stride - 1) / stride : 0;
     size_t oy, ox;
     float sum = 0.0f;
     for (oy = oy0; oy < oh && oy * stride <= iy; oy++)
-        for (ox = ox0; ox < ow && ox * stride <= ix; ox++) sum += dy[oy * ow + ox];
+        for (ox = ox0; ox < ow && ox * stride <= ix; ox++) sum += mirror_hd_load(dy, oy * ow + ox, f);
     return sum / (float)(kh * kw);
 }
 
@@ -1573,26 +1669,27 @@ MIRROR_HD static inline float mirror_hd_gelu_grad(float x, float dy)
    caller asks mirror_hd_window_nan, where the data may hold one. Apart,
    the comparison stays a select; a NaN test inside it made the CPU loop
    branch and mispredict (2-8x slower). */
-MIRROR_HD static inline float mirror_hd_window_max(const float *x, size_t row, size_t k, size_t *at)
+MIRROR_HD static inline float mirror_hd_window_max(const void *x, size_t row, size_t k, size_t *at, int f)
 {
     size_t i, j, best = 0;
-    float top = x[0];
+    float top = mirror_hd_load(x, 0, f);
     for (i = 0; i < k; i++)
         for (j = 0; j < k; j++) {
             size_t o = i * row + j;
-            if (x[o] > top) top = x[o], best = o;
+            float v = mirror_hd_load(x, o, f);
+            if (v > top) top = v, best = o;
         }
     *at = best;
     return top;
 }
 
 /* Whether the window holds a NaN; *at receives the first one's offset. */
-MIRROR_HD static inline int mirror_hd_window_nan(const float *x, size_t row, size_t k, size_t *at)
+MIRROR_HD static inline int mirror_hd_window_nan(const void *x, size_t row, size_t k, size_t *at, int f)
 {
     size_t i, j;
     for (i = 0; i < k; i++)
         for (j = 0; j < k; j++)
-            if (mirror_hd_isnan(x[i * row + j])) {
+            if (mirror_hd_isnan(mirror_hd_load(x, i * row + j, f))) {
                 *at = i * row + j;
                 return 1;
             }
@@ -1603,11 +1700,11 @@ MIRROR_HD static inline int mirror_hd_window_nan(const float *x, size_t row, siz
    one check of the reduced gradient sees it too: an fp32 step stops, a
    mixed-precision step is skipped. (A loss can overflow where its
    gradient does not: MSE beyond |z - t| = 1.8e19.) */
-MIRROR_HD static inline float mirror_hd_poison(float *dz, size_t d, float loss)
+MIRROR_HD static inline float mirror_hd_poison(void *dz, size_t d, float loss, int f)
 {
     size_t j;
     if (!mirror_hd_finite(loss))
-        for (j = 0; j < d; j++) dz[j] = mirror_hd_float(0x7fc00000u); /* a quiet NaN */
+        for (j = 0; j < d; j++) mirror_hd_store(dz, j, mirror_hd_float(0x7fc00000u), f); /* a quiet NaN */
     return loss;
 }
 
@@ -1635,29 +1732,36 @@ MIRROR_HD static inline float mirror_hd_softmax_row(const float *z, size_t k, fl
     return logf(sum);
 }
 
-MIRROR_HD static inline float mirror_hd_softmax_ce_row(const float *z, size_t k, int32_t y,
-                                                       float inv_count, float *dz, int *correct)
+/* (In three passes over z, none over dz but the last: dz may be 16-bit.) */
+MIRROR_HD static inline float mirror_hd_softmax_ce_row(const void *z, size_t k, int32_t y, float inv_count, void *dz,
+                                                       int *correct, int f)
 {
-    size_t j, arg;
-    float zmax, lse = mirror_hd_softmax_row(z, k, dz, &zmax, &arg);
-    for (j = 0; j < k; j++) dz[j] = (dz[j] - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count;
+    size_t j, arg = 0;
+    float zmax = mirror_hd_load(z, 0, f), sum = 0.0f;
+    for (j = 1; j < k; j++)
+        if (mirror_hd_load(z, j, f) > zmax) zmax = mirror_hd_load(z, j, f), arg = j;
+    for (j = 0; j < k; j++) sum += expf(mirror_hd_load(z, j, f) - zmax);
+    for (j = 0; j < k; j++)
+        mirror_hd_store(dz, j, (expf(mirror_hd_load(z, j, f) - zmax) / sum - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count,
+                        f);
     *correct = arg == (size_t)y;
-    return mirror_hd_poison(dz, k, lse - (z[y] - zmax)); /* not zmax + log(sum) - z[y]: cancels at large z */
+    /* not zmax + log(sum) - z[y]: cancels at large z */
+    return mirror_hd_poison(dz, k, logf(sum) - (mirror_hd_load(z, (size_t)y, f) - zmax), f);
 }
 
 /* One row of mean squared error over d outputs: returns (1/d) sum (z - t)^2
    and writes dz = 2 (z - t) / d * inv_count. */
-MIRROR_HD static inline float mirror_hd_mse_row(const float *z, const float *t, size_t d,
-                                                float inv_count, float *dz)
+MIRROR_HD static inline float mirror_hd_mse_row(const void *z, const float *t, size_t d, float inv_count, void *dz,
+                                                int f)
 {
     size_t j;
     float loss = 0.0f, scale = 2.0f * inv_count / (float)d;
     for (j = 0; j < d; j++) {
-        float e = z[j] - t[j];
+        float e = mirror_hd_load(z, j, f) - t[j];
         loss += e * e;
-        dz[j] = scale * e;
+        mirror_hd_store(dz, j, scale * e, f);
     }
-    return mirror_hd_poison(dz, d, loss / (float)d);
+    return mirror_hd_poison(dz, d, loss / (float)d, f);
 }
 
 /* One SGD element (torch.optim.SGD, dampening 0): w, the momentum buffer v
@@ -1731,66 +1835,6 @@ MIRROR_HD static inline void mirror_hd_adam_bias(float beta1, float beta2, uint6
     *bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
 }
 
-/* 16-bit storage. A 16-bit value is a uint16_t holding the bits of an IEEE
-   binary16 (format MIRROR_PRECISION_FP16) or of a bfloat16, the top half of
-   a float32 (MIRROR_PRECISION_BF16). Conversions from float32 round to
-   nearest, ties to even, as the GPU's conversion instructions do: values
-   beyond the largest finite one become Inf, those below the smallest
-   subnormal become zero, NaN stays a (quiet) NaN. Widening is exact. */
-
-/* Every candidate is computed and one is selected, with no branch, so
-   that CPU loops over these vectorise. */
-MIRROR_HD static inline uint16_t mirror_hd_f16_from_f32(float x)
-{
-    uint32_t u = mirror_hd_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    /* >= 2^-14, a normal binary16: rebias the exponent, round away the low
-       13 bits to nearest even (a carry moves up an exponent, as it should) */
-    uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
-    /* below, a subnormal: adding 0.5 makes the float addition round to a
-       multiple of 2^-24, which lands in the low bits (1024 is 2^-14) */
-    uint32_t sub = mirror_hd_bits(mirror_hd_float(a) + 0.5f) - 0x3f000000u;
-    uint32_t big = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) /* NaN, kept quiet */
-                                   : 0x7c00u;                      /* >= 65520: Inf */
-    return (uint16_t)(sign | (a >= 0x477ff000u ? big : a >= 0x38800000u ? normal : sub));
-}
-
-MIRROR_HD static inline float mirror_hd_f32_from_f16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = (uint32_t)(h & 0x7fffu) << 13;
-    uint32_t normal = a + (112u << 23), special = a + (224u << 23); /* rebias; Inf, NaN */
-    /* subnormal mant * 2^-24 = 2^-14 * (1 + mant/1024) - 2^-14, exactly */
-    uint32_t sub = mirror_hd_bits(mirror_hd_float(a + (113u << 23)) - mirror_hd_float(113u << 23));
-    return mirror_hd_float(sign | (a >= 0x0f800000u ? special : a >= 0x00800000u ? normal : sub));
-}
-
-MIRROR_HD static inline uint16_t mirror_hd_bf16_from_f32(float x)
-{
-    uint32_t u = mirror_hd_bits(x), nan = (u >> 16) | 0x40u; /* NaN, kept quiet */
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* overflows to Inf, as it should */
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
-MIRROR_HD static inline float mirror_hd_f32_from_bf16(uint16_t h) { return mirror_hd_float((uint32_t)h << 16); }
-
-/* format: MIRROR_PRECISION_FP16 or MIRROR_PRECISION_BF16. */
-/* (Both converted, one selected: no branch inside a CPU loop.) */
-MIRROR_HD static inline uint16_t mirror_hd_narrow(float x, int format)
-{
-    uint16_t b = mirror_hd_bf16_from_f32(x), h = mirror_hd_f16_from_f32(x);
-    return format == MIRROR_PRECISION_BF16 ? b : h;
-}
-
-MIRROR_HD static inline float mirror_hd_widen(uint16_t h, int format)
-{
-    float b = mirror_hd_f32_from_bf16(h), f = mirror_hd_f32_from_f16(h);
-    return format == MIRROR_PRECISION_BF16 ? b : f;
-}
-
-/* x as the 16-bit format stores it: what a layer's output keeps. */
-MIRROR_HD static inline float mirror_hd_round(float x, int format)
-{
-    return mirror_hd_widen(mirror_hd_narrow(x, format), format);
-}
 
 /* One gradient element unscaled, as torch's _unscale_ does: g * (1/scale). */
 MIRROR_HD static inline float mirror_hd_unscale(uint16_t g, int format, float inv_scale)
@@ -2637,54 +2681,59 @@ typedef struct mirror__backend {
     void (*stage)(void *dev, int slot);
     void (*upload_staged)(void *dev, void *dst, const void *host, size_t bytes);
     void (*staged)(void *dev, int slot);
-    void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
-                 const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
-                 size_t ldc);
+    /* Storage: in mixed precision (set_precision) the activations, their
+       gradients, the im2col columns and the weights the layers read are
+       16-bit values; the arguments below that are void * point to such
+       storage (floats in fp32), the float * ones to fp32 always. An op
+       computes in fp32 and rounds what it stores once (mirror_hd_narrow).
+       C = alpha op(A) op(B) + beta C, A and B in storage; C in storage, or
+       with grad an fp32 weight gradient (beta 1 adds to it). */
+    void (*gemm)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const void *a, size_t lda,
+                 const void *b, size_t ldb, float beta, void *c, size_t ldc, int grad);
     /* A layer's forward in one GEMM: C = op(A) op(B) with bias[j] added
        to column j of every row (a dense layer), or with per_row, bias[i]
        to every column of row i (a convolution's channels), then, where
-       relu is set, mirror_hd_relu: bitwise the gemm (alpha 1, beta 0),
-       bias_add and relu_forward one after the other. */
-    void (*gemm_bias)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
-                      const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c, size_t ldc);
+       relu is set, mirror_hd_relu, and C stored once: bitwise the gemm
+       (alpha 1, beta 0) into fp32, bias_add and relu_forward one after the
+       other. */
+    void (*gemm_bias)(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
+                      const void *b, size_t ldb, const void *bias, int per_row, int relu, void *c, size_t ldc);
     /* y[r, c, i] += bias[c] */
-    void (*bias_add)(void *dev, float *y, const float *bias, size_t rows, size_t channels,
-                     size_t inner);
+    void (*bias_add)(void *dev, void *y, const void *bias, size_t rows, size_t channels, size_t inner);
     /* db[c] += sum over r, i of dy[r, c, i] */
-    void (*bias_grad)(void *dev, float *db, const float *dy, size_t rows, size_t channels,
-                      size_t inner);
-    void (*relu_forward)(void *dev, float *y, const float *x, size_t n);
+    void (*bias_grad)(void *dev, float *db, const void *dy, size_t rows, size_t channels, size_t inner);
+    void (*relu_forward)(void *dev, void *y, const void *x, size_t n);
     /* in place: d = d where y > 0, else 0 */
-    void (*relu_backward)(void *dev, float *d, const float *y, size_t n);
+    void (*relu_backward)(void *dev, void *d, const void *y, size_t n);
     /* The smooth activations (kind: a mirror__kind, MIRROR__TANH, _SIGMOID
        or _GELU): y = f(x); backward d = d * f'(x) in place, from x or y. */
-    void (*act_forward)(void *dev, int kind, float *y, const float *x, size_t n);
-    void (*act_backward)(void *dev, int kind, float *d, const float *x, const float *y, size_t n);
+    void (*act_forward)(void *dev, int kind, void *y, const void *x, size_t n);
+    void (*act_backward)(void *dev, int kind, void *d, const void *x, const void *y, size_t n);
     /* n samples: x [n,C,H,W] -> col [C*k*k, n*Ho*Wo] (sample s at columns
        s*Ho*Wo ...), and col2im's sum back into x (overwritten). */
-    void (*im2col)(void *dev, float *col, const float *x, size_t n, size_t c, size_t h, size_t w,
-                   size_t k, size_t stride, size_t pad, size_t ho, size_t wo);
-    void (*col2im)(void *dev, float *x, const float *col, size_t n, size_t c, size_t h, size_t w,
-                   size_t k, size_t stride, size_t pad, size_t ho, size_t wo);
+    void (*im2col)(void *dev, void *col, const void *x, size_t n, size_t c, size_t h, size_t w, size_t k,
+                   size_t stride, size_t pad, size_t ho, size_t wo);
+    void (*col2im)(void *dev, void *x, const void *col, size_t n, size_t c, size_t h, size_t w, size_t k,
+                   size_t stride, size_t pad, size_t ho, size_t wo);
     /* src [a, b, inner] -> dst [b, a, inner] */
-    void (*permute)(void *dev, float *dst, const float *src, size_t a, size_t b, size_t inner);
+    void (*permute)(void *dev, void *dst, const void *src, size_t a, size_t b, size_t inner);
     /* planes = rows * channels; arg[i] is the argmax's offset in its plane. */
-    void (*maxpool_forward)(void *dev, float *y, int32_t *arg, const float *x, size_t planes,
-                            size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo);
+    void (*maxpool_forward)(void *dev, void *y, int32_t *arg, const void *x, size_t planes, size_t h, size_t w,
+                            size_t k, size_t stride, size_t ho, size_t wo);
     /* Dropout over rows of `inner` elements, the first being global row
        t->row0: y = x * mirror_hd_dropout(key, row, e, p) (x may be y:
        backward applies it to the gradient in place), key being
        mirror_hd_dropout_key(seed, layer, t->step), t in device memory. */
-    void (*dropout)(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed, uint64_t layer,
+    void (*dropout)(void *dev, void *y, const void *x, size_t rows, size_t inner, uint64_t seed, uint64_t layer,
                     const mirror__tick *t, float p);
     /* n <= 32 bytes from the host's value into p in device memory, in
        stream order (the value is taken at once). */
     void (*set)(void *dev, void *p, const void *value, size_t n);
     /* Average pooling over planes of h x w, kh x kw windows every stride:
        y = the window means; dx = mirror_hd_window_mean_grad of dy. */
-    void (*avgpool_forward)(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
-                            size_t kw, size_t stride, size_t ho, size_t wo);
-    void (*avgpool_backward)(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w, size_t kh,
+    void (*avgpool_forward)(void *dev, void *y, const void *x, size_t planes, size_t h, size_t w, size_t kh, size_t kw,
+                            size_t stride, size_t ho, size_t wo);
+    void (*avgpool_backward)(void *dev, void *dx, const void *dy, size_t planes, size_t h, size_t w, size_t kh,
                              size_t kw, size_t stride, size_t ho, size_t wo);
     /* Batch normalisation over [rows, channels, inner]; stat holds a
        channel's mean at [c] and invstd at [C + c]. bn_sums, per channel in
@@ -2695,25 +2744,23 @@ typedef struct mirror__backend {
        dgamma[c] += part[C + c], dbeta[c] += part[c] (this replica's sums),
        and, unless dx is NULL, dx = mirror_hd_bn_grad with the two means in
        means[c] and means[C + c]. */
-    void (*bn_sums)(void *dev, double *part, const float *a, const float *x, const float *stat, size_t rows,
+    void (*bn_sums)(void *dev, double *part, const void *a, const void *x, const float *stat, size_t rows,
                     size_t channels, size_t inner);
-    void (*bn_forward)(void *dev, float *y, const float *x, const float *stat, const float *gamma, const float *beta,
+    void (*bn_forward)(void *dev, void *y, const void *x, const float *stat, const void *gamma, const void *beta,
                        size_t rows, size_t channels, size_t inner);
-    void (*bn_backward)(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                        const float *stat, const float *means, const double *part, const float *gamma, size_t rows,
+    void (*bn_backward)(void *dev, void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
+                        const float *stat, const float *means, const double *part, const void *gamma, size_t rows,
                         size_t channels, size_t inner);
     /* y = a + b elementwise (y may be a or b); b NULL: y = a. */
-    void (*add)(void *dev, float *y, const float *a, const float *b, size_t n);
-    void (*maxpool_backward)(void *dev, float *dx, const int32_t *arg, const float *dy,
-                             size_t planes, size_t h, size_t w, size_t k, size_t stride, size_t ho,
-                             size_t wo);
+    void (*add)(void *dev, void *y, const void *a, const void *b, size_t n);
+    void (*maxpool_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes, size_t h,
+                             size_t w, size_t k, size_t stride, size_t ho, size_t wo);
     /* Per row: loss[r], correct[r], dz[r, :]. dz is multiplied by *scale,
        the loss scale in device memory, unless scale is NULL. */
-    void (*softmax_ce)(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
-                       const int32_t *labels, size_t rows, size_t k, float inv_count,
-                       const float *scale);
-    void (*mse)(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows,
-                size_t d, float inv_count, const float *scale);
+    void (*softmax_ce)(void *dev, void *dz, float *loss, int32_t *correct, const void *z, const int32_t *labels,
+                       size_t rows, size_t k, float inv_count, const float *scale);
+    void (*mse)(void *dev, void *dz, float *loss, const void *z, const float *t, size_t rows, size_t d, float inv_count,
+                const float *scale);
     /* acc[0] += sum of loss[r], acc[1] += sum of correct[r] (correct may be
        NULL), in row order: a step's metrics stay on the device. */
     void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
@@ -2748,26 +2795,26 @@ typedef struct mirror__backend {
                  float weight_decay, int decoupled);
 
     /* Mixed precision; format is MIRROR_PRECISION_FP16 or _BF16. */
-    /* The model's precision, once after open: a GPU picks its GEMM compute type. */
-    void (*set_precision)(void *dev, int precision);
-    /* x[i] = mirror_hd_round(x[i]): a layer's output as 16 bits store it. */
-    void (*round)(void *dev, float *x, size_t n, int format);
+    /* The model's precision, once after open: the storage of the layer ops
+       (16-bit unless MIRROR_PRECISION_FP32), largest the most values of
+       one storage operand (CPU replicas keep that much fp32 scratch for
+       each of an op's operands). MIRROR_OK, or MIRROR_ERR_NO_MEMORY. */
+    int (*set_precision)(void *dev, int precision, size_t largest);
     void (*narrow)(void *dev, uint16_t *dst, const float *src, size_t n, int format);
     void (*widen)(void *dev, float *dst, const uint16_t *src, size_t n, int format);
     /* One pass over the reduced gradient: sets st->found_nonfinite when
        any element, unscaled, is Inf or NaN. */
     void (*check)(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format);
     /* One pass each, doing nothing when st->found_nonfinite: unscale g by
-       st->scale, update the fp32 master w and moments, write w16 and, unless
-       wide is NULL, the fp32 view the layers read (wide = w16 widened, in
-       the same pass). Adam's t is st->applied + 1; the learning rate is
-       t->lr. */
-    void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g, size_t n,
-                      int format, const mirror_loss_scale_state *st, const mirror__tick *t, float momentum,
-                      float weight_decay, int nesterov);
-    void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide, const uint16_t *g,
-                       size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
-                       float beta1, float beta2, float eps, float weight_decay, int decoupled);
+       st->scale, update the fp32 master w and moments, and write w16, the
+       working copy the layers read. Adam's t is st->applied + 1; the
+       learning rate is t->lr. */
+    void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
+                      const mirror_loss_scale_state *st, const mirror__tick *t, float momentum, float weight_decay,
+                      int nesterov);
+    void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
+                       const mirror_loss_scale_state *st, const mirror__tick *t, float beta1, float beta2, float eps,
+                       float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
     void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
     /* The gradient all-reduced in buckets while backward runs (NULL: after
@@ -2829,9 +2876,13 @@ typedef struct mirror__reducer {
 // >>cpu backend -------------------------------------------------------------
 /* The reference backend: host memory, loops over the shared math. */
 
+#define MIRROR__CPU_SCRATCH 4 /* an op's most 16-bit operands (bn_backward: dx, dy, x, gamma) */
+
 typedef struct mirror__cpu_dev {
     float *gemm_ws;              /* MIRROR__GEMM_WORKSPACE floats */
     double mark[MIRROR__MARKS]; /* timing: the clock at the phases' edges */
+    int format;                 /* the storage: 0 fp32, else 16-bit (set_precision) */
+    float *wide[MIRROR__CPU_SCRATCH]; /* 16-bit storage: fp32 scratch for an op's operands */
 } mirror__cpu_dev;
 
 static void *mirror__cpu_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
@@ -2867,7 +2918,9 @@ static void mirror__cpu_marks(void *dev, double *t, int n)
 static void mirror__cpu_close(void *dev)
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    int i;
     if (!d) return;
+    for (i = 0; i < MIRROR__CPU_SCRATCH; i++) MIRROR_FREE(d->wide[i]);
     MIRROR_FREE(d->gemm_ws);
     MIRROR_FREE(d);
 }
@@ -2905,7 +2958,9 @@ static void mirror__cpu_copy(void *dev, void *dst, const void *src, size_t bytes
     if (bytes) memcpy(dst, src, bytes);
 }
 
-static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+/* The fp32 loops of the layer ops. */
+
+static void mirror__f32_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                              const float *a, size_t lda, const float *b, size_t ldb, float beta,
                              float *c, size_t ldc)
 {
@@ -2913,7 +2968,7 @@ static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size
                   ((mirror__cpu_dev *)dev)->gemm_ws, NULL);
 }
 
-static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
+static void mirror__f32_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
                                   const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c,
                                   size_t ldc)
 {
@@ -2922,7 +2977,7 @@ static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n,
     mirror__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, ((mirror__cpu_dev *)dev)->gemm_ws, &ep);
 }
 
-static void mirror__cpu_bias_add(void *dev, float *y, const float *bias, size_t rows,
+static void mirror__f32_bias_add(void *dev, float *y, const float *bias, size_t rows,
                                  size_t channels, size_t inner)
 {
     size_t r, c, i;
@@ -2944,7 +2999,7 @@ static float mirror__sum(const float *x, size_t n)
     return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 
-static void mirror__cpu_bias_grad(void *dev, float *db, const float *dy, size_t rows,
+static void mirror__f32_bias_grad(void *dev, float *db, const float *dy, size_t rows,
                                   size_t channels, size_t inner)
 {
     size_t r, c;
@@ -2953,14 +3008,14 @@ static void mirror__cpu_bias_grad(void *dev, float *db, const float *dy, size_t 
         for (c = 0; c < channels; c++, dy += inner) db[c] += inner == 1 ? dy[0] : mirror__sum(dy, inner);
 }
 
-static void mirror__cpu_relu_forward(void *dev, float *y, const float *x, size_t n)
+static void mirror__f32_relu_forward(void *dev, float *y, const float *x, size_t n)
 {
     size_t i;
     (void)dev;
     for (i = 0; i < n; i++) y[i] = mirror_hd_relu(x[i]);
 }
 
-static void mirror__cpu_relu_backward(void *dev, float *d, const float *y, size_t n)
+static void mirror__f32_relu_backward(void *dev, float *d, const float *y, size_t n)
 {
     size_t i;
     (void)dev;
@@ -2968,7 +3023,7 @@ static void mirror__cpu_relu_backward(void *dev, float *d, const float *y, size_
 }
 
 /* One loop per kind, so that each vectorises. */
-static void mirror__cpu_act_forward(void *dev, int kind, float *y, const float *x, size_t n)
+static void mirror__f32_act_forward(void *dev, int kind, float *y, const float *x, size_t n)
 {
     size_t i;
     (void)dev;
@@ -2980,7 +3035,7 @@ static void mirror__cpu_act_forward(void *dev, int kind, float *y, const float *
         for (i = 0; i < n; i++) y[i] = mirror_hd_gelu(x[i]);
 }
 
-static void mirror__cpu_act_backward(void *dev, int kind, float *d, const float *x, const float *y, size_t n)
+static void mirror__f32_act_backward(void *dev, int kind, float *d, const float *x, const float *y, size_t n)
 {
     size_t i;
     (void)dev;
@@ -3012,7 +3067,7 @@ static void mirror__inside(size_t kj, size_t stride, size_t pad, size_t w, size_
 
 /* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p],
    0 outside. */
-static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h,
+static void mirror__f32_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h,
                                size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     size_t ch, ki, kj, s, oy, ox, lo, hi;
@@ -3039,7 +3094,7 @@ static void mirror__cpu_im2col(void *dev, float *col, const float *x, size_t n, 
 }
 
 /* The adjoint of im2col: x = 0, then every col entry added back to its pixel. */
-static void mirror__cpu_col2im(void *dev, float *x, const float *col, size_t n, size_t c, size_t h,
+static void mirror__f32_col2im(void *dev, float *x, const float *col, size_t n, size_t c, size_t h,
                                size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     size_t ch, ki, kj, s, oy, ox, lo, hi;
@@ -3057,14 +3112,6 @@ static void mirror__cpu_col2im(void *dev, float *x, const float *col, size_t n, 
                 }
 }
 
-static void mirror__cpu_permute(void *dev, float *dst, const float *src, size_t a, size_t b, size_t inner)
-{
-    size_t i, j;
-    (void)dev;
-    for (i = 0; i < a; i++)
-        for (j = 0; j < b; j++) memcpy(dst + (j * a + i) * inner, src + (i * b + j) * inner, inner * sizeof(float));
-}
-
 /* The windows of max pooling that hold a NaN yield their first NaN. Out of
    line, where compilers cannot fold it into the main loop: a NaN test
    there made it branch and mispredict (2-8x slower). */
@@ -3076,13 +3123,13 @@ static MIRROR__NOINLINE void mirror__maxpool_nan(float *y, int32_t *arg, const f
         for (oy = 0; oy < ho; oy++)
             for (ox = 0; ox < wo; ox++, y++, arg++) {
                 size_t corner = oy * stride * w + ox * stride;
-                if (!mirror_hd_window_nan(x + corner, w, k, &at)) continue;
+                if (!mirror_hd_window_nan(x + corner, w, k, &at, 0)) continue;
                 *y = x[corner + at];
                 *arg = (int32_t)(corner + at);
             }
 }
 
-static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
+static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
                                         size_t planes, size_t h, size_t w, size_t k, size_t stride,
                                         size_t ho, size_t wo)
 {
@@ -3096,14 +3143,14 @@ static void mirror__cpu_maxpool_forward(void *dev, float *y, int32_t *arg, const
         for (oy = 0; oy < ho; oy++)
             for (ox = 0; ox < wo; ox++) {
                 size_t corner = oy * stride * w + ox * stride;
-                *y++ = mirror_hd_window_max(x + corner, w, k, &at);
+                *y++ = mirror_hd_window_max(x + corner, w, k, &at, 0);
                 *arg++ = (int32_t)(corner + at);
             }
     for (p = 0; p < n; p++) nan |= mirror_hd_isnan(x0[p]); /* one vectorised pass */
     if (nan) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
 }
 
-static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
+static void mirror__f32_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
                                          size_t planes, size_t h, size_t w, size_t k, size_t stride,
                                          size_t ho, size_t wo)
 {
@@ -3114,7 +3161,7 @@ static void mirror__cpu_maxpool_backward(void *dev, float *dx, const int32_t *ar
         for (i = 0; i < ho * wo; i++) dx[*arg++] += *dy++;
 }
 
-static void mirror__cpu_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
+static void mirror__f32_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
                                 uint64_t layer, const mirror__tick *t, float p)
 {
     uint64_t key = mirror_hd_dropout_key(seed, layer, t->step), row0 = t->row0;
@@ -3130,27 +3177,27 @@ static void mirror__cpu_set(void *dev, void *p, const void *value, size_t n)
     memcpy(p, value, n);
 }
 
-static void mirror__cpu_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
+static void mirror__f32_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
                                         size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
     size_t p, i, j;
     (void)dev;
     for (p = 0; p < planes; p++, x += h * w)
         for (i = 0; i < ho; i++)
-            for (j = 0; j < wo; j++) *y++ = mirror_hd_window_mean(x, w, kh, kw, i * stride, j * stride);
+            for (j = 0; j < wo; j++) *y++ = mirror_hd_window_mean(x, w, kh, kw, i * stride, j * stride, 0);
 }
 
-static void mirror__cpu_avgpool_backward(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w,
+static void mirror__f32_avgpool_backward(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w,
                                          size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
     size_t p, i, j;
     (void)dev;
     for (p = 0; p < planes; p++, dy += ho * wo)
         for (i = 0; i < h; i++)
-            for (j = 0; j < w; j++) *dx++ = mirror_hd_window_mean_grad(dy, ho, wo, kh, kw, stride, i, j);
+            for (j = 0; j < w; j++) *dx++ = mirror_hd_window_mean_grad(dy, ho, wo, kh, kw, stride, i, j, 0);
 }
 
-static void mirror__cpu_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
+static void mirror__f32_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
                                 size_t rows, size_t channels, size_t inner)
 {
     size_t r, c, i, C = channels;
@@ -3168,7 +3215,7 @@ static void mirror__cpu_bn_sums(void *dev, double *part, const float *a, const f
         }
 }
 
-static void mirror__cpu_bn_forward(void *dev, float *y, const float *x, const float *stat, const float *gamma,
+static void mirror__f32_bn_forward(void *dev, float *y, const float *x, const float *stat, const float *gamma,
                                    const float *beta, size_t rows, size_t channels, size_t inner)
 {
     size_t r, c, i, C = channels;
@@ -3178,7 +3225,7 @@ static void mirror__cpu_bn_forward(void *dev, float *y, const float *x, const fl
             for (i = 0; i < inner; i++) y[i] = mirror_hd_bn(x[i], stat[c], stat[C + c], gamma[c], beta[c]);
 }
 
-static void mirror__cpu_bn_backward(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy,
+static void mirror__f32_bn_backward(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy,
                                     const float *x, const float *stat, const float *means, const double *part,
                                     const float *gamma, size_t rows, size_t channels, size_t inner)
 {
@@ -3192,7 +3239,7 @@ static void mirror__cpu_bn_backward(void *dev, float *dx, float *dgamma, float *
                                           means[c], means[C + c]);
 }
 
-static void mirror__cpu_add(void *dev, float *y, const float *a, const float *b, size_t n)
+static void mirror__f32_add(void *dev, float *y, const float *a, const float *b, size_t n)
 {
     size_t i;
     (void)dev;
@@ -3203,7 +3250,7 @@ static void mirror__cpu_add(void *dev, float *y, const float *a, const float *b,
     for (i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct,
+static void mirror__f32_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct,
                                    const float *z, const int32_t *labels, size_t rows, size_t k,
                                    float inv_count, const float *scale)
 {
@@ -3212,19 +3259,292 @@ static void mirror__cpu_softmax_ce(void *dev, float *dz, float *loss, int32_t *c
     if (scale) inv_count *= *scale;
     for (r = 0; r < rows; r++) {
         int ok;
-        loss[r] = mirror_hd_softmax_ce_row(z + r * k, k, labels[r], inv_count, dz + r * k, &ok);
+        loss[r] = mirror_hd_softmax_ce_row(z + r * k, k, labels[r], inv_count, dz + r * k, &ok, 0);
         correct[r] = ok;
     }
 }
 
-static void mirror__cpu_mse(void *dev, float *dz, float *loss, const float *z, const float *t,
+static void mirror__f32_mse(void *dev, float *dz, float *loss, const float *z, const float *t,
                             size_t rows, size_t d, float inv_count, const float *scale)
 {
     size_t r;
     (void)dev;
     if (scale) inv_count *= *scale;
     for (r = 0; r < rows; r++)
-        loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
+        loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d, 0);
+}
+
+/* 16-bit storage (mixed precision): a model's activations and the weights
+   the layers read are 16-bit values (set_storage). The CPU backend runs
+   each op as the fp32 loop above on its operands widened into fp32
+   scratch, and narrows what it writes (mirror_hd_narrow, the rounding of
+   a GPU kernel's store): the bits a GPU kernel that reads and writes 16
+   bits computes in fp32 in between. In fp32 (or with no dev, as the tests
+   call the loops) the pointers pass through. */
+/* n values converted, one loop per format so that each vectorises. */
+static void mirror__widen_run(float *dst, const uint16_t *src, size_t n, int format)
+{
+    size_t i;
+    if (format == MIRROR_PRECISION_BF16)
+        for (i = 0; i < n; i++) dst[i] = mirror_hd_f32_from_bf16(src[i]);
+    else
+        for (i = 0; i < n; i++) dst[i] = mirror_hd_f32_from_f16(src[i]);
+}
+
+static void mirror__narrow_run(uint16_t *dst, const float *src, size_t n, int format)
+{
+    size_t i;
+    if (format == MIRROR_PRECISION_BF16)
+        for (i = 0; i < n; i++) dst[i] = mirror_hd_bf16_from_f32(src[i]);
+    else
+        for (i = 0; i < n; i++) dst[i] = mirror_hd_f16_from_f32(src[i]);
+}
+
+/* Rows x cols values, rows ld apart, at p: widened into scratch `slot`
+   (fp32: p itself). */
+static float *mirror__cpu_in(mirror__cpu_dev *d, int slot, const void *p, size_t rows, size_t cols, size_t ld)
+{
+    size_t r;
+    if (!d || !d->format || !p) return (float *)(uintptr_t)p;
+    if (ld == cols) cols *= rows, rows = 1;
+    for (r = 0; r < rows; r++) mirror__widen_run(d->wide[slot] + r * ld, (const uint16_t *)p + r * ld, cols, d->format);
+    return d->wide[slot];
+}
+
+/* Where an op writes what lands at p: scratch `slot` (fp32: p itself). */
+static float *mirror__cpu_out(mirror__cpu_dev *d, int slot, void *p)
+{
+    return d && d->format && p ? d->wide[slot] : (float *)p;
+}
+
+/* What the op wrote at v, narrowed into p (fp32: nothing to do). */
+static void mirror__cpu_put(mirror__cpu_dev *d, void *p, const float *v, size_t rows, size_t cols, size_t ld)
+{
+    size_t r;
+    if (!d || !d->format || !p) return;
+    if (ld == cols) cols *= rows, rows = 1;
+    for (r = 0; r < rows; r++) mirror__narrow_run((uint16_t *)p + r * ld, v + r * ld, cols, d->format);
+}
+
+/* n contiguous values: the same three. */
+static float *mirror__cpu_in1(mirror__cpu_dev *d, int slot, const void *p, size_t n)
+{
+    return mirror__cpu_in(d, slot, p, 1, n, n);
+}
+
+static void mirror__cpu_put1(mirror__cpu_dev *d, void *p, const float *v, size_t n) { mirror__cpu_put(d, p, v, 1, n, n); }
+
+/* Rows of op(X) (r x c) as stored: r x c, or c x r when transposed. */
+static size_t mirror__stored_rows(int t, size_t r, size_t c) { return t ? c : r; }
+
+static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const void *a,
+                             size_t lda, const void *b, size_t ldb, float beta, void *c, size_t ldc, int grad)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    const float *fa = mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda);
+    const float *fb = mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb);
+    float *fc;
+    if (grad) { /* an fp32 weight gradient */
+        mirror__f32_gemm(dev, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, (float *)c, ldc);
+        return;
+    }
+    fc = beta == 0.0f ? mirror__cpu_out(d, 2, c) : mirror__cpu_in(d, 2, c, m, n, ldc);
+    mirror__f32_gemm(dev, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc);
+    mirror__cpu_put(d, c, fc, m, n, ldc);
+}
+
+static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
+                                  const void *b, size_t ldb, const void *bias, int per_row, int relu, void *c,
+                                  size_t ldc)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fc = mirror__cpu_out(d, 3, c);
+    mirror__f32_gemm_bias(dev, ta, tb, m, n, k, mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda),
+                          lda, mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb), ldb,
+                          mirror__cpu_in1(d, 2, bias, per_row ? m : n), per_row, relu, fc, ldc);
+    mirror__cpu_put(d, c, fc, m, n, ldc);
+}
+
+static void mirror__cpu_bias_add(void *dev, void *y, const void *bias, size_t rows, size_t channels, size_t inner)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    size_t n = rows * channels * inner;
+    float *fy = mirror__cpu_in1(d, 0, y, n);
+    mirror__f32_bias_add(dev, fy, mirror__cpu_in1(d, 1, bias, channels), rows, channels, inner);
+    mirror__cpu_put1(d, y, fy, n);
+}
+
+static void mirror__cpu_bias_grad(void *dev, float *db, const void *dy, size_t rows, size_t channels, size_t inner)
+{
+    mirror__f32_bias_grad(dev, db, mirror__cpu_in1((mirror__cpu_dev *)dev, 0, dy, rows * channels * inner), rows,
+                          channels, inner);
+}
+
+static void mirror__cpu_relu_forward(void *dev, void *y, const void *x, size_t n)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_relu_forward(dev, fy, mirror__cpu_in1(d, 1, x, n), n);
+    mirror__cpu_put1(d, y, fy, n);
+}
+
+static void mirror__cpu_relu_backward(void *dev, void *dd, const void *y, size_t n)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fd = mirror__cpu_in1(d, 0, dd, n);
+    mirror__f32_relu_backward(dev, fd, mirror__cpu_in1(d, 1, y, n), n);
+    mirror__cpu_put1(d, dd, fd, n);
+}
+
+static void mirror__cpu_act_forward(void *dev, int kind, void *y, const void *x, size_t n)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_act_forward(dev, kind, fy, mirror__cpu_in1(d, 1, x, n), n);
+    mirror__cpu_put1(d, y, fy, n);
+}
+
+static void mirror__cpu_act_backward(void *dev, int kind, void *dd, const void *x, const void *y, size_t n)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fd = mirror__cpu_in1(d, 0, dd, n);
+    mirror__f32_act_backward(dev, kind, fd, mirror__cpu_in1(d, 1, x, n), mirror__cpu_in1(d, 2, y, n), n);
+    mirror__cpu_put1(d, dd, fd, n);
+}
+
+static void mirror__cpu_im2col(void *dev, void *col, const void *x, size_t n, size_t c, size_t h, size_t w, size_t k,
+                               size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fcol = mirror__cpu_out(d, 0, col);
+    mirror__f32_im2col(dev, fcol, mirror__cpu_in1(d, 1, x, n * c * h * w), n, c, h, w, k, stride, pad, ho, wo);
+    mirror__cpu_put1(d, col, fcol, c * k * k * n * ho * wo);
+}
+
+static void mirror__cpu_col2im(void *dev, void *x, const void *col, size_t n, size_t c, size_t h, size_t w, size_t k,
+                               size_t stride, size_t pad, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fx = mirror__cpu_out(d, 0, x);
+    mirror__f32_col2im(dev, fx, mirror__cpu_in1(d, 1, col, c * k * k * n * ho * wo), n, c, h, w, k, stride, pad, ho,
+                       wo);
+    mirror__cpu_put1(d, x, fx, n * c * h * w);
+}
+
+/* Moves values: 16-bit ones as they are. */
+static void mirror__cpu_permute(void *dev, void *dst, const void *src, size_t a, size_t b, size_t inner)
+{
+    size_t i, j, e = dev && ((mirror__cpu_dev *)dev)->format ? 2 : 4, row = inner * e;
+    for (i = 0; i < a; i++)
+        for (j = 0; j < b; j++) memcpy((char *)dst + (j * a + i) * row, (const char *)src + (i * b + j) * row, row);
+}
+
+static void mirror__cpu_maxpool_forward(void *dev, void *y, int32_t *arg, const void *x, size_t planes, size_t h,
+                                        size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_maxpool_forward(dev, fy, arg, mirror__cpu_in1(d, 1, x, planes * h * w), planes, h, w, k, stride, ho,
+                                wo);
+    mirror__cpu_put1(d, y, fy, planes * ho * wo);
+}
+
+static void mirror__cpu_maxpool_backward(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes,
+                                         size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fdx = mirror__cpu_out(d, 0, dx);
+    mirror__f32_maxpool_backward(dev, fdx, arg, mirror__cpu_in1(d, 1, dy, planes * ho * wo), planes, h, w, k, stride,
+                                 ho, wo);
+    mirror__cpu_put1(d, dx, fdx, planes * h * w);
+}
+
+static void mirror__cpu_dropout(void *dev, void *y, const void *x, size_t rows, size_t inner, uint64_t seed,
+                                uint64_t layer, const mirror__tick *t, float p)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_dropout(dev, fy, mirror__cpu_in1(d, 1, x, rows * inner), rows, inner, seed, layer, t, p);
+    mirror__cpu_put1(d, y, fy, rows * inner);
+}
+
+static void mirror__cpu_avgpool_forward(void *dev, void *y, const void *x, size_t planes, size_t h, size_t w, size_t kh,
+                                        size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_avgpool_forward(dev, fy, mirror__cpu_in1(d, 1, x, planes * h * w), planes, h, w, kh, kw, stride, ho,
+                                wo);
+    mirror__cpu_put1(d, y, fy, planes * ho * wo);
+}
+
+static void mirror__cpu_avgpool_backward(void *dev, void *dx, const void *dy, size_t planes, size_t h, size_t w,
+                                         size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fdx = mirror__cpu_out(d, 0, dx);
+    mirror__f32_avgpool_backward(dev, fdx, mirror__cpu_in1(d, 1, dy, planes * ho * wo), planes, h, w, kh, kw, stride,
+                                 ho, wo);
+    mirror__cpu_put1(d, dx, fdx, planes * h * w);
+}
+
+static void mirror__cpu_bn_sums(void *dev, double *part, const void *a, const void *x, const float *stat, size_t rows,
+                                size_t channels, size_t inner)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    size_t n = rows * channels * inner;
+    mirror__f32_bn_sums(dev, part, mirror__cpu_in1(d, 0, a, n), mirror__cpu_in1(d, 1, x, n), stat, rows, channels,
+                        inner);
+}
+
+static void mirror__cpu_bn_forward(void *dev, void *y, const void *x, const float *stat, const void *gamma,
+                                   const void *beta, size_t rows, size_t channels, size_t inner)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    size_t n = rows * channels * inner;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_bn_forward(dev, fy, mirror__cpu_in1(d, 1, x, n), stat, mirror__cpu_in1(d, 2, gamma, channels),
+                           mirror__cpu_in1(d, 3, beta, channels), rows, channels, inner);
+    mirror__cpu_put1(d, y, fy, n);
+}
+
+static void mirror__cpu_bn_backward(void *dev, void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
+                                    const float *stat, const float *means, const double *part, const void *gamma,
+                                    size_t rows, size_t channels, size_t inner)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    size_t n = rows * channels * inner;
+    float *fdx = mirror__cpu_out(d, 0, dx);
+    mirror__f32_bn_backward(dev, fdx, dgamma, dbeta, mirror__cpu_in1(d, 1, dy, n), mirror__cpu_in1(d, 2, x, n), stat,
+                            means, part, mirror__cpu_in1(d, 3, gamma, channels), rows, channels, inner);
+    mirror__cpu_put1(d, dx, fdx, n);
+}
+
+static void mirror__cpu_add(void *dev, void *y, const void *a, const void *b, size_t n)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fy = mirror__cpu_out(d, 0, y);
+    mirror__f32_add(dev, fy, mirror__cpu_in1(d, 1, a, n), mirror__cpu_in1(d, 2, b, n), n);
+    mirror__cpu_put1(d, y, fy, n);
+}
+
+static void mirror__cpu_softmax_ce(void *dev, void *dz, float *loss, int32_t *correct, const void *z,
+                                   const int32_t *labels, size_t rows, size_t k, float inv_count, const float *scale)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fdz = mirror__cpu_out(d, 0, dz);
+    mirror__f32_softmax_ce(dev, fdz, loss, correct, mirror__cpu_in1(d, 1, z, rows * k), labels, rows, k, inv_count,
+                           scale);
+    mirror__cpu_put1(d, dz, fdz, rows * k);
+}
+
+static void mirror__cpu_mse(void *dev, void *dz, float *loss, const void *z, const float *t, size_t rows, size_t n,
+                            float inv_count, const float *scale)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fdz = mirror__cpu_out(d, 0, dz);
+    mirror__f32_mse(dev, fdz, loss, mirror__cpu_in1(d, 1, z, rows * n), t, rows, n, inv_count, scale);
+    mirror__cpu_put1(d, dz, fdz, rows * n);
 }
 
 static void mirror__cpu_accumulate(void *dev, double *acc, const float *loss, const int32_t *correct,
@@ -3341,27 +3661,27 @@ static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const floa
                        bc1, bc2_sqrt);
 }
 
-static void mirror__cpu_set_precision(void *dev, int precision) { (void)dev, (void)precision; }
-
-static void mirror__cpu_round(void *dev, float *x, size_t n, int format)
+static int mirror__cpu_set_precision(void *dev, int precision, size_t largest)
 {
-    size_t i;
-    (void)dev;
-    for (i = 0; i < n; i++) x[i] = mirror_hd_round(x[i], format);
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    int i;
+    d->format = precision;
+    for (i = 0; precision && i < MIRROR__CPU_SCRATCH; i++)
+        if (!d->wide[i] && !(d->wide[i] = (float *)mirror__alloc(largest ? largest : 1, sizeof(float))))
+            return MIRROR_ERR_NO_MEMORY;
+    return MIRROR_OK;
 }
 
 static void mirror__cpu_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
 {
-    size_t i;
     (void)dev;
-    for (i = 0; i < n; i++) dst[i] = mirror_hd_narrow(src[i], format);
+    mirror__narrow_run(dst, src, n, format);
 }
 
 static void mirror__cpu_widen(void *dev, float *dst, const uint16_t *src, size_t n, int format)
 {
-    size_t i;
     (void)dev;
-    for (i = 0; i < n; i++) dst[i] = mirror_hd_widen(src[i], format);
+    mirror__widen_run(dst, src, n, format);
 }
 
 static void mirror__cpu_check(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
@@ -3370,23 +3690,19 @@ static void mirror__cpu_check(void *dev, mirror_loss_scale_state *st, const uint
     if (!mirror__half_finite(g, n, format, 1.0f / st->scale)) st->found_nonfinite = 1;
 }
 
-static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
-                                  size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                                   float momentum, float weight_decay, int nesterov)
 {
     size_t i;
     float unused = 0.0f, lr = t->lr, inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     (void)dev;
     if (st->found_nonfinite) return;
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i++)
         mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
                             weight_decay, nesterov);
-        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
-    }
 }
 
-static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide,
-                                   const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
                                    const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
                                    int decoupled)
 {
@@ -3395,11 +3711,9 @@ static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint
     (void)dev;
     if (st->found_nonfinite) return;
     mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i++)
         mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
                              weight_decay, decoupled, bc1, bc2_sqrt);
-        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
-    }
 }
 
 static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d)
@@ -3483,7 +3797,6 @@ static const mirror__backend mirror__cpu_backend = {
     mirror__cpu_sgd,
     mirror__cpu_adam,
     mirror__cpu_set_precision,
-    mirror__cpu_round,
     mirror__cpu_narrow,
     mirror__cpu_widen,
     mirror__cpu_check,
@@ -4656,13 +4969,12 @@ typedef struct mirror__replica {
     void *dev;
     float *params, *grads, *state;
     /* Mixed precision: the 16-bit working copy of the parameters (written
-       by the optimizer), the same widened to fp32 slots for the layers
-       (`weights` is it, or params in fp32), the 16-bit gradient that is
-       all-reduced, and the loss scaler (device memory; host_scaler reads
-       it), which in fp32 is the guard against non-finite steps
-       (mirror_hd_guard). */
+       by the optimizer), which the layers read (`weights` is it, or params
+       in fp32), the 16-bit gradient that is all-reduced, and the loss
+       scaler (device memory; host_scaler reads it), which in fp32 is the
+       guard against non-finite steps (mirror_hd_guard). */
     uint16_t *work16, *grad16;
-    float *wide, *weights;
+    void *weights;
     mirror_loss_scale_state *scaler, *host_scaler;
     float *stats; /* the sharded update across devices: its slice's check and sum of squares (2 floats) */
     mirror__tick *tick; /* the step at hand, in device memory (dropout's masks, the update) */
@@ -4670,16 +4982,17 @@ typedef struct mirror__replica {
     uint64_t passes;                     /* and the passes and updates queued through them */
     unsigned char *acts;
     size_t workspace_bytes;
-    float *input;     /* [S, in_size] */
+    /* Storage (void *: 16-bit values in mixed precision, else floats): */
+    void *input;      /* [S, in_size] */
+    void *delta[2];   /* [S, max_size] each: backward ping-pong */
+    void *col;        /* im2col of one chunk of samples (conv_chunk) */
+    void *perm;       /* a conv output or gradient of one chunk, channels first */
+    void *skip;       /* [S, max_size]: a residual block's input gradient through its shortcut */
     int32_t *labels;  /* [S] */
     float *targets;   /* [S, out_size] */
-    float *delta[2];  /* [S, max_size] each: backward ping-pong */
-    float *col;       /* im2col of one chunk of samples (conv_chunk) */
-    float *perm;      /* a conv output or gradient of one chunk, channels first */
     float *loss;      /* [S] per-sample loss */
     int32_t *correct; /* [S] */
     double *acc;      /* [2] loss and correct sums of the steps not yet taken */
-    float *skip;      /* [S, max_size]: a residual block's input gradient through its shortcut */
     /* Batch normalisation: per batchnorm layer of C channels, 6C floats at
        its bn_off: the batch's mean and invstd, the running statistics'
        mean and invstd (evaluation), the means of dy and dy xhat over the
@@ -4694,9 +5007,11 @@ typedef struct mirror__replica {
     /* host buffers (pinned on a GPU): the shard gathered (in the slot at
        hand of two, as the input, labels and targets on the device: see
        mirror__load_shard), metrics read back */
-    float *host_x[2], *host_targets[2], *host_loss;
+    void *host_x[2], *in_x[2]; /* storage */
+    float *host_row; /* mixed precision: a sample as gathered, before it is narrowed */
+    float *host_targets[2], *host_loss;
     int32_t *host_labels[2], *host_correct;
-    float *in_x[2], *in_targets[2];
+    float *in_targets[2];
     int32_t *in_labels[2];
     int slot;
     double *host_acc;
@@ -5238,18 +5553,6 @@ static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * 
 /* Average pooling's window: the layer's, or for global pooling the plane. */
 static size_t mirror__window_h(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->h : l->k; }
 static size_t mirror__window_w(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->w : l->k; }
-static int mirror__averages(const mirror__layer *l)
-{
-    return l->kind == MIRROR__AVGPOOL2D || l->kind == MIRROR__GLOBAL_AVGPOOL;
-}
-
-/* Dropout layer i's key for the step being computed (steps + 1). */
-
-/* tanh, sigmoid and GELU: activations whose outputs are new values. */
-static int mirror__smooth(const mirror__layer *l)
-{
-    return l->kind == MIRROR__TANH || l->kind == MIRROR__SIGMOID || l->kind == MIRROR__GELU;
-}
 
 /* Samples per convolution GEMM for this model: the backend's, at most a shard. */
 static size_t mirror__conv_chunk(const mirror_model *m)
@@ -5378,6 +5681,15 @@ static float *mirror__state_at(const mirror_model *m, const mirror__replica *r, 
     return r->state + c * m->slice + (off - (size_t)(r - m->rep) * m->slice);
 }
 
+/* Bytes of one storage value: 16 bits in mixed precision, else a float. */
+static size_t mirror__esize(const mirror_model *m) { return m->format ? sizeof(uint16_t) : sizeof(float); }
+
+/* Storage element i from p on. */
+static void *mirror__el(const mirror_model *m, const void *p, size_t i)
+{
+    return (unsigned char *)(uintptr_t)p + i * mirror__esize(m);
+}
+
 static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0, a = m->be->param_align ? m->be->param_align : 1;
@@ -5419,7 +5731,7 @@ static void mirror__plan(mirror_model *m)
     case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? m->nslots : 0; break;
     default: m->nstate = 2 * m->nslots; break;
     }
-    mirror__carve(&at, S * m->in_size, sizeof(float)); /* input, at 0 */
+    mirror__carve(&at, S * m->in_size, mirror__esize(m)); /* input, at 0 */
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         l->fused = (l->kind == MIRROR__DENSE || l->kind == MIRROR__CONV2D) && i + 1 < m->nlayers &&
@@ -5427,12 +5739,22 @@ static void mirror__plan(mirror_model *m)
         if (l->kind == MIRROR__FLATTEN || l->kind == MIRROR__RESIDUAL || (i && m->layers[i - 1].fused))
             l->out_off = i ? m->layers[i - 1].out_off : 0; /* a view of its input (or a fused relu's, in place) */
         else
-            l->out_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(float));
+            l->out_off = mirror__carve(&at, S * mirror__out_size(l), mirror__esize(m));
         if (l->kind == MIRROR__MAXPOOL2D)
             l->arg_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(int32_t));
-        if (m->keep_cols && mirror__convolves(l)) l->col_off = mirror__carve(&at, mirror__cols(m, l), sizeof(float));
+        if (m->keep_cols && mirror__convolves(l))
+            l->col_off = mirror__carve(&at, mirror__cols(m, l), mirror__esize(m));
     }
     m->layer_bytes = at;
+}
+
+/* The most values of one storage operand of a layer op: an activation or
+   gradient of the shard, im2col's columns, a conv's permuted output, the
+   weights. */
+static size_t mirror__largest(const mirror_model *m)
+{
+    size_t n = MIRROR__MAX(m->shard_max * m->max_size, m->shard_max * m->in_size);
+    return MIRROR__MAX(MIRROR__MAX(n, m->col_size), MIRROR__MAX(m->perm_size, m->nslots));
 }
 
 static int mirror__has_residual(const mirror_model *m)
@@ -5447,39 +5769,39 @@ static int mirror__has_residual(const mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[13];
+    size_t S = m->shard_max, at = m->layer_bytes, off[13], e = mirror__esize(m);
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
-    off[2] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[0] */
-    off[3] = mirror__carve(&at, S * m->max_size, sizeof(float));   /* delta[1] */
-    off[4] = mirror__carve(&at, m->col_size, sizeof(float));       /* col */
+    off[2] = mirror__carve(&at, S * m->max_size, e);               /* delta[0] */
+    off[3] = mirror__carve(&at, S * m->max_size, e);               /* delta[1] */
+    off[4] = mirror__carve(&at, m->col_size, e);                   /* col */
     off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
-    off[8] = mirror__carve(&at, m->perm_size, sizeof(float));      /* perm */
-    off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->max_size : 0, sizeof(float)); /* skip */
-    off[10] = mirror__carve(&at, S * m->in_size, sizeof(float));   /* the second slot's input, */
+    off[8] = mirror__carve(&at, m->perm_size, e);                  /* perm */
+    off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->max_size : 0, e); /* skip */
+    off[10] = mirror__carve(&at, S * m->in_size, e);               /* the second slot's input, */
     off[11] = mirror__carve(&at, S, sizeof(int32_t));              /* labels */
     off[12] = mirror__carve(&at, S * m->out_size, sizeof(float));  /* and targets */
     if (r) {
         unsigned char *a = r->acts;
-        r->in_x[0] = (float *)a; /* carved first, at 0 */
+        r->in_x[0] = a; /* carved first, at 0 */
         r->in_labels[0] = (int32_t *)(a + off[0]);
         r->in_targets[0] = (float *)(a + off[1]);
-        r->in_x[1] = (float *)(a + off[10]);
+        r->in_x[1] = a + off[10];
         r->in_labels[1] = (int32_t *)(a + off[11]);
         r->in_targets[1] = (float *)(a + off[12]);
         r->input = r->in_x[r->slot];
         r->labels = r->in_labels[r->slot];
         r->targets = r->in_targets[r->slot];
-        r->delta[0] = (float *)(a + off[2]);
-        r->delta[1] = (float *)(a + off[3]);
-        r->col = (float *)(a + off[4]);
+        r->delta[0] = a + off[2];
+        r->delta[1] = a + off[3];
+        r->col = a + off[4];
         r->loss = (float *)(a + off[5]);
         r->correct = (int32_t *)(a + off[6]);
         r->acc = (double *)(a + off[7]);
-        r->perm = (float *)(a + off[8]);
-        r->skip = (float *)(a + off[9]);
+        r->perm = a + off[8];
+        r->skip = a + off[9];
     }
     return (at + 63) & ~(size_t)63;
 }
@@ -5514,7 +5836,6 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->acts);
         m->be->release(p->dev, p->work16);
         m->be->release(p->dev, p->grad16);
-        m->be->release(p->dev, p->wide);
         m->be->release(p->dev, p->scaler);
         m->be->release(p->dev, p->stats);
         m->be->release(p->dev, p->tick);
@@ -5525,6 +5846,7 @@ static void mirror__free_replicas(mirror_model *m)
             m->be->host_release(p->dev, p->host_labels[k]);
             m->be->host_release(p->dev, p->host_targets[k]);
         }
+        MIRROR_FREE(p->host_row);
         m->be->host_release(p->dev, p->host_loss);
         m->be->host_release(p->dev, p->host_correct);
         m->be->host_release(p->dev, p->host_acc);
@@ -5612,8 +5934,8 @@ static void mirror__init_params(const mirror_model *m, float *host)
     }
 }
 
-/* Mixed precision: every replica's 16-bit working copy and its widened
-   fp32 view from the masters, after the masters were set. */
+/* Mixed precision: every replica's 16-bit working copy from the masters,
+   after the masters were set. */
 static int mirror__refresh_working_copy(mirror_model *m)
 {
     size_t r;
@@ -5621,7 +5943,6 @@ static int mirror__refresh_working_copy(mirror_model *m)
         mirror__replica *p = &m->rep[r];
         m->be->bind(p->dev);
         m->be->narrow(p->dev, p->work16, p->params, m->nslots, m->format);
-        m->be->widen(p->dev, p->wide, p->work16, m->nslots, m->format);
     }
     return mirror__device_status(m);
 }
@@ -5736,7 +6057,8 @@ static int mirror__model_build(mirror_model *m)
         m->stats_bufs[r] = p->stats;
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
         for (k = 0; k < 2; k++) {
-            p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
+            p->host_x[k] = m->be->host_alloc(p->dev, S * m->in_size * mirror__esize(m));
+            if (m->format && k == 0 && !(p->host_row = (float *)mirror__alloc(m->in_size, sizeof(float)))) goto oom;
             p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
             p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
             if (!p->host_x[k] || !p->host_labels[k] || !p->host_targets[k]) goto oom;
@@ -5760,12 +6082,11 @@ static int mirror__model_build(mirror_model *m)
         p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
         if (!p->scaler || !p->host_scaler) goto oom;
         if (m->format) {
-            m->be->set_precision(p->dev, m->format);
+            if (m->be->set_precision(p->dev, m->format, mirror__largest(m))) goto oom;
             p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
             p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
-            p->wide = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
-            if (!p->work16 || !p->grad16 || !p->wide) goto oom;
-            p->weights = p->wide;
+            if (!p->work16 || !p->grad16) goto oom;
+            p->weights = p->work16;
             m->grad16_bufs[r] = p->grad16;
             m->work16_bufs[r] = p->work16;
         }
@@ -6068,8 +6389,8 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     if (!m || !out || !m->built || r >= m->s->replicas)
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT,
                              "mirror_memory_report_get: needs a built model, a replica index and out");
-    /* mixed precision: + the 16-bit copy and its fp32 view; + the 16-bit gradient */
-    out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) + sizeof(float) : 0));
+    /* mixed precision: + the 16-bit working copy; + the 16-bit gradient */
+    out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
     out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
                                    (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
     out->optimizer = r == 0 || !m->sharded ? mirror__state_floats(m) * sizeof(float) : 0; /* sharded: one state */
@@ -6084,12 +6405,12 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
 
 /* A view of the model's input (a first flatten, say) has offset 0, where
    the first slot's input is carved: it reads the slot at hand. */
-static float *mirror__act(const mirror__replica *r, const mirror__layer *l)
+static void *mirror__act(const mirror__replica *r, const mirror__layer *l)
 {
-    return l->out_off ? (float *)(r->acts + l->out_off) : r->input;
+    return l->out_off ? (void *)(r->acts + l->out_off) : r->input;
 }
 
-static float *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
+static void *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
 {
     return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
 }
@@ -6130,28 +6451,28 @@ static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *b
 }
 
 /* The im2col of the chunk of samples from s on: kept, or the shared buffer. */
-static float *mirror__col(const mirror_model *m, const mirror__replica *r, const mirror__layer *l, size_t s)
+static void *mirror__col(const mirror_model *m, const mirror__replica *r, const mirror__layer *l, size_t s)
 {
-    return m->keep_cols ? (float *)(r->acts + l->col_off) + s * l->c * l->k * l->k * l->oh * l->ow : r->col;
+    return m->keep_cols ? mirror__el(m, r->acts + l->col_off, s * l->c * l->k * l->k * l->oh * l->ow) : r->col;
 }
 
 /* A convolution (conv2d, or a residual block's projection) of S samples,
    n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
    . col + b (per channel, a row of y'; and the relu after it if fused),
    then y' to y [n, OC, hw]. */
-static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *x,
-                                 float *y, size_t S)
+static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
+                                 void *y, size_t S)
 {
     const mirror__backend *be = m->be;
-    const float *W = r->weights + l->w_off, *b = r->weights + l->b_off;
+    const void *W = mirror__el(m, r->weights, l->w_off), *b = mirror__el(m, r->weights, l->b_off);
     size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
     for (s = 0; s < S; s += chunk) {
         size_t n = MIRROR__MIN(chunk, S - s);
-        float *yn = n == 1 ? y + s * out : r->perm, *col = mirror__col(m, r, l, s);
-        be->im2col(r->dev, col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        void *yn = n == 1 ? mirror__el(m, y, s * out) : r->perm, *col = mirror__col(m, r, l, s);
+        be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
         be->gemm_bias(r->dev, 0, 0, l->oc, n * hw, ckk, W, ckk, col, n * hw, b, 1, l->fused, yn, n * hw);
-        if (n > 1) be->permute(r->dev, y + s * out, r->perm, l->oc, n, hw);
+        if (n > 1) be->permute(r->dev, mirror__el(m, y, s * out), r->perm, l->oc, n, hw);
     }
 }
 
@@ -6160,28 +6481,29 @@ static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, cons
    W^T . d', summed back into dx by col2im (dx NULL: not needed). beta 0
    writes dW (the first chunk), 1 adds to it (accumulation). dW and db
    are in the gradient arena `grads`. */
-static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *x,
-                                  const float *d, float *dx, size_t S, int accumulate, float *grads)
+static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
+                                  const void *d, void *dx, size_t S, int accumulate, float *grads)
 {
     const mirror__backend *be = m->be;
-    const float *W = r->weights + l->w_off;
+    const void *W = mirror__el(m, r->weights, l->w_off);
     float *dW = grads + l->w_off, *db = grads + l->b_off;
     size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
     for (s = 0; s < S; s += chunk) {
         size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
-        const float *dn = d + s * out;
-        float *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
+        const void *dn = mirror__el(m, d, s * out);
+        void *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
         if (n > 1) {
             be->permute(r->dev, r->perm, dn, n, l->oc, hw);
             dn = r->perm;
         }
         if (!m->keep_cols)
-            be->im2col(r->dev, col, x + s * in, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk);
+            be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh,
+                       l->ow);
+        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk, 1);
         if (!dx) continue;
-        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw);
-        be->col2im(r->dev, dx + s * in, col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw, 0);
+        be->col2im(r->dev, mirror__el(m, dx, s * in), col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
     }
     if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
     be->bias_grad(r->dev, db, d, S, l->oc, hw);
@@ -6189,13 +6511,13 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
 
 /* The same, each chunk of the shard into its own gradient arena. */
 static void mirror__conv_backward_chunks(const mirror_model *m, mirror__replica *r, const mirror__layer *l,
-                                         const float *x, const float *d, float *dx, int accumulate)
+                                         const void *x, const void *d, void *dx, int accumulate)
 {
     size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
     for (q = 0; q < mirror__nchunks(m, r); q++) {
         k = mirror__chunk_rows(m, r, q, &at);
-        mirror__conv_backward(m, r, l, x + at * in, d + at * out, dx ? dx + at * in : NULL, k, accumulate,
-                              mirror__chunk_grads(m, r, q));
+        mirror__conv_backward(m, r, l, mirror__el(m, x, at * in), mirror__el(m, d, at * out),
+                              dx ? mirror__el(m, dx, at * in) : NULL, k, accumulate, mirror__chunk_grads(m, r, q));
     }
 }
 
@@ -6209,13 +6531,13 @@ static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
 /* Batchnorm layer l's sums over each chunk of the shard into r->bn_part,
    2C doubles a chunk: of a and a^2 (x NULL: forward, a the input), or of
    a and a xhat (backward, a = dy, x the input). */
-static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const float *a,
-                                  const float *x)
+static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *a,
+                                  const void *x)
 {
     size_t q, at, k, in = l->c * l->h * l->w;
     for (q = 0; q < mirror__nchunks(m, r); q++) {
         k = mirror__chunk_rows(m, r, q, &at);
-        m->be->bn_sums(r->dev, r->bn_part + q * 2 * l->c, a + at * in, x ? x + at * in : NULL,
+        m->be->bn_sums(r->dev, r->bn_part + q * 2 * l->c, mirror__el(m, a, at * in), x ? mirror__el(m, x, at * in) : NULL,
                        x ? mirror__bn_stat(r, l) : NULL, k, l->c, l->h * l->w);
     }
 }
@@ -6244,9 +6566,9 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
     size_t i, q;
     for (i = from; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
-        const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off,
-                    *b = r->weights + l->b_off;
-        float *y = mirror__act(r, l);
+        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off),
+                   *b = mirror__el(m, r->weights, l->b_off);
+        void *y = mirror__act(r, l);
         size_t out = mirror__out_size(l);
         if (i == stop) {
             mirror__bn_chunk_sums(m, r, l, x, NULL);
@@ -6256,8 +6578,8 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
         case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
             for (q = 0; q < mirror__gemm_parts(m, r); q++) {
                 size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, x + at * l->c, l->c, W, l->c, b, 0, l->fused,
-                              y + at * l->oc, l->oc);
+                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, mirror__el(m, x, at * l->c), l->c, W, l->c, b, 0, l->fused,
+                              mirror__el(m, y, at * l->oc), l->oc);
             }
             break;
         case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
@@ -6285,7 +6607,7 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
             be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w);
             break;
         case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
-            const float *block_in = mirror__layer_input(m, r, l->from);
+            const void *block_in = mirror__layer_input(m, r, l->from);
             if (l->n_w) {
                 mirror__layer p = mirror__projection(m, l);
                 mirror__conv_forward(m, r, &p, block_in, y, S);
@@ -6295,11 +6617,6 @@ static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_
             break;
         }
         }
-        /* Mixed precision: stored in 16 bits (relu, maxpool and flatten
-           only move 16-bit values, which stay exact). */
-        if (m->format && (l->n_w || mirror__smooth(l) || mirror__averages(l) || l->kind == MIRROR__DROPOUT ||
-                          l->kind == MIRROR__RESIDUAL_END))
-            be->round(dev, y, S * out, m->format);
     }
 }
 
@@ -6338,7 +6655,8 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
     const mirror__backend *be = m->be;
     void *dev = r->dev;
     size_t i, q, at, k, first = mirror__first_weighted(m);
-    float *d, *dx, *swap, *g;
+    void *d, *dx, *swap;
+    float *g;
     /* The weight gradients are written by GEMMs with beta 0 (a
        convolution's first chunk too), not added to: only the bias
        gradients, which accumulate, start from zero, and the whole arena
@@ -6356,7 +6674,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
     d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
     for (i = from + 1; i-- > 0 && i >= first;) {
         const mirror__layer *l = &m->layers[i];
-        const float *x = mirror__layer_input(m, r, i), *W = r->weights + l->w_off;
+        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off);
         size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
         int need_dx = i > first;
         mirror__reduce_buckets(m, r, i + 1); /* the layers above i are done */
@@ -6371,23 +6689,23 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                dx [S,F] = d [S,units] . W [units,F] */
             for (q = 0; q < mirror__nchunks(m, r); q++) {
                 k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-                be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, d + at * l->oc, l->oc, x + at * l->c, l->c, beta,
-                         g + l->w_off, l->c);
+                be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, d, at * l->oc), l->oc,
+                         mirror__el(m, x, at * l->c), l->c, beta, g + l->w_off, l->c, 1);
                 if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
-                be->bias_grad(dev, g + l->b_off, d + at * l->oc, k, l->oc, 1);
+                be->bias_grad(dev, g + l->b_off, mirror__el(m, d, at * l->oc), k, l->oc, 1);
             }
             for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
                 k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, d + at * l->oc, l->oc, W, l->c, 0.0f, dx + at * l->c, l->c);
+                be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, d, at * l->oc), l->oc, W, l->c, 0.0f,
+                         mirror__el(m, dx, at * l->c), l->c, 0);
             }
             break;
         case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, x, d, need_dx ? dx : NULL, accumulate); break;
         case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
         case MIRROR__TANH:
         case MIRROR__SIGMOID:
-        case MIRROR__GELU: /* in place, rounded to 16 bits in mixed precision */
+        case MIRROR__GELU: /* in place */
             be->act_backward(dev, (int)l->kind, d, x, mirror__act(r, l), S * out);
-            if (m->format) be->round(dev, d, S * out, m->format);
             continue;
         case MIRROR__MAXPOOL2D:
             be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
@@ -6395,7 +6713,6 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             break;
         case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
             if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
-            if (m->format && l->p > 0.0f) be->round(dev, d, S * out, m->format);
             continue;
         case MIRROR__AVGPOOL2D:
         case MIRROR__GLOBAL_AVGPOOL:
@@ -6409,9 +6726,9 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                     be->zero(dev, g + l->w_off, l->c * sizeof(float));
                     be->zero(dev, g + l->b_off, l->c * sizeof(float));
                 }
-                be->bn_backward(dev, need_dx ? dx + at * in : NULL, g + l->w_off, g + l->b_off, d + at * in,
-                                x + at * in, mirror__bn_stat(r, l), r->bn + l->bn_off + 4 * l->c,
-                                r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
+                be->bn_backward(dev, need_dx ? mirror__el(m, dx, at * in) : NULL, g + l->w_off, g + l->b_off,
+                                mirror__el(m, d, at * in), mirror__el(m, x, at * in), mirror__bn_stat(r, l),
+                                r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
             }
             break;
         case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
@@ -6419,20 +6736,15 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
                 mirror__layer p = mirror__projection(m, l);
                 mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
                                              l->from > first ? r->skip : NULL, accumulate);
-                if (m->format && l->from > first) be->round(dev, r->skip, S * p.c * p.h * p.w, m->format);
             } else if (l->from > first) {
                 be->add(dev, r->skip, d, NULL, S * out);
             }
             continue;
         case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
             be->add(dev, d, d, r->skip, S * out);
-            if (m->format) be->round(dev, d, S * out, m->format);
             continue;
         case MIRROR__FLATTEN: continue;
         }
-        /* Mixed precision: the input gradient is stored in 16 bits too
-           (maxpool's sums of overlapping windows need it as well). */
-        if (m->format && need_dx) be->round(dev, dx, S * in, m->format);
         swap = d;
         d = dx;
         dx = swap;
@@ -6472,15 +6784,20 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
     const mirror_batch *b = job->batch;
     size_t i, in = m->in_size, out = m->out_size, S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT, slot = r->slot ^= 1;
-    float *x = r->host_x[slot], *targets = r->host_targets[slot];
+    float *targets = r->host_targets[slot];
+    void *x = r->host_x[slot];
     int32_t *labels = r->host_labels[slot];
     m->be->stage(r->dev, slot);
     for (i = 0; i < S; i++) {
-        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
+        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k, j;
+        const float *src = b->x + row * in;
+        float *dst = m->format ? r->host_row : (float *)x + i * in;
         if (job->augment_flip || job->augment_pad)
-            mirror__augment_row(m, job, row, b->x + row * in, x + i * in);
-        else
-            memcpy(x + i * in, b->x + row * in, in * sizeof(float));
+            mirror__augment_row(m, job, row, src, dst), src = dst;
+        else if (!m->format)
+            memcpy(dst, src, in * sizeof(float));
+        for (j = 0; m->format && j < in; j++) /* a 16-bit input */
+            ((uint16_t *)x)[i * in + j] = mirror_hd_narrow(src[j], m->format);
         if (!with_y) continue;
         if (ce)
             labels[i] = b->labels[row];
@@ -6488,11 +6805,10 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
             memcpy(targets + i * out, b->targets + row * out, out * sizeof(float));
     }
     r->input = r->in_x[slot], r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
-    if (S) m->be->upload_staged(r->dev, r->input, x, S * in * sizeof(float));
+    if (S) m->be->upload_staged(r->dev, r->input, x, S * in * mirror__esize(m));
     if (S && with_y && ce) m->be->upload_staged(r->dev, r->labels, labels, S * sizeof(int32_t));
     if (S && with_y && !ce) m->be->upload_staged(r->dev, r->targets, targets, S * out * sizeof(float));
     m->be->staged(r->dev, slot);
-    if (S && m->format) m->be->round(r->dev, r->input, S * in, m->format); /* a 16-bit input */
 }
 
 /* The loss layer: per-sample loss, correct flags and the output gradient
@@ -6502,7 +6818,7 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
    the host waits for the copy). */
 static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count, int now)
 {
-    const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
+    const void *z = mirror__act(r, &m->layers[m->nlayers - 1]);
     size_t S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
     if (!S) return;
@@ -6512,7 +6828,6 @@ static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_co
                           scale);
     else
         m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count, scale);
-    if (m->format) m->be->round(r->dev, r->delta[0], S * m->out_size, m->format);
     if (!now) m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
 }
 
@@ -6669,10 +6984,14 @@ static void mirror__compute_job(void *ctx, size_t worker)
         if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
         if (m->trace_steps) m->be->mark(r->dev, 2);
         if (job->mode == MIRROR__PREDICT) {
-            const float *z = mirror__act(r, &m->layers[m->nlayers - 1]);
-            if (r->count)
-                m->be->download(r->dev, job->predict_out + (job->offset + r->begin) * m->out_size, z,
-                                r->count * m->out_size * sizeof(float));
+            size_t n = r->count * m->out_size, i;
+            float *dst = job->predict_out + (job->offset + r->begin) * m->out_size;
+            if (n) m->be->download(r->dev, dst, mirror__act(r, &m->layers[m->nlayers - 1]), n * mirror__esize(m));
+            for (i = n; m->format && i-- > 0;) { /* 16-bit outputs, widened in place from the last */
+                uint16_t h;
+                memcpy(&h, (unsigned char *)dst + i * sizeof h, sizeof h);
+                dst[i] = mirror_hd_widen(h, m->format);
+            }
             return;
         }
         mirror__loss(m, r, job->inv_count, job->metrics_now);
@@ -6898,20 +7217,19 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
 /* Mixed precision, on replica r's device and stream, with no wait for it,
    once r->scaler->found_nonfinite holds the step's verdict: the fused
    update of parameters [off, off + n), which does nothing on a non-finite
-   step (the working copy and its fp32 view are then as they were) and
-   writes the working copy and its view in the same pass; then the
-   scaler's update. */
+   step (the working copy is then as it was) and writes the working copy
+   the layers read in the same pass; then the scaler's update. */
 static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
         m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
-                         r->wide + off, r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
+                         r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
                          o->nesterov);
     else
         m->be->adam_mixed(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off),
-                          r->work16 + off, r->wide + off, r->grad16 + off, n, f, r->scaler, r->tick, o->beta1,
+                          r->work16 + off, r->grad16 + off, n, f, r->scaler, r->tick, o->beta1,
                           o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
     m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
 }
@@ -6973,7 +7291,7 @@ static void mirror__update_job(void *ctx, size_t worker)
    replica's state pointer is replica 0's arena), and the replicas stay
    bitwise equal: each slice is computed once, by one thread, and copied. */
 /* Copies parameters [off, off + n) of replica `from` (fp32 masters and, in
-   mixed precision, the working copy and its fp32 view) into the others. */
+   mixed precision, the working copy) into the others. */
 static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_t n)
 {
     const mirror__replica *src = &m->rep[from];
@@ -6984,7 +7302,6 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
         memcpy(dst->params + off, src->params + off, n * sizeof(float));
         if (!m->format) continue;
         memcpy(dst->work16 + off, src->work16 + off, n * sizeof(uint16_t));
-        memcpy(dst->wide + off, src->wide + off, n * sizeof(float));
     }
 }
 
@@ -7064,8 +7381,7 @@ static void mirror__sharded_update_job(void *ctx, size_t worker)
    Then replica r applies the optimizer to slice r alone, with the state of
    that slice alone (1/R of the state per replica), and the all-gather
    copies each slice into the others: the fp32 parameters, or in mixed
-   precision the 16-bit working copy, which every replica then widens into
-   the view the layers read. The fp32 masters of mixed precision stay on
+   precision the 16-bit working copy, which the layers read. The fp32 masters of mixed precision stay on
    their slice's owner: whatever reads them (the API, checkpoints) takes
    each slice from its owner (mirror__download_arena). The sums are the
    reducer's all-reduce sums, and each slice is updated once, so the
@@ -7108,7 +7424,6 @@ static void mirror__slice_gathered_job(void *ctx, size_t worker)
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
-    if (m->format) m->be->widen(r->dev, r->wide, r->work16, m->nslots, m->format);
     if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
@@ -7644,9 +7959,9 @@ static int mirror__check_replicas(mirror_model *m)
         uint64_t h = 14695981039346656037ull;
         mirror__download_arena(m, r, host, MIRROR__PARAMS);
         h = mirror__fnv(h, host, m->nslots * sizeof(float));
-        if (m->format) { /* the view the layers read: the working copy, widened */
-            m->be->download(m->rep[r].dev, host, m->rep[r].wide, m->nslots * sizeof(float));
-            h = mirror__fnv(h, host, m->nslots * sizeof(float));
+        if (m->format) { /* the working copy the layers read */
+            m->be->download(m->rep[r].dev, host, m->rep[r].work16, m->nslots * sizeof(uint16_t));
+            h = mirror__fnv(h, host, m->nslots * sizeof(uint16_t));
         }
         mirror__download_arena(m, r, host, MIRROR__STATE);
         hash[s->first + r] = mirror__fnv(h, host, m->nstate * sizeof(float));

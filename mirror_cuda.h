@@ -71,20 +71,23 @@
 
    MIXED PRECISION
 
-      GEMMs read fp32 buffers whose values 16 bits hold exactly (mirror
-      rounds every stored activation, input gradient and weight), through
-      cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16F or _16BF: tensor cores,
-      an exact conversion, fp32 accumulation. The update after the
-      all-reduce is three launches per replica, none of which the host
-      waits for: check (one pass over the 16-bit gradient, 2 bytes a
-      parameter: sets the scaler's found_nonfinite), the fused SGD or Adam
-      (reads the flag and returns at once when it is set; else unscales,
-      updates the fp32 masters and moments, and writes the 16-bit copy and
-      the layers' fp32 view of it in the same pass: AdamW moves 32 bytes a
-      parameter, SGD with momentum 24), and the scaler's update (one
-      thread). So the update moves 34 bytes a parameter with AdamW, 26 with
-      SGD and momentum. The scaler lives in device memory; kernels read it,
-      the host never does.
+      Activations, their gradients, im2col's columns and the weights the
+      layers read are 16-bit buffers (CUDA_R_16F or CUDA_R_16BF): every
+      kernel loads 16 bits, computes in fp32 and stores 16 bits
+      (mirror_hd_load, mirror_hd_store); the GEMMs are cublasGemmEx (and
+      cuBLASLt's matmul) on 16-bit A and B with CUBLAS_COMPUTE_32F, on
+      tensor cores, C rounded once to 16 bits or, for the weight
+      gradients, kept in fp32. The update after the all-reduce is three
+      launches per replica, none of which the host waits for: check (one
+      pass over the 16-bit gradient, 2 bytes a parameter: sets the
+      scaler's found_nonfinite), the fused SGD or Adam (reads the flag and
+      returns at once when it is set; else unscales, updates the fp32
+      masters and moments, and writes the 16-bit working copy that the
+      GEMMs read, in the same pass: AdamW moves 28 bytes a parameter, SGD
+      with momentum 20), and the scaler's update (one thread). So the
+      update moves 30 bytes a parameter with AdamW, 22 with SGD and
+      momentum. The scaler lives in device memory; kernels read it, the
+      host never does.
 
       Bytes of GPU memory read and written per parameter in one step of
       one replica with AdamW, each pass counting its buffers once (a GEMM
@@ -92,20 +95,19 @@
       share of an all-reduce is NCCL's):
 
                                            fp32   fp16 / bf16 mixed
-        forward GEMMs read the weights        4   4 (fp32 view)
-        input-gradient GEMMs read them        4   4
+        forward GEMMs read the weights        4   2 (the 16-bit copy)
+        input-gradient GEMMs read them        4   2
         weight-gradient GEMMs write dW        4   4 (fp32)
         dW narrowed to 16 bits                -   6 (read 4, write 2)
         all-reduce in place (read, write)     8   4
         check (guard or scaler)               4   2
-        AdamW update                         28   32 (+ the 16-bit copy
-                                                  and the fp32 view)
-        in all                               52   56
+        AdamW update                         28   28 (+ the 16-bit copy)
+        in all                               52   48
 
-      The 16-bit gradient halves the all-reduce; the fp32 view of the
-      weights costs 4 bytes a parameter in memory and 12 a step (written,
-      read twice). With the sharded update each replica's AdamW pass
-      covers 1/R of the parameters.
+      The 16-bit gradient halves the all-reduce and the 16-bit copy halves
+      the weights' reads; the activations, which a GEMM reads as often as
+      the weights per sample, are halved too. With the sharded update each
+      replica's AdamW pass covers 1/R of the parameters.
 
    STREAMS AND WAITING
 
@@ -206,8 +208,8 @@
       its slice with the optimizer state of that slice alone, and
       ncclAllGather (in place, as bytes; the copy reducer gathers on the
       first GPU and copies back) hands the slices round: fp32
-      parameters, or in mixed precision the 16-bit working copy, widened
-      then into the layers' view. With the copy reducer the parameters are
+      parameters, or in mixed precision the 16-bit working copy, which
+      the layers read. With the copy reducer the parameters are
       the unsharded update's bit for bit; with NCCL on three GPUs or more
       its reduce-scatter may add in another order than its all-reduce.
       Adam's state costs 8/R bytes a parameter
@@ -360,24 +362,26 @@ static unsigned mirror__blocks(size_t n)
    and shifts), made on the host at each launch: a GPU has no integer
    divider. */
 
-__global__ void mirror__k_bias_add(float *y, const float *bias, size_t total, mirror_hd_divisor inner,
-                                   mirror_hd_divisor channels)
+__global__ void mirror__k_bias_add(void *y, const void *bias, size_t total, mirror_hd_divisor inner,
+                                   mirror_hd_divisor channels, int f)
 {
-    MIRROR__FOR_EACH(i, total) y[i] += bias[mirror_hd_channel(i, inner, channels)];
+    MIRROR__FOR_EACH(i, total)
+    mirror_hd_store(y, i, mirror_hd_load(y, i, f) + mirror_hd_load(bias, mirror_hd_channel(i, inner, channels), f), f);
 }
 
 /* A GEMM's epilogue where cuBLASLt does not run it: C [m, n], rows ldc
    apart, gets bias[j] on column j, or with per_row bias[row] on its row
    (bias NULL: none), then relu where asked; the CPU's order of operations
    (mirror__finish). */
-__global__ void mirror__k_epilogue(float *c, const float *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
-                                   int relu)
+__global__ void mirror__k_epilogue(void *c, const void *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
+                                   int relu, int f)
 {
     MIRROR__FOR_EACH(i, m * n.d)
     {
         uint64_t row, j = mirror_hd_divmod(n, i, &row);
-        float *y = c + row * ldc + j, v = bias ? *y + bias[per_row ? row : j] : *y;
-        *y = relu ? mirror_hd_relu(v) : v;
+        float v = mirror_hd_load(c, row * ldc + j, f);
+        if (bias) v += mirror_hd_load(bias, per_row ? row : j, f);
+        mirror_hd_store(c, row * ldc + j, relu ? mirror_hd_relu(v) : v, f);
     }
 }
 
@@ -409,8 +413,8 @@ __device__ static float mirror__block_sum(float *part, float s)
    sums span b of channel c (each thread a fixed stride of it, then a fixed
    tree) into out[c * parts + b], or with one part adds it to out[c] = db[c].
    bias_total then adds a channel's parts in order: the same bits every run. */
-__global__ void mirror__k_bias_part(float *out, const float *dy, size_t rows, size_t channels,
-                                    mirror_hd_divisor inner, size_t parts)
+__global__ void mirror__k_bias_part(float *out, const void *dy, size_t rows, size_t channels,
+                                    mirror_hd_divisor inner, size_t parts, int f)
 {
     __shared__ float part[MIRROR__THREADS];
     size_t n = rows * inner.d, b = blockIdx.x, lo = n / parts * b + MIRROR__MIN(b, n % parts);
@@ -419,7 +423,7 @@ __global__ void mirror__k_bias_part(float *out, const float *dy, size_t rows, si
         float s = 0.0f;
         for (size_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
             uint64_t row, e = mirror_hd_divmod(inner, j, &row);
-            s += dy[(row * channels + c) * inner.d + e];
+            s += mirror_hd_load(dy, (row * channels + c) * inner.d + e, f);
         }
         s = mirror__block_sum(part, s);
         if (threadIdx.x == 0) {
@@ -439,75 +443,93 @@ __global__ void mirror__k_bias_total(float *db, const float *part, size_t channe
     }
 }
 
-__global__ void mirror__k_relu_forward(float *y, const float *x, size_t n)
+/* The storage format f (0: floats, else 16-bit values) of every kernel's
+   void * buffers: mirror_hd_load and mirror_hd_store. */
+__global__ void mirror__k_relu_forward(void *y, const void *x, size_t n, int f)
 {
-    MIRROR__FOR_EACH(i, n) y[i] = mirror_hd_relu(x[i]);
+    MIRROR__FOR_EACH(i, n) mirror_hd_store(y, i, mirror_hd_relu(mirror_hd_load(x, i, f)), f);
 }
 
-__global__ void mirror__k_relu_backward(float *d, const float *y, size_t n)
+__global__ void mirror__k_relu_backward(void *d, const void *y, size_t n, int f)
 {
-    MIRROR__FOR_EACH(i, n) d[i] = mirror_hd_relu_grad(y[i], d[i]);
+    MIRROR__FOR_EACH(i, n) mirror_hd_store(d, i, mirror_hd_relu_grad(mirror_hd_load(y, i, f), mirror_hd_load(d, i, f)), f);
 }
 
 /* The smooth activations: kind is MIRROR__TANH, _SIGMOID or _GELU. */
-__global__ void mirror__k_act_forward(int kind, float *y, const float *x, size_t n)
+__global__ void mirror__k_act_forward(int kind, void *y, const void *x, size_t n, int f)
 {
     MIRROR__FOR_EACH(i, n)
-    y[i] = kind == MIRROR__TANH ? mirror_hd_tanh(x[i]) : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid(x[i])
-                                                                                 : mirror_hd_gelu(x[i]);
+    {
+        float v = mirror_hd_load(x, i, f);
+        mirror_hd_store(y, i,
+                        kind == MIRROR__TANH      ? mirror_hd_tanh(v)
+                        : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid(v)
+                                                  : mirror_hd_gelu(v),
+                        f);
+    }
 }
 
-__global__ void mirror__k_act_backward(int kind, float *d, const float *x, const float *y, size_t n)
+__global__ void mirror__k_act_backward(int kind, void *d, const void *x, const void *y, size_t n, int f)
 {
     MIRROR__FOR_EACH(i, n)
-    d[i] = kind == MIRROR__TANH      ? mirror_hd_tanh_grad(y[i], d[i])
-           : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid_grad(y[i], d[i])
-                                     : mirror_hd_gelu_grad(x[i], d[i]);
+    {
+        float g = mirror_hd_load(d, i, f);
+        mirror_hd_store(d, i,
+                        kind == MIRROR__TANH      ? mirror_hd_tanh_grad(mirror_hd_load(y, i, f), g)
+                        : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid_grad(mirror_hd_load(y, i, f), g)
+                                                  : mirror_hd_gelu_grad(mirror_hd_load(x, i, f), g),
+                        f);
+    }
 }
 
 /* One thread per col entry (mirror_hd_im2col_at). */
-__global__ void mirror__k_im2col(float *col, const float *x, mirror_hd_conv_shape g)
+__global__ void mirror__k_im2col(void *col, const void *x, mirror_hd_conv_shape g, int f)
 {
-    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo) col[i] = mirror_hd_im2col_at(&g, x, i);
+    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo) mirror_hd_store(col, i, mirror_hd_im2col_at(&g, x, i, f), f);
 }
 
 /* One thread per pixel gathers its col entries in the CPU's order (mirror_hd_col2im_at). */
-__global__ void mirror__k_col2im(float *x, const float *col, mirror_hd_conv_shape g)
+__global__ void mirror__k_col2im(void *x, const void *col, mirror_hd_conv_shape g, int f)
 {
-    MIRROR__FOR_EACH(i, g.n * g.c * g.h * g.w) x[i] = mirror_hd_col2im_at(&g, col, i);
+    MIRROR__FOR_EACH(i, g.n * g.c * g.h * g.w) mirror_hd_store(x, i, mirror_hd_col2im_at(&g, col, i, f), f);
 }
 
-/* src [a, b, inner] -> dst [b, a, inner] */
-__global__ void mirror__k_permute(float *dst, const float *src, size_t a, mirror_hd_divisor b, mirror_hd_divisor inner)
+/* src [a, b, inner] -> dst [b, a, inner]: values moved as they are. */
+__global__ void mirror__k_permute(void *dst, const void *src, size_t a, mirror_hd_divisor b, mirror_hd_divisor inner,
+                                  int f)
 {
     MIRROR__FOR_EACH(i, a * b.d * inner.d)
     {
         uint64_t q, ia, ii = mirror_hd_divmod(inner, i, &q), ib = mirror_hd_divmod(b, q, &ia);
-        dst[(ib * a + ia) * inner.d + ii] = src[i];
+        size_t o = (ib * a + ia) * inner.d + ii;
+        if (f)
+            ((uint16_t *)dst)[o] = ((const uint16_t *)src)[i];
+        else
+            ((float *)dst)[o] = ((const float *)src)[i];
     }
 }
 
 /* hwo divides by ho * wo, wo by wo. */
-__global__ void mirror__k_maxpool_forward(float *y, int32_t *arg, const float *x, size_t planes, size_t h,
+__global__ void mirror__k_maxpool_forward(void *y, int32_t *arg, const void *x, size_t planes, size_t h,
                                           size_t w, size_t k, size_t stride, mirror_hd_divisor hwo,
-                                          mirror_hd_divisor wo)
+                                          mirror_hd_divisor wo, int f)
 {
     MIRROR__FOR_EACH(o, planes * hwo.d)
     {
         uint64_t plane, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, o, &plane), &oy);
-        const float *p = x + plane * h * w;
         size_t corner = oy * stride * w + ox * stride, at;
-        float top = mirror_hd_window_max(p + corner, w, k, &at);
-        if (mirror_hd_window_nan(p + corner, w, k, &at)) top = p[corner + at];
-        y[o] = top;
+        const void *p = mirror_hd_skip(x, plane * h * w + corner, f);
+        float top = mirror_hd_window_max(p, w, k, &at, f);
+        if (mirror_hd_window_nan(p, w, k, &at, f)) top = mirror_hd_load(p, at, f);
+        mirror_hd_store(y, o, top, f);
         arg[o] = (int32_t)(corner + at);
     }
 }
 
 /* Batch normalisation. The sums: one block per channel, each thread a
    fixed stride of the (row, i) pairs in double, then a fixed tree. */
-__global__ void mirror__k_bn_sums(double *part, const float *a, const float *x, const float *stat, size_t rows,
-                                  size_t channels, mirror_hd_divisor inner)
+__global__ void mirror__k_bn_sums(double *part, const void *a, const void *x, const float *stat, size_t rows,
+                                  size_t channels, mirror_hd_divisor inner, int f)
 {
     __shared__ double sum[MIRROR__THREADS], sq[MIRROR__THREADS];
     size_t c = blockIdx.x, C = channels, n = rows * inner.d, j;
@@ -515,8 +537,9 @@ __global__ void mirror__k_bn_sums(double *part, const float *a, const float *x, 
     for (j = threadIdx.x; j < n; j += blockDim.x) {
         uint64_t row, e = mirror_hd_divmod(inner, j, &row);
         size_t at = (row * C + c) * inner.d + e;
-        float v = x ? a[at] * mirror_hd_bn_xhat(x[at], stat[c], stat[C + c]) : a[at] * a[at];
-        s += (double)a[at], q += (double)v;
+        float av = mirror_hd_load(a, at, f);
+        float v = x ? av * mirror_hd_bn_xhat(mirror_hd_load(x, at, f), stat[c], stat[C + c]) : av * av;
+        s += (double)av, q += (double)v;
     }
     sum[threadIdx.x] = s, sq[threadIdx.x] = q;
     __syncthreads();
@@ -527,14 +550,17 @@ __global__ void mirror__k_bn_sums(double *part, const float *a, const float *x, 
     if (threadIdx.x == 0) part[c] = sum[0], part[C + c] = sq[0];
 }
 
-__global__ void mirror__k_bn_forward(float *y, const float *x, const float *stat, const float *gamma,
-                                     const float *beta, size_t rows, mirror_hd_divisor channels,
-                                     mirror_hd_divisor inner)
+__global__ void mirror__k_bn_forward(void *y, const void *x, const float *stat, const void *gamma,
+                                     const void *beta, size_t rows, mirror_hd_divisor channels,
+                                     mirror_hd_divisor inner, int f)
 {
     MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
     {
         size_t c = mirror_hd_channel(i, inner, channels);
-        y[i] = mirror_hd_bn(x[i], stat[c], stat[channels.d + c], gamma[c], beta[c]);
+        mirror_hd_store(y, i,
+                        mirror_hd_bn(mirror_hd_load(x, i, f), stat[c], stat[channels.d + c], mirror_hd_load(gamma, c, f),
+                                     mirror_hd_load(beta, c, f)),
+                        f);
     }
 }
 
@@ -547,92 +573,102 @@ __global__ void mirror__k_bn_param_grads(float *dgamma, float *dbeta, const doub
     }
 }
 
-__global__ void mirror__k_bn_backward(float *dx, const float *dy, const float *x, const float *stat, const float *means,
-                                      const float *gamma, size_t rows, mirror_hd_divisor channels,
-                                      mirror_hd_divisor inner)
+__global__ void mirror__k_bn_backward(void *dx, const void *dy, const void *x, const float *stat, const float *means,
+                                      const void *gamma, size_t rows, mirror_hd_divisor channels,
+                                      mirror_hd_divisor inner, int f)
 {
     MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
     {
         size_t c = mirror_hd_channel(i, inner, channels);
         float invstd = stat[channels.d + c];
-        dx[i] = mirror_hd_bn_grad(dy[i], mirror_hd_bn_xhat(x[i], stat[c], invstd), gamma[c], invstd, means[c],
-                                  means[channels.d + c]);
+        mirror_hd_store(dx, i,
+                        mirror_hd_bn_grad(mirror_hd_load(dy, i, f),
+                                          mirror_hd_bn_xhat(mirror_hd_load(x, i, f), stat[c], invstd),
+                                          mirror_hd_load(gamma, c, f), invstd, means[c], means[channels.d + c]),
+                        f);
     }
 }
 
-__global__ void mirror__k_add(float *y, const float *a, const float *b, size_t n)
+__global__ void mirror__k_add(void *y, const void *a, const void *b, size_t n, int f)
 {
-    MIRROR__FOR_EACH(i, n) y[i] = a[i] + b[i];
+    MIRROR__FOR_EACH(i, n) mirror_hd_store(y, i, mirror_hd_load(a, i, f) + mirror_hd_load(b, i, f), f);
 }
 
 /* Dropout: one thread per element, its mask hashed from its place. */
-__global__ void mirror__k_dropout(float *y, const float *x, size_t rows, mirror_hd_divisor inner, uint64_t seed,
-                                  uint64_t layer, const mirror__tick *t, float p)
+__global__ void mirror__k_dropout(void *y, const void *x, size_t rows, mirror_hd_divisor inner, uint64_t seed,
+                                  uint64_t layer, const mirror__tick *t, float p, int f)
 {
     uint64_t key = mirror_hd_dropout_key(seed, layer, t->step), row0 = t->row0;
     MIRROR__FOR_EACH(i, rows * inner.d)
     {
         uint64_t row, e = mirror_hd_divmod(inner, i, &row);
-        y[i] = x[i] * mirror_hd_dropout(key, row0 + row, e, p);
+        mirror_hd_store(y, i, mirror_hd_load(x, i, f) * mirror_hd_dropout(key, row0 + row, e, p), f);
     }
 }
 
 /* Average pooling: one thread per output (forward), per input (backward:
    each input gathers its windows, so no two threads write one place). */
-__global__ void mirror__k_avgpool_forward(float *y, const float *x, size_t planes, size_t h, size_t w, size_t kh,
-                                          size_t kw, size_t stride, mirror_hd_divisor hwo, mirror_hd_divisor wo)
+__global__ void mirror__k_avgpool_forward(void *y, const void *x, size_t planes, size_t h, size_t w, size_t kh,
+                                          size_t kw, size_t stride, mirror_hd_divisor hwo, mirror_hd_divisor wo, int f)
 {
     MIRROR__FOR_EACH(i, planes * hwo.d)
     {
         uint64_t p, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, i, &p), &oy);
-        y[i] = mirror_hd_window_mean(x + p * h * w, w, kh, kw, oy * stride, ox * stride);
+        mirror_hd_store(y, i, mirror_hd_window_mean(mirror_hd_skip(x, p * h * w, f), w, kh, kw, oy * stride, ox * stride, f),
+                        f);
     }
 }
 
 /* hw divides by h * w, w by w. */
-__global__ void mirror__k_avgpool_backward(float *dx, const float *dy, size_t planes, mirror_hd_divisor hw,
+__global__ void mirror__k_avgpool_backward(void *dx, const void *dy, size_t planes, mirror_hd_divisor hw,
                                            mirror_hd_divisor w, size_t kh, size_t kw, size_t stride, size_t ho,
-                                           size_t wo)
+                                           size_t wo, int f)
 {
     MIRROR__FOR_EACH(i, planes * hw.d)
     {
         uint64_t p, iy, ix = mirror_hd_divmod(w, mirror_hd_divmod(hw, i, &p), &iy);
-        dx[i] = mirror_hd_window_mean_grad(dy + p * ho * wo, ho, wo, kh, kw, stride, iy, ix);
+        mirror_hd_store(dx, i,
+                        mirror_hd_window_mean_grad(mirror_hd_skip(dy, p * ho * wo, f), ho, wo, kh, kw, stride, iy, ix, f),
+                        f);
     }
 }
 
 /* One thread per input pixel adds the outputs that chose it, in output
    order (mirror_hd_maxpool_grad_at). */
-__global__ void mirror__k_maxpool_backward(float *dx, const int32_t *arg, const float *dy, size_t planes,
+__global__ void mirror__k_maxpool_backward(void *dx, const int32_t *arg, const void *dy, size_t planes,
                                            mirror_hd_divisor hw, mirror_hd_divisor w, size_t k,
-                                           mirror_hd_divisor stride, size_t ho, size_t wo)
+                                           mirror_hd_divisor stride, size_t ho, size_t wo, int f)
 {
     MIRROR__FOR_EACH(i, planes * hw.d)
     {
         uint64_t plane, iy, at = mirror_hd_divmod(hw, i, &plane), ix = mirror_hd_divmod(w, at, &iy);
-        dx[i] = mirror_hd_maxpool_grad_at(dy + plane * ho * wo, arg + plane * ho * wo, at, iy, ix, k, stride, ho, wo);
+        mirror_hd_store(dx, i,
+                        mirror_hd_maxpool_grad_at(mirror_hd_skip(dy, plane * ho * wo, f), arg + plane * ho * wo, at, iy,
+                                                  ix, k, stride, ho, wo, f),
+                        f);
     }
 }
 
 /* scale: the loss scale in device memory, or NULL for 1. */
-__global__ void mirror__k_softmax_ce(float *dz, float *loss, int32_t *correct, const float *z,
-                                     const int32_t *labels, size_t rows, size_t k, float inv_count,
-                                     const float *scale)
+__global__ void mirror__k_softmax_ce(void *dz, float *loss, int32_t *correct, const void *z, const int32_t *labels,
+                                     size_t rows, size_t k, float inv_count, const float *scale, int f)
 {
     if (scale) inv_count *= *scale;
     MIRROR__FOR_EACH(r, rows)
     {
         int ok;
-        loss[r] = mirror_hd_softmax_ce_row(z + r * k, k, labels[r], inv_count, dz + r * k, &ok);
+        loss[r] = mirror_hd_softmax_ce_row(mirror_hd_skip(z, r * k, f), k, labels[r], inv_count,
+                                           mirror_hd_skip(dz, r * k, f), &ok, f);
         correct[r] = ok;
     }
 }
 
-__global__ void mirror__k_mse(float *dz, float *loss, const float *z, const float *t, size_t rows, size_t d,
-                              float inv_count, const float *scale)
+__global__ void mirror__k_mse(void *dz, float *loss, const void *z, const float *t, size_t rows, size_t d,
+                              float inv_count, const float *scale, int f)
 {
     if (scale) inv_count *= *scale;
-    MIRROR__FOR_EACH(r, rows) loss[r] = mirror_hd_mse_row(z + r * d, t + r * d, d, inv_count, dz + r * d);
+    MIRROR__FOR_EACH(r, rows)
+    loss[r] = mirror_hd_mse_row(mirror_hd_skip(z, r * d, f), t + r * d, d, inv_count, mirror_hd_skip(dz, r * d, f), f);
 }
 
 /* One thread, rows in order: the CPU backend's sum, on the device. */
@@ -739,11 +775,6 @@ __global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, siz
 
 /* Mixed precision. format: MIRROR_PRECISION_FP16 or _BF16. */
 
-__global__ void mirror__k_round(float *x, size_t n, int format)
-{
-    MIRROR__FOR_EACH(i, n) x[i] = mirror_hd_round(x[i], format);
-}
-
 __global__ void mirror__k_narrow(uint16_t *dst, const float *src, size_t n, int format)
 {
     MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_narrow(src[i], format);
@@ -766,7 +797,7 @@ __global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, 
 
 /* The fused updates return at once on a skipped step; every thread reads
    the same flag, so a block leaves as a whole. */
-__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g, size_t n,
+__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n,
                                     int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                                     float momentum, float weight_decay, int nesterov)
 {
@@ -778,12 +809,11 @@ __global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, float *wi
         float unused = 0.0f;
         mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
                             weight_decay, nesterov);
-        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
     }
 }
 
 /* Adam's t is st->applied + 1; its bias corrections, once per block. */
-__global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, float *wide, const uint16_t *g,
+__global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, const uint16_t *g,
                                      size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                                      float beta1, float beta2, float eps, float weight_decay, int decoupled)
 {
@@ -794,11 +824,8 @@ __global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16
     __syncthreads();
     inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     MIRROR__FOR_EACH(i, n)
-    {
-        mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
-                             weight_decay, decoupled, bias[0], bias[1]);
-        if (wide) wide[i] = mirror_hd_widen(w16[i], format);
-    }
+    mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps, weight_decay,
+                         decoupled, bias[0], bias[1]);
 }
 
 /* One thread; the desc comes by value, as a kernel argument. */
@@ -1171,13 +1198,23 @@ static void mirror__cuda_download(void *dev, void *host, const void *src, size_t
         mirror__cuda_wait(d, NULL, "waiting for a download");
 }
 
+/* The CUDA type of storage in the model's precision. */
+static cudaDataType_t mirror__storage_type(const mirror__cuda_dev *d)
+{
+    return d->precision == MIRROR_PRECISION_FP16   ? CUDA_R_16F
+           : d->precision == MIRROR_PRECISION_BF16 ? CUDA_R_16BF
+                                                   : CUDA_R_32F;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
-   operands. Mixed precision: the same buffers (fp32 slots holding 16-bit
-   values) on tensor cores, converted exactly, accumulated in fp32. */
-static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
-                              size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
+   operands. Mixed precision: 16-bit A and B on tensor cores, accumulated
+   in fp32, C rounded once to 16 bits or (grad) kept in fp32. */
+static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const void *a,
+                              size_t lda, const void *b, size_t ldb, float beta, void *c, size_t ldc, int grad)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    cudaDataType_t ab = mirror__storage_type(d), ct = grad ? CUDA_R_32F : ab;
+    size_t ce = ct == CUDA_R_32F ? sizeof(float) : sizeof(uint16_t);
     if (!m || !n) return;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) {
         /* cuBLAS's 32-bit sizes: a whole-shard convolution can outgrow them */
@@ -1187,27 +1224,28 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
     if (!k) { /* cuBLAS needs k >= 1: C = beta C, and 0 (not 0 * NaN) for beta 0 */
         size_t i;
         if (beta == 0.0f)
-            mirror__cuda_ok(d, cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, d->stream),
-                            "cudaMemset2DAsync");
+            mirror__cuda_ok(d, cudaMemset2DAsync(c, ldc * ce, 0, n * ce, m, d->stream), "cudaMemset2DAsync");
         else
             for (i = 0; i < m; i++)
-                if (!mirror__blas_ok(d, cublasSscal(d->blas, (int)n, &beta, c + i * ldc, 1), "cublasSscal")) break;
+                if (!mirror__blas_ok(d,
+                                     cublasScalEx(d->blas, (int)n, &beta, CUDA_R_32F, (unsigned char *)c + i * ldc * ce,
+                                                  ct, 1, CUDA_R_32F),
+                                     "cublasScalEx"))
+                    break;
         return;
     }
     if (d->precision == MIRROR_PRECISION_FP32) {
         mirror__blas_ok(d,
                         cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
-                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc),
+                                    (int)m, (int)k, &alpha, (const float *)b, (int)ldb, (const float *)a, (int)lda,
+                                    &beta, (float *)c, (int)ldc),
                         "cublasSgemm");
         return;
     }
     mirror__blas_ok(d,
                     cublasGemmEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
-                                 (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb, a, CUDA_R_32F, (int)lda, &beta, c,
-                                 CUDA_R_32F, (int)ldc,
-                                 d->precision == MIRROR_PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                                                       : CUBLAS_COMPUTE_32F_FAST_16F,
-                                 CUBLAS_GEMM_DEFAULT),
+                                 (int)m, (int)k, &alpha, b, ab, (int)ldb, a, ab, (int)lda, &beta, c, ct, (int)ldc,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx");
 }
 
@@ -1219,9 +1257,7 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
 {
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cublasComputeType_t compute = d->precision == MIRROR_PRECISION_FP32   ? CUBLAS_COMPUTE_32F
-                                  : d->precision == MIRROR_PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                                                          : CUBLAS_COMPUTE_32F_FAST_16F;
+    cudaDataType_t type = mirror__storage_type(d);
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t found;
     size_t ws = MIRROR__BLAS_WORKSPACE;
@@ -1239,14 +1275,14 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
     p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc;
     memset(&found, 0, sizeof found);
     p->usable =
-        cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, (int64_t)ldb) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, ta ? m : k, ta ? k : m, (int64_t)lda) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, n, m, (int64_t)ldc) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->a, type, tb ? k : n, tb ? n : k, (int64_t)ldb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->b, type, ta ? m : k, ta ? k : m, (int64_t)lda) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->c, type, n, m, (int64_t)ldc) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
             CUBLAS_STATUS_SUCCESS &&
@@ -1263,8 +1299,8 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
    along C's columns only) and the other shapes take the GEMM and the
    epilogue kernel. The relu (mirror_hd_relu: a NaN stays NaN, which
    cuBLASLt's max(x, 0) does not promise) is the kernel's, in place. */
-static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
-                                   const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c,
+static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
+                                   const void *b, size_t ldb, const void *bias, int per_row, int relu, void *c,
                                    size_t ldc)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1284,26 +1320,27 @@ static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n
             return;
         bias = NULL;
     } else {
-        mirror__cuda_gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+        mirror__cuda_gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, 0);
     }
     if (!bias && !relu) return;
     mirror__k_epilogue<<<mirror__blocks(m * n), MIRROR__THREADS, 0, d->stream>>>(c, bias, per_row, m,
-                                                                               mirror_hd_divisor_of(n), ldc, relu);
+                                                                               mirror_hd_divisor_of(n), ldc, relu,
+                                                                               d->precision);
     MIRROR__LAUNCHED(d, "epilogue kernel");
 }
 
-static void mirror__cuda_bias_add(void *dev, float *y, const float *bias, size_t rows, size_t channels, size_t inner)
+static void mirror__cuda_bias_add(void *dev, void *y, const void *bias, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     size_t n = rows * channels * inner;
     if (!n) return;
     mirror__k_bias_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, bias, n, mirror_hd_divisor_of(inner),
-                                                                              mirror_hd_divisor_of(channels));
+                                                                              mirror_hd_divisor_of(channels), d->precision);
     MIRROR__LAUNCHED(d, "bias_add kernel");
 }
 
 /* One part per channel (a dense layer's bias at a small batch) takes one pass. */
-static void mirror__cuda_bias_grad(void *dev, float *db, const float *dy, size_t rows, size_t channels, size_t inner)
+static void mirror__cuda_bias_grad(void *dev, float *db, const void *dy, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     size_t n = rows * inner, parts;
@@ -1313,91 +1350,91 @@ static void mirror__cuda_bias_grad(void *dev, float *db, const float *dy, size_t
     parts = parts ? parts : 1;
     dim3 grid((unsigned)parts, (unsigned)MIRROR__MIN(channels, 65535));
     mirror__k_bias_part<<<grid, MIRROR__THREADS, 0, d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels,
-                                                                 mirror_hd_divisor_of(inner), parts);
+                                                                 mirror_hd_divisor_of(inner), parts, d->precision);
     if (!MIRROR__LAUNCHED(d, "bias_part kernel") || parts == 1) return;
     mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts);
     MIRROR__LAUNCHED(d, "bias_total kernel");
 }
 
-static void mirror__cuda_relu_forward(void *dev, float *y, const float *x, size_t n)
+static void mirror__cuda_relu_forward(void *dev, void *y, const void *x, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_relu_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, x, n);
+    mirror__k_relu_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, x, n, d->precision);
     MIRROR__LAUNCHED(d, "relu_forward kernel");
 }
 
-static void mirror__cuda_relu_backward(void *dev, float *dd, const float *y, size_t n)
+static void mirror__cuda_relu_backward(void *dev, void *dd, const void *y, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_relu_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(dd, y, n);
+    mirror__k_relu_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(dd, y, n, d->precision);
     MIRROR__LAUNCHED(d, "relu_backward kernel");
 }
 
-static void mirror__cuda_act_forward(void *dev, int kind, float *y, const float *x, size_t n)
+static void mirror__cuda_act_forward(void *dev, int kind, void *y, const void *x, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_act_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, y, x, n);
+    mirror__k_act_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, y, x, n, d->precision);
     MIRROR__LAUNCHED(d, "act_forward kernel");
 }
 
-static void mirror__cuda_act_backward(void *dev, int kind, float *dd, const float *x, const float *y, size_t n)
+static void mirror__cuda_act_backward(void *dev, int kind, void *dd, const void *x, const void *y, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_act_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, dd, x, y, n);
+    mirror__k_act_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, dd, x, y, n, d->precision);
     MIRROR__LAUNCHED(d, "act_backward kernel");
 }
 
-static void mirror__cuda_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h, size_t w,
+static void mirror__cuda_im2col(void *dev, void *col, const void *x, size_t n, size_t c, size_t h, size_t w,
                                 size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_im2col<<<mirror__blocks(c * k * k * n * ho * wo), MIRROR__THREADS, 0, d->stream>>>(
-        col, x, mirror_hd_conv_shape_of(n, c, h, w, k, stride, pad, ho, wo));
+        col, x, mirror_hd_conv_shape_of(n, c, h, w, k, stride, pad, ho, wo), d->precision);
     MIRROR__LAUNCHED(d, "im2col kernel");
 }
 
-static void mirror__cuda_col2im(void *dev, float *x, const float *col, size_t n, size_t c, size_t h, size_t w,
+static void mirror__cuda_col2im(void *dev, void *x, const void *col, size_t n, size_t c, size_t h, size_t w,
                                 size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_col2im<<<mirror__blocks(n * c * h * w), MIRROR__THREADS, 0, d->stream>>>(
-        x, col, mirror_hd_conv_shape_of(n, c, h, w, k, stride, pad, ho, wo));
+        x, col, mirror_hd_conv_shape_of(n, c, h, w, k, stride, pad, ho, wo), d->precision);
     MIRROR__LAUNCHED(d, "col2im kernel");
 }
 
-static void mirror__cuda_permute(void *dev, float *dst, const float *src, size_t a, size_t b, size_t inner)
+static void mirror__cuda_permute(void *dev, void *dst, const void *src, size_t a, size_t b, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!a || !b || !inner) return;
     mirror__k_permute<<<mirror__blocks(a * b * inner), MIRROR__THREADS, 0, d->stream>>>(
-        dst, src, a, mirror_hd_divisor_of(b), mirror_hd_divisor_of(inner));
+        dst, src, a, mirror_hd_divisor_of(b), mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "permute kernel");
 }
 
-static void mirror__cuda_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x, size_t planes, size_t h,
+static void mirror__cuda_maxpool_forward(void *dev, void *y, int32_t *arg, const void *x, size_t planes, size_t h,
                                          size_t w, size_t k, size_t stride, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
     if (!ho || !wo) return;
     mirror__k_maxpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(
-        y, arg, x, planes, h, w, k, stride, mirror_hd_divisor_of(ho * wo), mirror_hd_divisor_of(wo));
+        y, arg, x, planes, h, w, k, stride, mirror_hd_divisor_of(ho * wo), mirror_hd_divisor_of(wo), d->precision);
     MIRROR__LAUNCHED(d, "maxpool_forward kernel");
 }
 
-static void mirror__cuda_dropout(void *dev, float *y, const float *x, size_t rows, size_t inner, uint64_t seed,
+static void mirror__cuda_dropout(void *dev, void *y, const void *x, size_t rows, size_t inner, uint64_t seed,
                                  uint64_t layer, const mirror__tick *t, float p)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows || !inner) return;
     mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, t, p);
+        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, t, p, d->precision);
     MIRROR__LAUNCHED(d, "dropout kernel");
 }
 
@@ -1422,51 +1459,51 @@ static void mirror__cuda_set(void *dev, void *p, const void *value, size_t n)
     MIRROR__LAUNCHED(d, "set kernel");
 }
 
-static void mirror__cuda_avgpool_forward(void *dev, float *y, const float *x, size_t planes, size_t h, size_t w,
+static void mirror__cuda_avgpool_forward(void *dev, void *y, const void *x, size_t planes, size_t h, size_t w,
                                          size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
     if (!ho || !wo) return;
     mirror__k_avgpool_forward<<<mirror__blocks(planes * ho * wo), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, planes, h, w, kh, kw, stride, mirror_hd_divisor_of(ho * wo), mirror_hd_divisor_of(wo));
+        y, x, planes, h, w, kh, kw, stride, mirror_hd_divisor_of(ho * wo), mirror_hd_divisor_of(wo), d->precision);
     MIRROR__LAUNCHED(d, "avgpool_forward kernel");
 }
 
-static void mirror__cuda_avgpool_backward(void *dev, float *dx, const float *dy, size_t planes, size_t h, size_t w,
+static void mirror__cuda_avgpool_backward(void *dev, void *dx, const void *dy, size_t planes, size_t h, size_t w,
                                           size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!planes) return;
     if (!h || !w) return;
     mirror__k_avgpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
-        dx, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), kh, kw, stride, ho, wo);
+        dx, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), kh, kw, stride, ho, wo, d->precision);
     MIRROR__LAUNCHED(d, "avgpool_backward kernel");
 }
 
-static void mirror__cuda_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
+static void mirror__cuda_bn_sums(void *dev, double *part, const void *a, const void *x, const float *stat,
                                  size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!channels) return;
     mirror__k_bn_sums<<<(unsigned)channels, MIRROR__THREADS, 0, d->stream>>>(part, a, x, stat, rows, channels,
-                                                                             mirror_hd_divisor_of(inner));
+                                                                             mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "bn_sums kernel");
 }
 
-static void mirror__cuda_bn_forward(void *dev, float *y, const float *x, const float *stat, const float *gamma,
-                                    const float *beta, size_t rows, size_t channels, size_t inner)
+static void mirror__cuda_bn_forward(void *dev, void *y, const void *x, const float *stat, const void *gamma,
+                                    const void *beta, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
     mirror__k_bn_forward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, stat, gamma, beta, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner));
+        y, x, stat, gamma, beta, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "bn_forward kernel");
 }
 
-static void mirror__cuda_bn_backward(void *dev, float *dx, float *dgamma, float *dbeta, const float *dy,
-                                     const float *x, const float *stat, const float *means, const double *part,
-                                     const float *gamma, size_t rows, size_t channels, size_t inner)
+static void mirror__cuda_bn_backward(void *dev, void *dx, float *dgamma, float *dbeta, const void *dy,
+                                     const void *x, const float *stat, const float *means, const double *part,
+                                     const void *gamma, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     mirror__k_bn_param_grads<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(dgamma, dbeta, part,
@@ -1474,24 +1511,27 @@ static void mirror__cuda_bn_backward(void *dev, float *dx, float *dgamma, float 
     MIRROR__LAUNCHED(d, "bn_param_grads kernel");
     if (!dx || !rows) return;
     mirror__k_bn_backward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
-        dx, dy, x, stat, means, gamma, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner));
+        dx, dy, x, stat, means, gamma, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "bn_backward kernel");
 }
 
-static void mirror__cuda_add(void *dev, float *y, const float *a, const float *b, size_t n)
+static void mirror__cuda_add(void *dev, void *y, const void *a, const void *b, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     if (!b) {
-        if (y != a) mirror__cuda_ok(d, cudaMemcpyAsync(y, a, n * sizeof(float), cudaMemcpyDeviceToDevice, d->stream),
-                                    "cudaMemcpyAsync");
+        if (y != a)
+            mirror__cuda_ok(d,
+                            cudaMemcpyAsync(y, a, n * (d->precision ? sizeof(uint16_t) : sizeof(float)),
+                                            cudaMemcpyDeviceToDevice, d->stream),
+                            "cudaMemcpyAsync");
         return;
     }
-    mirror__k_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, a, b, n);
+    mirror__k_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, a, b, n, d->precision);
     MIRROR__LAUNCHED(d, "add kernel");
 }
 
-static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy, size_t planes,
+static void mirror__cuda_maxpool_backward(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes,
                                           size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1499,26 +1539,27 @@ static void mirror__cuda_maxpool_backward(void *dev, float *dx, const int32_t *a
     if (!h || !w) return;
     mirror__k_maxpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
         dx, arg, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), k, mirror_hd_divisor_of(stride), ho,
-        wo);
+        wo, d->precision);
     MIRROR__LAUNCHED(d, "maxpool_backward kernel");
 }
 
-static void mirror__cuda_softmax_ce(void *dev, float *dz, float *loss, int32_t *correct, const float *z,
+static void mirror__cuda_softmax_ce(void *dev, void *dz, float *loss, int32_t *correct, const void *z,
                                     const int32_t *labels, size_t rows, size_t k, float inv_count, const float *scale)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
     mirror__k_softmax_ce<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, correct, z, labels, rows, k,
-                                                                               inv_count, scale);
+                                                                               inv_count, scale, d->precision);
     MIRROR__LAUNCHED(d, "softmax_ce kernel");
 }
 
-static void mirror__cuda_mse(void *dev, float *dz, float *loss, const float *z, const float *t, size_t rows, size_t dd,
+static void mirror__cuda_mse(void *dev, void *dz, float *loss, const void *z, const float *t, size_t rows, size_t dd,
                              float inv_count, const float *scale)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
-    mirror__k_mse<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, z, t, rows, dd, inv_count, scale);
+    mirror__k_mse<<<mirror__blocks(rows), MIRROR__THREADS, 0, d->stream>>>(dz, loss, z, t, rows, dd, inv_count, scale,
+                                                                        d->precision);
     MIRROR__LAUNCHED(d, "mse kernel");
 }
 
@@ -1592,14 +1633,11 @@ static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const flo
     MIRROR__LAUNCHED(d, "adam kernel");
 }
 
-static void mirror__cuda_set_precision(void *dev, int precision) { ((mirror__cuda_dev *)dev)->precision = precision; }
-
-static void mirror__cuda_round(void *dev, float *x, size_t n, int format)
+static int mirror__cuda_set_precision(void *dev, int precision, size_t largest)
 {
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!n) return;
-    mirror__k_round<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(x, n, format);
-    MIRROR__LAUNCHED(d, "round kernel");
+    (void)largest; /* the kernels read and write 16 bits themselves */
+    ((mirror__cuda_dev *)dev)->precision = precision;
+    return MIRROR_OK;
 }
 
 static void mirror__cuda_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
@@ -1626,26 +1664,25 @@ static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uin
     MIRROR__LAUNCHED(d, "check kernel");
 }
 
-static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, float *wide, const uint16_t *g,
+static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g,
                                    size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                                    float momentum, float weight_decay, int nesterov)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, wide, g, n, format, st, t,
+    mirror__k_sgd_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, v, w16, g, n, format, st, t,
                                                                             momentum, weight_decay, nesterov);
     MIRROR__LAUNCHED(d, "sgd_mixed kernel");
 }
 
-static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, float *wide,
-                                    const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
                                     const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
                                     int decoupled)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_adam_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(
-        w, m, v, w16, wide, g, n, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
+        w, m, v, w16, g, n, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
 
@@ -1844,7 +1881,6 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_sgd,
     mirror__cuda_adam,
     mirror__cuda_set_precision,
-    mirror__cuda_round,
     mirror__cuda_narrow,
     mirror__cuda_widen,
     mirror__cuda_check,

@@ -24,11 +24,11 @@
    replayed alone on the same buffers: the FLOP rate a step's GEMMs reach
    by themselves (a dense layer's with its bias and relu, as in the step). */
 typedef struct {
-    int ta, tb, per_row, relu;
+    int ta, tb, per_row, relu, grad;
     size_t m, n, k, lda, ldb, ldc;
     float alpha, beta;
-    const float *a, *b, *bias; /* bias: a gemm_bias call */
-    float *c;
+    const void *a, *b, *bias; /* bias: a gemm_bias call */
+    void *c;
     void *dev;
 } gemm_call;
 
@@ -46,22 +46,23 @@ static void record(const gemm_call *g)
     pthread_mutex_unlock(&lock);
 }
 
-static void recording_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a,
-                           size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
+static void recording_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const void *a,
+                           size_t lda, const void *b, size_t ldb, float beta, void *c, size_t ldc, int grad)
 {
     gemm_call g;
-    g.ta = ta, g.tb = tb, g.per_row = 0, g.relu = 0, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    g.ta = ta, g.tb = tb, g.per_row = 0, g.relu = 0, g.grad = grad;
+    g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
     g.alpha = alpha, g.beta = beta, g.a = a, g.b = b, g.bias = NULL, g.c = c, g.dev = dev;
     record(&g);
-    mirror__cpu_backend.gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    mirror__cpu_backend.gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, grad);
 }
 
-static void recording_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const float *a, size_t lda,
-                                const float *b, size_t ldb, const float *bias, int per_row, int relu, float *c,
+static void recording_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
+                                const void *b, size_t ldb, const void *bias, int per_row, int relu, void *c,
                                 size_t ldc)
 {
     gemm_call g;
-    g.ta = ta, g.tb = tb, g.per_row = per_row, g.relu = relu, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    g.ta = ta, g.tb = tb, g.per_row = per_row, g.relu = relu, g.grad = 0, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
     g.alpha = 1.0f, g.beta = 0.0f, g.a = a, g.b = b, g.bias = bias, g.c = c, g.dev = dev;
     record(&g);
     mirror__cpu_backend.gemm_bias(dev, ta, tb, m, n, k, a, lda, b, ldb, bias, per_row, relu, c, ldc);
@@ -80,7 +81,7 @@ static double replay(double *flops)
                                           g->per_row, g->relu, g->c, g->ldc);
         else
             mirror__cpu_backend.gemm(g->dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb,
-                                     g->beta, g->c, g->ldc);
+                                     g->beta, g->c, g->ldc, g->grad);
         *flops += 2.0 * (double)g->m * (double)g->n * (double)g->k;
     }
     return mirror__now() - t0;

@@ -113,11 +113,11 @@ static void test_layers_keep_nan(void)
           (double)y[1], (int)arg[1]);
     mirror__cpu_backend.maxpool_forward(NULL, y, arg, x + 2, 1, 2, 2, 2, 2, 1, 1);
     CHECK(y[0] == 3.0f && arg[0] == 0, "maxpool without a NaN: the maximum (%g at %d)", (double)y[0], (int)arg[0]);
-    CHECK(isnan(mirror_hd_mse_row(&x[1], &x[0], 1, 1.0f, &out)) && isnan(out), "MSE of a NaN: NaN loss and gradient");
+    CHECK(isnan(mirror_hd_mse_row(&x[1], &x[0], 1, 1.0f, &out, 0)) && isnan(out), "MSE of a NaN: NaN loss and gradient");
     {
         const float z[2] = {3e19f, 0.0f}, t[2] = {-3e19f, 0.0f};
         float dz[2];
-        float loss = mirror_hd_mse_row(z, t, 2, 1.0f, dz);
+        float loss = mirror_hd_mse_row(z, t, 2, 1.0f, dz, 0);
         CHECK(isinf(loss) && isnan(dz[0]) && isnan(dz[1]),
               "an MSE loss that overflows makes its row's gradient NaN (loss %g)", (double)loss);
     }

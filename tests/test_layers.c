@@ -791,13 +791,13 @@ static void test_softmax_ce(void)
     {
         static const float zz[3] = {1.0f, 2.0f, 3.0f};
         static const double sm[3] = {0.09003057317038046, 0.24472847105479764, 0.6652409557748219};
-        loss = mirror_hd_softmax_ce_row(zz, 3, 2, 0.25f, dz, &correct);
+        loss = mirror_hd_softmax_ce_row(zz, 3, 2, 0.25f, dz, &correct, 0);
         CHECK(close_to(loss, 0.4076059644443803, 1e-6, 1e-6), "softmax_ce (1,2,3), y=2: loss %.9g", (double)loss);
         CHECK(correct == 1, "softmax_ce (1,2,3), y=2: correct %d", correct);
         for (j = 0; j < 3; j++)
             CHECK(close_to(dz[j], 0.25 * (sm[j] - (j == 2)), 1e-7, 1e-6), "softmax_ce (1,2,3): dz[%zu] = %.9g", j,
                   (double)dz[j]);
-        loss = mirror_hd_softmax_ce_row(zz, 3, 0, 1.0f, dz, &correct);
+        loss = mirror_hd_softmax_ce_row(zz, 3, 0, 1.0f, dz, &correct, 0);
         CHECK(close_to(loss, 2.4076059644443803, 1e-6, 1e-6), "softmax_ce (1,2,3), y=0: loss %.9g", (double)loss);
         CHECK(correct == 0, "softmax_ce (1,2,3), y=0: correct %d", correct);
         CHECK(close_to(dz[0], sm[0] - 1.0, 1e-7, 1e-6) && close_to(dz[1], sm[1], 1e-7, 1e-6) &&
@@ -806,35 +806,35 @@ static void test_softmax_ce(void)
     }
     /* Equal logits: loss log 4, dz = (1/4 - onehot) / count. */
     for (j = 0; j < 4; j++) z[j] = 0.5f;
-    loss = mirror_hd_softmax_ce_row(z, 4, 1, 0.5f, dz, &correct);
+    loss = mirror_hd_softmax_ce_row(z, 4, 1, 0.5f, dz, &correct, 0);
     CHECK(close_to(loss, 1.3862943611198906, 1e-6, 1e-6), "softmax_ce equal logits: loss %.9g", (double)loss);
     CHECK(dz[0] == 0.125f && dz[1] == -0.375f && dz[2] == 0.125f && dz[3] == 0.125f,
           "softmax_ce equal logits: dz %g %g %g %g", (double)dz[0], (double)dz[1], (double)dz[2], (double)dz[3]);
     CHECK(correct == 0, "softmax_ce equal logits, y=1: the first maximum is 0, correct %d", correct);
-    loss = mirror_hd_softmax_ce_row(z, 4, 0, 0.5f, dz, &correct);
+    loss = mirror_hd_softmax_ce_row(z, 4, 0, 0.5f, dz, &correct, 0);
     CHECK(correct == 1, "softmax_ce equal logits, y=0: correct %d", correct);
 
     /* The first maximum decides: z = (1, 3, 3, 2). */
     {
         static const float zz[4] = {1.0f, 3.0f, 3.0f, 2.0f};
         int c0, c1, c2, c3;
-        mirror_hd_softmax_ce_row(zz, 4, 0, 1.0f, dz, &c0);
-        mirror_hd_softmax_ce_row(zz, 4, 1, 1.0f, dz, &c1);
-        mirror_hd_softmax_ce_row(zz, 4, 2, 1.0f, dz, &c2);
-        mirror_hd_softmax_ce_row(zz, 4, 3, 1.0f, dz, &c3);
+        mirror_hd_softmax_ce_row(zz, 4, 0, 1.0f, dz, &c0, 0);
+        mirror_hd_softmax_ce_row(zz, 4, 1, 1.0f, dz, &c1, 0);
+        mirror_hd_softmax_ce_row(zz, 4, 2, 1.0f, dz, &c2, 0);
+        mirror_hd_softmax_ce_row(zz, 4, 3, 1.0f, dz, &c3, 0);
         CHECK(c0 == 0 && c1 == 1 && c2 == 0 && c3 == 0, "softmax_ce tie (1,3,3,2): correct %d %d %d %d", c0, c1,
               c2, c3);
     }
     /* Stability: huge logits give finite, exact answers. */
     {
         static const float zz[3] = {1000.0f, -1000.0f, 0.0f};
-        loss = mirror_hd_softmax_ce_row(zz, 3, 0, 1.0f, dz, &correct);
+        loss = mirror_hd_softmax_ce_row(zz, 3, 0, 1.0f, dz, &correct, 0);
         CHECK(isfinite(loss) && fabsf(loss) <= 1e-6f, "softmax_ce (1000,-1000,0), y=0: loss %g", (double)loss);
         CHECK(isfinite(dz[0]) && isfinite(dz[1]) && isfinite(dz[2]) && fabsf(dz[0]) <= 1e-6f && dz[1] == 0.0f &&
                   fabsf(dz[2]) <= 1e-6f,
               "softmax_ce (1000,-1000,0), y=0: dz %g %g %g", (double)dz[0], (double)dz[1], (double)dz[2]);
         CHECK(correct == 1, "softmax_ce (1000,-1000,0), y=0: correct %d", correct);
-        loss = mirror_hd_softmax_ce_row(zz, 3, 1, 0.5f, dz, &correct);
+        loss = mirror_hd_softmax_ce_row(zz, 3, 1, 0.5f, dz, &correct, 0);
         CHECK(loss == 2000.0f, "softmax_ce (1000,-1000,0), y=1: loss %g (want 2000)", (double)loss);
         CHECK(dz[0] == 0.5f && dz[1] == -0.5f && fabsf(dz[2]) <= 1e-30f,
               "softmax_ce (1000,-1000,0), y=1: dz %g %g %g", (double)dz[0], (double)dz[1], (double)dz[2]);
@@ -844,10 +844,10 @@ static void test_softmax_ce(void)
        of |z| (zmax + log(sum) - z[y] would round at 1000, error 3e-5). */
     {
         static const float zz[2] = {1000.0f, 1000.0f}, nn[3] = {-1000.0f, -1000.0f, -1000.0f};
-        loss = mirror_hd_softmax_ce_row(zz, 2, 1, 1.0f, dz, &correct);
+        loss = mirror_hd_softmax_ce_row(zz, 2, 1, 1.0f, dz, &correct, 0);
         CHECK(close_to(loss, 0.6931471805599453, 1e-7, 1e-6) && dz[0] == 0.5f && dz[1] == -0.5f,
               "softmax_ce (1000,1000): loss %g dz %g %g", (double)loss, (double)dz[0], (double)dz[1]);
-        loss = mirror_hd_softmax_ce_row(nn, 3, 2, 1.0f, dz, &correct);
+        loss = mirror_hd_softmax_ce_row(nn, 3, 2, 1.0f, dz, &correct, 0);
         CHECK(close_to(loss, 1.0986122886681098, 1e-7, 1e-6) && close_to(dz[0], 1.0 / 3.0, 1e-7, 1e-6) &&
                   close_to(dz[2], -2.0 / 3.0, 1e-7, 1e-6),
               "softmax_ce (-1000 x3): loss %g dz %g %g %g", (double)loss, (double)dz[0], (double)dz[1],
@@ -866,7 +866,7 @@ static void test_softmax_ce(void)
             }
             for (j = 0; j < 7; j++) sum += exp(zz[j] - mx);
             ref = mx + log(sum) - zz[y];
-            loss = mirror_hd_softmax_ce_row(zz, 7, y, 1.0f / 3.0f, d, &correct);
+            loss = mirror_hd_softmax_ce_row(zz, 7, y, 1.0f / 3.0f, d, &correct, 0);
             if (!close_to(loss, ref, 1e-5, 1e-5)) bad++;
             for (j = 0; j < 7; j++) {
                 double dref = (exp(zz[j] - mx) / sum - (j == (size_t)y)) / 3.0;
@@ -884,16 +884,16 @@ static void test_mse(void)
     static const float z[3] = {1.0f, 2.0f, 3.0f}, t[3] = {0.0f, 2.0f, 5.0f};
     float dz[3], loss;
     /* errors (1, 0, -2): loss (1 + 0 + 4) / 3; dz = 2 e / 3 * inv_count */
-    loss = mirror_hd_mse_row(z, t, 3, 0.5f, dz);
+    loss = mirror_hd_mse_row(z, t, 3, 0.5f, dz, 0);
     CHECK(close_to(loss, 5.0 / 3.0, 1e-7, 1e-6), "mse: loss %.9g (want 5/3)", (double)loss);
     CHECK(close_to(dz[0], 1.0 / 3.0, 1e-7, 1e-6) && dz[1] == 0.0f && close_to(dz[2], -2.0 / 3.0, 1e-7, 1e-6),
           "mse: dz %.9g %.9g %.9g (want 1/3 0 -2/3)", (double)dz[0], (double)dz[1], (double)dz[2]);
-    loss = mirror_hd_mse_row(z, z, 3, 1.0f, dz);
+    loss = mirror_hd_mse_row(z, z, 3, 1.0f, dz, 0);
     CHECK(loss == 0.0f && dz[0] == 0.0f && dz[1] == 0.0f && dz[2] == 0.0f, "mse: z == t gives loss %g",
           (double)loss);
     {
         static const float z1 = -1.5f, t1 = 2.5f;
-        loss = mirror_hd_mse_row(&z1, &t1, 1, 0.25f, dz);
+        loss = mirror_hd_mse_row(&z1, &t1, 1, 0.25f, dz, 0);
         CHECK(loss == 16.0f && dz[0] == -2.0f, "mse d=1: loss %g (want 16), dz %g (want -2)", (double)loss,
               (double)dz[0]);
     }
@@ -924,15 +924,15 @@ static void test_avgpool_math(void)
 {
     static const float x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; /* 3 x 4 */
     static const float dy[6] = {6, 12, 18, 24, 30, 36};                 /* 2 x 3: 2x2 windows, stride 1 */
-    CHECK(mirror_hd_window_mean(x, 4, 2, 2, 0, 0) == 3.5f && mirror_hd_window_mean(x, 4, 2, 2, 1, 2) == 9.5f &&
-              mirror_hd_window_mean(x, 4, 3, 4, 0, 0) == 6.5f,
+    CHECK(mirror_hd_window_mean(x, 4, 2, 2, 0, 0, 0) == 3.5f && mirror_hd_window_mean(x, 4, 2, 2, 1, 2, 0) == 9.5f &&
+              mirror_hd_window_mean(x, 4, 3, 4, 0, 0, 0) == 6.5f,
           "window means: 2x2 at (0,0) and (1,2), the whole plane");
-    CHECK(mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 0, 0) == 1.5f &&
-              mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 1, 1) == (6 + 12 + 24 + 30) / 4.0f &&
-              mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 2, 3) == 9.0f,
+    CHECK(mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 0, 0, 0) == 1.5f &&
+              mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 1, 1, 0) == (6 + 12 + 24 + 30) / 4.0f &&
+              mirror_hd_window_mean_grad(dy, 2, 3, 2, 2, 1, 2, 3, 0) == 9.0f,
           "window gradients: a corner in one window, a centre in four, the far corner in one");
-    CHECK(mirror_hd_window_mean_grad(dy, 1, 2, 2, 2, 2, 2, 0) == 0.0f &&
-              mirror_hd_window_mean_grad(dy, 1, 2, 2, 2, 2, 1, 3) == 3.0f,
+    CHECK(mirror_hd_window_mean_grad(dy, 1, 2, 2, 2, 2, 2, 0, 0) == 0.0f &&
+              mirror_hd_window_mean_grad(dy, 1, 2, 2, 2, 2, 1, 3, 0) == 3.0f,
           "stride 2 (1 x 2 windows of the 3 x 4 plane): the uncovered row gets nothing, an input its window's share");
 }
 
@@ -1269,7 +1269,7 @@ static void test_gemm_bias(void)
                 for (i = 0; i < k * n; i++) b[i] = frand(-1.0f, 1.0f);
                 for (i = 0; i < nb; i++) bias[i] = i == 1 ? NAN : frand(-1.0f, 1.0f);
                 for (i = 0; i < m * n; i++) want[i] = got[i] = NAN;
-                be->gemm(dev, ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, want, n);
+                be->gemm(dev, ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, want, n, 0);
                 if (per_row) be->bias_add(dev, want, bias, 1, m, n);
                 else be->bias_add(dev, want, bias, m, n, 1);
                 if (relu) be->relu_forward(dev, want, want, m * n);
@@ -1282,6 +1282,98 @@ static void test_gemm_bias(void)
                 free(a), free(b), free(bias), free(want), free(got);
             }
     be->close(dev);
+}
+
+/* 16-bit storage on CPU replicas: with set_precision fp16 or bf16 each op
+   reads and writes 16-bit buffers, and gives the bits of its fp32 loop on
+   the operands widened, its results narrowed once (what a GPU kernel that
+   loads and stores 16 bits computes). Checked op by op against a device
+   in fp32 fed the widened values; a GEMM's weight gradient (grad) stays
+   fp32. */
+static uint16_t *narrowed(const float *x, size_t n, int f)
+{
+    uint16_t *h = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    size_t i;
+    for (i = 0; i < n; i++) h[i] = mirror_hd_narrow(x[i], f);
+    return h;
+}
+
+static float *widened(const uint16_t *h, size_t n, int f)
+{
+    float *x = (float *)xmalloc(n * sizeof(float));
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = mirror_hd_widen(h[i], f);
+    return x;
+}
+
+/* Whether 16-bit got holds want (fp32) narrowed, bit for bit. */
+static int holds(const uint16_t *got, const float *want, size_t n, int f)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (got[i] != mirror_hd_narrow(want[i], f)) return 0;
+    return 1;
+}
+
+static void test_storage16(void)
+{
+    static const int formats[2] = {MIRROR_PRECISION_FP16, MIRROR_PRECISION_BF16};
+    const mirror__backend *be = &mirror__cpu_backend;
+    const size_t ns = 2, c = 3, h = 6, w = 5, k = 3, hw = h * w, nx = ns * c * hw, ncol = c * k * k * ns * hw;
+    const size_t m = 13, n = 11, kk = 40;
+    size_t ws, fi, i;
+    void *d16 = be->open(NULL, 0, &ws, NULL), *d32 = be->open(NULL, 0, &ws, NULL);
+    for (fi = 0; fi < 2; fi++) {
+        int f = formats[fi];
+        float *xf = (float *)xmalloc(nx * 4), *af = (float *)xmalloc(m * kk * 4), *bf = (float *)xmalloc(kk * n * 4);
+        float *want = (float *)xmalloc(ncol * 4), *g32 = (float *)xmalloc(kk * n * 4), *gw = (float *)xmalloc(kk * n * 4);
+        float *loss = (float *)xmalloc(m * 4), *loss16 = (float *)xmalloc(m * 4);
+        int32_t *labels = (int32_t *)xmalloc(m * 4), *ok = (int32_t *)xmalloc(m * 4), *arg = (int32_t *)xmalloc(nx * 4);
+        uint16_t *x16, *a16, *b16, *out = (uint16_t *)xmalloc(ncol * 2), *col16;
+        float *x, *a, *b, *col;
+        for (i = 0; i < nx; i++) xf[i] = frand(-2.0f, 2.0f);
+        for (i = 0; i < m * kk; i++) af[i] = frand(-1.0f, 1.0f);
+        for (i = 0; i < kk * n; i++) bf[i] = frand(-1.0f, 1.0f);
+        for (i = 0; i < m; i++) labels[i] = (int32_t)(i % n);
+        x16 = narrowed(xf, nx, f), a16 = narrowed(af, m * kk, f), b16 = narrowed(bf, kk * n, f);
+        x = widened(x16, nx, f), a = widened(a16, m * kk, f), b = widened(b16, kk * n, f);
+        CHECK(be->set_precision(d16, f, ncol) == MIRROR_OK, "%s storage: set_precision", mirror_precision_name(f));
+        be->gemm(d32, 0, 1, m, n, kk, 1.0f, a, kk, b, kk, 0.0f, want, n, 0);
+        be->gemm(d16, 0, 1, m, n, kk, 1.0f, a16, kk, b16, kk, 0.0f, out, n, 0);
+        CHECK(holds(out, want, m * n, f), "%s gemm: a 16-bit C rounded once", mirror_precision_name(f));
+        { /* a weight gradient: 16-bit operands (out, the 16-bit C, as B), an fp32 C that beta 1 adds to */
+            float *y = widened(out, m * n, f);
+            for (i = 0; i < kk * n; i++) g32[i] = gw[i] = 0.5f;
+            be->gemm(d32, 1, 0, kk, n, m, 1.0f, a, kk, y, n, 1.0f, g32, n, 1);
+            be->gemm(d16, 1, 0, kk, n, m, 1.0f, a16, kk, out, n, 1.0f, gw, n, 1);
+            CHECK(!memcmp(g32, gw, kk * n * 4), "%s gemm: an fp32 weight gradient (grad) from 16-bit operands",
+                  mirror_precision_name(f));
+            free(y);
+        }
+        be->relu_forward(d32, want, x, nx), be->relu_forward(d16, out, x16, nx);
+        CHECK(holds(out, want, nx, f), "%s relu_forward", mirror_precision_name(f));
+        be->im2col(d32, want, x, ns, c, h, w, k, 1, 1, h, w), be->im2col(d16, out, x16, ns, c, h, w, k, 1, 1, h, w);
+        CHECK(holds(out, want, ncol, f), "%s im2col", mirror_precision_name(f));
+        col16 = out, out = (uint16_t *)xmalloc(ncol * 2), col = widened(col16, ncol, f);
+        be->col2im(d32, want, col, ns, c, h, w, k, 1, 1, h, w), be->col2im(d16, out, col16, ns, c, h, w, k, 1, 1, h, w);
+        CHECK(holds(out, want, nx, f), "%s col2im: the sums in fp32, rounded once", mirror_precision_name(f));
+        be->maxpool_forward(d32, want, arg, x, ns * c, h, w, 2, 2, 3, 2);
+        be->maxpool_forward(d16, out, arg, x16, ns * c, h, w, 2, 2, 3, 2);
+        CHECK(holds(out, want, ns * c * 6, f), "%s maxpool_forward", mirror_precision_name(f));
+        be->maxpool_backward(d32, want, arg, x, ns * c, h, w, 2, 2, 3, 2);
+        be->maxpool_backward(d16, out, arg, x16, ns * c, h, w, 2, 2, 3, 2);
+        CHECK(holds(out, want, nx, f), "%s maxpool_backward", mirror_precision_name(f));
+        be->permute(d32, want, x, ns, c, hw), be->permute(d16, out, x16, ns, c, hw);
+        CHECK(holds(out, want, nx, f), "%s permute: 16-bit values moved", mirror_precision_name(f));
+        be->softmax_ce(d32, want, loss, ok, a, labels, m, n, 0.25f, NULL);
+        be->softmax_ce(d16, out, loss16, ok, a16, labels, m, n, 0.25f, NULL);
+        CHECK(holds(out, want, m * n, f) && !memcmp(loss, loss16, m * 4), "%s softmax_ce: fp32 losses, 16-bit gradient",
+              mirror_precision_name(f));
+        be->set_precision(d16, MIRROR_PRECISION_FP32, 0);
+        free(xf), free(af), free(bf), free(want), free(g32), free(gw), free(loss), free(loss16), free(labels), free(ok);
+        free(arg), free(x16), free(a16), free(b16), free(out), free(col16), free(x), free(a), free(b), free(col);
+    }
+    be->close(d16), be->close(d32);
 }
 
 // >>im2col and maxpool ----------------------------------------------------------
@@ -1358,10 +1450,10 @@ static void test_layout_math(void)
         mirror_hd_conv_shape g = mirror_hd_conv_shape_of(n, C, H, W, k, st, p, ho, wo);
         for (i = 0; i < nx; i++) x[i] = frand(-1.0f, 1.0f);
         mirror__cpu_im2col(NULL, col, x, n, C, H, W, k, st, p, ho, wo);
-        for (i = 0; i < ncol; i++) col_wrong += mirror_hd_bits(mirror_hd_im2col_at(&g, x, i)) != mirror_hd_bits(col[i]);
+        for (i = 0; i < ncol; i++) col_wrong += mirror_hd_bits(mirror_hd_im2col_at(&g, x, i, 0)) != mirror_hd_bits(col[i]);
         for (i = 0; i < ncol; i++) col[i] = frand(-1.0f, 1.0f);
         mirror__cpu_col2im(NULL, back, col, n, C, H, W, k, st, p, ho, wo);
-        for (i = 0; i < nx; i++) back_wrong += mirror_hd_bits(mirror_hd_col2im_at(&g, col, i)) != mirror_hd_bits(back[i]);
+        for (i = 0; i < nx; i++) back_wrong += mirror_hd_bits(mirror_hd_col2im_at(&g, col, i, 0)) != mirror_hd_bits(back[i]);
         CHECK(col_wrong == 0 && back_wrong == 0,
               "%zu x %zux%zux%zu, k %zu stride %zu pad %zu: im2col and col2im element by element equal the CPU "
               "backend's, bitwise (%zu and %zu differ)", n, C, H, W, k, st, p, col_wrong, back_wrong);
@@ -1375,7 +1467,7 @@ static void test_layout_math(void)
             for (i = 0; i < planes; i++)
                 for (at = 0; at < H * W; at++) {
                     float got = mirror_hd_maxpool_grad_at(dy + i * po, arg + i * po, at, at / W, at % W, k,
-                                                          mirror_hd_divisor_of(st), ho, wo);
+                                                          mirror_hd_divisor_of(st), ho, wo, 0);
                     pool_wrong += mirror_hd_bits(got) != mirror_hd_bits(back[i * H * W + at]);
                 }
             CHECK(pool_wrong == 0, "max pooling %zux%zu, k %zu stride %zu: the gradient gathered per pixel equals "
@@ -1532,6 +1624,7 @@ int main(void)
     test_adam();
     test_gemm();
     test_gemm_bias();
+    test_storage16();
     test_im2col();
     test_batched_im2col();
     test_maxpool();
