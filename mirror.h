@@ -5006,9 +5006,9 @@ typedef struct mirror__replica {
     size_t bucket;
     /* host buffers (pinned on a GPU): the shard gathered (in the slot at
        hand of two, as the input, labels and targets on the device: see
-       mirror__load_shard), metrics read back */
-    void *host_x[2], *in_x[2]; /* storage */
-    float *host_row; /* mixed precision: a sample as gathered, before it is narrowed */
+       mirror__load_shard), metrics read back. The input is fp32 in both;
+       in mixed precision the device narrows it into the 16-bit input. */
+    float *host_x[2], *in_x[2];
     float *host_targets[2], *host_loss;
     int32_t *host_labels[2], *host_correct;
     float *in_targets[2];
@@ -5731,7 +5731,7 @@ static void mirror__plan(mirror_model *m)
     case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? m->nslots : 0; break;
     default: m->nstate = 2 * m->nslots; break;
     }
-    mirror__carve(&at, S * m->in_size, mirror__esize(m)); /* input, at 0 */
+    mirror__carve(&at, S * m->in_size, mirror__esize(m)); /* the input the layers read, at 0 */
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         l->fused = (l->kind == MIRROR__DENSE || l->kind == MIRROR__CONV2D) && i + 1 < m->nlayers &&
@@ -5769,7 +5769,7 @@ static int mirror__has_residual(const mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[13], e = mirror__esize(m);
+    size_t S = m->shard_max, at = m->layer_bytes, off[14], e = mirror__esize(m);
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, e);               /* delta[0] */
@@ -5780,18 +5780,19 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
     off[8] = mirror__carve(&at, m->perm_size, e);                  /* perm */
     off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->max_size : 0, e); /* skip */
-    off[10] = mirror__carve(&at, S * m->in_size, e);               /* the second slot's input, */
+    off[10] = mirror__carve(&at, S * m->in_size, sizeof(float));   /* the second slot's input, */
     off[11] = mirror__carve(&at, S, sizeof(int32_t));              /* labels */
     off[12] = mirror__carve(&at, S * m->out_size, sizeof(float));  /* and targets */
+    off[13] = mirror__carve(&at, m->format ? S * m->in_size : 0, sizeof(float)); /* mixed: the first slot's input */
     if (r) {
         unsigned char *a = r->acts;
-        r->in_x[0] = a; /* carved first, at 0 */
+        r->in_x[0] = (float *)(a + (m->format ? off[13] : 0)); /* fp32: the input the layers read */
         r->in_labels[0] = (int32_t *)(a + off[0]);
         r->in_targets[0] = (float *)(a + off[1]);
-        r->in_x[1] = a + off[10];
+        r->in_x[1] = (float *)(a + off[10]);
         r->in_labels[1] = (int32_t *)(a + off[11]);
         r->in_targets[1] = (float *)(a + off[12]);
-        r->input = r->in_x[r->slot];
+        r->input = m->format ? (void *)a : (void *)r->in_x[r->slot];
         r->labels = r->in_labels[r->slot];
         r->targets = r->in_targets[r->slot];
         r->delta[0] = a + off[2];
@@ -5846,7 +5847,6 @@ static void mirror__free_replicas(mirror_model *m)
             m->be->host_release(p->dev, p->host_labels[k]);
             m->be->host_release(p->dev, p->host_targets[k]);
         }
-        MIRROR_FREE(p->host_row);
         m->be->host_release(p->dev, p->host_loss);
         m->be->host_release(p->dev, p->host_correct);
         m->be->host_release(p->dev, p->host_acc);
@@ -6057,8 +6057,7 @@ static int mirror__model_build(mirror_model *m)
         m->stats_bufs[r] = p->stats;
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
         for (k = 0; k < 2; k++) {
-            p->host_x[k] = m->be->host_alloc(p->dev, S * m->in_size * mirror__esize(m));
-            if (m->format && k == 0 && !(p->host_row = (float *)mirror__alloc(m->in_size, sizeof(float)))) goto oom;
+            p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
             p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
             p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
             if (!p->host_x[k] || !p->host_labels[k] || !p->host_targets[k]) goto oom;
@@ -6777,38 +6776,37 @@ static void mirror__augment_row(const mirror_model *m, const mirror__job *job, s
 /* Copies replica r's shard of the job's chunk into its arenas: gathered
    row by row into the replica's host buffers, then one upload each. The
    buffers come in two slots, taken in turn: while a GPU still computes on
-   the last shard's slot, this one's copies run beside it. */
+   the last shard's slot, this one's copies run beside it. The input goes
+   up in fp32; in mixed precision the device narrows it into the 16-bit
+   input (the host gathers, the GPU converts). */
 static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 {
     const mirror_model *m = job->m;
     const mirror_batch *b = job->batch;
     size_t i, in = m->in_size, out = m->out_size, S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT, slot = r->slot ^= 1;
-    float *targets = r->host_targets[slot];
-    void *x = r->host_x[slot];
+    float *targets = r->host_targets[slot], *x = r->host_x[slot];
     int32_t *labels = r->host_labels[slot];
     m->be->stage(r->dev, slot);
     for (i = 0; i < S; i++) {
-        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k, j;
-        const float *src = b->x + row * in;
-        float *dst = m->format ? r->host_row : (float *)x + i * in;
+        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
         if (job->augment_flip || job->augment_pad)
-            mirror__augment_row(m, job, row, src, dst), src = dst;
-        else if (!m->format)
-            memcpy(dst, src, in * sizeof(float));
-        for (j = 0; m->format && j < in; j++) /* a 16-bit input */
-            ((uint16_t *)x)[i * in + j] = mirror_hd_narrow(src[j], m->format);
+            mirror__augment_row(m, job, row, b->x + row * in, x + i * in);
+        else
+            memcpy(x + i * in, b->x + row * in, in * sizeof(float));
         if (!with_y) continue;
         if (ce)
             labels[i] = b->labels[row];
         else
             memcpy(targets + i * out, b->targets + row * out, out * sizeof(float));
     }
-    r->input = r->in_x[slot], r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
-    if (S) m->be->upload_staged(r->dev, r->input, x, S * in * mirror__esize(m));
+    r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
+    if (!m->format) r->input = r->in_x[slot];
+    if (S) m->be->upload_staged(r->dev, r->in_x[slot], x, S * in * sizeof(float));
     if (S && with_y && ce) m->be->upload_staged(r->dev, r->labels, labels, S * sizeof(int32_t));
     if (S && with_y && !ce) m->be->upload_staged(r->dev, r->targets, targets, S * out * sizeof(float));
     m->be->staged(r->dev, slot);
+    if (S && m->format) m->be->narrow(r->dev, (uint16_t *)r->input, r->in_x[slot], S * in, m->format);
 }
 
 /* The loss layer: per-sample loss, correct flags and the output gradient

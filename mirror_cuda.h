@@ -256,14 +256,18 @@ extern "C" {
 
 struct mirror__gpu;
 
-/* A cuBLASLt plan for a dense layer's forward GEMM of one shape, made at
-   the shape's first call: the descriptors, with the bias as the epilogue,
-   and the algorithm the heuristic picked (usable 0: none, and the layer
-   then runs the plain GEMM and the epilogue kernel). */
+/* A cuBLASLt plan for a dense layer's forward GEMM, made at the first call
+   of its key (shape, data type, and the operands' alignments, which the
+   heuristic must be told: it assumes 256 bytes): the descriptors, with the
+   bias as the epilogue, and the algorithm the heuristic picked (usable 0:
+   none, or cuBLASLt refused it once, and the layer then runs the plain GEMM
+   and the epilogue kernel). */
 #define MIRROR__LT_PLANS 16
 typedef struct mirror__lt_plan {
     int ta, tb, usable;
     size_t m, n, k, lda, ldb, ldc;
+    cudaDataType_t type;
+    uint32_t align[3]; /* of A, B and C as the caller names them, in bytes (at most 256) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -297,6 +301,7 @@ typedef struct mirror__cuda_dev {
     cudaStream_t comm;
     cudaEvent_t made, summed;
     float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_BLOCKS floats) */
+    double *squares;      /* scratch: the sum of squares' parts (MIRROR__SQUARE_BLOCKS doubles) */
     void *blas_ws;        /* cuBLAS's workspace, its own: a recorded GEMM allocates nothing */
     cublasLtHandle_t lt;  /* cuBLASLt (the same workspace) and its plans, the oldest replaced first */
     mirror__lt_plan plan[MIRROR__LT_PLANS];
@@ -385,9 +390,11 @@ __global__ void mirror__k_epilogue(void *c, const void *bias, int per_row, size_
     }
 }
 
-/* The block's sum of each thread's s, by a fixed tree: thread 0 gets it.
-   part is the block's shared array of blockDim.x (a power of two) floats. */
-__device__ static float mirror__block_sum(float *part, float s)
+/* The block's sum of each thread's s, by a fixed tree: every thread gets
+   it. part is the block's shared array of blockDim.x (a power of two);
+   T is float or double (a template: C++ linkage inside the C block). */
+extern "C++" {
+template <typename T> __device__ static T mirror__block_sum(T *part, T s)
 {
     part[threadIdx.x] = s;
     __syncthreads();
@@ -398,6 +405,7 @@ __device__ static float mirror__block_sum(float *part, float s)
     s = part[0];
     __syncthreads(); /* part is free again */
     return s;
+}
 }
 
 /* The bias gradient's spans: about MIRROR__BIAS_SPAN elements each, and
@@ -671,14 +679,18 @@ __global__ void mirror__k_mse(void *dz, float *loss, const void *z, const float 
     loss[r] = mirror_hd_mse_row(mirror_hd_skip(z, r * d, f), t + r * d, d, inv_count, mirror_hd_skip(dz, r * d, f), f);
 }
 
-/* One thread, rows in order: the CPU backend's sum, on the device. */
+/* One thread, rows in order: the CPU backend's sum, on the device, kept
+   in registers and stored once. */
 __global__ void mirror__k_accumulate(double *acc, const float *loss, const int32_t *correct, size_t rows)
 {
+    double l = acc[0], c = acc[1];
     size_t r;
     for (r = 0; r < rows; r++) {
-        acc[0] += (double)loss[r];
-        if (correct) acc[1] += (double)correct[r];
+        l += (double)loss[r];
+        if (correct) c += (double)correct[r];
     }
+    acc[0] = l;
+    if (correct) acc[1] = c;
 }
 
 /* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
@@ -690,36 +702,40 @@ __global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, s
     if (!finite) mirror_hd_guard(st, 0, t->step);
 }
 
-/* One block's sum of the squares of g (or of g16 unscaled by st->scale,
-   g NULL) in a fixed order: each thread a strided part in double, then a
-   tree in shared memory, so that every replica and run gets the same sum.
-   Thread 0 returns it. */
-__device__ static double mirror__block_squares(const float *g, const uint16_t *g16, size_t n, int format,
-                                               const mirror_loss_scale_state *st)
+/* The sum of the squares of g (or of g16 unscaled by st->scale, g NULL)
+   across the GPU in two passes of a fixed order, so that every replica and
+   run gets the same sum: block b adds span b of the values (each thread a
+   fixed stride of it in double, then a fixed tree) into part[b]; then one
+   block adds the parts the same way (mirror__squares_total). */
+#define MIRROR__SQUARE_BLOCKS 1024
+__global__ void mirror__k_squares_part(double *part, const float *g, const uint16_t *g16, size_t n, size_t span,
+                                       int format, const mirror_loss_scale_state *st)
 {
-    __shared__ double part[MIRROR__THREADS];
+    __shared__ double tree[MIRROR__THREADS];
     float inv_scale = 1.0f / st->scale;
+    size_t lo = blockIdx.x * span, hi = MIRROR__MIN(n, lo + span), i;
     double sum = 0.0;
-    size_t i;
-    unsigned k;
-    for (i = threadIdx.x; i < n; i += blockDim.x) {
+    for (i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         double x = g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale);
         sum += x * x;
     }
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    for (k = blockDim.x / 2; k > 0; k /= 2) {
-        if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
-        __syncthreads();
-    }
-    return part[0];
+    sum = mirror__block_sum(tree, sum);
+    if (threadIdx.x == 0) part[blockIdx.x] = sum;
+}
+
+__device__ static double mirror__squares_total(const double *part, size_t parts)
+{
+    __shared__ double tree[MIRROR__THREADS];
+    double sum = 0.0;
+    size_t b;
+    for (b = threadIdx.x; b < parts; b += blockDim.x) sum += part[b];
+    return mirror__block_sum(tree, sum);
 }
 
 /* Gradient clipping: thread 0 writes the norm and its factor into st. */
-__global__ void mirror__k_clip(mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n, int format,
-                               float max_norm)
+__global__ void mirror__k_clip(mirror_loss_scale_state *st, const double *part, size_t parts, float max_norm)
 {
-    double sum = mirror__block_squares(g, g16, n, format, st);
+    double sum = mirror__squares_total(part, parts);
     if (threadIdx.x == 0) {
         st->grad_norm = (float)sqrt(sum);
         st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
@@ -737,10 +753,9 @@ __global__ void mirror__k_slice_finite(float *flag, const float *g, const uint16
     if (!finite) *flag = 1.0f;
 }
 
-__global__ void mirror__k_slice_squares(float *sum, const float *g, const uint16_t *g16, size_t n, int format,
-                                        const mirror_loss_scale_state *st)
+__global__ void mirror__k_slice_squares(float *sum, const double *part, size_t parts)
 {
-    double s = mirror__block_squares(g, g16, n, format, st);
+    double s = mirror__squares_total(part, parts);
     if (threadIdx.x == 0) *sum = (float)s;
 }
 
@@ -1032,11 +1047,16 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     d->device = g->device[r];
     d->stream = g->stream[r];
     d->replica = r;
-    *workspace_bytes = MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__BLAS_WORKSPACE;
+    *workspace_bytes =
+        MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
     if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
+        /* split-K partial sums in fp32 when C is 16-bit (cuBLASLt's: its plans' reduction scheme) */
+        !mirror__blas_ok(d, cublasSetMathMode(d->blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
+                         "cublasSetMathMode") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_BLOCKS * sizeof(float)), "cudaMalloc") ||
+        !mirror__cuda_ok(d, cudaMalloc(&d->squares, MIRROR__SQUARE_BLOCKS * sizeof(double)), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->blas_ws, MIRROR__BLAS_WORKSPACE), "cudaMalloc") ||
         !mirror__blas_ok(d, cublasSetWorkspace(d->blas, d->blas_ws, MIRROR__BLAS_WORKSPACE), "cublasSetWorkspace") ||
         !mirror__blas_ok(d, cublasLtCreate(&d->lt), "cublasLtCreate") ||
@@ -1049,6 +1069,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         if (d->blas) cublasDestroy(d->blas);
         if (d->lt) cublasLtDestroy(d->lt);
         if (d->part) cudaFree(d->part);
+        if (d->squares) cudaFree(d->squares);
         if (d->blas_ws) cudaFree(d->blas_ws);
         if (d->copy) cudaStreamDestroy(d->copy);
         if (d->comm) cudaStreamDestroy(d->comm);
@@ -1072,6 +1093,7 @@ static void mirror__cuda_close(void *dev)
         for (k = 0; k < MIRROR__LT_PLANS; k++) mirror__lt_free(&d->plan[k]);
         mirror__blas_ok(d, cublasLtDestroy(d->lt), "cublasLtDestroy");
         mirror__cuda_ok(d, cudaFree(d->part), "cudaFree");
+        mirror__cuda_ok(d, cudaFree(d->squares), "cudaFree");
         mirror__cuda_ok(d, cudaFree(d->blas_ws), "cudaFree");
         mirror__cuda_events(d, &d->uploaded, 1, 0), mirror__cuda_events(d, d->freed, 2, 0);
         mirror__cuda_events(d, d->copied, 2, 0), mirror__cuda_events(d, &d->made, 1, 0);
@@ -1155,10 +1177,25 @@ static void mirror__cuda_zero(void *dev, void *p, size_t bytes)
     if (bytes) mirror__cuda_ok(d, cudaMemsetAsync(p, 0, bytes, d->stream), "cudaMemsetAsync");
 }
 
+/* Whether host is pageable memory (not pinned by cudaMallocHost or
+   registered): a cudaMemcpyAsync from or to it may hold the host until the
+   stream reaches the copy, where no timeout runs. */
+static int mirror__pageable(const void *host)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return a.type == cudaMemoryTypeUnregistered;
+}
+
+/* From pageable memory the stream's work is waited for first, under the
+   strategy's timeout; from pinned memory the copy is queued. */
 static void mirror__cuda_upload(void *dev, void *dst, const void *host, size_t bytes)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!bytes) return;
+    if (!bytes || (mirror__pageable(host) && !mirror__cuda_wait(d, NULL, "waiting before an upload"))) return;
     if (mirror__cuda_ok(d, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, d->stream), "cudaMemcpyAsync"))
         mirror__cuda_ok(d, cudaEventRecord(d->uploaded, d->stream), "cudaEventRecord");
 }
@@ -1190,10 +1227,12 @@ static void mirror__cuda_staged(void *dev, int slot)
         mirror__cuda_ok(d, cudaStreamWaitEvent(d->stream, d->copied[slot], 0), "cudaStreamWaitEvent");
 }
 
+/* Into pageable memory the stream's work is waited for first, as for an
+   upload; then the copy is queued and waited for. */
 static void mirror__cuda_download(void *dev, void *host, const void *src, size_t bytes)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!bytes) return;
+    if (!bytes || (mirror__pageable(host) && !mirror__cuda_wait(d, NULL, "waiting before a download"))) return;
     if (mirror__cuda_ok(d, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, d->stream), "cudaMemcpyAsync"))
         mirror__cuda_wait(d, NULL, "waiting for a download");
 }
@@ -1249,15 +1288,27 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                     "cublasGemmEx");
 }
 
+/* The largest power of two up to 256 that divides p's address. */
+static uint32_t mirror__align_of(const void *p)
+{
+    uint32_t k = 256;
+    while (k > 1 && (uintptr_t)p % k) k /= 2;
+    return k;
+}
+
 /* The plan for C [m, n] = op(A) op(B) + bias, operands swapped as in
    mirror__cuda_gemm (cuBLASLt's D is C^T, whose rows are C's columns: the
-   bias epilogue adds bias[j] to C's column j). */
+   bias epilogue adds bias[j] to C's column j). Split-K partial sums stay
+   in fp32 (the compute type), as cuBLAS's are kept by its math mode. */
 static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb, size_t m, size_t n, size_t k,
-                                            size_t lda, size_t ldb, size_t ldc)
+                                            const void *a, size_t lda, const void *b, size_t ldb, const void *c,
+                                            size_t ldc)
 {
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t type = mirror__storage_type(d);
+    uint32_t align[3] = {mirror__align_of(a), mirror__align_of(b), mirror__align_of(c)};
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t found;
     size_t ws = MIRROR__BLAS_WORKSPACE;
@@ -1267,13 +1318,17 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
     for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++) {
         p = &d->plan[i];
         if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc)
+            p->ldc == ldc && p->type == type && !memcmp(p->align, align, sizeof align))
             return p;
     }
     p = &d->plan[d->plans++ % MIRROR__LT_PLANS];
     mirror__lt_free(p);
-    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc;
+    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->type = type;
+    memcpy(p->align, align, sizeof align);
     memset(&found, 0, sizeof found);
+    /* cuBLASLt's A is the caller's B (swapped), its D the caller's C */
+#define MIRROR__PREF(attr, v) \
+    (cublasLtMatmulPreferenceSetAttribute(pref, attr, &(v), sizeof(v)) == CUBLAS_STATUS_SUCCESS)
     p->usable =
         cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
@@ -1284,21 +1339,27 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
         cublasLtMatrixLayoutCreate(&p->b, type, ta ? m : k, ta ? k : m, (int64_t)lda) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatrixLayoutCreate(&p->c, type, n, m, (int64_t)ldc) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
-            CUBLAS_STATUS_SUCCESS &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reduction) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[1]) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[0]) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]) &&
         cublasLtMatmulAlgoGetHeuristic(d->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count) ==
             CUBLAS_STATUS_SUCCESS &&
         count > 0;
+#undef MIRROR__PREF
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     p->algo = found.algo;
     return p;
 }
 
 /* A dense layer's bias (per column) is cuBLASLt's epilogue where it has an
-   algorithm for the shape; a convolution's (per row: cuBLASLt's bias runs
-   along C's columns only) and the other shapes take the GEMM and the
-   epilogue kernel. The relu (mirror_hd_relu: a NaN stays NaN, which
-   cuBLASLt's max(x, 0) does not promise) is the kernel's, in place. */
+   algorithm for the key and the bias is 16-byte aligned; a convolution's
+   (per row: cuBLASLt's bias runs along C's columns only), the other keys,
+   and a matmul cuBLASLt refuses take the GEMM and the epilogue kernel. The
+   relu (mirror_hd_relu: a NaN stays NaN, which cuBLASLt's max(x, 0) does
+   not promise) is the kernel's, in place. */
 static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
                                    const void *b, size_t ldb, const void *bias, int per_row, int relu, void *c,
                                    size_t ldc)
@@ -1306,22 +1367,25 @@ static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     const float one = 1.0f, zero = 0.0f;
     mirror__lt_plan *p = NULL;
+    int done = 0;
     if (!m || !n) return;
-    if (!per_row && k && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-        ldc <= INT_MAX)
-        p = mirror__lt_plan_for(d, ta, tb, m, n, k, lda, ldb, ldc);
+    if (bias && !per_row && k && mirror__align_of(bias) >= 16 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
+        lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX)
+        p = mirror__lt_plan_for(d, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
     if (p && p->usable) {
         if (!mirror__blas_ok(d, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                                sizeof bias),
-                             "cublasLtMatmulDescSetAttribute") ||
-            !mirror__blas_ok(d, cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo,
-                                               d->blas_ws, MIRROR__BLAS_WORKSPACE, d->stream),
-                             "cublasLtMatmul"))
+                             "cublasLtMatmulDescSetAttribute"))
             return;
-        bias = NULL;
-    } else {
-        mirror__cuda_gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, 0);
+        if (cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo, d->blas_ws,
+                           MIRROR__BLAS_WORKSPACE, d->stream) == CUBLAS_STATUS_SUCCESS)
+            done = 1, bias = NULL;
+        else { /* refused: this key runs the other way from now on */
+            (void)cudaGetLastError();
+            p->usable = 0;
+        }
     }
+    if (!done) mirror__cuda_gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, 0);
     if (!bias && !relu) return;
     mirror__k_epilogue<<<mirror__blocks(m * n), MIRROR__THREADS, 0, d->stream>>>(c, bias, per_row, m,
                                                                                mirror_hd_divisor_of(n), ldc, relu,
@@ -1580,11 +1644,26 @@ static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const f
     MIRROR__LAUNCHED(d, "check32 kernel");
 }
 
+/* The first pass of a sum of squares over n values (see
+   mirror__k_squares_part), into d->squares; returns the count of parts:
+   spans of at least 2048 values, at most MIRROR__SQUARE_BLOCKS of them. */
+static size_t mirror__cuda_squares(mirror__cuda_dev *d, const float *g, const uint16_t *g16, size_t n, int format,
+                                   const mirror_loss_scale_state *st)
+{
+    size_t span = MIRROR__MAX((size_t)8 * MIRROR__THREADS, (n + MIRROR__SQUARE_BLOCKS - 1) / MIRROR__SQUARE_BLOCKS);
+    size_t parts = MIRROR__MAX((size_t)1, (n + span - 1) / span);
+    mirror__k_squares_part<<<(unsigned)parts, MIRROR__THREADS, 0, d->stream>>>(d->squares, g, g16, n, span, format,
+                                                                                st);
+    return MIRROR__LAUNCHED(d, "squares kernel") ? parts : 0;
+}
+
 static void mirror__cuda_clip(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n,
                               int format, float max_norm)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__k_clip<<<1, MIRROR__THREADS, 0, d->stream>>>(st, g, g16, n, format, max_norm);
+    size_t parts = mirror__cuda_squares(d, g, g16, n, format, st);
+    if (!parts) return;
+    mirror__k_clip<<<1, MIRROR__THREADS, 0, d->stream>>>(st, d->squares, parts, max_norm);
     MIRROR__LAUNCHED(d, "clip kernel");
 }
 
@@ -1592,13 +1671,14 @@ static void mirror__cuda_slice_stats(void *dev, float *out, const float *g, cons
                                      const mirror_loss_scale_state *st, int squares)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    size_t parts;
     if (!mirror__cuda_ok(d, cudaMemsetAsync(out, 0, 2 * sizeof(float), d->stream), "cudaMemsetAsync")) return;
     if (n) {
         mirror__k_slice_finite<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(out, g, g16, n, format, st);
         MIRROR__LAUNCHED(d, "slice check kernel");
     }
-    if (squares) {
-        mirror__k_slice_squares<<<1, MIRROR__THREADS, 0, d->stream>>>(out + 1, g, g16, n, format, st);
+    if (squares && (parts = mirror__cuda_squares(d, g, g16, n, format, st)) != 0) {
+        mirror__k_slice_squares<<<1, MIRROR__THREADS, 0, d->stream>>>(out + 1, d->squares, parts);
         MIRROR__LAUNCHED(d, "slice squares kernel");
     }
 }
