@@ -897,6 +897,90 @@ static void test_buckets(void)
     }
 }
 
+/* The input goes up as gathered, in fp32, and in mixed precision the
+   device narrows it into the 16-bit input the layers read, once the slot's
+   uploads are the compute's (the host gathers, the GPU converts): on a CPU
+   replica through a backend that logs the input's upload and the narrows
+   that read an input slot. */
+static struct {
+    mirror_model *m;
+    size_t bytes, narrowed, staged, staged_before;
+    const float *host;
+    const void *into;
+    int format;
+} up;
+
+static int input_slot(const void *p)
+{
+    return p == up.m->rep[0].in_x[0] || p == up.m->rep[0].in_x[1];
+}
+
+static void log_upload(void *dev, void *dst, const void *host, size_t bytes)
+{
+    if (input_slot(dst)) up.bytes = bytes, up.host = (const float *)host;
+    mirror__cpu_backend.upload_staged(dev, dst, host, bytes);
+}
+
+static void log_staged(void *dev, int slot)
+{
+    up.staged++;
+    mirror__cpu_backend.staged(dev, slot);
+}
+
+static void log_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
+{
+    if (input_slot(src)) up.narrowed += n, up.into = dst, up.format = format, up.staged_before = up.staged;
+    mirror__cpu_backend.narrow(dev, dst, src, n, format);
+}
+
+static void test_input_upload(void)
+{
+    static const mirror_precision precisions[3] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16,
+                                                   MIRROR_PRECISION_BF16};
+    mirror__backend be = mirror__cpu_backend;
+    size_t p, perm[95];
+    be.upload_staged = log_upload, be.staged = log_staged, be.narrow = log_narrow;
+    for (p = 0; p < 3; p++) {
+        const char *name = mirror_precision_name(precisions[p]);
+        mirror_strategy *s = strategy(1);
+        mirror_model *m = s ? model_with(s, 1, MIRROR_OPT_ADAM, 10, 0, precisions[p]) : NULL;
+        size_t i, j, in, wrong_rows = 0, wrong_narrow = 0;
+        if (!m) {
+            CHECK(0, "input upload, %s: the model", name);
+            mirror_strategy_destroy(s);
+            continue;
+        }
+        in = m->in_size;
+        memset(&up, 0, sizeof up);
+        up.m = m, m->be = &be;
+        CHECK(step(m, 0, 10, perm) == MIRROR_OK, "input upload, %s: a step", name);
+        CHECK(up.bytes == 10 * in * sizeof(float), "%s: the input goes up in fp32 (%zu bytes, want %zu)", name,
+              up.bytes, 10 * in * sizeof(float));
+        for (i = 0; up.host && i < 10; i++)
+            wrong_rows += memcmp(up.host + i * in, data.x + perm[i] * in, in * sizeof(float)) != 0;
+        CHECK(up.host && wrong_rows == 0, "%s: the shard's rows as gathered, in the batch's order (%zu wrong)", name,
+              wrong_rows);
+        if (!m->format) {
+            CHECK(up.narrowed == 0 && m->rep[0].input == m->rep[0].in_x[m->rep[0].slot],
+                  "fp32: nothing narrowed; the layers read the slot itself");
+        } else {
+            const uint16_t *x16 = (const uint16_t *)m->rep[0].input;
+            for (i = 0; i < 10; i++)
+                for (j = 0; j < in; j++)
+                    wrong_narrow += x16[i * in + j] != mirror_hd_narrow(data.x[perm[i] * in + j], m->format);
+            CHECK(up.narrowed == 10 * in && up.into == m->rep[0].input && up.format == m->format &&
+                      up.staged_before == up.staged && up.staged > 0,
+                  "%s: the device narrows the slot into the layers' input (%zu values, want %zu), after the slot is "
+                  "handed to the compute", name, up.narrowed, 10 * in);
+            CHECK(wrong_narrow == 0, "%s: the layers' input is the rows narrowed (%zu values differ)", name,
+                  wrong_narrow);
+        }
+        m->be = &mirror__cpu_backend;
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
 /* A relu right after a dense layer rides on its GEMM (the epilogue) and
    writes over its output: the same bits as the two layers apart (a flatten
    between them, a view, keeps them apart), with one activation buffer
@@ -972,6 +1056,7 @@ int main(void)
     test_pool();
     test_deferred_metrics();
     test_buckets();
+    test_input_upload();
     test_fused_relu();
     mirror_dataset_free(&data);
     remove_tree(root);

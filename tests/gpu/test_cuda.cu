@@ -548,6 +548,13 @@ static void test_losses(void)
     G->accumulate(gdev, gacc, gloss + 1, gcor + 1, rows - 1);
     G->download(gdev, gacc_h, gacc, sizeof gacc_h);
     CHECK(gacc_h[1] == acc[1] && fabs(gacc_h[0] - acc[0]) <= 1e-5 * fabs(acc[0]), "accumulated metrics agree");
+    G->upload(gdev, gloss, loss + 1, (rows - 1) * 4); /* the same losses on both: the same bits */
+    G->upload(gdev, gacc, acc, sizeof acc);
+    C->accumulate(cdev, acc, loss + 1, cor + 1, rows - 1);
+    G->accumulate(gdev, gacc, gloss, gcor + 1, rows - 1);
+    G->download(gdev, gacc_h, gacc, sizeof gacc_h);
+    CHECK(!memcmp(gacc_h, acc, sizeof acc), "metrics added onto the sums so far: the CPU's bits (%.17g, %.17g)",
+          gacc_h[0], acc[0]);
     gt = to_gpu(t, rows * k);
     C->mse(cdev, dz, loss, z + k, t, rows - 1, k, 0.5f, NULL);
     G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, NULL);
@@ -761,6 +768,137 @@ static void test_storage16(void)
         G->release(gdev, dout), G->release(gdev, darg), G->release(gdev, dloss), G->release(gdev, dlabels);
         G->release(gdev, dcorrect);
     }
+}
+
+/* The plan cuBLASLt's gemm_bias made for a key. */
+static const mirror__lt_plan *plan_of(const mirror__cuda_dev *d, size_t m, cudaDataType_t type, const void *a,
+                                      const void *b, const void *c)
+{
+    unsigned i;
+    for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++) {
+        const mirror__lt_plan *p = &d->plan[i];
+        if (p->m == m && p->type == type && p->align[0] == mirror__align_of(a) &&
+            p->align[1] == mirror__align_of(b) && p->align[2] == mirror__align_of(c))
+            return p;
+    }
+    return NULL;
+}
+
+/* cuBLASLt's plans (a dense layer's gemm_bias): a key per data type and
+   per alignment of the operands, told to the heuristic. fp16 then bf16 at
+   one shape (each its own plan), on views 256-byte aligned, at 64, 128
+   and 32 bytes past (as activations, 16-bit weights and deterministic
+   chunks are carved) and at 2 bytes past, against the CPU; a matmul
+   cuBLASLt refuses (no handle) and a key it has no algorithm for run the
+   GEMM and the epilogue kernel without an error; split-K sums stay in fp32
+   (the plans' reduction scheme, cuBLAS's math mode). */
+static void test_lt_plans(void)
+{
+    static const size_t views[3][3] = {{0, 0, 0}, {32, 64, 16}, {1, 3, 1}}; /* elements past A, B, C's start */
+    const size_t m = 37, n = 29, k = 70, pad = 64;
+    mirror__cuda_dev *d = (mirror__cuda_dev *)gdev;
+    cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+    size_t fi, v;
+    CHECK(cublasGetMathMode(d->blas, &mode) == CUBLAS_STATUS_SUCCESS &&
+              (mode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
+          "cuBLAS keeps split-K sums in fp32 (math mode %d)", (int)mode);
+    for (fi = 0; fi < 2; fi++) {
+        int f = formats[fi];
+        cudaDataType_t type = f == MIRROR_PRECISION_FP16 ? CUDA_R_16F : CUDA_R_16BF;
+        uint16_t *a = random16(m * k, f), *b = random16(k * n, f), *bias = random16(n, f);
+        uint16_t *want = (uint16_t *)malloc(m * n * 2), *dbias = to_gpu16(bias, n);
+        uint16_t *da = (uint16_t *)G->alloc(gdev, (m * k + pad) * 2), *db = (uint16_t *)G->alloc(gdev, (k * n + pad) * 2);
+        uint16_t *dc = (uint16_t *)G->alloc(gdev, (m * n + pad) * 2);
+        mirror_error st = {0, ""};
+        C->set_precision(cdev, f, m * k);
+        G->set_precision(gdev, f, 0);
+        C->gemm_bias(cdev, 0, 1, m, n, k, a, k, b, k, bias, 0, 1, want, n);
+        for (v = 0; v < 3; v++) {
+            uint16_t *va = da + views[v][0], *vb = db + views[v][1], *vc = dc + views[v][2];
+            const mirror__lt_plan *p;
+            char what[120];
+            uint32_t scheme = 0;
+            size_t written = 0;
+            G->upload(gdev, va, a, m * k * 2), G->upload(gdev, vb, b, k * n * 2);
+            G->gemm_bias(gdev, 0, 1, m, n, k, va, k, vb, k, dbias, 0, 1, vc, n);
+            snprintf(what, sizeof what, "gemm_bias on views %zu, %zu, %zu bytes past 256", 2 * views[v][0],
+                     2 * views[v][1], 2 * views[v][2]);
+            check16(want, vc, m * n, f, 0.02f, what);
+            p = plan_of(d, m, type, va, vb, vc);
+            CHECK(p != NULL, "%s, %s: a plan of its own (type and alignments in the key)", what, format_name(f));
+            if (p && p->usable)
+                CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                           sizeof scheme, &written) == CUBLAS_STATUS_SUCCESS &&
+                          (scheme == CUBLASLT_REDUCTION_SCHEME_NONE || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                      "%s, %s: split-K sums (if any) in fp32 (reduction scheme %u)", what, format_name(f), scheme);
+        }
+        {
+            cublasLtHandle_t lt = d->lt;
+            mirror__lt_plan *p = (mirror__lt_plan *)plan_of(d, m, type, da, db, dc);
+            int was = p && p->usable;
+            d->lt = NULL; /* cuBLASLt refuses every call */
+            G->upload(gdev, da, a, m * k * 2), G->upload(gdev, db, b, k * n * 2);
+            G->zero(gdev, dc, m * n * 2);
+            G->gemm_bias(gdev, 0, 1, m, n, k, da, k, db, k, dbias, 0, 1, dc, n);
+            check16(want, dc, m * n, f, 0.02f, "a matmul cuBLASLt refuses: the GEMM and the epilogue kernel");
+            CHECK(!was || (p && !p->usable), "%s: a refused key takes the GEMM from then on (was usable: %d)",
+                  format_name(f), was);
+            G->zero(gdev, dc, m * n * 2);
+            G->gemm_bias(gdev, 0, 1, m - 1, n, k, da, k, db, k, dbias, 0, 1, dc, n);
+            check16(want, dc, (m - 1) * n, f, 0.02f, "a key cuBLASLt has no algorithm for");
+            p = (mirror__lt_plan *)plan_of(d, m - 1, type, da, db, dc);
+            CHECK(p && !p->usable, "%s: a key without an algorithm has an unusable plan", format_name(f));
+            d->lt = lt;
+            CHECK(G->status(gdev, &st) == MIRROR_OK, "%s: the fallbacks record no error: %s", format_name(f),
+                  st.message);
+        }
+        if (fi == 1)
+            CHECK(plan_of(d, m, CUDA_R_16F, da, db, dc) && plan_of(d, m, CUDA_R_16BF, da, db, dc),
+                  "fp16 and bf16 hold a plan each at one shape and alignment");
+        C->set_precision(cdev, MIRROR_PRECISION_FP32, 0);
+        G->set_precision(gdev, MIRROR_PRECISION_FP32, 0);
+        free(a), free(b), free(bias), free(want);
+        G->release(gdev, da), G->release(gdev, db), G->release(gdev, dc), G->release(gdev, dbias);
+    }
+}
+
+/* The gradient's norm for clipping, summed across the GPU in two passes of
+   a fixed order: the CPU's within 1e-6 relative and the same bits on a
+   second run, over sizes from empty to more spans than blocks, in fp32 and
+   in fp16 unscaled by 1024. */
+static void test_clip_norm(void)
+{
+    static const size_t sizes[] = {0, 1, 2047, 300007, 5000011};
+    mirror_loss_scale_state *dst = (mirror_loss_scale_state *)G->alloc(gdev, sizeof *dst);
+    size_t s, i;
+    int f;
+    for (s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (f = 0; f <= MIRROR_PRECISION_FP16; f += MIRROR_PRECISION_FP16) {
+            size_t n = sizes[s];
+            float *x = (float *)malloc((n + 1) * 4), *dx;
+            uint16_t *h = (uint16_t *)malloc((n + 1) * 2), *dh;
+            mirror_loss_scale_state cs, gs[2];
+            for (i = 0; i < n; i++) {
+                x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+                h[i] = mirror_hd_narrow(x[i] * 1024.0f, MIRROR_PRECISION_FP16);
+            }
+            dx = to_gpu(x, n + 1), dh = to_gpu16(h, n + 1);
+            memset(&cs, 0, sizeof cs);
+            cs.scale = f ? 1024.0f : 1.0f;
+            for (i = 0; i < 2; i++) {
+                G->upload(gdev, dst, &cs, sizeof cs);
+                G->clip(gdev, dst, f ? NULL : dx, f ? dh : NULL, n, f, 0.5f);
+                G->download(gdev, &gs[i], dst, sizeof gs[i]);
+            }
+            C->clip(cdev, &cs, f ? NULL : x, f ? h : NULL, n, f, 0.5f);
+            CHECK(fabsf(gs[0].grad_norm - cs.grad_norm) <= 1e-6f * cs.grad_norm &&
+                      fabsf(gs[0].clip - cs.clip) <= 1e-6f * cs.clip && !memcmp(&gs[0], &gs[1], sizeof cs),
+                  "clip norm over %zu %s values: %.9g (CPU %.9g), factor %.9g (CPU %.9g), the same bits twice", n,
+                  f ? "fp16" : "fp32", gs[0].grad_norm, cs.grad_norm, gs[0].clip, cs.clip);
+            free(x), free(h);
+            G->release(gdev, dx), G->release(gdev, dh);
+        }
+    G->release(gdev, dst);
 }
 
 /* check sets found_nonfinite exactly when the CPU does, over a gradient
@@ -1712,6 +1850,34 @@ static void test_wait_timeout(void)
     cudaStreamSynchronize(((mirror__cuda_dev *)dev)->stream);
     G->download(dev, host, buf, sizeof host);
     CHECK(G->status(dev, &st) == MIRROR_OK, "once the work has ended, a download works again: %s", st.message);
+    {
+        const size_t big = (size_t)64 << 20; /* pageable: the driver would stage it behind the stream */
+        unsigned char *pageable = (unsigned char *)calloc(big, 1), *dbig = (unsigned char *)G->alloc(dev, big);
+        float *pinned = (float *)G->host_alloc(dev, sizeof host);
+        cudaLaunchHostFunc(((mirror__cuda_dev *)dev)->stream, sleep_on_stream, &nap);
+        t0 = mirror__now();
+        G->upload(dev, dbig, pageable, big);
+        waited = mirror__now() - t0;
+        rc = G->status(dev, &st);
+        CHECK(rc == MIRROR_ERR_TIMEOUT && waited < 0.9,
+              "an upload of 64 MB of pageable memory behind 1 s of work: MIRROR_ERR_TIMEOUT after %.2f s (%d: %s)",
+              waited, rc, st.message);
+        cudaStreamSynchronize(((mirror__cuda_dev *)dev)->stream);
+        cudaLaunchHostFunc(((mirror__cuda_dev *)dev)->stream, sleep_on_stream, &nap);
+        t0 = mirror__now();
+        G->download(dev, pinned, buf, sizeof host);
+        waited = mirror__now() - t0;
+        rc = G->status(dev, &st);
+        CHECK(rc == MIRROR_ERR_TIMEOUT && waited < 0.9,
+              "a download into pinned memory behind 1 s of work: MIRROR_ERR_TIMEOUT after %.2f s (%d: %s)", waited, rc,
+              st.message);
+        cudaStreamSynchronize(((mirror__cuda_dev *)dev)->stream);
+        G->upload(dev, dbig, pageable, big);
+        CHECK(G->status(dev, &st) == MIRROR_OK, "once the work has ended, an upload works again: %s", st.message);
+        G->host_release(dev, pinned);
+        G->release(dev, dbig);
+        free(pageable);
+    }
     G->release(dev, buf);
     G->close(dev);
     mirror_strategy_destroy(s);
@@ -1905,10 +2071,27 @@ static void test_caller_device(void)
     cudaSetDevice(0);
 }
 
-int main(void)
+/* Closes what main opened and prints the counts. */
+static int close_all(void)
+{
+    G->close(gdev);
+    C->close(cdev);
+    mirror_strategy_destroy(gpu1);
+    mirror_dataset_free(&data);
+    return check_done("test_cuda");
+}
+
+/* "test_cuda ops": the operation tests alone (up to the check that they
+   left no device error), a short run for compute-sanitizer. */
+int main(int argc, char **argv)
 {
     mirror_error err = {0, ""};
     size_t ws;
+    int ops_only = argc == 2 && !strcmp(argv[1], "ops");
+    if (argc > 1 && !ops_only) {
+        fprintf(stderr, "usage: test_cuda [ops]\n");
+        return 2;
+    }
     gpu1 = strategy("cuda:0", MIRROR_REDUCER_DEFAULT);
     CHECK(gpu1 != NULL, "a GPU strategy (make test-gpu needs a GPU)");
     if (!gpu1) return check_done("test_cuda");
@@ -1922,6 +2105,7 @@ int main(void)
     test_optimizers();
     test_gemm();
     test_gemm_bias();
+    test_lt_plans();
     test_storage16();
     test_gemm_exact();
     test_large_shapes();
@@ -1931,12 +2115,14 @@ int main(void)
     test_check();
     test_check32();
     test_slice_ops();
+    test_clip_norm();
     test_mixed_updates();
     test_scaler_update();
     {
         mirror_error st = {0, ""};
         CHECK(G->status(gdev, &st) == MIRROR_OK, "no device error in the operation tests: %s", st.message);
     }
+    if (ops_only) return close_all();
     test_training();
     test_deterministic_gpu();
     test_sharded_gpu();
@@ -1949,9 +2135,5 @@ int main(void)
     test_wait_timeout();
     test_multi_gpu();
     test_caller_device();
-    G->close(gdev);
-    C->close(cdev);
-    mirror_strategy_destroy(gpu1);
-    mirror_dataset_free(&data);
-    return check_done("test_cuda");
+    return close_all();
 }
