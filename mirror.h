@@ -363,8 +363,8 @@
       im2col's columns and the weights the layers read are 16-bit buffers:
       half the memory of fp32, and GEMMs on 16-bit operands (every op
       computes in fp32 and rounds what it stores once). In a step, on
-      every replica: the input is narrowed to 16 bits on the host (half the
-      upload); the loss gradient is multiplied by the loss scale S; the
+      every replica: the input goes up in fp32 and the device narrows it
+      to 16 bits (a GPU converts, not the host thread); the loss gradient is multiplied by the loss scale S; the
       weight gradients, accumulated in fp32, are stored in 16 bits and
       all-reduced in 16 bits. Where fp32 rounds nothing, two places round
       twice: a convolution's input gradient adds the 16-bit columns of its

@@ -77,7 +77,11 @@
       (mirror_hd_load, mirror_hd_store); the GEMMs are cublasGemmEx (and
       cuBLASLt's matmul) on 16-bit A and B with CUBLAS_COMPUTE_32F, on
       tensor cores, C rounded once to 16 bits or, for the weight
-      gradients, kept in fp32. The update after the all-reduce is three
+      gradients, kept in fp32; split-K partial sums stay in fp32 too
+      (cuBLAS's CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, the
+      compute-type reduction scheme for cuBLASLt). The shard goes up in
+      fp32, as gathered, and one kernel narrows it into the 16-bit input
+      the layers read: the host gathers rows, the GPU converts. The update after the all-reduce is three
       launches per replica, none of which the host waits for: check (one
       pass over the 16-bit gradient, 2 bytes a parameter: sets the
       scaler's found_nonfinite), the fused SGD or Adam (reads the flag and
@@ -131,7 +135,10 @@
       or a wait past the timeout, aborts every NCCL communicator of the
       strategy (ncclCommAbort, which ends the collectives in flight) and
       fails the call with MIRROR_ERR_DEVICE or MIRROR_ERR_TIMEOUT: a hang
-      becomes an error. The strategy's NCCL reductions fail at once from
+      becomes an error. A copy between the GPU and pageable memory (the
+      caller's, as in mirror_get_parameters and mirror_predict) would hold
+      the host in the driver until the stream reached it, where no timeout
+      runs: such a copy first waits for the stream by polling. The strategy's NCCL reductions fail at once from
       then on; destroy it and create another. A communicator whose init
       failed is aborted, not destroyed.
 
@@ -144,6 +151,9 @@
       divider. The bias gradient is spread over the GPU: each channel's
       elements are cut into spans of about 4096, one block a span, and a
       second pass adds a channel's spans in order (the same bits every run).
+      The sum of squares (the norm for clipping, a slice's with the sharded
+      update) is spread the same way: up to 1024 blocks each add a span in
+      double, and one block adds their sums in order.
       A convolution keeps its im2col from forward for backward when every
       convolution's whole-shard im2col fits in MIRROR_CUDA_KEEP_COLS bytes
       (default 1 GiB a replica; define it to change the budget, 0 to redo
@@ -154,9 +164,12 @@
       STREAMS AND WAITING (the input) and REDUCERS (NCCL's buckets).
       A dense layer's forward is one cuBLASLt matmul with the bias as its
       epilogue (CUBLASLT_EPILOGUE_BIAS; the plan, descriptors and the
-      algorithm cuBLASLt's heuristic picks, is made at a shape's first call
-      and kept, 16 a replica); where cuBLASLt has no algorithm for a shape,
-      the GEMM and one epilogue kernel. A convolution's bias is per row of
+      algorithm cuBLASLt's heuristic picks, is made at a key's first call
+      and kept, 16 a replica; the key is the shape, the data type and the
+      alignment of each operand, which the heuristic is told, since it
+      assumes 256 bytes and activations are carved at 64); where cuBLASLt
+      has no algorithm for a key, or refuses a matmul (the key then takes
+      this path from then on), the GEMM and one epilogue kernel. A convolution's bias is per row of
       its GEMM's output, which cuBLASLt's bias does not do: the GEMM and
       the epilogue kernel, before the permute. A relu right after a dense
       or conv2d layer is applied in place by that kernel, not by
