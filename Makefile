@@ -1,8 +1,9 @@
 # mirror: make (examples), make run (train), make test (everything that runs
-# on this machine), make test-gpu (needs a GPU), make bench. Variables: CC,
-# OPT, ARCH, BUILD, SAN (address | thread | valgrind), NO_ZLIB=1,
-# MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH, NCCL_HOME,
-# NO_CUDA=1, CUDA_ARCH.
+# on this machine), make test-gpu (needs a GPU), make bench, make gpu-pack
+# (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR.
+# Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
+# NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
+# NCCL_HOME, NO_CUDA=1, CUDA_ARCH.
 
 CC    ?= cc
 CXX   ?= c++
@@ -63,9 +64,10 @@ comma := ,
 NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
+CUDA_STDCXX ?= -lstdc++
 CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
             -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart_static -lcublasLt -lcublas \
-            $(if $(HAVE_NCCL),-lnccl) -lstdc++ -ldl -lrt -lpthread
+            $(if $(HAVE_NCCL),-lnccl) $(CUDA_STDCXX) -ldl -lrt -lpthread
 
 # MPI (build/train_mpi and the tests in tests/mpi), found by compiling a
 # probe with mpicc. Plain builds only: the sanitizers do not see into MPI.
@@ -156,6 +158,46 @@ $(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.
 $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
 	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
+# The versions a GPU run is recorded with, and one kernel launched.
+$(BUILD)/gpu_info.o: tests/gpu/gpu_info.cu | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/gpu_info: $(BUILD)/gpu_info.o
+	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
+
+# The GPU pack: the GPU programs built here for a GPU machine that may
+# have no compiler, no network, no MPI, no NCCL and no AVX-512: host code
+# for x86-64-v3, sm_90 SASS + compute_90 PTX, no MPI, the CUDA runtime and
+# libstdc++ linked in (cuBLAS and NCCL stay shared: hundreds of MB; so does
+# libgcc_s, whose static unwinder would ask for glibc 2.35); a second
+# flavour without NCCL in nonccl/; the run script (tests/gpu/pack_run.sh)
+# and the benchmarks' scripts. Objects go to build/gpu-pack-obj, never over
+# $(BUILD)'s.
+PACK          = build/gpu-pack
+PACK_OBJ      = build/gpu-pack-obj
+PACK_PROGRAMS = test_cuda train_cuda bench_gpu bench_fused_cuda gpu_info
+PACK_MAKE     = $(MAKE) --no-print-directory NO_MPI=1 HAVE_MPI= SAN= OPT=-O3 ARCH=-march=x86-64-v3 \
+                CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" \
+                CUDA_STDCXX="-static-libstdc++ -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic" \
+                HAVE_NVCC=1 HAVE_ZLIB=$(HAVE_ZLIB) HAVE_OPENBLAS= MIRROR_CBLAS=
+gpu-pack-nccl gpu-pack-nonccl:
+	@test -n "$(HAVE_NVCC)" || { echo "make gpu-pack: needs nvcc ($(NVCC) not found)"; exit 1; }
+	+@$(PACK_MAKE) BUILD=$(PACK_OBJ)/$(@:gpu-pack-%=%) HAVE_NCCL=$(if $(filter %nonccl,$@),,$(HAVE_NCCL)) gpu-pack-programs
+
+# (what the sub-make builds: quietly when nothing is to do)
+gpu-pack-programs: $(addprefix $(BUILD)/,$(PACK_PROGRAMS))
+	@:
+
+gpu-pack: gpu-pack-nccl gpu-pack-nonccl
+	@sh tools/gpu_pack.sh $(PACK_OBJ) $(PACK)
+
+# bench/GPU.md from a GPU run's results folder (RESULTS=DIR; GPU_MD=path
+# writes elsewhere).
+GPU_MD ?= bench/GPU.md
+gpu-report:
+	@test -n "$(RESULTS)" || { echo "usage: make gpu-report RESULTS=DIR [GPU_MD=bench/GPU.md]"; exit 2; }
+	@sh tools/gpu_report.sh "$(RESULTS)" "$(GPU_MD)"
+
 # libFuzzer targets (clang): make fuzz FUZZ_SECONDS=30
 CLANG ?= clang
 FUZZ_TARGETS = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
@@ -169,8 +211,12 @@ fuzz: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
 test-crash: info $(BUILD)/train
 	@BUILD="$(BUILD)" sh tests/crash_test.sh
 
-test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
-	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" sh tests/gpu/run.sh
+# The GPU pack's script on this build's programs (GPU_SECONDS: its
+# deadline), with the CUDA + MPI trainer where it is built; the benchmarks
+# are make bench-gpu's.
+GPU_SECONDS ?= 900
+test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(BUILD)/gpu_info $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
+	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" GPU_SECONDS="$(GPU_SECONDS)" sh tests/gpu/run.sh
 
 $(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
@@ -203,10 +249,13 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
+# The plain run where nvcc is also builds the GPU pack and runs its script
+# on CPU replicas (never under a sanitizer).
+PACK_TESTED = $(and $(HAVE_NVCC),$(if $(SAN),,1))
 test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_NVCC),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda) \
-      $(if $(HAVE_MPI),$(BUILD)/test_mpi)
+      $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(PACK_TESTED),gpu-pack)
 	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" MPIRUN="$(if $(HAVE_MPI),$(MPIRUN))" BUILD="$(BUILD)" \
-	 SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
+	 SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" PACK="$(if $(PACK_TESTED),$(PACK))" sh tests/run.sh $(TESTS)
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 	./$(BUILD)/bench_train
@@ -270,5 +319,6 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean
+.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
+        gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report
 .PRECIOUS: $(BUILD)/%

@@ -31,6 +31,18 @@
       LD_LIBRARY_PATH. For a program that must also start where they are
       missing, ship the CPU build (mirror.h alone) beside the CUDA one.
 
+      A build for a GPU machine without a compiler: make gpu-pack writes
+      build/gpu-pack (about 14 MiB): the GPU tests, the trainer and the
+      GPU benchmarks for x86-64-v3 hosts (no AVX-512), sm_90 SASS with
+      compute_90 PTX, the CUDA runtime and libstdc++ linked in, no MPI, and
+      a flavour without NCCL in nonccl/; they need glibc 2.34 or newer.
+      Its run.sh OUTDIR [SECONDS] runs every GPU check under one deadline,
+      finds cuBLAS and NCCL in the toolkit or in python3's nvidia/*/lib
+      packages (taking nonccl/ where libnccl is nowhere), and writes
+      OUTDIR/gpu-results.txt as it goes; make gpu-report RESULTS=OUTDIR
+      turns that into bench/GPU.md. "test_cuda ops" runs the operation
+      tests alone, for compute-sanitizer.
+
    DEVICES
 
       With no device list, every visible GPU is a replica (CUDA_VISIBLE_DEVICES

@@ -11,8 +11,9 @@
    a fixed global batch of 512, with every replica updating every parameter
    and with the sharded update (each replica a slice). Every step uploads its batch from host
    memory. Medians of ROUNDS timings of a run of steps, after a warm-up run.
-   Writes the synthetic digits to build/bench_digits.bin for
-   bench/bench_torch.py, which trains the same models on the same data.
+   Writes the synthetic digits to DIR/bench_digits.bin (--out DIR, else
+   $BENCH_DIR, else build) for bench/bench_torch.py, which trains the same
+   models on the same data.
 
    Each workload runs as queued and with CUDA graphs (desc.graphs).
 
@@ -20,7 +21,7 @@
    <TFLOP/s> <eager|graphs>" (the MLPs' 6 x batch x parameters flops a
    step; "-" for the CNN) and "replicas <K> <ms/step> <ms/step sharded>".
 
-   bench_gpu [--quick] [--devices LIST]: --quick shrinks every workload
+   bench_gpu [--quick] [--devices LIST] [--out DIR]: --quick shrinks every workload
    (batches / 16, widths / 16) for a try on CPU replicas, say with
    --devices cpu:2; LIST replaces "cuda:0" (and K replicas its first device
    K times). */
@@ -145,7 +146,8 @@ int main(int argc, char **argv)
                         {"mlp8192", 8192, 5, 8192, 8192, 3},
                         {"cnn", 512, 20, 0, 0, 0}};
     static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
-    const char *devices = "cuda:0";
+    const char *devices = "cuda:0", *dir = getenv("BENCH_DIR") ? getenv("BENCH_DIR") : "build";
+    char path[4096];
     int quick = 0, a;
     size_t i, p, k;
     mirror_dataset digits;
@@ -154,7 +156,8 @@ int main(int argc, char **argv)
     for (a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--quick")) quick = 1;
         else if (!strcmp(argv[a], "--devices") && a + 1 < argc) devices = argv[++a];
-        else fail("usage: bench_gpu [--quick] [--devices LIST]");
+        else if (!strcmp(argv[a], "--out") && a + 1 < argc) dir = argv[++a];
+        else fail("usage: bench_gpu [--quick] [--devices LIST] [--out DIR]");
     }
     for (i = 0; quick && i < sizeof loads / sizeof *loads; i++) {
         loads[i].batch = loads[i].batch / 16 ? loads[i].batch / 16 : 1;
@@ -163,12 +166,15 @@ int main(int argc, char **argv)
     }
     s = strategy(devices);
     mirror_dataset_synthetic_digits(&digits, 8192, 1, NULL);
-    if ((f = fopen("build/bench_digits.bin", "wb")) != NULL) { /* count, then x, then int32 labels */
+    snprintf(path, sizeof path, "%s/bench_digits.bin", dir);
+    if ((f = fopen(path, "wb")) != NULL) { /* count, then x, then int32 labels */
         int32_t n = (int32_t)digits.count;
         fwrite(&n, 4, 1, f);
         fwrite(digits.x, 4, digits.count * 784, f);
         fwrite(digits.labels, 4, digits.count, f);
-        fclose(f);
+        if (fclose(f)) fprintf(stderr, "bench_gpu: %s: not written whole\n", path);
+    } else {
+        fprintf(stderr, "bench_gpu: cannot write %s: bench_torch.py will lack its data\n", path);
     }
     printf("# %s; every step uploads its batch; fp32 GEMMs strict (no TF32)\n", mirror_strategy_describe(s));
     for (i = 0; i < sizeof loads / sizeof *loads; i++) {

@@ -3,13 +3,15 @@
 The same models (Adam) and shapes as bench_gpu.c: mlp (784-256-128-10, batch
 128), mlp2048 (784-2048-2048-10, batch 4096), mlp8192 (8192-8192-8192-8192-10,
 batch 8192) and cnn (the trainer's CNN, batch 512); the digits from
-build/bench_digits.bin (written by bench_gpu), random data for mlp8192. The
+DIR/bench_digits.bin (written by bench_gpu; DIR from --dir, else $BENCH_DIR,
+else build), random data for mlp8192. The
 data sits on the device before timing (PyTorch's fastest loop; mirror uploads
 every batch). Each workload in three modes and three precisions:
 
   modes       eager; graphs (the whole step captured once in a CUDA graph and
               replayed: Adam(capturable=True), static input tensors);
-              compile (torch.compile of the model, default mode)
+              compile (torch.compile of the model, default mode; asked for
+              by --modes: a dozen Inductor compiles take minutes)
   precisions  fp32 (TF32 off in cuBLAS and cuDNN: mirror's fp32); tf32 (TF32
               on in both); amp (autocast to fp16 with a GradScaler, as
               mirror's fp16 mixed precision; not in a CUDA graph, where the
@@ -21,9 +23,11 @@ the GEMM-bound workload is measured against). Prints
   torch <workload> <batch> <precision> <mode> <samples/s> <ms/step> <TFLOP/s|->
   cublas <precision> <TFLOP/s>
 
-Arguments: [cuda|cpu] [--quick] [--modes eager,graphs,compile]. --quick
-shrinks the workloads as bench_gpu --quick does, to try the script on a CPU.
+Arguments: [cuda|cpu] [--quick] [--modes eager,graphs,compile] [--dir DIR].
+--modes defaults to eager,graphs. --quick shrinks the workloads as bench_gpu
+--quick does, to try the script on a CPU.
 """
+import os
 import statistics
 import sys
 import time
@@ -41,7 +45,7 @@ WORKLOADS = [  # name, batch, steps, (in, width, depth) for an MLP of random dat
 ]
 
 
-def load(path="build/bench_digits.bin"):
+def load(path):
     raw = open(path, "rb").read()
     n = int(np.frombuffer(raw[:4], dtype=np.int32)[0])
     x = np.frombuffer(raw[4:4 + n * 784 * 4], dtype=np.float32).reshape(n, 1, 28, 28)
@@ -151,13 +155,16 @@ def main():
     args = sys.argv[1:]
     dev = "cpu" if "cpu" in args else "cuda"
     quick = "--quick" in args
-    modes = ["eager", "graphs", "compile"]
+    modes = ["eager", "graphs"]
     if "--modes" in args:
         modes = args[args.index("--modes") + 1].split(",")
+    where = os.environ.get("BENCH_DIR") or "build"
+    if "--dir" in args:
+        where = args[args.index("--dir") + 1]
     if dev == "cuda" and not torch.cuda.is_available():
         print("bench_torch: no CUDA device", file=sys.stderr)
         return 1
-    digits_x, digits_y = load()
+    digits_x, digits_y = load(os.path.join(where, "bench_digits.bin"))
     name = torch.cuda.get_device_name(0) if dev == "cuda" else "the CPU"
     print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}) on {name}; data on the device")
     for wname, batch, steps, shape in WORKLOADS:

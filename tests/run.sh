@@ -229,6 +229,60 @@ if [ -x "$BUILD/train_cuda" ]; then
     fi
 fi
 
+# The GPU pack (make gpu-pack, built for the plain run where nvcc is): its
+# programs fit any x86-64-v3 CPU and 48 MiB; its script, without a GPU,
+# writes the results header and fails within 10 s saying so; with --cpu it
+# runs every stage's logic on CPU replicas to a complete results file, from
+# which tools/gpu_report.sh makes the GPU page.
+if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
+    sh tools/gpu_pack.sh --check "$PACK" >"$tmp/pack-check.out" 2>&1
+    check "the GPU pack's 10 programs: no AVX-512 instruction (objdump -d finds no zmm register)" \
+        grep -q '^gpu-pack: 10 of 10 programs read: 0 with zmm registers' "$tmp/pack-check.out"
+    check "the GPU pack's programs: the CUDA runtime linked in, no libnccl needed in nonccl/" \
+        grep -q '^gpu-pack: 0 with a shared CUDA runtime, 0 in nonccl/ with libnccl$' "$tmp/pack-check.out"
+    check "the GPU pack: at most 48 MiB" grep -q '^gpu-pack: [0-9.]* MiB in all: within 48$' "$tmp/pack-check.out"
+    if ! gpu_here; then
+        pack_no_gpu() {
+            t0=$(date +%s)
+            "$PACK/run.sh" "$tmp/pack-nogpu" >"$tmp/pack-nogpu.out" 2>&1
+            rc=$?
+            took=$(($(date +%s) - t0))
+            r=$tmp/pack-nogpu/gpu-results.txt
+            echo "run.sh without a GPU: exit $rc after $took s"
+            test $rc -ne 0 && test $took -le 10 && test "$(grep -c '^no GPU: ' "$tmp/pack-nogpu.out")" -eq 1 &&
+                grep -q '^date: ' "$r" && grep -q '^commit: [0-9a-f]' "$r" && grep -q '^cublas: [0-9]' "$r" &&
+                grep -q '^flavour: nccl' "$r" && grep -q '^== end: no GPU' "$r"
+        }
+        check "build/gpu-pack/run.sh without a GPU: the results header, one line saying so, non-zero within 10 s" pack_no_gpu
+        # an ldd that finds no libnccl: the no-NCCL flavour takes over
+        mkdir -p "$tmp/ldd"
+        printf '#!/bin/sh\ncase $1 in */nonccl/*) ;; *) echo "\tlibnccl.so.2 => not found" ;; esac\n' >"$tmp/ldd/ldd"
+        chmod +x "$tmp/ldd/ldd"
+        check "build/gpu-pack/run.sh where libnccl is not found: the nonccl/ flavour, said in the results" sh -c \
+            "PATH='$tmp/ldd':\$PATH '$PACK/run.sh' '$tmp/pack-nonccl' >'$tmp/pack-nonccl.out' 2>&1; grep -q '^flavour: nonccl (libnccl.so.2 not found' '$tmp/pack-nonccl/gpu-results.txt' && grep -q '^nccl: none (built without NCCL)' '$tmp/pack-nonccl/gpu-results.txt'"
+    fi
+    pack_cpu() {
+        "$PACK/run.sh" --cpu "$tmp/pack-cpu" 150 >"$tmp/pack-cpu.out" 2>&1 || return 1
+        r=$tmp/pack-cpu/gpu-results.txt
+        for s in smoke test_cuda trainer bench sanitizer mpi compile; do
+            grep -q "^== $s\$" "$r" || { echo "no stage $s in $r"; return 1; }
+        done
+        grep -qE '^== end: [0-9]+ passed, 0 failed, [0-9]+ skipped, 0 cut' "$r" &&
+            test "$(grep -c '^ok: train_cuda ' "$r")" -eq 30 && test "$(grep -c '^ok: .*, bit for bit$' "$r")" -eq 12 &&
+            grep -q '^ok: bench_gpu ' "$r" && grep -q '^mlp8192 ' "$r" && grep -q '^skipped: test_cuda (GPU only)' "$r"
+    }
+    check "build/gpu-pack/run.sh --cpu: every stage on CPU replicas, 30 trainer runs and 12 equalities, a complete results file" \
+        pack_cpu
+    pack_report() {
+        sh tools/gpu_report.sh "$tmp/pack-cpu" "$tmp/GPU.md" || return 1
+        n=$(grep -cE '^(ok|FAILED|skipped|cut): ' "$tmp/pack-cpu/gpu-results.txt")
+        test "$n" -gt 40 && test "$(grep -cE '^\| (smoke|test_cuda|trainer|bench|sanitizer|mpi|compile) \| .* \| (ok|FAILED|skipped|cut) \|$' "$tmp/GPU.md")" -eq "$n" &&
+            grep -q '^| commit | [0-9a-f]' "$tmp/GPU.md" && grep -q '^| verdict | .* 0 failed' "$tmp/GPU.md" &&
+            grep -q '^## mirror against PyTorch' "$tmp/GPU.md" && grep -q '^mirror mlp8192 ' "$tmp/GPU.md"
+    }
+    check "tools/gpu_report.sh (make gpu-report): the --cpu results made into a page with every check and figure" pack_report
+fi
+
 # Several processes (MIRROR_MPI; make builds them where mpicc and mpirun
 # are): the library across 1, 2 and 3 processes of 1 and 2 replicas each
 # against one process, then the trainer under mpirun.
