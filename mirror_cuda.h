@@ -37,7 +37,7 @@
       compute_90 PTX, the CUDA runtime and libstdc++ linked in, no MPI, and
       a flavour without NCCL in nonccl/; they need glibc 2.34 or newer.
       Its run.sh OUTDIR [SECONDS] runs every GPU check under one deadline,
-      finds cuBLAS and NCCL in the toolkit or in python3's nvidia/*/lib
+      finds cuBLAS and NCCL in the toolkit or in python3's nvidia/PACKAGE/lib
       packages (taking nonccl/ where libnccl is nowhere), and writes
       OUTDIR/gpu-results.txt as it goes; make gpu-report RESULTS=OUTDIR
       turns that into bench/GPU.md. "test_cuda ops" runs the operation
