@@ -196,7 +196,7 @@ fi
 # back to CPU replicas with one notice line and train to the same final:
 # line; an explicit cuda: device must fail cleanly. With a GPU it must
 # train on it.
-if [ -n "$NVCC" ]; then
+if [ -n "$NVCC" ] && [ -z "$SAN" ]; then
     check "tests/gpu/test_cuda.cu builds (make test-gpu runs it on a GPU)" test -x "$BUILD/test_cuda"
 fi
 # Whether this machine has a GPU, found without the trainer: the driver's
