@@ -362,15 +362,15 @@
       fp32 master weights and moments. The activations, their gradients,
       im2col's columns and the weights the layers read are 16-bit buffers:
       half the memory of fp32, and GEMMs on 16-bit operands (every op
-      computes in fp32 and rounds what it stores once). In a step, on
-      every replica: the input goes up in fp32 and the device narrows it
-      to 16 bits (a GPU converts, not the host thread); the loss gradient is multiplied by the loss scale S; the
-      weight gradients, accumulated in fp32, are stored in 16 bits and
-      all-reduced in 16 bits. Where fp32 rounds nothing, two places round
-      twice: a convolution's input gradient adds the 16-bit columns of its
-      GEMM (as a GPU's col2im of a 16-bit buffer does), and a projected
-      residual block adds the 16-bit projection to the 16-bit body, as
-      PyTorch's autocast does.
+      computes in fp32 and rounds what it stores once). In a step, on every
+      replica: the input goes up in fp32 and the device narrows it to 16
+      bits (a GPU converts, not the host thread); the loss gradient is
+      multiplied by the loss scale S; the weight gradients, accumulated in
+      fp32, are stored in 16 bits and all-reduced in 16 bits. Where fp32
+      rounds nothing, two places round twice: a convolution's input gradient
+      adds the 16-bit columns of its GEMM (as a GPU's col2im of a 16-bit
+      buffer does), and a projected residual block adds the 16-bit
+      projection to the 16-bit body, as PyTorch's autocast does.
       Then, with no host wait: one pass checks the reduced gradient,
       unscaled, for Inf and NaN and sets a flag in device memory; one fused
       pass reads the flag and, when the gradient is finite, unscales it,
