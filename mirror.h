@@ -2370,14 +2370,11 @@ typedef float mirror__vec;
 #endif
 
 /* The tile stays a function of its own: inlined into a caller with many
-   live values, its row pointers spill out of the registers. Its body is
-   inlined into each of its two widths, so that the width is a constant. */
+   live values, its row pointers spill out of the registers. */
 #if defined(__GNUC__) || defined(__clang__)
 #define MIRROR__NOINLINE __attribute__((noinline))
-#define MIRROR__INLINE __attribute__((always_inline)) inline
 #else
 #define MIRROR__NOINLINE
-#define MIRROR__INLINE
 #endif
 
 #ifndef MIRROR_GEMM_MC
@@ -2404,33 +2401,28 @@ static mirror__vec mirror__vload(const float *p)
 
 static void mirror__vstore(float *p, mirror__vec v) { memcpy(p, &v, sizeof v); }
 
-/* The width of B's panel of nr columns: NR, or one vector where nr fits
-   in one (a narrow last panel: a product 9 columns wide on AVX-512 packs
-   and multiplies 16 columns, not 32). */
-static size_t mirror__panel_width(size_t nr) { return nr <= MIRROR__VL ? MIRROR__VL : MIRROR__NR; }
-
-/* op(B)[pc.., jc..] as panels of NR columns (the last maybe narrow),
-   pb[panel][p][j], zero past n; element (p, j) of op(B) is b[p*rs + j*cs]. */
+/* op(B)[pc.., jc..] as panels of NR columns, pb[panel][p][j], zero past
+   n; element (p, j) of op(B) is b[p*rs + j*cs]. */
 static void mirror__pack_b(const float *b, size_t rs, size_t cs, size_t kc, size_t nc, float *pb)
 {
-    size_t j0, j, p, nr, w;
-    for (j0 = 0; j0 < nc; j0 += MIRROR__NR, pb += w * kc) {
-        nr = MIRROR__MIN(MIRROR__NR, nc - j0), w = mirror__panel_width(nr);
+    size_t j0, j, p;
+    for (j0 = 0; j0 < nc; j0 += MIRROR__NR, pb += MIRROR__NR * kc) {
+        size_t nr = MIRROR__MIN(MIRROR__NR, nc - j0);
         if (cs == 1 || rs != 1) {
             for (p = 0; p < kc; p++) {
                 const float *src = b + p * rs + j0 * cs;
-                float *dst = pb + p * w;
+                float *dst = pb + p * MIRROR__NR;
                 if (cs == 1)
                     memcpy(dst, src, nr * sizeof(float));
                 else
                     for (j = 0; j < nr; j++) dst[j] = src[j * cs];
-                for (j = nr; j < w; j++) dst[j] = 0.0f;
+                for (j = nr; j < MIRROR__NR; j++) dst[j] = 0.0f;
             }
         } else { /* op(B) = B^T: its columns are B's rows, read along */
-            if (nr < w) memset(pb, 0, kc * w * sizeof(float));
+            if (nr < MIRROR__NR) memset(pb, 0, kc * MIRROR__NR * sizeof(float));
             for (j = 0; j < nr; j++) {
                 const float *src = b + (j0 + j) * cs;
-                for (p = 0; p < kc; p++) pb[p * w + j] = src[p];
+                for (p = 0; p < kc; p++) pb[p * MIRROR__NR + j] = src[p];
             }
         }
     }
@@ -2461,16 +2453,14 @@ static mirror__epilogue mirror__epilogue_at(const mirror__epilogue *ep, size_t i
     return e;
 }
 
-/* The register tile: C[mr, nr] = beta C + alpha A-rows . B-panel of nv
-   vectors (NV, or 1 for a narrow panel), where element (i, p) of A is
-   a[i*ars + p*acs] (A is read in place, never packed: rows past mr repeat
-   the last row, their sums are dropped) and element (i, j) of C is
-   c[i*crs + j*ccs]; then the epilogue ep (NULL: none, else the tile's own,
-   from its first element). Every element is the same chain of
-   multiply-adds over p in either width: the same bits. */
-static MIRROR__INLINE void mirror__tile_of(const size_t nv, size_t kc, const float *a, size_t ars, size_t acs,
-                                           const float *pb, size_t ldpb, float *c, size_t crs, size_t ccs, size_t mr,
-                                           size_t nr, float alpha, float beta, const mirror__epilogue *ep)
+/* The register tile: C[mr, nr] = beta C + alpha A-rows . B-panel, where
+   element (i, p) of A is a[i*ars + p*acs] (A is read in place, never
+   packed: rows past mr repeat the last row, their sums are dropped) and
+   element (i, j) of C is c[i*crs + j*ccs]; then the epilogue ep (NULL: none,
+   else the tile's own, from its first element). */
+MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars, size_t acs, const float *pb, size_t ldpb,
+                         float *c, size_t crs, size_t ccs, size_t mr, size_t nr, float alpha, float beta,
+                         const mirror__epilogue *ep)
 {
     const mirror__vec zero = {0};
     mirror__vec acc[MIRROR__MR][MIRROR__NV], b[MIRROR__NV];
@@ -2481,15 +2471,15 @@ static MIRROR__INLINE void mirror__tile_of(const size_t nv, size_t kc, const flo
         MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero;
     }
     for (p = 0, at = 0; p < kc; p++, at += acs, pb += ldpb) {
-        MIRROR__UNROLL for (j = 0; j < nv; j++) b[j] = mirror__vload(pb + j * MIRROR__VL);
+        MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) b[j] = mirror__vload(pb + j * MIRROR__VL);
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
             mirror__vec ai = row[i][at] - zero; /* a broadcast: x - 0 is exactly x */
-            MIRROR__UNROLL for (j = 0; j < nv; j++) acc[i][j] += ai * b[j];
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] += ai * b[j];
         }
     }
-    if (mr == MIRROR__MR && nr == nv * MIRROR__VL && ccs == 1 && !ep) {
+    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1 && !ep) {
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
-            MIRROR__UNROLL for (j = 0; j < nv; j++) {
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
                 float *cij = c + i * crs + j * MIRROR__VL;
                 /* beta 0 overwrites: C may hold NaN, never scale it */
                 mirror__vstore(cij, beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j]);
@@ -2503,20 +2493,6 @@ static MIRROR__INLINE void mirror__tile_of(const size_t nv, size_t kc, const flo
                 *cij = ep ? mirror__finish(ep, i, j, v) : v;
             }
     }
-}
-
-MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars, size_t acs, const float *pb,
-                                          size_t ldpb, float *c, size_t crs, size_t ccs, size_t mr, size_t nr,
-                                          float alpha, float beta, const mirror__epilogue *ep)
-{
-    mirror__tile_of(MIRROR__NV, kc, a, ars, acs, pb, ldpb, c, crs, ccs, mr, nr, alpha, beta, ep);
-}
-
-MIRROR__NOINLINE static void mirror__tile_narrow(size_t kc, const float *a, size_t ars, size_t acs, const float *pb,
-                                                 size_t ldpb, float *c, size_t crs, size_t ccs, size_t mr, size_t nr,
-                                                 float alpha, float beta, const mirror__epilogue *ep)
-{
-    mirror__tile_of(1, kc, a, ars, acs, pb, ldpb, c, crs, ccs, mr, nr, alpha, beta, ep);
 }
 
 /* C = alpha op(A) op(B) + beta C with every operand given by strides:
@@ -2554,14 +2530,14 @@ static void mirror__gemm_strided(size_t m, size_t n, size_t k, float alpha, cons
                 size_t mc = MIRROR__MIN(MIRROR_GEMM_MC, m - ic);
                 for (jr = 0; jr < nc; jr += MIRROR__NR) {
                     const float *panel = jr < full ? bsrc + jr : ws + (jr - full) * kc;
-                    size_t nr = MIRROR__MIN(MIRROR__NR, nc - jr), ldp = jr < full ? brs : mirror__panel_width(nr);
+                    size_t ldp = jr < full ? brs : MIRROR__NR;
                     for (ir = 0; ir < mc; ir += MIRROR__MR) {
                         mirror__epilogue at;
                         if (ep && pc + kc == k) at = mirror__epilogue_at(ep, ic + ir, jc + jr);
-                        (jr >= full && ldp < MIRROR__NR ? mirror__tile_narrow : mirror__tile)(
-                            kc, a + (ic + ir) * ars + pc * acs, ars, acs, panel, ldp,
-                            c + (ic + ir) * crs + (jc + jr) * ccs, crs, ccs, MIRROR__MIN(MIRROR__MR, mc - ir), nr,
-                            alpha, bk, ep && pc + kc == k ? &at : NULL);
+                        mirror__tile(kc, a + (ic + ir) * ars + pc * acs, ars, acs, panel, ldp,
+                                     c + (ic + ir) * crs + (jc + jr) * ccs, crs, ccs,
+                                     MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), alpha,
+                                     bk, ep && pc + kc == k ? &at : NULL);
                     }
                 }
             }
@@ -2570,19 +2546,20 @@ static void mirror__gemm_strided(size_t m, size_t n, size_t k, float alpha, cons
 }
 
 /* The cost of an m x n product per unit of depth, in cycles at two vector
-   multiply-adds a cycle: its register tiles' multiply-adds (rows rounded
-   up to whole tiles, columns to whole panels) and, where B's rows are not
+   multiply-adds a cycle: its register tiles' multiply-adds (rows and
+   columns rounded up to whole tiles) and, where B's rows are not
    contiguous, a cycle for each float gathered into B's panels. */
 static size_t mirror__gemm_cost(size_t m, size_t n, int gather_b)
 {
-    size_t rest = n % MIRROR__NR, width = n / MIRROR__NR * MIRROR__NR + (rest ? mirror__panel_width(rest) : 0);
-    return (m + MIRROR__MR - 1) / MIRROR__MR * MIRROR__MR * (width / MIRROR__VL) / 2 + (gather_b ? width : 0);
+    size_t panels = (n + MIRROR__NR - 1) / MIRROR__NR;
+    return (m + MIRROR__MR - 1) / MIRROR__MR * panels * MIRROR__MR * MIRROR__NV / 2 +
+           (gather_b ? panels * MIRROR__NR : 0);
 }
 
 /* C = alpha A B^T + beta C (then the epilogue ep, NULL: none) where A's
    rows and B's rows both run along the depth and n fits in one vector:
    no panel to pack (packing B^T is a gather as costly as the product at
-   such widths, and the tile would multiply a 16-wide panel for 9 columns).
+   such widths, and the tile would multiply a 32-wide panel for 9 columns).
    Blocks of 4 rows by 3 columns keep 12 vector sums along the depth, each
    added up lane by lane at its end, then the depth's rest. A row's sums are
    its own: the same bits for any m. AVX-512 only, whose 32 registers hold
