@@ -781,7 +781,9 @@ typedef struct mirror_model_desc {
        update, are recorded once per shape (CUDA graphs) and replayed, two
        launches a step instead of one per kernel. GPUs only; elsewhere, and
        for models with batchnorm layers or in deterministic mode, the step
-       runs as without. See GRAPHS in mirror_cuda.h. */
+       runs as without (a notice says why). Once the model is built,
+       mirror_model_query_desc reports whether they are in use. See GRAPHS
+       in mirror_cuda.h. */
     int graphs;
 } mirror_model_desc;
 
@@ -1237,6 +1239,9 @@ typedef struct mirror_checkpoint_info {
        accumulate), dataset size or drop_remainder would replay other
        samples. */
     uint64_t batch, samples, drop_remainder;
+    /* The samples of one micro-batch (fit's batch; 0: not known): how the
+       step's gradient was added up, which a resumed run compares. */
+    uint64_t micro_batch;
 } mirror_checkpoint_info;
 
 /* Writes replica 0's parameters and optimizer state, and cursor (may be
@@ -5115,6 +5120,7 @@ struct mirror_model {
     size_t chunks_max;  /* the most chunks of one shard (1 when off) */
     float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added, */
     size_t *chunk_owner; /* and the replica each lies on */
+    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
     size_t layer_bytes; /* the layers' part of the activation arena */
     mirror__replica *rep;
     float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
@@ -5380,7 +5386,10 @@ MIRROR_API mirror_model_desc mirror_model_query_desc(const mirror_model *m)
 {
     mirror_model_desc d;
     memset(&d, 0, sizeof d);
-    return m ? m->desc : d;
+    if (!m) return d;
+    d = m->desc;
+    if (m->built) d.graphs = m->graphs; /* in use, not asked */
+    return d;
 }
 
 /* Appends a layer whose input is the current shape; records the first error. */
@@ -5729,10 +5738,11 @@ static void mirror__choose_graphs(mirror_model *m)
 {
     int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
     m->graphs = m->desc.graphs && able && !m->nrunning && !m->chunk;
-    if (m->desc.graphs && able && !m->graphs)
-        mirror__log(MIRROR_LOG_NOTICE, m->chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
-                                                : "graphs: off for a model with batchnorm layers (they pause for the "
-                                                  "host at each layer)");
+    if (m->desc.graphs && !m->graphs)
+        mirror__log(MIRROR_LOG_NOTICE, !able     ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
+                                       : m->chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
+                                                  : "graphs: off for a model with batchnorm layers (they pause for the "
+                                                    "host at each layer)");
 }
 
 /* The floats of optimizer state a replica holds: every parameter's, or
@@ -9392,6 +9402,31 @@ static size_t mirror__tensors(const mirror_model *m, const float *params, const 
     return n;
 }
 
+/* What a run's numbers depend on besides its parameters, optimizer state
+   and data cursor, as header keys: the optimizer's hyper-parameters and
+   clipping, precision and loss scaling, the seed (dropout's masks), the
+   schedule, and how the gradients are added up (deterministic mode and its
+   chunk, the replicas in all, the backend). Written once, here: a resumed
+   run's are compared with the checkpoint's as text (mirror__resume_changes). */
+static void mirror__run_settings(const mirror_model *m, mirror__text *h)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    mirror__printf(h, "\"lr\":\"%.9g\",\"momentum\":\"%.9g\",\"nesterov\":\"%d\",\"weight_decay\":\"%.9g\","
+                      "\"beta1\":\"%.9g\",\"beta2\":\"%.9g\",\"eps\":\"%.9g\",\"clip_norm\":\"%.9g\","
+                      "\"precision\":\"%s\",\"loss_scaler\":\"%s\",\"seed\":\"%llu\"",
+                   (double)o->lr, (double)o->momentum, o->nesterov, (double)o->weight_decay, (double)o->beta1,
+                   (double)o->beta2, (double)o->eps, (double)o->clip_norm, mirror_precision_name(m->desc.precision),
+                   m->format ? mirror_loss_scaling_name(m->desc.loss_scale.kind) : "none",
+                   (unsigned long long)m->desc.seed);
+    mirror__printf(h, ",\"lr_schedule\":\"%s\",\"warmup\":\"%llu\",\"step_size\":\"%llu\",\"gamma\":\"%.9g\","
+                      "\"total_steps\":\"%llu\",\"min_lr\":\"%.9g\"",
+                   mirror__schedule_names[o->schedule], (unsigned long long)o->warmup,
+                   (unsigned long long)o->step_size, (double)o->gamma, (unsigned long long)o->total_steps,
+                   (double)o->min_lr);
+    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"replicas\":\"%zu\",\"backend\":\"%s\"",
+                   m->chunk != 0, m->chunk, m->s->world, m->be->name);
+}
+
 /* The header JSON, padded with spaces to a multiple of 8 bytes (safetensors'
    alignment); crc32.header is computed over the text with its own value as
    "00000000", then written in place. */
@@ -9399,30 +9434,18 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
                                      const mirror_loss_scale_state *st, const mirror__tensor *t, size_t nt,
                                      mirror__text *h)
 {
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
     uint64_t offset = 0;
     size_t i, j;
     char *crc_at;
     mirror__printf(h, "{\"__metadata__\":{\"format\":\"mirror\",\"version\":\"1\",\"model\":\"");
     mirror__describe_model(m, h);
-    mirror__printf(h, "\",\"optimizer\":\"%s\",\"lr\":\"%.9g\",\"momentum\":\"%.9g\",\"nesterov\":\"%d\","
-                      "\"weight_decay\":\"%.9g\",\"beta1\":\"%.9g\",\"beta2\":\"%.9g\",\"eps\":\"%.9g\","
-                      "\"precision\":\"%s\",\"loss_scaler\":\"%s\",\"step\":\"%llu\",\"epoch\":\"%llu\","
-                      "\"epoch_step\":\"%llu\",\"shuffle_seed\":\"%llu\",\"seed\":\"%llu\",\"batch\":\"%llu\","
-                      "\"samples\":\"%llu\",\"drop_remainder\":\"%llu\"",
-                   mirror__opt_names[o->kind], (double)o->lr, (double)o->momentum, o->nesterov,
-                   (double)o->weight_decay, (double)o->beta1, (double)o->beta2, (double)o->eps,
-                   mirror_precision_name(m->desc.precision),
-                   st ? mirror_loss_scaling_name(m->desc.loss_scale.kind) : "none",
+    mirror__printf(h, "\",\"optimizer\":\"%s\",", mirror__opt_names[m->desc.optimizer.kind]);
+    mirror__run_settings(m, h);
+    mirror__printf(h, ",\"step\":\"%llu\",\"epoch\":\"%llu\",\"epoch_step\":\"%llu\",\"shuffle_seed\":\"%llu\","
+                      "\"batch\":\"%llu\",\"samples\":\"%llu\",\"drop_remainder\":\"%llu\",\"micro_batch\":\"%llu\"",
                    (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
-                   (unsigned long long)c->shuffle_seed, (unsigned long long)m->desc.seed,
-                   (unsigned long long)c->batch, (unsigned long long)c->samples,
-                   (unsigned long long)c->drop_remainder);
-    mirror__printf(h, ",\"lr_schedule\":\"%s\",\"warmup\":\"%llu\",\"step_size\":\"%llu\",\"gamma\":\"%.9g\","
-                      "\"total_steps\":\"%llu\",\"min_lr\":\"%.9g\"",
-                   mirror__schedule_names[o->schedule], (unsigned long long)o->warmup,
-                   (unsigned long long)o->step_size, (double)o->gamma, (unsigned long long)o->total_steps,
-                   (double)o->min_lr);
+                   (unsigned long long)c->shuffle_seed, (unsigned long long)c->batch, (unsigned long long)c->samples,
+                   (unsigned long long)c->drop_remainder, (unsigned long long)c->micro_batch);
     if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
         mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
                           "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
@@ -9828,7 +9851,7 @@ static int mirror__json_uints(mirror__json *j, uint64_t *v, size_t max, size_t *
     return mirror__json_char(j, ']');
 }
 
-#define MIRROR__MAX_META (MIRROR__MAX_TENSORS + 32) /* the fixed keys and a checksum a tensor */
+#define MIRROR__MAX_META (MIRROR__MAX_TENSORS + 48) /* the fixed keys and a checksum a tensor */
 
 typedef struct mirror__header {
     char key[MIRROR__MAX_META][80];
@@ -10058,19 +10081,12 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the step or the data cursor is missing or not a number", path);
         goto done;
     }
+    if (!mirror__meta_u64(h, "micro_batch", &info->micro_batch)) info->micro_batch = 0; /* older files: not known */
     if ((rc = mirror__check_counters(m, path, info, *has_st ? st : NULL))) goto done;
     if (!weights_only && (!(s = mirror__meta(h, "optimizer")) || strcmp(s, mirror__opt_names[m->desc.optimizer.kind]))) {
         rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: optimizer \"%s\", this model's is \"%s\" (load weights only?)", path,
                           s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
         goto done;
-    }
-    if (!weights_only && (s = mirror__meta(h, "lr_schedule")) != NULL &&
-        strcmp(s, mirror__schedule_names[m->desc.optimizer.schedule])) {
-        char notice[300];
-        snprintf(notice, sizeof notice,
-                 "%s: trained with the \"%.20s\" learning-rate schedule; this model goes on with \"%s\"", path, s,
-                 mirror__schedule_names[m->desc.optimizer.schedule]);
-        mirror__log(MIRROR_LOG_NOTICE, notice);
     }
     /* Offsets: inside the data, no overlap, the data covered exactly. */
     for (i = 0; i < h->nt; i++) {
@@ -10126,6 +10142,59 @@ done:
     MIRROR_FREE(text);
     MIRROR_FREE(model.p);
     return rc;
+}
+
+/* After a load that goes on training: one notice that names every setting
+   (mirror__run_settings) that differs from the checkpoint's run, and says
+   whether the run stays bitwise the one that was not stopped: only the
+   replica count may change, and only in deterministic mode. Keys an older
+   checkpoint lacks are not compared. Also keeps the checkpoint's
+   micro-batch for the next fit (mirror__resume_split). */
+static void mirror__resume_changes(mirror_model *m, const char *path, const mirror__header *saved)
+{
+    mirror__text now = {NULL, 0, 0, 0}, line = {NULL, 0, 0, 0};
+    mirror__header *h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
+    size_t i, differ = 0, breaks = 0;
+    if (!mirror__meta_u64(saved, "micro_batch", &m->resumed_micro)) m->resumed_micro = 0;
+    mirror__printf(&now, "{\"__metadata__\":{");
+    mirror__run_settings(m, &now);
+    mirror__printf(&now, "}}");
+    if (h && !now.failed && mirror__parse_header(now.p, now.len, h))
+        for (i = 0; i < h->nmeta; i++) {
+            const char *was = mirror__meta(saved, h->key[i]);
+            if (!was || !strcmp(was, h->value[i])) continue;
+            mirror__printf(&line, "%s%s %s (the checkpoint's: %.40s)", differ++ ? ", " : "", h->key[i], h->value[i],
+                           was);
+            breaks += strcmp(h->key[i], "replicas") != 0 || !m->chunk;
+        }
+    if (differ && !line.failed) {
+        mirror__text notice = {NULL, 0, 0, 0};
+        mirror__printf(&notice, "%s: resumed with %s: %s", path, line.p,
+                       breaks ? "the run goes on, no longer bitwise the run that was not stopped"
+                              : "deterministic mode keeps it bitwise the run that was not stopped");
+        if (!notice.failed) mirror__log(MIRROR_LOG_NOTICE, notice.p);
+        MIRROR_FREE(notice.p);
+    }
+    MIRROR_FREE(h);
+    MIRROR_FREE(now.p);
+    MIRROR_FREE(line.p);
+}
+
+/* A fit that resumes a checkpoint: in deterministic mode micro-batches of
+   whole chunks all give the step of the whole global batch, whatever their
+   size; any other change of the micro-batch moves where the sums are cut. */
+static void mirror__resume_split(mirror_model *m, const mirror_fit_desc *d)
+{
+    uint64_t was = m->resumed_micro, K = m->chunk;
+    char notice[300];
+    m->resumed_micro = 0; /* once, for the fit that follows the load */
+    if (!was || !(d->initial_epoch || d->initial_step) || was == d->batch || (K && was % K == 0 && d->batch % K == 0))
+        return;
+    snprintf(notice, sizeof notice,
+             "resumed with micro-batches of %zu samples where the checkpoint's run had %llu%s: the run goes on, no "
+             "longer bitwise the run that was not stopped",
+             d->batch, (unsigned long long)was, K ? ", not both whole chunks" : "");
+    mirror__log(MIRROR_LOG_NOTICE, notice);
 }
 
 static int mirror__checkpoint_load(mirror_model *m, const char *path, int weights_only,
@@ -10187,6 +10256,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         st.scale = st.last_scale = 1.0f;
         if ((rc = mirror__set_scaler(m, &st))) goto done;
     }
+    if (!weights_only) mirror__resume_changes(m, path, h);
     if (info) *info = got;
 done:
     MIRROR_FREE(buf);
@@ -10538,6 +10608,20 @@ static int mirror__log_scaler(mirror_model *m, mirror_epoch_log *log, uint64_t s
     return MIRROR_OK;
 }
 
+/* A mixed-precision fit whose every step was skipped (gradients not finite
+   at every loss scale it tried: a static scale too large, say) has changed
+   no parameter: it fails rather than end as a success, and saves nothing. */
+static int mirror__fit_learnt_nothing(mirror_model *m, size_t ran)
+{
+    mirror_loss_scale_state st;
+    int rc = mirror__get_scaler(m, &st);
+    if (rc) return rc;
+    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                        "mirror_fit: all %zu steps were skipped, their gradients not finite (loss scale %g, %s): "
+                        "no parameter changed; lower the loss scale or make it dynamic",
+                        ran, (double)st.scale, mirror_loss_scaling_name(m->desc.loss_scale.kind));
+}
+
 /* A checkpoint at the cursor (epoch, step): the next step to run. */
 static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps)
 {
@@ -10549,6 +10633,7 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
     at.batch = d->batch * d->accumulate; /* the samples of one optimizer step */
     at.samples = d->train->count;
     at.drop_remainder = d->drop_remainder != 0;
+    at.micro_batch = d->batch;
     return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
 }
 
@@ -10743,7 +10828,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror_batch *micro;
     mirror__curve_point *logs = NULL; /* history and plot: the points so far */
     int curve_rc = MIRROR_OK;          /* rank 0's failure to keep a point within an epoch */
-    uint64_t saved = (uint64_t)-1;
+    uint64_t saved = (uint64_t)-1, applied = mirror_optimizer_steps(m);
     double start = mirror__now();
     int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, timed_here = 0;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
@@ -10789,6 +10874,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
                             d.initial_step, steps);
+    mirror__resume_split(m, &d);
     /* A checkpoint that cannot be written is found now, not after the
        training (by rank 0, which writes them). */
     if (d.checkpoint &&
@@ -10934,6 +11020,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
             break;
         }
     }
+    if (rc == MIRROR_OK && ran && mirror_optimizer_steps(m) == applied) rc = mirror__fit_learnt_nothing(m, ran);
     /* The end (unless the last step saved it, or nothing ran). */
     if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;

@@ -140,9 +140,9 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--batch")) return options_count(o, a, v, &o->batch);
     if (!strcmp(a, "--synthetic")) return options_count(o, a, v, &o->synthetic);
     if (!strcmp(a, "--checkpoint-every")) return options_count(o, a, v, &o->checkpoint_every);
-    /* a learning rate a float holds without becoming 0 or infinite */
+    /* a learning rate a float holds without becoming 0, up to the library's 1e6 */
     if (!strcmp(a, "--lr"))
-        return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38", &o->lr);
+        return options_number(o, a, v, FLT_MIN, 1e6, "a positive number between 1.2e-38 and 1e6", &o->lr);
     if (!strcmp(a, "--dropout"))
         return options_number(o, a, v, 0.0, 0.99, "a probability from 0 to 0.99", &o->dropout);
     if (!strcmp(a, "--clip-norm"))

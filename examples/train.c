@@ -124,9 +124,12 @@ static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test
     return rc;
 }
 
-/* The schedule's step counts, from the run's steps in all. */
-static void schedule_steps(mirror_optimizer_desc *opt, const options *o, size_t total)
+/* The schedule's step counts, from the run's steps in all: an epoch's
+   times the epochs, or SIZE_MAX where that overflows (a run no one ends;
+   its rate then barely moves, as over any very long run). */
+static void schedule_steps(mirror_optimizer_desc *opt, const options *o, size_t per_epoch)
 {
+    size_t total = per_epoch && o->epochs > SIZE_MAX / per_epoch ? SIZE_MAX : per_epoch * o->epochs;
     if (opt->schedule == MIRROR_LR_STEP) opt->step_size = o->lr_step ? o->lr_step : total / 3 ? total / 3 : 1;
     if (opt->schedule == MIRROR_LR_COSINE) opt->total_steps = total > o->warmup ? total : o->warmup + 1;
 }
@@ -204,7 +207,17 @@ int main(int argc, char **argv)
                     train.count, train.count);
         o.batch = train.count;
     }
-    schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch * o.accumulate, 0) * o.epochs);
+    /* and so would micro-batches beyond it: the step takes the data once */
+    if (o.accumulate > 1 && o.batch * o.accumulate > train.count) {
+        size_t fits = (train.count + o.batch - 1) / o.batch;
+        if (where.rank == 0)
+            fprintf(stderr,
+                    "train: --accumulate %zu of --batch %zu is more than the %zu training samples: one step of %zu "
+                    "micro-batches an epoch\n",
+                    o.accumulate, o.batch, train.count, fits);
+        o.accumulate = fits;
+    }
+    schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch * o.accumulate, 0));
     md.strategy = s;
     /* Deterministic unless asked otherwise, where it runs: CPU replicas.
        (It costs the CNN a few percent; bench/RESULTS.md.) */

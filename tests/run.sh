@@ -116,7 +116,7 @@ if [ -x "$BUILD/train" ]; then
     # name: exit 2, naming the flag.
     for bad in "--replicas zero" "--replicas 0" "--epochs -1" "--epochs ' 3'" "--epochs +3" "--epochs 1.5" \
         "--batch 18446744073709551616" "--lr abc" "--lr 1e-50" "--lr 1.5xyz" "--lr -0.1" "--lr 0" "--lr inf" \
-        "--lr nan" "--lr 1e39" "--seed -1" "--seed 1x" "--growth-interval 4294967296" "--max-skips 0" \
+        "--lr nan" "--lr 1e39" "--lr 2e6" "--seed -1" "--seed 1x" "--growth-interval 4294967296" "--max-skips 0" \
         "--report-nonfinite 2" "--checkpoint-every ''" "--loss-scale 1e-30 --precision fp16" "--data ''" \
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
@@ -138,6 +138,26 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 20 --synthetic 600 --batch 50 --optimizer sgd --lr 1e6 --save '$tmp/nan.ckpt' --checkpoint-every 1 >/dev/null 2>'$tmp/nan.err'; test \$? -eq 1 && grep -q 'step 3: the loss or the reduced gradient is not finite' '$tmp/nan.err' && $BUILD/train --model mlp --synthetic 600 --batch 50 --optimizer sgd --resume '$tmp/nan.ckpt' --epochs 1 2>/dev/null | grep -q '^resume: .*, step 2,'"
     check "build/train: --batch beyond the data trains in batches of the data's size, saying so" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 200 --batch 200000 2>'$tmp/big.err' | grep -q 'global batch 200,' && grep -q 'more than the 200 training samples' '$tmp/big.err'"
+    check "build/train: a run whose every step was skipped fails with its reason, and prints no final: line" sh -c \
+        "$BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --precision fp16 --loss-scale 1e30 --max-skips 1000 >'$tmp/none.out' 2>'$tmp/none.err'; test \$? -eq 1 && grep -q 'all 12 steps were skipped' '$tmp/none.err' && ! grep -q '^final:' '$tmp/none.out'"
+    check "build/train: --accumulate beyond the data takes the data once a step, saying so" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --accumulate 100 2>'$tmp/acc.err' >/dev/null && grep -q 'accumulate 100 of --batch 64 is more than the 600 training samples: one step of 10 micro-batches' '$tmp/acc.err'"
+    check "build/train --graphs on CPU replicas: a notice, and the model line does not claim graphs" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --graphs >'$tmp/gr.out' 2>'$tmp/gr.err' && grep -q 'graphs: off, these replicas record none' '$tmp/gr.err' && grep -q '^model: ' '$tmp/gr.out' && ! grep -q '^model: .*graphs' '$tmp/gr.out'"
+    # --epochs near 2^63 with a cosine schedule: the rate of epoch 2 is still
+    # about --lr (the run's steps saturate instead of wrapping to a few)
+    huge_cosine() {
+        $BUILD/train --model mlp --synthetic 300 --batch 50 --epochs 9223372036854775809 --lr-schedule cosine >"$tmp/huge.out" 2>&1 &
+        pid=$!
+        n=0
+        while [ $n -lt 400 ] && ! grep -q '^epoch 2/' "$tmp/huge.out"; do sleep 0.05; n=$((n + 1)); done
+        kill -TERM $pid 2>/dev/null
+        wait $pid
+        grep '^epoch 2/9223372036854775809 ' "$tmp/huge.out" | sed 's/.* lr \([^ ]*\) .*/\1/' | awk '{ ok = $1 > 0.00099 } END { exit !ok }'
+    }
+    check "build/train --epochs 9223372036854775809 --lr-schedule cosine: epoch 2 still at the full rate" huge_cosine
+    check "build/train --resume with another --lr and --seed: one notice naming both, no longer bitwise" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --save '$tmp/chg.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --resume '$tmp/chg.ckpt' --lr 0.002 --seed 9 2>'$tmp/chg.err' >/dev/null && test \$(grep -c 'resumed with lr 0.00200000009 (the checkpoint.s: 0.00100000005), seed 9 (the checkpoint.s: 1): the run goes on, no longer bitwise' '$tmp/chg.err') -eq 1"
     check "build/train --lr-schedule cosine --warmup 5: the rate in each epoch line, near 0 at the end" sh -c \
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --lr-schedule cosine --warmup 5 >'$tmp/cos.out' && grep -q '^epoch 1/2 .* lr 0.000[1-9][0-9]* ' '$tmp/cos.out' && grep '^epoch 2/2 ' '$tmp/cos.out' | sed 's/.* lr \\([^ ]*\\) .*/\\1/' | awk '{ exit !(\$1 < 1e-5) }'"
     check "build/train --clip-norm 0.5: the gradient norm in each epoch line" sh -c \

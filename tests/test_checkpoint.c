@@ -91,7 +91,7 @@ static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replica
     double straight[14], resumed[14];
     mirror_strategy *s = strategy(replicas);
     mirror_model *a = model(s, cnn, opt), *b = model(s, cnn, opt), *c = model(s, cnn, opt);
-    mirror_checkpoint_info at = {0, 1, 2, 11, 0, 0, 0}, got;
+    mirror_checkpoint_info at = {0, 1, 2, 11, 0, 0, 0, 0}, got;
     size_t k, n = mirror_num_parameters(a);
     float *pa, *pc, *sa, *sc;
     int same_loss = 1;
@@ -147,6 +147,107 @@ static void test_fit_resume(void)
     free(pa), free(pb);
     mirror_model_destroy(a), mirror_model_destroy(b);
     mirror_strategy_destroy(s);
+}
+
+/* The notices heard since the last heard_clear(), one per line. */
+static char heard[4096];
+static void hear(void *user, int level, const char *message)
+{
+    size_t n = strlen(heard);
+    (void)user;
+    if (level == MIRROR_LOG_NOTICE) snprintf(heard + n, sizeof heard - n, "%s\n", message);
+}
+
+/* model(s, 0, Adam) with the settings a resumed run is compared on. */
+static mirror_model *tuned(mirror_strategy *s, int deterministic, size_t chunk, float lr, uint64_t seed,
+                           mirror_precision precision)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s, d.precision = precision, d.deterministic = deterministic, d.chunk = chunk;
+    d.channels = 1, d.height = 8, d.width = 8, d.max_batch = 12, d.seed = seed;
+    d.optimizer.kind = MIRROR_OPT_ADAM, d.optimizer.lr = lr;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_flatten(m), mirror_dense(m, 8), mirror_relu(m), mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* A checkpoint loaded to go on training says in one notice every setting
+   its run had otherwise (learning rate, seed, precision, deterministic
+   mode, chunk, replicas) and whether the run stays bitwise; a fit that
+   resumes it says so of another cut into micro-batches. Nothing is said
+   when nothing differs. */
+static void test_resume_changes(void)
+{
+    static const struct {
+        size_t replicas;
+        int deterministic;
+        size_t chunk;
+        float lr;
+        uint64_t seed;
+        mirror_precision precision;
+        const char *says, *verdict;
+    } cases[] = {
+        {2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32, NULL, NULL},
+        {3, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32, "replicas 3 (the checkpoint's: 2)", "keeps it bitwise"},
+        {2, 1, 4, 0.02f, 3, MIRROR_PRECISION_FP32, "lr 0.0199999996 (the checkpoint's: 0.00999999978)",
+         "no longer bitwise"},
+        {2, 1, 4, 0.01f, 5, MIRROR_PRECISION_FP32, "seed 5 (the checkpoint's: 3)", "no longer bitwise"},
+        {2, 1, 8, 0.01f, 3, MIRROR_PRECISION_FP32, "chunk 8 (the checkpoint's: 4)", "no longer bitwise"},
+        {2, 0, 0, 0.01f, 3, MIRROR_PRECISION_FP32, "deterministic 0 (the checkpoint's: 1)", "no longer bitwise"},
+        {3, 0, 0, 0.01f, 3, MIRROR_PRECISION_FP32, "replicas 3 (the checkpoint's: 2)", "no longer bitwise"},
+        {2, 1, 4, 0.01f, 3, MIRROR_PRECISION_BF16, "precision bf16 (the checkpoint's: fp32)", "no longer bitwise"},
+    };
+    static const size_t splits[][3] = {{12, 1, 0}, {4, 3, 0}, {6, 2, 1}}; /* batch, accumulate, a notice */
+    char path[256];
+    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_model *a = tuned(s2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32), *b;
+    mirror_fit_desc fd;
+    mirror_checkpoint_info at;
+    size_t i;
+    path_in(path, "changes.ckpt");
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE, fd.checkpoint = path;
+    CHECK(a && mirror_fit(a, &fd, NULL) == MIRROR_OK, "resume changes: the first epoch");
+    mirror_set_logger(hear, NULL);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        b = tuned(cases[i].replicas == 2 ? s2 : s3, cases[i].deterministic, cases[i].chunk, cases[i].lr,
+                  cases[i].seed, cases[i].precision);
+        heard[0] = '\0';
+        CHECK(b && mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK, "resume changes %zu: loads", i);
+        if (!cases[i].says)
+            CHECK(!heard[0], "resumed as saved: no notice (%s)", heard);
+        else
+            CHECK(strstr(heard, cases[i].says) && strstr(heard, cases[i].verdict) && !strchr(heard, '\n')[1],
+                  "resumed otherwise: one notice with \"%s\" and \"%s\" (%s)", cases[i].says, cases[i].verdict,
+                  heard);
+        heard[0] = '\0';
+        CHECK(b && mirror_checkpoint_load(b, path, 1, NULL) == MIRROR_OK && !heard[0],
+              "weights only: no notice (%s)", heard);
+        mirror_model_destroy(b);
+    }
+    /* the micro-batches of a resumed fit (chunks of 4): 12, 4 x 3 whole chunks; 6 x 2 cuts them elsewhere */
+    fd.checkpoint = NULL, fd.epochs = 2;
+    for (i = 0; i < 3; i++) {
+        b = tuned(s2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32);
+        CHECK(b && mirror_checkpoint_load(b, path, 0, &at) == MIRROR_OK && at.micro_batch == 12,
+              "the checkpoint keeps the micro-batch (%llu)", (unsigned long long)at.micro_batch);
+        fd.initial_epoch = (size_t)at.epoch, fd.shuffle_seed = at.shuffle_seed;
+        fd.batch = splits[i][0], fd.accumulate = splits[i][1];
+        heard[0] = '\0';
+        CHECK(b && mirror_fit(b, &fd, NULL) == MIRROR_OK, "resumed fit: %s", mirror_model_error(b));
+        CHECK(!!strstr(heard, "micro-batches of 6 samples where the checkpoint's run had 12") == (int)splits[i][2],
+              "resumed in micro-batches of %zu: %s (%s)", splits[i][0], splits[i][2] ? "a notice" : "none", heard);
+        mirror_model_destroy(b);
+    }
+    mirror_set_logger(NULL, NULL);
+    mirror_model_destroy(a);
+    mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
 }
 
 static void test_replicas_and_weights_only(void)
@@ -355,8 +456,8 @@ static void test_hostile(void)
         {"\"step\":\"1\"", "\"step\":\"18446744073709551615\"", "a step of 2^64 - 1", MIRROR_ERR_FORMAT},
         {"\"epoch\":\"0\"", "\"epoch\":\"9007199254740993\"", "an epoch past 2^53", MIRROR_ERR_FORMAT},
         {"\"drop_remainder\":\"0\"", "\"drop_remainder\":\"2\"", "drop_remainder 2", MIRROR_ERR_FORMAT},
-        {"\"epoch_step\":\"0\",\"shuffle_seed\":\"0\",\"seed\":\"3\",\"batch\":\"0\",\"samples\":\"0\"",
-         "\"epoch_step\":\"5\",\"shuffle_seed\":\"0\",\"seed\":\"3\",\"batch\":\"10\",\"samples\":\"50\"",
+        {"\"epoch_step\":\"0\",\"shuffle_seed\":\"0\",\"batch\":\"0\",\"samples\":\"0\"",
+         "\"epoch_step\":\"5\",\"shuffle_seed\":\"0\",\"batch\":\"10\",\"samples\":\"50\"",
          "epoch_step 5 of an epoch of 5 steps", MIRROR_ERR_FORMAT},
     };
     path_in(path, "good.ckpt");
@@ -830,6 +931,7 @@ int main(void)
     test_exact_resume(1, MIRROR_OPT_ADAMW, 2);
     test_exact_resume(0, MIRROR_OPT_SGD, 3);
     test_fit_resume();
+    test_resume_changes();
     test_replicas_and_weights_only();
     test_durability();
     test_hostile();

@@ -251,7 +251,7 @@ static void test_fit(size_t replicas)
     /* the newest checkpoint holds the last finite step, and saving the model
        now gives the same parameters */
     {
-        mirror_checkpoint_info info = {0, 0, 0, 0, 0, 0, 0};
+        mirror_checkpoint_info info = {0, 0, 0, 0, 0, 0, 0, 0};
         mirror_model *back = model(s, MIRROR_OPT_ADAM, 0.001f, 0);
         size_t n = snapshot(m, 0, before);
         static float got[SNAP];

@@ -282,11 +282,15 @@ static void test_too_many_skips(mirror_strategy *s)
     CHECK(step(m, x, y) == MIRROR_ERR_NOT_FINITE, "the model stays usable and keeps saying so");
     mirror_model_destroy(m);
 
-    /* fit with the largest limit: checks the scaler every 2^31 + 1 steps */
+    /* fit with the largest limit (checks the scaler every 2^31 + 1 steps),
+       shorter than it: a run that skipped every step is no success, and
+       saves no checkpoint */
     ls.max_consecutive_skips = UINT32_MAX;
     if ((m = small_model(s, MIRROR_PRECISION_FP16, &ls, 1))) {
         mirror_dataset ds;
         mirror_fit_desc fd;
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/mirror_test_precision_%ld.ckpt", (long)getpid());
         memset(&ds, 0, sizeof ds);
         ds.x = x, ds.labels = y, ds.count = BATCH, ds.channels = N_IN, ds.height = ds.width = 1;
         memset(&fd, 0, sizeof fd);
@@ -294,8 +298,17 @@ static void test_too_many_skips(mirror_strategy *s)
         fd.epochs = 3;
         fd.batch = 4;
         fd.progress = MIRROR_PROGRESS_NONE;
-        CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fit with max_consecutive_skips UINT32_MAX: %s",
-              mirror_model_error(m));
+        fd.checkpoint = path;
+        rc = mirror_fit(m, &fd, NULL);
+        CHECK(rc == MIRROR_ERR_NOT_FINITE && strstr(mirror_model_error(m), "all 9 steps were skipped") &&
+                  strstr(mirror_model_error(m), "lower the loss scale"),
+              "fit with max_consecutive_skips UINT32_MAX that skips every step fails: %s", mirror_model_error(m));
+        CHECK(access(path, F_OK) != 0, "and leaves no checkpoint");
+        snapshot(m, 0, now);
+        CHECK(memcmp(init, now, n * sizeof(float)) == 0, "nothing was trained");
+        remove(path);
+        strcat(path, ".lock");
+        remove(path);
         mirror_model_destroy(m);
     }
 }

@@ -771,6 +771,16 @@ static void test_graphs(void)
         mirror_model_create(&d, &m, NULL);
         mirror_dense(m, 4), mirror_batchnorm(m, MIRROR_BN_SYNC), mirror_dense(m, 3);
         CHECK(m && mirror_model_build(m) == MIRROR_OK && !m->graphs, "graphs: a model with batchnorm runs without");
+        CHECK(mirror_model_query_desc(m).graphs == 0, "and its desc says they are not in use");
+        mirror_model_destroy(m);
+        /* where the replicas record none: off, and the desc says so */
+        m = NULL;
+        mirror_model_create(&d, &m, NULL);
+        mirror_dense(m, 4), mirror_relu(m), mirror_dense(m, 3);
+        CHECK(m && mirror_model_build(m) == MIRROR_OK && mirror_model_query_desc(m).graphs == m->graphs &&
+                  m->graphs == MIRROR_CPU_GRAPHS,
+              "graphs on CPU replicas: in use %d, the desc says %d (emulated: %d)", m ? m->graphs : -1,
+              mirror_model_query_desc(m).graphs, MIRROR_CPU_GRAPHS);
         mirror_model_destroy(m);
         mirror_strategy_destroy(s);
     }
