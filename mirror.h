@@ -1200,17 +1200,26 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    replica): optimizer.momentum (SGD with momentum) or optimizer.m and
    optimizer.v (Adam, AdamW), flat. The header's __metadata__ holds the
    format ("mirror") and version ("1"), the model's layers, the optimizer
-   and its hyper-parameters, the learning-rate schedule (lr_schedule
-   "constant", "step", "cosine" or "callback", warmup, step_size, gamma,
-   total_steps, min_lr; a load into a model of another schedule says so in
-   a notice), precision ("fp32", "fp16", "bf16"), the step
-   (steps run), the data cursor (epoch, epoch_step) and the shuffle seed,
-   the loss scaler ("none" in fp32, else "dynamic", "static" or "none")
-   and in fp16 and bf16 its state (loss_scale, scaler_good_steps,
-   scaler_consecutive_skips, scaler_skipped, optimizer_steps), and a CRC-32
-   of every tensor and of the header itself. The tensors are the fp32
-   masters in every precision, so any checkpoint loads into a model of any
-   precision.
+   and its hyper-parameters, gradient clipping (clip_norm), the
+   learning-rate schedule (lr_schedule "constant", "step", "cosine" or
+   "callback", warmup, step_size, gamma, total_steps, min_lr), precision
+   ("fp32", "fp16", "bf16"), the seed, how the gradients were added up
+   (deterministic, chunk, replicas in all, backend), the step (steps run),
+   the data cursor (epoch, epoch_step, batch, samples, drop_remainder,
+   micro_batch) and the shuffle seed, the loss scaler ("none" in fp32, else
+   "dynamic", "static" or "none") and in fp16 and bf16 its state
+   (loss_scale, scaler_good_steps, scaler_consecutive_skips,
+   scaler_skipped, optimizer_steps), and a CRC-32 of every tensor and of
+   the header itself. The tensors are the fp32 masters in every precision,
+   so any checkpoint loads into a model of any precision.
+
+   A load that goes on training (not weights only) compares the model's
+   settings with the checkpoint's run: when any differs, one notice names
+   each (say "lr 0.002 (the checkpoint's: 0.001), chunk 8 (the
+   checkpoint's: 16)") and says whether the run stays bitwise the one that
+   was not stopped, which only another replica count in deterministic mode
+   does. A fit that resumes it in micro-batches cut otherwise (not both
+   whole chunks, in deterministic mode) says so too.
 
    Saving is atomic: the file is written beside PATH under a temporary
    name, flushed to disk (fsync), renamed over PATH, and the directory is
@@ -1261,8 +1270,8 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
    the model partly loaded.) */
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info);
-/* A model rebuilt from the architecture, optimizer, schedule, precision
-   and seed that a checkpoint's header stores, on strategy s (any replica
+/* A model rebuilt from the architecture, optimizer, schedule, precision,
+   seed, clipping and deterministic mode that a checkpoint's header stores, on strategy s (any replica
    count), then loaded (mirror_checkpoint_load, every check included): for
    inference or to train on in another program. max_batch 0: 256. A
    learning-rate callback cannot be stored: such a model runs at its
@@ -10385,7 +10394,7 @@ static float mirror__meta_float(const mirror__header *h, const char *key)
 }
 
 /* The model desc the header stores: input, loss, optimizer, schedule,
-   precision, loss scaler and seed. */
+   precision, loss scaler, seed, clipping and deterministic mode. */
 static int mirror__described_desc(const mirror__header *h, const char *path, mirror_model_desc *d, const char **layers,
                                   mirror_error *err)
 {
@@ -10409,7 +10418,7 @@ static int mirror__described_desc(const mirror__header *h, const char *path, mir
     o->lr = mirror__meta_float(h, "lr"), o->momentum = mirror__meta_float(h, "momentum");
     o->nesterov = mirror__meta_float(h, "nesterov") != 0.0f, o->weight_decay = mirror__meta_float(h, "weight_decay");
     o->beta1 = mirror__meta_float(h, "beta1"), o->beta2 = mirror__meta_float(h, "beta2");
-    o->eps = mirror__meta_float(h, "eps");
+    o->eps = mirror__meta_float(h, "eps"), o->clip_norm = mirror__meta_float(h, "clip_norm");
     s = mirror__meta(h, "lr_schedule");
     for (i = 0; s && i < MIRROR_LR_CALLBACK; i++)
         if (!strcmp(s, mirror__schedule_names[i])) o->schedule = (mirror_lr_schedule)i;
@@ -10430,6 +10439,8 @@ static int mirror__described_desc(const mirror__header *h, const char *path, mir
                                                     : MIRROR_SCALE_NONE;
     if (d->loss_scale.kind == MIRROR_SCALE_STATIC) d->loss_scale.init_scale = mirror__meta_float(h, "loss_scale");
     if (mirror__meta_u64(h, "seed", &v)) d->seed = v;
+    if (mirror__meta_u64(h, "deterministic", &v)) d->deterministic = v == 1;
+    if (d->deterministic && mirror__meta_u64(h, "chunk", &v)) d->chunk = (size_t)MIRROR__MIN(v, ((uint64_t)1 << 24) + 1);
     return MIRROR_OK;
 }
 

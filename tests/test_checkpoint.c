@@ -231,6 +231,13 @@ static void test_resume_changes(void)
               "weights only: no notice (%s)", heard);
         mirror_model_destroy(b);
     }
+    /* rebuilt from the checkpoint: its settings, deterministic mode and chunk included */
+    heard[0] = '\0';
+    CHECK(mirror_model_from_checkpoint(s3, path, 0, &b, NULL, NULL) == MIRROR_OK &&
+              mirror_model_query_desc(b).deterministic && mirror_model_query_desc(b).chunk == 4 &&
+              strstr(heard, "resumed with replicas 3 (the checkpoint's: 2): deterministic mode keeps it bitwise"),
+          "mirror_model_from_checkpoint on 3 replicas: deterministic, chunks of 4, bitwise (%s)", heard);
+    mirror_model_destroy(b);
     /* the micro-batches of a resumed fit (chunks of 4): 12, 4 x 3 whole chunks; 6 x 2 cuts them elsewhere */
     fd.checkpoint = NULL, fd.epochs = 2;
     for (i = 0; i < 3; i++) {
