@@ -1184,7 +1184,10 @@ typedef struct mirror_fit_desc {
    data is refused with MIRROR_ERR_SHAPE. Metrics left on the
    device by steps before the fit (run with out NULL, or by a fit that
    failed) are dropped, not counted, and fit leaves none behind. A
-   non-finite step ends it with MIRROR_ERR_NOT_FINITE and no checkpoint. */
+   non-finite step ends it with MIRROR_ERR_NOT_FINITE and no checkpoint;
+   so does the end of a mixed-precision fit that skipped every one of its
+   steps (a static loss scale that always overflows, shorter than
+   max_consecutive_skips): it changed no parameter. */
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
 /* Loss and accuracy over a dataset, in global batches of `batch` (0, or more
    than max_batch: max_batch). */
