@@ -1555,15 +1555,41 @@ MIRROR_HD static inline float mirror_hd_window_mean_grad(const void *dy, size_t 
     return sum / (float)(kh * kw);
 }
 
-/* Batch normalisation of one channel. Its moments over the count values
-   of the batch (the global batch, synchronised) from their sum and sum of
-   squares, both in double: the mean and the biased variance (what the
-   normalisation divides by, as torch.nn.BatchNorm2d). */
-MIRROR_HD static inline void mirror_hd_bn_moments(double sum, double sumsq, double count, double *mean, double *var)
+/* Batch normalisation of one channel. The forward pass sums, over each
+   part of the batch (a chunk, a replica's shard), the part's values and
+   their M2: the sum of squared deviations from the part's own mean, in a
+   second pass over the part, in double. (Not E[x^2] - E[x]^2: that takes
+   the difference of two numbers of the size of mean^2, and with a mean of
+   100 and a deviation of 1 its float32 squares leave the variance 1e-4
+   off.) One value's term of M2: */
+MIRROR_HD static inline double mirror_hd_bn_dev2(float x, double mean)
+{
+    double d = (double)x - mean;
+    return d * d;
+}
+
+/* The parts then merge, one after another in a fixed order (Chan, Golub
+   and LeVeque's parallel variance): part b, the sum and M2 of n_b values,
+   into the sum and M2 of the n values before it. The difference of the
+   two means is of the size of the deviation, not of the mean, so nothing
+   large cancels; an empty part changes nothing. */
+MIRROR_HD static inline void mirror_hd_bn_merge(double *sum, double *m2, double n, double sum_b, double m2_b,
+                                                double n_b)
+{
+    double d;
+    if (n_b <= 0.0) return;
+    d = n > 0.0 ? sum_b / n_b - *sum / n : 0.0;
+    *sum += sum_b;
+    *m2 += m2_b + d * d * (n * n_b / (n + n_b));
+}
+
+/* The moments of count values from their sum and M2: the mean and the
+   biased variance (what the normalisation divides by, as
+   torch.nn.BatchNorm2d). */
+MIRROR_HD static inline void mirror_hd_bn_moments(double sum, double m2, double count, double *mean, double *var)
 {
     *mean = sum / count;
-    *var = sumsq / count - *mean * *mean;
-    if (*var < 0.0) *var = 0.0; /* rounding; a NaN stays NaN */
+    *var = m2 / count;
 }
 
 /* 1 / sqrt(var + eps). */
@@ -2807,7 +2833,8 @@ typedef struct mirror__backend {
     /* Batch normalisation over [rows, channels, inner]; stat holds a
        channel's mean at [c] and invstd at [C + c]. bn_sums, per channel in
        double, in a fixed order: with x NULL, part[c] = sum of a and
-       part[C + c] = sum of a^2 (forward, a the input); else part[c] = sum
+       part[C + c] = its M2, the sum of mirror_hd_bn_dev2 about the mean
+       part[c] / (rows inner) (forward, a the input); else part[c] = sum
        of a and part[C + c] = sum of a xhat, xhat from x and stat (backward,
        a the output gradient). bn_forward: y = mirror_hd_bn. bn_backward:
        dgamma[c] += part[C + c], dbeta[c] += part[c] (this replica's sums),
@@ -3266,21 +3293,31 @@ static void mirror__f32_avgpool_backward(void *dev, float *dx, const float *dy, 
             for (j = 0; j < w; j++) *dx++ = mirror_hd_window_mean_grad(dy, ho, wo, kh, kw, stride, i, j, 0);
 }
 
+/* The sums of a and (backward) of a xhat; forward, a second pass for the
+   M2 about the means the first gives. */
 static void mirror__f32_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
                                 size_t rows, size_t channels, size_t inner)
 {
     size_t r, c, i, C = channels;
+    double n = (double)rows * (double)inner;
+    const float *p;
     (void)dev;
     memset(part, 0, 2 * C * sizeof(double));
-    for (r = 0; r < rows; r++)
-        for (c = 0; c < C; c++, a += inner) {
+    for (r = 0, p = a; r < rows; r++)
+        for (c = 0; c < C; c++, p += inner) {
             double s = 0.0, q = 0.0;
             for (i = 0; i < inner; i++) {
-                float v = x ? a[i] * mirror_hd_bn_xhat(x[i], stat[c], stat[C + c]) : a[i] * a[i];
-                s += (double)a[i], q += (double)v;
+                s += (double)p[i];
+                if (x) q += (double)(p[i] * mirror_hd_bn_xhat(x[i], stat[c], stat[C + c]));
             }
             part[c] += s, part[C + c] += q;
             if (x) x += inner;
+        }
+    for (r = 0, p = a; !x && r < rows; r++)
+        for (c = 0; c < C; c++, p += inner) {
+            double q = 0.0, mean = part[c] / n;
+            for (i = 0; i < inner; i++) q += mirror_hd_bn_dev2(p[i], mean);
+            part[C + c] += q;
         }
 }
 
@@ -6597,8 +6634,8 @@ static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
 }
 
 /* Batchnorm layer l's sums over each chunk of the shard into r->bn_part,
-   2C doubles a chunk: of a and a^2 (x NULL: forward, a the input), or of
-   a and a xhat (backward, a = dy, x the input). */
+   2C doubles a chunk: of a and its M2 (x NULL: forward, a the input), or
+   of a and a xhat (backward, a = dy, x the input). */
 static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *a,
                                   const void *x)
 {
@@ -7097,8 +7134,8 @@ static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char 
     return MIRROR_OK;
 }
 
-/* The running statistics of layer l move toward the batch's, whose sums
-   over count values are in tot; a batch with a statistic that is not
+/* The running statistics of layer l move toward the batch's, whose sum
+   and M2 over count values are in tot; a batch with a statistic that is not
    finite leaves them as they were. */
 static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const double *tot, double count)
 {
@@ -7117,20 +7154,46 @@ static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const do
     m->bn_stale = 1;
 }
 
-/* A pause of a training pass at batchnorm layer i: the replicas' sums
-   (forward: of x and x^2; backward: of dy and dy xhat), added in the order
-   of the global replicas (deterministic mode: of the batch's chunks),
-   become what every replica goes on with: the batch's mean and invstd
-   (forward), the means of dy and dy xhat (backward). Local mode: each
-   replica's own sums. Forward also moves the running statistics, by the
-   global batch's. Across processes each replica's (or chunk's) sums
-   travel in a slot of their own (the others add zeros, exactly), so P
-   processes add what one process of all the replicas adds, in its order:
-   the same bits. */
+/* Slot u of a batch of n (bn_combine): chunk u in deterministic mode,
+   else global replica u's shard; its rows [*begin, *begin + the count
+   returned). */
+static size_t mirror__bn_slot_rows(const mirror_model *m, size_t n, size_t u, size_t *begin)
+{
+    size_t count;
+    if (!m->chunk) {
+        mirror_shard(n, m->s->world, u, begin, &count);
+        return count;
+    }
+    *begin = MIRROR__MIN(u * m->chunk, n);
+    return MIRROR__MIN(m->chunk, n - *begin);
+}
+
+/* Part b of a batchnorm layer's sums (2C doubles) onto part a, which holds
+   the na values before it: forward, each channel's sum and M2 merge
+   (mirror_hd_bn_merge), over na and nb values; backward, the sums of dy
+   and dy xhat add. */
+static void mirror__bn_add(double *a, const double *b, size_t C, int backward, double na, double nb)
+{
+    size_t c;
+    for (c = 0; c < C; c++)
+        if (backward) a[c] += b[c], a[C + c] += b[C + c];
+        else mirror_hd_bn_merge(&a[c], &a[C + c], na, b[c], b[C + c], nb);
+}
+
+/* A pause of a training pass at batchnorm layer i: the replicas' parts
+   (forward: the sum and M2 of x; backward: the sums of dy and dy xhat),
+   combined in the order of the global replicas (deterministic mode: of
+   the batch's chunks), become what every replica goes on with: the batch's
+   mean and invstd (forward), the means of dy and dy xhat (backward). Local
+   mode: each replica's own parts. Forward also moves the running
+   statistics, by the global batch's. Across processes each replica's (or
+   chunk's) part travels in a slot of its own (the others add zeros,
+   exactly), so P processes combine what one process of all the replicas
+   combines, in its order: the same bits. */
 static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
 {
     const mirror__layer *l = &m->layers[i];
-    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq;
+    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq, at, rows;
     size_t U = m->chunk ? (job->n + m->chunk - 1) / m->chunk : m->s->world; /* the slots */
     double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
     int rc, mine;
@@ -7142,17 +7205,21 @@ static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i,
         m->be->download(p->dev, p->host_part, p->bn_part, nq * n2 * sizeof(double));
         memcpy(slot + (m->chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
         if (!nq) memset(p->host_part, 0, n2 * sizeof(double));
-        for (q = 1; q < nq; q++) /* the replica's own sums (local mode), its chunks' in order */
-            for (c = 0; c < n2; c++) p->host_part[c] += p->host_part[q * n2 + c];
+        for (q = 1; q < nq; q++) { /* the replica's own part (local mode): its chunks' in order */
+            rows = mirror__chunk_rows(m, p, q, &at);
+            mirror__bn_add(p->host_part, p->host_part + q * n2, C, backward, (double)at * inner, (double)rows * inner);
+        }
     }
-    /* the failures so far travel with the sums: every process stops here alike */
+    /* the failures so far travel with the parts: every process stops here alike */
     slot[U * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
     if ((rc = mirror__sum_doubles(m, slot, U * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
     if (slot[U * n2] > 0.0)
         return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
     memset(tot, 0, n2 * sizeof(double));
-    for (r = 0; r < U; r++)
-        for (c = 0; c < n2; c++) tot[c] += slot[r * n2 + c];
+    for (r = 0; r < U; r++) {
+        rows = mirror__bn_slot_rows(m, job->n, r, &at);
+        mirror__bn_add(tot, slot + r * n2, C, backward, (double)at * inner, (double)rows * inner);
+    }
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         const double *sum = l->local ? p->host_part : tot;
