@@ -397,8 +397,9 @@
       longer than an even share, and a replica may have none. Every sum
       over samples is made per chunk, in the same code and the same order
       whichever replica makes it: the weight and bias gradients (each chunk
-      into a gradient arena of its own), batchnorm's sums (forward and
-      backward) and dgamma, dbeta. The chunks' gradients are then added in
+      into a gradient arena of its own), batchnorm's sums and M2s
+      (forward; merged in chunk order), its sums of dy and dy xhat
+      (backward), and dgamma, dbeta. The chunks' gradients are then added in
       chunk order, 0, 1, 2, ..., one after another: over the replicas by
       the reduction's threads, across processes by the rank-order fold,
       which starts from the sum of the ranks before. With accumulation each
@@ -837,14 +838,26 @@ MIRROR_API int mirror_flatten(mirror_model *m);
    the running statistics r = 0.9 r + 0.1 batch (unbiased variance), which
    evaluation and prediction use and checkpoints keep.
    MIRROR_BN_SYNC (SyncBatchNorm, the default): the statistics of the whole
-   global batch, every replica of every process: the per-channel sums of x
-   and x^2 are combined in the forward pass, those of dy and dy xhat in the
-   backward pass, in replica and rank order, so any replica count and split
-   gives one replica's result within float32 rounding.
+   global batch, every replica of every process. In the forward pass each
+   replica's shard (deterministic mode: each chunk) gives per channel, in
+   double, the sum of its n values and their M2 = sum of (x - its mean)^2,
+   in two passes over its own data; the parts then merge in replica and
+   rank order (chunk order) by Chan's formula, M2 = M2_a + M2_b + (mean_b -
+   mean_a)^2 n_a n_b / (n_a + n_b), and var = M2 / n. Nothing large cancels,
+   so a mean far from 0 costs no precision (E[x^2] - E[x]^2 in float32 is
+   1e-4 off at mean 100, deviation 1). In the backward pass the sums of dy
+   and dy xhat add in the same order. Any replica count and split gives one
+   replica's result within float32 rounding (deterministic mode: its bits).
    MIRROR_BN_LOCAL: each replica normalises by the statistics of its own
    shard (BatchNorm under DDP without SyncBatchNorm): results then depend on
    how the batch is split. The running statistics follow the global batch
    in both modes, so every replica keeps the same.
+   A training batch in which a layer would normalise a single value per
+   channel is refused (MIRROR_ERR_ARGUMENT), as PyTorch refuses it: its
+   output would be beta whatever the input. That is a flat input (height =
+   width = 1) of one sample: a batch of 1, or in local mode a replica's
+   shard of 1 (an empty shard is fine). mirror_fit checks its batch and its
+   last, shorter batch before the first step (drop_remainder drops that).
    A step that fails (a non-finite fp32 step), or a batch whose statistics
    are not finite, leaves the running statistics as they were. */
 typedef enum mirror_batchnorm_mode { MIRROR_BN_SYNC = 0, MIRROR_BN_LOCAL = 1 } mirror_batchnorm_mode;
@@ -1560,8 +1573,8 @@ MIRROR_HD static inline float mirror_hd_window_mean_grad(const void *dy, size_t 
    their M2: the sum of squared deviations from the part's own mean, in a
    second pass over the part, in double. (Not E[x^2] - E[x]^2: that takes
    the difference of two numbers of the size of mean^2, and with a mean of
-   100 and a deviation of 1 its float32 squares leave the variance 1e-4
-   off.) One value's term of M2: */
+   100 and a deviation of 1 its float32 squares leave the variance 1e-4 of
+   itself off.) One value's term of M2: */
 MIRROR_HD static inline double mirror_hd_bn_dev2(float x, double mean)
 {
     double d = (double)x - mean;
@@ -7964,6 +7977,36 @@ MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
     }
 }
 
+/* A training batch of n in which a batchnorm layer would normalise a
+   single value per channel is refused, as torch.nn.BatchNorm1d refuses
+   it: the value is its own mean, the variance 0, and the output beta
+   whatever the input. That is a flat input (one value per channel and
+   sample) of one sample: the global batch, or in local mode a replica's
+   shard (an empty shard normalises nothing). */
+static int mirror__check_bn_values(mirror_model *m, size_t n, const char *what)
+{
+    size_t i, g, begin, count, chunk0, nchunks;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        if (l->kind != MIRROR__BATCHNORM || l->h * l->w != 1) continue;
+        if (n == 1)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "%s: a batch of 1 sample: batchnorm layer %zu would normalise a single value per "
+                                "channel (its output beta, whatever the input); train on 2 samples or more",
+                                what, i);
+        for (g = 0; l->local && g < m->s->world; g++) {
+            mirror__rows_of(m, n, g, &begin, &count, &chunk0, &nchunks);
+            if (count == 1)
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                    "%s: a batch of %zu gives replica %zu a shard of 1 sample: batchnorm layer %zu "
+                                    "(MIRROR_BN_LOCAL) would normalise a single value per channel there; use "
+                                    "batches of 2 samples or more a replica, or MIRROR_BN_SYNC",
+                                    what, n, g, i);
+        }
+    }
+    return MIRROR_OK;
+}
+
 /* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
    mirror_train_step): forward and backward on each, the gradients added
    up on every replica without communication, each divided by the count of
@@ -7979,6 +8022,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     for (j = 0; j < k; j++) {
         if ((rc = mirror__check_batch(m, &micro[j], what, 1))) return rc;
         if (micro[j].n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch %zu is empty", what, j);
+        if ((rc = mirror__check_bn_values(m, micro[j].n, what))) return rc;
         if (micro[j].n > m->desc.max_batch)
             return mirror__fail(m, MIRROR_ERR_CAPACITY, "%s: batch of %zu exceeds max_batch %zu the arenas were sized for",
                                 what, micro[j].n, m->desc.max_batch);
@@ -10853,6 +10897,12 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (!steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
                             d.train->count, per_step);
+    /* a batch that batchnorm refuses fails now, not in the first epoch:
+       each micro-batch is d.batch samples, the last the remainder */
+    if ((rc = mirror__check_bn_values(m, d.batch, "mirror_fit")) ||
+        (!d.drop_remainder && d.train->count % d.batch &&
+         (rc = mirror__check_bn_values(m, d.train->count % d.batch, "mirror_fit (the last batch; drop_remainder drops it)"))))
+        return rc;
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
                             d.initial_step, steps);

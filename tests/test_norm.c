@@ -508,6 +508,89 @@ static void test_offset(void)
     }
 }
 
+/* A batchnorm layer over one value per channel (a flat input of one
+   sample: the global batch, or a replica's shard in local mode) would
+   output beta whatever the input: the step is refused with a message and
+   changes nothing, as fit is before its first step where the last batch
+   is that one; a plane of more values (BatchNorm2d) on one sample and an
+   empty shard are fine. */
+static void test_one_value(void)
+{
+    float x[5][4], t[5][2], p0[64], p1[64], run[8];
+    mirror_strategy *s1 = strategy(1), *s2 = strategy(2);
+    mirror_model *sync = NULL, *local = NULL, *conv = NULL;
+    mirror_model_desc md;
+    mirror_dataset ds;
+    mirror_fit_desc fd;
+    mirror_batch b;
+    size_t i, np;
+    for (i = 0; i < 20; i++) (&x[0][0])[i] = (float)normal();
+    for (i = 0; i < 10; i++) (&t[0][0])[i] = (float)normal();
+    memset(&md, 0, sizeof md);
+    md.channels = 4, md.height = md.width = 1;
+    md.max_batch = 5;
+    md.loss = MIRROR_LOSS_MSE;
+    md.optimizer.kind = MIRROR_OPT_SGD, md.optimizer.lr = 0.1f;
+    md.strategy = s1;
+    if (mirror_model_create(&md, &sync, NULL) || mirror_batchnorm(sync, MIRROR_BN_SYNC) || mirror_dense(sync, 2) ||
+        mirror_model_build(sync)) {
+        CHECK(0, "model: %s", mirror_model_error(sync));
+        goto out;
+    }
+    md.strategy = s2;
+    if (mirror_model_create(&md, &local, NULL) || mirror_batchnorm(local, MIRROR_BN_LOCAL) ||
+        mirror_dense(local, 2) || mirror_model_build(local)) {
+        CHECK(0, "model: %s", mirror_model_error(local));
+        goto out;
+    }
+    memset(&b, 0, sizeof b);
+    b.x = &x[0][0], b.targets = &t[0][0], b.n = 1;
+    np = mirror_num_parameters(sync);
+    mirror_get_parameters(sync, 0, p0, np);
+    memcpy(run, sync->running, sizeof run);
+    CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(sync), "single value per channel"),
+          "synchronised, a batch of 1: refused: %s", mirror_model_error(sync));
+    mirror_get_parameters(sync, 0, p1, np);
+    CHECK(!memcmp(p0, p1, np * sizeof(float)) && !memcmp(run, sync->running, sizeof run) && sync->steps == 0,
+          "and nothing changed");
+    b.n = 2;
+    CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_OK, "a batch of 2: %s", mirror_model_error(sync));
+    b.n = 3; /* shards of 2 and 1 */
+    mirror_get_parameters(local, 0, p0, np);
+    CHECK(mirror_train_step(local, &b, NULL) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(local), "replica 1 a shard of 1 sample") &&
+              strstr(mirror_model_error(local), "MIRROR_BN_LOCAL"),
+          "local on 2 replicas, a batch of 3: refused: %s", mirror_model_error(local));
+    mirror_get_parameters(local, 0, p1, np);
+    CHECK(!memcmp(p0, p1, np * sizeof(float)) && local->steps == 0, "and nothing changed");
+    b.n = 4;
+    CHECK(mirror_train_step(local, &b, NULL) == MIRROR_OK, "a batch of 4: %s", mirror_model_error(local));
+    memset(&ds, 0, sizeof ds);
+    ds.x = &x[0][0], ds.targets = &t[0][0], ds.count = 5, ds.channels = 4, ds.height = ds.width = 1, ds.target_dim = 2;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &ds, fd.batch = 2, fd.progress = MIRROR_PROGRESS_NONE;
+    mirror_get_parameters(sync, 0, p0, np);
+    CHECK(mirror_fit(sync, &fd, NULL) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(sync), "last batch"),
+          "fit, 5 samples in batches of 2: refused before the first step: %s", mirror_model_error(sync));
+    mirror_get_parameters(sync, 0, p1, np);
+    CHECK(!memcmp(p0, p1, np * sizeof(float)), "and nothing changed");
+    fd.drop_remainder = 1;
+    CHECK(mirror_fit(sync, &fd, NULL) == MIRROR_OK, "with drop_remainder: %s", mirror_model_error(sync));
+    md.strategy = s2, md.channels = 1, md.height = md.width = 2, md.max_batch = 1;
+    if (mirror_model_create(&md, &conv, NULL) || mirror_batchnorm(conv, MIRROR_BN_LOCAL) || mirror_flatten(conv) ||
+        mirror_dense(conv, 2) || mirror_model_build(conv)) {
+        CHECK(0, "model: %s", mirror_model_error(conv));
+        goto out;
+    }
+    b.n = 1;
+    CHECK(mirror_train_step(conv, &b, NULL) == MIRROR_OK,
+          "a plane of 4 values, one sample on 2 replicas (one shard empty): trains: %s", mirror_model_error(conv));
+out:
+    mirror_model_destroy(sync), mirror_model_destroy(local), mirror_model_destroy(conv);
+    mirror_strategy_destroy(s1), mirror_strategy_destroy(s2);
+}
+
 /* Misuse: every one refused with its error, the model usable or its
    first error kept. */
 static void test_refused(void)
@@ -558,6 +641,7 @@ int main(void)
     test_checkpoint();
     test_deterministic();
     test_offset();
+    test_one_value();
     test_fit();
     test_refused();
     mirror_dataset_free(&data);
