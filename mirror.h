@@ -10901,7 +10901,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
        each micro-batch is d.batch samples, the last the remainder */
     if ((rc = mirror__check_bn_values(m, d.batch, "mirror_fit")) ||
         (!d.drop_remainder && d.train->count % d.batch &&
-         (rc = mirror__check_bn_values(m, d.train->count % d.batch, "mirror_fit (the last batch; drop_remainder drops it)"))))
+         (rc = mirror__check_bn_values(m, d.train->count % d.batch,
+                                       "mirror_fit (the last batch; drop_remainder drops it)"))))
         return rc;
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
