@@ -490,7 +490,8 @@ static void test_offset(void)
             CHECK(fabs(met.loss_sum - ref) <= 1e-6 * ref && var_worst <= 5e-7,
                   "mean %g, %zu replicas%s%s: the loss %.9g of float64's %.9g (%.2g apart), the running variance "
                   "within %.2g",
-                  means[mi], runs[ri].replicas, runs[ri].local ? ", local" : "", runs[ri].chunk ? ", deterministic" : "",
+                  means[mi], runs[ri].replicas, runs[ri].local ? ", local" : "",
+                  runs[ri].chunk ? ", deterministic" : "",
                   met.loss_sum, ref, fabs(met.loss_sum - ref) / ref, var_worst);
             if (runs[ri].chunk && !runs[ri].local) { /* the parameters after the step, the running statistics */
                 float *keep = det[runs[ri].replicas > 1];
