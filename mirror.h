@@ -397,8 +397,9 @@
       longer than an even share, and a replica may have none. Every sum
       over samples is made per chunk, in the same code and the same order
       whichever replica makes it: the weight and bias gradients (each chunk
-      into a gradient arena of its own), batchnorm's sums (forward and
-      backward) and dgamma, dbeta. The chunks' gradients are then added in
+      into a gradient arena of its own), batchnorm's sums and M2s
+      (forward; merged in chunk order), its sums of dy and dy xhat
+      (backward), and dgamma, dbeta. The chunks' gradients are then added in
       chunk order, 0, 1, 2, ..., one after another: over the replicas by
       the reduction's threads, across processes by the rank-order fold,
       which starts from the sum of the ranks before. With accumulation each
@@ -839,14 +840,26 @@ MIRROR_API int mirror_flatten(mirror_model *m);
    the running statistics r = 0.9 r + 0.1 batch (unbiased variance), which
    evaluation and prediction use and checkpoints keep.
    MIRROR_BN_SYNC (SyncBatchNorm, the default): the statistics of the whole
-   global batch, every replica of every process: the per-channel sums of x
-   and x^2 are combined in the forward pass, those of dy and dy xhat in the
-   backward pass, in replica and rank order, so any replica count and split
-   gives one replica's result within float32 rounding.
+   global batch, every replica of every process. In the forward pass each
+   replica's shard (deterministic mode: each chunk) gives per channel, in
+   double, the sum of its n values and their M2 = sum of (x - its mean)^2,
+   in two passes over its own data; the parts then merge in replica and
+   rank order (chunk order) by Chan's formula, M2 = M2_a + M2_b + (mean_b -
+   mean_a)^2 n_a n_b / (n_a + n_b), and var = M2 / n. Nothing large cancels,
+   so a mean far from 0 costs no precision (E[x^2] - E[x]^2 in float32 is
+   1e-4 off at mean 100, deviation 1). In the backward pass the sums of dy
+   and dy xhat add in the same order. Any replica count and split gives one
+   replica's result within float32 rounding (deterministic mode: its bits).
    MIRROR_BN_LOCAL: each replica normalises by the statistics of its own
    shard (BatchNorm under DDP without SyncBatchNorm): results then depend on
    how the batch is split. The running statistics follow the global batch
    in both modes, so every replica keeps the same.
+   A training batch in which a layer would normalise a single value per
+   channel is refused (MIRROR_ERR_ARGUMENT), as PyTorch refuses it: its
+   output would be beta whatever the input. That is a flat input (height =
+   width = 1) of one sample: a batch of 1, or in local mode a replica's
+   shard of 1 (an empty shard is fine). mirror_fit checks its batch and its
+   last, shorter batch before the first step (drop_remainder drops that).
    A step that fails (a non-finite fp32 step), or a batch whose statistics
    are not finite, leaves the running statistics as they were. */
 typedef enum mirror_batchnorm_mode { MIRROR_BN_SYNC = 0, MIRROR_BN_LOCAL = 1 } mirror_batchnorm_mode;
@@ -1572,15 +1585,41 @@ MIRROR_HD static inline float mirror_hd_window_mean_grad(const void *dy, size_t 
     return sum / (float)(kh * kw);
 }
 
-/* Batch normalisation of one channel. Its moments over the count values
-   of the batch (the global batch, synchronised) from their sum and sum of
-   squares, both in double: the mean and the biased variance (what the
-   normalisation divides by, as torch.nn.BatchNorm2d). */
-MIRROR_HD static inline void mirror_hd_bn_moments(double sum, double sumsq, double count, double *mean, double *var)
+/* Batch normalisation of one channel. The forward pass sums, over each
+   part of the batch (a chunk, a replica's shard), the part's values and
+   their M2: the sum of squared deviations from the part's own mean, in a
+   second pass over the part, in double. (Not E[x^2] - E[x]^2: that takes
+   the difference of two numbers of the size of mean^2, and with a mean of
+   100 and a deviation of 1 its float32 squares leave the variance 1e-4 of
+   itself off.) One value's term of M2: */
+MIRROR_HD static inline double mirror_hd_bn_dev2(float x, double mean)
+{
+    double d = (double)x - mean;
+    return d * d;
+}
+
+/* The parts then merge, one after another in a fixed order (Chan, Golub
+   and LeVeque's parallel variance): part b, the sum and M2 of n_b values,
+   into the sum and M2 of the n values before it. The difference of the
+   two means is of the size of the deviation, not of the mean, so nothing
+   large cancels; an empty part changes nothing. */
+MIRROR_HD static inline void mirror_hd_bn_merge(double *sum, double *m2, double n, double sum_b, double m2_b,
+                                                double n_b)
+{
+    double d;
+    if (n_b <= 0.0) return;
+    d = n > 0.0 ? sum_b / n_b - *sum / n : 0.0;
+    *sum += sum_b;
+    *m2 += m2_b + d * d * (n * n_b / (n + n_b));
+}
+
+/* The moments of count values from their sum and M2: the mean and the
+   biased variance (what the normalisation divides by, as
+   torch.nn.BatchNorm2d). */
+MIRROR_HD static inline void mirror_hd_bn_moments(double sum, double m2, double count, double *mean, double *var)
 {
     *mean = sum / count;
-    *var = sumsq / count - *mean * *mean;
-    if (*var < 0.0) *var = 0.0; /* rounding; a NaN stays NaN */
+    *var = m2 / count;
 }
 
 /* 1 / sqrt(var + eps). */
@@ -2824,7 +2863,8 @@ typedef struct mirror__backend {
     /* Batch normalisation over [rows, channels, inner]; stat holds a
        channel's mean at [c] and invstd at [C + c]. bn_sums, per channel in
        double, in a fixed order: with x NULL, part[c] = sum of a and
-       part[C + c] = sum of a^2 (forward, a the input); else part[c] = sum
+       part[C + c] = its M2, the sum of mirror_hd_bn_dev2 about the mean
+       part[c] / (rows inner) (forward, a the input); else part[c] = sum
        of a and part[C + c] = sum of a xhat, xhat from x and stat (backward,
        a the output gradient). bn_forward: y = mirror_hd_bn. bn_backward:
        dgamma[c] += part[C + c], dbeta[c] += part[c] (this replica's sums),
@@ -3283,21 +3323,31 @@ static void mirror__f32_avgpool_backward(void *dev, float *dx, const float *dy, 
             for (j = 0; j < w; j++) *dx++ = mirror_hd_window_mean_grad(dy, ho, wo, kh, kw, stride, i, j, 0);
 }
 
+/* The sums of a and (backward) of a xhat; forward, a second pass for the
+   M2 about the means the first gives. */
 static void mirror__f32_bn_sums(void *dev, double *part, const float *a, const float *x, const float *stat,
                                 size_t rows, size_t channels, size_t inner)
 {
     size_t r, c, i, C = channels;
+    double n = (double)rows * (double)inner;
+    const float *p;
     (void)dev;
     memset(part, 0, 2 * C * sizeof(double));
-    for (r = 0; r < rows; r++)
-        for (c = 0; c < C; c++, a += inner) {
+    for (r = 0, p = a; r < rows; r++)
+        for (c = 0; c < C; c++, p += inner) {
             double s = 0.0, q = 0.0;
             for (i = 0; i < inner; i++) {
-                float v = x ? a[i] * mirror_hd_bn_xhat(x[i], stat[c], stat[C + c]) : a[i] * a[i];
-                s += (double)a[i], q += (double)v;
+                s += (double)p[i];
+                if (x) q += (double)(p[i] * mirror_hd_bn_xhat(x[i], stat[c], stat[C + c]));
             }
             part[c] += s, part[C + c] += q;
             if (x) x += inner;
+        }
+    for (r = 0, p = a; !x && r < rows; r++)
+        for (c = 0; c < C; c++, p += inner) {
+            double q = 0.0, mean = part[c] / n;
+            for (i = 0; i < inner; i++) q += mirror_hd_bn_dev2(p[i], mean);
+            part[C + c] += q;
         }
 }
 
@@ -6619,8 +6669,8 @@ static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
 }
 
 /* Batchnorm layer l's sums over each chunk of the shard into r->bn_part,
-   2C doubles a chunk: of a and a^2 (x NULL: forward, a the input), or of
-   a and a xhat (backward, a = dy, x the input). */
+   2C doubles a chunk: of a and its M2 (x NULL: forward, a the input), or
+   of a and a xhat (backward, a = dy, x the input). */
 static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *a,
                                   const void *x)
 {
@@ -7119,8 +7169,8 @@ static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char 
     return MIRROR_OK;
 }
 
-/* The running statistics of layer l move toward the batch's, whose sums
-   over count values are in tot; a batch with a statistic that is not
+/* The running statistics of layer l move toward the batch's, whose sum
+   and M2 over count values are in tot; a batch with a statistic that is not
    finite leaves them as they were. */
 static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const double *tot, double count)
 {
@@ -7139,20 +7189,46 @@ static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const do
     m->bn_stale = 1;
 }
 
-/* A pause of a training pass at batchnorm layer i: the replicas' sums
-   (forward: of x and x^2; backward: of dy and dy xhat), added in the order
-   of the global replicas (deterministic mode: of the batch's chunks),
-   become what every replica goes on with: the batch's mean and invstd
-   (forward), the means of dy and dy xhat (backward). Local mode: each
-   replica's own sums. Forward also moves the running statistics, by the
-   global batch's. Across processes each replica's (or chunk's) sums
-   travel in a slot of their own (the others add zeros, exactly), so P
-   processes add what one process of all the replicas adds, in its order:
-   the same bits. */
+/* Slot u of a batch of n (bn_combine): chunk u in deterministic mode,
+   else global replica u's shard; its rows [*begin, *begin + the count
+   returned). */
+static size_t mirror__bn_slot_rows(const mirror_model *m, size_t n, size_t u, size_t *begin)
+{
+    size_t count;
+    if (!m->chunk) {
+        mirror_shard(n, m->s->world, u, begin, &count);
+        return count;
+    }
+    *begin = MIRROR__MIN(u * m->chunk, n);
+    return MIRROR__MIN(m->chunk, n - *begin);
+}
+
+/* Part b of a batchnorm layer's sums (2C doubles) onto part a, which holds
+   the na values before it: forward, each channel's sum and M2 merge
+   (mirror_hd_bn_merge), over na and nb values; backward, the sums of dy
+   and dy xhat add. */
+static void mirror__bn_add(double *a, const double *b, size_t C, int backward, double na, double nb)
+{
+    size_t c;
+    for (c = 0; c < C; c++)
+        if (backward) a[c] += b[c], a[C + c] += b[C + c];
+        else mirror_hd_bn_merge(&a[c], &a[C + c], na, b[c], b[C + c], nb);
+}
+
+/* A pause of a training pass at batchnorm layer i: the replicas' parts
+   (forward: the sum and M2 of x; backward: the sums of dy and dy xhat),
+   combined in the order of the global replicas (deterministic mode: of
+   the batch's chunks), become what every replica goes on with: the batch's
+   mean and invstd (forward), the means of dy and dy xhat (backward). Local
+   mode: each replica's own parts. Forward also moves the running
+   statistics, by the global batch's. Across processes each replica's (or
+   chunk's) part travels in a slot of its own (the others add zeros,
+   exactly), so P processes combine what one process of all the replicas
+   combines, in its order: the same bits. */
 static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
 {
     const mirror__layer *l = &m->layers[i];
-    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq;
+    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq, at, rows;
     size_t U = m->chunk ? (job->n + m->chunk - 1) / m->chunk : m->s->world; /* the slots */
     double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
     int rc, mine;
@@ -7164,17 +7240,21 @@ static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i,
         m->be->download(p->dev, p->host_part, p->bn_part, nq * n2 * sizeof(double));
         memcpy(slot + (m->chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
         if (!nq) memset(p->host_part, 0, n2 * sizeof(double));
-        for (q = 1; q < nq; q++) /* the replica's own sums (local mode), its chunks' in order */
-            for (c = 0; c < n2; c++) p->host_part[c] += p->host_part[q * n2 + c];
+        for (q = 1; q < nq; q++) { /* the replica's own part (local mode): its chunks' in order */
+            rows = mirror__chunk_rows(m, p, q, &at);
+            mirror__bn_add(p->host_part, p->host_part + q * n2, C, backward, (double)at * inner, (double)rows * inner);
+        }
     }
-    /* the failures so far travel with the sums: every process stops here alike */
+    /* the failures so far travel with the parts: every process stops here alike */
     slot[U * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
     if ((rc = mirror__sum_doubles(m, slot, U * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
     if (slot[U * n2] > 0.0)
         return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
     memset(tot, 0, n2 * sizeof(double));
-    for (r = 0; r < U; r++)
-        for (c = 0; c < n2; c++) tot[c] += slot[r * n2 + c];
+    for (r = 0; r < U; r++) {
+        rows = mirror__bn_slot_rows(m, job->n, r, &at);
+        mirror__bn_add(tot, slot + r * n2, C, backward, (double)at * inner, (double)rows * inner);
+    }
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         const double *sum = l->local ? p->host_part : tot;
@@ -7919,6 +7999,36 @@ MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
     }
 }
 
+/* A training batch of n in which a batchnorm layer would normalise a
+   single value per channel is refused, as torch.nn.BatchNorm1d refuses
+   it: the value is its own mean, the variance 0, and the output beta
+   whatever the input. That is a flat input (one value per channel and
+   sample) of one sample: the global batch, or in local mode a replica's
+   shard (an empty shard normalises nothing). */
+static int mirror__check_bn_values(mirror_model *m, size_t n, const char *what)
+{
+    size_t i, g, begin, count, chunk0, nchunks;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        if (l->kind != MIRROR__BATCHNORM || l->h * l->w != 1) continue;
+        if (n == 1)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "%s: a batch of 1 sample: batchnorm layer %zu would normalise a single value per "
+                                "channel (its output beta, whatever the input); train on 2 samples or more",
+                                what, i);
+        for (g = 0; l->local && g < m->s->world; g++) {
+            mirror__rows_of(m, n, g, &begin, &count, &chunk0, &nchunks);
+            if (count == 1)
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                    "%s: a batch of %zu gives replica %zu a shard of 1 sample: batchnorm layer %zu "
+                                    "(MIRROR_BN_LOCAL) would normalise a single value per channel there; use "
+                                    "batches of 2 samples or more a replica, or MIRROR_BN_SYNC",
+                                    what, n, g, i);
+        }
+    }
+    return MIRROR_OK;
+}
+
 /* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
    mirror_train_step): forward and backward on each, the gradients added
    up on every replica without communication, each divided by the count of
@@ -7934,6 +8044,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     for (j = 0; j < k; j++) {
         if ((rc = mirror__check_batch(m, &micro[j], what, 1))) return rc;
         if (micro[j].n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch %zu is empty", what, j);
+        if ((rc = mirror__check_bn_values(m, micro[j].n, what))) return rc;
         if (micro[j].n > m->desc.max_batch)
             return mirror__fail(m, MIRROR_ERR_CAPACITY, "%s: batch of %zu exceeds max_batch %zu the arenas were sized for",
                                 what, micro[j].n, m->desc.max_batch);
@@ -10885,6 +10996,13 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (!steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
                             d.train->count, per_step);
+    /* a batch that batchnorm refuses fails now, not in the first epoch:
+       each micro-batch is d.batch samples, the last the remainder */
+    if ((rc = mirror__check_bn_values(m, d.batch, "mirror_fit")) ||
+        (!d.drop_remainder && d.train->count % d.batch &&
+         (rc = mirror__check_bn_values(m, d.train->count % d.batch,
+                                       "mirror_fit (the last batch; drop_remainder drops it)"))))
+        return rc;
     if (d.initial_step >= steps && d.initial_epoch < d.epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
                             d.initial_step, steps);

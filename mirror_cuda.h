@@ -560,27 +560,30 @@ __global__ void mirror__k_maxpool_forward(void *y, int32_t *arg, const void *x, 
 }
 
 /* Batch normalisation. The sums: one block per channel, each thread a
-   fixed stride of the (row, i) pairs in double, then a fixed tree. */
+   fixed stride of the (row, i) pairs in double, then a fixed tree (the
+   sums of a, and backward of a xhat); forward, a second pass of the same
+   for the M2 about the mean of the first. */
 __global__ void mirror__k_bn_sums(double *part, const void *a, const void *x, const float *stat, size_t rows,
                                   size_t channels, mirror_hd_divisor inner, int f)
 {
-    __shared__ double sum[MIRROR__THREADS], sq[MIRROR__THREADS];
+    __shared__ double tree[MIRROR__THREADS];
     size_t c = blockIdx.x, C = channels, n = rows * inner.d, j;
-    double s = 0.0, q = 0.0;
+    double s = 0.0, q = 0.0, mean;
     for (j = threadIdx.x; j < n; j += blockDim.x) {
         uint64_t row, e = mirror_hd_divmod(inner, j, &row);
         size_t at = (row * C + c) * inner.d + e;
         float av = mirror_hd_load(a, at, f);
-        float v = x ? av * mirror_hd_bn_xhat(mirror_hd_load(x, at, f), stat[c], stat[C + c]) : av * av;
-        s += (double)av, q += (double)v;
+        s += (double)av;
+        if (x) q += (double)(av * mirror_hd_bn_xhat(mirror_hd_load(x, at, f), stat[c], stat[C + c]));
     }
-    sum[threadIdx.x] = s, sq[threadIdx.x] = q;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) sum[threadIdx.x] += sum[threadIdx.x + half], sq[threadIdx.x] += sq[threadIdx.x + half];
-        __syncthreads();
+    s = mirror__block_sum(tree, s);
+    mean = n ? s / (double)n : 0.0;
+    for (j = threadIdx.x; !x && j < n; j += blockDim.x) {
+        uint64_t row, e = mirror_hd_divmod(inner, j, &row);
+        q += mirror_hd_bn_dev2(mirror_hd_load(a, (row * C + c) * inner.d + e, f), mean);
     }
-    if (threadIdx.x == 0) part[c] = sum[0], part[C + c] = sq[0];
+    q = mirror__block_sum(tree, q);
+    if (threadIdx.x == 0) part[c] = s, part[C + c] = q;
 }
 
 __global__ void mirror__k_bn_forward(void *y, const void *x, const float *stat, const void *gamma,

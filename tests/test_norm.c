@@ -389,6 +389,209 @@ static void test_fit(void)
     }
 }
 
+/* Normal deviates from a fixed xorshift (Box-Muller): the offset data. */
+static uint64_t normal_state = 88172645463325252ull;
+static double uniform_open(void)
+{
+    normal_state ^= normal_state << 13, normal_state ^= normal_state >> 7, normal_state ^= normal_state << 17;
+    return ((double)(normal_state >> 11) + 0.5) / 9007199254740992.0;
+}
+static double normal(void) { return sqrt(-2.0 * log(uniform_open())) * cos(6.283185307179586 * uniform_open()); }
+
+enum { OF = 6, OD = 3, OB = 16 }; /* features, outputs, batch */
+
+/* In float64: batchnorm by the statistics of each shard (rows [begin[k],
+   begin[k] + count[k])), then the dense layer and MSE, at parameters p:
+   the loss sum. */
+static double offset_loss(float x[OB][OF], float t[OB][OD], const float *p, const mirror__layer *bn,
+                          const mirror__layer *dense, const size_t *begin, const size_t *count, size_t shards)
+{
+    double y[OB][OF], loss = 0.0;
+    size_t k, i, j, c;
+    for (k = 0; k < shards; k++)
+        for (c = 0; c < OF; c++) {
+            size_t lo = begin[k], hi = begin[k] + count[k];
+            double sum = 0.0, m2 = 0.0, mean;
+            for (i = lo; i < hi; i++) sum += x[i][c];
+            mean = sum / (double)count[k];
+            for (i = lo; i < hi; i++) m2 += (x[i][c] - mean) * (x[i][c] - mean);
+            for (i = lo; i < hi; i++)
+                y[i][c] = p[bn->w_off + c] * (x[i][c] - mean) / sqrt(m2 / (double)count[k] + 1e-5) + p[bn->b_off + c];
+        }
+    for (i = 0; i < OB; i++)
+        for (j = 0; j < OD; j++) {
+            double z = p[dense->b_off + j];
+            for (c = 0; c < OF; c++) z += p[dense->w_off + j * OF + c] * y[i][c];
+            loss += (z - t[i][j]) * (z - t[i][j]) / OD;
+        }
+    return loss;
+}
+
+/* Batchnorm on raw features of a large mean (BatchNorm1d first): mean 20
+   and 100, deviation 1, then dense, MSE; momentum 1, so the running
+   variance is the batch's unbiased variance. A step's loss within 1e-6 and
+   the running variance within 5e-7 of float64 worked out here (from
+   E[x^2] - E[x]^2 of float32 squares the variance was 3e-6 and 1e-4 off,
+   the loss up to 6e-5), on 1 and 3 replicas, synchronised and local (each
+   shard's statistics), and in deterministic mode, where 3 replicas give 1
+   replica's bits. */
+static void test_offset(void)
+{
+    static const struct {
+        size_t replicas, chunk;
+        int local;
+    } runs[6] = {{1, 0, 0}, {3, 0, 0}, {3, 0, 1}, {1, 4, 0}, {3, 4, 0}, {2, 4, 1}};
+    static const double means[2] = {20.0, 100.0};
+    float x[OB][OF], t[OB][OD], p[OF * 2 + OF * OD + OD], det[2][OF * 2 + OF * OD + OD + 2 * OF];
+    size_t mi, ri, i, j;
+    for (mi = 0; mi < 2; mi++) {
+        for (i = 0; i < OB; i++) {
+            for (j = 0; j < OF; j++) x[i][j] = (float)(means[mi] + normal());
+            for (j = 0; j < OD; j++) t[i][j] = (float)normal();
+        }
+        for (ri = 0; ri < 6; ri++) {
+            mirror_strategy *s = strategy(runs[ri].replicas);
+            mirror_model_desc md;
+            mirror_model *m = NULL;
+            mirror_metrics met;
+            mirror_batch b;
+            size_t begin[3] = {0, 0, 0}, count[3] = {OB, 0, 0}, shards = 1, g, c0, nc, np;
+            double ref, var_worst = 0.0;
+            memset(&md, 0, sizeof md);
+            md.strategy = s;
+            md.channels = OF, md.height = md.width = 1;
+            md.max_batch = OB;
+            md.loss = MIRROR_LOSS_MSE;
+            md.seed = 3;
+            md.deterministic = runs[ri].chunk > 0, md.chunk = runs[ri].chunk;
+            md.optimizer.kind = MIRROR_OPT_SGD;
+            md.optimizer.lr = 0.1f;
+            if (mirror_model_create(&md, &m, NULL) || mirror__batchnorm(m, 1.0f, 1e-5f, runs[ri].local) ||
+                mirror_dense(m, OD) || mirror_model_build(m)) {
+                CHECK(0, "offset model: %s", mirror_model_error(m));
+                mirror_model_destroy(m), mirror_strategy_destroy(s);
+                continue;
+            }
+            np = mirror_num_parameters(m);
+            mirror_get_parameters(m, 0, p, np);
+            for (g = 0; runs[ri].local && g < runs[ri].replicas; g++)
+                mirror__rows_of(m, OB, g, &begin[g], &count[g], &c0, &nc), shards = runs[ri].replicas;
+            ref = offset_loss(x, t, p, &m->layers[0], &m->layers[1], begin, count, shards);
+            memset(&b, 0, sizeof b);
+            b.x = &x[0][0], b.targets = &t[0][0], b.n = OB;
+            CHECK(mirror_train_step(m, &b, &met) == MIRROR_OK, "offset step: %s", mirror_model_error(m));
+            for (j = 0; j < OF; j++) {
+                double sum = 0.0, m2 = 0.0, d;
+                for (i = 0; i < OB; i++) sum += x[i][j];
+                for (i = 0; i < OB; i++) m2 += (x[i][j] - sum / OB) * (x[i][j] - sum / OB);
+                d = fabs(m->running[OF + j] - m2 / (OB - 1)) / (m2 / (OB - 1));
+                if (!(d <= var_worst)) var_worst = d;
+            }
+            CHECK(fabs(met.loss_sum - ref) <= 1e-6 * ref && var_worst <= 5e-7,
+                  "mean %g, %zu replicas%s%s: the loss %.9g of float64's %.9g (%.2g apart), the running variance "
+                  "within %.2g",
+                  means[mi], runs[ri].replicas, runs[ri].local ? ", local" : "",
+                  runs[ri].chunk ? ", deterministic" : "",
+                  met.loss_sum, ref, fabs(met.loss_sum - ref) / ref, var_worst);
+            if (runs[ri].chunk && !runs[ri].local) { /* the parameters after the step, the running statistics */
+                float *keep = det[runs[ri].replicas > 1];
+                mirror_get_parameters(m, 0, keep, np);
+                memcpy(keep + np, m->running, 2 * OF * sizeof(float));
+                if (runs[ri].replicas > 1)
+                    CHECK(!memcmp(det[0], det[1], sizeof det[0]),
+                          "mean %g, deterministic: 3 replicas give 1 replica's parameters and running statistics, "
+                          "bit for bit",
+                          means[mi]);
+            }
+            mirror_model_destroy(m);
+            mirror_strategy_destroy(s);
+        }
+    }
+}
+
+/* A batchnorm layer over one value per channel (a flat input of one
+   sample: the global batch, or a replica's shard in local mode) would
+   output beta whatever the input: the step is refused with a message and
+   changes nothing, as fit is before its first step where the last batch
+   is that one; a plane of more values (BatchNorm2d) on one sample and an
+   empty shard are fine. */
+static void test_one_value(void)
+{
+    float x[5][4], t[5][2], p0[64], p1[64], run[8];
+    mirror_strategy *s1 = strategy(1), *s2 = strategy(2);
+    mirror_model *sync = NULL, *local = NULL, *conv = NULL;
+    mirror_model_desc md;
+    mirror_dataset ds;
+    mirror_fit_desc fd;
+    mirror_batch b;
+    size_t i, np;
+    for (i = 0; i < 20; i++) (&x[0][0])[i] = (float)normal();
+    for (i = 0; i < 10; i++) (&t[0][0])[i] = (float)normal();
+    memset(&md, 0, sizeof md);
+    md.channels = 4, md.height = md.width = 1;
+    md.max_batch = 5;
+    md.loss = MIRROR_LOSS_MSE;
+    md.optimizer.kind = MIRROR_OPT_SGD, md.optimizer.lr = 0.1f;
+    md.strategy = s1;
+    if (mirror_model_create(&md, &sync, NULL) || mirror_batchnorm(sync, MIRROR_BN_SYNC) || mirror_dense(sync, 2) ||
+        mirror_model_build(sync)) {
+        CHECK(0, "model: %s", mirror_model_error(sync));
+        goto out;
+    }
+    md.strategy = s2;
+    if (mirror_model_create(&md, &local, NULL) || mirror_batchnorm(local, MIRROR_BN_LOCAL) ||
+        mirror_dense(local, 2) || mirror_model_build(local)) {
+        CHECK(0, "model: %s", mirror_model_error(local));
+        goto out;
+    }
+    memset(&b, 0, sizeof b);
+    b.x = &x[0][0], b.targets = &t[0][0], b.n = 1;
+    np = mirror_num_parameters(sync);
+    mirror_get_parameters(sync, 0, p0, np);
+    memcpy(run, sync->running, sizeof run);
+    CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(sync), "single value per channel"),
+          "synchronised, a batch of 1: refused: %s", mirror_model_error(sync));
+    mirror_get_parameters(sync, 0, p1, np);
+    CHECK(!memcmp(p0, p1, np * sizeof(float)) && !memcmp(run, sync->running, sizeof run) && sync->steps == 0,
+          "and nothing changed");
+    b.n = 2;
+    CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_OK, "a batch of 2: %s", mirror_model_error(sync));
+    b.n = 3; /* shards of 2 and 1 */
+    mirror_get_parameters(local, 0, p0, np);
+    CHECK(mirror_train_step(local, &b, NULL) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(local), "replica 1 a shard of 1 sample") &&
+              strstr(mirror_model_error(local), "MIRROR_BN_LOCAL"),
+          "local on 2 replicas, a batch of 3: refused: %s", mirror_model_error(local));
+    mirror_get_parameters(local, 0, p1, np);
+    CHECK(!memcmp(p0, p1, np * sizeof(float)) && local->steps == 0, "and nothing changed");
+    b.n = 4;
+    CHECK(mirror_train_step(local, &b, NULL) == MIRROR_OK, "a batch of 4: %s", mirror_model_error(local));
+    memset(&ds, 0, sizeof ds);
+    ds.x = &x[0][0], ds.targets = &t[0][0], ds.count = 5, ds.channels = 4, ds.height = ds.width = 1, ds.target_dim = 2;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &ds, fd.batch = 2, fd.progress = MIRROR_PROGRESS_NONE;
+    mirror_get_parameters(sync, 0, p0, np);
+    CHECK(mirror_fit(sync, &fd, NULL) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(sync), "last batch"),
+          "fit, 5 samples in batches of 2: refused before the first step: %s", mirror_model_error(sync));
+    mirror_get_parameters(sync, 0, p1, np);
+    CHECK(!memcmp(p0, p1, np * sizeof(float)), "and nothing changed");
+    fd.drop_remainder = 1;
+    CHECK(mirror_fit(sync, &fd, NULL) == MIRROR_OK, "with drop_remainder: %s", mirror_model_error(sync));
+    md.strategy = s2, md.channels = 1, md.height = md.width = 2, md.max_batch = 1;
+    if (mirror_model_create(&md, &conv, NULL) || mirror_batchnorm(conv, MIRROR_BN_LOCAL) || mirror_flatten(conv) ||
+        mirror_dense(conv, 2) || mirror_model_build(conv)) {
+        CHECK(0, "model: %s", mirror_model_error(conv));
+        goto out;
+    }
+    b.n = 1;
+    CHECK(mirror_train_step(conv, &b, NULL) == MIRROR_OK,
+          "a plane of 4 values, one sample on 2 replicas (one shard empty): trains: %s", mirror_model_error(conv));
+out:
+    mirror_model_destroy(sync), mirror_model_destroy(local), mirror_model_destroy(conv);
+    mirror_strategy_destroy(s1), mirror_strategy_destroy(s2);
+}
+
 /* Misuse: every one refused with its error, the model usable or its
    first error kept. */
 static void test_refused(void)
@@ -438,6 +641,8 @@ int main(void)
     test_running();
     test_checkpoint();
     test_deterministic();
+    test_offset();
+    test_one_value();
     test_fit();
     test_refused();
     mirror_dataset_free(&data);
