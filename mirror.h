@@ -441,6 +441,19 @@
       writes over the layer's output, which nothing else reads, so the
       pair holds one activation buffer, not two.
 
+      Before it allocates anything, mirror_model_build adds up what the
+      process's replicas will take (arenas, workspace, host buffers) and
+      compares it with the memory there is: the host's physical memory,
+      or the address-space or data limit (ulimit -v, ulimit -d) where
+      lower; on GPUs also each GPU's free memory (cudaMemGetInfo) against
+      the replicas on it. Beyond it the build fails with
+      MIRROR_ERR_NO_MEMORY, giving both figures and what to lower
+      (max_batch, the replicas, the model), rather than growing until the
+      kernel's OOM killer ends the process. What the process holds already
+      is not counted, so a build that passes may still meet a failed
+      allocation: that is MIRROR_ERR_NO_MEMORY too, and frees what the
+      build took.
+
    LIMITS
 
       POSIX only (pthreads). Layers: dense, conv2d, relu,
@@ -861,7 +874,10 @@ MIRROR_API int mirror_residual(mirror_model *m);
 MIRROR_API int mirror_residual_end(mirror_model *m);
 
 /* Allocates every replica's arenas and initialises the parameters from the
-   model's seed, identically on every replica. */
+   model's seed, identically on every replica. MIRROR_ERR_NO_MEMORY, before
+   anything is allocated, when the arenas would not fit in the memory there
+   is (see MEMORY), or when an allocation fails: a failed build frees what
+   it took, and the model may be destroyed or built again. */
 MIRROR_API int mirror_model_build(mirror_model *m);
 
 /* Sizes after build: parameters (= gradients), optimizer state floats (per

@@ -138,6 +138,15 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 20 --synthetic 600 --batch 50 --optimizer sgd --lr 1e6 --save '$tmp/nan.ckpt' --checkpoint-every 1 >/dev/null 2>'$tmp/nan.err'; test \$? -eq 1 && grep -q 'step 3: the loss or the reduced gradient is not finite' '$tmp/nan.err' && $BUILD/train --model mlp --synthetic 600 --batch 50 --optimizer sgd --resume '$tmp/nan.ckpt' --epochs 1 2>/dev/null | grep -q '^resume: .*, step 2,'"
     check "build/train: --batch beyond the data trains in batches of the data's size, saying so" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 200 --batch 200000 2>'$tmp/big.err' | grep -q 'global batch 200,' && grep -q 'more than the 200 training samples' '$tmp/big.err'"
+    # A build beyond the memory there is (here ulimit -v: 3.6 GiB of arenas
+    # under 977 MiB) is refused before it allocates, with both figures:
+    # exit 1, not an abort (the failed build freed a pointer twice) nor, on
+    # physical memory, the kernel's OOM killer. Not under a sanitizer or
+    # valgrind: they reserve terabytes of address space.
+    if [ -z "$SAN" ]; then
+        check "build/train under ulimit -v: a model beyond it is refused naming the need and the limit, exit 1" sh -c \
+            "ulimit -v 1000000; $BUILD/train --model resnet --synthetic 2000 --batch 2000 --replicas 2 --epochs 1 >'$tmp/mem.out' 2>&1; test \$? -eq 1 && grep -q 'mirror_model_build: 2 replicas need [0-9.]* GiB of host memory .* and the address-space limit (ulimit -v) is 976.6 MiB: lower max_batch (2000' '$tmp/mem.out'"
+    fi
     check "build/train --lr-schedule cosine --warmup 5: the rate in each epoch line, near 0 at the end" sh -c \
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --lr-schedule cosine --warmup 5 >'$tmp/cos.out' && grep -q '^epoch 1/2 .* lr 0.000[1-9][0-9]* ' '$tmp/cos.out' && grep '^epoch 2/2 ' '$tmp/cos.out' | sed 's/.* lr \\([^ ]*\\) .*/\\1/' | awk '{ exit !(\$1 < 1e-5) }'"
     check "build/train --clip-norm 0.5: the gradient norm in each epoch line" sh -c \
