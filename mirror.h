@@ -6117,9 +6117,9 @@ static double mirror__replica_bytes(const mirror_model *m, size_t r, size_t work
    sums and statistics. */
 static double mirror__host_buffer_bytes(const mirror_model *m)
 {
-    double S = (double)m->shard_max;
+    double S = (double)m->shard_max, C = m->nrunning ? (double)m->bn_channels : 0.0;
     return 2.0 * S * (double)(m->in_size + 1 + m->out_size) * 4.0 + 2.0 * S * 4.0 + 64.0 +
-           (m->nrunning ? (double)m->chunks_max * 2.0 * (double)m->bn_channels * 8.0 + 2.0 * m->bn_channels * 4.0 : 0.0);
+           (double)m->chunks_max * 2.0 * C * 8.0 + 2.0 * C * 4.0;
 }
 
 /* The host memory this process may take, and what sets it into *what: the
@@ -6171,7 +6171,8 @@ static int mirror__device_need(const mirror_model *m, size_t r, size_t workspace
         if (m->be->device_memory(m->s, q, NULL, NULL) == dev) return 0;
     *replicas = 0, *need = 0.0;
     for (q = r; q < m->s->replicas; q++)
-        if (m->be->device_memory(m->s, q, NULL, NULL) == dev) ++*replicas, *need += mirror__replica_bytes(m, q, workspace);
+        if (m->be->device_memory(m->s, q, NULL, NULL) == dev)
+            ++*replicas, *need += mirror__replica_bytes(m, q, workspace);
     return 1;
 }
 
