@@ -442,6 +442,19 @@
       writes over the layer's output, which nothing else reads, so the
       pair holds one activation buffer, not two.
 
+      Before it allocates anything, mirror_model_build adds up what the
+      process's replicas will take (arenas, workspace, host buffers) and
+      compares it with the memory there is: the host's physical memory,
+      or the address-space or data limit (ulimit -v, ulimit -d) where
+      lower; on GPUs also each GPU's free memory (cudaMemGetInfo) against
+      the replicas on it. Beyond it the build fails with
+      MIRROR_ERR_NO_MEMORY, giving both figures and what to lower
+      (max_batch, the replicas, the model), rather than growing until the
+      kernel's OOM killer ends the process. What the process holds already
+      is not counted, so a build that passes may still meet a failed
+      allocation: that is MIRROR_ERR_NO_MEMORY too, and frees what the
+      build took.
+
    LIMITS
 
       POSIX only (pthreads). Layers: dense, conv2d, relu,
@@ -876,7 +889,10 @@ MIRROR_API int mirror_residual(mirror_model *m);
 MIRROR_API int mirror_residual_end(mirror_model *m);
 
 /* Allocates every replica's arenas and initialises the parameters from the
-   model's seed, identically on every replica. */
+   model's seed, identically on every replica. MIRROR_ERR_NO_MEMORY, before
+   anything is allocated, when the arenas would not fit in the memory there
+   is (see MEMORY), or when an allocation fails: a failed build frees what
+   it took, and the model may be destroyed or built again. */
 MIRROR_API int mirror_model_build(mirror_model *m);
 
 /* Sizes after build: parameters (= gradients), optimizer state floats (per
@@ -943,7 +959,7 @@ typedef struct mirror_batch {
     const int32_t *labels;  /* [rows], softmax cross-entropy */
     const float *targets;   /* [rows, outputs], mean squared error */
     const size_t *index;    /* optional, [n] */
-    size_t rows;            /* rows of x (and labels, targets); needed with index */
+    size_t rows;            /* rows of x (and labels, targets); needed with index; without, 0 or >= n */
     size_t n;
 } mirror_batch;
 
@@ -2003,6 +2019,7 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #include <string.h>
 #include <dirent.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -2968,6 +2985,15 @@ typedef struct mirror__backend {
     void *(*capture_end)(void *dev);
     void (*graph_launch)(void *dev, void *graph);
     void (*graph_free)(void *dev, void *graph);
+    /* Memory, asked before a build allocates (mirror__check_memory).
+       workspace: the bytes a replica takes beyond its arenas (open's
+       workspace, set_precision's scratch) for a model of that precision
+       whose largest storage operand holds `largest` values. device_memory
+       (NULL: the replicas' memory is the host's): the device replica r is
+       on, and unless free_bytes is NULL its free and total bytes (0 where
+       it cannot tell). */
+    size_t (*workspace)(int precision, size_t largest);
+    int (*device_memory)(mirror_strategy *s, size_t r, size_t *free_bytes, size_t *total_bytes);
 } mirror__backend;
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -3011,6 +3037,22 @@ typedef struct mirror__cpu_dev {
     float *wide[MIRROR__CPU_SCRATCH]; /* 16-bit storage: fp32 scratch for an op's operands */
 } mirror__cpu_dev;
 
+/* A replica's memory beyond its arenas: the built-in GEMM's packing
+   workspace, and in mixed precision MIRROR__CPU_SCRATCH fp32 copies of the
+   largest operand (set_precision); saturating. */
+static size_t mirror__cpu_workspace(int precision, size_t largest)
+{
+    size_t scratch = 0;
+#ifdef MIRROR_CBLAS
+    size_t gemm = 0;
+#else
+    size_t gemm = MIRROR__GEMM_WORKSPACE * sizeof(float);
+#endif
+    if (precision && !mirror__mul(largest ? largest : 1, MIRROR__CPU_SCRATCH * sizeof(float), &scratch))
+        return (size_t)-1;
+    return scratch > (size_t)-1 - gemm ? (size_t)-1 : gemm + scratch;
+}
+
 static void *mirror__cpu_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)mirror__zalloc(1, sizeof *d);
@@ -3019,11 +3061,10 @@ static void *mirror__cpu_open(mirror_strategy *s, size_t r, size_t *workspace_by
         mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: out of memory", r);
         return NULL;
     }
+    *workspace_bytes = mirror__cpu_workspace(0, 0);
 #ifdef MIRROR_CBLAS
-    *workspace_bytes = 0;
     d->gemm_ws = NULL;
 #else
-    *workspace_bytes = MIRROR__GEMM_WORKSPACE * sizeof(float);
     d->gemm_ws = (float *)mirror__alloc(MIRROR__GEMM_WORKSPACE, sizeof(float));
     if (!d->gemm_ws) {
         MIRROR_FREE(d);
@@ -3947,6 +3988,8 @@ static const mirror__backend mirror__cpu_backend = {
     NULL,
     NULL,
     NULL,
+    mirror__cpu_workspace,
+    NULL, /* the replicas' memory is the host's */
 };
 
 // >>strategy and devices ----------------------------------------------------
@@ -5965,6 +6008,8 @@ static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
     for (k = 0; k < MIRROR__GRAPHS; k++) mirror__graph_clear(m, r, &r->graph[k]);
 }
 
+/* Frees what a build allocated and clears every pointer to it: a failed
+   build calls this, and mirror_model_destroy calls it again. */
 static void mirror__free_replicas(mirror_model *m)
 {
     size_t r, k;
@@ -5996,6 +6041,7 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->host_release(p->dev, p->host_part);
         m->be->host_release(p->dev, p->host_stat);
         m->be->close(p->dev);
+        memset(p, 0, sizeof *p); /* a second pass finds nothing to free */
     }
     MIRROR_FREE(m->rep);
     MIRROR_FREE(m->grad_bufs);
@@ -6017,6 +6063,7 @@ static void mirror__free_replicas(mirror_model *m)
     m->stats_bufs = NULL;
     m->found = NULL;
     m->chunk_in = NULL;
+    m->chunk_owner = NULL;
 }
 
 /* The first failure any replica's device met since the last check. */
@@ -6113,6 +6160,131 @@ static int mirror__get_scaler(mirror_model *m, mirror_loss_scale_state *st)
     return mirror__device_status(m);
 }
 
+/* The bytes of replica r's arenas, with `workspace` bytes of workspace
+   among its activations: what mirror_memory_report_get reports once the
+   model is built, and what mirror__check_memory counts before. */
+static void mirror__arena_bytes(const mirror_model *m, size_t r, size_t workspace, mirror_memory_report *out)
+{
+    /* mixed precision: + the 16-bit working copy; + the 16-bit gradient */
+    out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
+    out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
+                                   (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
+    out->optimizer = r == 0 || !m->sharded ? mirror__state_floats(m) * sizeof(float) : 0; /* sharded: one state */
+    out->activations = mirror__step_buffers(m, NULL) + workspace + m->bn_size * sizeof(float) +
+                       m->chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
+}
+
+/* All that replica r's build takes on its device (the host for CPU
+   replicas), in double: a sum over thousands of replicas must not wrap. */
+static double mirror__replica_bytes(const mirror_model *m, size_t r, size_t workspace)
+{
+    mirror_memory_report b;
+    mirror__arena_bytes(m, r, workspace, &b);
+    return (double)b.parameters + (double)b.gradients + (double)b.optimizer + (double)b.activations;
+}
+
+/* The host buffers of one replica (its host_alloc calls in
+   mirror__model_build; pinned memory on a GPU): two slots of the shard's
+   input, labels and targets, its losses and correct flags, batchnorm's
+   sums and statistics. */
+static double mirror__host_buffer_bytes(const mirror_model *m)
+{
+    double S = (double)m->shard_max, C = m->nrunning ? (double)m->bn_channels : 0.0;
+    return 2.0 * S * (double)(m->in_size + 1 + m->out_size) * 4.0 + 2.0 * S * 4.0 + 64.0 +
+           (double)m->chunks_max * 2.0 * C * 8.0 + 2.0 * C * 4.0;
+}
+
+/* The host memory this process may take, and what sets it into *what: the
+   physical memory, or an address-space or data-segment limit (ulimit -v,
+   -d) below it; 0 when none is known. What the process holds already is
+   not taken off (POSIX has no call for it): a build that passes may still
+   find too little, and then fails with MIRROR_ERR_NO_MEMORY. */
+static double mirror__host_memory(const char **what)
+{
+    static const struct {
+        int resource;
+        const char *name;
+    } limits[] = {{RLIMIT_AS, "address-space limit (ulimit -v)"}, {RLIMIT_DATA, "data-segment limit (ulimit -d)"}};
+    double have = 0.0;
+    struct rlimit rl;
+    size_t i;
+    *what = "memory";
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    {
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && size > 0) have = (double)pages * (double)size, *what = "physical memory";
+    }
+#endif
+    for (i = 0; i < sizeof limits / sizeof *limits; i++)
+        if (getrlimit(limits[i].resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            (have == 0.0 || (double)rl.rlim_cur < have))
+            have = (double)rl.rlim_cur, *what = limits[i].name;
+    return have;
+}
+
+/* bytes as "341.2 MiB", "23.4 GiB" or "64.0 TiB" into buf. */
+static const char *mirror__bytes_text(double bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"MiB", "GiB", "TiB"};
+    int u = 0;
+    bytes /= 1024.0 * 1024.0;
+    while (u < 2 && bytes >= 1024.0) bytes /= 1024.0, u++;
+    snprintf(buf, size, "%.1f %s", bytes, units[u]);
+    return buf;
+}
+
+/* Replica r's device is the first of its replicas': the need of all those
+   on it, into *replicas and *need; 0 when an earlier replica shares it. */
+static int mirror__device_need(const mirror_model *m, size_t r, size_t workspace, size_t *replicas, double *need)
+{
+    size_t q;
+    int dev = m->be->device_memory(m->s, r, NULL, NULL);
+    for (q = 0; q < r; q++)
+        if (m->be->device_memory(m->s, q, NULL, NULL) == dev) return 0;
+    *replicas = 0, *need = 0.0;
+    for (q = r; q < m->s->replicas; q++)
+        if (m->be->device_memory(m->s, q, NULL, NULL) == dev)
+            ++*replicas, *need += mirror__replica_bytes(m, q, workspace);
+    return 1;
+}
+
+/* Refuses, before anything is allocated, a build that would take more
+   memory than there is: each GPU's replicas against its free memory, and
+   on the host, the replicas' host buffers (pinned on GPUs) and for CPU
+   replicas everything, against mirror__host_memory. Without it a build
+   beyond the physical memory is not refused by malloc (overcommit): the
+   arenas are zeroed page by page until the kernel kills the process. */
+static int mirror__check_memory(mirror_model *m)
+{
+    size_t R = m->s->replicas, r, n, workspace = m->be->workspace(m->format, mirror__largest(m));
+    double need, host = (double)R * sizeof(mirror__replica) + (double)m->nslots * sizeof(float), have;
+    char a[32], b[32], c[32];
+    const char *what;
+    for (r = 0; m->be->device_memory && r < R; r++) {
+        size_t free_bytes, total_bytes;
+        int dev = m->be->device_memory(m->s, r, &free_bytes, &total_bytes);
+        if (!mirror__device_need(m, r, workspace, &n, &need) || !free_bytes || need <= (double)free_bytes) continue;
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY,
+                            "mirror_model_build: the arenas of %zu replica%s on GPU %d need %s and it has %s free "
+                            "(of %s): lower max_batch (%zu, the global batch), the replicas on that GPU or the "
+                            "model's size",
+                            n, n == 1 ? "" : "s", dev, mirror__bytes_text(need, a, sizeof a),
+                            mirror__bytes_text((double)free_bytes, b, sizeof b),
+                            mirror__bytes_text((double)total_bytes, c, sizeof c), m->desc.max_batch);
+    }
+    for (r = 0; r < R; r++)
+        host += mirror__host_buffer_bytes(m) + (m->be->device_memory ? 0.0 : mirror__replica_bytes(m, r, workspace));
+    have = mirror__host_memory(&what);
+    if (have == 0.0 || host <= have) return MIRROR_OK;
+    return mirror__fail(m, MIRROR_ERR_NO_MEMORY,
+                        "mirror_model_build: %zu replica%s need %s of host memory (%s each, for shards of up to %zu "
+                        "samples) and the %s is %s: lower max_batch (%zu, the global batch), the replica count or "
+                        "the model's size",
+                        R, R == 1 ? "" : "s", mirror__bytes_text(host, a, sizeof a),
+                        mirror__bytes_text(host / (double)R, b, sizeof b), m->shard_max, what,
+                        mirror__bytes_text(have, c, sizeof c), m->desc.max_batch);
+}
+
 static int mirror__model_build(mirror_model *m)
 {
     size_t R, r, act_total;
@@ -6152,6 +6324,7 @@ static int mirror__model_build(mirror_model *m)
                             "mirror_model_build: softmax cross-entropy needs at least 2 outputs, "
                             "the last layer gives %zu",
                             m->out_size);
+    if ((rc = mirror__check_memory(m))) return rc;
     act_total = mirror__step_buffers(m, NULL);
     m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
@@ -6529,13 +6702,7 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     if (!m || !out || !m->built || r >= m->s->replicas)
         return mirror__error(NULL, MIRROR_ERR_ARGUMENT,
                              "mirror_memory_report_get: needs a built model, a replica index and out");
-    /* mixed precision: + the 16-bit working copy; + the 16-bit gradient */
-    out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
-    out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
-                                   (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
-    out->optimizer = r == 0 || !m->sharded ? mirror__state_floats(m) * sizeof(float) : 0; /* sharded: one state */
-    out->activations = mirror__step_buffers(m, NULL) + m->rep[r].workspace_bytes + m->bn_size * sizeof(float) +
-                       m->chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
+    mirror__arena_bytes(m, r, m->rep[r].workspace_bytes, out);
     return MIRROR_OK;
 }
 
@@ -7700,6 +7867,11 @@ static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const cha
     if ((rc = mirror__check_built(m, what))) return rc;
     if (!b) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch is NULL", what);
     if (b->n && !b->x) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.x is NULL", what);
+    if (!b->index && b->rows && b->rows < b->n) /* sample i is row i: the buffers end before the samples do */
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "%s: batch.n is %zu but batch.rows only %zu (without an index sample i is row i: "
+                            "n must be at most rows, or rows 0)",
+                            what, b->n, b->rows);
     for (i = 0; b->index && i < b->n; i++)
         if (b->index[i] >= b->rows)
             return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: index[%zu] = %zu is outside the %zu rows",

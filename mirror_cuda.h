@@ -1063,6 +1063,27 @@ static int mirror__cuda_events(mirror__cuda_dev *d, cudaEvent_t *e, int n, int m
     return ok;
 }
 
+/* A replica's device memory beyond its arenas, whatever the precision:
+   the bias and square partial sums, and cuBLAS's workspace. */
+static size_t mirror__cuda_workspace(int precision, size_t largest)
+{
+    (void)precision, (void)largest; /* the kernels read and write 16 bits themselves */
+    return MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
+}
+
+/* Replica r's GPU, and unless free_bytes is NULL its free and total
+   memory (cudaMemGetInfo; 0 and 0 where the runtime cannot tell). */
+static int mirror__cuda_device_memory(mirror_strategy *s, size_t r, size_t *free_bytes, size_t *total_bytes)
+{
+    mirror__gpu *g = (mirror__gpu *)s->gpu;
+    if (free_bytes && (cudaSetDevice(g->device[r]) != cudaSuccess ||
+                       cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess)) {
+        (void)cudaGetLastError(); /* see mirror__cuda_ok */
+        *free_bytes = *total_bytes = 0;
+    }
+    return g->device[r];
+}
+
 static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_bytes, mirror_error *err)
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
@@ -1075,8 +1096,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
     d->device = g->device[r];
     d->stream = g->stream[r];
     d->replica = r;
-    *workspace_bytes =
-        MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
+    *workspace_bytes = mirror__cuda_workspace(0, 0);
     if (!mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice") ||
         !mirror__blas_ok(d, cublasCreate(&d->blas), "cublasCreate") ||
         !mirror__blas_ok(d, cublasSetStream(d->blas, d->stream), "cublasSetStream") ||
@@ -2008,6 +2028,8 @@ static const mirror__backend mirror__cuda_backend = {
     mirror__cuda_capture_end,
     mirror__cuda_graph_launch,
     mirror__cuda_graph_free,
+    mirror__cuda_workspace,
+    mirror__cuda_device_memory,
 };
 
 // >>cuda reducers -----------------------------------------------------------

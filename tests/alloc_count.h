@@ -1,15 +1,23 @@
 /* alloc_count.h - routes mirror's allocations through counters. Include it
    before mirror.h: live_allocs is what is still allocated, total_allocs
-   every allocation so far (a training step must add none). */
+   every allocation so far (a training step must add none). Failures are
+   injected with allocs_before_failure: at n >= 0, n more allocations
+   succeed and the next one fails (once; the counter is then -1, off). */
 #ifndef ALLOC_COUNT_H
 #define ALLOC_COUNT_H
 #include <stdlib.h>
 
-static long live_allocs, total_allocs;
+static long live_allocs, total_allocs, allocs_before_failure = -1;
 
 static void *count_malloc(size_t n)
 {
-    void *p = malloc(n);
+    void *p;
+    if (allocs_before_failure == 0) {
+        allocs_before_failure = -1;
+        return NULL;
+    }
+    if (allocs_before_failure > 0) allocs_before_failure--;
+    p = malloc(n);
     if (p) live_allocs++, total_allocs++;
     return p;
 }

@@ -158,6 +158,15 @@ if [ -x "$BUILD/train" ]; then
     check "build/train --epochs 9223372036854775809 --lr-schedule cosine: epoch 2 still at the full rate" huge_cosine
     check "build/train --resume with another --lr and --seed: one notice naming both, no longer bitwise" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --save '$tmp/chg.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --resume '$tmp/chg.ckpt' --lr 0.002 --seed 9 2>'$tmp/chg.err' >/dev/null && test \$(grep -c 'resumed with lr 0.00200000009 (the checkpoint.s: 0.00100000005), seed 9 (the checkpoint.s: 1): the run goes on, no longer bitwise' '$tmp/chg.err') -eq 1"
+    # A build beyond the memory there is (here ulimit -v: 3.6 GiB of arenas
+    # under 977 MiB) is refused before it allocates, with both figures:
+    # exit 1, not an abort (the failed build freed a pointer twice) nor, on
+    # physical memory, the kernel's OOM killer. Not under a sanitizer or
+    # valgrind: they reserve terabytes of address space.
+    if [ -z "$SAN" ]; then
+        check "build/train under ulimit -v: a model beyond it is refused naming the need and the limit, exit 1" sh -c \
+            "ulimit -v 1000000; $BUILD/train --model resnet --synthetic 2000 --batch 2000 --replicas 2 --epochs 1 >'$tmp/mem.out' 2>&1; test \$? -eq 1 && grep -q 'mirror_model_build: 2 replicas need [0-9.]* GiB of host memory .* and the address-space limit (ulimit -v) is 976.6 MiB: lower max_batch (2000' '$tmp/mem.out'"
+    fi
     check "build/train --lr-schedule cosine --warmup 5: the rate in each epoch line, near 0 at the end" sh -c \
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --lr-schedule cosine --warmup 5 >'$tmp/cos.out' && grep -q '^epoch 1/2 .* lr 0.000[1-9][0-9]* ' '$tmp/cos.out' && grep '^epoch 2/2 ' '$tmp/cos.out' | sed 's/.* lr \\([^ ]*\\) .*/\\1/' | awk '{ exit !(\$1 < 1e-5) }'"
     check "build/train --clip-norm 0.5: the gradient norm in each epoch line" sh -c \

@@ -1662,8 +1662,11 @@ static void test_out_of_memory(void)
     mirror_dense(m, (size_t)1 << 24);
     mirror_dense(m, 16);
     rc = mirror_model_build(m);
-    CHECK(rc == MIRROR_ERR_NO_MEMORY && strstr(mirror_model_error(m), "cudaMalloc:"),
-          "a model larger than the GPU: MIRROR_ERR_NO_MEMORY naming cudaMalloc (%d: %s)", rc, mirror_model_error(m));
+    /* refused before any cudaMalloc, against cudaMemGetInfo's free memory */
+    CHECK(rc == MIRROR_ERR_NO_MEMORY && strstr(mirror_model_error(m), "the arenas of 1 replica on GPU ") &&
+              strstr(mirror_model_error(m), " TiB and it has ") && strstr(mirror_model_error(m), " free (of "),
+          "a model larger than the GPU: MIRROR_ERR_NO_MEMORY naming the need and the GPU's free memory (%d: %s)", rc,
+          mirror_model_error(m));
     mirror_model_destroy(m);
     m = model(s, MIRROR_OPT_SGD, MIRROR_PRECISION_FP32);
     CHECK(m != NULL, "after an out-of-memory build, a small model builds");

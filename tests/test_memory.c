@@ -1,0 +1,305 @@
+/* test_memory.c - a model's memory: a build that fails at any of its
+   allocations frees what it took and leaves a model that destroys cleanly
+   or builds again; a build that would take more memory than the machine
+   has, or than ulimit -v allows, is refused before it allocates anything,
+   naming both figures; a batch with fewer rows than samples is refused
+   before it is read. */
+#define _POSIX_C_SOURCE 200809L /* setrlimit, sysconf; mirror.h is not the first include */
+#include "alloc_count.h"
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* The errors the failures log would flood the output: counted instead. */
+static int log_errors;
+static void quiet(void *user, int level, const char *message)
+{
+    (void)user, (void)message;
+    log_errors += level == MIRROR_LOG_ERROR;
+}
+
+static mirror_strategy *strategy(size_t replicas)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.devices = "cpu";
+    d.num_replicas = replicas;
+    CHECK(mirror_strategy_create(&d, &s, NULL) == MIRROR_OK, "a strategy of %zu CPU replicas", replicas);
+    return s;
+}
+
+/* What a build allocates depends on the model: batchnorm (running
+   statistics, per-replica sums), deterministic mode (a gradient arena per
+   chunk), mixed precision (16-bit copies, fp32 scratch), the optimizer's
+   state (shared by CPU replicas, or one per replica unsharded). */
+typedef struct config {
+    const char *name;
+    mirror_precision precision;
+    int deterministic, batchnorm;
+    mirror_optimizer_kind optimizer;
+    mirror_shard_update shard;
+} config;
+
+enum { SIDE = 6, BATCH = 8, CLASSES = 3 };
+
+/* A small CNN over SIDE x SIDE inputs, not yet built. */
+static mirror_model *unbuilt(mirror_strategy *s, const config *c)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = d.width = SIDE;
+    d.max_batch = BATCH;
+    d.seed = 3;
+    d.precision = c->precision;
+    d.deterministic = c->deterministic, d.chunk = c->deterministic ? 2 : 0;
+    d.optimizer.kind = c->optimizer;
+    d.optimizer.momentum = c->optimizer == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    d.shard_update = c->shard;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_conv2d(m, 4, 3, 1, 1);
+    if (c->batchnorm) mirror_batchnorm(m, MIRROR_BN_SYNC);
+    mirror_relu(m), mirror_maxpool2d(m, 2, 2), mirror_flatten(m);
+    mirror_dense(m, CLASSES);
+    return m;
+}
+
+static float X[BATCH * SIDE * SIDE];
+static int32_t Y[BATCH];
+
+/* One training step on the batch of BATCH samples: the model works. */
+static int trains(mirror_model *m)
+{
+    mirror_batch b;
+    mirror_metrics out;
+    memset(&b, 0, sizeof b);
+    b.x = X, b.labels = Y, b.n = BATCH;
+    return mirror_train_step(m, &b, &out) == MIRROR_OK && out.count == BATCH;
+}
+
+/* Allocation k of the build fails, for every k until the build needs no
+   more: each failure returns MIRROR_ERR_NO_MEMORY with a message and
+   frees every byte the build took; the model is then destroyed at once
+   (a pointer freed by the failed build and again by destroy was "double
+   free or corruption"), or built again, trained and destroyed. */
+static void test_failed_builds(mirror_strategy *s, const config *c)
+{
+    long before = live_allocs, points;
+    int ok = 1, done = 0, again;
+    for (points = 0; !done && points < 10000; points++)
+        for (again = 0; again < 2 && !done; again++) {
+            mirror_model *m = unbuilt(s, c);
+            long made;
+            int rc;
+            if (!m) {
+                CHECK(0, "%s: the model is created", c->name);
+                return;
+            }
+            made = live_allocs;
+            allocs_before_failure = points;
+            rc = mirror_model_build(m);
+            done = allocs_before_failure > 0; /* the build ended before its allocation number `points` */
+            allocs_before_failure = -1;
+            if (done) {
+                ok &= rc == MIRROR_OK && trains(m);
+            } else if (rc != MIRROR_OK) {
+                int freed = live_allocs == made, refused = rc == MIRROR_ERR_NO_MEMORY && mirror_model_error(m)[0] &&
+                                                           mirror_num_parameters(m) == 0;
+                int rebuilt = !again || (mirror_model_build(m) == MIRROR_OK && trains(m));
+                if (!(freed && refused && rebuilt))
+                    fprintf(stderr, "%s: allocation %ld failing: rc %d (%s), %ld left over, built again: %d\n",
+                            c->name, points, rc, mirror_model_error(m), live_allocs - made, rebuilt);
+                ok &= freed && refused && rebuilt;
+            }
+            mirror_model_destroy(m);
+            ok &= live_allocs == before;
+        }
+    CHECK(done && points > 20 && ok,
+          "%s: each of the build's %ld allocations failing in turn: MIRROR_ERR_NO_MEMORY, nothing kept, the model "
+          "destroyed without a leak or a second free, or built again and trained",
+          c->name, points - 1);
+}
+
+/* What mirror.h names as the host's memory: the physical memory or a
+   lower limit. */
+static double host_memory(void)
+{
+    struct rlimit rl;
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < have)
+        have = (double)rl.rlim_cur;
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < have)
+        have = (double)rl.rlim_cur;
+    return have;
+}
+
+/* A dense model over 1024x32x32 inputs, max_batch samples. */
+static mirror_model *wide(mirror_strategy *s, size_t max_batch)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1024, d.height = d.width = 32;
+    d.max_batch = max_batch;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_flatten(m), mirror_dense(m, 2);
+    return m;
+}
+
+/* A build beyond the machine's memory (2^24 samples of 4 MiB: 64 TiB and
+   more) is refused before it allocates a byte, with the need and the
+   memory there is; the model stays destroyable. Before the check, malloc
+   either failed (and the failed build crashed) or, overcommitted, the
+   zeroing of the arenas grew until the kernel killed the process. */
+static void test_beyond_the_machine(mirror_strategy *s)
+{
+    mirror_model *m = wide(s, (size_t)1 << 24);
+    char have[32], text[300];
+    long live, total;
+    int rc;
+    if (!m) {
+        CHECK(0, "the wide model is created");
+        return;
+    }
+    mirror__bytes_text(host_memory(), have, sizeof have);
+    live = live_allocs, total = total_allocs;
+    rc = mirror_model_build(m);
+    snprintf(text, sizeof text, "%s", mirror_model_error(m));
+    CHECK(rc == MIRROR_ERR_NO_MEMORY && total_allocs == total && live_allocs == live,
+          "a build of 64 TiB and more: MIRROR_ERR_NO_MEMORY before any allocation (%d, %ld allocations): %s", rc,
+          total_allocs - total, text);
+    CHECK(strstr(text, "2 replicas need ") && strstr(text, " TiB of host memory") && strstr(text, have) &&
+              strstr(text, "lower max_batch (16777216, the global batch)"),
+          "the message gives the need, the memory there is (%s) and what to lower: %s", have, text);
+    mirror_model_destroy(m);
+}
+
+/* Whether this runs under a sanitizer or valgrind: they reserve terabytes
+   of address space, which a lowered ulimit -v would refuse them. */
+static int sanitized(void)
+{
+    const char *preload = getenv("LD_PRELOAD");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+    return 1;
+#endif
+#endif
+    return preload && strstr(preload, "vgpreload") != NULL;
+}
+
+/* Under an address-space limit (ulimit -v) lower than the arenas, the
+   build is refused before it allocates, naming the limit; with the limit
+   raised again the same model builds and trains. The limit is set below
+   what the process holds already: nothing may be allocated until it is
+   restored, and the build allocates nothing before its check. */
+static void test_address_limit(mirror_strategy *s)
+{
+    struct rlimit old, low;
+    mirror_model *m;
+    char text[300], limit[80], figure[32];
+    long live, total;
+    int rc, rebuilt;
+    if (sanitized()) {
+        printf("test_memory: the ulimit -v case skipped under a sanitizer or valgrind\n");
+        return;
+    }
+    if (!(m = wide(s, 8))) { /* 4 samples of 4 MiB a replica: about 200 MiB in all */
+        CHECK(0, "the wide model is created");
+        return;
+    }
+    CHECK(getrlimit(RLIMIT_AS, &old) == 0, "getrlimit(RLIMIT_AS)");
+    low = old;
+    low.rlim_cur = (rlim_t)128 << 20;
+    if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < low.rlim_cur) low.rlim_cur = old.rlim_cur;
+    snprintf(limit, sizeof limit, "the address-space limit (ulimit -v) is %s",
+             mirror__bytes_text((double)low.rlim_cur, figure, sizeof figure));
+    live = live_allocs, total = total_allocs;
+    if (setrlimit(RLIMIT_AS, &low) != 0) {
+        CHECK(0, "setrlimit(RLIMIT_AS, 128 MiB)");
+        mirror_model_destroy(m);
+        return;
+    }
+    rc = mirror_model_build(m);
+    setrlimit(RLIMIT_AS, &old);
+    snprintf(text, sizeof text, "%s", mirror_model_error(m));
+    CHECK(rc == MIRROR_ERR_NO_MEMORY && total_allocs == total && live_allocs == live,
+          "under ulimit -v of 128 MiB: MIRROR_ERR_NO_MEMORY before any allocation (%d, %ld allocations): %s", rc,
+          total_allocs - total, text);
+    CHECK(strstr(text, limit) && strstr(text, " MiB of host memory") &&
+              strstr(text, "lower max_batch (8, "),
+          "the message names the limit, the need and what to lower: %s", text);
+    rebuilt = mirror_model_build(m);
+    CHECK(rebuilt == MIRROR_OK && mirror_num_parameters(m) == 2 * 1024 * 32 * 32 + 2,
+          "with the limit raised, the refused model builds: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+}
+
+/* mirror_batch.rows without an index: sample i is row i, so fewer rows
+   than samples would read past the caller's arrays (AddressSanitizer:
+   heap-buffer-overflow in mirror__check_batch). Every call that takes a
+   batch refuses it; rows 0 (not given) and rows >= n are as before. */
+static void test_batch_rows(mirror_strategy *s)
+{
+    static const config plain = {"fp32", MIRROR_PRECISION_FP32, 0, 0, MIRROR_OPT_SGD, MIRROR_SHARD_AUTO};
+    mirror_model *m = unbuilt(s, &plain);
+    float *x = (float *)malloc(3 * SIDE * SIDE * sizeof(float));
+    int32_t *y = (int32_t *)malloc(3 * sizeof(int32_t));
+    mirror_batch b;
+    mirror_metrics out;
+    size_t i;
+    if (!m || !x || !y || mirror_model_build(m)) {
+        CHECK(0, "the model builds and the buffers are allocated");
+        free(x), free(y), mirror_model_destroy(m);
+        return;
+    }
+    for (i = 0; i < 3 * SIDE * SIDE; i++) x[i] = 0.1f * (float)(i % 7);
+    for (i = 0; i < 3; i++) y[i] = (int32_t)i;
+    memset(&b, 0, sizeof b);
+    b.x = x, b.labels = y, b.rows = 3, b.n = BATCH;
+    CHECK(mirror_train_step(m, &b, &out) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(m), "mirror_train_step: batch.n is 8 but batch.rows only 3"),
+          "a step on 8 samples of 3 rows is refused: %s", mirror_model_error(m));
+    CHECK(mirror_train_steps(m, &b, 1, &out) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "rows only 3"),
+          "mirror_train_steps too: %s", mirror_model_error(m));
+    CHECK(mirror_evaluate_batch(m, &b, &out) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "rows only 3"),
+          "mirror_evaluate_batch too: %s", mirror_model_error(m));
+    b.n = 3;
+    CHECK(mirror_train_step(m, &b, &out) == MIRROR_OK && out.count == 3, "3 samples of 3 rows train");
+    b.rows = 0;
+    CHECK(mirror_train_step(m, &b, &out) == MIRROR_OK && out.count == 3, "rows 0 without an index: n rows, as before");
+    free(x), free(y);
+    mirror_model_destroy(m);
+}
+
+int main(void)
+{
+    static const config configs[] = {
+        {"fp32, SGD, the shared update", MIRROR_PRECISION_FP32, 0, 0, MIRROR_OPT_SGD, MIRROR_SHARD_AUTO},
+        {"fp32, deterministic, batchnorm", MIRROR_PRECISION_FP32, 1, 1, MIRROR_OPT_SGD, MIRROR_SHARD_AUTO},
+        {"fp16, Adam, unsharded, batchnorm", MIRROR_PRECISION_FP16, 0, 1, MIRROR_OPT_ADAM, MIRROR_SHARD_OFF},
+        {"bf16, deterministic, AdamW", MIRROR_PRECISION_BF16, 1, 0, MIRROR_OPT_ADAMW, MIRROR_SHARD_AUTO}};
+    mirror_strategy *s;
+    size_t i;
+    for (i = 0; i < BATCH * SIDE * SIDE; i++) X[i] = (float)((i * 5) % 9) / 8.0f - 0.5f;
+    for (i = 0; i < BATCH; i++) Y[i] = (int32_t)(i % CLASSES);
+    mirror_set_logger(quiet, NULL);
+    if (!(s = strategy(2))) return check_done("test_memory");
+    for (i = 0; i < sizeof configs / sizeof *configs; i++) test_failed_builds(s, &configs[i]);
+    test_beyond_the_machine(s);
+    test_address_limit(s);
+    test_batch_rows(s);
+    mirror_strategy_destroy(s);
+    mirror_set_logger(NULL, NULL);
+    CHECK(live_allocs == 0, "every allocation freed (%ld live)", live_allocs);
+    return check_done("test_memory");
+}
