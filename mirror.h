@@ -10910,8 +10910,8 @@ static void mirror__output_result(unsigned *failed, unsigned bit, int ok, const 
     }
     if (!(*failed & bit)) {
         snprintf(notice, sizeof notice,
-                 "mirror_fit: %s: cannot write the %s (%s); training goes on, and the file keeps its last complete "
-                 "version",
+                 "mirror_fit: %s: cannot write the %s (%s); the file keeps its last complete version, and the "
+                 "training and its checkpoints go on as if it had been written",
                  path, what, strerror(errno));
         mirror__log(MIRROR_LOG_NOTICE, notice);
     }
@@ -10937,7 +10937,8 @@ static void mirror__curves_lost(const mirror_fit_desc *d, unsigned *failed)
 {
     mirror__log(MIRROR_LOG_NOTICE, "mirror_fit: out of memory for the curves' points: the history and the plot stay "
                                    "as they are; training goes on");
-    *failed |= (d->history ? MIRROR_OUTPUT_HISTORY : 0u) | (d->plot ? MIRROR_OUTPUT_PLOT : 0u);
+    if (d->history) *failed |= MIRROR_OUTPUT_HISTORY;
+    if (d->plot) *failed |= MIRROR_OUTPUT_PLOT;
 }
 
 /* Directory of path (".", "/" or what comes before the last slash) into
