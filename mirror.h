@@ -1131,8 +1131,8 @@ enum { MIRROR_OUTPUT_HISTORY = 1, MIRROR_OUTPUT_PLOT = 2, MIRROR_OUTPUT_TRACE = 
    load a checkpoint's weights (weights_only) and save checkpoints, but
    not fit it again (mirror_fit returns MIRROR_ERR_STATE), load a whole
    checkpoint (its step count and cursor are fit's: MIRROR_ERR_STATE) or
-   destroy it (ignored, with an error message). A step they take is an
-   extra step of the run, not in the epoch's metrics. */
+   destroy it (ignored; mirror_model_error says so). A step they take is
+   an extra step of the run. */
 typedef int (*mirror_epoch_fn)(void *user, const mirror_epoch_log *log);
 
 /* fit's running numbers every log_every steps, for hand-made logging. */
@@ -1207,9 +1207,10 @@ typedef struct mirror_fit_desc {
        non-zero return stops fit as the epoch hook does. */
     mirror_step_fn on_step;
     size_t log_every;
-    /* trace: a Chrome trace of the last 256 steps, written when fit ends
-       (timing on for the fit, see mirror_timing); phases: an epoch line
-       of each phase's mean time and the replicas' imbalance. */
+    /* trace: a Chrome trace of the last 256 steps, written when fit ends,
+       after the checkpoint (timing on for the fit, see mirror_timing);
+       phases: an epoch line of each phase's mean time and the replicas'
+       imbalance. */
     const char *trace;
     int phases;
     size_t curve_every;
@@ -10319,17 +10320,24 @@ done:
     return rc;
 }
 
+/* A whole checkpoint loaded from fit's hook would change the step count
+   that fit's cursor counts: refused there (in every process alike). */
+static int mirror__checkpoint_load_call(mirror_model *m, const char *path, int weights_only,
+                                        mirror_checkpoint_info *info)
+{
+    if (m->in_fit && !weights_only)
+        return mirror__fail(m, MIRROR_ERR_STATE,
+                            "mirror_checkpoint_load: called inside mirror_fit on this model (from a hook): a whole "
+                            "checkpoint would change the step count that fit's cursor counts; load weights_only");
+    return mirror__all_agree(m, mirror__checkpoint_load(m, path, weights_only, info));
+}
+
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info)
 {
     if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: model is NULL");
-    if (m->in_fit && !weights_only) /* from fit's hook */
-        return mirror__fail(m, MIRROR_ERR_STATE,
-                            "mirror_checkpoint_load: called inside mirror_fit on this model (from a hook): a whole "
-                            "checkpoint would change the step count that fit's cursor counts; load weights_only");
     {
-        MIRROR__LOCKED(m, "mirror_checkpoint_load",
-                       mirror__all_agree(m, mirror__checkpoint_load(m, path, weights_only, info)));
+        MIRROR__LOCKED(m, "mirror_checkpoint_load", mirror__checkpoint_load_call(m, path, weights_only, info));
     }
 }
 
