@@ -455,6 +455,26 @@
       allocation: that is MIRROR_ERR_NO_MEMORY too, and frees what the
       build took.
 
+   SIDE OUTPUTS (fit's history, plot and trace; mirror_trace_write)
+
+      They get a checkpoint's care. Each is written to a temporary file
+      beside its path (PATH.tmp.XXXXXX), flushed to disk and renamed over
+      PATH, so that PATH holds its last complete version whatever happens
+      (a full disk, a crash). A PATH that exists and is not a regular file
+      (a directory, a FIFO, a device, a symbolic link) is refused with
+      MIRROR_ERR_ARGUMENT before anything is opened, so a FIFO never
+      blocks. Before its first step fit refuses (MIRROR_ERR_ARGUMENT) an
+      output that names a checkpoint: its checkpoint PATH, the kept
+      PATH.1 ... PATH.(keep - 1), PATH.lock, or those of resumed_from,
+      by name or as the same file (device and inode); and two outputs
+      that name one file. Once training has begun, a write that fails (no
+      space, an I/O error) is a notice, not an error: fit trains on,
+      saves its checkpoints, tries again at the next epoch, and returns
+      MIRROR_OK with the output's bit in failed_outputs of the last
+      epoch's log. (Before the first step, when nothing can be lost, it
+      fails fit.) The example trainer then prints a warning naming the
+      output, its final line, and exits with status 3.
+
    LIMITS
 
       POSIX only (pthreads). Layers: dense, conv2d, relu,
@@ -1012,7 +1032,9 @@ typedef struct mirror_phase_times {
 } mirror_phase_times;
 MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_phase_times *out);
 /* The kept steps as a Chrome trace-event JSON file (chrome://tracing,
-   Perfetto): one track per replica, a span per phase with its step. */
+   Perfetto): one track per replica, a span per phase with its step.
+   Written beside path and renamed over it (see SIDE OUTPUTS): a path that
+   exists and is not a regular file is refused (MIRROR_ERR_ARGUMENT). */
 MIRROR_API int mirror_trace_write(mirror_model *m, const char *path);
 /* Forward only, split across replicas, in chunks of max_batch. */
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
@@ -1123,11 +1145,25 @@ typedef struct mirror_epoch_log {
     /* With gradient clipping: the last step's gradient norm before
        clipping (the epoch line shows it); 0 otherwise. */
     double grad_norm;
+    /* The side outputs (fit desc's history, plot, trace) whose latest
+       write failed, as MIRROR_OUTPUT_* bits: their files hold their last
+       complete version. A notice names each failure as it happens; fit
+       trains on, saves its checkpoint and returns MIRROR_OK for them. The
+       writing process's (rank 0's); 0 elsewhere. */
+    unsigned failed_outputs;
 } mirror_epoch_log;
+
+enum { MIRROR_OUTPUT_HISTORY = 1, MIRROR_OUTPUT_PLOT = 2, MIRROR_OUTPUT_TRACE = 4 };
 
 /* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED).
    With several processes every process calls its hook, and rank 0's answer
-   counts for all. */
+   counts for all. The hooks (and a logger) run inside fit: they may read
+   the model (parameters, evaluate, predict, summary), set its parameters,
+   load a checkpoint's weights (weights_only) and save checkpoints, but
+   not fit it again (mirror_fit returns MIRROR_ERR_STATE), load a whole
+   checkpoint (its step count and cursor are fit's: MIRROR_ERR_STATE) or
+   destroy it (ignored; mirror_model_error says so). A step they take is
+   an extra step of the run. */
 typedef int (*mirror_epoch_fn)(void *user, const mirror_epoch_log *log);
 
 /* fit's running numbers every log_every steps, for hand-made logging. */
@@ -1181,7 +1217,8 @@ typedef struct mirror_fit_desc {
     int augment_flip;
     size_t augment_crop_pad;
     /* Curves without dependencies (rank 0 writes them, rewritten whole after
-       every epoch, checked writable before the first step): history a CSV
+       every epoch, checked writable before the first step; see SIDE
+       OUTPUTS in the manual for the care they get): history a CSV
        of the epoch logs (epoch, steps, samples, train_loss, train_acc,
        val_loss, val_acc, lr, grad_norm, loss_scale, skipped, seconds,
        samples_per_s); plot an SVG of loss and accuracy, training and
@@ -1190,19 +1227,29 @@ typedef struct mirror_fit_desc {
        curve_every steps within an epoch, for long epochs: the epoch's
        training loss and accuracy so far, at epoch (e - 1) + s / S after step
        s of S of epoch e (the CSV's epoch column then has fractions; the
-       epoch's own row stays at e). */
+       epoch's own row stays at e). A resumed fit (initial_epoch or
+       initial_step) continues the history it finds at that path: it keeps
+       the rows up to epoch initial_epoch, drops those after, and appends;
+       the plot is drawn from them too. A history that is missing or not
+       one that fit wrote starts afresh, with a notice. */
     const char *history, *plot;
     /* Every log_every steps (0: never) on_step gets the epoch's running
        numbers (the metrics are read from the device then: a GPU waits); a
        non-zero return stops fit as the epoch hook does. */
     mirror_step_fn on_step;
     size_t log_every;
-    /* trace: a Chrome trace of the last 256 steps, written when fit ends
-       (timing on for the fit, see mirror_timing); phases: an epoch line
-       of each phase's mean time and the replicas' imbalance. */
+    /* trace: a Chrome trace of the last 256 steps, written when fit ends,
+       after the checkpoint (timing on for the fit, see mirror_timing);
+       phases: an epoch line of each phase's mean time and the replicas'
+       imbalance. */
     const char *trace;
     int phases;
     size_t curve_every;
+    /* The checkpoint this run was loaded from (may be NULL; fit does not
+       read it): history, plot and trace must not name it, nor its kept
+       copies PATH.1, PATH.2, ... and PATH.lock, as they must not name
+       `checkpoint`'s. */
+    const char *resumed_from;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -1216,7 +1263,11 @@ typedef struct mirror_fit_desc {
    non-finite step ends it with MIRROR_ERR_NOT_FINITE and no checkpoint;
    so does the end of a mixed-precision fit that skipped every one of its
    steps (a static loss scale that always overflows, shorter than
-   max_consecutive_skips): it changed no parameter. */
+   max_consecutive_skips): it changed no parameter. A side output
+   (history, plot, trace) that cannot be written once training has begun
+   costs nothing else: a notice, last->failed_outputs, and MIRROR_OK when
+   the rest succeeded. A fit inside a fit on the same model (from a hook)
+   returns MIRROR_ERR_STATE. */
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
 /* Loss and accuracy over a dataset, in global batches of `batch` (0, or more
    than max_batch: max_batch). */
@@ -5249,6 +5300,7 @@ struct mirror_model {
     uint64_t steps;         /* steps run, skipped ones included */
     float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
     int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
+    int in_fit;             /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
     volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
     struct mirror__span *spans;  /* timing: a ring of the last trace_steps steps' phases, */
     size_t trace_steps, span_cap, span_next, span_count; /* off while trace_steps is 0 */
@@ -6085,6 +6137,11 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
 {
     mirror_strategy *s;
     if (!m) return;
+    if (m->in_fit) { /* from fit's hook: the fit would go on in freed memory */
+        mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_destroy: called inside mirror_fit on this model (from a hook); "
+                                          "not destroyed");
+        return;
+    }
     s = m->s;
     mirror__free_replicas(m);
     MIRROR_FREE(m->spans);
@@ -8132,14 +8189,75 @@ MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_ph
 static const char *const mirror__phase_names[MIRROR_PHASE_COUNT] = {"gather", "forward", "backward", "all-reduce",
                                                                     "update"};
 
-static int mirror__trace_write(mirror_model *m, const char *path)
+/* ---- side outputs (the trace; fit's history and plot): written as a
+   checkpoint is, to a temporary file beside PATH renamed over it, so that
+   PATH is always a complete file (see SIDE OUTPUTS) ---- */
+
+/* What a file that is not a regular file is, for messages. */
+static const char *mirror__file_kind(mode_t mode)
 {
+    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
+                                                                                            : "a device or socket";
+}
+
+/* A side output's PATH: not empty, not too long for its temporary name, and
+   a regular file if it exists. lstat, never open: a FIFO cannot block. */
+static int mirror__output_path(mirror_model *m, const char *what, const char *path)
+{
+    struct stat st;
+    if (!path || !*path || strlen(path) > 900)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL, empty or too long", what);
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
+                            what, path, mirror__file_kind(st.st_mode));
+    return MIRROR_OK;
+}
+
+/* A side output being written: its temporary file (a path checked by
+   mirror__output_path fits in tmp). */
+typedef struct mirror__output {
+    FILE *f;
+    char tmp[1024];
+} mirror__output;
+
+/* Makes the temporary file beside path; 0 (errno set) on failure. */
+static int mirror__output_open(mirror__output *o, const char *path)
+{
+    int fd, e;
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path);
+    if ((fd = mkstemp(o->tmp)) < 0) return 0;
+    (void)fchmod(fd, 0644); /* mkstemp makes it 0600 */
+    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
+    e = errno;
+    close(fd);
+    unlink(o->tmp);
+    errno = e;
+    return 0;
+}
+
+/* Flushes the temporary file to disk and renames it over path; on failure
+   removes it, leaving path as it was, and returns 0 with errno set. */
+static int mirror__output_close(mirror__output *o, const char *path)
+{
+    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
+    if (ok) ok = fsync(fileno(o->f)) == 0;
+    e = errno;
+    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) unlink(o->tmp);
+    errno = e;
+    return ok;
+}
+
+/* The trace into path; 0 (errno set) when it cannot be written. */
+static int mirror__trace_file(mirror_model *m, const char *path)
+{
+    mirror__output o;
     FILE *f;
     size_t i, r, at;
-    int ok;
-    if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_trace_write: path is NULL");
-    if (!(f = fopen(path, "w")))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write: %s", path, strerror(errno));
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (r = 0; r < m->s->replicas; r++)
         fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
@@ -8156,9 +8274,16 @@ static int mirror__trace_write(mirror_model *m, const char *path)
     }
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
             m->s->rank, m->s->rank);
-    ok = !ferror(f);
-    if (fclose(f) != 0 || !ok)
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: write failed: %s", path, strerror(errno));
+    return mirror__output_close(&o, path);
+}
+
+static int mirror__trace_write(mirror_model *m, const char *path)
+{
+    int rc;
+    if ((rc = mirror__output_path(m, "mirror_trace_write", path))) return rc;
+    if (!mirror__trace_file(m, path))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write the trace: %s", path,
+                            strerror(errno));
     return MIRROR_OK;
 }
 
@@ -9901,8 +10026,7 @@ static int mirror__check_targets(mirror_model *m, const char *path, size_t keep,
         if (!S_ISREG(st.st_mode))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "%s exists and is not a regular file (%s); a checkpoint only replaces a regular file",
-                                i ? name : path, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
-                                      : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+                                i ? name : path, mirror__file_kind(st.st_mode));
     }
     return MIRROR_OK;
 }
@@ -10561,13 +10685,24 @@ done:
     return rc;
 }
 
+/* A whole checkpoint loaded from fit's hook would change the step count
+   that fit's cursor counts: refused there (in every process alike). */
+static int mirror__checkpoint_load_call(mirror_model *m, const char *path, int weights_only,
+                                        mirror_checkpoint_info *info)
+{
+    if (m->in_fit && !weights_only)
+        return mirror__fail(m, MIRROR_ERR_STATE,
+                            "mirror_checkpoint_load: called inside mirror_fit on this model (from a hook): a whole "
+                            "checkpoint would change the step count that fit's cursor counts; load weights_only");
+    return mirror__all_agree(m, mirror__checkpoint_load(m, path, weights_only, info));
+}
+
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info)
 {
     if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: model is NULL");
     {
-        MIRROR__LOCKED(m, "mirror_checkpoint_load",
-                       mirror__all_agree(m, mirror__checkpoint_load(m, path, weights_only, info)));
+        MIRROR__LOCKED(m, "mirror_checkpoint_load", mirror__checkpoint_load_call(m, path, weights_only, info));
     }
 }
 
@@ -10944,14 +11079,19 @@ typedef struct mirror__curve_point {
     mirror_epoch_log log;
 } mirror__curve_point;
 
+static const char mirror__history_header[] =
+    "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
+    "samples_per_s\n";
+
+/* The history (CSV) of pts; 0 (errno set) when it cannot be written. */
 static int mirror__write_history(const char *path, const mirror__curve_point *pts, size_t n)
 {
-    FILE *f = fopen(path, "w");
+    mirror__output o;
+    FILE *f;
     size_t i;
-    int ok;
-    if (!f) return 0;
-    fprintf(f, "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
-               "samples_per_s\n");
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
+    fputs(mirror__history_header, f);
     for (i = 0; i < n; i++) {
         const mirror_epoch_log *l = &pts[i].log;
         fprintf(f, "%.9g,%zu,%zu,%.9g,%.9g,", pts[i].x, l->steps, l->samples, l->train_loss, l->train_acc);
@@ -10960,8 +11100,43 @@ static int mirror__write_history(const char *path, const mirror__curve_point *pt
         fprintf(f, "%.9g,%.9g,%.9g,%llu,%.6f,%.1f\n", l->lr, l->grad_norm, l->loss_scale, (unsigned long long)l->skipped,
                 l->seconds, l->samples_per_s);
     }
-    ok = !ferror(f);
-    return fclose(f) == 0 && ok;
+    return mirror__output_close(&o, path);
+}
+
+/* A count read back from a history: a whole number that a size_t holds. */
+static int mirror__whole(double v)
+{
+    return v >= 0.0 && v < 1e18 && v == floor(v);
+}
+
+/* One row of a history, as mirror__write_history writes it, into *p; 0 when
+   it is not one (val_loss and val_acc may be empty: no validation). */
+static int mirror__history_row(const char *line, mirror__curve_point *p)
+{
+    double v[13];
+    const char *at = line;
+    char *end;
+    size_t i;
+    for (i = 0; i < 13; i++) {
+        if ((i == 5 || i == 6) && *at == ',') {
+            v[i] = -1.0;
+        } else {
+            v[i] = strtod(at, &end);
+            if (end == at) return 0;
+            at = end;
+        }
+        if (*at++ != (i < 12 ? ',' : '\n')) return 0;
+    }
+    if (*at || !(v[0] > 0.0 && v[0] < 1e18) || !mirror__whole(v[1]) || !mirror__whole(v[2]) || !mirror__whole(v[10]))
+        return 0;
+    memset(p, 0, sizeof *p);
+    p->x = v[0];
+    p->log.epoch = (size_t)ceil(v[0]);
+    p->log.steps = (size_t)v[1], p->log.samples = (size_t)v[2];
+    p->log.train_loss = v[3], p->log.train_acc = v[4], p->log.val_loss = v[5], p->log.val_acc = v[6];
+    p->log.lr = v[7], p->log.grad_norm = v[8], p->log.loss_scale = v[9], p->log.skipped = (uint64_t)v[10];
+    p->log.seconds = v[11], p->log.samples_per_s = v[12];
+    return 1;
 }
 
 /* One panel of the plot at (x0, y0), w x h: a series of training values
@@ -11029,42 +11204,226 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
 /* Loss (and, for a classifier, accuracy) by epoch, training and validation. */
 static int mirror__write_plot(const char *path, const mirror__curve_point *pts, size_t n, int classify)
 {
-    FILE *f = fopen(path, "w");
+    mirror__output o;
+    FILE *f;
     double w = 420, h = 300;
-    int ok;
-    if (!f) return 0;
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n",
             classify ? 2 * w : w, h);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     mirror__svg_panel(f, 0, 0, w, h, "loss", pts, n, 0);
     if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", pts, n, 1);
     fprintf(f, "</svg>\n");
-    ok = !ferror(f);
-    return fclose(f) == 0 && ok;
+    return mirror__output_close(&o, path);
 }
 
-/* A point of the curves at x (rank 0), into *pts, grown by doubling. */
-static int mirror__curve_add(mirror_model *m, mirror__curve_point **pts, size_t *n, size_t *cap, double x,
-                             const mirror_epoch_log *log)
+/* A point of the curves at x (rank 0), into *pts, grown by doubling; 0 when
+   out of memory. */
+static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log)
 {
     if (*n == *cap) {
         mirror__curve_point *grown = (mirror__curve_point *)mirror__alloc(2 * *cap + 8, sizeof *grown);
-        if (!grown) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
+        if (!grown) return 0;
         if (*n) memcpy(grown, *pts, *n * sizeof **pts);
         MIRROR_FREE(*pts);
         *pts = grown, *cap = 2 * *cap + 8;
     }
     (*pts)[*n].x = x, (*pts)[(*n)++].log = *log;
+    return 1;
+}
+
+/* A resumed fit continues its history (rank 0): the rows of the file at
+   d->history up to epoch initial_epoch into *pts; those after it (the
+   epoch in progress, and later ones) are dropped, as the run redoes them.
+   A file that is missing, or that is not a history fit wrote, gives none
+   and a notice. Only running out of memory fails. */
+static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, mirror__curve_point **pts, size_t *n,
+                                size_t *cap)
+{
+    char line[1024], notice[1200];
+    mirror__curve_point p;
+    struct stat st;
+    size_t row = 1;
+    FILE *f = NULL;
+    int fd = open(d->history, O_RDONLY | O_NOFOLLOW | O_NONBLOCK), good;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "r")))) close(fd);
+    if (!f) {
+        snprintf(notice, sizeof notice, "mirror_fit: %s: no history to continue (%s); it starts at epoch %zu",
+                 d->history, fd < 0 ? strerror(errno) : "not a regular file", d->initial_epoch + 1);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+        return MIRROR_OK;
+    }
+    good = fgets(line, sizeof line, f) && !strcmp(line, mirror__history_header);
+    while (good && fgets(line, sizeof line, f)) {
+        row++;
+        if (!(good = mirror__history_row(line, &p))) break;
+        if (p.x > (double)d->initial_epoch) continue; /* the epoch resumed, or one after it */
+        p.log.epochs = d->epochs;
+        if (!mirror__curve_add(pts, n, cap, p.x, &p.log)) {
+            fclose(f);
+            return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
+        }
+    }
+    if (ferror(f)) good = 0;
+    fclose(f);
+    if (!good) {
+        *n = 0;
+        snprintf(notice, sizeof notice,
+                 "mirror_fit: %s: not a history that mirror_fit wrote (line %zu); a new one starts at epoch %zu",
+                 d->history, row, d->initial_epoch + 1);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
     return MIRROR_OK;
 }
 
-/* After each epoch (rank 0): the history and the plot, rewritten whole. */
+/* Before the first step (rank 0): the history and the plot, which fail fit
+   if they cannot be written (nothing is lost yet). */
 static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n)
 {
     if (d->history && !mirror__write_history(d->history, pts, n))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", d->history, strerror(errno));
     if (d->plot && !mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", d->plot, strerror(errno));
+    return MIRROR_OK;
+}
+
+/* Once training has begun, a side output written (ok) or not: its bit in
+   *failed while its writes fail, and a notice when they start to (errno
+   says why). Training goes on; the file keeps its last complete version. */
+static void mirror__output_result(unsigned *failed, unsigned bit, int ok, const char *what, const char *path)
+{
+    char notice[1200];
+    if (ok) {
+        *failed &= ~bit;
+        return;
+    }
+    if (!(*failed & bit)) {
+        snprintf(notice, sizeof notice,
+                 "mirror_fit: %s: cannot write the %s (%s); the file keeps its last complete version, and the "
+                 "training and its checkpoints go on as if it had been written",
+                 path, what, strerror(errno));
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
+    *failed |= bit;
+}
+
+/* After each epoch (rank 0): the history and the plot, rewritten whole. */
+static void mirror__update_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n,
+                                  unsigned *failed)
+{
+    if (d->history)
+        mirror__output_result(failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(d->history, pts, n), "history",
+                              d->history);
+    if (d->plot)
+        mirror__output_result(failed, MIRROR_OUTPUT_PLOT,
+                              mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE), "plot",
+                              d->plot);
+}
+
+/* The curves' points cannot grow (out of memory): the history and the plot
+   keep what they hold, and are not written again in this fit. */
+static void mirror__curves_lost(const mirror_fit_desc *d, unsigned *failed)
+{
+    mirror__log(MIRROR_LOG_NOTICE, "mirror_fit: out of memory for the curves' points: the history and the plot stay "
+                                   "as they are; training goes on");
+    if (d->history) *failed |= MIRROR_OUTPUT_HISTORY;
+    if (d->plot) *failed |= MIRROR_OUTPUT_PLOT;
+}
+
+/* Directory of path (".", "/" or what comes before the last slash) into
+   dir, and where its last name starts; 0 when dir cannot hold it. */
+static int mirror__split_path(const char *path, char *dir, size_t size, const char **name)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n + 2 > size) return 0;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    *name = slash ? slash + 1 : path;
+    return 1;
+}
+
+/* Whether a and b lie in one directory (the same device and inode, or,
+   where it does not exist, the same text); *na and *nb get their names. */
+static int mirror__same_dir(const char *a, const char *b, const char **na, const char **nb)
+{
+    char da[1024], db[1024];
+    struct stat sa, sb;
+    if (!mirror__split_path(a, da, sizeof da, na) || !mirror__split_path(b, db, sizeof db, nb)) return 0;
+    if (stat(da, &sa) != 0 || stat(db, &sb) != 0) return !strcmp(da, db);
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Whether paths a and b name one file: the same file (device and inode)
+   where both exist, else the same name in the same directory. */
+static int mirror__same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    const char *na, *nb;
+    int ea = lstat(a, &sa) == 0, eb = lstat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !ea && !eb && mirror__same_dir(a, b, &na, &nb) && !strcmp(na, nb);
+}
+
+/* Whether out names one of the files of checkpoint PATH: PATH, PATH.1 ..
+   PATH.(keep - 1) (keep 0: any number) and PATH.lock, by name, or as the
+   same file as one of them that exists. */
+static int mirror__names_checkpoint(const char *out, const char *path, size_t keep)
+{
+    char name[1024];
+    const char *no, *np, *rest;
+    struct stat so, sp;
+    size_t i;
+    if (mirror__same_dir(out, path, &no, &np) && !strncmp(no, np, strlen(np))) {
+        rest = no + strlen(np);
+        if (!*rest || !strcmp(rest, ".lock")) return 1;
+        if (rest[0] == '.' && rest[1] >= '1' && rest[1] <= '9' && !rest[1 + strspn(rest + 1, "0123456789")])
+            return !keep || strtoull(rest + 1, NULL, 10) < keep; /* PATH.k (too many digits: the largest value) */
+    }
+    if (lstat(out, &so) != 0 || strlen(path) > 1000) return 0;
+    for (i = 0; !keep || i < keep + 1; i++) { /* PATH.lock, PATH, PATH.1, ... as far as they exist */
+        if (i == 0) snprintf(name, sizeof name, "%s.lock", path);
+        else if (i == 1) snprintf(name, sizeof name, "%s", path);
+        else snprintf(name, sizeof name, "%s.%zu", path, i - 1);
+        if (lstat(name, &sp) != 0) {
+            if (i >= 2) break;
+            continue;
+        }
+        if (sp.st_dev == so.st_dev && sp.st_ino == so.st_ino) return 1;
+    }
+    return 0;
+}
+
+/* Before the first step (rank 0): each side output has a usable path that
+   names no checkpoint file (fit's, or the one it resumed from) and no
+   other output. */
+static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
+{
+    const char *paths[3], *names[3] = {"history", "plot", "trace"};
+    char what[64];
+    size_t i, j, keep = d->checkpoint_keep ? d->checkpoint_keep : 3;
+    int rc;
+    paths[0] = d->history, paths[1] = d->plot, paths[2] = d->trace;
+    for (i = 0; i < 3; i++) {
+        if (!paths[i]) continue;
+        snprintf(what, sizeof what, "mirror_fit: the %s", names[i]);
+        if ((rc = mirror__output_path(m, what, paths[i]))) return rc;
+        if (d->checkpoint && mirror__names_checkpoint(paths[i], d->checkpoint, keep))
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "mirror_fit: the %s %s would overwrite the checkpoint %s or one kept beside it; name "
+                                "another file",
+                                names[i], paths[i], d->checkpoint);
+        if (d->resumed_from && mirror__names_checkpoint(paths[i], d->resumed_from, 0))
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
+                                "one kept beside it; name another file",
+                                names[i], paths[i], d->resumed_from);
+        for (j = 0; j < i; j++)
+            if (paths[j] && mirror__same_file(paths[i], paths[j]))
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two files",
+                                    names[j], names[i], paths[i]);
+    }
     return MIRROR_OK;
 }
 
@@ -11124,7 +11483,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     size_t *perm, epoch, step, steps, ran = 0, verdict, per_step, nlogs = 0, logs_cap = 0;
     mirror_batch *micro;
     mirror__curve_point *logs = NULL; /* history and plot: the points so far */
-    int curve_rc = MIRROR_OK;          /* rank 0's failure to keep a point within an epoch */
+    int curves_lost = 0;               /* rank 0 ran out of memory for them */
+    unsigned failed = 0;               /* rank 0's side outputs whose latest write failed */
     uint64_t saved = (uint64_t)-1, applied = mirror_optimizer_steps(m);
     double start = mirror__now();
     int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, timed_here = 0;
@@ -11194,12 +11554,24 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         }
         timed_here = 1;
     }
-    /* The curves' files and the trace's too (empty until there is more). */
-    if (((d.history || d.plot) &&
-         (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__write_curves(m, &d, NULL, 0) : MIRROR_OK))) ||
+    /* The side outputs' paths (no checkpoint's, no FIFO), a resumed run's
+       history, then the curves' files and the trace's too (empty until
+       there is more): a failure here fails fit, as nothing is lost yet. */
+    if ((d.history || d.plot || d.trace) &&
+        (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__check_outputs(m, &d) : MIRROR_OK))) {
+        if (timed_here) mirror__timing(m, 0);
+        mirror__fit_unlock(m);
+        return rc;
+    }
+    if ((d.history && (d.initial_epoch || d.initial_step) &&
+         (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__read_history(m, &d, &logs, &nlogs, &logs_cap)
+                                                        : MIRROR_OK))) ||
+        ((d.history || d.plot) &&
+         (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__write_curves(m, &d, logs, nlogs) : MIRROR_OK))) ||
         (d.trace && (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__trace_write(m, d.trace) : MIRROR_OK)))) {
         if (timed_here) mirror__timing(m, 0);
         mirror__fit_unlock(m);
+        MIRROR_FREE(logs);
         return rc;
     }
     verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
@@ -11208,6 +11580,7 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     if (!perm || !micro) {
         MIRROR_FREE(perm);
         MIRROR_FREE(micro);
+        MIRROR_FREE(logs);
         if (timed_here) mirror__timing(m, 0);
         mirror__fit_unlock(m);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
@@ -11256,15 +11629,16 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
                 log.lr = m->lr;
                 if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0, shows_lr, classify, NULL);
                 if ((d.history || d.plot) && d.curve_every && ran % d.curve_every == 0 && step + 1 < steps &&
-                    mirror__leads(m) && !curve_rc) { /* a point within the epoch (its end is the epoch's own) */
+                    mirror__leads(m) && !curves_lost) { /* a point within the epoch (its end is the epoch's own) */
                     mirror_epoch_log so_far = log;
                     so_far.steps = step + 1, so_far.samples = acc.count, so_far.seconds = shown - t0;
                     so_far.samples_per_s = so_far.seconds > 0 ? (double)acc.count / so_far.seconds : 0.0;
                     so_far.train_loss = acc.count ? acc.loss_sum / (double)acc.count : 0.0;
                     so_far.train_acc = acc.count ? (double)acc.correct / (double)acc.count : 0.0;
                     so_far.val_loss = so_far.val_acc = -1.0, so_far.grad_norm = mirror_last_grad_norm(m);
-                    curve_rc = mirror__curve_add(m, &logs, &nlogs, &logs_cap,
-                                                 (double)epoch + (double)(step + 1) / (double)steps, &so_far);
+                    if (!mirror__curve_add(&logs, &nlogs, &logs_cap,
+                                           (double)epoch + (double)(step + 1) / (double)steps, &so_far))
+                        curves_lost = 1, mirror__curves_lost(&d, &failed);
                 }
                 if (d.on_step && d.log_every && ran % d.log_every == 0) {
                     mirror_step_log sl;
@@ -11312,13 +11686,13 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
         log.grad_norm = mirror_last_grad_norm(m);
         if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr, classify);
         if (d.phases && mirror__leads(m)) mirror__phase_line(m);
-        if (d.history || d.plot) { /* rank 0 writes; its result is every process's */
-            int wrote = curve_rc; /* a point within the epoch that failed: shared here, by every process */
-            if (mirror__leads(m) && !wrote &&
-                !(wrote = mirror__curve_add(m, &logs, &nlogs, &logs_cap, (double)log.epoch, &log)))
-                wrote = mirror__write_curves(m, &d, logs, nlogs);
-            if ((rc = mirror__from_leader(m, wrote))) break;
+        if ((d.history || d.plot) && mirror__leads(m) && !curves_lost) { /* rank 0 writes; a failure costs no step */
+            if (mirror__curve_add(&logs, &nlogs, &logs_cap, (double)log.epoch, &log))
+                mirror__update_curves(m, &d, logs, nlogs, &failed);
+            else
+                curves_lost = 1, mirror__curves_lost(&d, &failed);
         }
+        log.failed_outputs = failed;
         if (d.on_epoch && mirror__hook_stops(m, d.on_epoch(d.user, &log))) {
             rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);
             break;
@@ -11331,21 +11705,35 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     mirror__fit_unlock(m);
     m->stop = NULL;
     m->augment_flip = 0, m->augment_pad = 0; /* validation and later calls see the samples as they are */
-    if (d.trace && mirror__leads(m) && m->span_count) {
-        int wrote = mirror__trace_write(m, d.trace);
-        if (rc == MIRROR_OK) rc = wrote;
-    }
+    if (d.trace && mirror__leads(m) && m->span_count) /* after the checkpoint, which it must never cost */
+        mirror__output_result(&failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d.trace), "trace", d.trace);
     if (timed_here) mirror__timing(m, 0);
     MIRROR_FREE(perm);
     MIRROR_FREE(micro);
     MIRROR_FREE(logs);
+    log.failed_outputs = failed;
     if (last) *last = log;
+    return rc;
+}
+
+/* A fit on a model already in fit (called from its hooks or a logger)
+   would reset the outer fit's augmentation, lock and stop flag: refused. */
+static int mirror__fit_once(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
+{
+    int rc;
+    if (m && m->in_fit)
+        return mirror__fail(m, MIRROR_ERR_STATE,
+                            "mirror_fit: this model is already in mirror_fit (called from a hook?); a fit cannot run "
+                            "inside another on the same model");
+    if (m) m->in_fit = 1;
+    rc = mirror__fit(m, desc, last);
+    if (m) m->in_fit = 0;
     return rc;
 }
 
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
 {
-    MIRROR__LOCKED(m, "mirror_fit", mirror__fit(m, desc, last));
+    MIRROR__LOCKED(m, "mirror_fit", mirror__fit_once(m, desc, last));
 }
 
 #ifdef __cplusplus

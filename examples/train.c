@@ -7,7 +7,12 @@
 
    Without --data it trains on mirror's built-in synthetic digits. It prints a
    progress bar on a terminal, one line per epoch, and a closing line
-   "final: key=value ...". */
+   "final: key=value ...".
+
+   Exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, with
+   the final line, but --history, --plot or --trace could not be written
+   (a warning names it; its file holds its last complete version); 128 + N
+   stopped by signal N (after saving). */
 /* The CPU build compiles the library here; the CUDA build (build/train_cuda)
    links it from examples/mirror_cuda.cu, compiled by nvcc, instead. */
 #ifndef TRAIN_LINKS_MIRROR
@@ -148,6 +153,20 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
     return 0;
 }
 
+/* Side outputs whose last write failed (the model is saved all the same):
+   a warning for each, and exit status 3, so that a script can tell. */
+static int warn_outputs(unsigned failed, const options *o)
+{
+    if (failed & MIRROR_OUTPUT_HISTORY)
+        fprintf(stderr, "train: warning: the history %s could not be written; it holds an earlier version\n",
+                o->history);
+    if (failed & MIRROR_OUTPUT_PLOT)
+        fprintf(stderr, "train: warning: the plot %s could not be written; it holds an earlier version\n", o->plot);
+    if (failed & MIRROR_OUTPUT_TRACE)
+        fprintf(stderr, "train: warning: the trace %s could not be written; it holds an earlier version\n", o->trace);
+    return failed ? 3 : 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -162,7 +181,7 @@ int main(int argc, char **argv)
     mirror_epoch_log log;
     mirror_loss_scale_state scaler;
     totals sums = {0.0, 0};
-    int rc;
+    int rc, unsaved = 0; /* 3: a side output was not written */
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -282,6 +301,7 @@ int main(int argc, char **argv)
     fd.user = &sums;
     fd.checkpoint = o.save;
     fd.checkpoint_every = o.checkpoint_every;
+    fd.resumed_from = o.resume; /* the outputs must not overwrite it */
     fd.stop = &interrupted;
     if (at.epoch >= o.epochs) {
         say("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
@@ -300,10 +320,11 @@ int main(int argc, char **argv)
     if (md.precision != MIRROR_PRECISION_FP32 && mirror_loss_scale_get(m, &scaler) == MIRROR_OK)
         say(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
     say("\n");
+    unsaved = warn_outputs(log.failed_outputs, &o);
 out:
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
     mirror_dataset_free(&train);
     mirror_dataset_free(&test);
-    return rc > 128 ? rc : rc ? 1 : 0;
+    return rc > 128 ? rc : rc ? 1 : unsaved;
 }

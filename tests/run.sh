@@ -55,7 +55,7 @@ done
 
 # The header on its own: C99 and C++ with warnings as errors, as static.
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/full" 2>/dev/null; rm -rf "$tmp"' EXIT # full: the full-disk check's tmpfs
 printf '#define MIRROR_IMPLEMENTATION\n#include "mirror.h"\nint main(void){return 0;}\n' >"$tmp/impl.c"
 printf '#include "mirror.h"\nint main(void){return mirror_result_string(0)[0] != 0;}\n' >"$tmp/decl.c"
 cp "$tmp/impl.c" "$tmp/impl.cpp"
@@ -217,6 +217,65 @@ if [ -x "$BUILD/train" ]; then
         "! command -v script >/dev/null || { script -qc 'stty cols 80; $BUILD/train --model mlp --epochs 1 --synthetic 3000 --batch 50 --lr-schedule cosine' /dev/null | tr '\\r' '\\n' | grep '\\[[=>.]*\\]' | sed 's/\\x1b\\[K//g' | awk 'length(\$0) > 79 { bad = 1 } END { exit bad }'; }"
     check "build/train --trace t.json --phases: a trace of every replica's phases, a phase line per epoch" sh -c \
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --replicas 2 --trace '$tmp/t.json' --phases >'$tmp/ph.out' && test \$(grep -c '^phases (ms per step' '$tmp/ph.out') -eq 2 && grep -q '\"traceEvents\"' '$tmp/t.json' && grep -q '\"name\":\"replica 1\"' '$tmp/t.json' && test \$(grep -c '\"ph\":\"X\"' '$tmp/t.json') -eq 240"
+    # Side outputs get a checkpoint's care: one that names a checkpoint file
+    # is refused before training (exit 1) and the checkpoint stays as it was.
+    small="--model mlp --synthetic 600 --batch 50"
+    outputs_refused() {
+        $BUILD/train $small --epochs 2 --save "$tmp/o.ckpt" --checkpoint-every 12 >/dev/null 2>&1 &&
+            cp "$tmp/o.ckpt" "$tmp/o.copy" && cp "$tmp/o.ckpt.1" "$tmp/o.copy.1" || return 1
+        for args in "--resume $tmp/o.ckpt --history $tmp/o.ckpt" "--save $tmp/o.ckpt --trace $tmp/o.ckpt" \
+            "--save $tmp/o.ckpt --plot $tmp/o.ckpt.1" "--resume $tmp/o.ckpt --plot $tmp/./o.ckpt.1"; do
+            $BUILD/train $small --epochs 3 $args >"$tmp/o.out" 2>&1
+            test $? -eq 1 && grep -q 'would overwrite the checkpoint' "$tmp/o.out" && ! grep -q '^epoch' "$tmp/o.out" &&
+                cmp -s "$tmp/o.ckpt" "$tmp/o.copy" && cmp -s "$tmp/o.ckpt.1" "$tmp/o.copy.1" || { echo "not refused: $args"; return 1; }
+        done
+    }
+    check "build/train: --history, --plot or --trace naming the checkpoint, PATH.1 or the --resume file: exit 1, the checkpoints unchanged" outputs_refused
+    # A FIFO is refused, never opened (open would block until a reader came).
+    outputs_fifo() {
+        mkfifo "$tmp/o.fifo" || return 1
+        for flag in --history --plot --trace; do
+            timeout 60 $BUILD/train $small --epochs 1 $flag "$tmp/o.fifo" >"$tmp/o.out" 2>&1
+            test $? -eq 1 && grep -q 'not a regular file (a FIFO)' "$tmp/o.out" || { echo "$flag FIFO: not refused"; return 1; }
+        done
+    }
+    check "build/train: a FIFO as --history, --plot or --trace is refused at once (exit 1), no hang" outputs_fifo
+    # --resume with the same --history: the history of the whole run, the
+    # rows of the straight run's (times aside).
+    history_resumed() {
+        $BUILD/train $small --epochs 4 --history "$tmp/hs.csv" >/dev/null 2>&1 &&
+            $BUILD/train $small --epochs 2 --save "$tmp/hr.ckpt" --history "$tmp/hr.csv" --plot "$tmp/hr.svg" >/dev/null 2>&1 &&
+            $BUILD/train $small --epochs 4 --resume "$tmp/hr.ckpt" --history "$tmp/hr.csv" --plot "$tmp/hr.svg" >/dev/null 2>"$tmp/hr.err" &&
+            test ! -s "$tmp/hr.err" && test "$(wc -l <"$tmp/hr.csv")" -eq 5 &&
+            test "$(cut -d, -f1-11 "$tmp/hs.csv")" = "$(cut -d, -f1-11 "$tmp/hr.csv")" &&
+            test "$(grep -o '<polyline[^>]*points="[^"]*"' "$tmp/hr.svg" | head -n 1 | tr ' ' '\n' | grep -c ,)" -eq 4
+    }
+    check "build/train --resume with the same --history and --plot: the whole run's rows and points" history_resumed
+    # A full disk under --history (a tmpfs of three pages: the history's
+    # rewrite fails once it passes one): a warning naming it, the checkpoint
+    # and the final: line all the same, exit 3, the history's last complete
+    # version in place. Root only (mount).
+    full_disk() {
+        mkdir -p "$tmp/full" && mount -t tmpfs -o size=12k tmpfs "$tmp/full" 2>/dev/null || return 2
+        $BUILD/train $small --epochs 6 --curve-every 1 --save "$tmp/full.ckpt" --history "$tmp/full/h.csv" \
+            --trace "$tmp/full/t.json" >"$tmp/full.out" 2>"$tmp/full.err"
+        r=$?
+        test $r -eq 3 && grep -q '^final: ' "$tmp/full.out" && grep -q 'h.csv: cannot write the history (No space left' "$tmp/full.err" &&
+            grep -q 'warning: the history .*h.csv could not be written' "$tmp/full.err" &&
+            grep -q 'warning: the trace .*t.json could not be written' "$tmp/full.err" &&
+            $BUILD/train $small --epochs 7 --resume "$tmp/full.ckpt" 2>/dev/null | grep -q '^resume: .*, step 72, epoch 7 step 0' &&
+            tail -c 1 "$tmp/full/h.csv" | od -c | grep -q '\\n' && test "$(tail -n 1 "$tmp/full/h.csv" | tr -cd , | wc -c)" -eq 12 &&
+            test "$(ls "$tmp/full" | wc -l)" -eq 2
+        r=$?
+        umount "$tmp/full"
+        return $r
+    }
+    if [ "$(id -u)" -eq 0 ] && mkdir -p "$tmp/mnt" && mount -t tmpfs -o size=8k tmpfs "$tmp/mnt" 2>/dev/null; then
+        umount "$tmp/mnt"
+        check "build/train: a full disk under --history and --trace: a warning for each, the checkpoint and the final: line, exit 3" full_disk
+    else
+        echo "skipped: build/train on a full disk (needs root and a tmpfs mount)"
+    fi
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi

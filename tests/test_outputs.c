@@ -1,0 +1,457 @@
+/* test_outputs.c - fit's side outputs (history, plot, trace) get a
+   checkpoint's care: a path naming a checkpoint file, another output, a
+   FIFO or a directory is refused before the first step and overwrites
+   nothing; a write that fails mid-run (the file size limit, as on a full
+   disk) keeps the previous complete file, the training and the checkpoint;
+   a resumed fit continues its history; and a fit inside fit's hook on the
+   same model is refused. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, mkfifo, setrlimit; mirror.h is not the first include */
+#include "alloc_count.h"
+#define MIRROR_IMPLEMENTATION
+#include "../mirror.h"
+#include "check.h"
+#include "digits.h"
+#include "files.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static mirror_dataset data;
+
+static int notices;
+static char notice_last[512];
+static void logger(void *user, int level, const char *message)
+{
+    (void)user;
+    if (level != MIRROR_LOG_NOTICE) return;
+    notices++;
+    snprintf(notice_last, sizeof notice_last, "%s", message);
+}
+
+static mirror_strategy *strategy(size_t replicas)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.num_replicas = replicas;
+    mirror_strategy_create(&d, &s, NULL);
+    return s;
+}
+
+/* An MLP on 8x8 digits, seed 3, deterministic: equal runs are bitwise equal. */
+static mirror_model *model(mirror_strategy *s)
+{
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.strategy = s;
+    d.channels = 1, d.height = 8, d.width = 8;
+    d.max_batch = 12;
+    d.seed = 3;
+    d.deterministic = 1;
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    if (mirror_model_create(&d, &m, NULL)) return NULL;
+    mirror_flatten(m), mirror_dense(m, 8), mirror_relu(m), mirror_dense(m, 10);
+    if (mirror_model_build(m)) {
+        mirror_model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* 50 samples in batches of 12: 5 steps an epoch. */
+static mirror_fit_desc fit_desc(size_t epochs)
+{
+    mirror_fit_desc fd;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.validation = &data, fd.epochs = epochs, fd.batch = 12;
+    fd.progress = MIRROR_PROGRESS_NONE;
+    return fd;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *p;
+    long n;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    p = (char *)malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (p) p[n] = '\0';
+    fclose(f);
+    return p;
+}
+
+static int lines_of(const char *path)
+{
+    char *text = slurp(path), *c;
+    int n = 0;
+    for (c = text; c && *c; c++) n += *c == '\n';
+    free(text);
+    return text ? n : -1;
+}
+
+/* Whether the file holds exactly text. */
+static int holds(const char *path, const char *text)
+{
+    char *now = slurp(path);
+    int same = now && !strcmp(now, text);
+    free(now);
+    return same;
+}
+
+/* Files in root whose name contains part. */
+static int files_with(const char *part)
+{
+    DIR *d = opendir(root);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) n += strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* ---- paths refused before the first step ---- */
+
+/* fit with the output `which` (0 history, 1 plot, 2 trace) at out: refused
+   with MIRROR_ERR_ARGUMENT, no step taken, and `keep` (a file) unchanged. */
+static void refused(mirror_model *m, mirror_fit_desc fd, int which, const char *out, const char *keep,
+                    const char *what)
+{
+    char *before = keep ? slurp(keep) : NULL;
+    uint64_t steps = mirror_optimizer_steps(m);
+    int rc;
+    if (which == 0) fd.history = out;
+    if (which == 1) fd.plot = out;
+    if (which == 2) fd.trace = out;
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(m) == steps,
+          "%s: refused before the first step (rc %d: %s)", what, rc, mirror_model_error(m));
+    CHECK(!keep || (before && holds(keep, before)), "%s: %s is unchanged", what, keep);
+    free(before);
+}
+
+static void test_refused(void)
+{
+    char ckpt[256], other[300], name[300], fifo[256], dir[256], link_[256];
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = model(s);
+    mirror_fit_desc fd = fit_desc(2);
+    path_in(ckpt, "run.ckpt");
+    fd.checkpoint = ckpt, fd.checkpoint_every = 5; /* after each epoch: run.ckpt and run.ckpt.1 */
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "a fit saving run.ckpt: %s", mirror_model_error(m));
+    snprintf(name, sizeof name, "%s.1", ckpt);
+    CHECK(access(name, F_OK) == 0, "run.ckpt.1 is there");
+
+    refused(m, fd, 0, ckpt, ckpt, "history = the checkpoint");
+    refused(m, fd, 2, ckpt, ckpt, "trace = the checkpoint");
+    refused(m, fd, 1, name, name, "plot = run.ckpt.1, the previous checkpoint");
+    snprintf(name, sizeof name, "%s/./run.ckpt.2", root);
+    refused(m, fd, 0, name, NULL, "history = ./run.ckpt.2, kept by the next save (keep 3)");
+    snprintf(name, sizeof name, "%s.lock", ckpt);
+    refused(m, fd, 1, name, name, "plot = run.ckpt.lock");
+    path_in(other, "hard.csv");
+    CHECK(link(ckpt, other) == 0, "a hard link to run.ckpt");
+    refused(m, fd, 0, other, ckpt, "history = a second name of the checkpoint");
+    unlink(other);
+
+    /* The checkpoint a run resumed from, and its kept copies, whatever keep. */
+    fd.checkpoint = NULL;
+    fd.resumed_from = ckpt;
+    refused(m, fd, 0, ckpt, ckpt, "history = resumed_from");
+    snprintf(name, sizeof name, "%s.1", ckpt);
+    refused(m, fd, 2, name, name, "trace = resumed_from.1");
+    fd.resumed_from = NULL;
+
+    /* Two outputs on one file. */
+    path_in(other, "curves.csv");
+    fd.plot = other;
+    refused(m, fd, 0, other, NULL, "history and plot on one file");
+    fd.plot = NULL;
+
+    /* Not regular files: refused without opening them (a FIFO would block). */
+    path_in(fifo, "fifo");
+    path_in(dir, "dir");
+    path_in(link_, "link.csv");
+    CHECK(mkfifo(fifo, 0600) == 0 && mkdir(dir, 0700) == 0 && symlink(other, link_) == 0, "a FIFO, a directory, a link");
+    alarm(60); /* a FIFO opened for writing blocks: fail rather than hang */
+    refused(m, fd, 0, fifo, NULL, "history = a FIFO");
+    refused(m, fd, 1, fifo, NULL, "plot = a FIFO");
+    refused(m, fd, 2, fifo, NULL, "trace = a FIFO");
+    refused(m, fd, 0, dir, NULL, "history = a directory");
+    refused(m, fd, 1, link_, NULL, "plot = a symbolic link");
+    CHECK(mirror_trace_write(m, fifo) == MIRROR_ERR_ARGUMENT, "mirror_trace_write to a FIFO: refused");
+    alarm(0);
+
+    /* What stays allowed: a name that only starts like the checkpoint's, and
+       PATH.5 beyond keep 3. */
+    fd.checkpoint = ckpt, fd.epochs = 3, fd.initial_epoch = 2;
+    snprintf(name, sizeof name, "%s.csv", ckpt);
+    snprintf(other, sizeof other, "%s.5", ckpt);
+    fd.history = name, fd.plot = other;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && lines_of(name) == 2,
+          "history run.ckpt.csv and plot run.ckpt.5 (keep 3) are written: %s", mirror_model_error(m));
+    CHECK(files_with(".tmp.") == 0, "no temporary file is left");
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
+/* ---- a failed write mid-run costs nothing but that output ---- */
+
+static struct rlimit fsize_old;
+static char hist_path[256];
+static int hist_complete_after_3; /* at epoch 3's hook: the history the epoch before */
+static unsigned failed_at[8];
+
+static void fsize(rlim_t bytes)
+{
+    struct rlimit r = fsize_old;
+    r.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &r);
+}
+
+/* Epoch 2: a file size limit too small for the history and the plot
+   (writes then fail, as on a full disk); epoch 3 sees the failure, then
+   lifts the limit. */
+static int limit_hook(void *user, const mirror_epoch_log *log)
+{
+    (void)user;
+    failed_at[log->epoch] = log->failed_outputs;
+    if (log->epoch == 2) fsize(300);
+    if (log->epoch == 3) {
+        hist_complete_after_3 = lines_of(hist_path) == 3 && files_with(".tmp.") == 0;
+        setrlimit(RLIMIT_FSIZE, &fsize_old);
+    }
+    return 0;
+}
+
+/* The last epoch: a limit that the trace, written when fit ends, meets. */
+static int trace_hook(void *user, const mirror_epoch_log *log)
+{
+    if (log->epoch == log->epochs) fsize(*(rlim_t *)user);
+    return 0;
+}
+
+static void test_full(void)
+{
+    char ckpt[256], plot[256], trace[256], *text;
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = model(s), *probe = model(s);
+    mirror_fit_desc fd = fit_desc(4);
+    mirror_epoch_log last;
+    mirror_checkpoint_info at;
+    rlim_t tiny = 100;
+    int rc;
+    signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &fsize_old);
+    path_in(ckpt, "full.ckpt");
+    path_in(hist_path, "full.csv");
+    path_in(plot, "full.svg");
+    fd.history = hist_path, fd.plot = plot, fd.checkpoint = ckpt;
+    fd.on_epoch = limit_hook;
+    notices = 0;
+    memset(&last, 0, sizeof last);
+    rc = mirror_fit(m, &fd, &last);
+    setrlimit(RLIMIT_FSIZE, &fsize_old);
+    CHECK(rc == MIRROR_OK, "history and plot failing at epoch 3 of 4: fit trains on and succeeds (%s)",
+          mirror_model_error(m));
+    CHECK(failed_at[2] == 0 && failed_at[3] == (MIRROR_OUTPUT_HISTORY | MIRROR_OUTPUT_PLOT) && failed_at[4] == 0 &&
+              last.failed_outputs == 0,
+          "the epoch logs say which outputs failed (%u %u %u, last %u)", failed_at[2], failed_at[3], failed_at[4],
+          last.failed_outputs);
+    CHECK(notices == 2 && strstr(notice_last, "full.svg") && strstr(notice_last, "cannot write the plot"),
+          "a notice names each output that failed (%d: %s)", notices, notice_last);
+    CHECK(hist_complete_after_3, "after the failed write the history holds the epochs before, complete");
+    text = slurp(hist_path);
+    CHECK(lines_of(hist_path) == 5 && text && strstr(text, "\n4,5,50,"), "the next epoch's write succeeds: 4 rows");
+    free(text);
+    CHECK(mirror_optimizer_steps(m) == 20 && mirror_checkpoint_load(probe, ckpt, 0, &at) == MIRROR_OK && at.step == 20,
+          "all 20 steps ran and the checkpoint of the last is saved");
+
+    /* The trace, written when fit ends, fails; the checkpoint (of the last
+       step, saved before the hook) stays. */
+    path_in(trace, "full.json");
+    fd = fit_desc(1);
+    fd.trace = trace, fd.checkpoint = ckpt, fd.checkpoint_every = 5, fd.on_epoch = trace_hook, fd.user = &tiny;
+    notices = 0;
+    rc = mirror_fit(m, &fd, &last);
+    setrlimit(RLIMIT_FSIZE, &fsize_old);
+    CHECK(rc == MIRROR_OK && last.failed_outputs == MIRROR_OUTPUT_TRACE && strstr(notice_last, "full.json"),
+          "a trace that cannot be written at the end: MIRROR_OK, failed_outputs says the trace (%d, %u: %s)", rc,
+          last.failed_outputs, notice_last);
+    CHECK(mirror_checkpoint_load(probe, ckpt, 0, &at) == MIRROR_OK && at.step == 25,
+          "the checkpoint of the last step is saved (step %llu)", (unsigned long long)at.step);
+    text = slurp(trace);
+    CHECK(text && !strstr(text, "\"ph\":\"X\"") && strstr(text, "]}\n") && files_with(".tmp.") == 0,
+          "the trace keeps its version from before the first step (complete, no steps); no temporary file is left");
+    free(text);
+    mirror_model_destroy(m), mirror_model_destroy(probe);
+    mirror_strategy_destroy(s);
+}
+
+/* ---- a resumed fit continues its history ---- */
+
+/* Column 1 to 11 of a history (without the times). */
+static char *untimed(const char *path)
+{
+    char *text = slurp(path), *out, *o, *c;
+    int comma = 0;
+    if (!text) return NULL;
+    out = o = (char *)malloc(strlen(text) + 1);
+    for (c = text; *c; c++) {
+        if (*c == '\n') comma = 0, *o++ = '\n';
+        else if (*c == ',' && ++comma >= 11) continue;
+        else if (comma < 11) *o++ = *c;
+    }
+    *o = '\0';
+    free(text);
+    return out;
+}
+
+static void test_resume(void)
+{
+    char ckpt[256], mid[270], straight[256], resumed[256], *a, *b;
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = model(s), *r = model(s), *q = model(s);
+    mirror_fit_desc fd = fit_desc(4);
+    mirror_checkpoint_info at;
+    path_in(ckpt, "resume.ckpt");
+    path_in(straight, "straight.csv");
+    path_in(resumed, "resumed.csv");
+    fd.history = straight;
+    CHECK(mirror_fit(q, &fd, NULL) == MIRROR_OK, "4 epochs straight: %s", mirror_model_error(q));
+
+    /* 2 epochs, saved; resumed for epochs 3 and 4 into the same history. */
+    fd.epochs = 2, fd.history = resumed, fd.checkpoint = ckpt;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && lines_of(resumed) == 3, "2 epochs: %s", mirror_model_error(m));
+    CHECK(mirror_checkpoint_load(r, ckpt, 0, &at) == MIRROR_OK && at.epoch == 2 && at.epoch_step == 0, "loaded");
+    fd = fit_desc(4);
+    fd.history = resumed, fd.resumed_from = ckpt;
+    fd.initial_epoch = (size_t)at.epoch, fd.shuffle_seed = at.shuffle_seed;
+    notices = 0;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK && notices == 0, "resumed to 4 epochs: %s", mirror_model_error(r));
+    a = untimed(straight), b = untimed(resumed);
+    CHECK(a && b && lines_of(resumed) == 5 && !strcmp(a, b),
+          "the resumed history holds the whole run: the straight run's rows, times aside\n%s---\n%s", a ? a : "",
+          b ? b : "");
+    free(a), free(b);
+
+    /* Resumed mid-epoch with points within the epochs: the rows of the
+       epoch in progress (and after) are dropped, as the run redoes them. */
+    mirror_model_destroy(m), mirror_model_destroy(r);
+    m = model(s), r = model(s);
+    fd = fit_desc(3);
+    fd.history = resumed, fd.curve_every = 2, fd.checkpoint = ckpt, fd.checkpoint_every = 7, fd.checkpoint_keep = 5;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && lines_of(resumed) == 1 + 3 * 3, "3 epochs, points every 2 steps");
+    snprintf(mid, sizeof mid, "%s.2", ckpt); /* saved after step 7: epoch 2, step 2 */
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK && at.epoch == 1 && at.epoch_step == 2, "mid-epoch 2");
+    fd.checkpoint = NULL;
+    fd.initial_epoch = (size_t)at.epoch, fd.initial_step = (size_t)at.epoch_step, fd.shuffle_seed = at.shuffle_seed;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed mid-epoch: %s", mirror_model_error(r));
+    /* Kept: 0.4, 0.8 and 1 (epoch 1); new (every 2 steps of this run): 1.8
+       (4 of epoch 2's steps, 2 of them this run's), 2 (its 3 steps), 2.2,
+       2.6 and 3. */
+    a = slurp(resumed);
+    CHECK(a && lines_of(resumed) == 1 + 3 + 5 && strstr(a, "\n0.4,2,24,") && strstr(a, "\n1,5,50,") &&
+              strstr(a, "\n1.8,4,24,") && strstr(a, "\n2,5,26,") && strstr(a, "\n2.2,1,12,") &&
+              strstr(a, "\n2.6,3,36,") && strstr(a, "\n3,5,50,"),
+          "epoch 1's rows kept, then epoch 2 from its step 3 on and epoch 3:\n%s", a ? a : "");
+    CHECK(a && !strstr(a, "\n1.2,") && !strstr(a, "\n1.6,") && !strstr(a, "\n2,5,50,") && !strstr(a, "\n2.4,") &&
+              !strstr(a, "\n2.8,"),
+          "no row of the first run's epochs 2 and 3 is left");
+    free(a);
+
+    /* A history that fit did not write, or none: a fresh one, with a notice. */
+    write_file(resumed, (const unsigned char *)"not,a,history\n", 14);
+    notices = 0;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed over a file that is not a history: %s", mirror_model_error(r));
+    CHECK(notices == 1 && strstr(notice_last, "not a history") && lines_of(resumed) == 1 + 5,
+          "a notice, and a new history of the resumed epochs (%d lines: %s)", lines_of(resumed), notice_last);
+    unlink(resumed);
+    notices = 0;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK && notices == 1 && strstr(notice_last, "no history"),
+          "resumed with no history at the path: a notice (%s)", notice_last);
+    mirror_model_destroy(m), mirror_model_destroy(r), mirror_model_destroy(q);
+    mirror_strategy_destroy(s);
+}
+
+/* ---- calls from inside fit's hook ---- */
+
+typedef struct nested {
+    mirror_model *m;
+    const mirror_fit_desc *fd;
+    const char *ckpt;
+    int fit_rc, load_rc, weights_rc;
+} nested;
+
+static int nesting_hook(void *user, const mirror_epoch_log *log)
+{
+    nested *n = (nested *)user;
+    if (log->epoch != 1) return 0;
+    n->fit_rc = mirror_fit(n->m, n->fd, NULL);
+    n->load_rc = mirror_checkpoint_load(n->m, n->ckpt, 0, NULL);
+    n->weights_rc = mirror_checkpoint_load(n->m, n->ckpt, 1, NULL);
+    mirror_model_destroy(n->m); /* refused: the fit goes on in this model */
+    return 0;
+}
+
+static void test_nested(void)
+{
+    char ckpt[256];
+    mirror_strategy *s = strategy(2);
+    mirror_model *m = model(s), *plain = model(s);
+    mirror_fit_desc fd = fit_desc(3), inner = fit_desc(1);
+    nested n;
+    size_t count = mirror_num_parameters(m);
+    float *pm = (float *)malloc(count * sizeof(float)), *pp = (float *)malloc(count * sizeof(float));
+    path_in(ckpt, "nested.ckpt");
+    fd.augment_flip = 1, fd.augment_crop_pad = 1;
+    CHECK(mirror_fit(plain, &fd, NULL) == MIRROR_OK, "a fit with augmentation: %s", mirror_model_error(plain));
+    CHECK(mirror_checkpoint_save(plain, ckpt, NULL, 1) == MIRROR_OK, "its checkpoint");
+    mirror_model_destroy(plain);
+    plain = model(s);
+    CHECK(mirror_fit(plain, &fd, NULL) == MIRROR_OK, "again, without a hook");
+    n.m = m, n.fd = &inner, n.ckpt = ckpt, n.fit_rc = n.load_rc = n.weights_rc = 1;
+    fd.on_epoch = nesting_hook, fd.user = &n;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "the fit whose hook calls into the model: %s", mirror_model_error(m));
+    CHECK(n.fit_rc == MIRROR_ERR_STATE, "mirror_fit inside fit's hook on the same model: MIRROR_ERR_STATE (%d)",
+          n.fit_rc);
+    CHECK(n.load_rc == MIRROR_ERR_STATE, "a whole checkpoint loaded inside fit: MIRROR_ERR_STATE (%d)", n.load_rc);
+    CHECK(n.weights_rc == MIRROR_OK, "its weights only: loaded (%d)", n.weights_rc);
+    /* The weights loaded at epoch 1 end differ from the plain run's there; without them the runs match. */
+    mirror_model_destroy(m);
+    m = model(s);
+    n.m = m, n.ckpt = "/nonexistent/x.ckpt";
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && n.fit_rc == MIRROR_ERR_STATE, "again, loading nothing");
+    mirror_get_parameters(m, 1, pm, count);
+    mirror_get_parameters(plain, 1, pp, count);
+    CHECK(!memcmp(pm, pp, count * sizeof(float)),
+          "the outer fit ends bitwise where a fit without the nested calls ends (augmentation kept)");
+    free(pm), free(pp);
+    mirror_model_destroy(m), mirror_model_destroy(plain);
+    mirror_strategy_destroy(s);
+}
+
+int main(void)
+{
+    long live;
+    if (!make_root("test_outputs")) return 1;
+    mirror_set_logger(logger, NULL);
+    small_digits(&data, 50, 5, 8, 3);
+    live = live_allocs;
+    test_refused();
+    test_full();
+    test_resume();
+    test_nested();
+    CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);
+    mirror_dataset_free(&data);
+    remove_tree(root);
+    return check_done("test_outputs");
+}
