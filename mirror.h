@@ -1211,11 +1211,12 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    precision.
 
    Saving is atomic: the file is written beside PATH under a temporary
-   name, flushed to disk (fsync), renamed over PATH, and the directory is
-   flushed. Older checkpoints are kept as PATH.1 (the previous one), PATH.2,
-   ... up to keep - 1 of them: PATH is always the newest. A failed save
-   (no space, I/O error, permission) returns an error and leaves the
-   previous checkpoint as it was.
+   name, PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR (the process id and 64
+   random bits in hexadecimal), flushed to disk (fsync), renamed over
+   PATH, and the directory is flushed. Older checkpoints are kept as
+   PATH.1 (the previous one), PATH.2, ... up to keep - 1 of them: PATH is
+   always the newest. A failed save (no space, I/O error, permission)
+   returns an error and leaves the previous checkpoint as it was.
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
@@ -1223,9 +1224,11 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    it makes beside PATH and leaves there: a second process saving to the
    same path gets MIRROR_ERR_IO saying so, instead of the two removing
    each other's files. Temporary files of saves that crashed are removed
-   when their name and contents show that a save made them (never, say,
-   a user's PATH.tmp.notes). Record locks belong to a process: within one
-   process, save one path from one thread at a time. */
+   by the next save to PATH, holding the lock: files named exactly as
+   above (or PATH.1.tmp-mirror-.. and so on, a rotation's copy), whatever
+   they hold; nothing else (a user's PATH.tmp.backup stays, even empty).
+   Record locks belong to a process: within one process, save one path
+   from one thread at a time. */
 
 typedef struct mirror_checkpoint_info {
     uint64_t step;         /* optimizer steps taken (saving: the model's count) */
@@ -9481,6 +9484,50 @@ static int mirror__sync_dir(const char *path)
     return rc;
 }
 
+/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
+   the writer's process id and 64 random bits, in lowercase hexadecimal. No
+   user picks such a name, so a save (holding PATH.lock) removes the ones a
+   crash left by their name alone, never by what they hold. */
+#define MIRROR__TMP_MARK ".tmp-mirror-"
+#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
+
+/* Creates a new temporary file for path, mode 0600 (as mkstemp), its name
+   in name[size]; returns its descriptor, or -1 with errno set. */
+static int mirror__make_tmp(const char *path, char *name, size_t size)
+{
+    uint32_t pid = (uint32_t)getpid();
+    double now = mirror__now();
+    uint64_t state, bits;
+    int tries, fd = -1;
+    memcpy(&bits, &now, sizeof bits);
+    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
+    for (tries = 0; tries < 100; tries++) {
+        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
+                     (unsigned long long)mirror__next(&state)) >= (int)size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600)) >= 0 || errno != EEXIST) break;
+    }
+    return fd;
+}
+
+/* Whether suffix, what follows PATH in a file's name, is one that
+   mirror__make_tmp gives PATH, or PATH.1, PATH.2 .. (mirror__copy_file's)
+   exactly. */
+static int mirror__is_our_tmp(const char *suffix)
+{
+    size_t i, mark = strlen(MIRROR__TMP_MARK);
+    if (suffix[0] == '.' && suffix[1] >= '1' && suffix[1] <= '9') /* a rotation's copy */
+        for (suffix += 2; *suffix >= '0' && *suffix <= '9'; suffix++) continue;
+    if (strncmp(suffix, MIRROR__TMP_MARK, mark) != 0) return 0;
+    for (i = 0, suffix += mark; i < MIRROR__TMP_TAIL; i++) {
+        char ch = suffix[i];
+        if (i == 8 ? ch != '-' : !((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return 0;
+    }
+    return suffix[MIRROR__TMP_TAIL] == '\0';
+}
+
 /* Copies file from to file to through a temporary file and a rename (for
    file systems without hard links). */
 static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t size)
@@ -9488,8 +9535,7 @@ static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t
     unsigned char buf[1 << 14];
     int in = open(from, O_RDONLY), out = -1, ok = in >= 0;
     ssize_t n;
-    snprintf(tmp, size, "%s.tmp.XXXXXX", to);
-    if (ok) ok = (out = mkstemp(tmp)) >= 0;
+    if (ok) ok = (out = mirror__make_tmp(to, tmp, size)) >= 0;
     while (ok && (n = read(in, buf, sizeof buf)) != 0) ok = n > 0 && !mirror__write_all(out, buf, (size_t)n);
     if (ok) ok = fsync(out) == 0;
     if (out >= 0 && close(out) != 0) ok = 0;
@@ -9522,32 +9568,11 @@ static int mirror__rotate(const char *path, size_t keep, char *a, char *b, size_
     return mirror__copy_file(path, a, b, size);
 }
 
-/* The start of every checkpoint's header, after its 8-byte length. */
-static const char mirror__ckpt_magic[] = "{\"__metadata__\":{\"format\":\"mirror\"";
-
-/* Whether file `name` is a save's temporary file: a name that mkstemp made
-   from PATH.tmp.XXXXXX and contents that begin as a checkpoint does (or
-   end before that could be told, as after a crash at the first write). */
-static int mirror__is_our_tmp(const char *name, const char *suffix)
-{
-    char head[8 + sizeof mirror__ckpt_magic];
-    size_t i;
-    ssize_t n;
-    int fd;
-    for (i = 0; i < 6; i++) {
-        char ch = suffix[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))) return 0;
-    }
-    if (suffix[6] != '\0' || (fd = open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)) < 0) return 0;
-    n = read(fd, head, sizeof head - 1);
-    close(fd);
-    return n >= 0 && (n <= 8 || !memcmp(head + 8, mirror__ckpt_magic, (size_t)n - 8));
-}
-
 /* Temporary files of saves that a crash interrupted, beside PATH. Called
    with the path's lock held, so no other process is writing one; only
-   files that are provably a save's temporary file go (not, say, a user's
-   run.ckpt.tmp.notes). */
+   regular files whose name has exactly the form mirror__make_tmp gives go,
+   whatever they hold (not, say, a user's run.ckpt.tmp.backup, even empty
+   or a copy of a checkpoint). */
 static void mirror__remove_stale(const char *path, char *buf, char *name, size_t size)
 {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
@@ -9559,9 +9584,10 @@ static void mirror__remove_stale(const char *path, char *buf, char *name, size_t
     else buf[0] = '.', buf[1] = '\0';
     if (!(d = opendir(buf))) return;
     while ((e = readdir(d)) != NULL)
-        if (!strncmp(e->d_name, base, baselen) && !strncmp(e->d_name + baselen, ".tmp.", 5)) {
+        if (!strncmp(e->d_name, base, baselen) && mirror__is_our_tmp(e->d_name + baselen)) {
+            struct stat st;
             snprintf(name, size, "%s/%s", buf, e->d_name);
-            if (mirror__is_our_tmp(name, e->d_name + baselen + 5)) unlink(name);
+            if (lstat(name, &st) == 0 && S_ISREG(st.st_mode)) unlink(name);
         }
     closedir(d);
 }
@@ -9636,8 +9662,7 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
     } else if ((rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
         m->fit_lock = fd + 1;
-        snprintf(name, size, "%s.tmp.XXXXXX", path);
-        if ((probe = mkstemp(name)) < 0) {
+        if ((probe = mirror__make_tmp(path, name, size)) < 0) {
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
         } else {
             close(probe);
@@ -9652,6 +9677,19 @@ static void mirror__fit_unlock(mirror_model *m)
 {
     if (m->fit_lock) close(m->fit_lock - 1);
     m->fit_lock = 0;
+}
+
+/* Whether fit holds PATH.lock (name: room for it): a save from fit, or
+   from its hook to fit's path however spelt, must not lock it again,
+   since closing that second descriptor would drop fit's lock. A save to
+   another path takes that path's lock. */
+static int mirror__holds_lock(mirror_model *m, const char *path, char *name, size_t size)
+{
+    struct stat held, st;
+    if (!m->fit_lock) return 0;
+    snprintf(name, size, "%s.lock", path);
+    return fstat(m->fit_lock - 1, &held) == 0 && stat(name, &st) == 0 && held.st_dev == st.st_dev &&
+           held.st_ino == st.st_ino;
 }
 
 static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
@@ -9685,7 +9723,8 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
-    if (!m->fit_lock && (rc = mirror__save_lock(m, path, a, plen + 300, &lock))) goto done;
+    if (!mirror__holds_lock(m, path, a, plen + 300) && (rc = mirror__save_lock(m, path, a, plen + 300, &lock)))
+        goto done;
     mirror__remove_stale(path, a, b, plen + 300);
     mirror__download_arena(m, 0, params, MIRROR__PARAMS); /* as the arena */
     if ((rc = mirror__device_status(m)) ||
@@ -9698,12 +9737,11 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    snprintf(tmp, plen + 300, "%s.tmp.XXXXXX", path);
-    if ((fd = mkstemp(tmp)) < 0) {
+    if ((fd = mirror__make_tmp(path, tmp, plen + 300)) < 0) {
         rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;
     }
-    (void)fchmod(fd, 0644); /* mkstemp makes it 0600 */
+    (void)fchmod(fd, 0644); /* made 0600, as by mkstemp */
     if (mirror__write_all(fd, len8, 8) || mirror__write_all(fd, h.p, h.len)) goto write_failed;
     for (i = 0; i < nt; i++)
         if (mirror__write_all(fd, t[i].host, t[i].count * sizeof(float))) goto write_failed;
