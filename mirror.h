@@ -996,9 +996,11 @@ MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, f
 /* Every reader of files (the loaders below, mirror_checkpoint_load) opens
    without blocking and reads regular files only: a FIFO, a device such as
    /dev/zero or a directory is refused at once (MIRROR_ERR_IO). A gzip file
-   is inflated no further than its content can be: what an IDX header
-   declares, what a checkpoint of the model can hold (64 MiB of header and
-   its tensors), 4 GiB for the rest (MIRROR_ERR_FORMAT beyond). */
+   is inflated no further than its content can be: what an IDX or .npy
+   header declares (not past a malformed header, whose error is then
+   given), a CIFAR-10 batch (10000 records), what a checkpoint of the
+   model can hold (64 MiB of header and its tensors), 4 GiB for the rest
+   (MIRROR_ERR_FORMAT beyond, the message naming the file and the bound). */
 
 /* An in-memory dataset; the library allocates and mirror_dataset_free frees. */
 typedef struct mirror_dataset {
@@ -1023,7 +1025,8 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
    files concatenated in order into one dataset: records of 3073 bytes, a
    label byte in [0, 10) then 32x32 pixels as R, G and B planes, giving
    3x32x32 images (NCHW as stored) scaled to [0,1] and 10 classes. Plain or
-   gzip files (gzip needs MIRROR_ZLIB). On error ds is left empty. */
+   gzip files (gzip needs MIRROR_ZLIB), each of at most one batch's 10000
+   records (MIRROR_ERR_FORMAT beyond). On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const *paths, size_t npaths,
                                            mirror_error *err);
 /* NumPy .npy files (format 1.0, 2.0 or 3.0, C order): x of dtype <f4 (copied)
@@ -1034,8 +1037,8 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
    NULL for no labels, of dtype <i4, <i8 or |u1 and shape (n,), every label
    >= 0, num_classes the largest plus one (at most 65536), or of dtype <f4:
    regression targets for a mean squared error, shape (n,) (target_dim 1)
-   or (n, d) (target_dim d). Plain or gzip files (gzip needs MIRROR_ZLIB).
-   On error ds is left empty. */
+   or (n, d) (target_dim d). Plain or gzip files (gzip needs MIRROR_ZLIB);
+   a header of at most 1 MiB. On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, const char *y_path,
                                        mirror_error *err);
 /* count 28x28 hand-drawn-style digits, 10 classes, balanced, made from
@@ -2008,10 +2011,16 @@ static void mirror__log(int level, const char *message)
         fprintf(stderr, "mirror: %s\n", message);
 }
 
+/* An err that takes nothing and logs nothing: for a check run ahead (a
+   header read while its file inflates) whose failure the full parse then
+   reports. Never written, so threads may share it. */
+static mirror_error mirror__silent;
+
 /* Records code and message in err (which may be NULL), logs it, returns code. */
 static int mirror__verror(mirror_error *err, int code, const char *fmt, va_list ap)
 {
     char message[sizeof(err->message)];
+    if (err == &mirror__silent) return code;
     vsnprintf(message, sizeof message, fmt, ap);
     if (err) {
         err->code = code;
@@ -8380,11 +8389,15 @@ MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_
 /* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
 #define MIRROR__MAX_FILE ((size_t)-1 / 4 < ((size_t)1 << 30) * 4 ? (size_t)-1 / 4 : ((size_t)1 << 30) * 4)
 
+#ifndef MIRROR_ZLIB /* with zlib, gzread tells (gzdirect) */
 static int mirror__is_gzip(const unsigned char *p, size_t len) { return len >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+#endif
 
 /* How many bytes a file may hold, from its first len bytes (its header):
-   0 while they do not tell yet. */
+   0 while they do not tell yet, MIRROR__BAD_HEADER when the header is
+   malformed (reading stops there; the parser then says what is wrong). */
 typedef size_t (*mirror__declared_fn)(const unsigned char *p, size_t len);
+#define MIRROR__BAD_HEADER ((size_t)-1)
 
 /* Opens path for reading without blocking (a FIFO with no writer would
    block open() for ever) and refuses what is not a regular file: FIFOs,
@@ -8414,15 +8427,17 @@ static int mirror__open_regular(const char *path, mirror_error *err)
 }
 
 /* Reads a whole regular file (decompressed, with MIRROR_ZLIB) into memory,
-   at most `most` bytes, or what `declared` (may be NULL) reads in its
-   header when that is less: a gzip bomb is refused at its bound, not after
-   gigabytes. */
-static int mirror__read_file(const char *path, size_t most, mirror__declared_fn declared, unsigned char **data,
-                             size_t *size, mirror_error *err)
+   at most `most` bytes (`most_is` says what that bound is, for the
+   message), and a compressed file no more than what `declared` (may be
+   NULL) reads in its header: a gzip bomb is refused at its bound, one byte
+   past it, not after gigabytes. (A plain file's size is on the disk: its
+   parser gives the exact count of missing or trailing bytes.) */
+static int mirror__read_bounded(const char *path, size_t most, const char *most_is, mirror__declared_fn declared,
+                                unsigned char **data, size_t *size, mirror_error *err)
 {
     unsigned char *buf = NULL, *grown;
     size_t cap = 0, len = 0, bound = 0;
-    int got, fd = mirror__open_regular(path, err);
+    int got, compressed = 0, fd = mirror__open_regular(path, err);
 #ifdef MIRROR_ZLIB
     gzFile f = fd < 0 ? NULL : gzdopen(fd, "rb");
 #else
@@ -8448,7 +8463,7 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
 #endif
                 if (len > most)
                     return mirror__error(err, MIRROR_ERR_FORMAT, "%s: more than the %zu bytes %s", path, most,
-                                         bound ? "its header declares" : "this file can hold (decompressed)");
+                                         bound && bound <= most ? "its header declares (decompressed)" : most_is);
                 return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: too large to read into memory", path);
             }
             if (len) memcpy(grown, buf, len);
@@ -8462,9 +8477,13 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
 #endif
         if (got <= 0) break;
         len += (size_t)got;
-        if (declared && !bound && !mirror__is_gzip(buf, len) /* read raw: no zlib */ &&
-            (bound = declared(buf, len)) != 0)
+#ifdef MIRROR_ZLIB
+        compressed = !gzdirect(f); /* known after the first read */
+#endif
+        if (declared && !bound && compressed && (bound = declared(buf, len)) != 0) {
+            if (bound == MIRROR__BAD_HEADER) break; /* the parser says what is wrong */
             most = MIRROR__MIN(most, bound);
+        }
     }
 #ifdef MIRROR_ZLIB
     {
@@ -8501,6 +8520,12 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
     return MIRROR_OK;
 }
 
+static int mirror__read_file(const char *path, size_t most, mirror__declared_fn declared, unsigned char **data,
+                             size_t *size, mirror_error *err)
+{
+    return mirror__read_bounded(path, most, "this file can hold (decompressed)", declared, data, size, err);
+}
+
 static size_t mirror__be32(const unsigned char *p)
 {
     return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | (size_t)p[3];
@@ -8508,17 +8533,19 @@ static size_t mirror__be32(const unsigned char *p)
 
 /* An IDX file's size as its header declares it: magic 0 0 type ndims,
    then ndims big-endian dimensions, then the data. 0 until the header has
-   been read; SIZE_MAX where the product overflows. */
+   been read; MIRROR__BAD_HEADER for another magic number or where the
+   product overflows. */
 static size_t mirror__idx_declared(const unsigned char *p, size_t len)
 {
     size_t ndims, i, total;
     if (len < 4) return 0;
+    if (p[0] != 0 || p[1] != 0) return MIRROR__BAD_HEADER;
     total = p[2] == 0x0B ? 2 : p[2] == 0x0C || p[2] == 0x0D ? 4 : p[2] == 0x0E ? 8 : 1; /* the element's bytes */
     ndims = p[3];
     if (len < 4 + 4 * ndims) return 0;
     for (i = 0; i < ndims; i++)
-        if (!mirror__mul(total, mirror__be32(p + 4 + 4 * i), &total)) return (size_t)-1;
-    return total > (size_t)-1 - 4 - 4 * ndims ? (size_t)-1 : 4 + 4 * ndims + total;
+        if (!mirror__mul(total, mirror__be32(p + 4 + 4 * i), &total)) return MIRROR__BAD_HEADER;
+    return total >= (size_t)-1 - 4 - 4 * ndims ? MIRROR__BAD_HEADER : 4 + 4 * ndims + total;
 }
 
 /* Checks an IDX header of `dims` dimensions of unsigned bytes; dim[] gets
@@ -8669,9 +8696,11 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
 }
 
 
-/* CIFAR-10: a batch is records of a label byte and 3 x 32 x 32 pixel bytes. */
+/* CIFAR-10: a batch is records of a label byte and 3 x 32 x 32 pixel bytes,
+   10000 of them in each file of the data set. */
 #define MIRROR__CIFAR_PIXELS 3072
 #define MIRROR__CIFAR_RECORD (1 + MIRROR__CIFAR_PIXELS)
+#define MIRROR__CIFAR_BATCH 10000
 
 /* Checks one batch in memory: a positive whole number of records, every
    label in [0, 10). */
@@ -8728,7 +8757,10 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
 {
     unsigned char **buf = NULL, *all = NULL;
     size_t *size = NULL, i, total = 0, at = 0;
+    char batch_is[64];
     int rc = MIRROR_OK;
+    snprintf(batch_is, sizeof batch_is, "a CIFAR-10 batch holds (%d records of %d bytes)", MIRROR__CIFAR_BATCH,
+             MIRROR__CIFAR_RECORD);
     if (ds) memset(ds, 0, sizeof *ds);
     if (!ds || !paths || !npaths)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_cifar10: %s",
@@ -8746,9 +8778,11 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
         goto done;
     }
     /* Every file is read and checked (its own name in the messages), then
-       the records are put back to back and decoded in one pass. */
+       the records are put back to back and decoded in one pass. A file
+       holds one batch at most: a gzip file inflates no further. */
     for (i = 0; i < npaths; i++) {
-        if ((rc = mirror__read_file(paths[i], MIRROR__MAX_FILE, NULL, &buf[i], &size[i], err)) != MIRROR_OK ||
+        if ((rc = mirror__read_bounded(paths[i], (size_t)MIRROR__CIFAR_BATCH * MIRROR__CIFAR_RECORD, batch_is, NULL,
+                                       &buf[i], &size[i], err)) != MIRROR_OK ||
             (rc = mirror__cifar10_check(buf[i], size[i], paths[i], err)) != MIRROR_OK)
             goto done;
         if (size[i] > (size_t)-1 - total) {
@@ -8790,6 +8824,7 @@ done:
    with spaces to a newline, then the data in C order. */
 enum { MIRROR__NPY_U1 = 1, MIRROR__NPY_I4, MIRROR__NPY_I8, MIRROR__NPY_F4 };
 #define MIRROR__NPY_MAX_DIMS 4
+#define MIRROR__NPY_MAX_HEADER (1 << 20)
 
 typedef struct mirror__npy {
     int dtype;                          /* MIRROR__NPY_* */
@@ -8859,35 +8894,50 @@ static int mirror__npy_string(const unsigned char *s, size_t n, size_t *i, char 
     return 1;
 }
 
-static int mirror__parse_npy(const unsigned char *p, size_t size, const char *name, mirror__npy *out,
-                             mirror_error *err)
+/* The preamble and header dict of a .npy file in p (size bytes: the whole
+   file, or as much as has been read) into out, whose data then points
+   past the header. *total gets the file's size as the header declares it;
+   0 when size ends inside the header; MIRROR__BAD_HEADER when the header
+   is malformed or declares what this loader does not read. */
+static int mirror__npy_header(const unsigned char *p, size_t size, const char *name, mirror__npy *out,
+                              size_t *total, mirror_error *err)
 {
     static const char *const keys[3] = {"descr", "fortran_order", "shape"};
     const unsigned char *s;
     char key[32];
-    size_t pre, hlen, n, i = 0, k, ndim = 0, count = 1, elem, bytes, rest;
+    size_t pre, hlen, n, i = 0, k, ndim = 0, count = 1, elem, bytes;
     int seen[3] = {0, 0, 0}, fortran = 0;
     unsigned major, minor;
     memset(out, 0, sizeof *out);
+    *total = MIRROR__BAD_HEADER;
     for (i = 0; i < 6 && i < size; i++)
         if (p[i] != (unsigned char)"\x93NUMPY"[i])
             return mirror__error(err, MIRROR_ERR_FORMAT, "%s: bad magic (not a .npy file)", name);
-    if (size < 8)
+    if (size < 8) {
+        *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, a .npy file starts with "
                              "a 10-byte preamble", name, size);
+    }
     major = p[6];
     minor = p[7];
     if (major < 1 || major > 3 || minor != 0)
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: .npy format version %u.%u (only 1.0, 2.0 and 3.0)",
                              name, major, minor);
     pre = major == 1 ? 10 : 12;
-    if (size < pre)
+    if (size < pre) {
+        *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, a version %u.0 .npy file "
                              "starts with a %zu-byte preamble", name, size, major, pre);
+    }
     hlen = major == 1 ? (size_t)p[8] | (size_t)p[9] << 8 : (size_t)mirror__le32(p + 8);
-    if (hlen > size - pre)
+    if (hlen > MIRROR__NPY_MAX_HEADER) /* a bound on what a gzip file inflates before its header is read */
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: a header of %zu bytes (numpy writes a few hundred; at "
+                             "most %d)", name, hlen, MIRROR__NPY_MAX_HEADER);
+    if (hlen > size - pre) {
+        *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated header: %zu of %zu bytes", name,
                              size - pre, hlen);
+    }
     s = p + pre;
     n = hlen;
     i = 0;
@@ -8988,17 +9038,41 @@ static int mirror__parse_npy(const unsigned char *p, size_t size, const char *na
     if (ndim > MIRROR__NPY_MAX_DIMS)
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: %zu dimensions (at most %d)", name, ndim,
                              MIRROR__NPY_MAX_DIMS);
-    if (!mirror__mul(count, elem, &bytes))
+    if (!mirror__mul(count, elem, &bytes) || bytes >= MIRROR__BAD_HEADER - pre - hlen)
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: the data size of 'shape' overflows", name);
-    rest = size - pre - hlen;
-    if (bytes > rest)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", name, rest, bytes);
-    if (bytes < rest)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", name, rest - bytes);
     out->ndim = ndim;
     out->count = count;
     out->data = p + pre + hlen;
+    *total = pre + hlen + bytes;
     return MIRROR_OK;
+}
+
+/* A .npy file's size as its header declares it (a mirror__declared_fn). */
+static size_t mirror__npy_declared(const unsigned char *p, size_t len)
+{
+    mirror__npy a;
+    size_t total;
+    mirror__npy_header(p, len, "", &a, &total, &mirror__silent);
+    return total;
+}
+
+/* A whole .npy file in memory: its header, then data that fills the rest
+   of the file exactly. */
+static int mirror__parse_npy(const unsigned char *p, size_t size, const char *name, mirror__npy *out,
+                             mirror_error *err)
+{
+    size_t total, rest, bytes;
+    int rc = mirror__npy_header(p, size, name, out, &total, err);
+    if (rc != MIRROR_OK) return rc;
+    rest = size - (size_t)(out->data - p);
+    bytes = total - (size_t)(out->data - p);
+    if (bytes > rest) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", name, rest, bytes);
+    } else if (bytes < rest) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", name, rest - bytes);
+    }
+    if (rc != MIRROR_OK) memset(out, 0, sizeof *out);
+    return rc;
 }
 
 /* Element i of an integer array as a signed value. */
@@ -9025,7 +9099,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
     memset(&y, 0, sizeof y);
     if (ds) memset(ds, 0, sizeof *ds);
     if (!ds || !x_path) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_npy: NULL argument");
-    if ((rc = mirror__read_file(x_path, MIRROR__MAX_FILE, NULL, &xb, &xs, err)) != MIRROR_OK ||
+    if ((rc = mirror__read_file(x_path, MIRROR__MAX_FILE, mirror__npy_declared, &xb, &xs, err)) != MIRROR_OK ||
         (rc = mirror__parse_npy(xb, xs, x_path, &x, err)) != MIRROR_OK)
         goto done;
     if (x.dtype != MIRROR__NPY_F4 && x.dtype != MIRROR__NPY_U1) {
@@ -9043,7 +9117,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         goto done;
     }
     if (y_path) {
-        if ((rc = mirror__read_file(y_path, MIRROR__MAX_FILE, NULL, &yb, &ys, err)) != MIRROR_OK ||
+        if ((rc = mirror__read_file(y_path, MIRROR__MAX_FILE, mirror__npy_declared, &yb, &ys, err)) != MIRROR_OK ||
             (rc = mirror__parse_npy(yb, ys, y_path, &y, err)) != MIRROR_OK)
             goto done;
         if (y.dtype == MIRROR__NPY_F4 && (y.ndim == 1 || (y.ndim == 2 && y.shape[1]))) {
