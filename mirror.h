@@ -502,14 +502,14 @@ extern "C" {
     X(MIRROR_ERR_ARGUMENT, -1, "invalid argument")                             \
     X(MIRROR_ERR_SHAPE, -2, "layer shapes do not chain")                       \
     X(MIRROR_ERR_STATE, -3, "call out of order")                               \
-    X(MIRROR_ERR_CAPACITY, -4, "batch larger than the arenas")                 \
+    X(MIRROR_ERR_CAPACITY, -4, "too large: a batch beyond the arenas, or a buffer too small") \
     X(MIRROR_ERR_LABEL, -5, "label out of range")                              \
     X(MIRROR_ERR_NO_MEMORY, -10, "out of memory")                              \
     X(MIRROR_ERR_THREAD, -11, "thread creation failed")                        \
     X(MIRROR_ERR_DEVICE, -12, "device unavailable")                            \
     X(MIRROR_ERR_IO, -20, "file input/output failed")                          \
     X(MIRROR_ERR_FORMAT, -21, "malformed file")                                \
-    X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
+    X(MIRROR_ERR_UNSUPPORTED, -22, "not supported: a type, format or feature (the message says which)") \
     X(MIRROR_ERR_CHECKSUM, -23, "checksum mismatch")                           \
     X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")                  \
     X(MIRROR_ERR_NOT_FINITE, -31, "loss or gradients not finite")            \
@@ -574,7 +574,7 @@ typedef struct mirror_strategy_desc {
     /* Seconds a process waits for the others in a cross-process operation,
        or for the work queued on a GPU (an NCCL all-reduce included),
        before it fails with MIRROR_ERR_TIMEOUT; 0: $MIRROR_TIMEOUT, else
-       300. */
+       300. A negative, NaN or infinite one is MIRROR_ERR_ARGUMENT. */
     double timeout;
 } mirror_strategy_desc;
 
@@ -1041,8 +1041,9 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
    a header of at most 1 MiB. On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, const char *y_path,
                                        mirror_error *err);
-/* count 28x28 hand-drawn-style digits, 10 classes, balanced, made from
-   seed: random shift, rotation, scale, stroke width and noise. */
+/* count (1 to 2^24 = 16777216) 28x28 hand-drawn-style digits, 10 classes,
+   balanced, made from seed: random shift, rotation, scale, stroke width
+   and noise. */
 MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
                                                mirror_error *err);
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds);
@@ -1945,6 +1946,7 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -4168,18 +4170,24 @@ static void mirror__leave(mirror_strategy *s)
     mirror__leave(s_);                                                                                 \
     return rc_
 
-/* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. */
+/* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. A negative, NaN
+   or infinite one is refused: it would wait for ever, or not at all. */
 static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirror_error *err)
 {
     const char *env = getenv("MIRROR_TIMEOUT");
     char *end = NULL;
     *timeout = d->timeout;
-    if (!(*timeout > 0) && env && *env) {
+    if (!(*timeout >= 0.0 && *timeout <= DBL_MAX))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_strategy_create: timeout %g; give seconds, more than 0 (0: $MIRROR_TIMEOUT, "
+                             "else 300)", *timeout);
+    if (*timeout == 0.0 && env && *env) {
         *timeout = strtod(env, &end);
-        if (*end || !(*timeout > 0))
-            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds", env);
+        if (*end || !(*timeout > 0.0 && *timeout <= DBL_MAX))
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds, more "
+                                 "than 0", env);
     }
-    if (!(*timeout > 0)) *timeout = 300.0;
+    if (*timeout == 0.0) *timeout = 300.0;
     return MIRROR_OK;
 }
 
@@ -8408,7 +8416,10 @@ static int mirror__open_regular(const char *path, mirror_error *err)
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
-        mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        int e = errno;
+        mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s%s", path, strerror(e),
+                      e == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? " (a symbolic link to nothing)"
+                                                                                   : "");
         return -1;
     }
     if (fstat(fd, &st) != 0) {
@@ -8710,11 +8721,17 @@ static int mirror__cifar10_check(const unsigned char *p, size_t size, const char
     if (!size)
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: empty file (a CIFAR-10 batch is records of %d bytes)",
                              name, MIRROR__CIFAR_RECORD);
-    if (size % MIRROR__CIFAR_RECORD)
+    if (size < MIRROR__CIFAR_RECORD)
         return mirror__error(err, MIRROR_ERR_FORMAT,
-                             "%s: truncated: %zu bytes is not a whole number of %d-byte CIFAR-10 records "
-                             "(%zu bytes over)",
-                             name, size, MIRROR__CIFAR_RECORD, size % MIRROR__CIFAR_RECORD);
+                             "%s: size %zu, less than one %d-byte CIFAR-10 record (cut short, or not a CIFAR-10 "
+                             "batch)", name, size, MIRROR__CIFAR_RECORD);
+    if (size % MIRROR__CIFAR_RECORD) /* cut short or with bytes added: the size cannot tell which */
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             "%s: size %zu is not a multiple of the %d-byte CIFAR-10 record: %zu records and %zu "
+                             "bytes over (expected %zu or %zu bytes)",
+                             name, size, MIRROR__CIFAR_RECORD, size / MIRROR__CIFAR_RECORD,
+                             size % MIRROR__CIFAR_RECORD, size - size % MIRROR__CIFAR_RECORD,
+                             size - size % MIRROR__CIFAR_RECORD + MIRROR__CIFAR_RECORD);
     for (i = 0; i < size / MIRROR__CIFAR_RECORD; i++)
         if (p[i * MIRROR__CIFAR_RECORD] > 9)
             return mirror__error(err, MIRROR_ERR_LABEL, "%s: label %u of record %zu is outside [0, 10)", name,
@@ -9310,7 +9327,9 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
     if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
     memset(ds, 0, sizeof *ds);
     if (!count || count > ((size_t)1 << 24))
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: count %zu", count);
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_synthetic_digits: count %zu; it makes 1 to %zu samples (2^24)", count,
+                             (size_t)1 << 24);
     ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
     ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
     if (!ds->x || !ds->labels) {
@@ -10541,6 +10560,13 @@ static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, cons
                                 : "");
     if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->out_size))
         return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->out_size);
+    if (m->desc.loss != MIRROR_LOSS_MSE && !ds->labels) /* float .npy labels load as targets */
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            ds->targets ? "%s: the dataset holds float targets (for a mean squared error), but the "
+                                          "model's loss is softmax cross-entropy, which needs integer labels (a "
+                                          ".npy y of int32, int64 or uint8)"
+                                        : "%s: the dataset has no labels, which softmax cross-entropy needs",
+                            what);
     return MIRROR_OK;
 }
 

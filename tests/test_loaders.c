@@ -233,6 +233,16 @@ static void test_cifar_hostile(void)
     cifar_fail("a good batch, then one of 2 records and 7 bytes", paths, 2, MIRROR_ERR_FORMAT, p);
     cifar_fail("a good batch, then one of 2 records and 7 bytes (names the bad one)", paths, 2, MIRROR_ERR_FORMAT,
                "7 bytes over");
+    /* extra bytes are not a truncation: the message gives the size and the sizes a whole file would have */
+    cifar_fail("a batch of 2 records and 7 bytes: the sizes", paths, 2, MIRROR_ERR_FORMAT,
+               "size 6153 is not a multiple of the 3073-byte CIFAR-10 record: 2 records and 7 bytes over "
+               "(expected 6146 or 9219 bytes)");
+    {
+        mirror_dataset junk;
+        mirror_dataset_load_cifar10(&junk, paths, 2, &err);
+        CHECK(strlen(err.message) > strlen(p) && !strstr(err.message + strlen(p), "truncated"),
+              "a file with bytes over is not called truncated: %s", err.message);
+    }
 
     path_in(p, "empty.bin");
     write_file(p, batch_a, 0);
@@ -704,6 +714,9 @@ static void test_npy_headers(void)
             snprintf(quoted, sizeof quoted, "'%s'", dtypes[i]);
             npy_fail(what, buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', quoted);
         }
+        n = bad_x(buf, 1, dict_of(d, "<f8", "(4, 3)"), sizeof xdata);
+        npy_fail("x dtype '<f8': the message lists the dtypes read", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x',
+                 "dtype '<f8' is not supported (<f4, |u1, <i4 or <i8)");
         n = bad_x(buf, 1, dict_of(d, ">f4", "(4, 3)"), sizeof xdata);
         npy_fail("big-endian x", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', ">f4");
         n = bad_x(buf, 1, dict_of(d, ">f4", "(4, 3)"), sizeof xdata);
