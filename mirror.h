@@ -536,14 +536,14 @@ extern "C" {
     X(MIRROR_ERR_ARGUMENT, -1, "invalid argument")                             \
     X(MIRROR_ERR_SHAPE, -2, "layer shapes do not chain")                       \
     X(MIRROR_ERR_STATE, -3, "call out of order")                               \
-    X(MIRROR_ERR_CAPACITY, -4, "batch larger than the arenas")                 \
+    X(MIRROR_ERR_CAPACITY, -4, "too large: a batch beyond the arenas, or a buffer too small") \
     X(MIRROR_ERR_LABEL, -5, "label out of range")                              \
     X(MIRROR_ERR_NO_MEMORY, -10, "out of memory")                              \
     X(MIRROR_ERR_THREAD, -11, "thread creation failed")                        \
     X(MIRROR_ERR_DEVICE, -12, "device unavailable")                            \
     X(MIRROR_ERR_IO, -20, "file input/output failed")                          \
     X(MIRROR_ERR_FORMAT, -21, "malformed file")                                \
-    X(MIRROR_ERR_UNSUPPORTED, -22, "not supported by this build")              \
+    X(MIRROR_ERR_UNSUPPORTED, -22, "not supported: a type, format or feature (the message says which)") \
     X(MIRROR_ERR_CHECKSUM, -23, "checksum mismatch")                           \
     X(MIRROR_ERR_STOPPED, -30, "stopped by the epoch hook")                  \
     X(MIRROR_ERR_NOT_FINITE, -31, "loss or gradients not finite")            \
@@ -608,7 +608,7 @@ typedef struct mirror_strategy_desc {
     /* Seconds a process waits for the others in a cross-process operation,
        or for the work queued on a GPU (an NCCL all-reduce included),
        before it fails with MIRROR_ERR_TIMEOUT; 0: $MIRROR_TIMEOUT, else
-       300. */
+       300. A negative, NaN or infinite one is MIRROR_ERR_ARGUMENT. */
     double timeout;
 } mirror_strategy_desc;
 
@@ -1049,9 +1049,11 @@ MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, f
 /* Every reader of files (the loaders below, mirror_checkpoint_load) opens
    without blocking and reads regular files only: a FIFO, a device such as
    /dev/zero or a directory is refused at once (MIRROR_ERR_IO). A gzip file
-   is inflated no further than its content can be: what an IDX header
-   declares, what a checkpoint of the model can hold (64 MiB of header and
-   its tensors), 4 GiB for the rest (MIRROR_ERR_FORMAT beyond). */
+   is inflated no further than its content can be: what an IDX or .npy
+   header declares (not past a malformed header, whose error is then
+   given), a CIFAR-10 batch (10000 records), what a checkpoint of the
+   model can hold (64 MiB of header and its tensors), 4 GiB for the rest
+   (MIRROR_ERR_FORMAT beyond, the message naming the file and the bound). */
 
 /* An in-memory dataset; the library allocates and mirror_dataset_free frees. */
 typedef struct mirror_dataset {
@@ -1076,7 +1078,8 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
    files concatenated in order into one dataset: records of 3073 bytes, a
    label byte in [0, 10) then 32x32 pixels as R, G and B planes, giving
    3x32x32 images (NCHW as stored) scaled to [0,1] and 10 classes. Plain or
-   gzip files (gzip needs MIRROR_ZLIB). On error ds is left empty. */
+   gzip files (gzip needs MIRROR_ZLIB), each of at most one batch's 10000
+   records (MIRROR_ERR_FORMAT beyond). On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const *paths, size_t npaths,
                                            mirror_error *err);
 /* NumPy .npy files (format 1.0, 2.0 or 3.0, C order): x of dtype <f4 (copied)
@@ -1087,12 +1090,13 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
    NULL for no labels, of dtype <i4, <i8 or |u1 and shape (n,), every label
    >= 0, num_classes the largest plus one (at most 65536), or of dtype <f4:
    regression targets for a mean squared error, shape (n,) (target_dim 1)
-   or (n, d) (target_dim d). Plain or gzip files (gzip needs MIRROR_ZLIB).
-   On error ds is left empty. */
+   or (n, d) (target_dim d). Plain or gzip files (gzip needs MIRROR_ZLIB);
+   a header of at most 1 MiB. On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, const char *y_path,
                                        mirror_error *err);
-/* count 28x28 hand-drawn-style digits, 10 classes, balanced, made from
-   seed: random shift, rotation, scale, stroke width and noise. */
+/* count (1 to 2^24 = 16777216) 28x28 hand-drawn-style digits, 10 classes,
+   balanced, made from seed: random shift, rotation, scale, stroke width
+   and noise. */
 MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
                                                mirror_error *err);
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds);
@@ -1305,11 +1309,12 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    whole chunks, in deterministic mode) says so too.
 
    Saving is atomic: the file is written beside PATH under a temporary
-   name, flushed to disk (fsync), renamed over PATH, and the directory is
-   flushed. Older checkpoints are kept as PATH.1 (the previous one), PATH.2,
-   ... up to keep - 1 of them: PATH is always the newest. A failed save
-   (no space, I/O error, permission) returns an error and leaves the
-   previous checkpoint as it was.
+   name, PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR (the process id and 64
+   random bits in hexadecimal), flushed to disk (fsync), renamed over
+   PATH, and the directory is flushed. Older checkpoints are kept as
+   PATH.1 (the previous one), PATH.2, ... up to keep - 1 of them: PATH is
+   always the newest. A failed save (no space, I/O error, permission)
+   returns an error and leaves the previous checkpoint as it was.
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
@@ -1317,9 +1322,11 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
    it makes beside PATH and leaves there: a second process saving to the
    same path gets MIRROR_ERR_IO saying so, instead of the two removing
    each other's files. Temporary files of saves that crashed are removed
-   when their name and contents show that a save made them (never, say,
-   a user's PATH.tmp.notes). Record locks belong to a process: within one
-   process, save one path from one thread at a time. */
+   by the next save to PATH, holding the lock: files named exactly as
+   above (or PATH.1.tmp-mirror-.. and so on, a rotation's copy), whatever
+   they hold; nothing else (a user's PATH.tmp.backup stays, even empty).
+   Record locks belong to a process: within one process, save one path
+   from one thread at a time. */
 
 typedef struct mirror_checkpoint_info {
     uint64_t step;         /* optimizer steps taken (saving: the model's count) */
@@ -2062,6 +2069,7 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -2129,10 +2137,16 @@ static void mirror__log(int level, const char *message)
         fprintf(stderr, "mirror: %s\n", message);
 }
 
+/* An err that takes nothing and logs nothing: for a check run ahead (a
+   header read while its file inflates) whose failure the full parse then
+   reports. Never written, so threads may share it. */
+static mirror_error mirror__silent;
+
 /* Records code and message in err (which may be NULL), logs it, returns code. */
 static int mirror__verror(mirror_error *err, int code, const char *fmt, va_list ap)
 {
     char message[sizeof(err->message)];
+    if (err == &mirror__silent) return code;
     vsnprintf(message, sizeof message, fmt, ap);
     if (err) {
         err->code = code;
@@ -4317,18 +4331,24 @@ static void mirror__leave(mirror_strategy *s)
     mirror__leave(s_);                                                                                 \
     return rc_
 
-/* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. */
+/* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. A negative, NaN
+   or infinite one is refused: it would wait for ever, or not at all. */
 static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirror_error *err)
 {
     const char *env = getenv("MIRROR_TIMEOUT");
     char *end = NULL;
     *timeout = d->timeout;
-    if (!(*timeout > 0) && env && *env) {
+    if (!(*timeout >= 0.0 && *timeout <= DBL_MAX))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_strategy_create: timeout %g; give seconds, more than 0 (0: $MIRROR_TIMEOUT, "
+                             "else 300)", *timeout);
+    if (*timeout == 0.0 && env && *env) {
         *timeout = strtod(env, &end);
-        if (*end || !(*timeout > 0))
-            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds", env);
+        if (*end || !(*timeout > 0.0 && *timeout <= DBL_MAX))
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds, more "
+                                 "than 0", env);
     }
-    if (!(*timeout > 0)) *timeout = 300.0;
+    if (*timeout == 0.0) *timeout = 300.0;
     return MIRROR_OK;
 }
 
@@ -8807,11 +8827,15 @@ MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_
 /* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
 #define MIRROR__MAX_FILE ((size_t)-1 / 4 < ((size_t)1 << 30) * 4 ? (size_t)-1 / 4 : ((size_t)1 << 30) * 4)
 
+#ifndef MIRROR_ZLIB /* with zlib, gzread tells (gzdirect) */
 static int mirror__is_gzip(const unsigned char *p, size_t len) { return len >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+#endif
 
 /* How many bytes a file may hold, from its first len bytes (its header):
-   0 while they do not tell yet. */
+   0 while they do not tell yet, MIRROR__BAD_HEADER when the header is
+   malformed (reading stops there; the parser then says what is wrong). */
 typedef size_t (*mirror__declared_fn)(const unsigned char *p, size_t len);
+#define MIRROR__BAD_HEADER ((size_t)-1)
 
 /* Opens path for reading without blocking (a FIFO with no writer would
    block open() for ever) and refuses what is not a regular file: FIFOs,
@@ -8822,7 +8846,10 @@ static int mirror__open_regular(const char *path, mirror_error *err)
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
-        mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        int e = errno;
+        mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s%s", path, strerror(e),
+                      e == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? " (a symbolic link to nothing)"
+                                                                                   : "");
         return -1;
     }
     if (fstat(fd, &st) != 0) {
@@ -8841,15 +8868,17 @@ static int mirror__open_regular(const char *path, mirror_error *err)
 }
 
 /* Reads a whole regular file (decompressed, with MIRROR_ZLIB) into memory,
-   at most `most` bytes, or what `declared` (may be NULL) reads in its
-   header when that is less: a gzip bomb is refused at its bound, not after
-   gigabytes. */
-static int mirror__read_file(const char *path, size_t most, mirror__declared_fn declared, unsigned char **data,
-                             size_t *size, mirror_error *err)
+   at most `most` bytes (`most_is` says what that bound is, for the
+   message), and a compressed file no more than what `declared` (may be
+   NULL) reads in its header: a gzip bomb is refused at its bound, one byte
+   past it, not after gigabytes. (A plain file's size is on the disk: its
+   parser gives the exact count of missing or trailing bytes.) */
+static int mirror__read_bounded(const char *path, size_t most, const char *most_is, mirror__declared_fn declared,
+                                unsigned char **data, size_t *size, mirror_error *err)
 {
     unsigned char *buf = NULL, *grown;
     size_t cap = 0, len = 0, bound = 0;
-    int got, fd = mirror__open_regular(path, err);
+    int got, compressed = 0, fd = mirror__open_regular(path, err);
 #ifdef MIRROR_ZLIB
     gzFile f = fd < 0 ? NULL : gzdopen(fd, "rb");
 #else
@@ -8875,7 +8904,7 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
 #endif
                 if (len > most)
                     return mirror__error(err, MIRROR_ERR_FORMAT, "%s: more than the %zu bytes %s", path, most,
-                                         bound ? "its header declares" : "this file can hold (decompressed)");
+                                         bound && bound <= most ? "its header declares (decompressed)" : most_is);
                 return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: too large to read into memory", path);
             }
             if (len) memcpy(grown, buf, len);
@@ -8889,9 +8918,13 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
 #endif
         if (got <= 0) break;
         len += (size_t)got;
-        if (declared && !bound && !mirror__is_gzip(buf, len) /* read raw: no zlib */ &&
-            (bound = declared(buf, len)) != 0)
+#ifdef MIRROR_ZLIB
+        compressed = !gzdirect(f); /* known after the first read */
+#endif
+        if (declared && !bound && compressed && (bound = declared(buf, len)) != 0) {
+            if (bound == MIRROR__BAD_HEADER) break; /* the parser says what is wrong */
             most = MIRROR__MIN(most, bound);
+        }
     }
 #ifdef MIRROR_ZLIB
     {
@@ -8928,6 +8961,12 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
     return MIRROR_OK;
 }
 
+static int mirror__read_file(const char *path, size_t most, mirror__declared_fn declared, unsigned char **data,
+                             size_t *size, mirror_error *err)
+{
+    return mirror__read_bounded(path, most, "this file can hold (decompressed)", declared, data, size, err);
+}
+
 static size_t mirror__be32(const unsigned char *p)
 {
     return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | (size_t)p[3];
@@ -8935,17 +8974,19 @@ static size_t mirror__be32(const unsigned char *p)
 
 /* An IDX file's size as its header declares it: magic 0 0 type ndims,
    then ndims big-endian dimensions, then the data. 0 until the header has
-   been read; SIZE_MAX where the product overflows. */
+   been read; MIRROR__BAD_HEADER for another magic number or where the
+   product overflows. */
 static size_t mirror__idx_declared(const unsigned char *p, size_t len)
 {
     size_t ndims, i, total;
     if (len < 4) return 0;
+    if (p[0] != 0 || p[1] != 0) return MIRROR__BAD_HEADER;
     total = p[2] == 0x0B ? 2 : p[2] == 0x0C || p[2] == 0x0D ? 4 : p[2] == 0x0E ? 8 : 1; /* the element's bytes */
     ndims = p[3];
     if (len < 4 + 4 * ndims) return 0;
     for (i = 0; i < ndims; i++)
-        if (!mirror__mul(total, mirror__be32(p + 4 + 4 * i), &total)) return (size_t)-1;
-    return total > (size_t)-1 - 4 - 4 * ndims ? (size_t)-1 : 4 + 4 * ndims + total;
+        if (!mirror__mul(total, mirror__be32(p + 4 + 4 * i), &total)) return MIRROR__BAD_HEADER;
+    return total >= (size_t)-1 - 4 - 4 * ndims ? MIRROR__BAD_HEADER : 4 + 4 * ndims + total;
 }
 
 /* Checks an IDX header of `dims` dimensions of unsigned bytes; dim[] gets
@@ -9096,9 +9137,11 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
 }
 
 
-/* CIFAR-10: a batch is records of a label byte and 3 x 32 x 32 pixel bytes. */
+/* CIFAR-10: a batch is records of a label byte and 3 x 32 x 32 pixel bytes,
+   10000 of them in each file of the data set. */
 #define MIRROR__CIFAR_PIXELS 3072
 #define MIRROR__CIFAR_RECORD (1 + MIRROR__CIFAR_PIXELS)
+#define MIRROR__CIFAR_BATCH 10000
 
 /* Checks one batch in memory: a positive whole number of records, every
    label in [0, 10). */
@@ -9108,11 +9151,17 @@ static int mirror__cifar10_check(const unsigned char *p, size_t size, const char
     if (!size)
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: empty file (a CIFAR-10 batch is records of %d bytes)",
                              name, MIRROR__CIFAR_RECORD);
-    if (size % MIRROR__CIFAR_RECORD)
+    if (size < MIRROR__CIFAR_RECORD)
         return mirror__error(err, MIRROR_ERR_FORMAT,
-                             "%s: truncated: %zu bytes is not a whole number of %d-byte CIFAR-10 records "
-                             "(%zu bytes over)",
-                             name, size, MIRROR__CIFAR_RECORD, size % MIRROR__CIFAR_RECORD);
+                             "%s: size %zu, less than one %d-byte CIFAR-10 record (cut short, or not a CIFAR-10 "
+                             "batch)", name, size, MIRROR__CIFAR_RECORD);
+    if (size % MIRROR__CIFAR_RECORD) /* cut short or with bytes added: the size cannot tell which */
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             "%s: size %zu is not a multiple of the %d-byte CIFAR-10 record: %zu records and %zu "
+                             "bytes over (expected %zu or %zu bytes)",
+                             name, size, MIRROR__CIFAR_RECORD, size / MIRROR__CIFAR_RECORD,
+                             size % MIRROR__CIFAR_RECORD, size - size % MIRROR__CIFAR_RECORD,
+                             size - size % MIRROR__CIFAR_RECORD + MIRROR__CIFAR_RECORD);
     for (i = 0; i < size / MIRROR__CIFAR_RECORD; i++)
         if (p[i * MIRROR__CIFAR_RECORD] > 9)
             return mirror__error(err, MIRROR_ERR_LABEL, "%s: label %u of record %zu is outside [0, 10)", name,
@@ -9155,7 +9204,10 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
 {
     unsigned char **buf = NULL, *all = NULL;
     size_t *size = NULL, i, total = 0, at = 0;
+    char batch_is[64];
     int rc = MIRROR_OK;
+    snprintf(batch_is, sizeof batch_is, "a CIFAR-10 batch holds (%d records of %d bytes)", MIRROR__CIFAR_BATCH,
+             MIRROR__CIFAR_RECORD);
     if (ds) memset(ds, 0, sizeof *ds);
     if (!ds || !paths || !npaths)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_cifar10: %s",
@@ -9173,9 +9225,11 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
         goto done;
     }
     /* Every file is read and checked (its own name in the messages), then
-       the records are put back to back and decoded in one pass. */
+       the records are put back to back and decoded in one pass. A file
+       holds one batch at most: a gzip file inflates no further. */
     for (i = 0; i < npaths; i++) {
-        if ((rc = mirror__read_file(paths[i], MIRROR__MAX_FILE, NULL, &buf[i], &size[i], err)) != MIRROR_OK ||
+        if ((rc = mirror__read_bounded(paths[i], (size_t)MIRROR__CIFAR_BATCH * MIRROR__CIFAR_RECORD, batch_is, NULL,
+                                       &buf[i], &size[i], err)) != MIRROR_OK ||
             (rc = mirror__cifar10_check(buf[i], size[i], paths[i], err)) != MIRROR_OK)
             goto done;
         if (size[i] > (size_t)-1 - total) {
@@ -9217,6 +9271,7 @@ done:
    with spaces to a newline, then the data in C order. */
 enum { MIRROR__NPY_U1 = 1, MIRROR__NPY_I4, MIRROR__NPY_I8, MIRROR__NPY_F4 };
 #define MIRROR__NPY_MAX_DIMS 4
+#define MIRROR__NPY_MAX_HEADER (1 << 20)
 
 typedef struct mirror__npy {
     int dtype;                          /* MIRROR__NPY_* */
@@ -9286,35 +9341,50 @@ static int mirror__npy_string(const unsigned char *s, size_t n, size_t *i, char 
     return 1;
 }
 
-static int mirror__parse_npy(const unsigned char *p, size_t size, const char *name, mirror__npy *out,
-                             mirror_error *err)
+/* The preamble and header dict of a .npy file in p (size bytes: the whole
+   file, or as much as has been read) into out, whose data then points
+   past the header. *total gets the file's size as the header declares it;
+   0 when size ends inside the header; MIRROR__BAD_HEADER when the header
+   is malformed or declares what this loader does not read. */
+static int mirror__npy_header(const unsigned char *p, size_t size, const char *name, mirror__npy *out,
+                              size_t *total, mirror_error *err)
 {
     static const char *const keys[3] = {"descr", "fortran_order", "shape"};
     const unsigned char *s;
     char key[32];
-    size_t pre, hlen, n, i = 0, k, ndim = 0, count = 1, elem, bytes, rest;
+    size_t pre, hlen, n, i = 0, k, ndim = 0, count = 1, elem, bytes;
     int seen[3] = {0, 0, 0}, fortran = 0;
     unsigned major, minor;
     memset(out, 0, sizeof *out);
+    *total = MIRROR__BAD_HEADER;
     for (i = 0; i < 6 && i < size; i++)
         if (p[i] != (unsigned char)"\x93NUMPY"[i])
             return mirror__error(err, MIRROR_ERR_FORMAT, "%s: bad magic (not a .npy file)", name);
-    if (size < 8)
+    if (size < 8) {
+        *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, a .npy file starts with "
                              "a 10-byte preamble", name, size);
+    }
     major = p[6];
     minor = p[7];
     if (major < 1 || major > 3 || minor != 0)
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: .npy format version %u.%u (only 1.0, 2.0 and 3.0)",
                              name, major, minor);
     pre = major == 1 ? 10 : 12;
-    if (size < pre)
+    if (size < pre) {
+        *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, a version %u.0 .npy file "
                              "starts with a %zu-byte preamble", name, size, major, pre);
+    }
     hlen = major == 1 ? (size_t)p[8] | (size_t)p[9] << 8 : (size_t)mirror__le32(p + 8);
-    if (hlen > size - pre)
+    if (hlen > MIRROR__NPY_MAX_HEADER) /* a bound on what a gzip file inflates before its header is read */
+        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: a header of %zu bytes (numpy writes a few hundred; at "
+                             "most %d)", name, hlen, MIRROR__NPY_MAX_HEADER);
+    if (hlen > size - pre) {
+        *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated header: %zu of %zu bytes", name,
                              size - pre, hlen);
+    }
     s = p + pre;
     n = hlen;
     i = 0;
@@ -9415,17 +9485,41 @@ static int mirror__parse_npy(const unsigned char *p, size_t size, const char *na
     if (ndim > MIRROR__NPY_MAX_DIMS)
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: %zu dimensions (at most %d)", name, ndim,
                              MIRROR__NPY_MAX_DIMS);
-    if (!mirror__mul(count, elem, &bytes))
+    if (!mirror__mul(count, elem, &bytes) || bytes >= MIRROR__BAD_HEADER - pre - hlen)
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: the data size of 'shape' overflows", name);
-    rest = size - pre - hlen;
-    if (bytes > rest)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", name, rest, bytes);
-    if (bytes < rest)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", name, rest - bytes);
     out->ndim = ndim;
     out->count = count;
     out->data = p + pre + hlen;
+    *total = pre + hlen + bytes;
     return MIRROR_OK;
+}
+
+/* A .npy file's size as its header declares it (a mirror__declared_fn). */
+static size_t mirror__npy_declared(const unsigned char *p, size_t len)
+{
+    mirror__npy a;
+    size_t total;
+    mirror__npy_header(p, len, "", &a, &total, &mirror__silent);
+    return total;
+}
+
+/* A whole .npy file in memory: its header, then data that fills the rest
+   of the file exactly. */
+static int mirror__parse_npy(const unsigned char *p, size_t size, const char *name, mirror__npy *out,
+                             mirror_error *err)
+{
+    size_t total, rest, bytes;
+    int rc = mirror__npy_header(p, size, name, out, &total, err);
+    if (rc != MIRROR_OK) return rc;
+    rest = size - (size_t)(out->data - p);
+    bytes = total - (size_t)(out->data - p);
+    if (bytes > rest) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", name, rest, bytes);
+    } else if (bytes < rest) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", name, rest - bytes);
+    }
+    if (rc != MIRROR_OK) memset(out, 0, sizeof *out);
+    return rc;
 }
 
 /* Element i of an integer array as a signed value. */
@@ -9452,7 +9546,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
     memset(&y, 0, sizeof y);
     if (ds) memset(ds, 0, sizeof *ds);
     if (!ds || !x_path) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_npy: NULL argument");
-    if ((rc = mirror__read_file(x_path, MIRROR__MAX_FILE, NULL, &xb, &xs, err)) != MIRROR_OK ||
+    if ((rc = mirror__read_file(x_path, MIRROR__MAX_FILE, mirror__npy_declared, &xb, &xs, err)) != MIRROR_OK ||
         (rc = mirror__parse_npy(xb, xs, x_path, &x, err)) != MIRROR_OK)
         goto done;
     if (x.dtype != MIRROR__NPY_F4 && x.dtype != MIRROR__NPY_U1) {
@@ -9470,7 +9564,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         goto done;
     }
     if (y_path) {
-        if ((rc = mirror__read_file(y_path, MIRROR__MAX_FILE, NULL, &yb, &ys, err)) != MIRROR_OK ||
+        if ((rc = mirror__read_file(y_path, MIRROR__MAX_FILE, mirror__npy_declared, &yb, &ys, err)) != MIRROR_OK ||
             (rc = mirror__parse_npy(yb, ys, y_path, &y, err)) != MIRROR_OK)
             goto done;
         if (y.dtype == MIRROR__NPY_F4 && (y.ndim == 1 || (y.ndim == 2 && y.shape[1]))) {
@@ -9663,7 +9757,9 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
     if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
     memset(ds, 0, sizeof *ds);
     if (!count || count > ((size_t)1 << 24))
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: count %zu", count);
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_synthetic_digits: count %zu; it makes 1 to %zu samples (2^24)", count,
+                             (size_t)1 << 24);
     ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
     ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
     if (!ds->x || !ds->labels) {
@@ -9924,6 +10020,50 @@ static int mirror__sync_dir(const char *path)
     return rc;
 }
 
+/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
+   the writer's process id and 64 random bits, in lowercase hexadecimal. No
+   user picks such a name, so a save (holding PATH.lock) removes the ones a
+   crash left by their name alone, never by what they hold. */
+#define MIRROR__TMP_MARK ".tmp-mirror-"
+#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
+
+/* Creates a new temporary file for path, mode 0600 (as mkstemp), its name
+   in name[size]; returns its descriptor, or -1 with errno set. */
+static int mirror__make_tmp(const char *path, char *name, size_t size)
+{
+    uint32_t pid = (uint32_t)getpid();
+    double now = mirror__now();
+    uint64_t state, bits;
+    int tries, fd = -1;
+    memcpy(&bits, &now, sizeof bits);
+    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
+    for (tries = 0; tries < 100; tries++) {
+        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
+                     (unsigned long long)mirror__next(&state)) >= (int)size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600)) >= 0 || errno != EEXIST) break;
+    }
+    return fd;
+}
+
+/* Whether suffix, what follows PATH in a file's name, is one that
+   mirror__make_tmp gives PATH, or PATH.1, PATH.2 .. (mirror__copy_file's)
+   exactly. */
+static int mirror__is_our_tmp(const char *suffix)
+{
+    size_t i, mark = strlen(MIRROR__TMP_MARK);
+    if (suffix[0] == '.' && suffix[1] >= '1' && suffix[1] <= '9') /* a rotation's copy */
+        for (suffix += 2; *suffix >= '0' && *suffix <= '9'; suffix++) continue;
+    if (strncmp(suffix, MIRROR__TMP_MARK, mark) != 0) return 0;
+    for (i = 0, suffix += mark; i < MIRROR__TMP_TAIL; i++) {
+        char ch = suffix[i];
+        if (i == 8 ? ch != '-' : !((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return 0;
+    }
+    return suffix[MIRROR__TMP_TAIL] == '\0';
+}
+
 /* Copies file from to file to through a temporary file and a rename (for
    file systems without hard links). */
 static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t size)
@@ -9931,8 +10071,7 @@ static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t
     unsigned char buf[1 << 14];
     int in = open(from, O_RDONLY), out = -1, ok = in >= 0;
     ssize_t n;
-    snprintf(tmp, size, "%s.tmp.XXXXXX", to);
-    if (ok) ok = (out = mkstemp(tmp)) >= 0;
+    if (ok) ok = (out = mirror__make_tmp(to, tmp, size)) >= 0;
     while (ok && (n = read(in, buf, sizeof buf)) != 0) ok = n > 0 && !mirror__write_all(out, buf, (size_t)n);
     if (ok) ok = fsync(out) == 0;
     if (out >= 0 && close(out) != 0) ok = 0;
@@ -9965,32 +10104,11 @@ static int mirror__rotate(const char *path, size_t keep, char *a, char *b, size_
     return mirror__copy_file(path, a, b, size);
 }
 
-/* The start of every checkpoint's header, after its 8-byte length. */
-static const char mirror__ckpt_magic[] = "{\"__metadata__\":{\"format\":\"mirror\"";
-
-/* Whether file `name` is a save's temporary file: a name that mkstemp made
-   from PATH.tmp.XXXXXX and contents that begin as a checkpoint does (or
-   end before that could be told, as after a crash at the first write). */
-static int mirror__is_our_tmp(const char *name, const char *suffix)
-{
-    char head[8 + sizeof mirror__ckpt_magic];
-    size_t i;
-    ssize_t n;
-    int fd;
-    for (i = 0; i < 6; i++) {
-        char ch = suffix[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))) return 0;
-    }
-    if (suffix[6] != '\0' || (fd = open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)) < 0) return 0;
-    n = read(fd, head, sizeof head - 1);
-    close(fd);
-    return n >= 0 && (n <= 8 || !memcmp(head + 8, mirror__ckpt_magic, (size_t)n - 8));
-}
-
 /* Temporary files of saves that a crash interrupted, beside PATH. Called
    with the path's lock held, so no other process is writing one; only
-   files that are provably a save's temporary file go (not, say, a user's
-   run.ckpt.tmp.notes). */
+   regular files whose name has exactly the form mirror__make_tmp gives go,
+   whatever they hold (not, say, a user's run.ckpt.tmp.backup, even empty
+   or a copy of a checkpoint). */
 static void mirror__remove_stale(const char *path, char *buf, char *name, size_t size)
 {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
@@ -10002,9 +10120,10 @@ static void mirror__remove_stale(const char *path, char *buf, char *name, size_t
     else buf[0] = '.', buf[1] = '\0';
     if (!(d = opendir(buf))) return;
     while ((e = readdir(d)) != NULL)
-        if (!strncmp(e->d_name, base, baselen) && !strncmp(e->d_name + baselen, ".tmp.", 5)) {
+        if (!strncmp(e->d_name, base, baselen) && mirror__is_our_tmp(e->d_name + baselen)) {
+            struct stat st;
             snprintf(name, size, "%s/%s", buf, e->d_name);
-            if (mirror__is_our_tmp(name, e->d_name + baselen + 5)) unlink(name);
+            if (lstat(name, &st) == 0 && S_ISREG(st.st_mode)) unlink(name);
         }
     closedir(d);
 }
@@ -10078,8 +10197,7 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
     } else if ((rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
         m->fit_lock = fd + 1;
-        snprintf(name, size, "%s.tmp.XXXXXX", path);
-        if ((probe = mkstemp(name)) < 0) {
+        if ((probe = mirror__make_tmp(path, name, size)) < 0) {
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
         } else {
             close(probe);
@@ -10094,6 +10212,19 @@ static void mirror__fit_unlock(mirror_model *m)
 {
     if (m->fit_lock) close(m->fit_lock - 1);
     m->fit_lock = 0;
+}
+
+/* Whether fit holds PATH.lock (name: room for it): a save from fit, or
+   from its hook to fit's path however spelt, must not lock it again,
+   since closing that second descriptor would drop fit's lock. A save to
+   another path takes that path's lock. */
+static int mirror__holds_lock(mirror_model *m, const char *path, char *name, size_t size)
+{
+    struct stat held, st;
+    if (!m->fit_lock) return 0;
+    snprintf(name, size, "%s.lock", path);
+    return fstat(m->fit_lock - 1, &held) == 0 && stat(name, &st) == 0 && held.st_dev == st.st_dev &&
+           held.st_ino == st.st_ino;
 }
 
 static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
@@ -10127,7 +10258,8 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
-    if (!m->fit_lock && (rc = mirror__save_lock(m, path, a, plen + 300, &lock))) goto done;
+    if (!mirror__holds_lock(m, path, a, plen + 300) && (rc = mirror__save_lock(m, path, a, plen + 300, &lock)))
+        goto done;
     mirror__remove_stale(path, a, b, plen + 300);
     mirror__download_arena(m, 0, params, MIRROR__PARAMS); /* as the arena */
     if ((rc = mirror__device_status(m)) ||
@@ -10140,12 +10272,11 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    snprintf(tmp, plen + 300, "%s.tmp.XXXXXX", path);
-    if ((fd = mkstemp(tmp)) < 0) {
+    if ((fd = mirror__make_tmp(path, tmp, plen + 300)) < 0) {
         rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;
     }
-    (void)fchmod(fd, 0644); /* mkstemp makes it 0600 */
+    (void)fchmod(fd, 0644); /* made 0600, as by mkstemp */
     if (mirror__write_all(fd, len8, 8) || mirror__write_all(fd, h.p, h.len)) goto write_failed;
     for (i = 0; i < nt; i++)
         if (mirror__write_all(fd, t[i].host, t[i].count * sizeof(float))) goto write_failed;
@@ -10931,6 +11062,13 @@ static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, cons
                                 : "");
     if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->out_size))
         return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->out_size);
+    if (m->desc.loss != MIRROR_LOSS_MSE && !ds->labels) /* float .npy labels load as targets */
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            ds->targets ? "%s: the dataset holds float targets (for a mean squared error), but the "
+                                          "model's loss is softmax cross-entropy, which needs integer labels (a "
+                                          ".npy y of int32, int64 or uint8)"
+                                        : "%s: the dataset has no labels, which softmax cross-entropy needs",
+                            what);
     return MIRROR_OK;
 }
 

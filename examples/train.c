@@ -107,9 +107,20 @@ static void complain(int rc, const char *message)
         fprintf(stderr, "train: %s\n", message);
 }
 
+/* Whether DIR/NAME is there, whatever it is (a link to nothing too: the
+   loader then says what is wrong with it). */
+static int there(const char *dir, const char *name)
+{
+    char path[1100];
+    struct stat st;
+    snprintf(path, sizeof path, "%.1000s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
 /* --data DIR: CIFAR-10's binary batches when DIR holds data_batch_1.bin
    (data_batch_1.bin ... data_batch_5.bin for training, test_batch.bin for
-   the test), else MNIST's IDX files. */
+   the test), else MNIST's IDX files; a directory with neither's first file
+   gets a message naming both. */
 static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test, mirror_error *err)
 {
     char paths[6][1100];
@@ -117,7 +128,18 @@ static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test
     struct stat st;
     int i, rc;
     snprintf(paths[0], sizeof paths[0], "%.1000s/data_batch_1.bin", dir);
-    if (stat(paths[0], &st) != 0) return mirror_dataset_load_mnist(train, test, dir, err);
+    if (!there(dir, "data_batch_1.bin")) {
+        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && !there(dir, "train-images-idx3-ubyte") &&
+            !there(dir, "train-images-idx3-ubyte.gz")) {
+            err->code = MIRROR_ERR_IO;
+            snprintf(err->message, sizeof err->message,
+                     "%.80s: neither MNIST's IDX files (train-images-idx3-ubyte[.gz] ...) nor CIFAR-10's binary "
+                     "batches (data_batch_1.bin ... data_batch_5.bin, test_batch.bin) are there",
+                     dir);
+            return err->code;
+        }
+        return mirror_dataset_load_mnist(train, test, dir, err);
+    }
     for (i = 0; i < 5; i++) {
         snprintf(paths[i], sizeof paths[i], "%.1000s/data_batch_%d.bin", dir, i + 1);
         batches[i] = paths[i];

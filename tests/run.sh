@@ -207,6 +207,12 @@ if [ -x "$BUILD/train" ]; then
         same_runs "--model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 1" "--model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --replicas 3"
     check "build/train --data DIR of CIFAR-10 batches: 3x32x32 samples, trained to a final: line" sh -c \
         "mkdir -p '$tmp/cifar' && for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do dd if=/dev/zero of='$tmp/cifar/'\$f.bin bs=3073 count=20 2>/dev/null; done && $BUILD/train --data '$tmp/cifar' --model cnn --epochs 1 --batch 25 >'$tmp/cifar.out' && grep -q 'data: .*cifar, 100 train and 20 test samples of 32x32' '$tmp/cifar.out' && grep -q '^final: ' '$tmp/cifar.out'"
+    check "build/train --data DIR whose data_batch_1.bin links to nothing: that file's error, not MNIST's" sh -c \
+        "mkdir -p '$tmp/dangling' && ln -sf '$tmp/nowhere' '$tmp/dangling/data_batch_1.bin' && ! $BUILD/train --data '$tmp/dangling' --epochs 1 >/dev/null 2>'$tmp/dangling.err' && grep -q 'data_batch_1.bin: cannot open: .*symbolic link to nothing' '$tmp/dangling.err' && ! grep -q MNIST '$tmp/dangling.err'"
+    check "build/train --data DIR of neither format: the message names MNIST's files and CIFAR-10's" sh -c \
+        "mkdir -p '$tmp/neither' && ! $BUILD/train --data '$tmp/neither' --epochs 1 >/dev/null 2>'$tmp/neither.err' && grep -q 'neither MNIST.s IDX files (train-images-idx3-ubyte.* nor CIFAR-10.s binary batches (data_batch_1.bin' '$tmp/neither.err'"
+    check "build/train --synthetic beyond the generator's limit: the message gives the limit" sh -c \
+        "! $BUILD/train --synthetic 30000000 --epochs 1 >/dev/null 2>'$tmp/synth.err' && grep -q '30000000.*1 to 16777216' '$tmp/synth.err'"
     check "build/train --history h.csv --plot c.svg: a header and a row per epoch, an SVG with both curves" sh -c \
         "$BUILD/train --model mlp --epochs 3 --synthetic 600 --batch 50 --history '$tmp/h.csv' --plot '$tmp/c.svg' >/dev/null && test \$(wc -l <'$tmp/h.csv') -eq 4 && head -n 1 '$tmp/h.csv' | grep -q '^epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,' && grep -q '^3,12,600,' '$tmp/h.csv' && grep -q '^<svg ' '$tmp/c.svg' && test \$(grep -c '<polyline' '$tmp/c.svg') -eq 4 && grep -q '</svg>' '$tmp/c.svg'"
     check "build/train --curve-every 4: a point every 4 steps within the epochs too, at fractions of an epoch" sh -c \

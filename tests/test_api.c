@@ -962,6 +962,19 @@ static void test_fit(mirror_strategy *s3)
     take(m, &before);
     after_failure(m, &before, "evaluate a dataset without labels", mirror_evaluate(m, &wrong, 0, &met),
                   MIRROR_ERR_ARGUMENT);
+    CHECK(strstr(mirror_model_error(m), "no labels") && strstr(mirror_model_error(m), "cross-entropy"),
+          "a cross-entropy model, a dataset without labels: the message says so (%s)", mirror_model_error(m));
+    /* float targets (a float32 .npy y loads as them) for a cross-entropy model */
+    wrong.targets = T, wrong.target_dim = 3;
+    fd.train = &wrong;
+    take(m, &before);
+    after_failure(m, &before, "fit a cross-entropy model on float targets", mirror_fit(m, &fd, NULL),
+                  MIRROR_ERR_ARGUMENT);
+    CHECK(strstr(mirror_model_error(m), "float targets") && strstr(mirror_model_error(m), "cross-entropy") &&
+              strstr(mirror_model_error(m), "integer labels") && !strstr(mirror_model_error(m), "batch.labels"),
+          "fit a cross-entropy model on float targets: the message says targets, not labels, and what is needed "
+          "(%s)", mirror_model_error(m));
+    fd.train = &ds;
     memset(&met, 0xff, sizeof met);
     CHECK(mirror_evaluate(m, &ds, 100, &met) == MIRROR_OK && met.count == 16,
           "evaluate with batch 100 > max_batch: chunks of max_batch, 16 samples (got %zu)", met.count);
@@ -1013,6 +1026,14 @@ static void test_results(void)
     CHECK(n == 18, "18 result codes (got %zu)", n);
     CHECK(distinct, "codes and names are distinct");
     CHECK(!strcmp(mirror_result_string(MIRROR_ERR_ARGUMENT), "invalid argument"), "the header's example");
+    /* codes used beyond their first case say so: a summary buffer, a file's dtype */
+    CHECK(strstr(mirror_result_string(MIRROR_ERR_CAPACITY), "buffer") != NULL,
+          "MIRROR_ERR_CAPACITY (a summary buffer too small too) names buffers: \"%s\"",
+          mirror_result_string(MIRROR_ERR_CAPACITY));
+    CHECK(!strstr(mirror_result_string(MIRROR_ERR_UNSUPPORTED), "this build") &&
+              strstr(mirror_result_string(MIRROR_ERR_UNSUPPORTED), "type"),
+          "MIRROR_ERR_UNSUPPORTED (a .npy dtype too) does not blame the build: \"%s\"",
+          mirror_result_string(MIRROR_ERR_UNSUPPORTED));
     for (i = 0; i < sizeof unknown / sizeof *unknown; i++)
         CHECK(!strcmp(mirror_result_string(unknown[i]), "unknown result"), "mirror_result_string(%d) is "
               "\"unknown result\" (got \"%s\")", unknown[i], mirror_result_string(unknown[i]));
@@ -1414,6 +1435,29 @@ static void test_timeout(void)
     CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && s == NULL && strstr(err.message, "soon"),
           "MIRROR_TIMEOUT=soon: an argument error naming it (%s)", err.message);
     unsetenv("MIRROR_TIMEOUT");
+    /* a timeout that would wait for ever or not at all: refused, naming it,
+       never taken for the default */
+    {
+        static const struct {
+            double timeout;
+            const char *says;
+        } bad[] = {{-1.0, "timeout -1"}, {-1e-9, "timeout -1e-09"}, {NAN, "nan"}, {INFINITY, "inf"}};
+        size_t i;
+        for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+            d.timeout = bad[i].timeout;
+            err.message[0] = '\0';
+            CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && s == NULL &&
+                      strstr(err.message, bad[i].says) && strstr(err.message, "seconds"),
+                  "timeout %g: an argument error naming it (%s)", bad[i].timeout, err.message);
+            mirror_strategy_destroy(s), s = NULL;
+        }
+        setenv("MIRROR_TIMEOUT", "inf", 1);
+        d.timeout = 0.0;
+        CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && s == NULL && strstr(err.message, "inf"),
+              "MIRROR_TIMEOUT=inf: an argument error naming it (%s)", err.message);
+        mirror_strategy_destroy(s), s = NULL;
+        unsetenv("MIRROR_TIMEOUT");
+    }
 }
 
 int main(void)

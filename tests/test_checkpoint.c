@@ -713,12 +713,43 @@ static void put_file(const char *name, const char *bytes, size_t n)
     if (f) fwrite(bytes, 1, n, f), fclose(f);
 }
 
+/* The epoch hook of a fit that saves to another path: saves to `path`
+   too, keeping the result. */
+typedef struct hook_save {
+    mirror_model *m;
+    const char *path;
+    int rc;
+} hook_save;
+
+static int save_in_hook(void *user, const mirror_epoch_log *log)
+{
+    hook_save *h = (hook_save *)user;
+    (void)log;
+    h->rc = mirror_checkpoint_save(h->m, h->path, NULL, 3);
+    return 0;
+}
+
+/* Whether every name of names[n] is a file beside path (suffix appended). */
+static int all_there(const char *path, const char *const *suffixes, size_t n, int want)
+{
+    char name[400];
+    size_t i;
+    for (i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s%s", path, suffixes[i]);
+        if ((access(name, F_OK) == 0) != want) {
+            fprintf(stderr, "  %s is %s\n", name, want ? "gone" : "still there");
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* What a save may replace, which temporary files it may remove, two
    processes saving to one path, and fit finding a bad path before its
    first step. */
 static void test_targets(void)
 {
-    char path[256], other[300], notes[300], stale[300], foreign[300], lock[300];
+    char path[256], other[300], name[400], lock[300];
     mirror_strategy *s = strategy(1);
     mirror_model *m = model(s, 0, MIRROR_OPT_SGD);
     mirror_fit_desc fd;
@@ -751,18 +782,63 @@ static void test_targets(void)
               strstr(mirror_model_error(m), ".1"),
           "a FIFO where the rotation would rename PATH.1: refused (%s)", mirror_model_error(m));
 
-    /* Temporary files: only provably stale ones of a save go. */
-    path_in(path, "tmp.ckpt");
-    snprintf(notes, sizeof notes, "%s.tmp.notes", path);
-    snprintf(stale, sizeof stale, "%s.tmp.Ab3dE9", path);
-    snprintf(foreign, sizeof foreign, "%s.tmp.QQQQQQ", path);
-    put_file(notes, "my notes", 8);
-    put_file(stale, ours, sizeof ours - 1);
-    put_file(foreign, "a user's file with a mkstemp-like name", 38);
-    CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "save beside temporary files: %s",
-          mirror_model_error(m));
-    CHECK(access(notes, F_OK) == 0 && access(foreign, F_OK) == 0 && access(stale, F_OK) != 0,
-          "a save removes its own stale temporary file, not a user's .tmp.notes or other contents");
+    /* Temporary files: a save removes those its name pattern gives, as a
+       crash leaves them, whatever they hold; never a user's file, whatever
+       it holds (a checkpoint's start, nothing) or however close its name. */
+    {
+        static const char *const users[] = {
+            ".tmp.notes", ".tmp.backup", ".tmp.epoch1", ".tmp.EMPTY1", ".tmp.Ab3dE9",
+            ".tmp-mirror-", ".tmp-mirror-0000abcd-0123456789abcdeF", ".tmp-mirror-0000abcd-0123456789abcde",
+            ".tmp-mirror-0000abcd-0123456789abcdef0", ".tmp-mirror-0000abcd_0123456789abcdef",
+            ".tmp-mirror-0000abcd-0123456789abcdef.txt", ".x.tmp-mirror-0000abcd-0123456789abcdef",
+            ".0.tmp-mirror-0000abcd-0123456789abcdef", "-tmp-mirror-0000abcd-0123456789abcdef"};
+        static const char *const stale[] = {".tmp-mirror-0000abcd-0123456789abcdef",
+                                            ".tmp-mirror-ffffffff-fedcba9876543210",
+                                            ".1.tmp-mirror-00001234-00000000deadbeef",
+                                            ".12.tmp-mirror-00001234-00000000deadbeef"};
+        size_t i;
+        DIR *d;
+        struct dirent *e;
+        int made = 0;
+        path_in(path, "tmp.ckpt");
+        for (i = 0; i < sizeof users / sizeof *users; i++) {
+            snprintf(name, sizeof name, "%s%s", path, users[i]);
+            if (i == 1 || i == 4 || i == 7) put_file(name, ours, sizeof ours - 1); /* a checkpoint's start */
+            else if (i == 3) put_file(name, "", 0);
+            else put_file(name, "a user's file", 13);
+        }
+        for (i = 0; i < sizeof stale / sizeof *stale; i++) {
+            snprintf(name, sizeof name, "%s%s", path, stale[i]);
+            put_file(name, i ? "" : "not a checkpoint at all", i ? 0 : 23);
+        }
+        snprintf(name, sizeof name, "%s.tmp-mirror-00000001-0000000000000001", path);
+        CHECK(mkdir(name, 0700) == 0, "a directory with a temporary file's name");
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "save beside temporary files: %s",
+              mirror_model_error(m));
+        CHECK(all_there(path, users, sizeof users / sizeof *users, 1),
+              "a save leaves every user's file beside it (.tmp.backup, .tmp.epoch1, an empty .tmp.EMPTY1, names "
+              "close to a temporary file's)");
+        CHECK(all_there(path, stale, sizeof stale / sizeof *stale, 0),
+              "a save removes the temporary files a crashed save left (PATH.tmp-mirror-PID-RANDOM, and a "
+              "rotation's PATH.N.tmp-mirror-..), whatever they hold");
+        CHECK(access(name, F_OK) == 0 && rmdir(name) == 0, "a directory of that name is left alone");
+        /* the save's own temporary file has the pattern and is gone */
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "a second save: %s", mirror_model_error(m));
+        if ((d = opendir(root)) != NULL) {
+            while ((e = readdir(d)) != NULL)
+                made += !strncmp(e->d_name, "tmp.ckpt", 8) && mirror__is_our_tmp(e->d_name + 8);
+            closedir(d);
+        }
+        CHECK(made == 0, "no temporary file is left after a save (%d)", made);
+        {
+            char made_name[400];
+            int fd = mirror__make_tmp(path, made_name, sizeof made_name);
+            CHECK(fd >= 0 && mirror__is_our_tmp(made_name + strlen(path)) &&
+                      strlen(made_name) == strlen(path) + strlen(".tmp-mirror-") + 25,
+                  "a temporary file's name has the pattern a save removes: %s", made_name);
+            if (fd >= 0) close(fd), unlink(made_name);
+        }
+    }
 
     /* Another process holding the path's lock: a clear error, then a save once it lets go. */
     snprintf(lock, sizeof lock, "%s.lock", path);
@@ -783,6 +859,25 @@ static void test_targets(void)
           "a save while another process saves to the path: MIRROR_ERR_IO naming it (%s)", mirror_model_error(m));
     memset(&fd, 0, sizeof fd);
     fd.train = &data, fd.epochs = 1, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE;
+    {
+        /* fit holds its own path's lock; its hook saving elsewhere takes that
+           path's lock (so never removes files under another saver) */
+        hook_save h;
+        mirror_model *m2 = model(s, 0, MIRROR_OPT_SGD);
+        h.m = m2, h.path = path, h.rc = 1;
+        path_in(other, "hooked.ckpt");
+        fd.checkpoint = other, fd.on_epoch = save_in_hook, fd.user = &h;
+        rc = mirror_fit(m2, &fd, NULL);
+        CHECK(rc == MIRROR_OK && h.rc == MIRROR_ERR_IO,
+              "fit saving to one path, its hook to a path another process holds: the hook's save is refused "
+              "(fit %d, hook %d: %s)", rc, h.rc, mirror_model_error(m2));
+        h.path = other, h.rc = 1;
+        rc = mirror_fit(m2, &fd, NULL);
+        CHECK(rc == MIRROR_OK && h.rc == MIRROR_OK, "the hook saving to fit's own path: saved (fit %d, hook %d)",
+              rc, h.rc);
+        mirror_model_destroy(m2);
+        fd.on_epoch = NULL, fd.user = NULL;
+    }
     fd.checkpoint = path;
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 0,
           "fit whose checkpoint path another process holds: fails before its first step (%s)", mirror_model_error(m));

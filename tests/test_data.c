@@ -613,6 +613,13 @@ static void test_synthetic(void)
     CHECK(rc == MIRROR_ERR_ARGUMENT && err.code == rc && err.message[0], "count 0 is an argument error (%d)", rc);
     CHECK(zeroed(&c), "count 0: the dataset is left empty");
     CHECK(mirror_dataset_synthetic_digits(NULL, 10, 1, &err) == MIRROR_ERR_ARGUMENT, "NULL dataset");
+    rc = mirror_dataset_synthetic_digits(&c, 30000000, 1, &err);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(err.message, "30000000") && strstr(err.message, "1 to 16777216") &&
+              zeroed(&c),
+          "count 30000000: an argument error that gives the limit (%s)", err.message);
+    rc = mirror_dataset_synthetic_digits(&c, 0, 1, &err);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(err.message, "1 to 16777216"), "count 0: gives the range too (%s)",
+          err.message);
     CHECK(live_allocs == live, "failed synthetic calls allocate nothing");
 
     CHECK(mirror_dataset_synthetic_digits(&a, N, 42, &err) == MIRROR_OK, "100 digits, seed 42: %s", err.message);

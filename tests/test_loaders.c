@@ -233,6 +233,16 @@ static void test_cifar_hostile(void)
     cifar_fail("a good batch, then one of 2 records and 7 bytes", paths, 2, MIRROR_ERR_FORMAT, p);
     cifar_fail("a good batch, then one of 2 records and 7 bytes (names the bad one)", paths, 2, MIRROR_ERR_FORMAT,
                "7 bytes over");
+    /* extra bytes are not a truncation: the message gives the size and the sizes a whole file would have */
+    cifar_fail("a batch of 2 records and 7 bytes: the sizes", paths, 2, MIRROR_ERR_FORMAT,
+               "size 6153 is not a multiple of the 3073-byte CIFAR-10 record: 2 records and 7 bytes over "
+               "(expected 6146 or 9219 bytes)");
+    {
+        mirror_dataset junk;
+        mirror_dataset_load_cifar10(&junk, paths, 2, &err);
+        CHECK(strlen(err.message) > strlen(p) && !strstr(err.message + strlen(p), "truncated"),
+              "a file with bytes over is not called truncated: %s", err.message);
+    }
 
     path_in(p, "empty.bin");
     write_file(p, batch_a, 0);
@@ -704,6 +714,9 @@ static void test_npy_headers(void)
             snprintf(quoted, sizeof quoted, "'%s'", dtypes[i]);
             npy_fail(what, buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', quoted);
         }
+        n = bad_x(buf, 1, dict_of(d, "<f8", "(4, 3)"), sizeof xdata);
+        npy_fail("x dtype '<f8': the message lists the dtypes read", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x',
+                 "dtype '<f8' is not supported (<f4, |u1, <i4 or <i8)");
         n = bad_x(buf, 1, dict_of(d, ">f4", "(4, 3)"), sizeof xdata);
         npy_fail("big-endian x", buf, n, NULL, 0, MIRROR_ERR_UNSUPPORTED, 'x', ">f4");
         n = bad_x(buf, 1, dict_of(d, ">f4", "(4, 3)"), sizeof xdata);
@@ -900,6 +913,153 @@ static void test_npy_bit_flips(void)
     CHECK(loaded + refused == 1024, "1024 flips (%zu loaded, %zu refused)", loaded, refused);
 }
 
+// >>bounds --------------------------------------------------------------------
+
+#ifdef MIRROR_ZLIB
+/* The bytes of a gzip file of data[n], into a new buffer; *len its size. */
+static unsigned char *gz_of(const unsigned char *data, size_t n, size_t *len)
+{
+    char p[256];
+    unsigned char *b = NULL;
+    FILE *f;
+    long size;
+    *len = 0;
+    if (!write_gz(path_in(p, "member.gz"), data, n) || !(f = fopen(p, "rb"))) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = (unsigned char *)malloc((size_t)size)) != NULL && fread(b, 1, (size_t)size, f) == (size_t)size)
+        *len = (size_t)size;
+    fclose(f);
+    return b;
+}
+
+/* A gzip file of head[n] then `count` times `chunk` zero bytes: members
+   back to back, which zlib reads as one stream. Each zero member is
+   compressed once, so a file that inflates to gigabytes takes a moment. */
+static int write_gz_zeros(const char *path, const unsigned char *head, size_t n, size_t chunk, size_t count)
+{
+    unsigned char *zeros = (unsigned char *)calloc(1, chunk), *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0, i;
+    FILE *f = NULL;
+    int ok = zeros && (!n || (a = gz_of(head, n, &alen)) != NULL) && (b = gz_of(zeros, chunk, &blen)) != NULL &&
+             (f = fopen(path, "wb")) != NULL && (!n || fwrite(a, 1, alen, f) == alen);
+    for (i = 0; ok && i < count; i++) ok = fwrite(b, 1, blen, f) == blen;
+    if (f && fclose(f) != 0) ok = 0;
+    free(zeros), free(a), free(b);
+    return ok;
+}
+#endif
+
+/* Files that hold, or inflate to, more than their format allows are
+   refused at that bound, with a message that names the file and the
+   bound: a CIFAR-10 batch holds 10000 records (30730000 bytes); a gzip
+   .npy or IDX file no more than its header declares, nothing past a
+   malformed header, and a .npy header is at most 1 MiB. */
+static void test_bounds(void)
+{
+    char p[256], what[160];
+    const char *paths[1];
+    unsigned char *big;
+    size_t n = (size_t)10001 * REC;
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+
+    /* A file's bound, to the byte: 100 bytes read, 101 refused. */
+    big = (unsigned char *)calloc(1, n);
+    CHECK(big != NULL, "memory for 10001 records");
+    if (!big) return;
+    {
+        unsigned char *data = NULL;
+        size_t size = 0;
+        write_file(path_in(p, "hundred.bin"), big, 100);
+        rc = mirror__read_bounded(p, 100, "the bound", NULL, &data, &size, &err);
+        CHECK(rc == MIRROR_OK && size == 100, "a file of exactly its bound is read (%d, %zu)", rc, size);
+        MIRROR_FREE(data);
+        write_file(p, big, 101);
+        rc = mirror__read_bounded(p, 100, "the bound", NULL, &data, &size, &err);
+        CHECK(rc == MIRROR_ERR_FORMAT && !data && !size && strstr(err.message, "more than the 100 bytes the bound"),
+              "one byte more is refused: %s", err.message);
+    }
+
+    /* CIFAR-10: 10001 records, plain. */
+    paths[0] = path_in(p, "data_batch_big.bin");
+    write_file(p, big, n);
+    cifar_fail("a CIFAR-10 file of 10001 records", paths, 1, MIRROR_ERR_FORMAT, p);
+    cifar_fail("a CIFAR-10 file of 10001 records: the message gives the bound", paths, 1, MIRROR_ERR_FORMAT,
+               "more than the 30730000 bytes a CIFAR-10 batch holds");
+    free(big);
+#ifdef MIRROR_ZLIB
+    /* gzip: 10000 records load; 10001, or a bomb of 256 MiB, are refused. */
+    path_in(p, "data_batch_full.bin.gz");
+    CHECK(write_gz_zeros(p, NULL, 0, (size_t)1000 * REC, 10), "a gzip batch of 10000 records");
+    rc = mirror_dataset_load_cifar10(&ds, paths, 1, &err);
+    CHECK(rc == MIRROR_OK && ds.count == 10000, "a gzip CIFAR-10 batch of 10000 records loads (%s)", err.message);
+    mirror_dataset_free(&ds);
+    {
+        static unsigned char one[REC];
+        path_in(p, "data_batch_over.bin.gz");
+        CHECK(write_gz_zeros(p, one, REC, (size_t)1000 * REC, 10), "a gzip batch of 10001 records");
+        cifar_fail("a gzip CIFAR-10 file of 10001 records", paths, 1, MIRROR_ERR_FORMAT,
+                   "more than the 30730000 bytes a CIFAR-10 batch holds");
+        path_in(p, "data_batch_bomb.bin.gz");
+        CHECK(write_gz_zeros(p, NULL, 0, (size_t)1 << 20, 256), "a gzip bomb of 256 MiB");
+        cifar_fail("a gzip bomb of 256 MiB as a CIFAR-10 batch", paths, 1, MIRROR_ERR_FORMAT, p);
+        cifar_fail("a gzip bomb of 256 MiB as a CIFAR-10 batch: refused at the bound", paths, 1, MIRROR_ERR_FORMAT,
+                   "more than the 30730000 bytes");
+    }
+
+    /* .npy: a header that declares 48 bytes of data, then 64 MiB. */
+    {
+        unsigned char head[1024];
+        char d[256], xp[256];
+        size_t hn = make_npy(head, 1, dict_of(d, "<f4", "(4, 3)"), xdata, sizeof xdata);
+        path_in(xp, "bomb-x.npy.gz");
+        CHECK(write_gz_zeros(xp, head, hn, (size_t)1 << 20, 64), "a .npy gzip bomb");
+        memset(&ds, 0x5a, sizeof ds);
+        rc = mirror_dataset_load_npy(&ds, xp, NULL, &err);
+        failed("a .npy of (4, 3) float32 that inflates to 64 MiB", rc, &ds, &err, live, MIRROR_ERR_FORMAT, xp,
+               "more than the 176 bytes its header declares");
+        /* a header this loader refuses: reading stops there, and its message says why */
+        hn = make_npy(head, 1, dict_of(d, "<c8", "(4, 3)"), xdata, sizeof xdata);
+        CHECK(write_gz_zeros(xp, head, hn, (size_t)1 << 20, 64), "a .npy gzip bomb of dtype <c8");
+        memset(&ds, 0x5a, sizeof ds);
+        rc = mirror_dataset_load_npy(&ds, xp, NULL, &err);
+        failed("a .npy gzip bomb of dtype <c8", rc, &ds, &err, live, MIRROR_ERR_UNSUPPORTED, xp, "'<c8'");
+        /* an IDX bomb of another magic number: refused as such */
+        memset(head, 0, 16);
+        head[0] = 1, head[2] = 0x08, head[3] = 3;
+        path_in(p, "bomb-idx.gz");
+        CHECK(write_gz_zeros(p, head, 16, (size_t)1 << 20, 64), "an IDX gzip bomb");
+        memset(&ds, 0x5a, sizeof ds);
+        rc = mirror_dataset_load_idx(&ds, p, p, 10, &err);
+        failed("an IDX gzip bomb of magic 01 00", rc, &ds, &err, live, MIRROR_ERR_FORMAT, p, "bad magic");
+    }
+#else
+    (void)ds;
+#endif
+    /* A .npy header of 2 MiB (version 2.0, spaces after the dict). */
+    {
+        size_t hlen = (size_t)2 << 20, size = 12 + hlen + sizeof xdata;
+        unsigned char *b = (unsigned char *)malloc(size);
+        char d[256];
+        CHECK(b != NULL, "memory for a 2 MiB header");
+        if (b) {
+            memcpy(b, "\x93NUMPY\x02\x00", 8);
+            put_le32(b + 8, (uint32_t)hlen);
+            memset(b + 12, ' ', hlen);
+            dict_of(d, "<f4", "(4, 3)");
+            memcpy(b + 12, d, strlen(d));
+            b[12 + hlen - 1] = '\n';
+            memcpy(b + 12 + hlen, xdata, sizeof xdata);
+            snprintf(what, sizeof what, "a .npy header of %zu bytes", hlen);
+            npy_fail(what, b, size, NULL, 0, MIRROR_ERR_FORMAT, 'x', "a header of 2097152 bytes");
+            free(b);
+        }
+    }
+    CHECK(live_allocs == live, "the refused loads freed everything");
+}
+
 int main(void)
 {
     if (!make_root("test_loaders")) return 1;
@@ -910,6 +1070,7 @@ int main(void)
     test_npy_headers();
     test_npy_labels_and_arguments();
     test_npy_bit_flips();
+    test_bounds();
     CHECK(live_allocs == 0, "every allocation was freed (%ld live)", live_allocs);
     remove_tree(root);
     return check_done("test_loaders");
