@@ -458,9 +458,11 @@
    SIDE OUTPUTS (fit's history, plot and trace; mirror_trace_write)
 
       They get a checkpoint's care. Each is written to a temporary file
-      beside its path (PATH.tmp.XXXXXX), flushed to disk and renamed over
-      PATH, so that PATH holds its last complete version whatever happens
-      (a full disk, a crash). A PATH that exists and is not a regular file
+      beside its path (named as a checkpoint's, PATH.tmp-mirror-...),
+      flushed to disk and renamed over PATH, so that PATH holds its last
+      complete version whatever happens (a full disk, a crash; a crash
+      leaves the temporary file, which no later run removes: no lock says
+      that its writer is gone). A PATH that exists and is not a regular file
       (a directory, a FIFO, a device, a symbolic link) is refused with
       MIRROR_ERR_ARGUMENT before anything is opened, so a FIFO never
       blocks. Before its first step fit refuses (MIRROR_ERR_ARGUMENT) an
@@ -8241,13 +8243,15 @@ typedef struct mirror__output {
     char tmp[1024];
 } mirror__output;
 
-/* Makes the temporary file beside path; 0 (errno set) on failure. */
+static int mirror__make_tmp(const char *path, char *name, size_t size);
+
+/* Makes the temporary file beside path, named as a checkpoint's
+   (mirror__make_tmp); 0 (errno set) on failure. */
 static int mirror__output_open(mirror__output *o, const char *path)
 {
     int fd, e;
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path);
-    if ((fd = mkstemp(o->tmp)) < 0) return 0;
-    (void)fchmod(fd, 0644); /* mkstemp makes it 0600 */
+    if ((fd = mirror__make_tmp(path, o->tmp, sizeof o->tmp)) < 0) return 0;
+    (void)fchmod(fd, 0644); /* made 0600, as by mkstemp */
     if ((o->f = fdopen(fd, "w")) != NULL) return 1;
     e = errno;
     close(fd);

@@ -198,7 +198,7 @@ static void test_refused(void)
     fd.history = name, fd.plot = other;
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && lines_of(name) == 2,
           "history run.ckpt.csv and plot run.ckpt.5 (keep 3) are written: %s", mirror_model_error(m));
-    CHECK(files_with(".tmp.") == 0, "no temporary file is left");
+    CHECK(files_with(".tmp-mirror-") == 0, "no temporary file is left");
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
 }
@@ -226,7 +226,7 @@ static int limit_hook(void *user, const mirror_epoch_log *log)
     failed_at[log->epoch] = log->failed_outputs;
     if (log->epoch == 2) fsize(300);
     if (log->epoch == 3) {
-        hist_complete_after_3 = lines_of(hist_path) == 3 && files_with(".tmp.") == 0;
+        hist_complete_after_3 = lines_of(hist_path) == 3 && files_with(".tmp-mirror-") == 0;
         setrlimit(RLIMIT_FSIZE, &fsize_old);
     }
     return 0;
@@ -289,7 +289,7 @@ static void test_full(void)
     CHECK(mirror_checkpoint_load(probe, ckpt, 0, &at) == MIRROR_OK && at.step == 25,
           "the checkpoint of the last step is saved (step %llu)", (unsigned long long)at.step);
     text = slurp(trace);
-    CHECK(text && !strstr(text, "\"ph\":\"X\"") && strstr(text, "]}\n") && files_with(".tmp.") == 0,
+    CHECK(text && !strstr(text, "\"ph\":\"X\"") && strstr(text, "]}\n") && files_with(".tmp-mirror-") == 0,
           "the trace keeps its version from before the first step (complete, no steps); no temporary file is left");
     free(text);
     mirror_model_destroy(m), mirror_model_destroy(probe);
