@@ -1267,9 +1267,9 @@ typedef struct mirror_fit_desc {
    device by steps before the fit (run with out NULL, or by a fit that
    failed) are dropped, not counted, and fit leaves none behind. A
    non-finite step ends it with MIRROR_ERR_NOT_FINITE and no checkpoint;
-   so does the end of a mixed-precision fit that skipped every one of its
-   steps (a static loss scale that always overflows, shorter than
-   max_consecutive_skips): it changed no parameter. A side output
+   so does the end of a mixed-precision fit of a static loss scale (or
+   none) that skipped every one of its steps (a scale that always
+   overflows, shorter than max_consecutive_skips): it changed no parameter. A side output
    (history, plot, trace) that cannot be written once training has begun
    costs nothing else: a notice, last->failed_outputs, and MIRROR_OK when
    the rest succeeded. A fit inside a fit on the same model (from a hook)
@@ -1340,8 +1340,9 @@ typedef struct mirror_checkpoint_info {
        accumulate), dataset size or drop_remainder would replay other
        samples. */
     uint64_t batch, samples, drop_remainder;
-    /* The samples of one micro-batch (fit's batch; 0: not known): how the
-       step's gradient was added up, which a resumed run compares. */
+    /* The samples of one micro-batch (fit's batch; 0: not known) as far as
+       the sums go, which a resumed fit compares: in deterministic mode
+       micro-batches of whole chunks count as one of the whole step. */
     uint64_t micro_batch;
 } mirror_checkpoint_info;
 
@@ -6333,6 +6334,8 @@ static int mirror__device_need(const mirror_model *m, size_t r, size_t workspace
    replicas everything, against mirror__host_memory. Without it a build
    beyond the physical memory is not refused by malloc (overcommit): the
    arenas are zeroed page by page until the kernel kills the process. */
+static int mirror__all_agree(mirror_model *m, int rc);
+
 static int mirror__check_memory(mirror_model *m)
 {
     size_t R = m->s->replicas, r, n, workspace = m->be->workspace(m->format, mirror__largest(m));
@@ -6403,7 +6406,7 @@ static int mirror__model_build(mirror_model *m)
                             "mirror_model_build: softmax cross-entropy needs at least 2 outputs, "
                             "the last layer gives %zu",
                             m->out_size);
-    if ((rc = mirror__check_memory(m))) return rc;
+    if ((rc = mirror__all_agree(m, mirror__check_memory(m)))) return rc; /* no process waits for one that stopped */
     act_total = mirror__step_buffers(m, NULL);
     m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
@@ -8243,15 +8246,14 @@ typedef struct mirror__output {
     char tmp[1024];
 } mirror__output;
 
-static int mirror__make_tmp(const char *path, char *name, size_t size);
+static int mirror__make_tmp(const char *path, int mode, char *name, size_t size);
 
 /* Makes the temporary file beside path, named as a checkpoint's
    (mirror__make_tmp); 0 (errno set) on failure. */
 static int mirror__output_open(mirror__output *o, const char *path)
 {
     int fd, e;
-    if ((fd = mirror__make_tmp(path, o->tmp, sizeof o->tmp)) < 0) return 0;
-    (void)fchmod(fd, 0644); /* made 0600, as by mkstemp */
+    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
     if ((o->f = fdopen(fd, "w")) != NULL) return 1;
     e = errno;
     close(fd);
@@ -9926,8 +9928,9 @@ static size_t mirror__tensors(const mirror_model *m, const float *params, const 
    and data cursor, as header keys: the optimizer's hyper-parameters and
    clipping, precision and loss scaling, the seed (dropout's masks), the
    schedule, and how the gradients are added up (deterministic mode and its
-   chunk, the replicas in all, the backend). Written once, here: a resumed
-   run's are compared with the checkpoint's as text (mirror__resume_changes). */
+   chunk, the backend, and outside deterministic mode the replicas in all).
+   Written once, here: a resumed run's are compared with the checkpoint's as
+   text (mirror__resume_changes). */
 static void mirror__run_settings(const mirror_model *m, mirror__text *h)
 {
     const mirror_optimizer_desc *o = &m->desc.optimizer;
@@ -9943,8 +9946,10 @@ static void mirror__run_settings(const mirror_model *m, mirror__text *h)
                    mirror__schedule_names[o->schedule], (unsigned long long)o->warmup,
                    (unsigned long long)o->step_size, (double)o->gamma, (unsigned long long)o->total_steps,
                    (double)o->min_lr);
-    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"replicas\":\"%zu\",\"backend\":\"%s\"",
-                   m->chunk != 0, m->chunk, m->s->world, m->be->name);
+    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"backend\":\"%s\"", m->chunk != 0, m->chunk,
+                   m->be->name);
+    if (!m->chunk) /* deterministic mode's bits are the same for any: its checkpoints are the same bytes */
+        mirror__printf(h, ",\"replicas\":\"%zu\"", m->s->world);
 }
 
 /* The header JSON, padded with spaces to a multiple of 8 bytes (safetensors'
@@ -10031,9 +10036,9 @@ static int mirror__sync_dir(const char *path)
 #define MIRROR__TMP_MARK ".tmp-mirror-"
 #define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
 
-/* Creates a new temporary file for path, mode 0600 (as mkstemp), its name
-   in name[size]; returns its descriptor, or -1 with errno set. */
-static int mirror__make_tmp(const char *path, char *name, size_t size)
+/* Creates a new temporary file for path (mode: as open's, less the umask),
+   its name in name[size]; returns its descriptor, or -1 with errno set. */
+static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
 {
     uint32_t pid = (uint32_t)getpid();
     double now = mirror__now();
@@ -10047,19 +10052,22 @@ static int mirror__make_tmp(const char *path, char *name, size_t size)
             errno = ENAMETOOLONG;
             return -1;
         }
-        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600)) >= 0 || errno != EEXIST) break;
+        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
     }
     return fd;
 }
 
 /* Whether suffix, what follows PATH in a file's name, is one that
-   mirror__make_tmp gives PATH, or PATH.1, PATH.2 .. (mirror__copy_file's)
-   exactly. */
-static int mirror__is_our_tmp(const char *suffix)
+   mirror__make_tmp gives PATH, or PATH.1 .. PATH.(keep - 1)
+   (mirror__copy_file's, rotating), exactly: PATH.lock covers those, not
+   another run's PATH.7. */
+static int mirror__is_our_tmp(const char *suffix, size_t keep)
 {
-    size_t i, mark = strlen(MIRROR__TMP_MARK);
-    if (suffix[0] == '.' && suffix[1] >= '1' && suffix[1] <= '9') /* a rotation's copy */
-        for (suffix += 2; *suffix >= '0' && *suffix <= '9'; suffix++) continue;
+    size_t i, mark = strlen(MIRROR__TMP_MARK), n = 0;
+    if (suffix[0] == '.' && suffix[1] >= '1' && suffix[1] <= '9') { /* a rotation's copy */
+        for (suffix++; *suffix >= '0' && *suffix <= '9' && n < keep; suffix++) n = n * 10 + (size_t)(*suffix - '0');
+        if (n >= keep) return 0;
+    }
     if (strncmp(suffix, MIRROR__TMP_MARK, mark) != 0) return 0;
     for (i = 0, suffix += mark; i < MIRROR__TMP_TAIL; i++) {
         char ch = suffix[i];
@@ -10075,7 +10083,7 @@ static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t
     unsigned char buf[1 << 14];
     int in = open(from, O_RDONLY), out = -1, ok = in >= 0;
     ssize_t n;
-    if (ok) ok = (out = mirror__make_tmp(to, tmp, size)) >= 0;
+    if (ok) ok = (out = mirror__make_tmp(to, 0600, tmp, size)) >= 0;
     while (ok && (n = read(in, buf, sizeof buf)) != 0) ok = n > 0 && !mirror__write_all(out, buf, (size_t)n);
     if (ok) ok = fsync(out) == 0;
     if (out >= 0 && close(out) != 0) ok = 0;
@@ -10113,7 +10121,7 @@ static int mirror__rotate(const char *path, size_t keep, char *a, char *b, size_
    regular files whose name has exactly the form mirror__make_tmp gives go,
    whatever they hold (not, say, a user's run.ckpt.tmp.backup, even empty
    or a copy of a checkpoint). */
-static void mirror__remove_stale(const char *path, char *buf, char *name, size_t size)
+static void mirror__remove_stale(const char *path, size_t keep, char *buf, char *name, size_t size)
 {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     size_t dirlen = slash ? (size_t)(slash - path) : 0, baselen = strlen(base);
@@ -10124,7 +10132,7 @@ static void mirror__remove_stale(const char *path, char *buf, char *name, size_t
     else buf[0] = '.', buf[1] = '\0';
     if (!(d = opendir(buf))) return;
     while ((e = readdir(d)) != NULL)
-        if (!strncmp(e->d_name, base, baselen) && mirror__is_our_tmp(e->d_name + baselen)) {
+        if (!strncmp(e->d_name, base, baselen) && mirror__is_our_tmp(e->d_name + baselen, keep)) {
             struct stat st;
             snprintf(name, size, "%s/%s", buf, e->d_name);
             if (lstat(name, &st) == 0 && S_ISREG(st.st_mode)) unlink(name);
@@ -10201,7 +10209,7 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
     } else if ((rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
         m->fit_lock = fd + 1;
-        if ((probe = mirror__make_tmp(path, name, size)) < 0) {
+        if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
         } else {
             close(probe);
@@ -10264,7 +10272,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
     if (!mirror__holds_lock(m, path, a, plen + 300) && (rc = mirror__save_lock(m, path, a, plen + 300, &lock)))
         goto done;
-    mirror__remove_stale(path, a, b, plen + 300);
+    mirror__remove_stale(path, keep, a, b, plen + 300);
     mirror__download_arena(m, 0, params, MIRROR__PARAMS); /* as the arena */
     if ((rc = mirror__device_status(m)) ||
         (rc = mirror_get_optimizer_state(m, 0, state, mirror__state_copies(m) * m->nparams)))
@@ -10276,7 +10284,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if ((fd = mirror__make_tmp(path, tmp, plen + 300)) < 0) {
+    if ((fd = mirror__make_tmp(path, 0600, tmp, plen + 300)) < 0) {
         rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;
     }
@@ -10699,16 +10707,16 @@ done:
 }
 
 /* After a load that goes on training: one notice that names every setting
-   (mirror__run_settings) that differs from the checkpoint's run, and says
-   whether the run stays bitwise the one that was not stopped: only the
-   replica count may change, and only in deterministic mode. Keys an older
-   checkpoint lacks are not compared. Also keeps the checkpoint's
-   micro-batch for the next fit (mirror__resume_split). */
+   (mirror__run_settings) that differs from the checkpoint's run; the run
+   then is not bitwise the one that was not stopped. (In deterministic mode
+   the replica count is no such setting.) Keys an older checkpoint lacks
+   are not compared. Also keeps the checkpoint's micro-batch for the next
+   fit (mirror__resume_split). */
 static void mirror__resume_changes(mirror_model *m, const char *path, const mirror__header *saved)
 {
     mirror__text now = {NULL, 0, 0, 0}, line = {NULL, 0, 0, 0};
     mirror__header *h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
-    size_t i, differ = 0, breaks = 0;
+    size_t i, differ = 0;
     if (!mirror__meta_u64(saved, "micro_batch", &m->resumed_micro)) m->resumed_micro = 0;
     mirror__printf(&now, "{\"__metadata__\":{");
     mirror__run_settings(m, &now);
@@ -10716,16 +10724,14 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
     if (h && !now.failed && mirror__parse_header(now.p, now.len, h))
         for (i = 0; i < h->nmeta; i++) {
             const char *was = mirror__meta(saved, h->key[i]);
-            if (!was || !strcmp(was, h->value[i])) continue;
-            mirror__printf(&line, "%s%s %s (the checkpoint's: %.40s)", differ++ ? ", " : "", h->key[i], h->value[i],
-                           was);
-            breaks += strcmp(h->key[i], "replicas") != 0 || !m->chunk;
+            if (was && strcmp(was, h->value[i]))
+                mirror__printf(&line, "%s%s %s (the checkpoint's: %.40s)", differ++ ? ", " : "", h->key[i],
+                               h->value[i], was);
         }
     if (differ && !line.failed) {
         mirror__text notice = {NULL, 0, 0, 0};
-        mirror__printf(&notice, "%s: resumed with %s: %s", path, line.p,
-                       breaks ? "the run goes on, no longer bitwise the run that was not stopped"
-                              : "deterministic mode keeps it bitwise the run that was not stopped");
+        mirror__printf(&notice, "%s: resumed with %s: the run goes on, no longer bitwise the run that was not stopped",
+                       path, line.p);
         if (!notice.failed) mirror__log(MIRROR_LOG_NOTICE, notice.p);
         MIRROR_FREE(notice.p);
     }
@@ -10734,20 +10740,28 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
     MIRROR_FREE(line.p);
 }
 
-/* A fit that resumes a checkpoint: in deterministic mode micro-batches of
-   whole chunks all give the step of the whole global batch, whatever their
-   size; any other change of the micro-batch moves where the sums are cut. */
+/* A fit's micro-batch as far as the sums go (what a checkpoint keeps): in
+   deterministic mode micro-batches of whole chunks add up to the step of
+   the whole global batch, bit for bit, so they count as one of batch x
+   accumulate. */
+static uint64_t mirror__micro_cut(const mirror_model *m, size_t batch, size_t accumulate)
+{
+    return m->chunk && batch % m->chunk == 0 ? (uint64_t)batch * accumulate : batch;
+}
+
+/* A fit that resumes a checkpoint in micro-batches cut otherwise than its
+   run's says so: the sums then add up in another order. */
 static void mirror__resume_split(mirror_model *m, const mirror_fit_desc *d)
 {
-    uint64_t was = m->resumed_micro, K = m->chunk;
+    uint64_t was = m->resumed_micro, now = mirror__micro_cut(m, d->batch, d->accumulate);
     char notice[300];
     m->resumed_micro = 0; /* once, for the fit that follows the load */
-    if (!was || !(d->initial_epoch || d->initial_step) || was == d->batch || (K && was % K == 0 && d->batch % K == 0))
-        return;
+    if (!was || !(d->initial_epoch || d->initial_step) || was == now) return;
     snprintf(notice, sizeof notice,
-             "resumed with micro-batches of %zu samples where the checkpoint's run had %llu%s: the run goes on, no "
+             "resumed with micro-batches of %llu samples where the checkpoint's run had %llu%s: the run goes on, no "
              "longer bitwise the run that was not stopped",
-             d->batch, (unsigned long long)was, K ? ", not both whole chunks" : "");
+             (unsigned long long)now, (unsigned long long)was,
+             m->chunk ? " (micro-batches of whole chunks count as one of the whole step)" : "");
     mirror__log(MIRROR_LOG_NOTICE, notice);
 }
 
@@ -11017,6 +11031,11 @@ static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t 
         rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: the header is not the JSON of a checkpoint", path);
     } else if ((rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
         d.strategy = s;
+        if (d.deterministic && s && s->processes > 1 && s->backend != &mirror__cpu_backend) {
+            d.deterministic = 0, d.chunk = 0; /* refused there (mirror_model_build) */
+            mirror__log(MIRROR_LOG_NOTICE, "the checkpoint's run was deterministic; GPU replicas across processes "
+                                           "are not: the rebuilt model runs without");
+        }
         d.max_batch = max_batch;
         if ((rc = mirror_model_create(&d, out, err)) == MIRROR_OK &&
             ((rc = mirror__add_described(*out, layers, path)) || (rc = mirror_model_build(*out)) ||
@@ -11182,9 +11201,11 @@ static int mirror__log_scaler(mirror_model *m, mirror_epoch_log *log, uint64_t s
     return MIRROR_OK;
 }
 
-/* A mixed-precision fit whose every step was skipped (gradients not finite
-   at every loss scale it tried: a static scale too large, say) has changed
-   no parameter: it fails rather than end as a success, and saves nothing. */
+/* A mixed-precision fit of a fixed loss scale (static, or none) whose
+   every step was skipped, its gradients not finite, has changed no
+   parameter, and would do the same again: it fails rather than end as a
+   success, and saves nothing. (A dynamic scale lowers itself as it skips;
+   max_consecutive_skips bounds it.) */
 static int mirror__fit_learnt_nothing(mirror_model *m, size_t ran)
 {
     mirror_loss_scale_state st;
@@ -11192,7 +11213,7 @@ static int mirror__fit_learnt_nothing(mirror_model *m, size_t ran)
     if (rc) return rc;
     return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
                         "mirror_fit: all %zu steps were skipped, their gradients not finite (loss scale %g, %s): "
-                        "no parameter changed; lower the loss scale or make it dynamic",
+                        "no parameter changed; lower the static scale or make it dynamic",
                         ran, (double)st.scale, mirror_loss_scaling_name(m->desc.loss_scale.kind));
 }
 
@@ -11207,7 +11228,7 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
     at.batch = d->batch * d->accumulate; /* the samples of one optimizer step */
     at.samples = d->train->count;
     at.drop_remainder = d->drop_remainder != 0;
-    at.micro_batch = d->batch;
+    at.micro_batch = mirror__micro_cut(m, d->batch, d->accumulate);
     return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
 }
 
@@ -11840,7 +11861,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
             break;
         }
     }
-    if (rc == MIRROR_OK && ran && mirror_optimizer_steps(m) == applied) rc = mirror__fit_learnt_nothing(m, ran);
+    if (rc == MIRROR_OK && ran && m->desc.loss_scale.kind != MIRROR_SCALE_DYNAMIC && mirror_optimizer_steps(m) == applied)
+        rc = mirror__fit_learnt_nothing(m, ran);
     /* The end (unless the last step saved it, or nothing ran). */
     if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;

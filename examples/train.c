@@ -81,7 +81,9 @@ static void usage(FILE *f)
                "  --loss-scale S      dynamic (fp16's default) | none (bf16's) | a number: a static scale\n"
                "  --growth-interval N finite steps before a dynamic scale doubles (default 2000)\n"
                "  --max-skips N       fail after N skipped steps in a row (default 50)\n"
-               "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n");
+               "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n"
+               "exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, but --history, --plot or\n"
+               "--trace could not be written; 128 + N stopped by signal N (after saving)\n");
 }
 
 /* With several processes (build/train_mpi under mpirun) rank 0 speaks for
@@ -179,13 +181,14 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
    a warning for each, and exit status 3, so that a script can tell. */
 static int warn_outputs(unsigned failed, const options *o)
 {
-    if (failed & MIRROR_OUTPUT_HISTORY)
-        fprintf(stderr, "train: warning: the history %s could not be written; it holds an earlier version\n",
-                o->history);
-    if (failed & MIRROR_OUTPUT_PLOT)
-        fprintf(stderr, "train: warning: the plot %s could not be written; it holds an earlier version\n", o->plot);
-    if (failed & MIRROR_OUTPUT_TRACE)
-        fprintf(stderr, "train: warning: the trace %s could not be written; it holds an earlier version\n", o->trace);
+    static const unsigned bits[3] = {MIRROR_OUTPUT_HISTORY, MIRROR_OUTPUT_PLOT, MIRROR_OUTPUT_TRACE};
+    const char *names[3] = {"history", "plot", "trace"}, *paths[3];
+    int i;
+    paths[0] = o->history, paths[1] = o->plot, paths[2] = o->trace;
+    for (i = 0; i < 3; i++)
+        if (failed & bits[i])
+            fprintf(stderr, "train: warning: the %s %s could not be written; it holds an earlier version\n", names[i],
+                    paths[i]);
     return failed ? 3 : 0;
 }
 

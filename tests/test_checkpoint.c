@@ -179,9 +179,9 @@ static mirror_model *tuned(mirror_strategy *s, int deterministic, size_t chunk, 
 
 /* A checkpoint loaded to go on training says in one notice every setting
    its run had otherwise (learning rate, seed, precision, deterministic
-   mode, chunk, replicas) and whether the run stays bitwise; a fit that
-   resumes it says so of another cut into micro-batches. Nothing is said
-   when nothing differs. */
+   mode, chunk, replicas outside deterministic mode); a fit that resumes it
+   says so of another cut into micro-batches. Nothing is said when nothing
+   differs that changes the bits. */
 static void test_resume_changes(void)
 {
     static const struct {
@@ -194,17 +194,16 @@ static void test_resume_changes(void)
         const char *says, *verdict;
     } cases[] = {
         {2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32, NULL, NULL},
-        {3, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32, "replicas 3 (the checkpoint's: 2)", "keeps it bitwise"},
+        {3, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32, NULL, NULL}, /* deterministic: any replica count, the same bits */
         {2, 1, 4, 0.02f, 3, MIRROR_PRECISION_FP32, "lr 0.0199999996 (the checkpoint's: 0.00999999978)",
          "no longer bitwise"},
         {2, 1, 4, 0.01f, 5, MIRROR_PRECISION_FP32, "seed 5 (the checkpoint's: 3)", "no longer bitwise"},
         {2, 1, 8, 0.01f, 3, MIRROR_PRECISION_FP32, "chunk 8 (the checkpoint's: 4)", "no longer bitwise"},
         {2, 0, 0, 0.01f, 3, MIRROR_PRECISION_FP32, "deterministic 0 (the checkpoint's: 1)", "no longer bitwise"},
-        {3, 0, 0, 0.01f, 3, MIRROR_PRECISION_FP32, "replicas 3 (the checkpoint's: 2)", "no longer bitwise"},
         {2, 1, 4, 0.01f, 3, MIRROR_PRECISION_BF16, "precision bf16 (the checkpoint's: fp32)", "no longer bitwise"},
     };
-    static const size_t splits[][3] = {{12, 1, 0}, {4, 3, 0}, {6, 2, 1}}; /* batch, accumulate, a notice */
-    char path[256];
+    static const size_t splits[][3] = {{12, 1, 0}, {4, 3, 0}, {6, 2, 1}, {3, 4, 1}}; /* batch, accumulate, a notice */
+    char path[256], want[100];
     mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
     mirror_model *a = tuned(s2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32), *b;
     mirror_fit_desc fd;
@@ -231,16 +230,28 @@ static void test_resume_changes(void)
               "weights only: no notice (%s)", heard);
         mirror_model_destroy(b);
     }
+    /* outside deterministic mode the replica count changes the sums */
+    {
+        char other[256];
+        mirror_model *c = tuned(s2, 0, 0, 0.01f, 3, MIRROR_PRECISION_FP32);
+        path_in(other, "changes_nd.ckpt");
+        b = tuned(s3, 0, 0, 0.01f, 3, MIRROR_PRECISION_FP32);
+        CHECK(c && mirror_checkpoint_save(c, other, NULL, 1) == MIRROR_OK, "a checkpoint without deterministic mode");
+        heard[0] = '\0';
+        CHECK(b && mirror_checkpoint_load(b, other, 0, NULL) == MIRROR_OK &&
+                  strstr(heard, "resumed with replicas 3 (the checkpoint's: 2): the run goes on, no longer bitwise"),
+              "its resume on 3 replicas says so (%s)", heard);
+        mirror_model_destroy(b), mirror_model_destroy(c);
+    }
     /* rebuilt from the checkpoint: its settings, deterministic mode and chunk included */
     heard[0] = '\0';
     CHECK(mirror_model_from_checkpoint(s3, path, 0, &b, NULL, NULL) == MIRROR_OK &&
-              mirror_model_query_desc(b).deterministic && mirror_model_query_desc(b).chunk == 4 &&
-              strstr(heard, "resumed with replicas 3 (the checkpoint's: 2): deterministic mode keeps it bitwise"),
-          "mirror_model_from_checkpoint on 3 replicas: deterministic, chunks of 4, bitwise (%s)", heard);
+              mirror_model_query_desc(b).deterministic && mirror_model_query_desc(b).chunk == 4 && !heard[0],
+          "mirror_model_from_checkpoint on 3 replicas: deterministic, chunks of 4, nothing to say (%s)", heard);
     mirror_model_destroy(b);
     /* the micro-batches of a resumed fit (chunks of 4): 12, 4 x 3 whole chunks; 6 x 2 cuts them elsewhere */
     fd.checkpoint = NULL, fd.epochs = 2;
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 4; i++) {
         b = tuned(s2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32);
         CHECK(b && mirror_checkpoint_load(b, path, 0, &at) == MIRROR_OK && at.micro_batch == 12,
               "the checkpoint keeps the micro-batch (%llu)", (unsigned long long)at.micro_batch);
@@ -248,7 +259,8 @@ static void test_resume_changes(void)
         fd.batch = splits[i][0], fd.accumulate = splits[i][1];
         heard[0] = '\0';
         CHECK(b && mirror_fit(b, &fd, NULL) == MIRROR_OK, "resumed fit: %s", mirror_model_error(b));
-        CHECK(!!strstr(heard, "micro-batches of 6 samples where the checkpoint's run had 12") == (int)splits[i][2],
+        snprintf(want, sizeof want, "micro-batches of %zu samples where the checkpoint's run had 12", splits[i][0]);
+        CHECK(!!strstr(heard, want) == (int)splits[i][2],
               "resumed in micro-batches of %zu: %s (%s)", splits[i][0], splits[i][2] ? "a notice" : "none", heard);
         mirror_model_destroy(b);
     }
@@ -791,11 +803,12 @@ static void test_targets(void)
             ".tmp-mirror-", ".tmp-mirror-0000abcd-0123456789abcdeF", ".tmp-mirror-0000abcd-0123456789abcde",
             ".tmp-mirror-0000abcd-0123456789abcdef0", ".tmp-mirror-0000abcd_0123456789abcdef",
             ".tmp-mirror-0000abcd-0123456789abcdef.txt", ".x.tmp-mirror-0000abcd-0123456789abcdef",
+            ".3.tmp-mirror-00001234-00000000deadbeef", ".12.tmp-mirror-00001234-00000000deadbeef", /* not PATH's rotation */
             ".0.tmp-mirror-0000abcd-0123456789abcdef", "-tmp-mirror-0000abcd-0123456789abcdef"};
         static const char *const stale[] = {".tmp-mirror-0000abcd-0123456789abcdef",
                                             ".tmp-mirror-ffffffff-fedcba9876543210",
                                             ".1.tmp-mirror-00001234-00000000deadbeef",
-                                            ".12.tmp-mirror-00001234-00000000deadbeef"};
+                                            ".2.tmp-mirror-00001234-00000000deadbeef"};
         size_t i;
         DIR *d;
         struct dirent *e;
@@ -817,7 +830,7 @@ static void test_targets(void)
               mirror_model_error(m));
         CHECK(all_there(path, users, sizeof users / sizeof *users, 1),
               "a save leaves every user's file beside it (.tmp.backup, .tmp.epoch1, an empty .tmp.EMPTY1, names "
-              "close to a temporary file's)");
+              "close to a temporary file's, those of PATH.3 and PATH.12, another run's when 3 are kept)");
         CHECK(all_there(path, stale, sizeof stale / sizeof *stale, 0),
               "a save removes the temporary files a crashed save left (PATH.tmp-mirror-PID-RANDOM, and a "
               "rotation's PATH.N.tmp-mirror-..), whatever they hold");
@@ -826,14 +839,14 @@ static void test_targets(void)
         CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "a second save: %s", mirror_model_error(m));
         if ((d = opendir(root)) != NULL) {
             while ((e = readdir(d)) != NULL)
-                made += !strncmp(e->d_name, "tmp.ckpt", 8) && mirror__is_our_tmp(e->d_name + 8);
+                made += !strncmp(e->d_name, "tmp.ckpt", 8) && mirror__is_our_tmp(e->d_name + 8, 3);
             closedir(d);
         }
         CHECK(made == 0, "no temporary file is left after a save (%d)", made);
         {
             char made_name[400];
-            int fd = mirror__make_tmp(path, made_name, sizeof made_name);
-            CHECK(fd >= 0 && mirror__is_our_tmp(made_name + strlen(path)) &&
+            int fd = mirror__make_tmp(path, 0600, made_name, sizeof made_name);
+            CHECK(fd >= 0 && mirror__is_our_tmp(made_name + strlen(path), 3) &&
                       strlen(made_name) == strlen(path) + strlen(".tmp-mirror-") + 25,
                   "a temporary file's name has the pattern a save removes: %s", made_name);
             if (fd >= 0) close(fd), unlink(made_name);

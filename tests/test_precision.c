@@ -301,7 +301,7 @@ static void test_too_many_skips(mirror_strategy *s)
         fd.checkpoint = path;
         rc = mirror_fit(m, &fd, NULL);
         CHECK(rc == MIRROR_ERR_NOT_FINITE && strstr(mirror_model_error(m), "all 9 steps were skipped") &&
-                  strstr(mirror_model_error(m), "lower the loss scale"),
+                  strstr(mirror_model_error(m), "lower the static scale"),
               "fit with max_consecutive_skips UINT32_MAX that skips every step fails: %s", mirror_model_error(m));
         CHECK(access(path, F_OK) != 0, "and leaves no checkpoint");
         snapshot(m, 0, now);
