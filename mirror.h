@@ -2110,8 +2110,350 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 extern "C" {
 #endif
 
-// >>errors ------------------------------------------------------------------
+// >>structs -----------------------------------------------------------------
+/* mirror's private state, together: the layer kinds, the thread team, the
+   step's tick, a layer, a replica and its recorded passes, the model, a job
+   for the replica threads, and the strategy. The backend and reducer
+   tables are declared here and defined in >>backend. */
 
+typedef struct mirror__backend mirror__backend;
+typedef struct mirror__reducer mirror__reducer;
+
+/* The layer kinds (the backend's activations take one). */
+typedef enum mirror__kind {
+    MIRROR__DENSE = 1,
+    MIRROR__CONV2D,
+    MIRROR__RELU,
+    MIRROR__MAXPOOL2D,
+    MIRROR__FLATTEN,
+    MIRROR__TANH,
+    MIRROR__SIGMOID,
+    MIRROR__GELU,
+    MIRROR__AVGPOOL2D,
+    MIRROR__GLOBAL_AVGPOOL,
+    MIRROR__DROPOUT,
+    MIRROR__BATCHNORM,
+    MIRROR__RESIDUAL,    /* a residual block's start: its input, kept */
+    MIRROR__RESIDUAL_END /* the block's output plus its input (projected) */
+} mirror__kind;
+
+static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
+                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout",
+                                                 "batchnorm", "residual", "residual_end"};
+
+typedef void (*mirror__job_fn)(void *ctx, size_t worker);
+
+typedef struct mirror__team {
+    size_t size; /* workers, the caller included */
+    long spins;  /* spin budget before sleeping; 0 when cores are scarce */
+    pthread_t *threads;
+    struct mirror__team_arg *args;
+    pthread_mutex_t mutex;
+    pthread_cond_t wake, done;
+    unsigned long generation; /* bumped once per job */
+    unsigned long pending;    /* helper threads still running the current job */
+    int quit;
+    int sleepers, caller_sleeps; /* who waits on wake / done */
+    mirror__job_fn job;
+    void *ctx;
+} mirror__team;
+
+/* What a pass and an update read that changes from step to step, in
+   device memory (a recorded pass or update then reads the step at hand):
+   the step, the first row of the replica's shard among the step's samples
+   (dropout's masks), the learning rate, and fp32 Adam's bias corrections. */
+typedef struct mirror__tick {
+    uint64_t step, row0;
+    float lr, bc1, bc2_sqrt;
+} mirror__tick;
+
+#define MIRROR__MAX_LAYERS 64
+
+typedef struct mirror__layer {
+    mirror__kind kind;
+    size_t c, h, w;         /* input shape of one sample */
+    size_t oc, oh, ow;      /* output shape */
+    size_t k, stride, pad;  /* conv2d, maxpool2d */
+    size_t w_off, b_off;    /* floats into the parameter and gradient arenas */
+    size_t n_w, n_b;
+    size_t out_off, arg_off; /* bytes into the activation arena */
+    size_t col_off;          /* a convolution's kept im2col (keep_cols), bytes into the activation arena */
+    float p;                 /* dropout */
+    /* batchnorm: its running statistics' floats into the model's, its
+       statistics' floats into each replica's batchnorm arena; momentum, eps */
+    size_t run_off, bn_off;
+    float momentum, eps;
+    int local;   /* batchnorm: statistics of the replica's shard alone */
+    size_t from; /* residual_end: the index of its block's residual layer */
+    /* A dense or conv2d layer followed by a relu: the relu is its GEMM's
+       epilogue, and the relu's output is the layer's (its input is read
+       by nothing else; the relu's backward reads its output alone). */
+    int fused;
+} mirror__layer;
+
+/* A replica's recorded training pass or update (see mirror__graph_step):
+   the values the recording holds (the key), the backend's graph, and when
+   the key last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the
+   model, replica and job as at capture instead, which each replay queues
+   again (on a scratch copy of the model, made at capture). */
+#define MIRROR__GRAPHS 8
+enum { MIRROR__PASS_GRAPH, MIRROR__UPDATE_GRAPH };
+typedef struct mirror__graph {
+    int kind; /* MIRROR__PASS_GRAPH or MIRROR__UPDATE_GRAPH (whose key is the kind alone) */
+    size_t count;
+    float inv_count;
+    int slot, accumulate, metrics_now;
+    unsigned seen;       /* the key's visits since it took this place */
+    uint64_t used;       /* the replica's pass count at its last visit */
+    int failed;          /* capture failed: the key runs as queued */
+    void *graph;         /* NULL: not captured */
+    struct mirror_model *m_at, *m_run;
+    struct mirror__replica *r_at;
+    struct mirror__job *job_at;
+} mirror__graph;
+
+/* One replica: its device context, its four arenas and the views into the
+   activation arena (each sized for shard_max samples). */
+typedef struct mirror__replica {
+    void *dev;
+    float *params, *grads, *state;
+    /* Mixed precision: the 16-bit working copy of the parameters (written
+       by the optimizer), which the layers read (`weights` is it, or params
+       in fp32), the 16-bit gradient that is all-reduced, and the loss
+       scaler (device memory; host_scaler reads it), which in fp32 is the
+       guard against non-finite steps (mirror_hd_guard). */
+    uint16_t *work16, *grad16;
+    void *weights;
+    mirror_loss_scale_state *scaler, *host_scaler;
+    float *stats; /* the sharded update across devices: its slice's check and sum of squares (2 floats) */
+    mirror__tick *tick; /* the step at hand, in device memory (dropout's masks, the update) */
+    mirror__graph graph[MIRROR__GRAPHS]; /* captured passes (graphs), */
+    uint64_t passes;                     /* and the passes and updates queued through them */
+    unsigned char *acts;
+    size_t workspace_bytes;
+    /* Storage (void *: 16-bit values in mixed precision, else floats): */
+    void *input;      /* [S, in_size] */
+    void *delta[2];   /* [S, max_size] each: backward ping-pong */
+    void *col;        /* im2col of one chunk of samples (conv_chunk) */
+    void *perm;       /* a conv output or gradient of one chunk, channels first */
+    void *skip;       /* [S, max_size]: a residual block's input gradient through its shortcut */
+    int32_t *labels;  /* [S] */
+    float *targets;   /* [S, out_size] */
+    float *loss;      /* [S] per-sample loss */
+    int32_t *correct; /* [S] */
+    double *acc;      /* [2] loss and correct sums of the steps not yet taken */
+    /* Batch normalisation: per batchnorm layer of C channels, 6C floats at
+       its bn_off: the batch's mean and invstd, the running statistics'
+       mean and invstd (evaluation), the means of dy and dy xhat over the
+       batch (backward). bn_part: this replica's sums of one layer (2C
+       doubles), host_part and host_stat their host copies. */
+    float *bn;
+    double *bn_part, *host_part;
+    float *host_stat;
+    int dsel; /* backward: which delta buffer holds the gradient at hand */
+    int bucketing; /* this backward all-reduces in buckets; bucket: the next one */
+    size_t bucket;
+    /* host buffers (pinned on a GPU): the shard gathered (in the slot at
+       hand of two, as the input, labels and targets on the device: see
+       mirror__load_shard), metrics read back. The input is fp32 in both;
+       in mixed precision the device narrows it into the 16-bit input. */
+    float *host_x[2], *in_x[2];
+    float *host_targets[2], *host_loss;
+    int32_t *host_labels[2], *host_correct;
+    float *in_targets[2];
+    int32_t *in_labels[2];
+    int slot;
+    double *host_acc;
+    /* this step's shard and results; deterministic mode: the shard is
+       chunks [chunk0, chunk0 + nchunks) of the batch, each chunk's
+       gradients in an arena of its own (chunks_max of them) */
+    size_t begin, count;
+    size_t chunk0, nchunks;
+    float *chunk_grads;
+    size_t row0;  /* the shard's first sample's place among the step's samples (dropout) */
+    int training; /* the pass trains (dropout drops) */
+    double loss_sum;
+    size_t correct_sum;
+} mirror__replica;
+
+enum { MIRROR__TRAIN = 1, MIRROR__EVAL, MIRROR__PREDICT };
+
+struct mirror_model {
+    mirror_model_desc desc;
+    mirror_strategy *s;
+    const mirror__backend *be;
+    mirror__layer layers[MIRROR__MAX_LAYERS];
+    size_t nlayers;
+    size_t c, h, w; /* current output shape while layers are added */
+    int built;
+    int sticky;          /* the first error of a layer call, returned by build */
+    mirror_error err;
+    size_t nparams, nslots, nstate; /* values; floats in a parameter arena (padded, see mirror__plan); state floats */
+    size_t in_size, out_size, max_size, col_size, perm_size;
+    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
+    size_t chunk;       /* deterministic mode: samples per chunk (0: off) */
+    size_t chunks_max;  /* the most chunks of one shard (1 when off) */
+    float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added, */
+    size_t *chunk_owner; /* and the replica each lies on */
+    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+    size_t layer_bytes; /* the layers' part of the activation arena */
+    mirror__replica *rep;
+    float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
+    float **param_bufs;
+    uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients, */
+    uint16_t **work16_bufs; /* and the working copies */
+    float **stats_bufs;     /* the replicas' stats (sliced) */
+    int format;             /* mixed precision: the 16-bit format, else 0 */
+    int sharded;            /* the update is sharded over the replicas' shared memory (ZeRO stage 1) */
+    int graphs;             /* training passes are captured and replayed (mirror__graph_step) */
+    int dropouts;           /* the model has dropout layers */
+    int sliced;             /* it is sharded across devices (ZeRO stage 1: mirror__sliced_update), */
+    size_t slice;           /* replica r's slice being slots [r slice, (r + 1) slice) */
+    int keep_cols;          /* each convolution keeps its im2col from forward for backward */
+    /* The gradient's buckets (bucketed: all-reduced while backward runs):
+       bucket b holds the layers from bucket_layer[b] up to the bucket
+       before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
+    int bucketed;
+    size_t nbuckets, bucket_layer[MIRROR__MAX_LAYERS], bucket_lo[MIRROR__MAX_LAYERS], bucket_hi[MIRROR__MAX_LAYERS];
+    uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
+    uint64_t steps;         /* steps run, skipped ones included */
+    float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
+    int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
+    int in_fit;             /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
+    volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
+    struct mirror__span *spans;  /* timing: a ring of the last trace_steps steps' phases, */
+    size_t trace_steps, span_cap, span_next, span_count; /* off while trace_steps is 0 */
+    double t_origin;
+    uint64_t augment_key;        /* fit's augmentation of the training samples this epoch, */
+    size_t augment_pad;          /* off while pad and flip are 0 */
+    int augment_flip;
+    size_t untaken; /* samples of the steps whose metrics stay on the device */
+    /* Batch normalisation: the running mean and variance of every layer
+       (host, the same on every replica and process), a copy from before the
+       step at hand, the replicas' sums, and the widest layer's channels. */
+    float *running, *running_before;
+    double *bn_total;
+    size_t nrunning, bn_size, bn_channels;
+    int bn_stale; /* the replicas' evaluation statistics lag the running ones */
+    size_t open_block; /* while layers are added: the open residual block's layer + 1 */
+};
+
+/* What the replica threads run on: one global batch, or one chunk of it. */
+typedef struct mirror__job {
+    mirror_model *m;
+    int mode; /* MIRROR__TRAIN, MIRROR__EVAL or MIRROR__PREDICT */
+    const mirror_batch *batch;
+    size_t offset, n; /* the chunk: samples [offset, offset + n) of batch */
+    float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
+    int metrics_now;  /* read the loss back now, or leave it on the device */
+    int accumulate;   /* add the gradients to those of the micro-batches before */
+    int last;         /* the step's last micro-batch: its backward may all-reduce in buckets */
+    size_t row0;      /* the samples of the step before this micro-batch */
+    uint64_t augment_key; /* fit's augmentation this epoch (off: pad 0, flip 0) */
+    size_t augment_pad;
+    int augment_flip;
+    float *predict_out;
+    /* The pass at hand: training pauses at each batchnorm layer, forward
+       and backward, for the host to combine the replicas' sums. The job
+       runs from layer `from` (its load first when `start`) and pauses at
+       layer `stop` (forward; nlayers: none) or `back_stop` (backward;
+       (size_t)-1: none); `backward` once the forward pass is done. */
+    size_t from, stop, back_stop;
+    int start, backward;
+} mirror__job;
+
+struct mirror_strategy {
+    size_t replicas;
+    char devices[256]; /* the device list in force, "cpu:2" */
+    char describe[256];
+    mirror_reducer reducer_kind;
+    const mirror__backend *backend;
+    const mirror__reducer *reducer;
+    void *gpu; /* the CUDA backend's state (mirror_cuda.h), else NULL */
+    mirror__team team;
+    /* the reducer's current job */
+    float *const *reduce_bufs;
+    uint16_t *const *reduce_half; /* the 16-bit sum's buffers, and their format */
+    int reduce_format;
+    size_t reduce_n, reduce_root;
+    float *const *fold_in; /* what an fp32 sum adds, in order (then written into reduce_bufs) */
+    size_t fold_count;
+    void *const *reduce_any; /* the sharded update's reduce-scatter and all-gather: slices of */
+    size_t reduce_slice, reduce_size; /* reduce_slice values of reduce_size bytes */
+    /* One call at a time (see mirror__enter): a recursive mutex, so that
+       fit's calls to the other calls take it again. */
+    pthread_mutex_t call;
+    /* The models built on the strategy: destroyed before them, it waits
+       for the last one (life guards both fields). */
+    pthread_mutex_t life;
+    size_t models;
+    int destroyed;
+    int depth;         /* calls inside calls (fit's), under the call lock */
+    int caller_device; /* GPU replicas: the caller's current GPU, put back when the outer call returns */
+    /* Processes (see >>processes): this one is rank `rank` of `processes`;
+       its replicas are global replicas [first, first + replicas) of
+       `world`. One process: 0, 1, 0, replicas. */
+    size_t rank, processes, first, world;
+    size_t local_rank; /* among the processes on this machine */
+    double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
+#ifdef MIRROR_MPI
+    MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
+    int broken;        /* a cross-process operation failed: every later one fails at once */
+    size_t *counts;    /* every process's replica count */
+    float *fold;       /* the partial sums that travel from rank to rank, and the status word */
+    size_t fold_cap;
+    MPI_Request *fold_reqs; /* the fold's receives, sends and broadcasts, one of each per piece */
+    size_t fold_pieces;
+    int fold_from;     /* the fold starts from the partial sums received */
+    size_t fold_begin, fold_len; /* the piece of the fold at hand */
+    int status;        /* this process's result before a reduction */
+    int stop_asked;    /* this process was asked to stop (fit's stop flag) */
+    int stop_seen;     /* after a reduction: some process was */
+#endif
+};
+
+#ifdef MIRROR_CUDA
+/* In mirror_cuda.h. Whether the machine has no GPU to use: no driver, a
+   driver too old, or no device (the reason into why). */
+static int mirror__cuda_absent(char *why, size_t size);
+/* Sets s up for GPU replicas: spec is a "cuda..." device list, or NULL for
+   every visible GPU (count > 0: count replicas, on the GPUs in turn when
+   there are more replicas than GPUs); sets replicas, devices, backend,
+   reducer and gpu. On failure s is left as it was and err says why. */
+static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
+static void mirror__cuda_teardown(mirror_strategy *s);
+/* The calling thread's current GPU, and setting it back: mirror's calls
+   leave the caller's device as they found it. */
+static int mirror__cuda_current(void);
+static void mirror__cuda_restore(int device);
+#endif
+
+#ifdef MIRROR_MPI
+/* In >>processes: joins the processes (MPI, the communicator, the rank and
+   the local rank) before the devices are chosen; then, with the devices,
+   counts every process's replicas and sets the reducer across them; and
+   leaves them. */
+static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
+static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err);
+static void mirror__mpi_teardown(mirror_strategy *s);
+/* In >>processes too: what the core sends across the processes (the
+   reduction's status word, the batchnorm sums, the metrics, a result that
+   every process must share). */
+static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n,
+                                     int format, mirror_error *err);
+static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err);
+static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err);
+static int mirror__mpi_agree(mirror_strategy *s, int result, mirror_error *err);
+static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err);
+#ifdef MIRROR_CUDA
+/* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
+   one NCCL communicator over every GPU of every process. */
+static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char *spec, size_t size);
+static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err);
+#endif
+#endif
+
+// >>errors ------------------------------------------------------------------
 static mirror_log_fn mirror__log_fn;
 static void *mirror__log_user;
 
@@ -2168,8 +2510,30 @@ static int mirror__error(mirror_error *err, int code, const char *fmt, ...)
     return code;
 }
 
-// >>allocation --------------------------------------------------------------
+static int mirror__fail(mirror_model *m, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = mirror__verror(&m->err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
 
+MIRROR_API const char *mirror_model_error(const mirror_model *m)
+{
+    return m ? m->err.message : "model is NULL";
+}
+
+static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
+
+static int mirror__check_built(mirror_model *m, const char *what)
+{
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "%s: model is NULL", what);
+    if (!m->built) return mirror__fail(m, MIRROR_ERR_STATE, "%s: build the model first", what);
+    return MIRROR_OK;
+}
+
+// >>allocation --------------------------------------------------------------
 /* a * b into *out; 0 when it overflows. */
 static int mirror__mul(size_t a, size_t b, size_t *out)
 {
@@ -2191,31 +2555,6 @@ static void *mirror__zalloc(size_t n, size_t size)
     void *p = mirror__alloc(n, size);
     if (p) memset(p, 0, n * size);
     return p;
-}
-
-static double mirror__now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Waiting with a deadline, for what cannot block safely (another process's
-   message, a GPU's queued work): calls poll(ctx) until it says 1 (done) or
-   -1 (failed), and returns that, or 0 once timeout seconds have passed. A
-   short wait spins; a long one naps between polls, leaving the cores.
-   (static inline: builds with neither MPI nor CUDA do not call it.) */
-static inline int mirror__poll(int (*poll)(void *ctx), void *ctx, double timeout)
-{
-    double deadline = mirror__now() + timeout;
-    struct timespec nap = {0, 20000};
-    long polls = 0;
-    int got;
-    while ((got = poll(ctx)) == 0) {
-        if (++polls > 20000) nanosleep(&nap, NULL);
-        if (polls % 64 == 0 && mirror__now() > deadline) return 0;
-    }
-    return got;
 }
 
 // >>random ------------------------------------------------------------------
@@ -2262,8 +2601,6 @@ static float mirror__normal(uint64_t *state)
    a spinning one sees the next job at once. Without GCC-style atomics
    (MIRROR__ATOMICS 0) every exchange goes through the mutex. */
 
-typedef void (*mirror__job_fn)(void *ctx, size_t worker);
-
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MIRROR_NO_ATOMICS)
 #define MIRROR__ATOMICS 1
 #define MIRROR__LOAD(p) __atomic_load_n(p, __ATOMIC_ACQUIRE)
@@ -2272,21 +2609,6 @@ typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 #define MIRROR__ATOMICS 0
 #endif
 #define MIRROR__SPINS 20000
-
-typedef struct mirror__team {
-    size_t size; /* workers, the caller included */
-    long spins;  /* spin budget before sleeping; 0 when cores are scarce */
-    pthread_t *threads;
-    struct mirror__team_arg *args;
-    pthread_mutex_t mutex;
-    pthread_cond_t wake, done;
-    unsigned long generation; /* bumped once per job */
-    unsigned long pending;    /* helper threads still running the current job */
-    int quit;
-    int sleepers, caller_sleeps; /* who waits on wake / done */
-    mirror__job_fn job;
-    void *ctx;
-} mirror__team;
 
 typedef struct mirror__team_arg {
     mirror__team *team;
@@ -2436,6 +2758,73 @@ static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
     t->caller_sleeps = 0;
     pthread_mutex_unlock(&t->mutex);
 }
+
+static double mirror__now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Waiting with a deadline, for what cannot block safely (another process's
+   message, a GPU's queued work): calls poll(ctx) until it says 1 (done) or
+   -1 (failed), and returns that, or 0 once timeout seconds have passed. A
+   short wait spins; a long one naps between polls, leaving the cores.
+   (static inline: builds with neither MPI nor CUDA do not call it.) */
+static inline int mirror__poll(int (*poll)(void *ctx), void *ctx, double timeout)
+{
+    double deadline = mirror__now() + timeout;
+    struct timespec nap = {0, 20000};
+    long polls = 0;
+    int got;
+    while ((got = poll(ctx)) == 0) {
+        if (++polls > 20000) nanosleep(&nap, NULL);
+        if (polls % 64 == 0 && mirror__now() > deadline) return 0;
+    }
+    return got;
+}
+
+/* ---- one call at a time ---- */
+
+/* One call at a time on a strategy and its models: a call that finds
+   another thread inside one returns MIRROR_ERR_STATE at once, where the
+   replica threads would deadlock. The same thread may enter again (fit
+   runs the other calls). s may be NULL: the call reports that itself. The
+   message goes to err (a model's, or NULL). */
+static int mirror__enter(mirror_strategy *s, mirror_error *err, const char *what)
+{
+    if (!s) return MIRROR_OK;
+    if (pthread_mutex_trylock(&s->call) == 0) {
+#ifdef MIRROR_CUDA
+        if (s->depth == 0 && s->gpu) s->caller_device = mirror__cuda_current();
+#endif
+        s->depth++;
+        return MIRROR_OK;
+    }
+    return mirror__error(err, MIRROR_ERR_STATE,
+                         "%s: another thread is inside a call on this strategy or one of its models; call them "
+                         "from one thread at a time (see THREADING)",
+                         what);
+}
+
+static void mirror__leave(mirror_strategy *s)
+{
+    if (!s) return;
+#ifdef MIRROR_CUDA
+    if (s->depth == 1 && s->gpu) mirror__cuda_restore(s->caller_device);
+#endif
+    s->depth--;
+    pthread_mutex_unlock(&s->call);
+}
+
+/* The body of a public call on model m: `inner`, inside the call lock. */
+#define MIRROR__LOCKED(m, what, inner)                                                                 \
+    mirror_strategy *s_ = (m) ? (m)->s : NULL;                                                         \
+    int rc_ = mirror__enter(s_, (m) ? &(m)->err : NULL, what);                                         \
+    if (rc_) return rc_;                                                                               \
+    rc_ = inner;                                                                                       \
+    mirror__leave(s_);                                                                                 \
+    return rc_
 
 // >>gemm --------------------------------------------------------------------
 /* C = alpha op(A) op(B) + beta C, row-major, op(X) = X or X^T. The built-in
@@ -2801,28 +3190,6 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
 #endif
 }
 
-/* The layer kinds (the backend's activations take one). */
-typedef enum mirror__kind {
-    MIRROR__DENSE = 1,
-    MIRROR__CONV2D,
-    MIRROR__RELU,
-    MIRROR__MAXPOOL2D,
-    MIRROR__FLATTEN,
-    MIRROR__TANH,
-    MIRROR__SIGMOID,
-    MIRROR__GELU,
-    MIRROR__AVGPOOL2D,
-    MIRROR__GLOBAL_AVGPOOL,
-    MIRROR__DROPOUT,
-    MIRROR__BATCHNORM,
-    MIRROR__RESIDUAL,    /* a residual block's start: its input, kept */
-    MIRROR__RESIDUAL_END /* the block's output plus its input (projected) */
-} mirror__kind;
-
-static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
-                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout",
-                                                 "batchnorm", "residual", "residual_end"};
-
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
    never touch replica memory themselves; they call these, so a backend is
@@ -2836,16 +3203,7 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
    (0-3), the all-reduce's (4, 5), the update's (6, 7). */
 enum { MIRROR__MARKS = 8 };
 
-/* What a pass and an update read that changes from step to step, in
-   device memory (a recorded pass or update then reads the step at hand):
-   the step, the first row of the replica's shard among the step's samples
-   (dropout's masks), the learning rate, and fp32 Adam's bias corrections. */
-typedef struct mirror__tick {
-    uint64_t step, row0;
-    float lr, bc1, bc2_sqrt;
-} mirror__tick;
-
-typedef struct mirror__backend {
+struct mirror__backend {
     const char *name;
     /* Samples per convolution GEMM (0: the whole shard). One sample keeps
        the im2col buffer in cache on a CPU; a GPU wants one large GEMM. */
@@ -3062,12 +3420,12 @@ typedef struct mirror__backend {
        it cannot tell). */
     size_t (*workspace)(int precision, size_t largest);
     int (*device_memory)(mirror_strategy *s, size_t r, size_t *free_bytes, size_t *total_bytes);
-} mirror__backend;
+};
 
 /* The reducer sums n floats over the replicas' buffers (see
    mirror_all_reduce_sum), queued after the work already issued on every
    replica and before the work issued next. */
-typedef struct mirror__reducer {
+struct mirror__reducer {
     const char *name;
     int (*all_reduce_sum)(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err);
     int (*broadcast)(mirror_strategy *s, float *const *bufs, size_t n, size_t root,
@@ -3091,7 +3449,22 @@ typedef struct mirror__reducer {
        slice r (values of `size` bytes). */
     int (*reduce_scatter)(mirror_strategy *s, void *const *bufs, size_t slice, int format, mirror_error *err);
     int (*all_gather)(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err);
-} mirror__reducer;
+};
+
+/* The first failure any replica's device met since the last check. */
+static int mirror__device_status(mirror_model *m)
+{
+    size_t r;
+    int rc = MIRROR_OK, one;
+    mirror_error e = {0, ""};
+    for (r = 0; m->rep && r < m->s->replicas; r++)
+        if (m->rep[r].dev && (one = m->be->status(m->rep[r].dev, &e)) != MIRROR_OK && rc == MIRROR_OK) {
+            rc = one;
+            m->err = e;
+        }
+    if (rc) mirror__log(MIRROR_LOG_ERROR, m->err.message);
+    return rc;
+}
 
 // >>cpu backend -------------------------------------------------------------
 /* The reference backend: host memory, loops over the shared math. */
@@ -4060,100 +4433,506 @@ static const mirror__backend mirror__cpu_backend = {
     NULL, /* the replicas' memory is the host's */
 };
 
-// >>strategy and devices ----------------------------------------------------
+// >>layers ------------------------------------------------------------------
+/* Forward and backward of one replica's shard of S samples. Shapes are in
+   the comments as [S, ...]; mirror__act(r, l) is layer l's output. */
 
-struct mirror_strategy {
-    size_t replicas;
-    char devices[256]; /* the device list in force, "cpu:2" */
-    char describe[256];
-    mirror_reducer reducer_kind;
-    const mirror__backend *backend;
-    const mirror__reducer *reducer;
-    void *gpu; /* the CUDA backend's state (mirror_cuda.h), else NULL */
-    mirror__team team;
-    /* the reducer's current job */
-    float *const *reduce_bufs;
-    uint16_t *const *reduce_half; /* the 16-bit sum's buffers, and their format */
-    int reduce_format;
-    size_t reduce_n, reduce_root;
-    float *const *fold_in; /* what an fp32 sum adds, in order (then written into reduce_bufs) */
-    size_t fold_count;
-    void *const *reduce_any; /* the sharded update's reduce-scatter and all-gather: slices of */
-    size_t reduce_slice, reduce_size; /* reduce_slice values of reduce_size bytes */
-    /* One call at a time (see mirror__enter): a recursive mutex, so that
-       fit's calls to the other calls take it again. */
-    pthread_mutex_t call;
-    /* The models built on the strategy: destroyed before them, it waits
-       for the last one (life guards both fields). */
-    pthread_mutex_t life;
-    size_t models;
-    int destroyed;
-    int depth;         /* calls inside calls (fit's), under the call lock */
-    int caller_device; /* GPU replicas: the caller's current GPU, put back when the outer call returns */
-    /* Processes (see >>processes): this one is rank `rank` of `processes`;
-       its replicas are global replicas [first, first + replicas) of
-       `world`. One process: 0, 1, 0, replicas. */
-    size_t rank, processes, first, world;
-    size_t local_rank; /* among the processes on this machine */
-    double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
-#ifdef MIRROR_MPI
-    MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
-    int broken;        /* a cross-process operation failed: every later one fails at once */
-    size_t *counts;    /* every process's replica count */
-    float *fold;       /* the partial sums that travel from rank to rank, and the status word */
-    size_t fold_cap;
-    MPI_Request *fold_reqs; /* the fold's receives, sends and broadcasts, one of each per piece */
-    size_t fold_pieces;
-    int fold_from;     /* the fold starts from the partial sums received */
-    size_t fold_begin, fold_len; /* the piece of the fold at hand */
-    int status;        /* this process's result before a reduction */
-    int stop_asked;    /* this process was asked to stop (fit's stop flag) */
-    int stop_seen;     /* after a reduction: some process was */
-#endif
-};
+/* ---- shapes ----*/
 
-/* "cpu" or "cpu:N" into a replica count (0 for "cpu": one per core). */
-static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *err)
+static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
+
+/* Average pooling's window: the layer's, or for global pooling the plane. */
+static size_t mirror__window_h(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->h : l->k; }
+static size_t mirror__window_w(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->w : l->k; }
+
+/* Samples per convolution GEMM for this model: the backend's, at most a shard. */
+static size_t mirror__conv_chunk(const mirror_model *m)
 {
-    const char *p = spec;
-    unsigned long v;
-    char *end;
-    if (strncmp(p, "cuda", 4) == 0)
-        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
-                             "devices \"%s\": this program was built without CUDA "
-                             "(compile one .cu file with mirror_cuda.h)",
-                             spec);
-    if (strncmp(p, "cpu", 3) != 0)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
-    p += 3;
-    if (*p == '\0') {
-        *count = 0;
-        return MIRROR_OK;
-    }
-    if (*p != ':' || p[1] < '0' || p[1] > '9')
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
-    errno = 0;
-    v = strtoul(p + 1, &end, 10);
-    if (*end != '\0')
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": \"%s\" after the replica count: CPU replicas are \"cpu:N\", one "
-                             "count of threads (a list such as 0,1 names GPUs: \"cuda:0,1\")",
-                             spec, end);
-    if (errno || v < 1 || v > 4096)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": %.*s replicas: the replica count must be 1 to 4096", spec,
-                             (int)(end - p - 1), p + 1);
-    *count = (size_t)v;
-    return MIRROR_OK;
+    /* deterministic mode: within a chunk, so that a chunk's sums are cut
+       alike whatever the shard */
+    size_t n = m->be->conv_chunk, cap = m->chunk ? MIRROR__MIN(m->chunk, m->shard_max) : m->shard_max;
+    return n && n < cap ? n : MIRROR__MAX(cap, 1);
 }
 
-static void mirror__cpu_all_reduce_job(void *ctx, size_t worker);
-static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker);
-static void mirror__cpu_broadcast_job(void *ctx, size_t worker);
-static void mirror__cpu_reduce_scatter_job(void *ctx, size_t worker);
-static void mirror__cpu_all_gather_job(void *ctx, size_t worker);
+/* A residual block's projection as the convolution it is: the 1x1
+   convolution from the block's input (layer l->from's) to l's output. */
+static mirror__layer mirror__projection(const mirror_model *m, const mirror__layer *l)
+{
+    mirror__layer p = *l;
+    const mirror__layer *in = &m->layers[l->from];
+    p.kind = MIRROR__CONV2D;
+    p.fused = 0; /* its output is added to, never a relu's */
+    p.c = in->c, p.h = in->h, p.w = in->w;
+    p.k = 1, p.pad = 0;
+    return p;
+}
+
+/* Bytes of one storage value: 16 bits in mixed precision, else a float. */
+static size_t mirror__esize(const mirror_model *m) { return m->format ? sizeof(uint16_t) : sizeof(float); }
+
+/* Storage element i from p on. */
+static void *mirror__el(const mirror_model *m, const void *p, size_t i)
+{
+    return (unsigned char *)(uintptr_t)p + i * mirror__esize(m);
+}
+
+/* A view of the model's input (a first flatten, say) has offset 0, where
+   the first slot's input is carved: it reads the slot at hand. */
+static void *mirror__act(const mirror__replica *r, const mirror__layer *l)
+{
+    return l->out_off ? (void *)(r->acts + l->out_off) : r->input;
+}
+
+static void *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
+{
+    return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
+}
+
+/* Deterministic mode cuts a replica's shard into chunks of m->chunk
+   samples (the last may be short), each with a gradient arena of its own;
+   otherwise the shard is one chunk, and its arena is r->grads. Chunk q is
+   rows [*at, *at + the count returned) of the shard. */
+static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r) { return m->chunk ? r->nchunks : 1; }
+
+static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t *at)
+{
+    if (!m->chunk) return *at = 0, r->count;
+    *at = q * m->chunk;
+    return MIRROR__MIN(m->chunk, r->count - *at);
+}
+
+static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *r, size_t q)
+{
+    return m->chunk ? r->chunk_grads + q * m->nslots : r->grads;
+}
+
+/* Global replica g's rows [*begin, *begin + *count) of a batch of n: an
+   even share (mirror_shard), or in deterministic mode its share of whole
+   chunks, [*chunk0, *chunk0 + *nchunks). */
+static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *begin, size_t *count, size_t *chunk0,
+                            size_t *nchunks)
+{
+    size_t K = m->chunk;
+    if (!K) {
+        mirror_shard(n, m->s->world, g, begin, count);
+        *chunk0 = 0, *nchunks = 1;
+        return;
+    }
+    mirror_shard((n + K - 1) / K, m->s->world, g, chunk0, nchunks);
+    *begin = MIRROR__MIN(*chunk0 * K, n);
+    *count = MIRROR__MIN((*chunk0 + *nchunks) * K, n) - *begin;
+}
+
+/* The im2col of the chunk of samples from s on: kept, or the shared buffer. */
+static void *mirror__col(const mirror_model *m, const mirror__replica *r, const mirror__layer *l, size_t s)
+{
+    return m->keep_cols ? mirror__el(m, r->acts + l->col_off, s * l->c * l->k * l->k * l->oh * l->ow) : r->col;
+}
+
+/* A convolution (conv2d, or a residual block's projection) of S samples,
+   n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
+   . col + b (per channel, a row of y'; and the relu after it if fused),
+   then y' to y [n, OC, hw]. */
+static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
+                                 void *y, size_t S)
+{
+    const mirror__backend *be = m->be;
+    const void *W = mirror__el(m, r->weights, l->w_off), *b = mirror__el(m, r->weights, l->b_off);
+    size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
+              ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
+    for (s = 0; s < S; s += chunk) {
+        size_t n = MIRROR__MIN(chunk, S - s);
+        void *yn = n == 1 ? mirror__el(m, y, s * out) : r->perm, *col = mirror__col(m, r, l, s);
+        be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->gemm_bias(r->dev, 0, 0, l->oc, n * hw, ckk, W, ckk, col, n * hw, b, 1, l->fused, yn, n * hw);
+        if (n > 1) be->permute(r->dev, mirror__el(m, y, s * out), r->perm, l->oc, n, hw);
+    }
+}
+
+/* Its backward, n samples at a time: d' [OC, n*hw] is d [n, OC, hw]
+   channels first; dW += d' . col^T [n*hw, C*k*k]; dcol [C*k*k, n*hw] =
+   W^T . d', summed back into dx by col2im (dx NULL: not needed). beta 0
+   writes dW (the first chunk), 1 adds to it (accumulation). dW and db
+   are in the gradient arena `grads`. */
+static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
+                                  const void *d, void *dx, size_t S, int accumulate, float *grads)
+{
+    const mirror__backend *be = m->be;
+    const void *W = mirror__el(m, r->weights, l->w_off);
+    float *dW = grads + l->w_off, *db = grads + l->b_off;
+    size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
+              ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
+    for (s = 0; s < S; s += chunk) {
+        size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
+        const void *dn = mirror__el(m, d, s * out);
+        void *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
+        if (n > 1) {
+            be->permute(r->dev, r->perm, dn, n, l->oc, hw);
+            dn = r->perm;
+        }
+        if (!m->keep_cols)
+            be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh,
+                       l->ow);
+        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk, 1);
+        if (!dx) continue;
+        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw, 0);
+        be->col2im(r->dev, mirror__el(m, dx, s * in), col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+    }
+    if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
+    be->bias_grad(r->dev, db, d, S, l->oc, hw);
+}
+
+/* The same, each chunk of the shard into its own gradient arena. */
+static void mirror__conv_backward_chunks(const mirror_model *m, mirror__replica *r, const mirror__layer *l,
+                                         const void *x, const void *d, void *dx, int accumulate)
+{
+    size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
+    for (q = 0; q < mirror__nchunks(m, r); q++) {
+        k = mirror__chunk_rows(m, r, q, &at);
+        mirror__conv_backward(m, r, l, mirror__el(m, x, at * in), mirror__el(m, d, at * out),
+                              dx ? mirror__el(m, dx, at * in) : NULL, k, accumulate, mirror__chunk_grads(m, r, q));
+    }
+}
+
+/* Batchnorm layer l's statistics in replica r's arena: the batch's
+   (training) or the running ones (evaluation). */
+static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
+{
+    return r->bn + l->bn_off + (r->training ? 0 : 2 * l->c);
+}
+
+/* Batchnorm layer l's sums over each chunk of the shard into r->bn_part,
+   2C doubles a chunk: of a and its M2 (x NULL: forward, a the input), or
+   of a and a xhat (backward, a = dy, x the input). */
+static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *a,
+                                  const void *x)
+{
+    size_t q, at, k, in = l->c * l->h * l->w;
+    for (q = 0; q < mirror__nchunks(m, r); q++) {
+        k = mirror__chunk_rows(m, r, q, &at);
+        m->be->bn_sums(r->dev, r->bn_part + q * 2 * l->c, mirror__el(m, a, at * in), x ? mirror__el(m, x, at * in) : NULL,
+                       x ? mirror__bn_stat(r, l) : NULL, k, l->c, l->h * l->w);
+    }
+}
+
+/* Layers [from, stop) of replica r's shard of S samples; where stop is a
+   batchnorm layer (stop < nlayers), its input's sums into r->bn_part and
+   a pause (the host combines the replicas' and sets the statistics). */
+/* The GEMMs over a shard's S samples: one, or one a chunk in deterministic
+   mode where a GEMM's rows depend on their count (gemm_rows_free); part q
+   has rows [*at, *at + the count returned). */
+static size_t mirror__gemm_parts(const mirror_model *m, const mirror__replica *r)
+{
+    return m->chunk && !m->be->gemm_rows_free ? r->nchunks : 1;
+}
+
+static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t S, size_t *at)
+{
+    if (mirror__gemm_parts(m, r) == 1) return *at = 0, S;
+    return mirror__chunk_rows(m, r, q, at);
+}
+
+static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
+{
+    const mirror__backend *be = m->be;
+    void *dev = r->dev;
+    size_t i, q;
+    for (i = from; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off),
+                   *b = mirror__el(m, r->weights, l->b_off);
+        void *y = mirror__act(r, l);
+        size_t out = mirror__out_size(l);
+        if (i == stop) {
+            mirror__bn_chunk_sums(m, r, l, x, NULL);
+            return;
+        }
+        switch (l->kind) {
+        case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
+            for (q = 0; q < mirror__gemm_parts(m, r); q++) {
+                size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
+                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, mirror__el(m, x, at * l->c), l->c, W, l->c, b, 0, l->fused,
+                              mirror__el(m, y, at * l->oc), l->oc);
+            }
+            break;
+        case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
+        case MIRROR__RELU:
+            if (!i || !m->layers[i - 1].fused) be->relu_forward(dev, y, x, S * out);
+            break;
+        case MIRROR__MAXPOOL2D:
+            be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off), x, S * l->c, l->h, l->w, l->k,
+                                l->stride, l->oh, l->ow);
+            break;
+        case MIRROR__FLATTEN:
+        case MIRROR__RESIDUAL: break; /* y is x */
+        case MIRROR__TANH:
+        case MIRROR__SIGMOID:
+        case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
+        case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
+            be->dropout(dev, y, x, S, out, m->desc.seed, i, r->tick, r->training ? l->p : 0.0f);
+            break;
+        case MIRROR__AVGPOOL2D:
+        case MIRROR__GLOBAL_AVGPOOL:
+            be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
+                                l->oh, l->ow);
+            break;
+        case MIRROR__BATCHNORM:
+            be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w);
+            break;
+        case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
+            const void *block_in = mirror__layer_input(m, r, l->from);
+            if (l->n_w) {
+                mirror__layer p = mirror__projection(m, l);
+                mirror__conv_forward(m, r, &p, block_in, y, S);
+                block_in = y;
+            }
+            be->add(dev, y, x, block_in, S * out);
+            break;
+        }
+        }
+    }
+}
+
+/* The first layer with weights: input gradients are needed only above it. */
+static size_t mirror__first_weighted(const mirror_model *m)
+{
+    size_t i;
+    for (i = 0; i < m->nlayers; i++)
+        if (m->layers[i].n_w) return i;
+    return m->nlayers;
+}
+
+/* Backward from layer `from` down (the top: nlayers - 1, with
+   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads, or in
+   deterministic mode each chunk's in its own arena. Where layer `stop` is
+   a batchnorm layer, its sums of dy and dy xhat go into r->bn_part and
+   the pass pauses there; it resumes with from = stop. */
+/* Bucketed all-reduce: queues the sum of every bucket whose layers, all at
+   or above layer `done`, have their gradients queued, while backward goes
+   on below them (mixed precision: narrowed to 16 bits first). */
+static void mirror__reduce_buckets(const mirror_model *m, mirror__replica *r, size_t done)
+{
+    for (; r->bucketing && r->bucket < m->nbuckets && m->bucket_layer[r->bucket] >= done; r->bucket++) {
+        size_t lo = m->bucket_lo[r->bucket], n = m->bucket_hi[r->bucket] - lo;
+        if (m->format) {
+            m->be->narrow(r->dev, r->grad16 + lo, r->grads + lo, n, m->format);
+            m->be->reduce_bucket(r->dev, r->grad16 + lo, n, m->format);
+        } else {
+            m->be->reduce_bucket(r->dev, r->grads + lo, n, 0);
+        }
+    }
+}
+
+static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
+{
+    const mirror__backend *be = m->be;
+    void *dev = r->dev;
+    size_t i, q, at, k, first = mirror__first_weighted(m);
+    void *d, *dx, *swap;
+    float *g;
+    /* The weight gradients are written by GEMMs with beta 0 (a
+       convolution's first chunk too), not added to: only the bias
+       gradients, which accumulate, start from zero, and the whole arena
+       where an empty shard writes nothing. A micro-batch after the first
+       (accumulate) adds to what the others left: beta 1, nothing zeroed.
+       Deterministic mode writes each chunk's arena afresh: the reduction
+       adds the micro-batches. */
+    float beta;
+    accumulate = accumulate && !m->chunk;
+    beta = accumulate ? 1.0f : 0.0f;
+    if (from == m->nlayers - 1) {
+        r->dsel = 0;
+        if (S == 0 && !accumulate && !m->chunk) be->zero(dev, r->grads, m->nslots * sizeof(float));
+    }
+    d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
+    for (i = from + 1; i-- > 0 && i >= first;) {
+        const mirror__layer *l = &m->layers[i];
+        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off);
+        size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
+        int need_dx = i > first;
+        mirror__reduce_buckets(m, r, i + 1); /* the layers above i are done */
+        if (i == stop) {
+            r->dsel = d == r->delta[1];
+            mirror__bn_chunk_sums(m, r, l, d, x);
+            return;
+        }
+        switch (l->kind) {
+        case MIRROR__DENSE:
+            /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
+               dx [S,F] = d [S,units] . W [units,F] */
+            for (q = 0; q < mirror__nchunks(m, r); q++) {
+                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+                be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, d, at * l->oc), l->oc,
+                         mirror__el(m, x, at * l->c), l->c, beta, g + l->w_off, l->c, 1);
+                if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
+                be->bias_grad(dev, g + l->b_off, mirror__el(m, d, at * l->oc), k, l->oc, 1);
+            }
+            for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
+                k = mirror__gemm_rows(m, r, q, S, &at);
+                be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, d, at * l->oc), l->oc, W, l->c, 0.0f,
+                         mirror__el(m, dx, at * l->c), l->c, 0);
+            }
+            break;
+        case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, x, d, need_dx ? dx : NULL, accumulate); break;
+        case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
+        case MIRROR__TANH:
+        case MIRROR__SIGMOID:
+        case MIRROR__GELU: /* in place */
+            be->act_backward(dev, (int)l->kind, d, x, mirror__act(r, l), S * out);
+            continue;
+        case MIRROR__MAXPOOL2D:
+            be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
+                                 l->k, l->stride, l->oh, l->ow);
+            break;
+        case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
+            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
+            continue;
+        case MIRROR__AVGPOOL2D:
+        case MIRROR__GLOBAL_AVGPOOL:
+            be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
+                                 l->stride, l->oh, l->ow);
+            break;
+        case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
+            for (q = 0; q < mirror__nchunks(m, r); q++) {
+                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+                if (!accumulate) { /* gamma's and beta's */
+                    be->zero(dev, g + l->w_off, l->c * sizeof(float));
+                    be->zero(dev, g + l->b_off, l->c * sizeof(float));
+                }
+                be->bn_backward(dev, need_dx ? mirror__el(m, dx, at * in) : NULL, g + l->w_off, g + l->b_off,
+                                mirror__el(m, d, at * in), mirror__el(m, x, at * in), mirror__bn_stat(r, l),
+                                r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
+            }
+            break;
+        case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
+            if (l->n_w) {
+                mirror__layer p = mirror__projection(m, l);
+                mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
+                                             l->from > first ? r->skip : NULL, accumulate);
+            } else if (l->from > first) {
+                be->add(dev, r->skip, d, NULL, S * out);
+            }
+            continue;
+        case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
+            be->add(dev, d, d, r->skip, S * out);
+            continue;
+        case MIRROR__FLATTEN: continue;
+        }
+        swap = d;
+        d = dx;
+        dx = swap;
+    }
+    mirror__reduce_buckets(m, r, 0);
+    /* Mixed precision: the weight gradients, accumulated in fp32, are
+       stored in 16 bits: the buffer the all-reduce carries (deterministic
+       mode narrows the reduced sum instead; buckets narrow their own). */
+    if (m->format && !m->chunk && !r->bucketing) be->narrow(dev, r->grad16, r->grads, m->nslots, m->format);
+}
+
+// >>reducers ----------------------------------------------------------------
+/* Worker w owns the elements of its shard of [0, n) and, for each, adds the
+   replicas in order 0, 1, 2, ...: the same additions in the same order
+   whatever the thread count, so the sum is deterministic. */
+
+#define MIRROR__REDUCE_CHUNK 512
+
+/* acc = the sum of in[r][begin, begin + len) over r in order 0, 1, ...
+   (none: zeros), which is then written into every out[r]; in and out
+   may be the same buffers. */
+static void mirror__sum_chunk(float *acc, float *const *in, size_t nin, float *const *out, size_t nout, size_t begin,
+                              size_t len)
+{
+    size_t i, r;
+    if (nin)
+        memcpy(acc, in[0] + begin, len * sizeof(float));
+    else
+        memset(acc, 0, len * sizeof(float));
+    for (r = 1; r < nin; r++) {
+        const float *b = in[r] + begin;
+        for (i = 0; i < len; i++) acc[i] += b[i];
+    }
+    for (r = 0; r < nout; r++) memcpy(out[r] + begin, acc, len * sizeof(float));
+}
+
+/* The sum of s->fold_in in order into every replica's s->reduce_bufs. */
+static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin, count, end;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    end = begin + count;
+    for (; begin < end; begin += MIRROR__REDUCE_CHUNK)
+        mirror__sum_chunk(acc, s->fold_in, s->fold_count, s->reduce_bufs, s->replicas, begin,
+                          MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin));
+}
+
+/* The same over 16-bit buffers: widened, added in fp32 in replica order,
+   rounded once, into out[0 .. nout). Gradients are already divided by the
+   global count, so the sum is a mean's size and does not overflow where
+   the parts do not. */
+static void mirror__sum_half_chunk(float *acc, uint16_t *const *in, size_t nin, uint16_t *const *out, size_t nout,
+                                   size_t begin, size_t len, int f)
+{
+    size_t i, r;
+    for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(in[0][begin + i], f);
+    for (r = 1; r < nin; r++) {
+        const uint16_t *b = in[r] + begin;
+        for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
+    }
+    for (r = 0; r < nout; r++)
+        for (i = 0; i < len; i++) out[r][begin + i] = mirror_hd_narrow(acc[i], f);
+}
+
+static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin, count, end;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    for (end = begin + count; begin < end; begin += MIRROR__REDUCE_CHUNK)
+        mirror__sum_half_chunk(acc, s->reduce_half, s->replicas, s->reduce_half, s->replicas, begin,
+                               MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin), s->reduce_format);
+}
+
+/* Replica `worker`'s slice of every replica's buffer, summed in replica
+   order into its own buffer alone. */
+static void mirror__cpu_reduce_scatter_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin = worker * s->reduce_slice, end = begin + s->reduce_slice, len;
+    for (; begin < end; begin += len) {
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        if (s->reduce_format)
+            mirror__sum_half_chunk(acc, (uint16_t *const *)s->reduce_any, s->replicas,
+                                   (uint16_t *const *)&s->reduce_any[worker], 1, begin, len, s->reduce_format);
+        else
+            mirror__sum_chunk(acc, (float *const *)s->reduce_any, s->replicas, (float *const *)&s->reduce_any[worker],
+                              1, begin, len);
+    }
+}
+
+/* Replica `worker`'s slice of its own buffer, into every other's. */
+static void mirror__cpu_all_gather_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    size_t r, bytes = s->reduce_slice * s->reduce_size;
+    const unsigned char *from = (const unsigned char *)s->reduce_any[worker] + worker * bytes;
+    for (r = 0; r < s->replicas; r++)
+        if (r != worker) memcpy((unsigned char *)s->reduce_any[r] + worker * bytes, from, bytes);
+}
+
+static void mirror__cpu_broadcast_job(void *ctx, size_t worker)
+{
+    mirror_strategy *s = (mirror_strategy *)ctx;
+    size_t begin, count, r;
+    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    for (r = 0; r < s->replicas; r++)
+        if (r != s->reduce_root && count)
+            memcpy(s->reduce_bufs[r] + begin, s->reduce_bufs[s->reduce_root] + begin,
+                   count * sizeof(float));
+}
 
 static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
@@ -4231,37 +5010,1356 @@ static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered",
                                                     mirror__cpu_reduce_scatter,
                                                     mirror__cpu_all_gather};
 
-#ifdef MIRROR_CUDA
-/* In mirror_cuda.h. Whether the machine has no GPU to use: no driver, a
-   driver too old, or no device (the reason into why). */
-static int mirror__cuda_absent(char *why, size_t size);
-/* Sets s up for GPU replicas: spec is a "cuda..." device list, or NULL for
-   every visible GPU (count > 0: count replicas, on the GPUs in turn when
-   there are more replicas than GPUs); sets replicas, devices, backend,
-   reducer and gpu. On failure s is left as it was and err says why. */
-static int mirror__cuda_setup(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
-static void mirror__cuda_teardown(mirror_strategy *s);
-/* The calling thread's current GPU, and setting it back: mirror's calls
-   leave the caller's device as they found it. */
-static int mirror__cuda_current(void);
-static void mirror__cuda_restore(int device);
-#endif
+static int mirror__check_bufs(float *const *bufs, size_t replicas, size_t n, const char *what,
+                              mirror_error *err)
+{
+    size_t r;
+    if (!bufs) return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: bufs is NULL", what);
+    for (r = 0; r < replicas && n; r++)
+        if (!bufs[r]) return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: bufs[%zu] is NULL", what, r);
+    return MIRROR_OK;
+}
 
+MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n)
+{
+    int rc;
+    if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_all_reduce_sum: strategy is NULL");
+    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_all_reduce_sum", NULL)) ||
+        (rc = mirror__enter(s, NULL, "mirror_all_reduce_sum")))
+        return rc;
+    rc = n ? s->reducer->all_reduce_sum(s, bufs, n, NULL) : MIRROR_OK;
+    mirror__leave(s);
+    return rc;
+}
+
+MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
+{
+    int rc;
+    if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: strategy is NULL");
+    if (root >= s->world)
+        return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: root %zu of %zu replicas",
+                             root, s->world);
+    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL)) ||
+        (rc = mirror__enter(s, NULL, "mirror_broadcast")))
+        return rc;
+    rc = n ? s->reducer->broadcast(s, bufs, n, root, NULL) : MIRROR_OK;
+    mirror__leave(s);
+    return rc;
+}
+
+/* Deterministic mode's sum, over every chunk's gradient arena of every
+   replica of every process in chunk order (onto the total of the
+   micro-batches before: `onto`), into every replica's r->grads; mixed
+   precision then narrows that total into the 16-bit gradient. The sum is
+   the strategy's fp32 sum of the list of chunk arenas in list order: in
+   one process its reducer's sum_list (CPU: the threads' element ranges;
+   GPUs: on the first GPU, as the copy reducer sums), across processes the
+   rank-order fold, which starts on rank 0 from the total before. */
+static int mirror__sum_chunks(mirror_model *m, int onto)
+{
+    mirror_strategy *s = m->s;
+    size_t r, q, nin = 0;
+    int rc = MIRROR_OK;
+    if (onto && s->rank == 0) m->chunk_owner[nin] = 0, m->chunk_in[nin++] = m->rep[0].grads;
+    for (r = 0; r < s->replicas; r++)
+        for (q = 0; q < m->rep[r].nchunks; q++)
+            m->chunk_owner[nin] = r, m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
 #ifdef MIRROR_MPI
-/* In >>processes: joins the processes (MPI, the communicator, the rank and
-   the local rank) before the devices are chosen; then, with the devices,
-   counts every process's replicas and sets the reducer across them; and
-   leaves them. */
-static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
-static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err);
-static void mirror__mpi_teardown(mirror_strategy *s);
-#ifdef MIRROR_CUDA
-/* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
-   one NCCL communicator over every GPU of every process. */
-static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char *spec, size_t size);
-static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err);
+    s->fold_in = m->chunk_in;
+    s->fold_count = nin;
+    if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
 #endif
+    if (s->processes == 1)
+        rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
+    for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
+        m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nslots, m->format);
+    return rc;
+}
+
+/* The all-reduce of a step's gradients (on CPU replicas in one process,
+   fp32's happens inside the sharded update instead; deterministic mode's
+   is mirror__sum_chunks, after each micro-batch). With several processes
+   it always runs, carrying this process's result so far and its stop flag
+   to the others (see >>processes): a failure anywhere fails the step
+   everywhere. */
+static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
+{
+    mirror_strategy *s = m->s;
+#ifdef MIRROR_MPI
+    if (s->processes > 1) {
+        int reduced;
+        s->status = rc;
+        s->stop_asked = m->stop && *m->stop;
+        reduced = m->chunk    ? mirror__sum_chunks(m, onto)
+                  : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
+                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
+        return reduced ? reduced : rc; /* this process's own failure fails its step too */
+    }
 #endif
+    if (m->bucketed) { /* summed in buckets during backward: what follows waits for them */
+        size_t r;
+        for (r = 0; r < s->replicas; r++) m->be->buckets_done(m->rep[r].dev);
+        return rc;
+    }
+    if (rc) return rc;
+    if (m->chunk) return mirror__sum_chunks(m, onto);
+    if (m->sliced) /* each replica's slice alone: see mirror__sliced_update */
+        return m->format ? s->reducer->reduce_scatter(s, (void *const *)m->grad16_bufs, m->slice, m->format, &m->err)
+                         : s->reducer->reduce_scatter(s, (void *const *)m->grad_bufs, m->slice, 0, &m->err);
+    if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
+    return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
+}
+
+/* What rank 0 alone does (saving a checkpoint): whether this process is
+   the one, and its result for every process. One process: it is, and the
+   result is its own. */
+static int mirror__leads(const mirror_model *m) { return m->s->rank == 0; }
+
+static int mirror__from_leader(mirror_model *m, int rc)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_share(m->s, rc, &m->err);
+#endif
+    (void)m;
+    return rc;
+}
+
+/* What every process does that may fail in one (loading a checkpoint):
+   failed anywhere, it fails everywhere. */
+static int mirror__all_agree(mirror_model *m, int rc)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_agree(m->s, rc, &m->err);
+#endif
+    (void)m;
+    return rc;
+}
+
+/* This process's metric sums into every process's (one process: as they are). */
+static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_sum_metrics(m->s, sum, &m->err);
+#endif
+    (void)m, (void)sum;
+    return MIRROR_OK;
+}
+
+// >>loss scaling ------------------------------------------------------------
+/* The loss scaler's settings make sense: a message into err, or MIRROR_OK. */
+static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *err)
+{
+    const mirror_loss_scale_desc *ls = &d->loss_scale;
+    if ((int)d->precision < 0 || d->precision > MIRROR_PRECISION_BF16)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: unknown precision %d",
+                             (int)d->precision);
+    if (d->precision == MIRROR_PRECISION_FP32) {
+        if (ls->kind != MIRROR_SCALE_DEFAULT && ls->kind != MIRROR_SCALE_NONE)
+            return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                                 "mirror_model_create: loss scaling needs precision fp16 or bf16 "
+                                 "(fp32 gradients do not underflow)");
+        return MIRROR_OK;
+    }
+    if ((int)ls->kind < 0 || ls->kind > MIRROR_SCALE_NONE)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: unknown loss scaling %d",
+                             (int)ls->kind);
+    if (mirror__bad_float(ls->min_scale, 1e-30f, 1e30f) || mirror__bad_float(ls->max_scale, ls->min_scale, 1e30f) ||
+        (ls->kind == MIRROR_SCALE_NONE && ls->init_scale != 1.0f) ||
+        /* a static scale below min_scale underflows the gradients to zero:
+           it would train nothing, without an error */
+        (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, ls->min_scale, 1e30f)
+                                         : mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale)) ||
+        mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
+        mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_model_create: loss scale settings out of range (%s scaling, "
+                             "init %g in [min %g, max %g], growth %g > 1, backoff %g in (0, 1))",
+                             mirror_loss_scaling_name(ls->kind), (double)ls->init_scale,
+                             (double)ls->min_scale, (double)ls->max_scale, (double)ls->growth_factor,
+                             (double)ls->backoff_factor);
+    return MIRROR_OK;
+}
+
+MIRROR_API const char *mirror_loss_scaling_name(mirror_loss_scaling k)
+{
+    switch (k) {
+    case MIRROR_SCALE_DEFAULT: return "default";
+    case MIRROR_SCALE_DYNAMIC: return "dynamic";
+    case MIRROR_SCALE_STATIC: return "static";
+    case MIRROR_SCALE_NONE: return "none";
+    }
+    return "unknown";
+}
+
+/* Every replica's loss scaler state from st. */
+static int mirror__set_scaler(mirror_model *m, const mirror_loss_scale_state *st)
+{
+    size_t r;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        m->be->host_wait(p->dev);
+        *p->host_scaler = *st;
+        m->be->upload(p->dev, p->scaler, p->host_scaler, sizeof *st);
+        m->be->host_wait(p->dev);
+    }
+    return mirror__device_status(m);
+}
+
+/* Replica 0's loss scaler state into *st (waits for the device). */
+static int mirror__get_scaler(mirror_model *m, mirror_loss_scale_state *st)
+{
+    mirror__replica *p = &m->rep[0];
+    m->be->bind(p->dev);
+    m->be->download(p->dev, p->host_scaler, p->scaler, sizeof *st);
+    *st = *p->host_scaler;
+    return mirror__device_status(m);
+}
+
+static int mirror__loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_loss_scale_get"))) return rc;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_loss_scale_get: out is NULL");
+    if (!m->format)
+        return mirror__fail(m, MIRROR_ERR_STATE, "mirror_loss_scale_get: an fp32 model has no loss scaler");
+    return mirror__get_scaler(m, out);
+}
+
+MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
+{
+    MIRROR__LOCKED(m, "mirror_loss_scale_get", mirror__loss_scale_get(m, out));
+}
+
+/* After a skipped step, with report_nonfinite: the first layer, from the
+   loss back, and the first replica whose own gradient (before the
+   all-reduce) is not finite in 16 bits. Waits for the device. */
+static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_state *st)
+{
+    char msg[256];
+    size_t i, r, q, j, found_layer = m->nlayers, found_rep = 0;
+    float *host = (float *)mirror__alloc(m->nslots, sizeof(float));
+    if (!host) {
+        mirror__log(MIRROR_LOG_NOTICE, "a step was skipped; no memory to find the non-finite layer");
+        return;
+    }
+    for (r = 0; r < m->s->replicas; r++) /* the replica's own gradient: in deterministic mode, its chunks' */
+        for (q = 0; q < mirror__nchunks(m, &m->rep[r]); q++) {
+            m->be->download(m->rep[r].dev, host, mirror__chunk_grads(m, &m->rep[r], q), m->nslots * sizeof(float));
+            for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
+                const mirror__layer *l = &m->layers[i];
+                for (j = 0; j < l->n_w + l->n_b; j++)
+                    if (!mirror_hd_finite(mirror_hd_round(host[j < l->n_w ? l->w_off + j : l->b_off + j - l->n_w],
+                                                          m->format)))
+                        break;
+                if (j < l->n_w + l->n_b) {
+                    found_layer = i;
+                    found_rep = r;
+                    break;
+                }
+            }
+        }
+    MIRROR_FREE(host);
+    if (found_layer < m->nlayers)
+        snprintf(msg, sizeof msg,
+                 "step %llu skipped: the gradient of layer %zu (%s) on replica %zu is not finite; "
+                 "loss scale %g -> %g",
+                 (unsigned long long)m->steps, found_layer, mirror__kind_names[m->layers[found_layer].kind],
+                 found_rep, (double)st->last_scale, (double)st->scale);
+    else
+        snprintf(msg, sizeof msg,
+                 "step %llu skipped: every replica's gradient is finite, their sum is not; "
+                 "loss scale %g -> %g",
+                 (unsigned long long)m->steps, (double)st->last_scale, (double)st->scale);
+    mirror__log(MIRROR_LOG_NOTICE, msg);
+}
+
+/* fp32, where the host reads the device: a non-finite step fails the call.
+   Its guard is cleared and the step count goes back to the steps applied,
+   so that the model goes on (if asked to) from the last finite step. */
+static int mirror__guard_verdict(mirror_model *m, const char *what)
+{
+    mirror_loss_scale_state st;
+    int rc;
+    if ((rc = mirror__get_scaler(m, &st)) || !st.found_nonfinite) return rc;
+    m->steps = st.applied;
+    st.found_nonfinite = 0;
+    if ((rc = mirror__set_scaler(m, &st))) return rc;
+    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                        "%s: step %llu: the loss or the reduced gradient is not finite (Inf or NaN): the data holds "
+                        "Inf or NaN, or training diverged (too high a learning rate?); nothing of that step was "
+                        "applied, the parameters are those after step %llu",
+                        what, (unsigned long long)st.applied + 1, (unsigned long long)st.applied);
+}
+
+/* Where the host reads the device anyway: in fp32 the guard's verdict; in
+   mixed precision the step fails once max_consecutive_skips steps in a row
+   were skipped. */
+static int mirror__scaler_verdict(mirror_model *m, const char *what)
+{
+    mirror_loss_scale_state st;
+    const mirror_loss_scale_desc *d = &m->desc.loss_scale;
+    int rc;
+    if (!m->format) return mirror__guard_verdict(m, what);
+    if ((rc = mirror__get_scaler(m, &st))) return rc;
+    if (st.consecutive_skips < d->max_consecutive_skips) return MIRROR_OK;
+    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                        "%s: the last %u steps were skipped, their gradients not finite (loss scale %g, "
+                        "%s scaling, minimum %g): the model diverged or the data holds Inf or NaN; "
+                        "parameters are those of the last finite step",
+                        what, st.consecutive_skips, (double)st.scale, mirror_loss_scaling_name(d->kind),
+                        (double)d->min_scale);
+}
+
+// >>optimizers --------------------------------------------------------------
+/* The floats of optimizer state a replica holds: every parameter's, or
+   (sliced) its slice's alone. */
+static size_t mirror__state_floats(const mirror_model *m)
+{
+    return m->sliced && m->nslots ? m->nstate / m->nslots * m->slice : m->nstate;
+}
+
+/* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
+   second), at parameter slot off (in r's slice when sliced). */
+static float *mirror__state_at(const mirror_model *m, const mirror__replica *r, size_t c, size_t off)
+{
+    if (!m->sliced) return r->state + c * m->nslots + off;
+    return r->state + c * m->slice + (off - (size_t)(r - m->rep) * m->slice);
+}
+
+/* A schedule's parameters, each in its range. */
+static int mirror__check_schedule(const mirror_optimizer_desc *o, mirror_error *err)
+{
+    const char *why = NULL;
+    if ((int)o->schedule < 0 || o->schedule > MIRROR_LR_CALLBACK)
+        why = "unknown schedule";
+    else if (o->schedule == MIRROR_LR_STEP && !o->step_size)
+        why = "MIRROR_LR_STEP needs step_size >= 1";
+    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float(o->gamma, 1e-30f, 1.0f))
+        why = "MIRROR_LR_STEP needs gamma in (0, 1]";
+    else if (o->schedule == MIRROR_LR_COSINE && o->total_steps <= o->warmup)
+        why = "MIRROR_LR_COSINE needs total_steps beyond the warmup";
+    else if (o->schedule == MIRROR_LR_COSINE && mirror__bad_float(o->min_lr, 0.0f, o->lr))
+        why = "MIRROR_LR_COSINE needs min_lr in [0, lr]";
+    else if (o->schedule == MIRROR_LR_CALLBACK && !o->lr_fn)
+        why = "MIRROR_LR_CALLBACK needs lr_fn";
+    if (!why) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                         "mirror_model_create: learning-rate schedule: %s (schedule %d, step_size %llu, gamma %g, "
+                         "warmup %llu, total_steps %llu, min_lr %g, lr %g)",
+                         why, (int)o->schedule, (unsigned long long)o->step_size, (double)o->gamma,
+                         (unsigned long long)o->warmup, (unsigned long long)o->total_steps, (double)o->min_lr,
+                         (double)o->lr);
+}
+
+/* The learning rate of step s >= 1 into *lr: a callback's must be a
+   finite rate >= 0. */
+static int mirror__schedule(mirror_model *m, uint64_t s, float *lr)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    float called = o->schedule == MIRROR_LR_CALLBACK ? o->lr_fn(o->lr_user, s) : 0.0f;
+    if (!(called >= 0.0f && called <= 3.4e38f))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "step %llu: the learning-rate callback returned %g: a rate must be finite and >= 0; "
+                            "nothing of that step was applied",
+                            (unsigned long long)s, (double)called);
+    *lr = mirror_hd_schedule_lr((int)o->schedule, o->lr, s, o->warmup, o->step_size, o->gamma, o->total_steps,
+                                o->min_lr, called);
+    return MIRROR_OK;
+}
+
+MIRROR_API float mirror_current_lr(mirror_model *m)
+{
+    float lr = 0.0f;
+    if (m && m->built) mirror__schedule(m, m->steps + 1, &lr);
+    return lr;
+}
+
+MIRROR_API float mirror_last_grad_norm(mirror_model *m)
+{
+    mirror_loss_scale_state st;
+    if (!m || !m->built || m->desc.optimizer.clip_norm <= 0.0f || mirror__get_scaler(m, &st)) return 0.0f;
+    return st.grad_norm;
+}
+
+/* The step's tick (mirror__tick) into replica r's device memory: the
+   update reads its learning rate and bias corrections there. */
+static void mirror__set_tick(mirror_model *m, mirror__replica *r)
+{
+    mirror__tick t;
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    memset(&t, 0, sizeof t);
+    t.step = m->steps, t.row0 = r->row0, t.lr = m->lr;
+    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &t.bc1, &t.bc2_sqrt);
+    m->be->set(r->dev, r->tick, &t, sizeof t);
+}
+
+/* The fp32 update of parameters [off, off + n) of replica r from its
+   reduced gradient, unless r's guard holds a non-finite step. */
+static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    const float *g = r->grads + off;
+    if (o->kind == MIRROR_OPT_SGD)
+        m->be->sgd(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler,
+                   r->tick, o->momentum, o->weight_decay, o->nesterov);
+    else
+        m->be->adam(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off), g, n,
+                    r->scaler, r->tick, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
+}
+
+/* Mixed precision, on replica r's device and stream, with no wait for it,
+   once r->scaler->found_nonfinite holds the step's verdict: the fused
+   update of parameters [off, off + n), which does nothing on a non-finite
+   step (the working copy is then as it was) and writes the working copy
+   the layers read in the same pass; then the scaler's update. */
+static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
+{
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    int f = m->format;
+    if (o->kind == MIRROR_OPT_SGD)
+        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
+                         r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
+                         o->nesterov);
+    else
+        m->be->adam_mixed(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off),
+                          r->work16 + off, r->grad16 + off, n, f, r->scaler, r->tick, o->beta1,
+                          o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
+    m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
+}
+
+/* Gradient clipping, when asked: replica r's norm of the whole reduced
+   gradient (every replica holds it: the same sums, the same norm) and its
+   factor, which the update then applies. */
+static void mirror__clip(mirror_model *m, mirror__replica *r)
+{
+    float max_norm = m->desc.optimizer.clip_norm;
+    if (max_norm > 0.0f)
+        m->be->clip(r->dev, r->scaler, m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, m->nslots,
+                    m->format, max_norm);
+}
+
+/* The update as the host queues it on replica r (no sharding): the check
+   of the whole reduced gradient, clipping, the optimizer. */
+static void mirror__queue_update(mirror_model *m, mirror__replica *r)
+{
+    if (m->format) {
+        m->be->check(r->dev, r->scaler, r->grad16, m->nslots, m->format);
+        mirror__clip(m, r);
+        mirror__update_mixed(m, r, 0, m->nslots);
+        return;
+    }
+    m->be->check32(r->dev, r->scaler, r->grads, m->nslots, r->tick);
+    mirror__clip(m, r);
+    mirror__update_fp32(m, r, 0, m->nslots);
+}
+
+/* The sharded update (ZeRO stage 1 on shared memory). Where every
+   replica's arenas are host memory (the CPU backend), replica w owns slice
+   w of the parameters (mirror_shard of nparams over the replicas): it sums
+   its slice of every replica's gradient in replica order (the
+   reduce-scatter: the additions of the all-reduce, so the same sums) and
+   checks it; with the verdict of every slice, it applies the optimizer to
+   that slice only, and copies the new values into the other replicas (the
+   all-gather). Two jobs, since the verdict needs every slice. Each parameter is updated once a
+   step rather than once per replica, the optimizer state lives once (every
+   replica's state pointer is replica 0's arena), and the replicas stay
+   bitwise equal: each slice is computed once, by one thread, and copied. */
+/* Copies parameters [off, off + n) of replica `from` (fp32 masters and, in
+   mixed precision, the working copy) into the others. */
+static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_t n)
+{
+    const mirror__replica *src = &m->rep[from];
+    size_t r;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *dst = &m->rep[r];
+        if (r == from || !n) continue;
+        memcpy(dst->params + off, src->params + off, n * sizeof(float));
+        if (!m->format) continue;
+        memcpy(dst->work16 + off, src->work16 + off, n * sizeof(uint16_t));
+    }
+}
+
+/* First each replica checks its slice of the reduced gradient into
+   found[worker]. fp32 forms the slice here, the reduce-scatter: the sum of
+   every replica's slice in replica order (the additions of the all-reduce,
+   so the same sums), written back into every replica's gradient arena, as
+   after an all-reduce. Mixed precision checks the 16-bit all-reduce's. */
+static void mirror__sharded_check_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    mirror_loss_scale_state st = *r->scaler;
+    float acc[MIRROR__REDUCE_CHUNK];
+    size_t begin, count, end, len;
+    int finite = 1;
+    if (m->trace_steps) m->be->mark(r->dev, 4);
+    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
+    if (m->format) {
+        st.found_nonfinite = 0;
+        m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
+        m->found[worker] = st.found_nonfinite;
+        if (m->trace_steps) m->be->mark(r->dev, 5);
+        return;
+    }
+    if (m->s->processes > 1 || m->chunk) { /* the reduction across processes (or chunks) has summed it already */
+        m->found[worker] = !mirror__all_finite(r->grads + begin, count);
+        if (m->trace_steps) m->be->mark(r->dev, 5);
+        return;
+    }
+    for (end = begin + count; begin < end; begin += len) {
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, m->grad_bufs, m->s->replicas, begin, len);
+        finite &= mirror__all_finite(acc, len);
+    }
+    m->found[worker] = !finite;
+    if (m->trace_steps) m->be->mark(r->dev, 5);
+}
+
+/* Then every replica takes the verdict of all slices into its guard or
+   scaler, updates its own slice (nothing on a non-finite step) and copies
+   the slice into the others (the all-gather). */
+static void mirror__sharded_update_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    size_t begin, count, end, len, i;
+    uint32_t found = 0;
+    if (m->trace_steps) m->be->mark(r->dev, 6);
+    mirror__set_tick(m, r);
+    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
+    for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
+    if (m->format) {
+        r->scaler->found_nonfinite |= found;
+        mirror__clip(m, r);
+        mirror__update_mixed(m, r, begin, count);
+        mirror__gather_slice(m, worker, begin, count);
+        if (m->trace_steps) m->be->mark(r->dev, 7);
+        return;
+    }
+    mirror_hd_guard(r->scaler, !found, m->steps);
+    mirror__clip(m, r);
+    for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
+        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
+        mirror__update_fp32(m, r, begin, len);
+        mirror__gather_slice(m, worker, begin, len);
+    }
+    if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+/* The sharded update across devices (ZeRO stage 1, where the replicas'
+   arenas are apart: GPUs). The reduce-scatter has left replica r the sum
+   of slice r of the gradient (slots [r slice, (r + 1) slice)). Each
+   replica checks its slice and sums its squares (slice_stats); the
+   reducer adds those two floats over the replicas, and every replica
+   takes the whole gradient's verdict and norm from them (slice_verdict).
+   Then replica r applies the optimizer to slice r alone, with the state of
+   that slice alone (1/R of the state per replica), and the all-gather
+   copies each slice into the others: the fp32 parameters, or in mixed
+   precision the 16-bit working copy, which the layers read. The fp32 masters of mixed precision stay on
+   their slice's owner: whatever reads them (the API, checkpoints) takes
+   each slice from its owner (mirror__download_arena). The sums are the
+   reducer's all-reduce sums, and each slice is updated once, so the
+   parameters are those of the update without sharding; only the clipping
+   norm adds its squares in another order (outside deterministic mode). */
+/* Whether the clipping norm is summed slice by slice. Deterministic mode's
+   gradient is whole on every replica (mirror__sum_chunks): its norm is
+   taken over the whole, in one order whatever the replica count. */
+static int mirror__slice_norm(const mirror_model *m) { return m->desc.optimizer.clip_norm > 0.0f && !m->chunk; }
+
+static void mirror__slice_stats_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    size_t begin = worker * m->slice;
+    m->be->bind(r->dev);
+    if (m->trace_steps) m->be->mark(r->dev, 6);
+    m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
+                       m->slice, m->format, r->scaler, mirror__slice_norm(m));
+}
+
+static void mirror__slice_update_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    const mirror_optimizer_desc *o = &m->desc.optimizer;
+    m->be->bind(r->dev);
+    mirror__set_tick(m, r);
+    m->be->slice_verdict(r->dev, r->scaler, r->stats, r->tick, m->format, mirror__slice_norm(m) ? o->clip_norm : 0.0f);
+    if (m->chunk) mirror__clip(m, r);
+    if (m->format) {
+        mirror__update_mixed(m, r, worker * m->slice, m->slice);
+        return;
+    }
+    mirror__update_fp32(m, r, worker * m->slice, m->slice);
+}
+
+static void mirror__slice_gathered_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[worker];
+    m->be->bind(r->dev);
+    if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+static int mirror__sliced_update(mirror_model *m, mirror__job *job)
+{
+    mirror_strategy *s = m->s;
+    int rc;
+    mirror__run(&s->team, mirror__slice_stats_job, job);
+    if ((rc = s->reducer->all_reduce_sum(s, m->stats_bufs, 2, &m->err))) {
+        m->steps--; /* nothing of the step applied */
+        return rc;
+    }
+    mirror__run(&s->team, mirror__slice_update_job, job);
+    rc = m->format ? s->reducer->all_gather(s, (void *const *)m->work16_bufs, m->slice, sizeof(uint16_t), &m->err)
+                   : s->reducer->all_gather(s, (void *const *)m->param_bufs, m->slice, sizeof(float), &m->err);
+    mirror__run(&s->team, mirror__slice_gathered_job, job);
+    return rc;
+}
+
+MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m)
+{
+    mirror_loss_scale_state st;
+    if (!m || !m->built || !m->format) return m ? m->steps : 0;
+    return mirror__get_scaler((mirror_model *)m, &st) == MIRROR_OK ? st.applied : 0;
+}
+
+// >>step --------------------------------------------------------------------
+/* mirror_train_step: validate on the caller's thread, then three jobs on
+   the replica threads: forward + backward on each shard, the all-reduce of
+   the gradient arenas, and the optimizer update on every replica. */
+
+/* Checks a batch against the model: sizes, pointers and every label. */
+static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const char *what, int need_y)
+{
+    size_t i;
+    int rc;
+    if ((rc = mirror__check_built(m, what))) return rc;
+    if (!b) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch is NULL", what);
+    if (b->n && !b->x) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.x is NULL", what);
+    if (!b->index && b->rows && b->rows < b->n) /* sample i is row i: the buffers end before the samples do */
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "%s: batch.n is %zu but batch.rows only %zu (without an index sample i is row i: "
+                            "n must be at most rows, or rows 0)",
+                            what, b->n, b->rows);
+    for (i = 0; b->index && i < b->n; i++)
+        if (b->index[i] >= b->rows)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: index[%zu] = %zu is outside the %zu rows",
+                                what, i, b->index[i], b->rows);
+    if (!need_y || !b->n) return MIRROR_OK;
+    if (m->desc.loss == MIRROR_LOSS_MSE) {
+        if (!b->targets)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.targets is NULL (MSE loss)", what);
+        return MIRROR_OK;
+    }
+    if (!b->labels)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.labels is NULL (softmax cross-entropy)",
+                            what);
+    for (i = 0; i < b->n; i++) {
+        int32_t y = b->labels[b->index ? b->index[i] : i];
+        if (y < 0 || (size_t)y >= m->out_size)
+            return mirror__fail(m, MIRROR_ERR_LABEL, "%s: label %ld of sample %zu is outside [0, %zu)",
+                                what, (long)y, i, m->out_size);
+    }
+    return MIRROR_OK;
+}
+
+static void mirror__metrics_add(mirror_metrics *acc, double loss_sum, size_t correct, size_t count)
+{
+    acc->loss_sum += loss_sum;
+    acc->correct += correct;
+    acc->count += count;
+}
+
+/* The metric sums of every replica, added in replica order. */
+static void mirror__collect(const mirror_model *m, mirror_metrics *acc)
+{
+    size_t r;
+    for (r = 0; r < m->s->replicas; r++)
+        mirror__metrics_add(acc, m->rep[r].loss_sum, m->rep[r].correct_sum, m->rep[r].count);
+}
+
+/* ---- the step's timing marks (read in >>inspection) ---- */
+
+typedef struct mirror__span {
+    uint64_t step;
+    uint32_t replica, phase;
+    double t0, t1; /* seconds since timing began */
+} mirror__span;
+
+static void mirror__span_push(mirror_model *m, uint64_t step, size_t replica, int phase, double t0, double t1)
+{
+    mirror__span *sp = &m->spans[m->span_next];
+    sp->step = step, sp->replica = (uint32_t)replica, sp->phase = (uint32_t)phase;
+    sp->t0 = t0 - m->t_origin, sp->t1 = t1 - m->t_origin;
+    m->span_next = (m->span_next + 1) % m->span_cap;
+    if (m->span_count < m->span_cap) m->span_count++;
+}
+
+/* After a compute job: each replica's gather, forward and backward. */
+static void mirror__mark_compute(mirror_model *m, uint64_t step)
+{
+    double t[MIRROR__MARKS];
+    size_t r;
+    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+        m->be->marks(m->rep[r].dev, t, 4);
+        mirror__span_push(m, step, r, MIRROR_PHASE_GATHER, t[0], t[1]);
+        mirror__span_push(m, step, r, MIRROR_PHASE_FORWARD, t[1], t[2]);
+        mirror__span_push(m, step, r, MIRROR_PHASE_BACKWARD, t[2], t[3]);
+    }
+}
+
+/* Whether the all-reduce's edges are marked by the replicas' own jobs (the
+   sharded update's reduce-scatter); else the host marks them on every
+   replica around the reducer (mirror__mark_reduce). */
+static int mirror__reduce_in_jobs(const mirror_model *m)
+{
+    return m->sharded && !m->format && m->s->processes == 1 && !m->chunk;
+}
+
+static void mirror__mark_reduce(mirror_model *m, int slot)
+{
+    size_t r;
+    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
+        m->be->mark(m->rep[r].dev, slot);
+}
+
+/* After the update: each replica's all-reduce and update. */
+static void mirror__mark_update(mirror_model *m, uint64_t step)
+{
+    double t[MIRROR__MARKS];
+    size_t r;
+    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+        m->be->marks(m->rep[r].dev, t, MIRROR__MARKS);
+        mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
+        mirror__span_push(m, step, r, MIRROR_PHASE_UPDATE, t[6], t[7]);
+    }
+}
+
+/* Sample `row` of the dataset, augmented into dst (every channel alike). */
+static void mirror__augment_row(const mirror_model *m, const mirror__job *job, size_t row, const float *src,
+                                float *dst)
+{
+    size_t c, y, x, h = m->desc.height, w = m->desc.width;
+    long dy, dx;
+    int flipped;
+    mirror_hd_augment_draw(job->augment_key, row, job->augment_pad, job->augment_flip, &dy, &dx, &flipped);
+    for (c = 0; c < m->desc.channels; c++, src += h * w)
+        for (y = 0; y < h; y++)
+            for (x = 0; x < w; x++) *dst++ = mirror_hd_augment_pixel(src, h, w, y, x, dy, dx, flipped);
+}
+
+/* Copies replica r's shard of the job's chunk into its arenas: gathered
+   row by row into the replica's host buffers, then one upload each. The
+   buffers come in two slots, taken in turn: while a GPU still computes on
+   the last shard's slot, this one's copies run beside it. The input goes
+   up in fp32; in mixed precision the device narrows it into the 16-bit
+   input (the host gathers, the GPU converts). */
+static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
+{
+    const mirror_model *m = job->m;
+    const mirror_batch *b = job->batch;
+    size_t i, in = m->in_size, out = m->out_size, S = r->count;
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT, slot = r->slot ^= 1;
+    float *targets = r->host_targets[slot], *x = r->host_x[slot];
+    int32_t *labels = r->host_labels[slot];
+    m->be->stage(r->dev, slot);
+    for (i = 0; i < S; i++) {
+        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
+        if (job->augment_flip || job->augment_pad)
+            mirror__augment_row(m, job, row, b->x + row * in, x + i * in);
+        else
+            memcpy(x + i * in, b->x + row * in, in * sizeof(float));
+        if (!with_y) continue;
+        if (ce)
+            labels[i] = b->labels[row];
+        else
+            memcpy(targets + i * out, b->targets + row * out, out * sizeof(float));
+    }
+    r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
+    if (!m->format) r->input = r->in_x[slot];
+    if (S) m->be->upload_staged(r->dev, r->in_x[slot], x, S * in * sizeof(float));
+    if (S && with_y && ce) m->be->upload_staged(r->dev, r->labels, labels, S * sizeof(int32_t));
+    if (S && with_y && !ce) m->be->upload_staged(r->dev, r->targets, targets, S * out * sizeof(float));
+    m->be->staged(r->dev, slot);
+    if (S && m->format) m->be->narrow(r->dev, (uint16_t *)r->input, r->in_x[slot], S * in, m->format);
+}
+
+/* The loss layer: per-sample loss, correct flags and the output gradient
+   (divided by the global count) into delta[0]. The sums stay on the
+   device (r->acc), or are wanted now: mirror__take_loss reads them, once
+   the backward pass is queued behind them (a GPU then computes on while
+   the host waits for the copy). */
+static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count, int now)
+{
+    const void *z = mirror__act(r, &m->layers[m->nlayers - 1]);
+    size_t S = r->count;
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    if (!S) return;
+    const float *scale = m->format ? &r->scaler->scale : NULL; /* the loss scale */
+    if (ce)
+        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size, inv_count,
+                          scale);
+    else
+        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count, scale);
+    if (!now) m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
+}
+
+/* The loss and correct sums of the shard into r->loss_sum and
+   r->correct_sum (waits for the device). */
+static void mirror__take_loss(const mirror_model *m, mirror__replica *r)
+{
+    size_t i, S = r->count;
+    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    if (!S) return;
+    m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
+    for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
+    if (!ce) return;
+    m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
+    for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
+}
+
+/* A training pass as the host queues it (no batchnorm: in one piece). */
+static void mirror__queue_pass(mirror_model *m, mirror__replica *r, const mirror__job *job)
+{
+    mirror__forward(m, r, r->count, 0, m->nlayers);
+    mirror__loss(m, r, job->inv_count, job->metrics_now);
+    mirror__backward(m, r, r->count, job->accumulate, m->nlayers - 1, (size_t)-1);
+}
+
+/* Frees one of replica r's graphs (and the emulation's copies). */
+static void mirror__graph_clear(mirror_model *m, mirror__replica *r, mirror__graph *g)
+{
+    if (g->graph && m->be->graph_free) m->be->graph_free(r->dev, g->graph);
+    MIRROR_FREE(g->m_at);
+    MIRROR_FREE(g->m_run);
+    MIRROR_FREE(g->r_at);
+    MIRROR_FREE(g->job_at);
+    memset(g, 0, sizeof *g);
+}
+
+/* The place of the key among r's graphs: its own, else a free one, else
+   the one least recently used (its graph freed). An update's key is its
+   kind alone. */
+static mirror__graph *mirror__graph_of(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
+{
+    mirror__graph key, *g, *pick = &r->graph[0];
+    size_t k;
+    memset(&key, 0, sizeof key);
+    key.kind = kind;
+    if (kind == MIRROR__PASS_GRAPH) {
+        key.count = r->count, key.inv_count = job->inv_count;
+        key.slot = r->slot, key.accumulate = job->accumulate, key.metrics_now = job->metrics_now;
+    }
+    for (k = 0; k < MIRROR__GRAPHS; k++) {
+        g = &r->graph[k];
+        if (g->seen && g->kind == key.kind && g->count == key.count && g->inv_count == key.inv_count &&
+            g->slot == key.slot && g->accumulate == key.accumulate && g->metrics_now == key.metrics_now)
+            return g;
+        if (pick->seen && (!g->seen || g->used < pick->used)) pick = g;
+    }
+    mirror__graph_clear(m, r, pick);
+    *pick = key;
+    return pick;
+}
+
+/* What a graph of that kind records, as the host queues it. */
+static void mirror__queue(int kind, mirror_model *m, mirror__replica *r, const mirror__job *job)
+{
+    if (kind == MIRROR__PASS_GRAPH)
+        mirror__queue_pass(m, r, job);
+    else
+        mirror__queue_update(m, r);
+}
+
+/* The emulation's graph: the model, replica and job as at capture, and a
+   scratch model for the replays. */
+static void *mirror__emulated_capture(const mirror_model *m, const mirror__replica *r, const mirror__job *job,
+                                      mirror__graph *g)
+{
+    g->m_at = (mirror_model *)mirror__alloc(1, sizeof *m);
+    g->m_run = (mirror_model *)mirror__alloc(1, sizeof *m);
+    g->r_at = (mirror__replica *)mirror__alloc(1, sizeof *r);
+    g->job_at = (mirror__job *)mirror__alloc(1, sizeof *job);
+    if (!g->m_at || !g->m_run || !g->r_at || !g->job_at) return NULL;
+    *g->m_at = *m, *g->r_at = *r, *g->job_at = *job;
+    return g->m_at;
+}
+
+/* Queues the work again from the state at capture, as a graph replays
+   what was recorded then (a value the host changed since is not seen). */
+static void mirror__emulated_launch(const mirror__graph *g)
+{
+    mirror__replica at = *g->r_at;
+    mirror__job job = *g->job_at;
+    *g->m_run = *g->m_at;
+    job.m = g->m_run;
+    mirror__queue(g->kind, g->m_run, &at, &job);
+}
+
+/* A training pass or an update through graphs: the first time its key
+   comes the work is queued as usual (a warm-up: libraries set up their
+   kernels then), the second time it is recorded, and from then on the
+   graph replays it. A pass's key holds every value it is queued with that
+   changes from step to step on the host: the shard's size, the input
+   slot, the loss's divisor, accumulation and the metrics' path. The step
+   and the shard's first row (dropout's masks) and the update's learning
+   rate and bias corrections are read from device memory (r->tick). */
+static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
+{
+    mirror__graph *g = mirror__graph_of(m, r, job, kind);
+    g->used = ++r->passes;
+    if (!g->graph && !g->failed && g->seen++ >= 1) {
+        if (!m->be->capture_begin) {
+            g->graph = mirror__emulated_capture(m, r, job, g);
+            g->failed = !g->graph;
+        } else {
+            int began = m->be->capture_begin(r->dev);
+            if (began > 0) {
+                mirror__queue(kind, m, r, job);
+                g->graph = m->be->capture_end(r->dev);
+            }
+            if (began < 0) g->seen--; /* not now (a failure waits to be reported): the next visit tries */
+            g->failed = began == 0 || (began > 0 && !g->graph);
+        }
+    }
+    if (!g->graph)
+        mirror__queue(kind, m, r, job);
+    else if (m->be->graph_launch)
+        m->be->graph_launch(r->dev, g->graph);
+    else
+        mirror__emulated_launch(g);
+}
+
+/* Replica `worker`: its shard in, forward, then the loss and backward, or
+   the outputs out for predict. */
+static void mirror__compute_job(void *ctx, size_t worker)
+{
+    const mirror__job *job = (const mirror__job *)ctx;
+    mirror_model *m = job->m;
+    mirror__replica *r = &m->rep[worker];
+    size_t from = job->from;
+    m->be->bind(r->dev);
+    if (job->start) {
+        mirror__rows_of(m, job->n, m->s->first + worker, &r->begin, &r->count, &r->chunk0, &r->nchunks);
+        r->row0 = job->row0 + job->offset + r->begin;
+        r->training = job->mode == MIRROR__TRAIN;
+        r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
+        if (m->trace_steps) m->be->mark(r->dev, 0);
+        mirror__load_shard(job, r);
+        if (r->training && m->dropouts) { /* the update writes its own fields later */
+            mirror__tick t;
+            memset(&t, 0, sizeof t);
+            t.step = m->steps + 1, t.row0 = r->row0;
+            m->be->set(r->dev, r->tick, &t, sizeof t);
+        }
+        if (m->trace_steps) m->be->mark(r->dev, 1);
+        r->loss_sum = 0.0;
+        r->correct_sum = 0;
+    }
+    if (m->graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
+        mirror__graph_step(m, r, job, MIRROR__PASS_GRAPH);
+        if (job->metrics_now) mirror__take_loss(m, r);
+        return;
+    }
+    if (!job->backward) {
+        mirror__forward(m, r, r->count, job->from, job->stop);
+        if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
+        if (m->trace_steps) m->be->mark(r->dev, 2);
+        if (job->mode == MIRROR__PREDICT) {
+            size_t n = r->count * m->out_size, i;
+            float *dst = job->predict_out + (job->offset + r->begin) * m->out_size;
+            if (n) m->be->download(r->dev, dst, mirror__act(r, &m->layers[m->nlayers - 1]), n * mirror__esize(m));
+            for (i = n; m->format && i-- > 0;) { /* 16-bit outputs, widened in place from the last */
+                uint16_t h;
+                memcpy(&h, (unsigned char *)dst + i * sizeof h, sizeof h);
+                dst[i] = mirror_hd_widen(h, m->format);
+            }
+            return;
+        }
+        mirror__loss(m, r, job->inv_count, job->metrics_now);
+        from = m->nlayers - 1;
+    }
+    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
+    /* the metrics, once the pass is done or, training, its backward queued to the end */
+    if (job->metrics_now && (job->mode != MIRROR__TRAIN || job->back_stop == (size_t)-1)) mirror__take_loss(m, r);
+    if (m->trace_steps) m->be->mark(r->dev, 3);
+}
+
+/* Replica `worker` applies the optimizer to its own copy, with the reduced
+   gradient: every replica the same update over every parameter. Each
+   replica checks the whole reduced gradient first (the same on every
+   replica, so every replica decides alike). */
+static void mirror__update_job(void *ctx, size_t worker)
+{
+    const mirror__job *job = (const mirror__job *)ctx;
+    mirror_model *m = job->m;
+    mirror__replica *r = &m->rep[worker];
+    m->be->bind(r->dev);
+    if (m->trace_steps) m->be->mark(r->dev, 6);
+    mirror__set_tick(m, r);
+    if (m->graphs && !m->trace_steps)
+        mirror__graph_step(m, r, job, MIRROR__UPDATE_GRAPH);
+    else
+        mirror__queue_update(m, r);
+    if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+/* The batchnorm layers where a training pass pauses: the first at or
+   after i (nlayers: none), the last below i ((size_t)-1: none).
+   Evaluation normalises by the running statistics and never pauses. */
+static size_t mirror__next_bn(const mirror_model *m, const mirror__job *job, size_t i)
+{
+    for (; job->mode == MIRROR__TRAIN && i < m->nlayers; i++)
+        if (m->layers[i].kind == MIRROR__BATCHNORM) return i;
+    return m->nlayers;
+}
+
+static size_t mirror__prev_bn(const mirror_model *m, size_t i)
+{
+    while (i-- > 0)
+        if (m->layers[i].kind == MIRROR__BATCHNORM) return i;
+    return (size_t)-1;
+}
+
+/* Sums v[n] over the processes, in rank order (one process: nothing). */
+static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char *what)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_sum_doubles(m->s, v, n, what, &m->err);
+#endif
+    (void)m, (void)v, (void)n, (void)what;
+    return MIRROR_OK;
+}
+
+/* The running statistics of layer l move toward the batch's, whose sum
+   and M2 over count values are in tot; a batch with a statistic that is not
+   finite leaves them as they were. */
+static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const double *tot, double count)
+{
+    size_t c, C = l->c;
+    float *mean = m->running + l->run_off, *var = mean + C;
+    double mu, v;
+    for (c = 0; c < C; c++) {
+        mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
+        if (!mirror_hd_finite((float)mu) || !mirror_hd_finite((float)v)) return;
+    }
+    for (c = 0; c < C; c++) {
+        mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
+        mean[c] = mirror_hd_bn_running(mean[c], (float)mu, l->momentum);
+        var[c] = mirror_hd_bn_running(var[c], (float)(count > 1.0 ? v * count / (count - 1.0) : v), l->momentum);
+    }
+    m->bn_stale = 1;
+}
+
+/* Slot u of a batch of n (bn_combine): chunk u in deterministic mode,
+   else global replica u's shard; its rows [*begin, *begin + the count
+   returned). */
+static size_t mirror__bn_slot_rows(const mirror_model *m, size_t n, size_t u, size_t *begin)
+{
+    size_t count;
+    if (!m->chunk) {
+        mirror_shard(n, m->s->world, u, begin, &count);
+        return count;
+    }
+    *begin = MIRROR__MIN(u * m->chunk, n);
+    return MIRROR__MIN(m->chunk, n - *begin);
+}
+
+/* Part b of a batchnorm layer's sums (2C doubles) onto part a, which holds
+   the na values before it: forward, each channel's sum and M2 merge
+   (mirror_hd_bn_merge), over na and nb values; backward, the sums of dy
+   and dy xhat add. */
+static void mirror__bn_add(double *a, const double *b, size_t C, int backward, double na, double nb)
+{
+    size_t c;
+    for (c = 0; c < C; c++)
+        if (backward) a[c] += b[c], a[C + c] += b[C + c];
+        else mirror_hd_bn_merge(&a[c], &a[C + c], na, b[c], b[C + c], nb);
+}
+
+/* A pause of a training pass at batchnorm layer i: the replicas' parts
+   (forward: the sum and M2 of x; backward: the sums of dy and dy xhat),
+   combined in the order of the global replicas (deterministic mode: of
+   the batch's chunks), become what every replica goes on with: the batch's
+   mean and invstd (forward), the means of dy and dy xhat (backward). Local
+   mode: each replica's own parts. Forward also moves the running
+   statistics, by the global batch's. Across processes each replica's (or
+   chunk's) part travels in a slot of its own (the others add zeros,
+   exactly), so P processes combine what one process of all the replicas
+   combines, in its order: the same bits. */
+static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
+{
+    const mirror__layer *l = &m->layers[i];
+    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq, at, rows;
+    size_t U = m->chunk ? (job->n + m->chunk - 1) / m->chunk : m->s->world; /* the slots */
+    double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
+    int rc, mine;
+    memset(slot, 0, (U * n2 + 1) * sizeof(double));
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        nq = mirror__nchunks(m, p);
+        m->be->bind(p->dev);
+        m->be->download(p->dev, p->host_part, p->bn_part, nq * n2 * sizeof(double));
+        memcpy(slot + (m->chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
+        if (!nq) memset(p->host_part, 0, n2 * sizeof(double));
+        for (q = 1; q < nq; q++) { /* the replica's own part (local mode): its chunks' in order */
+            rows = mirror__chunk_rows(m, p, q, &at);
+            mirror__bn_add(p->host_part, p->host_part + q * n2, C, backward, (double)at * inner, (double)rows * inner);
+        }
+    }
+    /* the failures so far travel with the parts: every process stops here alike */
+    slot[U * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
+    if ((rc = mirror__sum_doubles(m, slot, U * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
+    if (slot[U * n2] > 0.0)
+        return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
+    memset(tot, 0, n2 * sizeof(double));
+    for (r = 0; r < U; r++) {
+        rows = mirror__bn_slot_rows(m, job->n, r, &at);
+        mirror__bn_add(tot, slot + r * n2, C, backward, (double)at * inner, (double)rows * inner);
+    }
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        const double *sum = l->local ? p->host_part : tot;
+        double n = l->local ? (double)(p->count ? p->count : 1) * (double)inner : count, mu, var;
+        m->be->bind(p->dev);
+        m->be->host_wait(p->dev); /* the last upload from host_stat is done */
+        for (c = 0; c < C; c++) {
+            if (backward) {
+                p->host_stat[c] = (float)(sum[c] / n), p->host_stat[C + c] = (float)(sum[C + c] / n);
+                continue;
+            }
+            mirror_hd_bn_moments(sum[c], sum[C + c], n, &mu, &var);
+            p->host_stat[c] = (float)mu, p->host_stat[C + c] = mirror_hd_bn_invstd(var, l->eps);
+        }
+        m->be->upload(p->dev, p->bn + l->bn_off + (backward ? 4 * C : 0), p->host_stat, 2 * C * sizeof(float));
+    }
+    if (!backward) mirror__bn_running(m, l, tot, count);
+    return mirror__device_status(m);
+}
+
+/* The running statistics into every replica's evaluation slots: the mean
+   and 1 / sqrt(var + eps). */
+static int mirror__bn_refresh(mirror_model *m)
+{
+    size_t r, i, c;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        m->be->bind(p->dev);
+        for (i = 0; i < m->nlayers; i++) {
+            const mirror__layer *l = &m->layers[i];
+            const float *run = m->running + l->run_off;
+            if (l->kind != MIRROR__BATCHNORM) continue;
+            m->be->host_wait(p->dev);
+            for (c = 0; c < l->c; c++)
+                p->host_stat[c] = run[c], p->host_stat[l->c + c] = mirror_hd_bn_invstd(run[l->c + c], l->eps);
+            m->be->upload(p->dev, p->bn + l->bn_off + 2 * l->c, p->host_stat, 2 * l->c * sizeof(float));
+        }
+        m->be->host_wait(p->dev);
+    }
+    m->bn_stale = 0;
+    return mirror__device_status(m);
+}
+
+/* Runs a job on every replica. A training pass pauses at each batchnorm
+   layer, forward and then backward, while the host combines the replicas'
+   sums (mirror__bn_combine); the job then goes on from there. */
+static int mirror__compute(mirror_model *m, mirror__job *job)
+{
+    int rc;
+    if (job->mode != MIRROR__TRAIN && m->bn_stale && (rc = mirror__bn_refresh(m))) return rc;
+    job->start = 1, job->backward = 0, job->from = 0;
+    job->stop = mirror__next_bn(m, job, 0);
+    job->back_stop = job->mode == MIRROR__TRAIN ? mirror__prev_bn(m, m->nlayers) : (size_t)-1;
+    for (;;) {
+        mirror__run(&m->s->team, mirror__compute_job, job);
+        job->start = 0;
+        if (!job->backward && job->stop < m->nlayers) {
+            if ((rc = mirror__bn_combine(m, job, job->stop, 0))) return rc;
+            job->from = job->stop;
+            job->stop = mirror__next_bn(m, job, job->from + 1);
+            continue;
+        }
+        if (job->back_stop == (size_t)-1) return MIRROR_OK;
+        if ((rc = mirror__bn_combine(m, job, job->back_stop, 1))) return rc;
+        job->backward = 1;
+        job->from = job->back_stop;
+        job->back_stop = mirror__prev_bn(m, job->from);
+    }
+}
+
+/* A training batch of n in which a batchnorm layer would normalise a
+   single value per channel is refused, as torch.nn.BatchNorm1d refuses
+   it: the value is its own mean, the variance 0, and the output beta
+   whatever the input. That is a flat input (one value per channel and
+   sample) of one sample: the global batch, or in local mode a replica's
+   shard (an empty shard normalises nothing). */
+static int mirror__check_bn_values(mirror_model *m, size_t n, const char *what)
+{
+    size_t i, g, begin, count, chunk0, nchunks;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        if (l->kind != MIRROR__BATCHNORM || l->h * l->w != 1) continue;
+        if (n == 1)
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "%s: a batch of 1 sample: batchnorm layer %zu would normalise a single value per "
+                                "channel (its output beta, whatever the input); train on 2 samples or more",
+                                what, i);
+        for (g = 0; l->local && g < m->s->world; g++) {
+            mirror__rows_of(m, n, g, &begin, &count, &chunk0, &nchunks);
+            if (count == 1)
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                    "%s: a batch of %zu gives replica %zu a shard of 1 sample: batchnorm layer %zu "
+                                    "(MIRROR_BN_LOCAL) would normalise a single value per channel there; use "
+                                    "batches of 2 samples or more a replica, or MIRROR_BN_SYNC",
+                                    what, n, g, i);
+        }
+    }
+    return MIRROR_OK;
+}
+
+/* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
+   mirror_train_step): forward and backward on each, the gradients added
+   up on every replica without communication, each divided by the count of
+   all k, then one all-reduce and one update. */
+static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out,
+                               const char *what)
+{
+    mirror_metrics sum = {0.0, 0, 0};
+    mirror__job job;
+    size_t j, total = 0;
+    int rc;
+    if (!micro || !k) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: no batch", what);
+    for (j = 0; j < k; j++) {
+        if ((rc = mirror__check_batch(m, &micro[j], what, 1))) return rc;
+        if (micro[j].n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch %zu is empty", what, j);
+        if ((rc = mirror__check_bn_values(m, micro[j].n, what))) return rc;
+        if (micro[j].n > m->desc.max_batch)
+            return mirror__fail(m, MIRROR_ERR_CAPACITY, "%s: batch of %zu exceeds max_batch %zu the arenas were sized for",
+                                what, micro[j].n, m->desc.max_batch);
+        total += micro[j].n;
+        if (total > ((size_t)1 << 40)) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: %zu batches of too many samples",
+                                                        what, k);
+    }
+    memset(&job, 0, sizeof job);
+    job.m = m;
+    job.mode = MIRROR__TRAIN;
+    job.inv_count = 1.0f / (float)total; /* the gradient of the mean over all k */
+    job.metrics_now = out != NULL;
+    job.augment_key = m->augment_key, job.augment_pad = m->augment_pad, job.augment_flip = m->augment_flip;
+    for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
+        job.batch = &micro[j];
+        job.n = micro[j].n;
+        job.accumulate = j > 0, job.last = j + 1 == k;
+        if ((rc = mirror__compute(m, &job)) == MIRROR_OK) {
+            mirror__mark_compute(m, m->steps + 1);
+            job.row0 += micro[j].n;
+            if (out) mirror__collect(m, &sum);
+            rc = mirror__device_status(m);
+        }
+        if (!m->chunk && rc == MIRROR_OK && j + 1 < k) continue;
+        /* the reduction: after the last micro-batch, or after each in
+           deterministic mode; with several processes after a failure too */
+        mirror__mark_reduce(m, 4);
+        rc = mirror__reduce_gradients(m, rc, j > 0);
+        mirror__mark_reduce(m, 5);
+    }
+    if (rc) return rc;
+    m->steps++;
+    if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
+        m->steps--;
+        return rc;
+    }
+    if (m->sliced) {
+        if ((rc = mirror__sliced_update(m, &job))) return rc;
+    } else if (m->sharded) {
+        mirror__run(&m->s->team, mirror__sharded_check_job, &job);
+        mirror__run(&m->s->team, mirror__sharded_update_job, &job);
+    } else {
+        mirror__run(&m->s->team, mirror__update_job, &job);
+    }
+    mirror__mark_update(m, m->steps);
+    if ((rc = mirror__device_status(m))) return rc;
+    if (m->format && m->desc.loss_scale.report_nonfinite) {
+        mirror_loss_scale_state st;
+        if ((rc = mirror__get_scaler(m, &st))) return rc;
+        if (st.last_skipped) mirror__report_nonfinite(m, &st);
+    }
+    if (!out) {
+        m->untaken += total;
+        /* CPU replicas: the verdict costs no wait, so it comes at once */
+        return m->be == &mirror__cpu_backend ? mirror__scaler_verdict(m, what) : MIRROR_OK;
+    }
+    if ((rc = mirror__sum_processes(m, &sum))) return rc;
+    *out = sum;
+    return mirror__scaler_verdict(m, what);
+}
+
+/* The same, with the running statistics of batchnorm restored when the
+   step fails: a failed step changes nothing. */
+static int mirror__train(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out, const char *what)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, what))) return rc;
+    if (m->nrunning) memcpy(m->running_before, m->running, m->nrunning * sizeof(float));
+    if ((rc = mirror__train_micro(m, micro, k, out, what)) && m->nrunning) {
+        memcpy(m->running, m->running_before, m->nrunning * sizeof(float));
+        m->bn_stale = 1;
+    }
+    return rc;
+}
+
+MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
+{
+    if (!b) return mirror__check_batch(m, b, "mirror_train_step", 1);
+    {
+        MIRROR__LOCKED(m, "mirror_train_step", mirror__train(m, b, 1, out, "mirror_train_step"));
+    }
+}
+
+MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_train_steps", mirror__train(m, micro, k, out, "mirror_train_steps"));
+}
+
+// >>strategy and devices ----------------------------------------------------
+/* "cpu" or "cpu:N" into a replica count (0 for "cpu": one per core). */
+static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *err)
+{
+    const char *p = spec;
+    unsigned long v;
+    char *end;
+    if (strncmp(p, "cuda", 4) == 0)
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                             "devices \"%s\": this program was built without CUDA "
+                             "(compile one .cu file with mirror_cuda.h)",
+                             spec);
+    if (strncmp(p, "cpu", 3) != 0)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
+    p += 3;
+    if (*p == '\0') {
+        *count = 0;
+        return MIRROR_OK;
+    }
+    if (*p != ':' || p[1] < '0' || p[1] > '9')
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
+    errno = 0;
+    v = strtoul(p + 1, &end, 10);
+    if (*end != '\0')
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": \"%s\" after the replica count: CPU replicas are \"cpu:N\", one "
+                             "count of threads (a list such as 0,1 names GPUs: \"cuda:0,1\")",
+                             spec, end);
+    if (errno || v < 1 || v > 4096)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "devices \"%s\": %.*s replicas: the replica count must be 1 to 4096", spec,
+                             (int)(end - p - 1), p + 1);
+    *count = (size_t)v;
+    return MIRROR_OK;
+}
 
 /* The strategy's call lock, recursive (see struct mirror_strategy), and its
    lifetime lock. */
@@ -4293,46 +6391,6 @@ static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirro
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_REDUCER=\"%s\": expected nccl or copy", env);
     return MIRROR_OK;
 }
-
-/* One call at a time on a strategy and its models: a call that finds
-   another thread inside one returns MIRROR_ERR_STATE at once, where the
-   replica threads would deadlock. The same thread may enter again (fit
-   runs the other calls). s may be NULL: the call reports that itself. The
-   message goes to err (a model's, or NULL). */
-static int mirror__enter(mirror_strategy *s, mirror_error *err, const char *what)
-{
-    if (!s) return MIRROR_OK;
-    if (pthread_mutex_trylock(&s->call) == 0) {
-#ifdef MIRROR_CUDA
-        if (s->depth == 0 && s->gpu) s->caller_device = mirror__cuda_current();
-#endif
-        s->depth++;
-        return MIRROR_OK;
-    }
-    return mirror__error(err, MIRROR_ERR_STATE,
-                         "%s: another thread is inside a call on this strategy or one of its models; call them "
-                         "from one thread at a time (see THREADING)",
-                         what);
-}
-
-static void mirror__leave(mirror_strategy *s)
-{
-    if (!s) return;
-#ifdef MIRROR_CUDA
-    if (s->depth == 1 && s->gpu) mirror__cuda_restore(s->caller_device);
-#endif
-    s->depth--;
-    pthread_mutex_unlock(&s->call);
-}
-
-/* The body of a public call on model m: `inner`, inside the call lock. */
-#define MIRROR__LOCKED(m, what, inner)                                                                 \
-    mirror_strategy *s_ = (m) ? (m)->s : NULL;                                                         \
-    int rc_ = mirror__enter(s_, (m) ? &(m)->err : NULL, what);                                         \
-    if (rc_) return rc_;                                                                               \
-    rc_ = inner;                                                                                       \
-    mirror__leave(s_);                                                                                 \
-    return rc_
 
 /* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. A negative, NaN
    or infinite one is refused: it would wait for ever, or not at all. */
@@ -4551,148 +6609,6 @@ MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin,
     extra = n % replicas;
     *begin = r * base + MIRROR__MIN(r, extra);
     *count = base + (r < extra);
-}
-
-// >>reducers ----------------------------------------------------------------
-/* Worker w owns the elements of its shard of [0, n) and, for each, adds the
-   replicas in order 0, 1, 2, ...: the same additions in the same order
-   whatever the thread count, so the sum is deterministic. */
-
-#define MIRROR__REDUCE_CHUNK 512
-
-/* acc = the sum of in[r][begin, begin + len) over r in order 0, 1, ...
-   (none: zeros), which is then written into every out[r]; in and out
-   may be the same buffers. */
-static void mirror__sum_chunk(float *acc, float *const *in, size_t nin, float *const *out, size_t nout, size_t begin,
-                              size_t len)
-{
-    size_t i, r;
-    if (nin)
-        memcpy(acc, in[0] + begin, len * sizeof(float));
-    else
-        memset(acc, 0, len * sizeof(float));
-    for (r = 1; r < nin; r++) {
-        const float *b = in[r] + begin;
-        for (i = 0; i < len; i++) acc[i] += b[i];
-    }
-    for (r = 0; r < nout; r++) memcpy(out[r] + begin, acc, len * sizeof(float));
-}
-
-/* The sum of s->fold_in in order into every replica's s->reduce_bufs. */
-static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
-{
-    mirror_strategy *s = (mirror_strategy *)ctx;
-    float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin, count, end;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
-    end = begin + count;
-    for (; begin < end; begin += MIRROR__REDUCE_CHUNK)
-        mirror__sum_chunk(acc, s->fold_in, s->fold_count, s->reduce_bufs, s->replicas, begin,
-                          MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin));
-}
-
-/* The same over 16-bit buffers: widened, added in fp32 in replica order,
-   rounded once, into out[0 .. nout). Gradients are already divided by the
-   global count, so the sum is a mean's size and does not overflow where
-   the parts do not. */
-static void mirror__sum_half_chunk(float *acc, uint16_t *const *in, size_t nin, uint16_t *const *out, size_t nout,
-                                   size_t begin, size_t len, int f)
-{
-    size_t i, r;
-    for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(in[0][begin + i], f);
-    for (r = 1; r < nin; r++) {
-        const uint16_t *b = in[r] + begin;
-        for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
-    }
-    for (r = 0; r < nout; r++)
-        for (i = 0; i < len; i++) out[r][begin + i] = mirror_hd_narrow(acc[i], f);
-}
-
-static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker)
-{
-    mirror_strategy *s = (mirror_strategy *)ctx;
-    float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin, count, end;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
-    for (end = begin + count; begin < end; begin += MIRROR__REDUCE_CHUNK)
-        mirror__sum_half_chunk(acc, s->reduce_half, s->replicas, s->reduce_half, s->replicas, begin,
-                               MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin), s->reduce_format);
-}
-
-/* Replica `worker`'s slice of every replica's buffer, summed in replica
-   order into its own buffer alone. */
-static void mirror__cpu_reduce_scatter_job(void *ctx, size_t worker)
-{
-    mirror_strategy *s = (mirror_strategy *)ctx;
-    float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin = worker * s->reduce_slice, end = begin + s->reduce_slice, len;
-    for (; begin < end; begin += len) {
-        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        if (s->reduce_format)
-            mirror__sum_half_chunk(acc, (uint16_t *const *)s->reduce_any, s->replicas,
-                                   (uint16_t *const *)&s->reduce_any[worker], 1, begin, len, s->reduce_format);
-        else
-            mirror__sum_chunk(acc, (float *const *)s->reduce_any, s->replicas, (float *const *)&s->reduce_any[worker],
-                              1, begin, len);
-    }
-}
-
-/* Replica `worker`'s slice of its own buffer, into every other's. */
-static void mirror__cpu_all_gather_job(void *ctx, size_t worker)
-{
-    mirror_strategy *s = (mirror_strategy *)ctx;
-    size_t r, bytes = s->reduce_slice * s->reduce_size;
-    const unsigned char *from = (const unsigned char *)s->reduce_any[worker] + worker * bytes;
-    for (r = 0; r < s->replicas; r++)
-        if (r != worker) memcpy((unsigned char *)s->reduce_any[r] + worker * bytes, from, bytes);
-}
-
-static void mirror__cpu_broadcast_job(void *ctx, size_t worker)
-{
-    mirror_strategy *s = (mirror_strategy *)ctx;
-    size_t begin, count, r;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
-    for (r = 0; r < s->replicas; r++)
-        if (r != s->reduce_root && count)
-            memcpy(s->reduce_bufs[r] + begin, s->reduce_bufs[s->reduce_root] + begin,
-                   count * sizeof(float));
-}
-
-static int mirror__check_bufs(float *const *bufs, size_t replicas, size_t n, const char *what,
-                              mirror_error *err)
-{
-    size_t r;
-    if (!bufs) return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: bufs is NULL", what);
-    for (r = 0; r < replicas && n; r++)
-        if (!bufs[r]) return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: bufs[%zu] is NULL", what, r);
-    return MIRROR_OK;
-}
-
-MIRROR_API int mirror_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n)
-{
-    int rc;
-    if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_all_reduce_sum: strategy is NULL");
-    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_all_reduce_sum", NULL)) ||
-        (rc = mirror__enter(s, NULL, "mirror_all_reduce_sum")))
-        return rc;
-    rc = n ? s->reducer->all_reduce_sum(s, bufs, n, NULL) : MIRROR_OK;
-    mirror__leave(s);
-    return rc;
-}
-
-MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root)
-{
-    int rc;
-    if (!s) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: strategy is NULL");
-    if (root >= s->world)
-        return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_broadcast: root %zu of %zu replicas",
-                             root, s->world);
-    if ((rc = mirror__check_bufs(bufs, s->replicas, n, "mirror_broadcast", NULL)) ||
-        (rc = mirror__enter(s, NULL, "mirror_broadcast")))
-        return rc;
-    rc = n ? s->reducer->broadcast(s, bufs, n, root, NULL) : MIRROR_OK;
-    mirror__leave(s);
-    return rc;
 }
 
 // >>processes ---------------------------------------------------------------
@@ -5169,217 +7085,7 @@ MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err)
     return result;
 }
 
-// >>model -------------------------------------------------------------------
-
-#define MIRROR__MAX_LAYERS 64
-
-typedef struct mirror__layer {
-    mirror__kind kind;
-    size_t c, h, w;         /* input shape of one sample */
-    size_t oc, oh, ow;      /* output shape */
-    size_t k, stride, pad;  /* conv2d, maxpool2d */
-    size_t w_off, b_off;    /* floats into the parameter and gradient arenas */
-    size_t n_w, n_b;
-    size_t out_off, arg_off; /* bytes into the activation arena */
-    size_t col_off;          /* a convolution's kept im2col (keep_cols), bytes into the activation arena */
-    float p;                 /* dropout */
-    /* batchnorm: its running statistics' floats into the model's, its
-       statistics' floats into each replica's batchnorm arena; momentum, eps */
-    size_t run_off, bn_off;
-    float momentum, eps;
-    int local;   /* batchnorm: statistics of the replica's shard alone */
-    size_t from; /* residual_end: the index of its block's residual layer */
-    /* A dense or conv2d layer followed by a relu: the relu is its GEMM's
-       epilogue, and the relu's output is the layer's (its input is read
-       by nothing else; the relu's backward reads its output alone). */
-    int fused;
-} mirror__layer;
-
-/* A replica's recorded training pass or update (see mirror__graph_step):
-   the values the recording holds (the key), the backend's graph, and when
-   the key last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the
-   model, replica and job as at capture instead, which each replay queues
-   again (on a scratch copy of the model, made at capture). */
-#define MIRROR__GRAPHS 8
-enum { MIRROR__PASS_GRAPH, MIRROR__UPDATE_GRAPH };
-typedef struct mirror__graph {
-    int kind; /* MIRROR__PASS_GRAPH or MIRROR__UPDATE_GRAPH (whose key is the kind alone) */
-    size_t count;
-    float inv_count;
-    int slot, accumulate, metrics_now;
-    unsigned seen;       /* the key's visits since it took this place */
-    uint64_t used;       /* the replica's pass count at its last visit */
-    int failed;          /* capture failed: the key runs as queued */
-    void *graph;         /* NULL: not captured */
-    struct mirror_model *m_at, *m_run;
-    struct mirror__replica *r_at;
-    struct mirror__job *job_at;
-} mirror__graph;
-
-/* One replica: its device context, its four arenas and the views into the
-   activation arena (each sized for shard_max samples). */
-typedef struct mirror__replica {
-    void *dev;
-    float *params, *grads, *state;
-    /* Mixed precision: the 16-bit working copy of the parameters (written
-       by the optimizer), which the layers read (`weights` is it, or params
-       in fp32), the 16-bit gradient that is all-reduced, and the loss
-       scaler (device memory; host_scaler reads it), which in fp32 is the
-       guard against non-finite steps (mirror_hd_guard). */
-    uint16_t *work16, *grad16;
-    void *weights;
-    mirror_loss_scale_state *scaler, *host_scaler;
-    float *stats; /* the sharded update across devices: its slice's check and sum of squares (2 floats) */
-    mirror__tick *tick; /* the step at hand, in device memory (dropout's masks, the update) */
-    mirror__graph graph[MIRROR__GRAPHS]; /* captured passes (graphs), */
-    uint64_t passes;                     /* and the passes and updates queued through them */
-    unsigned char *acts;
-    size_t workspace_bytes;
-    /* Storage (void *: 16-bit values in mixed precision, else floats): */
-    void *input;      /* [S, in_size] */
-    void *delta[2];   /* [S, max_size] each: backward ping-pong */
-    void *col;        /* im2col of one chunk of samples (conv_chunk) */
-    void *perm;       /* a conv output or gradient of one chunk, channels first */
-    void *skip;       /* [S, max_size]: a residual block's input gradient through its shortcut */
-    int32_t *labels;  /* [S] */
-    float *targets;   /* [S, out_size] */
-    float *loss;      /* [S] per-sample loss */
-    int32_t *correct; /* [S] */
-    double *acc;      /* [2] loss and correct sums of the steps not yet taken */
-    /* Batch normalisation: per batchnorm layer of C channels, 6C floats at
-       its bn_off: the batch's mean and invstd, the running statistics'
-       mean and invstd (evaluation), the means of dy and dy xhat over the
-       batch (backward). bn_part: this replica's sums of one layer (2C
-       doubles), host_part and host_stat their host copies. */
-    float *bn;
-    double *bn_part, *host_part;
-    float *host_stat;
-    int dsel; /* backward: which delta buffer holds the gradient at hand */
-    int bucketing; /* this backward all-reduces in buckets; bucket: the next one */
-    size_t bucket;
-    /* host buffers (pinned on a GPU): the shard gathered (in the slot at
-       hand of two, as the input, labels and targets on the device: see
-       mirror__load_shard), metrics read back. The input is fp32 in both;
-       in mixed precision the device narrows it into the 16-bit input. */
-    float *host_x[2], *in_x[2];
-    float *host_targets[2], *host_loss;
-    int32_t *host_labels[2], *host_correct;
-    float *in_targets[2];
-    int32_t *in_labels[2];
-    int slot;
-    double *host_acc;
-    /* this step's shard and results; deterministic mode: the shard is
-       chunks [chunk0, chunk0 + nchunks) of the batch, each chunk's
-       gradients in an arena of its own (chunks_max of them) */
-    size_t begin, count;
-    size_t chunk0, nchunks;
-    float *chunk_grads;
-    size_t row0;  /* the shard's first sample's place among the step's samples (dropout) */
-    int training; /* the pass trains (dropout drops) */
-    double loss_sum;
-    size_t correct_sum;
-} mirror__replica;
-
-enum { MIRROR__TRAIN = 1, MIRROR__EVAL, MIRROR__PREDICT };
-
-struct mirror_model {
-    mirror_model_desc desc;
-    mirror_strategy *s;
-    const mirror__backend *be;
-    mirror__layer layers[MIRROR__MAX_LAYERS];
-    size_t nlayers;
-    size_t c, h, w; /* current output shape while layers are added */
-    int built;
-    int sticky;          /* the first error of a layer call, returned by build */
-    mirror_error err;
-    size_t nparams, nslots, nstate; /* values; floats in a parameter arena (padded, see mirror__plan); state floats */
-    size_t in_size, out_size, max_size, col_size, perm_size;
-    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
-    size_t chunk;       /* deterministic mode: samples per chunk (0: off) */
-    size_t chunks_max;  /* the most chunks of one shard (1 when off) */
-    float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added, */
-    size_t *chunk_owner; /* and the replica each lies on */
-    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
-    size_t layer_bytes; /* the layers' part of the activation arena */
-    mirror__replica *rep;
-    float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
-    float **param_bufs;
-    uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients, */
-    uint16_t **work16_bufs; /* and the working copies */
-    float **stats_bufs;     /* the replicas' stats (sliced) */
-    int format;             /* mixed precision: the 16-bit format, else 0 */
-    int sharded;            /* the update is sharded over the replicas' shared memory (ZeRO stage 1) */
-    int graphs;             /* training passes are captured and replayed (mirror__graph_step) */
-    int dropouts;           /* the model has dropout layers */
-    int sliced;             /* it is sharded across devices (ZeRO stage 1: mirror__sliced_update), */
-    size_t slice;           /* replica r's slice being slots [r slice, (r + 1) slice) */
-    int keep_cols;          /* each convolution keeps its im2col from forward for backward */
-    /* The gradient's buckets (bucketed: all-reduced while backward runs):
-       bucket b holds the layers from bucket_layer[b] up to the bucket
-       before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
-    int bucketed;
-    size_t nbuckets, bucket_layer[MIRROR__MAX_LAYERS], bucket_lo[MIRROR__MAX_LAYERS], bucket_hi[MIRROR__MAX_LAYERS];
-    uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
-    uint64_t steps;         /* steps run, skipped ones included */
-    float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
-    int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
-    int in_fit;             /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
-    volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
-    struct mirror__span *spans;  /* timing: a ring of the last trace_steps steps' phases, */
-    size_t trace_steps, span_cap, span_next, span_count; /* off while trace_steps is 0 */
-    double t_origin;
-    uint64_t augment_key;        /* fit's augmentation of the training samples this epoch, */
-    size_t augment_pad;          /* off while pad and flip are 0 */
-    int augment_flip;
-    size_t untaken; /* samples of the steps whose metrics stay on the device */
-    /* Batch normalisation: the running mean and variance of every layer
-       (host, the same on every replica and process), a copy from before the
-       step at hand, the replicas' sums, and the widest layer's channels. */
-    float *running, *running_before;
-    double *bn_total;
-    size_t nrunning, bn_size, bn_channels;
-    int bn_stale; /* the replicas' evaluation statistics lag the running ones */
-    size_t open_block; /* while layers are added: the open residual block's layer + 1 */
-};
-
-/* What the replica threads run on: one global batch, or one chunk of it. */
-typedef struct mirror__job {
-    mirror_model *m;
-    int mode; /* MIRROR__TRAIN, MIRROR__EVAL or MIRROR__PREDICT */
-    const mirror_batch *batch;
-    size_t offset, n; /* the chunk: samples [offset, offset + n) of batch */
-    float inv_count;  /* 1 / n: the loss gradient's divisor, the global count */
-    int metrics_now;  /* read the loss back now, or leave it on the device */
-    int accumulate;   /* add the gradients to those of the micro-batches before */
-    int last;         /* the step's last micro-batch: its backward may all-reduce in buckets */
-    size_t row0;      /* the samples of the step before this micro-batch */
-    uint64_t augment_key; /* fit's augmentation this epoch (off: pad 0, flip 0) */
-    size_t augment_pad;
-    int augment_flip;
-    float *predict_out;
-    /* The pass at hand: training pauses at each batchnorm layer, forward
-       and backward, for the host to combine the replicas' sums. The job
-       runs from layer `from` (its load first when `start`) and pauses at
-       layer `stop` (forward; nlayers: none) or `back_stop` (backward;
-       (size_t)-1: none); `backward` once the forward pass is done. */
-    size_t from, stop, back_stop;
-    int start, backward;
-} mirror__job;
-
-static int mirror__fail(mirror_model *m, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    code = mirror__verror(&m->err, code, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-MIRROR_API const char *mirror_model_error(const mirror_model *m)
-{
-    return m ? m->err.message : "model is NULL";
-}
-
+// >>model and pool ----------------------------------------------------------
 /* Defaults for zero fields, in one place. */
 static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
 {
@@ -5411,84 +7117,12 @@ static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
     return d;
 }
 
-static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
-
-/* A schedule's parameters, each in its range. */
-static int mirror__check_schedule(const mirror_optimizer_desc *o, mirror_error *err)
-{
-    const char *why = NULL;
-    if ((int)o->schedule < 0 || o->schedule > MIRROR_LR_CALLBACK)
-        why = "unknown schedule";
-    else if (o->schedule == MIRROR_LR_STEP && !o->step_size)
-        why = "MIRROR_LR_STEP needs step_size >= 1";
-    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float(o->gamma, 1e-30f, 1.0f))
-        why = "MIRROR_LR_STEP needs gamma in (0, 1]";
-    else if (o->schedule == MIRROR_LR_COSINE && o->total_steps <= o->warmup)
-        why = "MIRROR_LR_COSINE needs total_steps beyond the warmup";
-    else if (o->schedule == MIRROR_LR_COSINE && mirror__bad_float(o->min_lr, 0.0f, o->lr))
-        why = "MIRROR_LR_COSINE needs min_lr in [0, lr]";
-    else if (o->schedule == MIRROR_LR_CALLBACK && !o->lr_fn)
-        why = "MIRROR_LR_CALLBACK needs lr_fn";
-    if (!why) return MIRROR_OK;
-    return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                         "mirror_model_create: learning-rate schedule: %s (schedule %d, step_size %llu, gamma %g, "
-                         "warmup %llu, total_steps %llu, min_lr %g, lr %g)",
-                         why, (int)o->schedule, (unsigned long long)o->step_size, (double)o->gamma,
-                         (unsigned long long)o->warmup, (unsigned long long)o->total_steps, (double)o->min_lr,
-                         (double)o->lr);
-}
-
-/* The loss scaler's settings make sense: a message into err, or MIRROR_OK. */
-static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *err)
-{
-    const mirror_loss_scale_desc *ls = &d->loss_scale;
-    if ((int)d->precision < 0 || d->precision > MIRROR_PRECISION_BF16)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: unknown precision %d",
-                             (int)d->precision);
-    if (d->precision == MIRROR_PRECISION_FP32) {
-        if (ls->kind != MIRROR_SCALE_DEFAULT && ls->kind != MIRROR_SCALE_NONE)
-            return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                                 "mirror_model_create: loss scaling needs precision fp16 or bf16 "
-                                 "(fp32 gradients do not underflow)");
-        return MIRROR_OK;
-    }
-    if ((int)ls->kind < 0 || ls->kind > MIRROR_SCALE_NONE)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: unknown loss scaling %d",
-                             (int)ls->kind);
-    if (mirror__bad_float(ls->min_scale, 1e-30f, 1e30f) || mirror__bad_float(ls->max_scale, ls->min_scale, 1e30f) ||
-        (ls->kind == MIRROR_SCALE_NONE && ls->init_scale != 1.0f) ||
-        /* a static scale below min_scale underflows the gradients to zero:
-           it would train nothing, without an error */
-        (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, ls->min_scale, 1e30f)
-                                         : mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale)) ||
-        mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
-        mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "mirror_model_create: loss scale settings out of range (%s scaling, "
-                             "init %g in [min %g, max %g], growth %g > 1, backoff %g in (0, 1))",
-                             mirror_loss_scaling_name(ls->kind), (double)ls->init_scale,
-                             (double)ls->min_scale, (double)ls->max_scale, (double)ls->growth_factor,
-                             (double)ls->backoff_factor);
-    return MIRROR_OK;
-}
-
 MIRROR_API const char *mirror_precision_name(mirror_precision p)
 {
     switch (p) {
     case MIRROR_PRECISION_FP32: return "fp32";
     case MIRROR_PRECISION_FP16: return "fp16";
     case MIRROR_PRECISION_BF16: return "bf16";
-    }
-    return "unknown";
-}
-
-MIRROR_API const char *mirror_loss_scaling_name(mirror_loss_scaling k)
-{
-    switch (k) {
-    case MIRROR_SCALE_DEFAULT: return "default";
-    case MIRROR_SCALE_DYNAMIC: return "dynamic";
-    case MIRROR_SCALE_STATIC: return "static";
-    case MIRROR_SCALE_NONE: return "none";
     }
     return "unknown";
 }
@@ -5792,7 +7426,6 @@ MIRROR_API int mirror_batchnorm(mirror_model *m, mirror_batchnorm_mode mode)
 MIRROR_API int mirror_residual(mirror_model *m) { return mirror__add_layer(m, MIRROR__RESIDUAL, 0, 0, 0, 0); }
 MIRROR_API int mirror_residual_end(mirror_model *m) { return mirror__add_layer(m, MIRROR__RESIDUAL_END, 0, 0, 0, 0); }
 
-// >>pool --------------------------------------------------------------------
 /* Arena layout, computed once at build. Parameters and gradients: each
    weighted layer's W then b, back to back, so one all-reduce and one
    optimizer launch cover them all. Activations: the input shard, labels,
@@ -5804,34 +7437,6 @@ static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
     size_t at = (*cursor + 63) & ~(size_t)63;
     *cursor = at + count * elem;
     return at;
-}
-
-static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
-
-/* Average pooling's window: the layer's, or for global pooling the plane. */
-static size_t mirror__window_h(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->h : l->k; }
-static size_t mirror__window_w(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->w : l->k; }
-
-/* Samples per convolution GEMM for this model: the backend's, at most a shard. */
-static size_t mirror__conv_chunk(const mirror_model *m)
-{
-    /* deterministic mode: within a chunk, so that a chunk's sums are cut
-       alike whatever the shard */
-    size_t n = m->be->conv_chunk, cap = m->chunk ? MIRROR__MIN(m->chunk, m->shard_max) : m->shard_max;
-    return n && n < cap ? n : MIRROR__MAX(cap, 1);
-}
-
-/* A residual block's projection as the convolution it is: the 1x1
-   convolution from the block's input (layer l->from's) to l's output. */
-static mirror__layer mirror__projection(const mirror_model *m, const mirror__layer *l)
-{
-    mirror__layer p = *l;
-    const mirror__layer *in = &m->layers[l->from];
-    p.kind = MIRROR__CONV2D;
-    p.fused = 0; /* its output is added to, never a relu's */
-    p.c = in->c, p.h = in->h, p.w = in->w;
-    p.k = 1, p.pad = 0;
-    return p;
 }
 
 /* The layers that run a convolution: conv2d, and a projecting residual_end. */
@@ -5923,30 +7528,6 @@ static void mirror__choose_graphs(mirror_model *m)
                                        : m->chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
                                                   : "graphs: off for a model with batchnorm layers (they pause for the "
                                                     "host at each layer)");
-}
-
-/* The floats of optimizer state a replica holds: every parameter's, or
-   (sliced) its slice's alone. */
-static size_t mirror__state_floats(const mirror_model *m)
-{
-    return m->sliced && m->nslots ? m->nstate / m->nslots * m->slice : m->nstate;
-}
-
-/* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
-   second), at parameter slot off (in r's slice when sliced). */
-static float *mirror__state_at(const mirror_model *m, const mirror__replica *r, size_t c, size_t off)
-{
-    if (!m->sliced) return r->state + c * m->nslots + off;
-    return r->state + c * m->slice + (off - (size_t)(r - m->rep) * m->slice);
-}
-
-/* Bytes of one storage value: 16 bits in mixed precision, else a float. */
-static size_t mirror__esize(const mirror_model *m) { return m->format ? sizeof(uint16_t) : sizeof(float); }
-
-/* Storage element i from p on. */
-static void *mirror__el(const mirror_model *m, const void *p, size_t i)
-{
-    return (unsigned char *)(uintptr_t)p + i * mirror__esize(m);
 }
 
 static void mirror__plan(mirror_model *m)
@@ -6066,17 +7647,6 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     return (at + 63) & ~(size_t)63;
 }
 
-/* Frees one of replica r's graphs (and the emulation's copies). */
-static void mirror__graph_clear(mirror_model *m, mirror__replica *r, mirror__graph *g)
-{
-    if (g->graph && m->be->graph_free) m->be->graph_free(r->dev, g->graph);
-    MIRROR_FREE(g->m_at);
-    MIRROR_FREE(g->m_run);
-    MIRROR_FREE(g->r_at);
-    MIRROR_FREE(g->job_at);
-    memset(g, 0, sizeof *g);
-}
-
 static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
 {
     size_t k;
@@ -6141,21 +7711,6 @@ static void mirror__free_replicas(mirror_model *m)
     m->chunk_owner = NULL;
 }
 
-/* The first failure any replica's device met since the last check. */
-static int mirror__device_status(mirror_model *m)
-{
-    size_t r;
-    int rc = MIRROR_OK, one;
-    mirror_error e = {0, ""};
-    for (r = 0; m->rep && r < m->s->replicas; r++)
-        if (m->rep[r].dev && (one = m->be->status(m->rep[r].dev, &e)) != MIRROR_OK && rc == MIRROR_OK) {
-            rc = one;
-            m->err = e;
-        }
-    if (rc) mirror__log(MIRROR_LOG_ERROR, m->err.message);
-    return rc;
-}
-
 MIRROR_API void mirror_model_destroy(mirror_model *m)
 {
     mirror_strategy *s;
@@ -6212,31 +7767,6 @@ static int mirror__refresh_working_copy(mirror_model *m)
         m->be->bind(p->dev);
         m->be->narrow(p->dev, p->work16, p->params, m->nslots, m->format);
     }
-    return mirror__device_status(m);
-}
-
-/* Every replica's loss scaler state from st. */
-static int mirror__set_scaler(mirror_model *m, const mirror_loss_scale_state *st)
-{
-    size_t r;
-    for (r = 0; r < m->s->replicas; r++) {
-        mirror__replica *p = &m->rep[r];
-        m->be->bind(p->dev);
-        m->be->host_wait(p->dev);
-        *p->host_scaler = *st;
-        m->be->upload(p->dev, p->scaler, p->host_scaler, sizeof *st);
-        m->be->host_wait(p->dev);
-    }
-    return mirror__device_status(m);
-}
-
-/* Replica 0's loss scaler state into *st (waits for the device). */
-static int mirror__get_scaler(mirror_model *m, mirror_loss_scale_state *st)
-{
-    mirror__replica *p = &m->rep[0];
-    m->be->bind(p->dev);
-    m->be->download(p->dev, p->host_scaler, p->scaler, sizeof *st);
-    *st = *p->host_scaler;
     return mirror__device_status(m);
 }
 
@@ -6334,8 +7864,6 @@ static int mirror__device_need(const mirror_model *m, size_t r, size_t workspace
    replicas everything, against mirror__host_memory. Without it a build
    beyond the physical memory is not refused by malloc (overcommit): the
    arenas are zeroed page by page until the kernel kills the process. */
-static int mirror__all_agree(mirror_model *m, int rc);
-
 static int mirror__check_memory(mirror_model *m)
 {
     size_t R = m->s->replicas, r, n, workspace = m->be->workspace(m->format, mirror__largest(m));
@@ -6532,34 +8060,6 @@ MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m)
     return m && m->built ? mirror__state_copies(m) * m->nparams : 0;
 }
 MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->out_size : 0; }
-static int mirror__check_built(mirror_model *m, const char *what)
-{
-    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "%s: model is NULL", what);
-    if (!m->built) return mirror__fail(m, MIRROR_ERR_STATE, "%s: build the model first", what);
-    return MIRROR_OK;
-}
-
-MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m)
-{
-    mirror_loss_scale_state st;
-    if (!m || !m->built || !m->format) return m ? m->steps : 0;
-    return mirror__get_scaler((mirror_model *)m, &st) == MIRROR_OK ? st.applied : 0;
-}
-
-static int mirror__loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
-{
-    int rc;
-    if ((rc = mirror__check_built(m, "mirror_loss_scale_get"))) return rc;
-    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_loss_scale_get: out is NULL");
-    if (!m->format)
-        return mirror__fail(m, MIRROR_ERR_STATE, "mirror_loss_scale_get: an fp32 model has no loss scaler");
-    return mirror__get_scaler(m, out);
-}
-
-MIRROR_API int mirror_loss_scale_get(mirror_model *m, mirror_loss_scale_state *out)
-{
-    MIRROR__LOCKED(m, "mirror_loss_scale_get", mirror__loss_scale_get(m, out));
-}
 
 /* Formats into buf at *used: measured whole, written as far as it fits
    (buf stays terminated); 0 when formatting fails. */
@@ -6788,1363 +8288,126 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     return MIRROR_OK;
 }
 
-// >>layers ------------------------------------------------------------------
-/* Forward and backward of one replica's shard of S samples. Shapes are in
-   the comments as [S, ...]; mirror__act(r, l) is layer l's output. */
+// >>inspection --------------------------------------------------------------
+/* ---- side outputs (the trace; fit's history and plot): written as a
+   checkpoint is, to a temporary file beside PATH renamed over it, so that
+   PATH is always a complete file (see SIDE OUTPUTS) ---- */
 
-/* A view of the model's input (a first flatten, say) has offset 0, where
-   the first slot's input is carved: it reads the slot at hand. */
-static void *mirror__act(const mirror__replica *r, const mirror__layer *l)
+/* What a file that is not a regular file is, for messages. */
+static const char *mirror__file_kind(mode_t mode)
 {
-    return l->out_off ? (void *)(r->acts + l->out_off) : r->input;
+    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
+                                                                                            : "a device or socket";
 }
 
-static void *mirror__layer_input(const mirror_model *m, const mirror__replica *r, size_t i)
+/* A side output's PATH: not empty, not too long for its temporary name, and
+   a regular file if it exists. lstat, never open: a FIFO cannot block. */
+static int mirror__output_path(mirror_model *m, const char *what, const char *path)
 {
-    return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
-}
-
-/* Deterministic mode cuts a replica's shard into chunks of m->chunk
-   samples (the last may be short), each with a gradient arena of its own;
-   otherwise the shard is one chunk, and its arena is r->grads. Chunk q is
-   rows [*at, *at + the count returned) of the shard. */
-static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r) { return m->chunk ? r->nchunks : 1; }
-
-static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t *at)
-{
-    if (!m->chunk) return *at = 0, r->count;
-    *at = q * m->chunk;
-    return MIRROR__MIN(m->chunk, r->count - *at);
-}
-
-static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *r, size_t q)
-{
-    return m->chunk ? r->chunk_grads + q * m->nslots : r->grads;
-}
-
-/* Global replica g's rows [*begin, *begin + *count) of a batch of n: an
-   even share (mirror_shard), or in deterministic mode its share of whole
-   chunks, [*chunk0, *chunk0 + *nchunks). */
-static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *begin, size_t *count, size_t *chunk0,
-                            size_t *nchunks)
-{
-    size_t K = m->chunk;
-    if (!K) {
-        mirror_shard(n, m->s->world, g, begin, count);
-        *chunk0 = 0, *nchunks = 1;
-        return;
-    }
-    mirror_shard((n + K - 1) / K, m->s->world, g, chunk0, nchunks);
-    *begin = MIRROR__MIN(*chunk0 * K, n);
-    *count = MIRROR__MIN((*chunk0 + *nchunks) * K, n) - *begin;
-}
-
-/* The im2col of the chunk of samples from s on: kept, or the shared buffer. */
-static void *mirror__col(const mirror_model *m, const mirror__replica *r, const mirror__layer *l, size_t s)
-{
-    return m->keep_cols ? mirror__el(m, r->acts + l->col_off, s * l->c * l->k * l->k * l->oh * l->ow) : r->col;
-}
-
-/* A convolution (conv2d, or a residual block's projection) of S samples,
-   n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
-   . col + b (per channel, a row of y'; and the relu after it if fused),
-   then y' to y [n, OC, hw]. */
-static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
-                                 void *y, size_t S)
-{
-    const mirror__backend *be = m->be;
-    const void *W = mirror__el(m, r->weights, l->w_off), *b = mirror__el(m, r->weights, l->b_off);
-    size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
-              ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
-    for (s = 0; s < S; s += chunk) {
-        size_t n = MIRROR__MIN(chunk, S - s);
-        void *yn = n == 1 ? mirror__el(m, y, s * out) : r->perm, *col = mirror__col(m, r, l, s);
-        be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-        be->gemm_bias(r->dev, 0, 0, l->oc, n * hw, ckk, W, ckk, col, n * hw, b, 1, l->fused, yn, n * hw);
-        if (n > 1) be->permute(r->dev, mirror__el(m, y, s * out), r->perm, l->oc, n, hw);
-    }
-}
-
-/* Its backward, n samples at a time: d' [OC, n*hw] is d [n, OC, hw]
-   channels first; dW += d' . col^T [n*hw, C*k*k]; dcol [C*k*k, n*hw] =
-   W^T . d', summed back into dx by col2im (dx NULL: not needed). beta 0
-   writes dW (the first chunk), 1 adds to it (accumulation). dW and db
-   are in the gradient arena `grads`. */
-static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
-                                  const void *d, void *dx, size_t S, int accumulate, float *grads)
-{
-    const mirror__backend *be = m->be;
-    const void *W = mirror__el(m, r->weights, l->w_off);
-    float *dW = grads + l->w_off, *db = grads + l->b_off;
-    size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
-              ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
-    for (s = 0; s < S; s += chunk) {
-        size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
-        const void *dn = mirror__el(m, d, s * out);
-        void *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
-        if (n > 1) {
-            be->permute(r->dev, r->perm, dn, n, l->oc, hw);
-            dn = r->perm;
-        }
-        if (!m->keep_cols)
-            be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh,
-                       l->ow);
-        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk, 1);
-        if (!dx) continue;
-        be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw, 0);
-        be->col2im(r->dev, mirror__el(m, dx, s * in), col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
-    }
-    if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
-    be->bias_grad(r->dev, db, d, S, l->oc, hw);
-}
-
-/* The same, each chunk of the shard into its own gradient arena. */
-static void mirror__conv_backward_chunks(const mirror_model *m, mirror__replica *r, const mirror__layer *l,
-                                         const void *x, const void *d, void *dx, int accumulate)
-{
-    size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
-    for (q = 0; q < mirror__nchunks(m, r); q++) {
-        k = mirror__chunk_rows(m, r, q, &at);
-        mirror__conv_backward(m, r, l, mirror__el(m, x, at * in), mirror__el(m, d, at * out),
-                              dx ? mirror__el(m, dx, at * in) : NULL, k, accumulate, mirror__chunk_grads(m, r, q));
-    }
-}
-
-/* Batchnorm layer l's statistics in replica r's arena: the batch's
-   (training) or the running ones (evaluation). */
-static float *mirror__bn_stat(const mirror__replica *r, const mirror__layer *l)
-{
-    return r->bn + l->bn_off + (r->training ? 0 : 2 * l->c);
-}
-
-/* Batchnorm layer l's sums over each chunk of the shard into r->bn_part,
-   2C doubles a chunk: of a and its M2 (x NULL: forward, a the input), or
-   of a and a xhat (backward, a = dy, x the input). */
-static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *a,
-                                  const void *x)
-{
-    size_t q, at, k, in = l->c * l->h * l->w;
-    for (q = 0; q < mirror__nchunks(m, r); q++) {
-        k = mirror__chunk_rows(m, r, q, &at);
-        m->be->bn_sums(r->dev, r->bn_part + q * 2 * l->c, mirror__el(m, a, at * in), x ? mirror__el(m, x, at * in) : NULL,
-                       x ? mirror__bn_stat(r, l) : NULL, k, l->c, l->h * l->w);
-    }
-}
-
-/* Layers [from, stop) of replica r's shard of S samples; where stop is a
-   batchnorm layer (stop < nlayers), its input's sums into r->bn_part and
-   a pause (the host combines the replicas' and sets the statistics). */
-/* The GEMMs over a shard's S samples: one, or one a chunk in deterministic
-   mode where a GEMM's rows depend on their count (gemm_rows_free); part q
-   has rows [*at, *at + the count returned). */
-static size_t mirror__gemm_parts(const mirror_model *m, const mirror__replica *r)
-{
-    return m->chunk && !m->be->gemm_rows_free ? r->nchunks : 1;
-}
-
-static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t S, size_t *at)
-{
-    if (mirror__gemm_parts(m, r) == 1) return *at = 0, S;
-    return mirror__chunk_rows(m, r, q, at);
-}
-
-static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
-{
-    const mirror__backend *be = m->be;
-    void *dev = r->dev;
-    size_t i, q;
-    for (i = from; i < m->nlayers; i++) {
-        const mirror__layer *l = &m->layers[i];
-        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off),
-                   *b = mirror__el(m, r->weights, l->b_off);
-        void *y = mirror__act(r, l);
-        size_t out = mirror__out_size(l);
-        if (i == stop) {
-            mirror__bn_chunk_sums(m, r, l, x, NULL);
-            return;
-        }
-        switch (l->kind) {
-        case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
-            for (q = 0; q < mirror__gemm_parts(m, r); q++) {
-                size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, mirror__el(m, x, at * l->c), l->c, W, l->c, b, 0, l->fused,
-                              mirror__el(m, y, at * l->oc), l->oc);
-            }
-            break;
-        case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
-        case MIRROR__RELU:
-            if (!i || !m->layers[i - 1].fused) be->relu_forward(dev, y, x, S * out);
-            break;
-        case MIRROR__MAXPOOL2D:
-            be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off), x, S * l->c, l->h, l->w, l->k,
-                                l->stride, l->oh, l->ow);
-            break;
-        case MIRROR__FLATTEN:
-        case MIRROR__RESIDUAL: break; /* y is x */
-        case MIRROR__TANH:
-        case MIRROR__SIGMOID:
-        case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
-        case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
-            be->dropout(dev, y, x, S, out, m->desc.seed, i, r->tick, r->training ? l->p : 0.0f);
-            break;
-        case MIRROR__AVGPOOL2D:
-        case MIRROR__GLOBAL_AVGPOOL:
-            be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
-                                l->oh, l->ow);
-            break;
-        case MIRROR__BATCHNORM:
-            be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w);
-            break;
-        case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
-            const void *block_in = mirror__layer_input(m, r, l->from);
-            if (l->n_w) {
-                mirror__layer p = mirror__projection(m, l);
-                mirror__conv_forward(m, r, &p, block_in, y, S);
-                block_in = y;
-            }
-            be->add(dev, y, x, block_in, S * out);
-            break;
-        }
-        }
-    }
-}
-
-/* The first layer with weights: input gradients are needed only above it. */
-static size_t mirror__first_weighted(const mirror_model *m)
-{
-    size_t i;
-    for (i = 0; i < m->nlayers; i++)
-        if (m->layers[i].n_w) return i;
-    return m->nlayers;
-}
-
-/* Backward from layer `from` down (the top: nlayers - 1, with
-   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads, or in
-   deterministic mode each chunk's in its own arena. Where layer `stop` is
-   a batchnorm layer, its sums of dy and dy xhat go into r->bn_part and
-   the pass pauses there; it resumes with from = stop. */
-/* Bucketed all-reduce: queues the sum of every bucket whose layers, all at
-   or above layer `done`, have their gradients queued, while backward goes
-   on below them (mixed precision: narrowed to 16 bits first). */
-static void mirror__reduce_buckets(const mirror_model *m, mirror__replica *r, size_t done)
-{
-    for (; r->bucketing && r->bucket < m->nbuckets && m->bucket_layer[r->bucket] >= done; r->bucket++) {
-        size_t lo = m->bucket_lo[r->bucket], n = m->bucket_hi[r->bucket] - lo;
-        if (m->format) {
-            m->be->narrow(r->dev, r->grad16 + lo, r->grads + lo, n, m->format);
-            m->be->reduce_bucket(r->dev, r->grad16 + lo, n, m->format);
-        } else {
-            m->be->reduce_bucket(r->dev, r->grads + lo, n, 0);
-        }
-    }
-}
-
-static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
-{
-    const mirror__backend *be = m->be;
-    void *dev = r->dev;
-    size_t i, q, at, k, first = mirror__first_weighted(m);
-    void *d, *dx, *swap;
-    float *g;
-    /* The weight gradients are written by GEMMs with beta 0 (a
-       convolution's first chunk too), not added to: only the bias
-       gradients, which accumulate, start from zero, and the whole arena
-       where an empty shard writes nothing. A micro-batch after the first
-       (accumulate) adds to what the others left: beta 1, nothing zeroed.
-       Deterministic mode writes each chunk's arena afresh: the reduction
-       adds the micro-batches. */
-    float beta;
-    accumulate = accumulate && !m->chunk;
-    beta = accumulate ? 1.0f : 0.0f;
-    if (from == m->nlayers - 1) {
-        r->dsel = 0;
-        if (S == 0 && !accumulate && !m->chunk) be->zero(dev, r->grads, m->nslots * sizeof(float));
-    }
-    d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
-    for (i = from + 1; i-- > 0 && i >= first;) {
-        const mirror__layer *l = &m->layers[i];
-        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off);
-        size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
-        int need_dx = i > first;
-        mirror__reduce_buckets(m, r, i + 1); /* the layers above i are done */
-        if (i == stop) {
-            r->dsel = d == r->delta[1];
-            mirror__bn_chunk_sums(m, r, l, d, x);
-            return;
-        }
-        switch (l->kind) {
-        case MIRROR__DENSE:
-            /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
-               dx [S,F] = d [S,units] . W [units,F] */
-            for (q = 0; q < mirror__nchunks(m, r); q++) {
-                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-                be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, d, at * l->oc), l->oc,
-                         mirror__el(m, x, at * l->c), l->c, beta, g + l->w_off, l->c, 1);
-                if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
-                be->bias_grad(dev, g + l->b_off, mirror__el(m, d, at * l->oc), k, l->oc, 1);
-            }
-            for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
-                k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, d, at * l->oc), l->oc, W, l->c, 0.0f,
-                         mirror__el(m, dx, at * l->c), l->c, 0);
-            }
-            break;
-        case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, x, d, need_dx ? dx : NULL, accumulate); break;
-        case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
-        case MIRROR__TANH:
-        case MIRROR__SIGMOID:
-        case MIRROR__GELU: /* in place */
-            be->act_backward(dev, (int)l->kind, d, x, mirror__act(r, l), S * out);
-            continue;
-        case MIRROR__MAXPOOL2D:
-            be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
-                                 l->k, l->stride, l->oh, l->ow);
-            break;
-        case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
-            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
-            continue;
-        case MIRROR__AVGPOOL2D:
-        case MIRROR__GLOBAL_AVGPOOL:
-            be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
-                                 l->stride, l->oh, l->ow);
-            break;
-        case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
-            for (q = 0; q < mirror__nchunks(m, r); q++) {
-                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-                if (!accumulate) { /* gamma's and beta's */
-                    be->zero(dev, g + l->w_off, l->c * sizeof(float));
-                    be->zero(dev, g + l->b_off, l->c * sizeof(float));
-                }
-                be->bn_backward(dev, need_dx ? mirror__el(m, dx, at * in) : NULL, g + l->w_off, g + l->b_off,
-                                mirror__el(m, d, at * in), mirror__el(m, x, at * in), mirror__bn_stat(r, l),
-                                r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
-            }
-            break;
-        case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
-            if (l->n_w) {
-                mirror__layer p = mirror__projection(m, l);
-                mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
-                                             l->from > first ? r->skip : NULL, accumulate);
-            } else if (l->from > first) {
-                be->add(dev, r->skip, d, NULL, S * out);
-            }
-            continue;
-        case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
-            be->add(dev, d, d, r->skip, S * out);
-            continue;
-        case MIRROR__FLATTEN: continue;
-        }
-        swap = d;
-        d = dx;
-        dx = swap;
-    }
-    mirror__reduce_buckets(m, r, 0);
-    /* Mixed precision: the weight gradients, accumulated in fp32, are
-       stored in 16 bits: the buffer the all-reduce carries (deterministic
-       mode narrows the reduced sum instead; buckets narrow their own). */
-    if (m->format && !m->chunk && !r->bucketing) be->narrow(dev, r->grad16, r->grads, m->nslots, m->format);
-}
-
-// >>step --------------------------------------------------------------------
-/* mirror_train_step: validate on the caller's thread, then three jobs on
-   the replica threads: forward + backward on each shard, the all-reduce of
-   the gradient arenas, and the optimizer update on every replica. */
-
-/* Sample `row` of the dataset, augmented into dst (every channel alike). */
-static void mirror__augment_row(const mirror_model *m, const mirror__job *job, size_t row, const float *src,
-                                float *dst)
-{
-    size_t c, y, x, h = m->desc.height, w = m->desc.width;
-    long dy, dx;
-    int flipped;
-    mirror_hd_augment_draw(job->augment_key, row, job->augment_pad, job->augment_flip, &dy, &dx, &flipped);
-    for (c = 0; c < m->desc.channels; c++, src += h * w)
-        for (y = 0; y < h; y++)
-            for (x = 0; x < w; x++) *dst++ = mirror_hd_augment_pixel(src, h, w, y, x, dy, dx, flipped);
-}
-
-/* Copies replica r's shard of the job's chunk into its arenas: gathered
-   row by row into the replica's host buffers, then one upload each. The
-   buffers come in two slots, taken in turn: while a GPU still computes on
-   the last shard's slot, this one's copies run beside it. The input goes
-   up in fp32; in mixed precision the device narrows it into the 16-bit
-   input (the host gathers, the GPU converts). */
-static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
-{
-    const mirror_model *m = job->m;
-    const mirror_batch *b = job->batch;
-    size_t i, in = m->in_size, out = m->out_size, S = r->count;
-    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT, slot = r->slot ^= 1;
-    float *targets = r->host_targets[slot], *x = r->host_x[slot];
-    int32_t *labels = r->host_labels[slot];
-    m->be->stage(r->dev, slot);
-    for (i = 0; i < S; i++) {
-        size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
-        if (job->augment_flip || job->augment_pad)
-            mirror__augment_row(m, job, row, b->x + row * in, x + i * in);
-        else
-            memcpy(x + i * in, b->x + row * in, in * sizeof(float));
-        if (!with_y) continue;
-        if (ce)
-            labels[i] = b->labels[row];
-        else
-            memcpy(targets + i * out, b->targets + row * out, out * sizeof(float));
-    }
-    r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
-    if (!m->format) r->input = r->in_x[slot];
-    if (S) m->be->upload_staged(r->dev, r->in_x[slot], x, S * in * sizeof(float));
-    if (S && with_y && ce) m->be->upload_staged(r->dev, r->labels, labels, S * sizeof(int32_t));
-    if (S && with_y && !ce) m->be->upload_staged(r->dev, r->targets, targets, S * out * sizeof(float));
-    m->be->staged(r->dev, slot);
-    if (S && m->format) m->be->narrow(r->dev, (uint16_t *)r->input, r->in_x[slot], S * in, m->format);
-}
-
-/* The loss layer: per-sample loss, correct flags and the output gradient
-   (divided by the global count) into delta[0]. The sums stay on the
-   device (r->acc), or are wanted now: mirror__take_loss reads them, once
-   the backward pass is queued behind them (a GPU then computes on while
-   the host waits for the copy). */
-static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_count, int now)
-{
-    const void *z = mirror__act(r, &m->layers[m->nlayers - 1]);
-    size_t S = r->count;
-    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
-    if (!S) return;
-    const float *scale = m->format ? &r->scaler->scale : NULL; /* the loss scale */
-    if (ce)
-        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size, inv_count,
-                          scale);
-    else
-        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count, scale);
-    if (!now) m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
-}
-
-/* The loss and correct sums of the shard into r->loss_sum and
-   r->correct_sum (waits for the device). */
-static void mirror__take_loss(const mirror_model *m, mirror__replica *r)
-{
-    size_t i, S = r->count;
-    int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
-    if (!S) return;
-    m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
-    for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
-    if (!ce) return;
-    m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
-    for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
-}
-
-/* A training pass as the host queues it (no batchnorm: in one piece). */
-static void mirror__queue_pass(mirror_model *m, mirror__replica *r, const mirror__job *job)
-{
-    mirror__forward(m, r, r->count, 0, m->nlayers);
-    mirror__loss(m, r, job->inv_count, job->metrics_now);
-    mirror__backward(m, r, r->count, job->accumulate, m->nlayers - 1, (size_t)-1);
-}
-
-/* The place of the key among r's graphs: its own, else a free one, else
-   the one least recently used (its graph freed). An update's key is its
-   kind alone. */
-static mirror__graph *mirror__graph_of(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
-{
-    mirror__graph key, *g, *pick = &r->graph[0];
-    size_t k;
-    memset(&key, 0, sizeof key);
-    key.kind = kind;
-    if (kind == MIRROR__PASS_GRAPH) {
-        key.count = r->count, key.inv_count = job->inv_count;
-        key.slot = r->slot, key.accumulate = job->accumulate, key.metrics_now = job->metrics_now;
-    }
-    for (k = 0; k < MIRROR__GRAPHS; k++) {
-        g = &r->graph[k];
-        if (g->seen && g->kind == key.kind && g->count == key.count && g->inv_count == key.inv_count &&
-            g->slot == key.slot && g->accumulate == key.accumulate && g->metrics_now == key.metrics_now)
-            return g;
-        if (pick->seen && (!g->seen || g->used < pick->used)) pick = g;
-    }
-    mirror__graph_clear(m, r, pick);
-    *pick = key;
-    return pick;
-}
-
-static void mirror__queue_update(mirror_model *m, mirror__replica *r);
-
-/* What a graph of that kind records, as the host queues it. */
-static void mirror__queue(int kind, mirror_model *m, mirror__replica *r, const mirror__job *job)
-{
-    if (kind == MIRROR__PASS_GRAPH)
-        mirror__queue_pass(m, r, job);
-    else
-        mirror__queue_update(m, r);
-}
-
-/* The emulation's graph: the model, replica and job as at capture, and a
-   scratch model for the replays. */
-static void *mirror__emulated_capture(const mirror_model *m, const mirror__replica *r, const mirror__job *job,
-                                      mirror__graph *g)
-{
-    g->m_at = (mirror_model *)mirror__alloc(1, sizeof *m);
-    g->m_run = (mirror_model *)mirror__alloc(1, sizeof *m);
-    g->r_at = (mirror__replica *)mirror__alloc(1, sizeof *r);
-    g->job_at = (mirror__job *)mirror__alloc(1, sizeof *job);
-    if (!g->m_at || !g->m_run || !g->r_at || !g->job_at) return NULL;
-    *g->m_at = *m, *g->r_at = *r, *g->job_at = *job;
-    return g->m_at;
-}
-
-/* Queues the work again from the state at capture, as a graph replays
-   what was recorded then (a value the host changed since is not seen). */
-static void mirror__emulated_launch(const mirror__graph *g)
-{
-    mirror__replica at = *g->r_at;
-    mirror__job job = *g->job_at;
-    *g->m_run = *g->m_at;
-    job.m = g->m_run;
-    mirror__queue(g->kind, g->m_run, &at, &job);
-}
-
-/* A training pass or an update through graphs: the first time its key
-   comes the work is queued as usual (a warm-up: libraries set up their
-   kernels then), the second time it is recorded, and from then on the
-   graph replays it. A pass's key holds every value it is queued with that
-   changes from step to step on the host: the shard's size, the input
-   slot, the loss's divisor, accumulation and the metrics' path. The step
-   and the shard's first row (dropout's masks) and the update's learning
-   rate and bias corrections are read from device memory (r->tick). */
-static void mirror__graph_step(mirror_model *m, mirror__replica *r, const mirror__job *job, int kind)
-{
-    mirror__graph *g = mirror__graph_of(m, r, job, kind);
-    g->used = ++r->passes;
-    if (!g->graph && !g->failed && g->seen++ >= 1) {
-        if (!m->be->capture_begin) {
-            g->graph = mirror__emulated_capture(m, r, job, g);
-            g->failed = !g->graph;
-        } else {
-            int began = m->be->capture_begin(r->dev);
-            if (began > 0) {
-                mirror__queue(kind, m, r, job);
-                g->graph = m->be->capture_end(r->dev);
-            }
-            if (began < 0) g->seen--; /* not now (a failure waits to be reported): the next visit tries */
-            g->failed = began == 0 || (began > 0 && !g->graph);
-        }
-    }
-    if (!g->graph)
-        mirror__queue(kind, m, r, job);
-    else if (m->be->graph_launch)
-        m->be->graph_launch(r->dev, g->graph);
-    else
-        mirror__emulated_launch(g);
-}
-
-/* Replica `worker`: its shard in, forward, then the loss and backward, or
-   the outputs out for predict. */
-static void mirror__compute_job(void *ctx, size_t worker)
-{
-    const mirror__job *job = (const mirror__job *)ctx;
-    mirror_model *m = job->m;
-    mirror__replica *r = &m->rep[worker];
-    size_t from = job->from;
-    m->be->bind(r->dev);
-    if (job->start) {
-        mirror__rows_of(m, job->n, m->s->first + worker, &r->begin, &r->count, &r->chunk0, &r->nchunks);
-        r->row0 = job->row0 + job->offset + r->begin;
-        r->training = job->mode == MIRROR__TRAIN;
-        r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
-        if (m->trace_steps) m->be->mark(r->dev, 0);
-        mirror__load_shard(job, r);
-        if (r->training && m->dropouts) { /* the update writes its own fields later */
-            mirror__tick t;
-            memset(&t, 0, sizeof t);
-            t.step = m->steps + 1, t.row0 = r->row0;
-            m->be->set(r->dev, r->tick, &t, sizeof t);
-        }
-        if (m->trace_steps) m->be->mark(r->dev, 1);
-        r->loss_sum = 0.0;
-        r->correct_sum = 0;
-    }
-    if (m->graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
-        mirror__graph_step(m, r, job, MIRROR__PASS_GRAPH);
-        if (job->metrics_now) mirror__take_loss(m, r);
-        return;
-    }
-    if (!job->backward) {
-        mirror__forward(m, r, r->count, job->from, job->stop);
-        if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
-        if (m->trace_steps) m->be->mark(r->dev, 2);
-        if (job->mode == MIRROR__PREDICT) {
-            size_t n = r->count * m->out_size, i;
-            float *dst = job->predict_out + (job->offset + r->begin) * m->out_size;
-            if (n) m->be->download(r->dev, dst, mirror__act(r, &m->layers[m->nlayers - 1]), n * mirror__esize(m));
-            for (i = n; m->format && i-- > 0;) { /* 16-bit outputs, widened in place from the last */
-                uint16_t h;
-                memcpy(&h, (unsigned char *)dst + i * sizeof h, sizeof h);
-                dst[i] = mirror_hd_widen(h, m->format);
-            }
-            return;
-        }
-        mirror__loss(m, r, job->inv_count, job->metrics_now);
-        from = m->nlayers - 1;
-    }
-    if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
-    /* the metrics, once the pass is done or, training, its backward queued to the end */
-    if (job->metrics_now && (job->mode != MIRROR__TRAIN || job->back_stop == (size_t)-1)) mirror__take_loss(m, r);
-    if (m->trace_steps) m->be->mark(r->dev, 3);
-}
-
-/* The batchnorm layers where a training pass pauses: the first at or
-   after i (nlayers: none), the last below i ((size_t)-1: none).
-   Evaluation normalises by the running statistics and never pauses. */
-static size_t mirror__next_bn(const mirror_model *m, const mirror__job *job, size_t i)
-{
-    for (; job->mode == MIRROR__TRAIN && i < m->nlayers; i++)
-        if (m->layers[i].kind == MIRROR__BATCHNORM) return i;
-    return m->nlayers;
-}
-
-static size_t mirror__prev_bn(const mirror_model *m, size_t i)
-{
-    while (i-- > 0)
-        if (m->layers[i].kind == MIRROR__BATCHNORM) return i;
-    return (size_t)-1;
-}
-
-/* Sums v[n] over the processes, in rank order (one process: nothing). */
-static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char *what)
-{
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_sum_doubles(m->s, v, n, what, &m->err);
-#endif
-    (void)m, (void)v, (void)n, (void)what;
-    return MIRROR_OK;
-}
-
-/* The running statistics of layer l move toward the batch's, whose sum
-   and M2 over count values are in tot; a batch with a statistic that is not
-   finite leaves them as they were. */
-static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const double *tot, double count)
-{
-    size_t c, C = l->c;
-    float *mean = m->running + l->run_off, *var = mean + C;
-    double mu, v;
-    for (c = 0; c < C; c++) {
-        mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
-        if (!mirror_hd_finite((float)mu) || !mirror_hd_finite((float)v)) return;
-    }
-    for (c = 0; c < C; c++) {
-        mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
-        mean[c] = mirror_hd_bn_running(mean[c], (float)mu, l->momentum);
-        var[c] = mirror_hd_bn_running(var[c], (float)(count > 1.0 ? v * count / (count - 1.0) : v), l->momentum);
-    }
-    m->bn_stale = 1;
-}
-
-/* Slot u of a batch of n (bn_combine): chunk u in deterministic mode,
-   else global replica u's shard; its rows [*begin, *begin + the count
-   returned). */
-static size_t mirror__bn_slot_rows(const mirror_model *m, size_t n, size_t u, size_t *begin)
-{
-    size_t count;
-    if (!m->chunk) {
-        mirror_shard(n, m->s->world, u, begin, &count);
-        return count;
-    }
-    *begin = MIRROR__MIN(u * m->chunk, n);
-    return MIRROR__MIN(m->chunk, n - *begin);
-}
-
-/* Part b of a batchnorm layer's sums (2C doubles) onto part a, which holds
-   the na values before it: forward, each channel's sum and M2 merge
-   (mirror_hd_bn_merge), over na and nb values; backward, the sums of dy
-   and dy xhat add. */
-static void mirror__bn_add(double *a, const double *b, size_t C, int backward, double na, double nb)
-{
-    size_t c;
-    for (c = 0; c < C; c++)
-        if (backward) a[c] += b[c], a[C + c] += b[C + c];
-        else mirror_hd_bn_merge(&a[c], &a[C + c], na, b[c], b[C + c], nb);
-}
-
-/* A pause of a training pass at batchnorm layer i: the replicas' parts
-   (forward: the sum and M2 of x; backward: the sums of dy and dy xhat),
-   combined in the order of the global replicas (deterministic mode: of
-   the batch's chunks), become what every replica goes on with: the batch's
-   mean and invstd (forward), the means of dy and dy xhat (backward). Local
-   mode: each replica's own parts. Forward also moves the running
-   statistics, by the global batch's. Across processes each replica's (or
-   chunk's) part travels in a slot of its own (the others add zeros,
-   exactly), so P processes combine what one process of all the replicas
-   combines, in its order: the same bits. */
-static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i, int backward)
-{
-    const mirror__layer *l = &m->layers[i];
-    size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq, at, rows;
-    size_t U = m->chunk ? (job->n + m->chunk - 1) / m->chunk : m->s->world; /* the slots */
-    double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
-    int rc, mine;
-    memset(slot, 0, (U * n2 + 1) * sizeof(double));
-    for (r = 0; r < m->s->replicas; r++) {
-        mirror__replica *p = &m->rep[r];
-        nq = mirror__nchunks(m, p);
-        m->be->bind(p->dev);
-        m->be->download(p->dev, p->host_part, p->bn_part, nq * n2 * sizeof(double));
-        memcpy(slot + (m->chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
-        if (!nq) memset(p->host_part, 0, n2 * sizeof(double));
-        for (q = 1; q < nq; q++) { /* the replica's own part (local mode): its chunks' in order */
-            rows = mirror__chunk_rows(m, p, q, &at);
-            mirror__bn_add(p->host_part, p->host_part + q * n2, C, backward, (double)at * inner, (double)rows * inner);
-        }
-    }
-    /* the failures so far travel with the parts: every process stops here alike */
-    slot[U * n2] = (mine = mirror__device_status(m)) != MIRROR_OK;
-    if ((rc = mirror__sum_doubles(m, slot, U * n2 + 1, "batchnorm across processes")) || (rc = mine)) return rc;
-    if (slot[U * n2] > 0.0)
-        return mirror__fail(m, MIRROR_ERR_PEER, "batchnorm (layer %zu): another process failed in this step", i);
-    memset(tot, 0, n2 * sizeof(double));
-    for (r = 0; r < U; r++) {
-        rows = mirror__bn_slot_rows(m, job->n, r, &at);
-        mirror__bn_add(tot, slot + r * n2, C, backward, (double)at * inner, (double)rows * inner);
-    }
-    for (r = 0; r < m->s->replicas; r++) {
-        mirror__replica *p = &m->rep[r];
-        const double *sum = l->local ? p->host_part : tot;
-        double n = l->local ? (double)(p->count ? p->count : 1) * (double)inner : count, mu, var;
-        m->be->bind(p->dev);
-        m->be->host_wait(p->dev); /* the last upload from host_stat is done */
-        for (c = 0; c < C; c++) {
-            if (backward) {
-                p->host_stat[c] = (float)(sum[c] / n), p->host_stat[C + c] = (float)(sum[C + c] / n);
-                continue;
-            }
-            mirror_hd_bn_moments(sum[c], sum[C + c], n, &mu, &var);
-            p->host_stat[c] = (float)mu, p->host_stat[C + c] = mirror_hd_bn_invstd(var, l->eps);
-        }
-        m->be->upload(p->dev, p->bn + l->bn_off + (backward ? 4 * C : 0), p->host_stat, 2 * C * sizeof(float));
-    }
-    if (!backward) mirror__bn_running(m, l, tot, count);
-    return mirror__device_status(m);
-}
-
-/* The running statistics into every replica's evaluation slots: the mean
-   and 1 / sqrt(var + eps). */
-static int mirror__bn_refresh(mirror_model *m)
-{
-    size_t r, i, c;
-    for (r = 0; r < m->s->replicas; r++) {
-        mirror__replica *p = &m->rep[r];
-        m->be->bind(p->dev);
-        for (i = 0; i < m->nlayers; i++) {
-            const mirror__layer *l = &m->layers[i];
-            const float *run = m->running + l->run_off;
-            if (l->kind != MIRROR__BATCHNORM) continue;
-            m->be->host_wait(p->dev);
-            for (c = 0; c < l->c; c++)
-                p->host_stat[c] = run[c], p->host_stat[l->c + c] = mirror_hd_bn_invstd(run[l->c + c], l->eps);
-            m->be->upload(p->dev, p->bn + l->bn_off + 2 * l->c, p->host_stat, 2 * l->c * sizeof(float));
-        }
-        m->be->host_wait(p->dev);
-    }
-    m->bn_stale = 0;
-    return mirror__device_status(m);
-}
-
-/* Runs a job on every replica. A training pass pauses at each batchnorm
-   layer, forward and then backward, while the host combines the replicas'
-   sums (mirror__bn_combine); the job then goes on from there. */
-static int mirror__compute(mirror_model *m, mirror__job *job)
-{
-    int rc;
-    if (job->mode != MIRROR__TRAIN && m->bn_stale && (rc = mirror__bn_refresh(m))) return rc;
-    job->start = 1, job->backward = 0, job->from = 0;
-    job->stop = mirror__next_bn(m, job, 0);
-    job->back_stop = job->mode == MIRROR__TRAIN ? mirror__prev_bn(m, m->nlayers) : (size_t)-1;
-    for (;;) {
-        mirror__run(&m->s->team, mirror__compute_job, job);
-        job->start = 0;
-        if (!job->backward && job->stop < m->nlayers) {
-            if ((rc = mirror__bn_combine(m, job, job->stop, 0))) return rc;
-            job->from = job->stop;
-            job->stop = mirror__next_bn(m, job, job->from + 1);
-            continue;
-        }
-        if (job->back_stop == (size_t)-1) return MIRROR_OK;
-        if ((rc = mirror__bn_combine(m, job, job->back_stop, 1))) return rc;
-        job->backward = 1;
-        job->from = job->back_stop;
-        job->back_stop = mirror__prev_bn(m, job->from);
-    }
-}
-
-// >>optimizers --------------------------------------------------------------
-
-/* The learning rate of step s >= 1 into *lr: a callback's must be a
-   finite rate >= 0. */
-static int mirror__schedule(mirror_model *m, uint64_t s, float *lr)
-{
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    float called = o->schedule == MIRROR_LR_CALLBACK ? o->lr_fn(o->lr_user, s) : 0.0f;
-    if (!(called >= 0.0f && called <= 3.4e38f))
+    struct stat st;
+    if (!path || !*path || strlen(path) > 900)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL, empty or too long", what);
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                            "step %llu: the learning-rate callback returned %g: a rate must be finite and >= 0; "
-                            "nothing of that step was applied",
-                            (unsigned long long)s, (double)called);
-    *lr = mirror_hd_schedule_lr((int)o->schedule, o->lr, s, o->warmup, o->step_size, o->gamma, o->total_steps,
-                                o->min_lr, called);
+                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
+                            what, path, mirror__file_kind(st.st_mode));
     return MIRROR_OK;
 }
 
-MIRROR_API float mirror_current_lr(mirror_model *m)
-{
-    float lr = 0.0f;
-    if (m && m->built) mirror__schedule(m, m->steps + 1, &lr);
-    return lr;
-}
+/* A side output being written: its temporary file (a path checked by
+   mirror__output_path fits in tmp). */
+typedef struct mirror__output {
+    FILE *f;
+    char tmp[1024];
+} mirror__output;
 
-MIRROR_API float mirror_last_grad_norm(mirror_model *m)
+/* write(2) all of it, through short writes and EINTR. */
+static int mirror__write_all(int fd, const void *p, size_t n)
 {
-    mirror_loss_scale_state st;
-    if (!m || !m->built || m->desc.optimizer.clip_norm <= 0.0f || mirror__get_scaler(m, &st)) return 0.0f;
-    return st.grad_norm;
-}
-
-/* The step's tick (mirror__tick) into replica r's device memory: the
-   update reads its learning rate and bias corrections there. */
-static void mirror__set_tick(mirror_model *m, mirror__replica *r)
-{
-    mirror__tick t;
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    memset(&t, 0, sizeof t);
-    t.step = m->steps, t.row0 = r->row0, t.lr = m->lr;
-    mirror_hd_adam_bias(o->beta1, o->beta2, m->steps, &t.bc1, &t.bc2_sqrt);
-    m->be->set(r->dev, r->tick, &t, sizeof t);
-}
-
-/* The fp32 update of parameters [off, off + n) of replica r from its
-   reduced gradient, unless r's guard holds a non-finite step. */
-static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off, size_t n)
-{
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    const float *g = r->grads + off;
-    if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler,
-                   r->tick, o->momentum, o->weight_decay, o->nesterov);
-    else
-        m->be->adam(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off), g, n,
-                    r->scaler, r->tick, o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
-}
-
-/* Mixed precision, on replica r's device and stream, with no wait for it,
-   once r->scaler->found_nonfinite holds the step's verdict: the fused
-   update of parameters [off, off + n), which does nothing on a non-finite
-   step (the working copy is then as it was) and writes the working copy
-   the layers read in the same pass; then the scaler's update. */
-static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off, size_t n)
-{
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    int f = m->format;
-    if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
-                         r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
-                         o->nesterov);
-    else
-        m->be->adam_mixed(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off),
-                          r->work16 + off, r->grad16 + off, n, f, r->scaler, r->tick, o->beta1,
-                          o->beta2, o->eps, o->weight_decay, o->kind == MIRROR_OPT_ADAMW);
-    m->be->scaler_update(r->dev, r->scaler, &m->desc.loss_scale);
-}
-
-/* Gradient clipping, when asked: replica r's norm of the whole reduced
-   gradient (every replica holds it: the same sums, the same norm) and its
-   factor, which the update then applies. */
-static void mirror__clip(mirror_model *m, mirror__replica *r)
-{
-    float max_norm = m->desc.optimizer.clip_norm;
-    if (max_norm > 0.0f)
-        m->be->clip(r->dev, r->scaler, m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, m->nslots,
-                    m->format, max_norm);
-}
-
-/* The update as the host queues it on replica r (no sharding): the check
-   of the whole reduced gradient, clipping, the optimizer. */
-static void mirror__queue_update(mirror_model *m, mirror__replica *r)
-{
-    if (m->format) {
-        m->be->check(r->dev, r->scaler, r->grad16, m->nslots, m->format);
-        mirror__clip(m, r);
-        mirror__update_mixed(m, r, 0, m->nslots);
-        return;
+    const unsigned char *b = (const unsigned char *)p;
+    while (n) {
+        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
     }
-    m->be->check32(r->dev, r->scaler, r->grads, m->nslots, r->tick);
-    mirror__clip(m, r);
-    mirror__update_fp32(m, r, 0, m->nslots);
+    return 0;
 }
 
-/* Replica `worker` applies the optimizer to its own copy, with the reduced
-   gradient: every replica the same update over every parameter. Each
-   replica checks the whole reduced gradient first (the same on every
-   replica, so every replica decides alike). */
-static void mirror__update_job(void *ctx, size_t worker)
+/* fsync of the directory holding path, so that a rename survives a crash. */
+static int mirror__sync_dir(const char *path)
 {
-    const mirror__job *job = (const mirror__job *)ctx;
-    mirror_model *m = job->m;
-    mirror__replica *r = &m->rep[worker];
-    m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 6);
-    mirror__set_tick(m, r);
-    if (m->graphs && !m->trace_steps)
-        mirror__graph_step(m, r, job, MIRROR__UPDATE_GRAPH);
-    else
-        mirror__queue_update(m, r);
-    if (m->trace_steps) m->be->mark(r->dev, 7);
-}
-
-/* The sharded update (ZeRO stage 1 on shared memory). Where every
-   replica's arenas are host memory (the CPU backend), replica w owns slice
-   w of the parameters (mirror_shard of nparams over the replicas): it sums
-   its slice of every replica's gradient in replica order (the
-   reduce-scatter: the additions of the all-reduce, so the same sums) and
-   checks it; with the verdict of every slice, it applies the optimizer to
-   that slice only, and copies the new values into the other replicas (the
-   all-gather). Two jobs, since the verdict needs every slice. Each parameter is updated once a
-   step rather than once per replica, the optimizer state lives once (every
-   replica's state pointer is replica 0's arena), and the replicas stay
-   bitwise equal: each slice is computed once, by one thread, and copied. */
-/* Copies parameters [off, off + n) of replica `from` (fp32 masters and, in
-   mixed precision, the working copy) into the others. */
-static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_t n)
-{
-    const mirror__replica *src = &m->rep[from];
-    size_t r;
-    for (r = 0; r < m->s->replicas; r++) {
-        mirror__replica *dst = &m->rep[r];
-        if (r == from || !n) continue;
-        memcpy(dst->params + off, src->params + off, n * sizeof(float));
-        if (!m->format) continue;
-        memcpy(dst->work16 + off, src->work16 + off, n * sizeof(uint16_t));
-    }
-}
-
-/* First each replica checks its slice of the reduced gradient into
-   found[worker]. fp32 forms the slice here, the reduce-scatter: the sum of
-   every replica's slice in replica order (the additions of the all-reduce,
-   so the same sums), written back into every replica's gradient arena, as
-   after an all-reduce. Mixed precision checks the 16-bit all-reduce's. */
-static void mirror__sharded_check_job(void *ctx, size_t worker)
-{
-    mirror_model *m = ((const mirror__job *)ctx)->m;
-    mirror__replica *r = &m->rep[worker];
-    mirror_loss_scale_state st = *r->scaler;
-    float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin, count, end, len;
-    int finite = 1;
-    if (m->trace_steps) m->be->mark(r->dev, 4);
-    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
-    if (m->format) {
-        st.found_nonfinite = 0;
-        m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
-        m->found[worker] = st.found_nonfinite;
-        if (m->trace_steps) m->be->mark(r->dev, 5);
-        return;
-    }
-    if (m->s->processes > 1 || m->chunk) { /* the reduction across processes (or chunks) has summed it already */
-        m->found[worker] = !mirror__all_finite(r->grads + begin, count);
-        if (m->trace_steps) m->be->mark(r->dev, 5);
-        return;
-    }
-    for (end = begin + count; begin < end; begin += len) {
-        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, m->grad_bufs, m->s->replicas, begin, len);
-        finite &= mirror__all_finite(acc, len);
-    }
-    m->found[worker] = !finite;
-    if (m->trace_steps) m->be->mark(r->dev, 5);
-}
-
-/* Then every replica takes the verdict of all slices into its guard or
-   scaler, updates its own slice (nothing on a non-finite step) and copies
-   the slice into the others (the all-gather). */
-static void mirror__sharded_update_job(void *ctx, size_t worker)
-{
-    mirror_model *m = ((const mirror__job *)ctx)->m;
-    mirror__replica *r = &m->rep[worker];
-    size_t begin, count, end, len, i;
-    uint32_t found = 0;
-    if (m->trace_steps) m->be->mark(r->dev, 6);
-    mirror__set_tick(m, r);
-    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
-    for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
-    if (m->format) {
-        r->scaler->found_nonfinite |= found;
-        mirror__clip(m, r);
-        mirror__update_mixed(m, r, begin, count);
-        mirror__gather_slice(m, worker, begin, count);
-        if (m->trace_steps) m->be->mark(r->dev, 7);
-        return;
-    }
-    mirror_hd_guard(r->scaler, !found, m->steps);
-    mirror__clip(m, r);
-    for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
-        len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        mirror__update_fp32(m, r, begin, len);
-        mirror__gather_slice(m, worker, begin, len);
-    }
-    if (m->trace_steps) m->be->mark(r->dev, 7);
-}
-
-/* The sharded update across devices (ZeRO stage 1, where the replicas'
-   arenas are apart: GPUs). The reduce-scatter has left replica r the sum
-   of slice r of the gradient (slots [r slice, (r + 1) slice)). Each
-   replica checks its slice and sums its squares (slice_stats); the
-   reducer adds those two floats over the replicas, and every replica
-   takes the whole gradient's verdict and norm from them (slice_verdict).
-   Then replica r applies the optimizer to slice r alone, with the state of
-   that slice alone (1/R of the state per replica), and the all-gather
-   copies each slice into the others: the fp32 parameters, or in mixed
-   precision the 16-bit working copy, which the layers read. The fp32 masters of mixed precision stay on
-   their slice's owner: whatever reads them (the API, checkpoints) takes
-   each slice from its owner (mirror__download_arena). The sums are the
-   reducer's all-reduce sums, and each slice is updated once, so the
-   parameters are those of the update without sharding; only the clipping
-   norm adds its squares in another order (outside deterministic mode). */
-/* Whether the clipping norm is summed slice by slice. Deterministic mode's
-   gradient is whole on every replica (mirror__sum_chunks): its norm is
-   taken over the whole, in one order whatever the replica count. */
-static int mirror__slice_norm(const mirror_model *m) { return m->desc.optimizer.clip_norm > 0.0f && !m->chunk; }
-
-static void mirror__slice_stats_job(void *ctx, size_t worker)
-{
-    mirror_model *m = ((const mirror__job *)ctx)->m;
-    mirror__replica *r = &m->rep[worker];
-    size_t begin = worker * m->slice;
-    m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 6);
-    m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
-                       m->slice, m->format, r->scaler, mirror__slice_norm(m));
-}
-
-static void mirror__slice_update_job(void *ctx, size_t worker)
-{
-    mirror_model *m = ((const mirror__job *)ctx)->m;
-    mirror__replica *r = &m->rep[worker];
-    const mirror_optimizer_desc *o = &m->desc.optimizer;
-    m->be->bind(r->dev);
-    mirror__set_tick(m, r);
-    m->be->slice_verdict(r->dev, r->scaler, r->stats, r->tick, m->format, mirror__slice_norm(m) ? o->clip_norm : 0.0f);
-    if (m->chunk) mirror__clip(m, r);
-    if (m->format) {
-        mirror__update_mixed(m, r, worker * m->slice, m->slice);
-        return;
-    }
-    mirror__update_fp32(m, r, worker * m->slice, m->slice);
-}
-
-static void mirror__slice_gathered_job(void *ctx, size_t worker)
-{
-    mirror_model *m = ((const mirror__job *)ctx)->m;
-    mirror__replica *r = &m->rep[worker];
-    m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 7);
-}
-
-static int mirror__sliced_update(mirror_model *m, mirror__job *job)
-{
-    mirror_strategy *s = m->s;
-    int rc;
-    mirror__run(&s->team, mirror__slice_stats_job, job);
-    if ((rc = s->reducer->all_reduce_sum(s, m->stats_bufs, 2, &m->err))) {
-        m->steps--; /* nothing of the step applied */
-        return rc;
-    }
-    mirror__run(&s->team, mirror__slice_update_job, job);
-    rc = m->format ? s->reducer->all_gather(s, (void *const *)m->work16_bufs, m->slice, sizeof(uint16_t), &m->err)
-                   : s->reducer->all_gather(s, (void *const *)m->param_bufs, m->slice, sizeof(float), &m->err);
-    mirror__run(&s->team, mirror__slice_gathered_job, job);
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    int fd, rc;
+    if (n >= sizeof dir) return -1;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
+    rc = fsync(fd);
+    close(fd);
     return rc;
 }
 
-/* After a skipped step, with report_nonfinite: the first layer, from the
-   loss back, and the first replica whose own gradient (before the
-   all-reduce) is not finite in 16 bits. Waits for the device. */
-static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_state *st)
+/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
+   the writer's process id and 64 random bits, in lowercase hexadecimal. No
+   user picks such a name, so a save (holding PATH.lock) removes the ones a
+   crash left by their name alone, never by what they hold. */
+#define MIRROR__TMP_MARK ".tmp-mirror-"
+#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
+
+/* Creates a new temporary file for path (mode: as open's, less the umask),
+   its name in name[size]; returns its descriptor, or -1 with errno set. */
+static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
 {
-    char msg[256];
-    size_t i, r, q, j, found_layer = m->nlayers, found_rep = 0;
-    float *host = (float *)mirror__alloc(m->nslots, sizeof(float));
-    if (!host) {
-        mirror__log(MIRROR_LOG_NOTICE, "a step was skipped; no memory to find the non-finite layer");
-        return;
-    }
-    for (r = 0; r < m->s->replicas; r++) /* the replica's own gradient: in deterministic mode, its chunks' */
-        for (q = 0; q < mirror__nchunks(m, &m->rep[r]); q++) {
-            m->be->download(m->rep[r].dev, host, mirror__chunk_grads(m, &m->rep[r], q), m->nslots * sizeof(float));
-            for (i = m->nlayers; i-- > 0 && (found_layer == m->nlayers || i > found_layer);) {
-                const mirror__layer *l = &m->layers[i];
-                for (j = 0; j < l->n_w + l->n_b; j++)
-                    if (!mirror_hd_finite(mirror_hd_round(host[j < l->n_w ? l->w_off + j : l->b_off + j - l->n_w],
-                                                          m->format)))
-                        break;
-                if (j < l->n_w + l->n_b) {
-                    found_layer = i;
-                    found_rep = r;
-                    break;
-                }
-            }
+    uint32_t pid = (uint32_t)getpid();
+    double now = mirror__now();
+    uint64_t state, bits;
+    int tries, fd = -1;
+    memcpy(&bits, &now, sizeof bits);
+    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
+    for (tries = 0; tries < 100; tries++) {
+        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
+                     (unsigned long long)mirror__next(&state)) >= (int)size) {
+            errno = ENAMETOOLONG;
+            return -1;
         }
-    MIRROR_FREE(host);
-    if (found_layer < m->nlayers)
-        snprintf(msg, sizeof msg,
-                 "step %llu skipped: the gradient of layer %zu (%s) on replica %zu is not finite; "
-                 "loss scale %g -> %g",
-                 (unsigned long long)m->steps, found_layer, mirror__kind_names[m->layers[found_layer].kind],
-                 found_rep, (double)st->last_scale, (double)st->scale);
-    else
-        snprintf(msg, sizeof msg,
-                 "step %llu skipped: every replica's gradient is finite, their sum is not; "
-                 "loss scale %g -> %g",
-                 (unsigned long long)m->steps, (double)st->last_scale, (double)st->scale);
-    mirror__log(MIRROR_LOG_NOTICE, msg);
-}
-
-/* fp32, where the host reads the device: a non-finite step fails the call.
-   Its guard is cleared and the step count goes back to the steps applied,
-   so that the model goes on (if asked to) from the last finite step. */
-static int mirror__guard_verdict(mirror_model *m, const char *what)
-{
-    mirror_loss_scale_state st;
-    int rc;
-    if ((rc = mirror__get_scaler(m, &st)) || !st.found_nonfinite) return rc;
-    m->steps = st.applied;
-    st.found_nonfinite = 0;
-    if ((rc = mirror__set_scaler(m, &st))) return rc;
-    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
-                        "%s: step %llu: the loss or the reduced gradient is not finite (Inf or NaN): the data holds "
-                        "Inf or NaN, or training diverged (too high a learning rate?); nothing of that step was "
-                        "applied, the parameters are those after step %llu",
-                        what, (unsigned long long)st.applied + 1, (unsigned long long)st.applied);
-}
-
-/* Where the host reads the device anyway: in fp32 the guard's verdict; in
-   mixed precision the step fails once max_consecutive_skips steps in a row
-   were skipped. */
-static int mirror__scaler_verdict(mirror_model *m, const char *what)
-{
-    mirror_loss_scale_state st;
-    const mirror_loss_scale_desc *d = &m->desc.loss_scale;
-    int rc;
-    if (!m->format) return mirror__guard_verdict(m, what);
-    if ((rc = mirror__get_scaler(m, &st))) return rc;
-    if (st.consecutive_skips < d->max_consecutive_skips) return MIRROR_OK;
-    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
-                        "%s: the last %u steps were skipped, their gradients not finite (loss scale %g, "
-                        "%s scaling, minimum %g): the model diverged or the data holds Inf or NaN; "
-                        "parameters are those of the last finite step",
-                        what, st.consecutive_skips, (double)st.scale, mirror_loss_scaling_name(d->kind),
-                        (double)d->min_scale);
-}
-
-/* Checks a batch against the model: sizes, pointers and every label. */
-static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const char *what, int need_y)
-{
-    size_t i;
-    int rc;
-    if ((rc = mirror__check_built(m, what))) return rc;
-    if (!b) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch is NULL", what);
-    if (b->n && !b->x) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.x is NULL", what);
-    if (!b->index && b->rows && b->rows < b->n) /* sample i is row i: the buffers end before the samples do */
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                            "%s: batch.n is %zu but batch.rows only %zu (without an index sample i is row i: "
-                            "n must be at most rows, or rows 0)",
-                            what, b->n, b->rows);
-    for (i = 0; b->index && i < b->n; i++)
-        if (b->index[i] >= b->rows)
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: index[%zu] = %zu is outside the %zu rows",
-                                what, i, b->index[i], b->rows);
-    if (!need_y || !b->n) return MIRROR_OK;
-    if (m->desc.loss == MIRROR_LOSS_MSE) {
-        if (!b->targets)
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.targets is NULL (MSE loss)", what);
-        return MIRROR_OK;
+        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
     }
-    if (!b->labels)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch.labels is NULL (softmax cross-entropy)",
-                            what);
-    for (i = 0; i < b->n; i++) {
-        int32_t y = b->labels[b->index ? b->index[i] : i];
-        if (y < 0 || (size_t)y >= m->out_size)
-            return mirror__fail(m, MIRROR_ERR_LABEL, "%s: label %ld of sample %zu is outside [0, %zu)",
-                                what, (long)y, i, m->out_size);
-    }
-    return MIRROR_OK;
+    return fd;
 }
 
-static void mirror__metrics_add(mirror_metrics *acc, double loss_sum, size_t correct, size_t count)
+/* Makes the temporary file beside path, named as a checkpoint's
+   (mirror__make_tmp); 0 (errno set) on failure. */
+static int mirror__output_open(mirror__output *o, const char *path)
 {
-    acc->loss_sum += loss_sum;
-    acc->correct += correct;
-    acc->count += count;
+    int fd, e;
+    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
+    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
+    e = errno;
+    close(fd);
+    unlink(o->tmp);
+    errno = e;
+    return 0;
 }
 
-/* The metric sums of every replica, added in replica order. */
-static void mirror__collect(const mirror_model *m, mirror_metrics *acc)
+/* Flushes the temporary file to disk and renames it over path; on failure
+   removes it, leaving path as it was, and returns 0 with errno set. */
+static int mirror__output_close(mirror__output *o, const char *path)
 {
-    size_t r;
-    for (r = 0; r < m->s->replicas; r++)
-        mirror__metrics_add(acc, m->rep[r].loss_sum, m->rep[r].correct_sum, m->rep[r].count);
-}
-
-/* What rank 0 alone does (saving a checkpoint): whether this process is
-   the one, and its result for every process. One process: it is, and the
-   result is its own. */
-static int mirror__leads(const mirror_model *m) { return m->s->rank == 0; }
-
-static int mirror__from_leader(mirror_model *m, int rc)
-{
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_share(m->s, rc, &m->err);
-#endif
-    (void)m;
-    return rc;
-}
-
-/* What every process does that may fail in one (loading a checkpoint):
-   failed anywhere, it fails everywhere. */
-static int mirror__all_agree(mirror_model *m, int rc)
-{
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_agree(m->s, rc, &m->err);
-#endif
-    (void)m;
-    return rc;
-}
-
-/* This process's metric sums into every process's (one process: as they are). */
-static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
-{
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_sum_metrics(m->s, sum, &m->err);
-#endif
-    (void)m, (void)sum;
-    return MIRROR_OK;
-}
-
-/* Deterministic mode's sum, over every chunk's gradient arena of every
-   replica of every process in chunk order (onto the total of the
-   micro-batches before: `onto`), into every replica's r->grads; mixed
-   precision then narrows that total into the 16-bit gradient. The sum is
-   the strategy's fp32 sum of the list of chunk arenas in list order: in
-   one process its reducer's sum_list (CPU: the threads' element ranges;
-   GPUs: on the first GPU, as the copy reducer sums), across processes the
-   rank-order fold, which starts on rank 0 from the total before. */
-static int mirror__sum_chunks(mirror_model *m, int onto)
-{
-    mirror_strategy *s = m->s;
-    size_t r, q, nin = 0;
-    int rc = MIRROR_OK;
-    if (onto && s->rank == 0) m->chunk_owner[nin] = 0, m->chunk_in[nin++] = m->rep[0].grads;
-    for (r = 0; r < s->replicas; r++)
-        for (q = 0; q < m->rep[r].nchunks; q++)
-            m->chunk_owner[nin] = r, m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
-#ifdef MIRROR_MPI
-    s->fold_in = m->chunk_in;
-    s->fold_count = nin;
-    if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
-#endif
-    if (s->processes == 1)
-        rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
-    for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
-        m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nslots, m->format);
-    return rc;
-}
-
-/* The all-reduce of a step's gradients (on CPU replicas in one process,
-   fp32's happens inside the sharded update instead; deterministic mode's
-   is mirror__sum_chunks, after each micro-batch). With several processes
-   it always runs, carrying this process's result so far and its stop flag
-   to the others (see >>processes): a failure anywhere fails the step
-   everywhere. */
-static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
-{
-    mirror_strategy *s = m->s;
-#ifdef MIRROR_MPI
-    if (s->processes > 1) {
-        int reduced;
-        s->status = rc;
-        s->stop_asked = m->stop && *m->stop;
-        reduced = m->chunk    ? mirror__sum_chunks(m, onto)
-                  : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
-                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
-        return reduced ? reduced : rc; /* this process's own failure fails its step too */
-    }
-#endif
-    if (m->bucketed) { /* summed in buckets during backward: what follows waits for them */
-        size_t r;
-        for (r = 0; r < s->replicas; r++) m->be->buckets_done(m->rep[r].dev);
-        return rc;
-    }
-    if (rc) return rc;
-    if (m->chunk) return mirror__sum_chunks(m, onto);
-    if (m->sliced) /* each replica's slice alone: see mirror__sliced_update */
-        return m->format ? s->reducer->reduce_scatter(s, (void *const *)m->grad16_bufs, m->slice, m->format, &m->err)
-                         : s->reducer->reduce_scatter(s, (void *const *)m->grad_bufs, m->slice, 0, &m->err);
-    if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
-    return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
+    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
+    if (ok) ok = fsync(fileno(o->f)) == 0;
+    e = errno;
+    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) unlink(o->tmp);
+    errno = e;
+    return ok;
 }
 
 /* ---- timing ---- */
-
-typedef struct mirror__span {
-    uint64_t step;
-    uint32_t replica, phase;
-    double t0, t1; /* seconds since timing began */
-} mirror__span;
-
-static void mirror__span_push(mirror_model *m, uint64_t step, size_t replica, int phase, double t0, double t1)
-{
-    mirror__span *sp = &m->spans[m->span_next];
-    sp->step = step, sp->replica = (uint32_t)replica, sp->phase = (uint32_t)phase;
-    sp->t0 = t0 - m->t_origin, sp->t1 = t1 - m->t_origin;
-    m->span_next = (m->span_next + 1) % m->span_cap;
-    if (m->span_count < m->span_cap) m->span_count++;
-}
-
-/* After a compute job: each replica's gather, forward and backward. */
-static void mirror__mark_compute(mirror_model *m, uint64_t step)
-{
-    double t[MIRROR__MARKS];
-    size_t r;
-    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
-        m->be->marks(m->rep[r].dev, t, 4);
-        mirror__span_push(m, step, r, MIRROR_PHASE_GATHER, t[0], t[1]);
-        mirror__span_push(m, step, r, MIRROR_PHASE_FORWARD, t[1], t[2]);
-        mirror__span_push(m, step, r, MIRROR_PHASE_BACKWARD, t[2], t[3]);
-    }
-}
-
-/* Whether the all-reduce's edges are marked by the replicas' own jobs (the
-   sharded update's reduce-scatter); else the host marks them on every
-   replica around the reducer (mirror__mark_reduce). */
-static int mirror__reduce_in_jobs(const mirror_model *m)
-{
-    return m->sharded && !m->format && m->s->processes == 1 && !m->chunk;
-}
-
-static void mirror__mark_reduce(mirror_model *m, int slot)
-{
-    size_t r;
-    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
-        m->be->mark(m->rep[r].dev, slot);
-}
-
-/* After the update: each replica's all-reduce and update. */
-static void mirror__mark_update(mirror_model *m, uint64_t step)
-{
-    double t[MIRROR__MARKS];
-    size_t r;
-    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
-        m->be->marks(m->rep[r].dev, t, MIRROR__MARKS);
-        mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
-        mirror__span_push(m, step, r, MIRROR_PHASE_UPDATE, t[6], t[7]);
-    }
-}
 
 static int mirror__timing(mirror_model *m, size_t steps)
 {
@@ -8214,68 +8477,6 @@ MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_ph
 static const char *const mirror__phase_names[MIRROR_PHASE_COUNT] = {"gather", "forward", "backward", "all-reduce",
                                                                     "update"};
 
-/* ---- side outputs (the trace; fit's history and plot): written as a
-   checkpoint is, to a temporary file beside PATH renamed over it, so that
-   PATH is always a complete file (see SIDE OUTPUTS) ---- */
-
-/* What a file that is not a regular file is, for messages. */
-static const char *mirror__file_kind(mode_t mode)
-{
-    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
-                                                                                            : "a device or socket";
-}
-
-/* A side output's PATH: not empty, not too long for its temporary name, and
-   a regular file if it exists. lstat, never open: a FIFO cannot block. */
-static int mirror__output_path(mirror_model *m, const char *what, const char *path)
-{
-    struct stat st;
-    if (!path || !*path || strlen(path) > 900)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL, empty or too long", what);
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
-                            what, path, mirror__file_kind(st.st_mode));
-    return MIRROR_OK;
-}
-
-/* A side output being written: its temporary file (a path checked by
-   mirror__output_path fits in tmp). */
-typedef struct mirror__output {
-    FILE *f;
-    char tmp[1024];
-} mirror__output;
-
-static int mirror__make_tmp(const char *path, int mode, char *name, size_t size);
-
-/* Makes the temporary file beside path, named as a checkpoint's
-   (mirror__make_tmp); 0 (errno set) on failure. */
-static int mirror__output_open(mirror__output *o, const char *path)
-{
-    int fd, e;
-    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
-    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
-    e = errno;
-    close(fd);
-    unlink(o->tmp);
-    errno = e;
-    return 0;
-}
-
-/* Flushes the temporary file to disk and renames it over path; on failure
-   removes it, leaving path as it was, and returns 0 with errno set. */
-static int mirror__output_close(mirror__output *o, const char *path)
-{
-    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
-    if (ok) ok = fsync(fileno(o->f)) == 0;
-    e = errno;
-    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
-    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
-    if (!ok) unlink(o->tmp);
-    errno = e;
-    return ok;
-}
-
 /* The trace into path; 0 (errno set) when it cannot be written. */
 static int mirror__trace_file(mirror_model *m, const char *path)
 {
@@ -8320,140 +8521,6 @@ MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
     {
         MIRROR__LOCKED(m, "mirror_trace_write", mirror__trace_write(m, path));
     }
-}
-
-/* A training batch of n in which a batchnorm layer would normalise a
-   single value per channel is refused, as torch.nn.BatchNorm1d refuses
-   it: the value is its own mean, the variance 0, and the output beta
-   whatever the input. That is a flat input (one value per channel and
-   sample) of one sample: the global batch, or in local mode a replica's
-   shard (an empty shard normalises nothing). */
-static int mirror__check_bn_values(mirror_model *m, size_t n, const char *what)
-{
-    size_t i, g, begin, count, chunk0, nchunks;
-    for (i = 0; i < m->nlayers; i++) {
-        const mirror__layer *l = &m->layers[i];
-        if (l->kind != MIRROR__BATCHNORM || l->h * l->w != 1) continue;
-        if (n == 1)
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "%s: a batch of 1 sample: batchnorm layer %zu would normalise a single value per "
-                                "channel (its output beta, whatever the input); train on 2 samples or more",
-                                what, i);
-        for (g = 0; l->local && g < m->s->world; g++) {
-            mirror__rows_of(m, n, g, &begin, &count, &chunk0, &nchunks);
-            if (count == 1)
-                return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                    "%s: a batch of %zu gives replica %zu a shard of 1 sample: batchnorm layer %zu "
-                                    "(MIRROR_BN_LOCAL) would normalise a single value per channel there; use "
-                                    "batches of 2 samples or more a replica, or MIRROR_BN_SYNC",
-                                    what, n, g, i);
-        }
-    }
-    return MIRROR_OK;
-}
-
-/* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
-   mirror_train_step): forward and backward on each, the gradients added
-   up on every replica without communication, each divided by the count of
-   all k, then one all-reduce and one update. */
-static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out,
-                               const char *what)
-{
-    mirror_metrics sum = {0.0, 0, 0};
-    mirror__job job;
-    size_t j, total = 0;
-    int rc;
-    if (!micro || !k) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: no batch", what);
-    for (j = 0; j < k; j++) {
-        if ((rc = mirror__check_batch(m, &micro[j], what, 1))) return rc;
-        if (micro[j].n == 0) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: batch %zu is empty", what, j);
-        if ((rc = mirror__check_bn_values(m, micro[j].n, what))) return rc;
-        if (micro[j].n > m->desc.max_batch)
-            return mirror__fail(m, MIRROR_ERR_CAPACITY, "%s: batch of %zu exceeds max_batch %zu the arenas were sized for",
-                                what, micro[j].n, m->desc.max_batch);
-        total += micro[j].n;
-        if (total > ((size_t)1 << 40)) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: %zu batches of too many samples",
-                                                        what, k);
-    }
-    memset(&job, 0, sizeof job);
-    job.m = m;
-    job.mode = MIRROR__TRAIN;
-    job.inv_count = 1.0f / (float)total; /* the gradient of the mean over all k */
-    job.metrics_now = out != NULL;
-    job.augment_key = m->augment_key, job.augment_pad = m->augment_pad, job.augment_flip = m->augment_flip;
-    for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
-        job.batch = &micro[j];
-        job.n = micro[j].n;
-        job.accumulate = j > 0, job.last = j + 1 == k;
-        if ((rc = mirror__compute(m, &job)) == MIRROR_OK) {
-            mirror__mark_compute(m, m->steps + 1);
-            job.row0 += micro[j].n;
-            if (out) mirror__collect(m, &sum);
-            rc = mirror__device_status(m);
-        }
-        if (!m->chunk && rc == MIRROR_OK && j + 1 < k) continue;
-        /* the reduction: after the last micro-batch, or after each in
-           deterministic mode; with several processes after a failure too */
-        mirror__mark_reduce(m, 4);
-        rc = mirror__reduce_gradients(m, rc, j > 0);
-        mirror__mark_reduce(m, 5);
-    }
-    if (rc) return rc;
-    m->steps++;
-    if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
-        m->steps--;
-        return rc;
-    }
-    if (m->sliced) {
-        if ((rc = mirror__sliced_update(m, &job))) return rc;
-    } else if (m->sharded) {
-        mirror__run(&m->s->team, mirror__sharded_check_job, &job);
-        mirror__run(&m->s->team, mirror__sharded_update_job, &job);
-    } else {
-        mirror__run(&m->s->team, mirror__update_job, &job);
-    }
-    mirror__mark_update(m, m->steps);
-    if ((rc = mirror__device_status(m))) return rc;
-    if (m->format && m->desc.loss_scale.report_nonfinite) {
-        mirror_loss_scale_state st;
-        if ((rc = mirror__get_scaler(m, &st))) return rc;
-        if (st.last_skipped) mirror__report_nonfinite(m, &st);
-    }
-    if (!out) {
-        m->untaken += total;
-        /* CPU replicas: the verdict costs no wait, so it comes at once */
-        return m->be == &mirror__cpu_backend ? mirror__scaler_verdict(m, what) : MIRROR_OK;
-    }
-    if ((rc = mirror__sum_processes(m, &sum))) return rc;
-    *out = sum;
-    return mirror__scaler_verdict(m, what);
-}
-
-/* The same, with the running statistics of batchnorm restored when the
-   step fails: a failed step changes nothing. */
-static int mirror__train(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out, const char *what)
-{
-    int rc;
-    if ((rc = mirror__check_built(m, what))) return rc;
-    if (m->nrunning) memcpy(m->running_before, m->running, m->nrunning * sizeof(float));
-    if ((rc = mirror__train_micro(m, micro, k, out, what)) && m->nrunning) {
-        memcpy(m->running, m->running_before, m->nrunning * sizeof(float));
-        m->bn_stale = 1;
-    }
-    return rc;
-}
-
-MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_metrics *out)
-{
-    if (!b) return mirror__check_batch(m, b, "mirror_train_step", 1);
-    {
-        MIRROR__LOCKED(m, "mirror_train_step", mirror__train(m, b, 1, out, "mirror_train_step"));
-    }
-}
-
-MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out)
-{
-    MIRROR__LOCKED(m, "mirror_train_steps", mirror__train(m, micro, k, out, "mirror_train_steps"));
 }
 
 /* FNV-1a, 64 bits, of n bytes, continuing from h. */
@@ -8694,7 +8761,6 @@ MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, f
 }
 
 // >>data --------------------------------------------------------------------
-
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
 {
     if (!ds) return;
@@ -9141,7 +9207,6 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
     }
     return MIRROR_OK;
 }
-
 
 /* CIFAR-10: a batch is records of a label byte and 3 x 32 x 32 pixel bytes,
    10000 of them in each file of the data set. */
@@ -9784,7 +9849,6 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
 }
 
 // >>checkpoints -------------------------------------------------------------
-
 /* CRC-32 (the polynomial of zlib, PNG and gzip), continuing from crc. */
 static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
 {
@@ -9997,64 +10061,6 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
         memcpy(crc_at, hex, 8);
     }
     return MIRROR_OK;
-}
-
-/* write(2) all of it, through short writes and EINTR. */
-static int mirror__write_all(int fd, const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    while (n) {
-        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of the directory holding path, so that a rename survives a crash. */
-static int mirror__sync_dir(const char *path)
-{
-    char dir[1024];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    int fd, rc;
-    if (n >= sizeof dir) return -1;
-    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
-    else dir[0] = '.', dir[1] = '\0';
-    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
-    rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
-   the writer's process id and 64 random bits, in lowercase hexadecimal. No
-   user picks such a name, so a save (holding PATH.lock) removes the ones a
-   crash left by their name alone, never by what they hold. */
-#define MIRROR__TMP_MARK ".tmp-mirror-"
-#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
-
-/* Creates a new temporary file for path (mode: as open's, less the umask),
-   its name in name[size]; returns its descriptor, or -1 with errno set. */
-static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
-{
-    uint32_t pid = (uint32_t)getpid();
-    double now = mirror__now();
-    uint64_t state, bits;
-    int tries, fd = -1;
-    memcpy(&bits, &now, sizeof bits);
-    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
-    for (tries = 0; tries < 100; tries++) {
-        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
-                     (unsigned long long)mirror__next(&state)) >= (int)size) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
-    }
-    return fd;
 }
 
 /* Whether suffix, what follows PATH in a file's name, is one that
@@ -11060,7 +11066,6 @@ MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path
 }
 
 // >>fit ---------------------------------------------------------------------
-
 /* A dataset's samples must have the model's layout, channels x height x
    width, dimension by dimension: the same size in another layout (channels
    last) would train on scrambled pixels. A model of flat input (height =
