@@ -11642,247 +11642,337 @@ static int mirror__fit_stop(mirror_model *m, const mirror_fit_desc *d, size_t ep
                         epoch + 1, d->checkpoint ? "; checkpoint saved to " : "", d->checkpoint ? d->checkpoint : "");
 }
 
-static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
+/* Defaults for a fit desc's zero fields, in one place (see
+   mirror_fit_desc). The progress mode is resolved here too: a bar on a
+   terminal, else lines. */
+static mirror_fit_desc mirror__fit_defaults(const mirror_model *m, mirror_fit_desc d)
 {
-    mirror_fit_desc d;
-    mirror_batch all;
-    mirror_epoch_log log;
-    mirror_metrics dropped;
-    size_t *perm, epoch, step, steps, ran = 0, verdict, per_step, nlogs = 0, logs_cap = 0;
-    mirror_batch *micro;
-    mirror__curve_point *logs = NULL; /* history and plot: the points so far */
-    int curves_lost = 0;               /* rank 0 ran out of memory for them */
-    unsigned failed = 0;               /* rank 0's side outputs whose latest write failed */
-    uint64_t saved = (uint64_t)-1, applied = mirror_optimizer_steps(m);
-    double start = mirror__now();
-    int rc = MIRROR_OK, bar, timed, shows_lr, classify = m && m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, timed_here = 0;
-    if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
-    if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
-    d = *desc;
-    if ((rc = mirror__check_dataset(m, d.train, "mirror_fit (train)")) ||
-        (d.validation && (rc = mirror__check_dataset(m, d.validation, "mirror_fit (validation)"))))
-        return rc;
-    /* Every label up front, so that a bad one fails before the first step. */
-    mirror__batch_of(&all, d.train, NULL, d.train->count);
-    if ((rc = mirror__check_batch(m, &all, "mirror_fit (train)", 1))) return rc;
-    if (d.validation) {
-        mirror__batch_of(&all, d.validation, NULL, d.validation->count);
-        if ((rc = mirror__check_batch(m, &all, "mirror_fit (validation)", 1))) return rc;
-    }
     if (!d.epochs) d.epochs = 1;
     if (!d.batch) d.batch = MIRROR__MIN(64, m->desc.max_batch);
     if (!d.shuffle_seed) d.shuffle_seed = m->desc.seed;
-    if (d.batch > m->desc.max_batch)
-        return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_fit: batch %zu exceeds max_batch %zu", d.batch,
-                            m->desc.max_batch);
-    if (d.augment_crop_pad > MIRROR__MAX(m->desc.height, m->desc.width))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: augment_crop_pad %zu is beyond the image (%zux%zu)",
-                            d.augment_crop_pad, m->desc.height, m->desc.width);
     if (!d.accumulate) d.accumulate = 1;
-    if (d.accumulate > ((size_t)1 << 20) || d.batch * d.accumulate > ((size_t)1 << 40))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: accumulate %zu: at most 2^20 micro-batches of %zu",
-                            d.accumulate, d.batch);
-    per_step = d.batch * d.accumulate;
-    if ((int)d.progress < 0 || d.progress > MIRROR_PROGRESS_NONE)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
     if (d.progress == MIRROR_PROGRESS_AUTO)
         d.progress = isatty(fileno(stdout)) ? MIRROR_PROGRESS_BAR : MIRROR_PROGRESS_LINES;
-    if (!mirror__leads(m)) d.progress = MIRROR_PROGRESS_NONE; /* rank 0 speaks for every process */
-    bar = d.progress == MIRROR_PROGRESS_BAR;
-    shows_lr = m->desc.optimizer.schedule != MIRROR_LR_CONSTANT || m->desc.optimizer.warmup; /* a rate that changes */
-    /* Metrics are read across processes: at the same steps in each, never by the clock. */
-    timed = bar && m->s->processes == 1;
-    steps = mirror_num_batches(d.train->count, per_step, d.drop_remainder);
-    if (!steps)
+    return d;
+}
+
+/* What a fit checks before anything is allocated or written: the data
+   (every label up front, so that a bad one fails before the first step),
+   the batch, and where to start; *steps: the steps of an epoch. */
+static int mirror__fit_check(mirror_model *m, const mirror_fit_desc *d, size_t *steps)
+{
+    mirror_batch all;
+    size_t per_step = d->batch * d->accumulate;
+    int rc;
+    if ((rc = mirror__check_dataset(m, d->train, "mirror_fit (train)")) ||
+        (d->validation && (rc = mirror__check_dataset(m, d->validation, "mirror_fit (validation)"))))
+        return rc;
+    mirror__batch_of(&all, d->train, NULL, d->train->count);
+    if ((rc = mirror__check_batch(m, &all, "mirror_fit (train)", 1))) return rc;
+    if (d->validation) {
+        mirror__batch_of(&all, d->validation, NULL, d->validation->count);
+        if ((rc = mirror__check_batch(m, &all, "mirror_fit (validation)", 1))) return rc;
+    }
+    if (d->batch > m->desc.max_batch)
+        return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_fit: batch %zu exceeds max_batch %zu", d->batch,
+                            m->desc.max_batch);
+    if (d->augment_crop_pad > MIRROR__MAX(m->desc.height, m->desc.width))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: augment_crop_pad %zu is beyond the image (%zux%zu)",
+                            d->augment_crop_pad, m->desc.height, m->desc.width);
+    if (d->accumulate > ((size_t)1 << 20) || d->batch * d->accumulate > ((size_t)1 << 40))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: accumulate %zu: at most 2^20 micro-batches of %zu",
+                            d->accumulate, d->batch);
+    if ((int)d->progress < 0 || d->progress > MIRROR_PROGRESS_NONE)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
+    *steps = mirror_num_batches(d->train->count, per_step, d->drop_remainder);
+    if (!*steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
-                            d.train->count, per_step);
+                            d->train->count, per_step);
     /* a batch that batchnorm refuses fails now, not in the first epoch:
-       each micro-batch is d.batch samples, the last the remainder */
-    if ((rc = mirror__check_bn_values(m, d.batch, "mirror_fit")) ||
-        (!d.drop_remainder && d.train->count % d.batch &&
-         (rc = mirror__check_bn_values(m, d.train->count % d.batch,
+       each micro-batch is d->batch samples, the last the remainder */
+    if ((rc = mirror__check_bn_values(m, d->batch, "mirror_fit")) ||
+        (!d->drop_remainder && d->train->count % d->batch &&
+         (rc = mirror__check_bn_values(m, d->train->count % d->batch,
                                        "mirror_fit (the last batch; drop_remainder drops it)"))))
         return rc;
-    if (d.initial_step >= steps && d.initial_epoch < d.epochs)
+    if (d->initial_step >= *steps && d->initial_epoch < d->epochs)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: initial_step %zu, but an epoch has %zu steps",
-                            d.initial_step, steps);
-    mirror__resume_split(m, &d);
-    /* A checkpoint that cannot be written is found now, not after the
-       training (by rank 0, which writes them). */
-    if (d.checkpoint &&
-        (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__fit_lock(m, d.checkpoint, d.checkpoint_keep) : 0))) {
-        mirror__fit_unlock(m);
-        return rc;
-    }
-    /* Timing for the trace and the phase lines, when the model has none on. */
-    if ((d.trace || d.phases) && !m->trace_steps) {
-        if ((rc = mirror__timing(m, 256))) {
-            mirror__fit_unlock(m);
-            return rc;
-        }
-        timed_here = 1;
-    }
-    /* The side outputs' paths (no checkpoint's, no FIFO), a resumed run's
-       history, then the curves' files and the trace's too (empty until
-       there is more): a failure here fails fit, as nothing is lost yet. */
-    if ((d.history || d.plot || d.trace) &&
-        (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__check_outputs(m, &d) : MIRROR_OK))) {
-        if (timed_here) mirror__timing(m, 0);
-        mirror__fit_unlock(m);
-        return rc;
-    }
-    if ((d.history && (d.initial_epoch || d.initial_step) &&
-         (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__read_history(m, &d, &logs, &nlogs, &logs_cap)
-                                                        : MIRROR_OK))) ||
-        ((d.history || d.plot) &&
-         (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__write_curves(m, &d, logs, nlogs) : MIRROR_OK))) ||
-        (d.trace && (rc = mirror__from_leader(m, mirror__leads(m) ? mirror__trace_write(m, d.trace) : MIRROR_OK)))) {
-        if (timed_here) mirror__timing(m, 0);
-        mirror__fit_unlock(m);
-        MIRROR_FREE(logs);
-        return rc;
-    }
-    verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
-    perm = (size_t *)mirror__alloc(d.train->count, sizeof(size_t));
-    micro = (mirror_batch *)mirror__alloc(d.accumulate, sizeof(mirror_batch));
-    if (!perm || !micro) {
-        MIRROR_FREE(perm);
-        MIRROR_FREE(micro);
-        MIRROR_FREE(logs);
-        if (timed_here) mirror__timing(m, 0);
-        mirror__fit_unlock(m);
-        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
-    }
-    memset(&log, 0, sizeof log);
-    m->stop = d.stop;
-    m->augment_flip = d.augment_flip != 0, m->augment_pad = d.augment_crop_pad;
-#ifdef MIRROR_MPI
-    m->s->stop_seen = 0;
-#endif
-    /* Metrics of steps before this fit (a fit stopped mid-epoch, steps run
-       with out NULL) are not this fit's: dropped, as fit's own are at its end. */
-    rc = mirror__take(m, &dropped, 0);
-    for (epoch = d.initial_epoch; epoch < d.epochs && rc == MIRROR_OK; epoch++) {
-        mirror_metrics acc = {0.0, 0, 0}, val = {0.0, 0, 0};
-        double t0 = mirror__now(), shown = t0;
-        uint64_t skipped_before = 0;
-        log.epoch = epoch + 1;
-        log.epochs = d.epochs;
-        if ((rc = mirror__log_scaler(m, &log, 0))) break;
-        skipped_before = log.skipped;
-        log.skipped = 0;
-        mirror_permutation(perm, d.train->count, d.shuffle_seed, epoch);
-        m->augment_key = mirror_hd_key(d.shuffle_seed, 0x61756775ull /* "augu" */, epoch);
-        for (step = epoch == d.initial_epoch ? d.initial_step : 0; step < steps && rc == MIRROR_OK; step++) {
-            mirror_metrics taken;
-            size_t k, at;
-            if (mirror__fit_stop_asked(m, &d)) { /* before the step: it is the one to resume at */
-                rc = mirror__fit_stop(m, &d, epoch, step, steps, bar);
-                break;
-            }
-            for (k = 0, at = step * per_step; k < d.accumulate && at < d.train->count; k++, at += d.batch)
-                mirror__batch_of(&micro[k], d.train, perm + at, MIRROR__MIN(d.batch, d.train->count - at));
-            if ((rc = mirror_train_steps(m, micro, k, NULL))) break; /* metrics stay on the device */
-            ran++;
-            /* Metrics at the epoch's end and for the bar; also every
-               `verdict` steps, where the scaler or the fp32 guard is read,
-               so that a run that skips every step, or has stopped
-               applying them, stops soon. */
-            if (step + 1 == steps || (timed && mirror__now() - shown > 0.1) || ran % verdict == 0 ||
-                (d.log_every && ran % d.log_every == 0) || (d.curve_every && ran % d.curve_every == 0)) {
-                if ((rc = mirror_take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &log, skipped_before)))
-                    break;
-                mirror__metrics_add(&acc, taken.loss_sum, taken.correct, taken.count);
-                shown = mirror__now();
-                log.lr = m->lr;
-                if (bar) mirror__progress_bar(&log, step + 1, steps, &acc, shown - t0, shows_lr, classify, NULL);
-                if ((d.history || d.plot) && d.curve_every && ran % d.curve_every == 0 && step + 1 < steps &&
-                    mirror__leads(m) && !curves_lost) { /* a point within the epoch (its end is the epoch's own) */
-                    mirror_epoch_log so_far = log;
-                    so_far.steps = step + 1, so_far.samples = acc.count, so_far.seconds = shown - t0;
-                    so_far.samples_per_s = so_far.seconds > 0 ? (double)acc.count / so_far.seconds : 0.0;
-                    so_far.train_loss = acc.count ? acc.loss_sum / (double)acc.count : 0.0;
-                    so_far.train_acc = acc.count ? (double)acc.correct / (double)acc.count : 0.0;
-                    so_far.val_loss = so_far.val_acc = -1.0, so_far.grad_norm = mirror_last_grad_norm(m);
-                    if (!mirror__curve_add(&logs, &nlogs, &logs_cap,
-                                           (double)epoch + (double)(step + 1) / (double)steps, &so_far))
-                        curves_lost = 1, mirror__curves_lost(&d, &failed);
-                }
-                if (d.on_step && d.log_every && ran % d.log_every == 0) {
-                    mirror_step_log sl;
-                    sl.epoch = epoch + 1, sl.epochs = d.epochs, sl.step = step + 1, sl.steps = steps;
-                    sl.global_step = m->steps, sl.samples = acc.count, sl.lr = m->lr, sl.seconds = shown - t0;
-                    sl.loss = acc.count ? acc.loss_sum / (double)acc.count : 0.0;
-                    sl.acc = acc.count ? (double)acc.correct / (double)acc.count : 0.0;
-                    if (mirror__hook_stops(m, d.on_step(d.user, &sl))) {
-                        rc = mirror__fit_stop(m, &d, epoch, step + 1, steps, bar);
-                        break;
-                    }
-                }
-            }
-            if (d.checkpoint && d.checkpoint_every && m->steps % d.checkpoint_every == 0) {
-                rc = mirror__fit_save(m, &d, epoch, step + 1, steps);
-                saved = m->steps;
-            }
-            if (rc == MIRROR_OK && d.check_replicas_every && m->steps % d.check_replicas_every == 0)
-                rc = mirror__check_replicas(m);
-        }
-        if (rc) break;
-        log.steps = steps;
-        log.samples = acc.count;
-        log.seconds = mirror__now() - t0;
-        log.samples_per_s = log.seconds > 0 ? (double)acc.count / log.seconds : 0.0;
-        log.train_loss = acc.loss_sum / (double)acc.count;
-        log.train_acc = (double)acc.correct / (double)acc.count;
-        log.val_loss = log.val_acc = -1.0;
-        if (d.validation) {
-            if (bar) mirror__progress_bar(&log, steps, steps, &acc, mirror__now() - t0, 0, 0, "validating...");
-            if ((rc = mirror_evaluate(m, d.validation, d.batch, &val))) break;
-            log.val_loss = val.loss_sum / (double)val.count;
-            log.val_acc = (double)val.correct / (double)val.count;
-            if (!mirror_hd_finite((float)log.val_loss) && mirror__leads(m)) { /* a mean of float losses: a float */
-                char notice[200];
-                snprintf(notice, sizeof notice,
-                         "epoch %zu: the validation loss is not finite (%g): the validation data hold NaN or Inf, "
-                         "or the model overflows on them",
-                         epoch + 1, log.val_loss);
-                mirror__log(MIRROR_LOG_NOTICE, notice);
-            }
-        }
-        log.elapsed = mirror__now() - start;
-        log.lr = m->lr;
-        log.grad_norm = mirror_last_grad_norm(m);
-        if (d.progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(&log, bar, shows_lr, classify);
-        if (d.phases && mirror__leads(m)) mirror__phase_line(m);
-        if ((d.history || d.plot) && mirror__leads(m) && !curves_lost) { /* rank 0 writes; a failure costs no step */
-            if (mirror__curve_add(&logs, &nlogs, &logs_cap, (double)log.epoch, &log))
-                mirror__update_curves(m, &d, logs, nlogs, &failed);
-            else
-                curves_lost = 1, mirror__curves_lost(&d, &failed);
-        }
-        log.failed_outputs = failed;
-        if (d.on_epoch && mirror__hook_stops(m, d.on_epoch(d.user, &log))) {
-            rc = mirror__fit_stop(m, &d, epoch + 1, 0, steps, 0);
-            break;
-        }
-    }
-    if (rc == MIRROR_OK && ran && m->desc.loss_scale.kind != MIRROR_SCALE_DYNAMIC && mirror_optimizer_steps(m) == applied)
-        rc = mirror__fit_learnt_nothing(m, ran);
-    /* The end (unless the last step saved it, or nothing ran). */
-    if (rc == MIRROR_OK && d.checkpoint && ran && saved != m->steps) rc = mirror__fit_save(m, &d, d.epochs, 0, steps);
-    if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
+                            d->initial_step, *steps);
+    return MIRROR_OK;
+}
+
+/* A fit in progress: its desc (defaults applied), what its epochs share,
+   and what it must undo at its end. */
+typedef struct mirror__fit_run {
+    mirror_fit_desc d;
+    size_t steps, per_step; /* steps of an epoch, samples of a step */
+    size_t verdict;         /* metrics (and the scaler's verdict) at least every `verdict` steps */
+    size_t ran;             /* steps this fit ran */
+    size_t *perm;           /* the epoch's permutation */
+    mirror_batch *micro;    /* a step's micro-batches */
+    mirror_epoch_log log;   /* the epoch at hand */
+    mirror__curve_point *logs; /* history and plot: the points so far */
+    size_t nlogs, logs_cap;
+    int curves_lost;        /* rank 0 ran out of memory for them */
+    unsigned failed;        /* rank 0's side outputs whose latest write failed */
+    uint64_t saved, applied; /* the step last saved; the optimizer steps applied before this fit */
+    double start;
+    int bar, timed, shows_lr, classify;
+    int timed_here;         /* fit turned timing on, and turns it off */
+} mirror__fit_run;
+
+/* What rank 0 alone does, with the result on every process. */
+#define MIRROR__BY_LEADER(m, call) mirror__from_leader(m, mirror__leads(m) ? (call) : MIRROR_OK)
+
+/* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
+static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
+{
     mirror__fit_unlock(m);
     m->stop = NULL;
     m->augment_flip = 0, m->augment_pad = 0; /* validation and later calls see the samples as they are */
-    if (d.trace && mirror__leads(m) && m->span_count) /* after the checkpoint, which it must never cost */
-        mirror__output_result(&failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d.trace), "trace", d.trace);
-    if (timed_here) mirror__timing(m, 0);
-    MIRROR_FREE(perm);
-    MIRROR_FREE(micro);
-    MIRROR_FREE(logs);
-    log.failed_outputs = failed;
-    if (last) *last = log;
+    if (f->timed_here) mirror__timing(m, 0);
+    f->timed_here = 0;
+    MIRROR_FREE(f->perm);
+    MIRROR_FREE(f->micro);
+    MIRROR_FREE(f->logs);
+    f->perm = NULL, f->micro = NULL, f->logs = NULL;
+}
+
+/* The start of a fit: checks, defaults, the checkpoint's lock, timing, the
+   side outputs (a failure here fails fit, as nothing is lost yet), the
+   buffers. On failure nothing is left held. */
+static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirror__fit_run *f)
+{
+    mirror_fit_desc *d = &f->d;
+    int rc;
+    memset(f, 0, sizeof *f);
+    f->saved = (uint64_t)-1, f->start = mirror__now();
+    if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
+    if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
+    *d = mirror__fit_defaults(m, *desc);
+    if ((rc = mirror__fit_check(m, d, &f->steps))) return rc;
+    f->applied = mirror_optimizer_steps(m);
+    f->per_step = d->batch * d->accumulate;
+    if (!mirror__leads(m)) d->progress = MIRROR_PROGRESS_NONE; /* rank 0 speaks for every process */
+    f->bar = d->progress == MIRROR_PROGRESS_BAR;
+    f->shows_lr = m->desc.optimizer.schedule != MIRROR_LR_CONSTANT || m->desc.optimizer.warmup; /* a rate that changes */
+    f->classify = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    /* Metrics are read across processes: at the same steps in each, never by the clock. */
+    f->timed = f->bar && m->s->processes == 1;
+    f->verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
+    mirror__resume_split(m, d);
+    /* A checkpoint that cannot be written is found now, not after the
+       training (by rank 0, which writes them). */
+    if (d->checkpoint && (rc = MIRROR__BY_LEADER(m, mirror__fit_lock(m, d->checkpoint, d->checkpoint_keep)))) goto fail;
+    /* Timing for the trace and the phase lines, when the model has none on. */
+    if ((d->trace || d->phases) && !m->trace_steps) {
+        if ((rc = mirror__timing(m, 256))) goto fail;
+        f->timed_here = 1;
+    }
+    /* The side outputs' paths (no checkpoint's, no FIFO), a resumed run's
+       history, then the curves' files and the trace's too (empty until
+       there is more). */
+    if (((d->history || d->plot || d->trace) && (rc = MIRROR__BY_LEADER(m, mirror__check_outputs(m, d)))) ||
+        (d->history && (d->initial_epoch || d->initial_step) &&
+         (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, &f->logs, &f->nlogs, &f->logs_cap)))) ||
+        ((d->history || d->plot) && (rc = MIRROR__BY_LEADER(m, mirror__write_curves(m, d, f->logs, f->nlogs)))) ||
+        (d->trace && (rc = MIRROR__BY_LEADER(m, mirror__trace_write(m, d->trace)))))
+        goto fail;
+    f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
+    f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
+    if (!f->perm || !f->micro) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
+        goto fail;
+    }
+    m->stop = d->stop;
+    m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
+#ifdef MIRROR_MPI
+    m->s->stop_seen = 0;
+#endif
+    return MIRROR_OK;
+fail:
+    mirror__fit_release(m, f);
     return rc;
+}
+
+/* The epoch log so far (its end is the epoch's own), as a curve point
+   within the epoch. */
+static void mirror__fit_curve_point(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step,
+                                    const mirror_metrics *acc, double seconds)
+{
+    mirror_epoch_log so_far = f->log;
+    so_far.steps = step + 1, so_far.samples = acc->count, so_far.seconds = seconds;
+    so_far.samples_per_s = so_far.seconds > 0 ? (double)acc->count / so_far.seconds : 0.0;
+    so_far.train_loss = acc->count ? acc->loss_sum / (double)acc->count : 0.0;
+    so_far.train_acc = acc->count ? (double)acc->correct / (double)acc->count : 0.0;
+    so_far.val_loss = so_far.val_acc = -1.0, so_far.grad_norm = mirror_last_grad_norm(m);
+    if (!mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, (double)epoch + (double)(step + 1) / (double)f->steps,
+                           &so_far))
+        f->curves_lost = 1, mirror__curves_lost(&f->d, &f->failed);
+}
+
+/* After step `step` of an epoch: the metrics taken, the bar, a curve point,
+   the step hook. Metrics come at the epoch's end and for the bar; also
+   every `verdict` steps, where the scaler or the fp32 guard is read, so
+   that a run that skips every step, or has stopped applying them, stops
+   soon. */
+static int mirror__fit_after_step(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step,
+                                  mirror_metrics *acc, double t0, double *shown, uint64_t skipped_before)
+{
+    const mirror_fit_desc *d = &f->d;
+    mirror_metrics taken;
+    int rc;
+    if (!(step + 1 == f->steps || (f->timed && mirror__now() - *shown > 0.1) || f->ran % f->verdict == 0 ||
+          (d->log_every && f->ran % d->log_every == 0) || (d->curve_every && f->ran % d->curve_every == 0)))
+        return MIRROR_OK;
+    if ((rc = mirror__take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &f->log, skipped_before))) return rc;
+    mirror__metrics_add(acc, taken.loss_sum, taken.correct, taken.count);
+    *shown = mirror__now();
+    f->log.lr = m->lr;
+    if (f->bar) mirror__progress_bar(&f->log, step + 1, f->steps, acc, *shown - t0, f->shows_lr, f->classify, NULL);
+    if ((d->history || d->plot) && d->curve_every && f->ran % d->curve_every == 0 && step + 1 < f->steps &&
+        mirror__leads(m) && !f->curves_lost)
+        mirror__fit_curve_point(m, f, epoch, step, acc, *shown - t0);
+    if (d->on_step && d->log_every && f->ran % d->log_every == 0) {
+        mirror_step_log sl;
+        sl.epoch = epoch + 1, sl.epochs = d->epochs, sl.step = step + 1, sl.steps = f->steps;
+        sl.global_step = m->steps, sl.samples = acc->count, sl.lr = m->lr, sl.seconds = *shown - t0;
+        sl.loss = acc->count ? acc->loss_sum / (double)acc->count : 0.0;
+        sl.acc = acc->count ? (double)acc->correct / (double)acc->count : 0.0;
+        if (mirror__hook_stops(m, d->on_step(d->user, &sl)))
+            return mirror__fit_stop(m, d, epoch, step + 1, f->steps, f->bar);
+    }
+    return MIRROR_OK;
+}
+
+/* An epoch's steps, from `first`, with their metrics into acc. */
+static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t first, mirror_metrics *acc,
+                             double t0, uint64_t skipped_before)
+{
+    const mirror_fit_desc *d = &f->d;
+    double shown = t0;
+    size_t step, k, at;
+    int rc;
+    for (step = first; step < f->steps; step++) {
+        if (mirror__fit_stop_asked(m, d)) /* before the step: it is the one to resume at */
+            return mirror__fit_stop(m, d, epoch, step, f->steps, f->bar);
+        for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
+            mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
+        if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc; /* metrics stay on the device */
+        f->ran++;
+        if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown, skipped_before))) return rc;
+        if (d->checkpoint && d->checkpoint_every && m->steps % d->checkpoint_every == 0) {
+            if ((rc = mirror__fit_save(m, d, epoch, step + 1, f->steps))) return rc;
+            f->saved = m->steps;
+        }
+        if (d->check_replicas_every && m->steps % d->check_replicas_every == 0 && (rc = mirror__check_replicas(m)))
+            return rc;
+    }
+    return MIRROR_OK;
+}
+
+/* An epoch's end: its log, the validation, the epoch line, the curves, the
+   epoch hook. */
+static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epoch, const mirror_metrics *acc,
+                                 double t0)
+{
+    const mirror_fit_desc *d = &f->d;
+    mirror_epoch_log *log = &f->log;
+    mirror_metrics val = {0.0, 0, 0};
+    int rc;
+    log->steps = f->steps;
+    log->samples = acc->count;
+    log->seconds = mirror__now() - t0;
+    log->samples_per_s = log->seconds > 0 ? (double)acc->count / log->seconds : 0.0;
+    log->train_loss = acc->loss_sum / (double)acc->count;
+    log->train_acc = (double)acc->correct / (double)acc->count;
+    log->val_loss = log->val_acc = -1.0;
+    if (d->validation) {
+        if (f->bar) mirror__progress_bar(log, f->steps, f->steps, acc, mirror__now() - t0, 0, 0, "validating...");
+        if ((rc = mirror__evaluate(m, d->validation, d->batch, &val))) return rc;
+        log->val_loss = val.loss_sum / (double)val.count;
+        log->val_acc = (double)val.correct / (double)val.count;
+        if (!mirror_hd_finite((float)log->val_loss) && mirror__leads(m)) { /* a mean of float losses: a float */
+            char notice[200];
+            snprintf(notice, sizeof notice,
+                     "epoch %zu: the validation loss is not finite (%g): the validation data hold NaN or Inf, "
+                     "or the model overflows on them",
+                     epoch + 1, log->val_loss);
+            mirror__log(MIRROR_LOG_NOTICE, notice);
+        }
+    }
+    log->elapsed = mirror__now() - f->start;
+    log->lr = m->lr;
+    log->grad_norm = mirror_last_grad_norm(m);
+    if (d->progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(log, f->bar, f->shows_lr, f->classify);
+    if (d->phases && mirror__leads(m)) mirror__phase_line(m);
+    if ((d->history || d->plot) && mirror__leads(m) && !f->curves_lost) { /* rank 0 writes; a failure costs no step */
+        if (mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, (double)log->epoch, log))
+            mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+        else
+            f->curves_lost = 1, mirror__curves_lost(d, &f->failed);
+    }
+    log->failed_outputs = f->failed;
+    if (d->on_epoch && mirror__hook_stops(m, d->on_epoch(d->user, log)))
+        return mirror__fit_stop(m, d, epoch + 1, 0, f->steps, 0);
+    return MIRROR_OK;
+}
+
+/* One epoch: its permutation and augmentation, its steps, its end. */
+static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
+{
+    const mirror_fit_desc *d = &f->d;
+    mirror_metrics acc = {0.0, 0, 0};
+    double t0 = mirror__now();
+    uint64_t skipped_before;
+    int rc;
+    f->log.epoch = epoch + 1;
+    f->log.epochs = d->epochs;
+    if ((rc = mirror__log_scaler(m, &f->log, 0))) return rc;
+    skipped_before = f->log.skipped;
+    f->log.skipped = 0;
+    mirror_permutation(f->perm, d->train->count, d->shuffle_seed, epoch);
+    m->augment_key = mirror_hd_key(d->shuffle_seed, 0x61756775ull /* "augu" */, epoch);
+    if ((rc = mirror__fit_steps(m, f, epoch, epoch == d->initial_epoch ? d->initial_step : 0, &acc, t0,
+                                skipped_before)))
+        return rc;
+    return mirror__fit_epoch_end(m, f, epoch, &acc, t0);
+}
+
+/* The end of a fit, after its last epoch or its first failure: a fixed
+   loss scale that skipped every step fails it; the last checkpoint (unless
+   the last step saved it, or nothing ran); the trace, after the
+   checkpoint, which it must never cost. */
+static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_epoch_log *last)
+{
+    const mirror_fit_desc *d = &f->d;
+    mirror_metrics dropped;
+    if (rc == MIRROR_OK && f->ran && m->desc.loss_scale.kind != MIRROR_SCALE_DYNAMIC &&
+        mirror_optimizer_steps(m) == f->applied)
+        rc = mirror__fit_learnt_nothing(m, f->ran);
+    if (rc == MIRROR_OK && d->checkpoint && f->ran && f->saved != m->steps)
+        rc = mirror__fit_save(m, d, d->epochs, 0, f->steps);
+    if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
+    if (d->trace && mirror__leads(m) && m->span_count)
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d->trace), "trace", d->trace);
+    mirror__fit_release(m, f);
+    f->log.failed_outputs = f->failed;
+    if (last) *last = f->log;
+    return rc;
+}
+
+static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
+{
+    mirror__fit_run f;
+    mirror_metrics dropped;
+    size_t epoch;
+    int rc;
+    if ((rc = mirror__fit_begin(m, desc, &f))) return rc;
+    /* Metrics of steps before this fit (a fit stopped mid-epoch, steps run
+       with out NULL) are not this fit's: dropped, as fit's own are at its end. */
+    rc = mirror__take(m, &dropped, 0);
+    for (epoch = f.d.initial_epoch; epoch < f.d.epochs && rc == MIRROR_OK; epoch++) rc = mirror__fit_epoch(m, &f, epoch);
+    return mirror__fit_end(m, &f, rc, last);
 }
 
 /* A fit on a model already in fit (called from its hooks or a logger)
