@@ -3193,11 +3193,29 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
    never touch replica memory themselves; they call these, so a backend is
-   this table and nothing else. Every member is required. `dev` is the
-   backend's per-replica context from open(). Shapes: rows is the shard's
-   sample count, inner the spatial size of a channel. Operations may run
+   this table and nothing else. Every member is required but those under
+   "optional" at its end, which may be NULL (each says what NULL means;
+   the code that calls one checks it first). `dev` is the backend's
+   per-replica context from open(). Shapes: rows is the shard's sample
+   count, inner the spatial size of a channel. Operations may run
    asynchronously (a GPU stream): only download and status wait for them.
    A failure inside an operation is kept in dev and reported by status. */
+
+/* The backend and reducer tables name their members (designated
+   initialisers, C99's). C++ has them from C++20; GCC and Clang take them
+   earlier as an extension, which these pragmas let pass unwarned. */
+#if defined(__cplusplus) && __cplusplus < 202002L && (defined(__GNUC__) || defined(__clang__))
+#define MIRROR__NAMED_BEGIN                                                                          \
+    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpragmas\"")                 \
+    _Pragma("GCC diagnostic ignored \"-Wunknown-warning-option\"")                                 \
+    _Pragma("GCC diagnostic ignored \"-Wpedantic\"")                                               \
+    _Pragma("GCC diagnostic ignored \"-Wc++20-extensions\"")                                       \
+    _Pragma("GCC diagnostic ignored \"-Wc++20-designator\"")
+#define MIRROR__NAMED_END _Pragma("GCC diagnostic pop")
+#else
+#define MIRROR__NAMED_BEGIN
+#define MIRROR__NAMED_END
+#endif
 
 /* Timing's phase edges in a step: gather, forward, backward begin and end
    (0-3), the all-reduce's (4, 5), the update's (6, 7). */
@@ -3386,6 +3404,20 @@ struct mirror__backend {
                        float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
     void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
+    /* Timing (mirror_timing): mark notes when the replica's work reaches
+       the phase edge `slot` (0 to MIRROR__MARKS - 1): the CPU reads its
+       clock then; a GPU records an event on the replica's stream. marks
+       gives slots [0, n) in seconds on mirror__now's clock (a GPU waits
+       for its events and places them on that clock). */
+    void (*mark)(void *dev, int slot);
+    void (*marks)(void *dev, double *t, int n);
+    /* The bytes a replica takes beyond its arenas (open's workspace,
+       set_precision's scratch) for a model of that precision whose largest
+       storage operand holds `largest` values: asked before a build
+       allocates (mirror__check_memory). */
+    size_t (*workspace)(int precision, size_t largest);
+
+    /* ---- optional: NULL where the backend has none (the callers check) ---- */
     /* The gradient all-reduced in buckets while backward runs (NULL: after
        it, by the reducer; used with the nccl reducer in one process).
        reduce_bucket: the n values at buf (format 0: fp32, else 16-bit)
@@ -3394,13 +3426,6 @@ struct mirror__backend {
        next waits for every bucket. */
     void (*reduce_bucket)(void *dev, void *buf, size_t n, int format);
     void (*buckets_done)(void *dev);
-    /* Timing (mirror_timing): mark notes when the replica's work reaches
-       the phase edge `slot` (0 to MIRROR__MARKS - 1): the CPU reads its
-       clock then; a GPU records an event on the replica's stream. marks
-       gives slots [0, n) in seconds on mirror__now's clock (a GPU waits
-       for its events and places them on that clock). */
-    void (*mark)(void *dev, int slot);
-    void (*marks)(void *dev, double *t, int n);
     /* Graphs (NULL: none). capture_begin: the work queued next on the
        replica is recorded, not run (1; 0: it cannot be; -1: not now, a
        failure waits to be reported). capture_end: the
@@ -3411,14 +3436,9 @@ struct mirror__backend {
     void *(*capture_end)(void *dev);
     void (*graph_launch)(void *dev, void *graph);
     void (*graph_free)(void *dev, void *graph);
-    /* Memory, asked before a build allocates (mirror__check_memory).
-       workspace: the bytes a replica takes beyond its arenas (open's
-       workspace, set_precision's scratch) for a model of that precision
-       whose largest storage operand holds `largest` values. device_memory
-       (NULL: the replicas' memory is the host's): the device replica r is
-       on, and unless free_bytes is NULL its free and total bytes (0 where
-       it cannot tell). */
-    size_t (*workspace)(int precision, size_t largest);
+    /* The device replica r is on, and unless free_bytes is NULL its free
+       and total bytes (0 where it cannot tell), asked before a build
+       allocates. NULL: the replicas' memory is the host's. */
     int (*device_memory)(mirror_strategy *s, size_t r, size_t *free_bytes, size_t *total_bytes);
 };
 
@@ -3440,7 +3460,9 @@ struct mirror__reducer {
        in[k] lies on replica owner[k]'s device (in[0] may be bufs[0]). */
     int (*sum_list)(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin, float *const *bufs,
                     size_t n, mirror_error *err);
-    /* The sharded update across devices (NULL where the reducer has none).
+
+    /* ---- optional: NULL where the reducer has none (the callers check) ---- */
+    /* The sharded update across devices.
        bufs[r] holds replicas * slice values (format 0: floats, else 16-bit
        values summed as all_reduce_half sums them), slice r being replica
        r's. reduce_scatter: slice r of bufs[r] becomes the sum of every
@@ -4363,75 +4385,77 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #endif
 #endif
 
+MIRROR__NAMED_BEGIN
 static const mirror__backend mirror__cpu_backend = {
-    "cpu",
-    MIRROR_CPU_CONV_CHUNK,
-    MIRROR_CPU_KEEP_COLS,
-    MIRROR_CPU_PARAM_ALIGN,
-    MIRROR_CPU_GEMM_ROWS_FREE,
-    mirror__cpu_open,
-    mirror__cpu_close,
-    mirror__cpu_nothing,
-    mirror__cpu_status,
-    mirror__cpu_alloc,
-    mirror__cpu_release,
-    mirror__cpu_alloc,
-    mirror__cpu_release,
-    mirror__cpu_nothing,
-    mirror__cpu_zero,
-    mirror__cpu_copy,
-    mirror__cpu_copy,
-    mirror__cpu_slot,
-    mirror__cpu_copy,
-    mirror__cpu_slot,
-    mirror__cpu_gemm,
-    mirror__cpu_gemm_bias,
-    mirror__cpu_bias_add,
-    mirror__cpu_bias_grad,
-    mirror__cpu_relu_forward,
-    mirror__cpu_relu_backward,
-    mirror__cpu_act_forward,
-    mirror__cpu_act_backward,
-    mirror__cpu_im2col,
-    mirror__cpu_col2im,
-    mirror__cpu_permute,
-    mirror__cpu_maxpool_forward,
-    mirror__cpu_dropout,
-    mirror__cpu_set,
-    mirror__cpu_avgpool_forward,
-    mirror__cpu_avgpool_backward,
-    mirror__cpu_bn_sums,
-    mirror__cpu_bn_forward,
-    mirror__cpu_bn_backward,
-    mirror__cpu_add,
-    mirror__cpu_maxpool_backward,
-    mirror__cpu_softmax_ce,
-    mirror__cpu_mse,
-    mirror__cpu_accumulate,
-    mirror__cpu_check32,
-    mirror__cpu_clip,
-    mirror__cpu_slice_stats,
-    mirror__cpu_slice_verdict,
-    mirror__cpu_sgd,
-    mirror__cpu_adam,
-    mirror__cpu_set_precision,
-    mirror__cpu_narrow,
-    mirror__cpu_widen,
-    mirror__cpu_check,
-    mirror__cpu_sgd_mixed,
-    mirror__cpu_adam_mixed,
-    mirror__cpu_scaler_update,
-    NULL, /* buckets: the CPU's update sums the gradient itself (see mirror__sharded_update_job) */
-    NULL,
-    mirror__cpu_mark,
-    mirror__cpu_marks,
-    NULL, /* graphs: none (see mirror__graph_step for the emulation the tests build) */
-    NULL,
-    NULL,
-    NULL,
-    mirror__cpu_workspace,
-    NULL, /* the replicas' memory is the host's */
+    .name = "cpu",
+    .conv_chunk = MIRROR_CPU_CONV_CHUNK,
+    .keep_cols = MIRROR_CPU_KEEP_COLS,
+    .param_align = MIRROR_CPU_PARAM_ALIGN,
+    .gemm_rows_free = MIRROR_CPU_GEMM_ROWS_FREE,
+    .open = mirror__cpu_open,
+    .close = mirror__cpu_close,
+    .bind = mirror__cpu_nothing,
+    .status = mirror__cpu_status,
+    .alloc = mirror__cpu_alloc,
+    .release = mirror__cpu_release,
+    .host_alloc = mirror__cpu_alloc,
+    .host_release = mirror__cpu_release,
+    .host_wait = mirror__cpu_nothing,
+    .zero = mirror__cpu_zero,
+    .upload = mirror__cpu_copy,
+    .download = mirror__cpu_copy,
+    .stage = mirror__cpu_slot,
+    .upload_staged = mirror__cpu_copy,
+    .staged = mirror__cpu_slot,
+    .gemm = mirror__cpu_gemm,
+    .gemm_bias = mirror__cpu_gemm_bias,
+    .bias_add = mirror__cpu_bias_add,
+    .bias_grad = mirror__cpu_bias_grad,
+    .relu_forward = mirror__cpu_relu_forward,
+    .relu_backward = mirror__cpu_relu_backward,
+    .act_forward = mirror__cpu_act_forward,
+    .act_backward = mirror__cpu_act_backward,
+    .im2col = mirror__cpu_im2col,
+    .col2im = mirror__cpu_col2im,
+    .permute = mirror__cpu_permute,
+    .maxpool_forward = mirror__cpu_maxpool_forward,
+    .dropout = mirror__cpu_dropout,
+    .set = mirror__cpu_set,
+    .avgpool_forward = mirror__cpu_avgpool_forward,
+    .avgpool_backward = mirror__cpu_avgpool_backward,
+    .bn_sums = mirror__cpu_bn_sums,
+    .bn_forward = mirror__cpu_bn_forward,
+    .bn_backward = mirror__cpu_bn_backward,
+    .add = mirror__cpu_add,
+    .maxpool_backward = mirror__cpu_maxpool_backward,
+    .softmax_ce = mirror__cpu_softmax_ce,
+    .mse = mirror__cpu_mse,
+    .accumulate = mirror__cpu_accumulate,
+    .check32 = mirror__cpu_check32,
+    .clip = mirror__cpu_clip,
+    .slice_stats = mirror__cpu_slice_stats,
+    .slice_verdict = mirror__cpu_slice_verdict,
+    .sgd = mirror__cpu_sgd,
+    .adam = mirror__cpu_adam,
+    .set_precision = mirror__cpu_set_precision,
+    .narrow = mirror__cpu_narrow,
+    .widen = mirror__cpu_widen,
+    .check = mirror__cpu_check,
+    .sgd_mixed = mirror__cpu_sgd_mixed,
+    .adam_mixed = mirror__cpu_adam_mixed,
+    .scaler_update = mirror__cpu_scaler_update,
+    .mark = mirror__cpu_mark,
+    .marks = mirror__cpu_marks,
+    .workspace = mirror__cpu_workspace,
+    .reduce_bucket = NULL, /* buckets: the CPU's update sums the gradient itself (see mirror__sharded_update_job) */
+    .buckets_done = NULL,
+    .capture_begin = NULL, /* graphs: none (see mirror__graph_step for the emulation the tests build) */
+    .capture_end = NULL,
+    .graph_launch = NULL,
+    .graph_free = NULL,
+    .device_memory = NULL, /* the replicas' memory is the host's */
 };
+MIRROR__NAMED_END
 
 // >>layers ------------------------------------------------------------------
 /* Forward and backward of one replica's shard of S samples. Shapes are in
@@ -5002,13 +5026,17 @@ static int mirror__cpu_all_gather(mirror_strategy *s, void *const *bufs, size_t 
     return mirror__cpu_slices(s, mirror__cpu_all_gather_job, bufs, slice, 0, size);
 }
 
-static const mirror__reducer mirror__cpu_reducer = {"cpu-ordered",
-                                                    mirror__cpu_all_reduce,
-                                                    mirror__cpu_broadcast,
-                                                    mirror__cpu_all_reduce_half,
-                                                    mirror__cpu_sum_list,
-                                                    mirror__cpu_reduce_scatter,
-                                                    mirror__cpu_all_gather};
+MIRROR__NAMED_BEGIN
+static const mirror__reducer mirror__cpu_reducer = {
+    .name = "cpu-ordered",
+    .all_reduce_sum = mirror__cpu_all_reduce,
+    .broadcast = mirror__cpu_broadcast,
+    .all_reduce_half = mirror__cpu_all_reduce_half,
+    .sum_list = mirror__cpu_sum_list,
+    .reduce_scatter = mirror__cpu_reduce_scatter,
+    .all_gather = mirror__cpu_all_gather,
+};
+MIRROR__NAMED_END
 
 static int mirror__check_bufs(float *const *bufs, size_t replicas, size_t n, const char *what,
                               mirror_error *err)
@@ -6896,10 +6924,17 @@ static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t 
     return s->replicas > 1 ? mirror__cpu_reducer.broadcast(s, bufs, n, local, err) : MIRROR_OK;
 }
 
-static const mirror__reducer mirror__mpi_reducer = {"cpu-ordered, then MPI in rank order", mirror__mpi_all_reduce_sum,
-                                                    mirror__mpi_broadcast, mirror__mpi_all_reduce_half,
-                                                    mirror__cpu_sum_list, /* sum_list: one process's */
-                                                    NULL, NULL}; /* no sharded update across processes */
+MIRROR__NAMED_BEGIN
+static const mirror__reducer mirror__mpi_reducer = {
+    .name = "cpu-ordered, then MPI in rank order",
+    .all_reduce_sum = mirror__mpi_all_reduce_sum,
+    .broadcast = mirror__mpi_broadcast,
+    .all_reduce_half = mirror__mpi_all_reduce_half,
+    .sum_list = mirror__cpu_sum_list, /* one process's */
+    .reduce_scatter = NULL, /* no sharded update across processes */
+    .all_gather = NULL,
+};
+MIRROR__NAMED_END
 
 /* Joins the processes of the desc's communicator: a duplicate of it with
    errors returned, this process's rank, and its rank among the processes

@@ -1957,80 +1957,79 @@ static void mirror__cuda_graph_free(void *dev, void *graph)
     mirror__cuda_ok(d, cudaGraphExecDestroy((cudaGraphExec_t)graph), "cudaGraphExecDestroy");
 }
 
+MIRROR__NAMED_BEGIN
 static const mirror__backend mirror__cuda_backend = {
-    "cuda",
-    0,                     /* convolutions: one GEMM over the whole shard */
-    MIRROR_CUDA_KEEP_COLS, /* and its im2col kept for backward, within this budget */
-    64,                    /* parameter tensors at 256-byte boundaries: aligned GEMM operands */
-    0,                     /* cuBLAS picks its kernels by shape: deterministic mode's GEMMs go a chunk at a time */
-    mirror__cuda_open,
-    mirror__cuda_close,
-    mirror__cuda_bind,
-    mirror__cuda_status,
-    mirror__cuda_alloc,
-    mirror__cuda_release,
-    mirror__cuda_host_alloc,
-    mirror__cuda_host_release,
-    mirror__cuda_host_wait,
-    mirror__cuda_zero,
-    mirror__cuda_upload,
-    mirror__cuda_download,
-    mirror__cuda_stage,
-    mirror__cuda_upload_staged,
-    mirror__cuda_staged,
-    mirror__cuda_gemm,
-    mirror__cuda_gemm_bias,
-    mirror__cuda_bias_add,
-    mirror__cuda_bias_grad,
-    mirror__cuda_relu_forward,
-    mirror__cuda_relu_backward,
-    mirror__cuda_act_forward,
-    mirror__cuda_act_backward,
-    mirror__cuda_im2col,
-    mirror__cuda_col2im,
-    mirror__cuda_permute,
-    mirror__cuda_maxpool_forward,
-    mirror__cuda_dropout,
-    mirror__cuda_set,
-    mirror__cuda_avgpool_forward,
-    mirror__cuda_avgpool_backward,
-    mirror__cuda_bn_sums,
-    mirror__cuda_bn_forward,
-    mirror__cuda_bn_backward,
-    mirror__cuda_add,
-    mirror__cuda_maxpool_backward,
-    mirror__cuda_softmax_ce,
-    mirror__cuda_mse,
-    mirror__cuda_accumulate,
-    mirror__cuda_check32,
-    mirror__cuda_clip,
-    mirror__cuda_slice_stats,
-    mirror__cuda_slice_verdict,
-    mirror__cuda_sgd,
-    mirror__cuda_adam,
-    mirror__cuda_set_precision,
-    mirror__cuda_narrow,
-    mirror__cuda_widen,
-    mirror__cuda_check,
-    mirror__cuda_sgd_mixed,
-    mirror__cuda_adam_mixed,
-    mirror__cuda_scaler_update,
+    .name = "cuda",
+    .conv_chunk = 0, /* convolutions: one GEMM over the whole shard */
+    .keep_cols = MIRROR_CUDA_KEEP_COLS, /* and its im2col kept for backward, within this budget */
+    .param_align = 64, /* parameter tensors at 256-byte boundaries: aligned GEMM operands */
+    .gemm_rows_free = 0, /* cuBLAS picks its kernels by shape: deterministic mode's GEMMs go a chunk at a time */
+    .open = mirror__cuda_open,
+    .close = mirror__cuda_close,
+    .bind = mirror__cuda_bind,
+    .status = mirror__cuda_status,
+    .alloc = mirror__cuda_alloc,
+    .release = mirror__cuda_release,
+    .host_alloc = mirror__cuda_host_alloc,
+    .host_release = mirror__cuda_host_release,
+    .host_wait = mirror__cuda_host_wait,
+    .zero = mirror__cuda_zero,
+    .upload = mirror__cuda_upload,
+    .download = mirror__cuda_download,
+    .stage = mirror__cuda_stage,
+    .upload_staged = mirror__cuda_upload_staged,
+    .staged = mirror__cuda_staged,
+    .gemm = mirror__cuda_gemm,
+    .gemm_bias = mirror__cuda_gemm_bias,
+    .bias_add = mirror__cuda_bias_add,
+    .bias_grad = mirror__cuda_bias_grad,
+    .relu_forward = mirror__cuda_relu_forward,
+    .relu_backward = mirror__cuda_relu_backward,
+    .act_forward = mirror__cuda_act_forward,
+    .act_backward = mirror__cuda_act_backward,
+    .im2col = mirror__cuda_im2col,
+    .col2im = mirror__cuda_col2im,
+    .permute = mirror__cuda_permute,
+    .maxpool_forward = mirror__cuda_maxpool_forward,
+    .dropout = mirror__cuda_dropout,
+    .set = mirror__cuda_set,
+    .avgpool_forward = mirror__cuda_avgpool_forward,
+    .avgpool_backward = mirror__cuda_avgpool_backward,
+    .bn_sums = mirror__cuda_bn_sums,
+    .bn_forward = mirror__cuda_bn_forward,
+    .bn_backward = mirror__cuda_bn_backward,
+    .add = mirror__cuda_add,
+    .maxpool_backward = mirror__cuda_maxpool_backward,
+    .softmax_ce = mirror__cuda_softmax_ce,
+    .mse = mirror__cuda_mse,
+    .accumulate = mirror__cuda_accumulate,
+    .check32 = mirror__cuda_check32,
+    .clip = mirror__cuda_clip,
+    .slice_stats = mirror__cuda_slice_stats,
+    .slice_verdict = mirror__cuda_slice_verdict,
+    .sgd = mirror__cuda_sgd,
+    .adam = mirror__cuda_adam,
+    .set_precision = mirror__cuda_set_precision,
+    .narrow = mirror__cuda_narrow,
+    .widen = mirror__cuda_widen,
+    .check = mirror__cuda_check,
+    .sgd_mixed = mirror__cuda_sgd_mixed,
+    .adam_mixed = mirror__cuda_adam_mixed,
+    .scaler_update = mirror__cuda_scaler_update,
+    .mark = mirror__cuda_mark,
+    .marks = mirror__cuda_marks,
+    .workspace = mirror__cuda_workspace,
 #ifndef MIRROR_NO_NCCL
-    mirror__cuda_reduce_bucket,
-    mirror__cuda_buckets_done,
-#else
-    NULL,
-    NULL,
+    .reduce_bucket = mirror__cuda_reduce_bucket,
+    .buckets_done = mirror__cuda_buckets_done,
 #endif
-    mirror__cuda_mark,
-    mirror__cuda_marks,
-    mirror__cuda_capture_begin,
-    mirror__cuda_capture_end,
-    mirror__cuda_graph_launch,
-    mirror__cuda_graph_free,
-    mirror__cuda_workspace,
-    mirror__cuda_device_memory,
+    .capture_begin = mirror__cuda_capture_begin,
+    .capture_end = mirror__cuda_capture_end,
+    .graph_launch = mirror__cuda_graph_launch,
+    .graph_free = mirror__cuda_graph_free,
+    .device_memory = mirror__cuda_device_memory,
 };
+MIRROR__NAMED_END
 
 // >>cuda reducers -----------------------------------------------------------
 
@@ -2143,13 +2142,17 @@ static int mirror__nccl_all_gather(mirror_strategy *s, void *const *bufs, size_t
 
 static int mirror__copy_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
                                  float *const *bufs, size_t n, mirror_error *err);
-static const mirror__reducer mirror__nccl_reducer = {"nccl",
-                                                     mirror__nccl_all_reduce,
-                                                     mirror__nccl_broadcast,
-                                                     mirror__nccl_all_reduce_half,
-                                                     mirror__copy_sum_list,
-                                                     mirror__nccl_reduce_scatter,
-                                                     mirror__nccl_all_gather};
+MIRROR__NAMED_BEGIN
+static const mirror__reducer mirror__nccl_reducer = {
+    .name = "nccl",
+    .all_reduce_sum = mirror__nccl_all_reduce,
+    .broadcast = mirror__nccl_broadcast,
+    .all_reduce_half = mirror__nccl_all_reduce_half,
+    .sum_list = mirror__copy_sum_list,
+    .reduce_scatter = mirror__nccl_reduce_scatter,
+    .all_gather = mirror__nccl_all_gather,
+};
+MIRROR__NAMED_END
 #endif
 
 /* The copy reducer, in the strategy's order of events: every replica's
@@ -2336,13 +2339,17 @@ static int mirror__copy_all_gather(mirror_strategy *s, void *const *bufs, size_t
     return mirror__copy_scatter(g, bufs, g->replicas * bytes, 0, err);
 }
 
-static const mirror__reducer mirror__copy_reducer = {"copy",
-                                                     mirror__copy_all_reduce,
-                                                     mirror__copy_broadcast,
-                                                     mirror__copy_all_reduce_half,
-                                                     mirror__copy_sum_list,
-                                                     mirror__copy_reduce_scatter,
-                                                     mirror__copy_all_gather};
+MIRROR__NAMED_BEGIN
+static const mirror__reducer mirror__copy_reducer = {
+    .name = "copy",
+    .all_reduce_sum = mirror__copy_all_reduce,
+    .broadcast = mirror__copy_broadcast,
+    .all_reduce_half = mirror__copy_all_reduce_half,
+    .sum_list = mirror__copy_sum_list,
+    .reduce_scatter = mirror__copy_reduce_scatter,
+    .all_gather = mirror__copy_all_gather,
+};
+MIRROR__NAMED_END
 
 // >>cuda devices ------------------------------------------------------------
 
@@ -2644,10 +2651,17 @@ static int mirror__nccl_mpi_all_reduce_half(mirror_strategy *s, uint16_t *const 
 
 /* The broadcast needs no status word: the communicator's ranks are the
    global replica indices, so root is the rank. */
-static const mirror__reducer mirror__nccl_mpi_reducer = {"nccl across processes", mirror__nccl_mpi_all_reduce,
-                                                         mirror__nccl_broadcast, mirror__nccl_mpi_all_reduce_half,
-                                                         mirror__copy_sum_list, /* in one process */
-                                                         NULL, NULL}; /* no sharded update across processes */
+MIRROR__NAMED_BEGIN
+static const mirror__reducer mirror__nccl_mpi_reducer = {
+    .name = "nccl across processes",
+    .all_reduce_sum = mirror__nccl_mpi_all_reduce,
+    .broadcast = mirror__nccl_broadcast,
+    .all_reduce_half = mirror__nccl_mpi_all_reduce_half,
+    .sum_list = mirror__copy_sum_list, /* in one process */
+    .reduce_scatter = NULL, /* no sharded update across processes */
+    .all_gather = NULL,
+};
+MIRROR__NAMED_END
 
 /* NCCL refuses two of its ranks on one GPU, and a process that fails to
    join leaves the others waiting in the join: every replica's machine and
