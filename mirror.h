@@ -1910,10 +1910,11 @@ MIRROR_HD static inline void mirror_hd_sgd(float *w, float *v, float g, float lr
     *w -= lr * g;
 }
 
-/* One Adam / AdamW element (torch.optim.Adam / AdamW). bc1 = 1 - beta1^t and
+/* One Adam / AdamW element (torch.optim.Adam / AdamW): avg and avg_sq are
+   its moments (torch's exp_avg and exp_avg_sq). bc1 = 1 - beta1^t and
    bc2_sqrt = sqrt(1 - beta2^t) for step t >= 1. decoupled selects AdamW's
    w *= 1 - lr*wd over Adam's L2 term g += wd*w. */
-MIRROR_HD static inline void mirror_hd_adam(float *w, float *m, float *v, float g, float lr,
+MIRROR_HD static inline void mirror_hd_adam(float *w, float *avg, float *avg_sq, float g, float lr,
                                             float beta1, float beta2, float eps,
                                             float weight_decay, int decoupled, float bc1,
                                             float bc2_sqrt)
@@ -1922,9 +1923,9 @@ MIRROR_HD static inline void mirror_hd_adam(float *w, float *m, float *v, float 
         *w *= 1.0f - lr * weight_decay;
     else
         g += weight_decay * *w;
-    *m = beta1 * *m + (1.0f - beta1) * g;
-    *v = beta2 * *v + (1.0f - beta2) * g * g;
-    *w -= (lr / bc1) * *m / (sqrtf(*v) / bc2_sqrt + eps);
+    *avg = beta1 * *avg + (1.0f - beta1) * g;
+    *avg_sq = beta2 * *avg_sq + (1.0f - beta2) * g * g;
+    *w -= (lr / bc1) * *avg / (sqrtf(*avg_sq) / bc2_sqrt + eps);
 }
 
 /* Gradient clipping by global norm: the factor for a gradient of L2 norm
@@ -1986,12 +1987,12 @@ MIRROR_HD static inline void mirror_hd_sgd_mixed(float *w, float *v, uint16_t *w
     *w16 = mirror_hd_narrow(*w, format);
 }
 
-MIRROR_HD static inline void mirror_hd_adam_mixed(float *w, float *m, float *v, uint16_t *w16, uint16_t g,
+MIRROR_HD static inline void mirror_hd_adam_mixed(float *w, float *avg, float *avg_sq, uint16_t *w16, uint16_t g,
                                                   int format, float inv_scale, float lr, float beta1,
                                                   float beta2, float eps, float weight_decay,
                                                   int decoupled, float bc1, float bc2_sqrt)
 {
-    mirror_hd_adam(w, m, v, mirror_hd_unscale(g, format, inv_scale), lr, beta1, beta2, eps,
+    mirror_hd_adam(w, avg, avg_sq, mirror_hd_unscale(g, format, inv_scale), lr, beta1, beta2, eps,
                    weight_decay, decoupled, bc1, bc2_sqrt);
     *w16 = mirror_hd_narrow(*w, format);
 }
@@ -2278,64 +2279,84 @@ typedef struct mirror__replica {
 
 enum { MIRROR__TRAIN = 1, MIRROR__EVAL, MIRROR__PREDICT };
 
+/* How the update is sharded (ZeRO stage 1: each replica updates a slice of
+   the parameters), or 0: every replica updates them all. HOST: over the
+   replicas' shared memory, each replica's thread summing and updating its
+   slice (CPU replicas, mirror__sharded_host_update_job). DEVICES: across
+   devices, through the reducer's reduce-scatter and all-gather
+   (mirror__sharded_devices_update). */
+enum { MIRROR__SHARDED_HOST = 1, MIRROR__SHARDED_DEVICES };
+
+/* A model: what its layers make at build, its replicas, how its step runs,
+   and what a fit, the timing and batch normalisation keep between steps. */
 struct mirror_model {
+    /* ---- build: the desc, the layers as they are added, their sizes ---- */
     mirror_model_desc desc;
     mirror_strategy *s;
     const mirror__backend *be;
     mirror__layer layers[MIRROR__MAX_LAYERS];
     size_t nlayers;
-    size_t c, h, w; /* current output shape while layers are added */
+    size_t c, h, w;     /* current output shape while layers are added */
+    size_t open_block;  /* while layers are added: the open residual block's layer + 1 */
     int built;
-    int sticky;          /* the first error of a layer call, returned by build */
+    int sticky;         /* the first error of a layer call, returned by build */
     mirror_error err;
     size_t nparams, nslots, nstate; /* values; floats in a parameter arena (padded, see mirror__plan); state floats */
     size_t in_size, out_size, max_size, col_size, perm_size;
-    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
-    size_t chunk;       /* deterministic mode: samples per chunk (0: off) */
-    size_t chunks_max;  /* the most chunks of one shard (1 when off) */
-    float **chunk_in;   /* deterministic mode: the chunks' gradients, in the order they are added, */
-    size_t *chunk_owner; /* and the replica each lies on */
-    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
     size_t layer_bytes; /* the layers' part of the activation arena */
+    int format;         /* mixed precision: the 16-bit format, else 0 */
+
+    /* ---- arenas: the replicas, and their arenas side by side for the reducer ---- */
     mirror__replica *rep;
-    float **grad_bufs; /* the replicas' gradient arenas, for the reducer */
-    float **param_bufs;
-    uint16_t **grad16_bufs; /* mixed precision: the 16-bit gradients, */
-    uint16_t **work16_bufs; /* and the working copies */
-    float **stats_bufs;     /* the replicas' stats (sliced) */
-    int format;             /* mixed precision: the 16-bit format, else 0 */
-    int sharded;            /* the update is sharded over the replicas' shared memory (ZeRO stage 1) */
-    int graphs;             /* training passes are captured and replayed (mirror__graph_step) */
-    int dropouts;           /* the model has dropout layers */
-    int sliced;             /* it is sharded across devices (ZeRO stage 1: mirror__sliced_update), */
-    size_t slice;           /* replica r's slice being slots [r slice, (r + 1) slice) */
-    int keep_cols;          /* each convolution keeps its im2col from forward for backward */
+    size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
+    float **grad_bufs;  /* the replicas' gradient arenas, */
+    float **param_bufs; /* their parameter arenas, */
+    uint16_t **grad16_bufs; /* in mixed precision their 16-bit gradients, */
+    uint16_t **work16_bufs; /* and working copies, */
+    float **stats_bufs;     /* and sharded across devices, their slices' stats */
+
+    /* ---- the step: how it runs (chosen at build), and where it stands ---- */
+    size_t chunk;        /* deterministic mode: samples per chunk (0: off) */
+    size_t chunks_max;   /* the most chunks of one shard (1 when off) */
+    float **chunk_in;    /* deterministic mode: the chunks' gradients, in the order they are added, */
+    size_t *chunk_owner; /* and the replica each lies on */
+    int sharded;         /* the update's sharding (MIRROR__SHARDED_HOST or _DEVICES), or 0 */
+    size_t slice;        /* sharded: replica r's slice being slots [r slice, (r + 1) slice) */
+    uint32_t *found;     /* sharded mixed precision: each slice's non-finite flag */
+    int graphs;          /* training passes are captured and replayed (mirror__graph_step) */
+    int dropouts;        /* the model has dropout layers */
+    int keep_cols;       /* each convolution keeps its im2col from forward for backward */
     /* The gradient's buckets (bucketed: all-reduced while backward runs):
        bucket b holds the layers from bucket_layer[b] up to the bucket
        before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
     int bucketed;
     size_t nbuckets, bucket_layer[MIRROR__MAX_LAYERS], bucket_lo[MIRROR__MAX_LAYERS], bucket_hi[MIRROR__MAX_LAYERS];
-    uint32_t *found;        /* sharded mixed precision: each slice's non-finite flag */
-    uint64_t steps;         /* steps run, skipped ones included */
-    float lr;               /* the learning rate of the step at hand (of the schedule at step `steps`) */
+    uint64_t steps;      /* steps run, skipped ones included */
+    float lr;            /* the learning rate of the step at hand (of the schedule at step `steps`) */
+    size_t untaken;      /* samples of the steps whose metrics stay on the device */
+
+    /* ---- fit: what mirror_fit sets for the steps it runs ---- */
     int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
     int in_fit;             /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
     volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
-    struct mirror__span *spans;  /* timing: a ring of the last trace_steps steps' phases, */
-    size_t trace_steps, span_cap, span_next, span_count; /* off while trace_steps is 0 */
-    double t_origin;
-    uint64_t augment_key;        /* fit's augmentation of the training samples this epoch, */
-    size_t augment_pad;          /* off while pad and flip are 0 */
+    uint64_t augment_key;   /* fit's augmentation of the training samples this epoch, */
+    size_t augment_pad;     /* off while pad and flip are 0 */
     int augment_flip;
-    size_t untaken; /* samples of the steps whose metrics stay on the device */
-    /* Batch normalisation: the running mean and variance of every layer
-       (host, the same on every replica and process), a copy from before the
-       step at hand, the replicas' sums, and the widest layer's channels. */
+    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+
+    /* ---- timing: a ring of the last trace_steps steps' phases (off while trace_steps is 0) ---- */
+    struct mirror__span *spans;
+    size_t trace_steps, span_cap, span_next, span_count;
+    double t_origin;
+
+    /* ---- normalisation: the running mean and variance of every batchnorm
+       layer (host, the same on every replica and process), a copy from
+       before the step at hand, the replicas' sums, and the widest layer's
+       channels ---- */
     float *running, *running_before;
     double *bn_total;
     size_t nrunning, bn_size, bn_channels;
     int bn_stale; /* the replicas' evaluation statistics lag the running ones */
-    size_t open_block; /* while layers are added: the open residual block's layer + 1 */
 };
 
 /* What the replica threads run on: one global batch, or one chunk of it. */
@@ -3377,7 +3398,7 @@ struct mirror__backend {
        corrections) from t. */
     void (*sgd)(void *dev, float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
                 const mirror__tick *t, float momentum, float weight_decay, int nesterov);
-    void (*adam)(void *dev, float *w, float *m, float *v, const float *g, size_t n,
+    void (*adam)(void *dev, float *w, float *avg, float *avg_sq, const float *g, size_t n,
                  const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2, float eps,
                  float weight_decay, int decoupled);
 
@@ -3399,9 +3420,9 @@ struct mirror__backend {
     void (*sgd_mixed)(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
                       const mirror_loss_scale_state *st, const mirror__tick *t, float momentum, float weight_decay,
                       int nesterov);
-    void (*adam_mixed)(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format,
-                       const mirror_loss_scale_state *st, const mirror__tick *t, float beta1, float beta2, float eps,
-                       float weight_decay, int decoupled);
+    void (*adam_mixed)(void *dev, float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g, size_t n,
+                       int format, const mirror_loss_scale_state *st, const mirror__tick *t, float beta1, float beta2,
+                       float eps, float weight_decay, int decoupled);
     /* mirror_hd_scaler_update on the device's copy of the state. */
     void (*scaler_update)(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d);
     /* Timing (mirror_timing): mark notes when the replica's work reaches
@@ -4288,7 +4309,7 @@ static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_
         mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i] * c, lr, momentum, weight_decay, nesterov);
 }
 
-static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
+static void mirror__cpu_adam(void *dev, float *w, float *avg, float *avg_sq, const float *g, size_t n,
                              const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
                              float eps, float weight_decay, int decoupled)
 {
@@ -4297,7 +4318,7 @@ static void mirror__cpu_adam(void *dev, float *w, float *m, float *v, const floa
     (void)dev;
     if (guard->found_nonfinite) return;
     for (i = 0; i < n; i++)
-        mirror_hd_adam(&w[i], &m[i], &v[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled,
+        mirror_hd_adam(&w[i], &avg[i], &avg_sq[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled,
                        bc1, bc2_sqrt);
 }
 
@@ -4342,7 +4363,7 @@ static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, 
                             weight_decay, nesterov);
 }
 
-static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+static void mirror__cpu_adam_mixed(void *dev, float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
                                    const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
                                    int decoupled)
 {
@@ -4352,7 +4373,7 @@ static void mirror__cpu_adam_mixed(void *dev, float *w, float *m, float *v, uint
     if (st->found_nonfinite) return;
     mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
     for (i = 0; i < n; i++)
-        mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
+        mirror_hd_adam_mixed(&w[i], &avg[i], &avg_sq[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
                              weight_decay, decoupled, bc1, bc2_sqrt);
 }
 
@@ -4447,7 +4468,7 @@ static const mirror__backend mirror__cpu_backend = {
     .mark = mirror__cpu_mark,
     .marks = mirror__cpu_marks,
     .workspace = mirror__cpu_workspace,
-    .reduce_bucket = NULL, /* buckets: the CPU's update sums the gradient itself (see mirror__sharded_update_job) */
+    .reduce_bucket = NULL, /* the CPU's update sums the gradient itself (mirror__sharded_host_update_job) */
     .buckets_done = NULL,
     .capture_begin = NULL, /* graphs: none (see mirror__graph_step for the emulation the tests build) */
     .capture_end = NULL,
@@ -5131,11 +5152,12 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
     }
     if (rc) return rc;
     if (m->chunk) return mirror__sum_chunks(m, onto);
-    if (m->sliced) /* each replica's slice alone: see mirror__sliced_update */
+    if (m->sharded == MIRROR__SHARDED_DEVICES) /* each replica's slice alone: see mirror__sharded_devices_update */
         return m->format ? s->reducer->reduce_scatter(s, (void *const *)m->grad16_bufs, m->slice, m->format, &m->err)
                          : s->reducer->reduce_scatter(s, (void *const *)m->grad_bufs, m->slice, 0, &m->err);
     if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
-    return m->sharded ? MIRROR_OK : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
+    return m->sharded == MIRROR__SHARDED_HOST ? MIRROR_OK
+                                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
 }
 
 /* What rank 0 alone does (saving a checkpoint): whether this process is
@@ -5341,17 +5363,17 @@ static int mirror__scaler_verdict(mirror_model *m, const char *what)
 
 // >>optimizers --------------------------------------------------------------
 /* The floats of optimizer state a replica holds: every parameter's, or
-   (sliced) its slice's alone. */
+   (sharded across devices) its slice's alone. */
 static size_t mirror__state_floats(const mirror_model *m)
 {
-    return m->sliced && m->nslots ? m->nstate / m->nslots * m->slice : m->nstate;
+    return m->sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->nstate / m->nslots * m->slice : m->nstate;
 }
 
 /* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
-   second), at parameter slot off (in r's slice when sliced). */
+   second), at parameter slot off (in r's slice when sharded across devices). */
 static float *mirror__state_at(const mirror_model *m, const mirror__replica *r, size_t c, size_t off)
 {
-    if (!m->sliced) return r->state + c * m->nslots + off;
+    if (m->sharded != MIRROR__SHARDED_DEVICES) return r->state + c * m->nslots + off;
     return r->state + c * m->slice + (off - (size_t)(r - m->rep) * m->slice);
 }
 
@@ -5513,7 +5535,7 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
    every replica's slice in replica order (the additions of the all-reduce,
    so the same sums), written back into every replica's gradient arena, as
    after an all-reduce. Mixed precision checks the 16-bit all-reduce's. */
-static void mirror__sharded_check_job(void *ctx, size_t worker)
+static void mirror__sharded_host_check_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
@@ -5547,7 +5569,7 @@ static void mirror__sharded_check_job(void *ctx, size_t worker)
 /* Then every replica takes the verdict of all slices into its guard or
    scaler, updates its own slice (nothing on a non-finite step) and copies
    the slice into the others (the all-gather). */
-static void mirror__sharded_update_job(void *ctx, size_t worker)
+static void mirror__sharded_host_update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
@@ -5630,7 +5652,7 @@ static void mirror__slice_gathered_job(void *ctx, size_t worker)
     if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
-static int mirror__sliced_update(mirror_model *m, mirror__job *job)
+static int mirror__sharded_devices_update(mirror_model *m, mirror__job *job)
 {
     mirror_strategy *s = m->s;
     int rc;
@@ -5743,7 +5765,7 @@ static void mirror__mark_compute(mirror_model *m, uint64_t step)
    replica around the reducer (mirror__mark_reduce). */
 static int mirror__reduce_in_jobs(const mirror_model *m)
 {
-    return m->sharded && !m->format && m->s->processes == 1 && !m->chunk;
+    return m->sharded == MIRROR__SHARDED_HOST && !m->format && m->s->processes == 1 && !m->chunk;
 }
 
 static void mirror__mark_reduce(mirror_model *m, int slot)
@@ -6299,11 +6321,11 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         m->steps--;
         return rc;
     }
-    if (m->sliced) {
-        if ((rc = mirror__sliced_update(m, &job))) return rc;
-    } else if (m->sharded) {
-        mirror__run(&m->s->team, mirror__sharded_check_job, &job);
-        mirror__run(&m->s->team, mirror__sharded_update_job, &job);
+    if (m->sharded == MIRROR__SHARDED_DEVICES) {
+        if ((rc = mirror__sharded_devices_update(m, &job))) return rc;
+    } else if (m->sharded == MIRROR__SHARDED_HOST) {
+        mirror__run(&m->s->team, mirror__sharded_host_check_job, &job);
+        mirror__run(&m->s->team, mirror__sharded_host_update_job, &job);
     } else {
         mirror__run(&m->s->team, mirror__update_job, &job);
     }
@@ -7525,22 +7547,22 @@ static void mirror__plan_buckets(mirror_model *m, size_t bytes)
 }
 
 /* Which update the model takes. CPU replicas share memory: the update is
-   sharded there unless asked off (mirror__sharded_update_job). Elsewhere,
+   sharded there unless asked off (mirror__sharded_host_update_job). Elsewhere,
    when asked, it is sharded across devices through the reducer's
-   reduce-scatter and all-gather (mirror__sliced_update), in one process. */
+   reduce-scatter and all-gather (mirror__sharded_devices_update), in one process. */
 static int mirror__choose_update(mirror_model *m)
 {
     mirror_shard_update want = m->desc.shard_update;
     int cpu = m->be == &mirror__cpu_backend;
-    m->sharded = m->sliced = 0;
+    m->sharded = 0;
     m->slice = 0;
     if (m->s->replicas == 1 || want == MIRROR_SHARD_OFF || (!cpu && want == MIRROR_SHARD_AUTO)) return MIRROR_OK;
     if (cpu && MIRROR_CPU_SHARED_UPDATE) {
-        m->sharded = 1;
+        m->sharded = MIRROR__SHARDED_HOST;
         return MIRROR_OK;
     }
     if (m->s->reducer->reduce_scatter && m->s->processes == 1) {
-        m->sliced = 1;
+        m->sharded = MIRROR__SHARDED_DEVICES;
         return MIRROR_OK;
     }
     if (want == MIRROR_SHARD_AUTO) return MIRROR_OK;
@@ -7595,7 +7617,8 @@ static void mirror__plan(mirror_model *m)
         }
     }
     m->nslots = p;
-    if (m->sliced) { /* equal slices of whole alignment units, as NCCL's reduce-scatter wants */
+    /* equal slices of whole alignment units, as NCCL's reduce-scatter wants */
+    if (m->sharded == MIRROR__SHARDED_DEVICES) {
         size_t unit = m->s->replicas * a;
         m->nslots = (p + unit - 1) / unit * unit;
         m->slice = m->nslots / m->s->replicas;
@@ -7699,7 +7722,8 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->params);
         m->be->release(p->dev, p->grads);
         m->be->release(p->dev, p->chunk_grads);
-        if (r == 0 || !m->sharded) m->be->release(p->dev, p->state); /* sharded: one state */
+        if (r == 0 || m->sharded != MIRROR__SHARDED_HOST) /* sharded on the host: one state */
+            m->be->release(p->dev, p->state);
         m->be->release(p->dev, p->acts);
         m->be->release(p->dev, p->work16);
         m->be->release(p->dev, p->grad16);
@@ -7814,7 +7838,8 @@ static void mirror__arena_bytes(const mirror_model *m, size_t r, size_t workspac
     out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
     out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
                                    (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
-    out->optimizer = r == 0 || !m->sharded ? mirror__state_floats(m) * sizeof(float) : 0; /* sharded: one state */
+    /* sharded on the host: one state */
+    out->optimizer = r == 0 || m->sharded != MIRROR__SHARDED_HOST ? mirror__state_floats(m) * sizeof(float) : 0;
     out->activations = mirror__step_buffers(m, NULL) + workspace + m->bn_size * sizeof(float) +
                        m->chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
 }
@@ -7999,7 +8024,7 @@ static int mirror__model_build(mirror_model *m)
     }
     mirror__choose_graphs(m);
     m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk &&
-                  !m->sliced && !m->graphs;
+                  m->sharded != MIRROR__SHARDED_DEVICES && !m->graphs;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         size_t S = m->shard_max, k;
@@ -8009,9 +8034,10 @@ static int mirror__model_build(mirror_model *m)
         }
         p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
         p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
-        p->state = r > 0 && m->sharded ? m->rep[0].state
+        p->state = r > 0 && m->sharded == MIRROR__SHARDED_HOST ? m->rep[0].state
                                        : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
-        if (m->sliced && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float)))) goto oom;
+        if (m->sharded == MIRROR__SHARDED_DEVICES && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float))))
+            goto oom;
         if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) goto oom;
         m->stats_bufs[r] = p->stats;
         p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
@@ -8086,7 +8112,7 @@ MIRROR_API int mirror_model_build(mirror_model *m)
     MIRROR__LOCKED(m, "mirror_model_build", mirror__model_build(m));
 }
 
-/* Arrays of the optimizer's state: 0, 1 (momentum) or 2 (Adam's m and v). */
+/* Arrays of the optimizer's state: 0, 1 (momentum) or 2 (Adam's avg and avg_sq). */
 static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m->nstate / m->nslots : 0; }
 
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
@@ -8168,7 +8194,7 @@ static const void *mirror__arena_at(const mirror_model *m, size_t q, int which, 
 }
 
 /* Replica r's `which` into host, shaped as its arena (copies of nslots
-   values). A sliced update keeps a slice up to date on its owner alone
+   values). An update sharded across devices keeps a slice up to date on its owner alone
    (the gradient's sum, the optimizer state, mixed precision's masters):
    each slice then comes from its owner. */
 static void mirror__download_arena(mirror_model *m, size_t r, void *host, int which)
@@ -8177,7 +8203,8 @@ static void mirror__download_arena(mirror_model *m, size_t r, void *host, int wh
     size_t size = which == MIRROR__GRADS && m->format ? sizeof(uint16_t) : sizeof(float);
     unsigned char *to = (unsigned char *)host;
     for (c = 0; c < copies; c++, to += m->nslots * size) {
-        if (!m->sliced || (which == MIRROR__PARAMS && !m->format)) { /* fp32 parameters are gathered */
+        /* fp32 parameters are gathered */
+        if (m->sharded != MIRROR__SHARDED_DEVICES || (which == MIRROR__PARAMS && !m->format)) {
             m->be->download(m->rep[r].dev, to, mirror__arena_at(m, r, which, c, 0), m->nslots * size);
             continue;
         }
@@ -8188,13 +8215,14 @@ static void mirror__download_arena(mirror_model *m, size_t r, void *host, int wh
 }
 
 /* The optimizer state from host, shaped as the arena, into every replica
-   (sliced: each its slice). */
+   (sharded across devices: each its slice). */
 static void mirror__upload_state(mirror_model *m, const float *slots)
 {
     size_t r, c, copies = mirror__state_copies(m);
     for (r = 0; r < m->s->replicas && m->nstate; r++) {
         for (c = 0; c < copies; c++) {
-            size_t off = m->sliced ? r * m->slice : 0, n = m->sliced ? m->slice : m->nslots;
+            int by_slice = m->sharded == MIRROR__SHARDED_DEVICES;
+            size_t off = by_slice ? r * m->slice : 0, n = by_slice ? m->slice : m->nslots;
             m->be->upload(m->rep[r].dev, mirror__state_at(m, &m->rep[r], c, off), slots + c * m->nslots + off,
                           n * sizeof(float));
         }
@@ -11790,7 +11818,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     f->per_step = d->batch * d->accumulate;
     if (!mirror__leads(m)) d->progress = MIRROR_PROGRESS_NONE; /* rank 0 speaks for every process */
     f->bar = d->progress == MIRROR_PROGRESS_BAR;
-    f->shows_lr = m->desc.optimizer.schedule != MIRROR_LR_CONSTANT || m->desc.optimizer.warmup; /* a rate that changes */
+    f->shows_lr = m->desc.optimizer.schedule != MIRROR_LR_CONSTANT || m->desc.optimizer.warmup; /* a rate that moves */
     f->classify = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
     /* Metrics are read across processes: at the same steps in each, never by the clock. */
     f->timed = f->bar && m->s->processes == 1;
@@ -11893,7 +11921,8 @@ static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, 
             return mirror__fit_stop(m, d, epoch, step, f->steps, f->bar);
         for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
             mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
-        if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc; /* metrics stay on the device */
+        /* metrics stay on the device */
+        if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc;
         f->ran++;
         if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown, skipped_before))) return rc;
         if (d->checkpoint && d->checkpoint_every && m->steps % d->checkpoint_every == 0) {
@@ -12006,7 +12035,8 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
     /* Metrics of steps before this fit (a fit stopped mid-epoch, steps run
        with out NULL) are not this fit's: dropped, as fit's own are at its end. */
     rc = mirror__take(m, &dropped, 0);
-    for (epoch = f.d.initial_epoch; epoch < f.d.epochs && rc == MIRROR_OK; epoch++) rc = mirror__fit_epoch(m, &f, epoch);
+    for (epoch = f.d.initial_epoch; epoch < f.d.epochs && rc == MIRROR_OK; epoch++)
+        rc = mirror__fit_epoch(m, &f, epoch);
     return mirror__fit_end(m, &f, rc, last);
 }
 

@@ -806,14 +806,14 @@ __global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, cons
     }
 }
 
-__global__ void mirror__k_adam(float *w, float *m, float *v, const float *g, size_t n,
+__global__ void mirror__k_adam(float *w, float *avg, float *avg_sq, const float *g, size_t n,
                                const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
                                float eps, float weight_decay, int decoupled)
 {
     float c = mirror_hd_clip_of(guard), lr = t->lr, bc1 = t->bc1, bc2_sqrt = t->bc2_sqrt;
     if (guard->found_nonfinite) return;
     MIRROR__FOR_EACH(i, n)
-    mirror_hd_adam(&w[i], &m[i], &v[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
+    mirror_hd_adam(&w[i], &avg[i], &avg_sq[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
 }
 
 /* Mixed precision. format: MIRROR_PRECISION_FP16 or _BF16. */
@@ -856,7 +856,7 @@ __global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uin
 }
 
 /* Adam's t is st->applied + 1; its bias corrections, once per block. */
-__global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16, const uint16_t *g,
+__global__ void mirror__k_adam_mixed(float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g,
                                      size_t n, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                                      float beta1, float beta2, float eps, float weight_decay, int decoupled)
 {
@@ -867,7 +867,7 @@ __global__ void mirror__k_adam_mixed(float *w, float *m, float *v, uint16_t *w16
     __syncthreads();
     inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
     MIRROR__FOR_EACH(i, n)
-    mirror_hd_adam_mixed(&w[i], &m[i], &v[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps, weight_decay,
+    mirror_hd_adam_mixed(&w[i], &avg[i], &avg_sq[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps, weight_decay,
                          decoupled, bias[0], bias[1]);
 }
 
@@ -1750,13 +1750,13 @@ static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size
     MIRROR__LAUNCHED(d, "sgd kernel");
 }
 
-static void mirror__cuda_adam(void *dev, float *w, float *m, float *v, const float *g, size_t n,
+static void mirror__cuda_adam(void *dev, float *w, float *avg, float *avg_sq, const float *g, size_t n,
                               const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
                               float eps, float weight_decay, int decoupled)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, m, v, g, n, guard, t, beta1, beta2, eps,
+    mirror__k_adam<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(w, avg, avg_sq, g, n, guard, t, beta1, beta2, eps,
                                                                        weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam kernel");
 }
@@ -1803,14 +1803,14 @@ static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16,
     MIRROR__LAUNCHED(d, "sgd_mixed kernel");
 }
 
-static void mirror__cuda_adam_mixed(void *dev, float *w, float *m, float *v, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+static void mirror__cuda_adam_mixed(void *dev, float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
                                     const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
                                     int decoupled)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_adam_mixed<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(
-        w, m, v, w16, g, n, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
+        w, avg, avg_sq, w16, g, n, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
 

@@ -478,7 +478,7 @@ static void test_view(mirror_strategy *s3)
                 if (k == 2) x[5] = NAN; /* a skipped step */
                 CHECK(step(m, x, y) == MIRROR_OK || k == 2, "%s step %zu", mirror_precision_name(prec), k);
                 for (r = 0; r < mirror_num_replicas(s3); r++) {
-                    /* the masters as the API sees them (sliced: each slice from its owner) */
+                    /* the masters as the API sees them (sharded across devices: each slice from its owner) */
                     mirror__download_arena(m, r, masters, MIRROR__PARAMS);
                     stale += m->rep[r].weights != (void *)m->rep[r].work16;
                     for (i = 0; i < m->nslots; i++)
