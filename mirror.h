@@ -6463,6 +6463,19 @@ static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirro
     return MIRROR_OK;
 }
 
+/* Defaults for a strategy desc's zero fields, in one place: the device
+   list from $MIRROR_DEVICES (unless the desc counts replicas), the reducer
+   from $MIRROR_REDUCER, the timeout from $MIRROR_TIMEOUT, else 300 s. A bad
+   value, in the desc or the environment, is refused. The replica count
+   comes with the devices (mirror_strategy_create). */
+static int mirror__strategy_defaults(mirror_strategy_desc *d, mirror_error *err)
+{
+    int rc;
+    if (!d->devices && !d->num_replicas) d->devices = getenv("MIRROR_DEVICES");
+    if ((rc = mirror__reducer_kind(d->reducer, &d->reducer, err))) return rc;
+    return mirror__timeout(d, &d->timeout, err);
+}
+
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_strategy **out,
                                       mirror_error *err)
 {
@@ -6477,18 +6490,18 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     *out = NULL;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
-    if (!d.devices && !d.num_replicas) d.devices = getenv("MIRROR_DEVICES");
-    explicit_list = d.devices && *d.devices;
     if (d.num_replicas > 4096)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "num_replicas %zu: at most 4096", d.num_replicas);
+    if ((rc = mirror__strategy_defaults(&d, err))) return rc;
+    explicit_list = d.devices && *d.devices;
     s = (mirror_strategy *)mirror__zalloc(1, sizeof *s);
     if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
     s->processes = 1;
+    s->reducer_kind = d.reducer;
+    s->timeout = d.timeout;
 #ifdef MIRROR_MPI
     s->comm = MPI_COMM_NULL; /* before anything can fail: the teardown reads it */
 #endif
-    if ((rc = mirror__reducer_kind(d.reducer, &s->reducer_kind, err)) != MIRROR_OK) goto fail;
-    if ((rc = mirror__timeout(&d, &s->timeout, err)) != MIRROR_OK) goto fail;
 #ifdef MIRROR_MPI
     if ((rc = mirror__mpi_join(s, &d, err)) != MIRROR_OK) goto fail;
 #endif
@@ -6521,13 +6534,13 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
         goto fail;
     }
     if (s->reducer_kind == MIRROR_REDUCER_NCCL) { /* asked for, by the desc or the environment */
+        int asked_nccl = desc && desc->reducer == MIRROR_REDUCER_NCCL;
         rc = mirror__error(err, MIRROR_ERR_ARGUMENT,
                            "strategy: %s asks for the NCCL reducer, which needs GPU replicas (\"cuda\" devices), "
                            "and these replicas are CPU threads%s: %s",
-                           d.reducer == MIRROR_REDUCER_NCCL ? "mirror_strategy_desc.reducer" : "MIRROR_REDUCER=nccl",
-                           why_cpu,
-                           d.reducer == MIRROR_REDUCER_NCCL ? "use MIRROR_REDUCER_DEFAULT or MIRROR_REDUCER_COPY"
-                                                            : "unset MIRROR_REDUCER or set it to copy");
+                           asked_nccl ? "mirror_strategy_desc.reducer" : "MIRROR_REDUCER=nccl", why_cpu,
+                           asked_nccl ? "use MIRROR_REDUCER_DEFAULT or MIRROR_REDUCER_COPY"
+                                      : "unset MIRROR_REDUCER or set it to copy");
         goto fail;
     }
     if (!count) count = d.num_replicas;
