@@ -292,48 +292,67 @@
 
    HOW A STEP FLOWS (mirror_train_step)
 
-      1. The global batch of n samples is cut into contiguous shards, one
-         per replica; shard sizes differ by at most one, a shard may be
-         empty (mirror_shard).
-      2. Every replica, in its own thread, copies its shard into its input
-         arena and runs forward and backward. The loss gradient is divided
+      Each step below names the section of this file that holds it (see
+      INSIDE mirror.h); read from mirror_train_step at the end of >>step
+      upward, each call leads further up the file.
+
+      1. Checks (>>step). On the caller's thread: the batch's labels or
+         targets, its size against max_batch, batchnorm's smallest batch.
+      2. Shards (>>step, >>threads). The global batch of n samples is cut
+         into contiguous shards, one per replica; shard sizes differ by at
+         most one, a shard may be empty (mirror_shard). The replica threads
+         each copy their shard into their input arena (mirror__load_shard).
+      3. Forward and backward (>>layers, through >>backend: >>cpu backend
+         and >>gemm here, mirror_cuda.h on GPUs). Every replica runs its
+         shard through the layers and back. The loss gradient is divided
          by n, the global count, never by the shard size...
-      3. ...so the all-reduce SUM of the replicas' gradients is exactly the
-         mean gradient of the global batch, whatever the split. The CPU
-         reducer adds replica 0, 1, 2, ... in that order for every element,
-         with the elements split across the worker threads.
-      4. The update. On CPU replicas it is sharded (ZeRO stage 1 on shared
-         memory): replica w owns slice w of the parameters (mirror_shard of
-         the parameter count); it sums that slice of every replica's
-         gradient in replica order (a reduce-scatter with the additions of
-         the all-reduce) and checks it for Inf and NaN; then, with the
-         verdict of every slice (see NON-FINITE VALUES), it applies the
-         optimizer to the slice and copies the new values into every other
-         replica (an all-gather), chunk by chunk while it is in cache. Each
-         parameter is updated once a step, not once per replica, so this
-         part of the step shrinks as replicas are added; the optimizer
-         state lives once. On GPUs every replica checks the all-reduced
-         gradient and runs the same update, unless the model desc asks
-         shard_update = MIRROR_SHARD_ON: then the reducer reduce-scatters
-         the gradient (NCCL's ncclReduceScatter; the copy reducer sums it
-         all), each replica checks its slice and sums its squares, two
-         floats that the reducer adds so that every replica takes the same
-         verdict and clipping norm, updates its slice with the optimizer
-         state of that slice alone (1/R of the state per GPU), and the
-         all-gather hands the slices round (the 16-bit working copy in
-         mixed precision, which the layers read as it is; the fp32 masters stay
-         with their slice's owner, and the API and checkpoints take each
-         slice from there). The sums are the all-reduce's, so the
-         parameters are those of the unsharded update, bit for bit, with
-         the copy reducer (NCCL's reduce-scatter on three GPUs or more may
-         add in another order than its all-reduce); a clipping norm adds
-         its squares slice by slice (in deterministic mode it is taken
-         over the whole gradient, which every replica holds). In one process
-         only; gradients then are not all-reduced in buckets during
-         backward. MIRROR_SHARD_OFF makes CPU replicas update everything
-         too. Either way the parameters stay bitwise identical on every
-         replica.
-      5. The metrics (loss sum, correct count, sample count) are summed.
+      4. The all-reduce (>>reducers; across processes >>processes). ...so
+         the SUM of the replicas' gradients is exactly the mean gradient of
+         the global batch, whatever the split. The CPU reducer adds replica
+         0, 1, 2, ... in that order for every element, with the elements
+         split across the worker threads.
+      5. Inf and NaN (>>loss scaling). The update's first pass checks the
+         reduced gradient (in mixed precision unscaled on the way); the
+         verdict is the same on every replica, as it is taken after the
+         sum, and the loss scaler moves on it (see NON-FINITE VALUES).
+      6. The update (>>optimizers). On CPU replicas it is sharded (ZeRO
+         stage 1 on shared memory): replica w owns slice w of the
+         parameters (mirror_shard of the parameter count); it sums that
+         slice of every replica's gradient in replica order (a
+         reduce-scatter with the additions of the all-reduce: steps 4 and 5
+         happen here, slice by slice) and checks it; then, with the verdict
+         of every slice, it applies the optimizer to the slice and copies
+         the new values into every other replica (an all-gather), chunk by
+         chunk while it is in cache. Each parameter is updated once a step,
+         not once per replica, so this part of the step shrinks as
+         replicas are added; the optimizer state lives once. On GPUs every
+         replica checks the all-reduced gradient and runs the same update,
+         unless the model desc asks shard_update = MIRROR_SHARD_ON: then
+         the reducer reduce-scatters the gradient (NCCL's
+         ncclReduceScatter; the copy reducer sums it all), each replica
+         checks its slice and sums its squares, two floats that the reducer
+         adds so that every replica takes the same verdict and clipping
+         norm, updates its slice with the optimizer state of that slice
+         alone (1/R of the state per GPU), and the all-gather hands the
+         slices round (the 16-bit working copy in mixed precision, which
+         the layers read as it is; the fp32 masters stay with their slice's
+         owner, and the API and checkpoints take each slice from there).
+         The sums are the all-reduce's, so the parameters are those of the
+         unsharded update, bit for bit, with the copy reducer (NCCL's
+         reduce-scatter on three GPUs or more may add in another order
+         than its all-reduce); a clipping norm adds its squares slice by
+         slice (in deterministic mode it is taken over the whole gradient,
+         which every replica holds). In one process only; gradients then
+         are not all-reduced in buckets during backward. MIRROR_SHARD_OFF
+         makes CPU replicas update everything too. Either way the
+         parameters stay bitwise identical on every replica.
+      7. Metrics (>>step; taken in >>inspection). The loss sum, correct
+         count and sample count are summed on each replica's device, and
+         across replicas and processes when they are read.
+
+      mirror_fit (>>fit) runs these steps epoch by epoch through the same
+      internal step (mirror__train), with the data of >>data and the
+      checkpoints of >>checkpoints.
 
    NON-FINITE VALUES
 
@@ -485,6 +504,44 @@
       losses: softmax cross-entropy
       and mean squared error. A model is a sequence of layers; a residual
       block is a stretch of it (blocks do not nest).
+
+   INSIDE mirror.h
+
+      Sections are marked `// >>name` (grep for them), in this order:
+      manual; declarations (strategy, model, steps, data, fit,
+      checkpoints); shared math (every per-element formula, MIRROR_HD, run
+      by the CPU loops and the CUDA kernels alike); then, under
+      MIRROR_IMPLEMENTATION:
+
+        structs               the private state, together
+        errors                result codes, messages, the logger
+        allocation            sizes checked, MIRROR_MALLOC
+        random                splitmix64
+        threads               the replica threads, waiting with a deadline,
+                              one call at a time
+        gemm                  the built-in GEMM (register tiles per ISA)
+        backend               the table of device operations
+        cpu backend           the reference backend: the shared math in loops
+        layers                forward and backward of a replica's shard
+        reducers              sums across replicas (and results across
+                              processes)
+        loss scaling          the scaler, the fp32 guard, Inf and NaN
+        optimizers            the update alone (sharded or not)
+        step                  the training step, mirror_train_step last
+
+      That is the core, in the order a step uses it; what surrounds it:
+
+        strategy and devices  mirror_strategy_create and its defaults
+        processes             several processes (MIRROR_MPI)
+        model and pool        layers added, the arenas planned and built
+        inspection            side outputs, timing and trace, replica
+                              checks, metrics, evaluate a batch, predict
+        data                  datasets and the file loaders
+        checkpoints           safetensors: save, load, resume, rebuild
+        fit                   mirror_fit
+
+      mirror_cuda.h follows the same plan for the GPU: its kernels call the
+      shared math; its backend and reducer tables are the CPU's in kind.
 
    REVISION HISTORY
 
@@ -2475,6 +2532,9 @@ static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err);
 #endif
 
 // >>errors ------------------------------------------------------------------
+/* Result codes into messages: the last error's detail in a mirror_error
+   (a model's own, or the caller's), every message also to the logger. */
+
 static mirror_log_fn mirror__log_fn;
 static void *mirror__log_user;
 
@@ -2555,6 +2615,9 @@ static int mirror__check_built(mirror_model *m, const char *what)
 }
 
 // >>allocation --------------------------------------------------------------
+/* Every allocation goes through MIRROR_MALLOC, its size checked for
+   overflow first. */
+
 /* a * b into *out; 0 when it overflows. */
 static int mirror__mul(size_t a, size_t b, size_t *out)
 {
@@ -4875,6 +4938,12 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
 }
 
 // >>reducers ----------------------------------------------------------------
+/* The sums across replicas: the CPU reducer (the threads add the replicas
+   in a fixed order), the public all-reduce and broadcast, deterministic
+   mode's chunk sums, the step's gradient all-reduce, and the results that
+   every process must share. The CUDA reducers are in mirror_cuda.h, the
+   MPI one in >>processes. */
+
 /* Worker w owns the elements of its shard of [0, n) and, for each, adds the
    replicas in order 0, 1, 2, ...: the same additions in the same order
    whatever the thread count, so the sum is deterministic. */
@@ -5196,6 +5265,10 @@ static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
 }
 
 // >>loss scaling ------------------------------------------------------------
+/* The loss scaler of mixed precision and the guard of fp32 (both a
+   mirror_loss_scale_state on each replica's device): its settings, its
+   state read and written, and the verdict of a step that met Inf or NaN. */
+
 /* The loss scaler's settings make sense: a message into err, or MIRROR_OK. */
 static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *err)
 {
@@ -5362,6 +5435,10 @@ static int mirror__scaler_verdict(mirror_model *m, const char *what)
 }
 
 // >>optimizers --------------------------------------------------------------
+/* The update alone: the schedule's learning rate, the optimizer state's
+   layout, clipping, the update of every parameter on every replica, and
+   the sharded updates (on the host, across devices). */
+
 /* The floats of optimizer state a replica holds: every parameter's, or
    (sharded across devices) its slice's alone. */
 static size_t mirror__state_floats(const mirror_model *m)
@@ -5676,9 +5753,12 @@ MIRROR_API uint64_t mirror_optimizer_steps(const mirror_model *m)
 }
 
 // >>step --------------------------------------------------------------------
-/* mirror_train_step: validate on the caller's thread, then three jobs on
-   the replica threads: forward + backward on each shard, the all-reduce of
-   the gradient arenas, and the optimizer update on every replica. */
+/* The training step, from the bottom up: the batch checked on the
+   caller's thread, metrics, the timing marks, a replica's shard loaded,
+   its pass queued (or recorded and replayed as a graph), batchnorm's pauses
+   for the host, then mirror__train_micro, which runs the jobs on the
+   replica threads (forward and backward, the all-reduce, the update) for
+   each micro-batch, and mirror_train_step(s) at the end. */
 
 /* Checks a batch against the model: sizes, pointers and every label. */
 static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const char *what, int need_y)
@@ -6374,6 +6454,9 @@ MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, si
 }
 
 // >>strategy and devices ----------------------------------------------------
+/* A strategy: the devices (CPU threads here, GPUs in mirror_cuda.h), its
+   reducer, its thread team and its locks, created with its defaults. */
+
 /* "cpu" or "cpu:N" into a replica count (0 for "cpu": one per core). */
 static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *err)
 {
@@ -7156,6 +7239,12 @@ MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err)
 }
 
 // >>model and pool ----------------------------------------------------------
+/* A model: its desc's defaults and checks, its layers as they are added,
+   and at build the pool: one flat arena each for parameters, gradients,
+   optimizer state and activations per replica, planned once, checked
+   against the memory there is, then allocated; parameters and state in
+   and out. */
+
 /* Defaults for zero fields, in one place. */
 static mirror_model_desc mirror__model_defaults(mirror_model_desc d)
 {
@@ -8365,6 +8454,10 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
 }
 
 // >>inspection --------------------------------------------------------------
+/* Looking at a model without training it: side outputs written safely,
+   the timing of the step's phases and its Chrome trace, the check that
+   the replicas agree, metrics taken, evaluation of a batch, prediction. */
+
 /* ---- side outputs (the trace; fit's history and plot): written as a
    checkpoint is, to a temporary file beside PATH renamed over it, so that
    PATH is always a complete file (see SIDE OUTPUTS) ---- */
@@ -8837,6 +8930,10 @@ MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, f
 }
 
 // >>data --------------------------------------------------------------------
+/* Datasets: from arrays, split, shuffled; the loaders of IDX (MNIST),
+   CIFAR-10 and .npy files, plain or gzip, each bounded by what its header
+   declares; the built-in synthetic digits. */
+
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
 {
     if (!ds) return;
@@ -9925,6 +10022,10 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
 }
 
 // >>checkpoints -------------------------------------------------------------
+/* Checkpoints: a safetensors file with the run's description in its
+   header, written beside the path and renamed over it, rotated; read
+   back strictly, resumed exactly, or rebuilt into a model. */
+
 /* CRC-32 (the polynomial of zlib, PNG and gzip), continuing from crc. */
 static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
 {
@@ -11142,6 +11243,10 @@ MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path
 }
 
 // >>fit ---------------------------------------------------------------------
+/* mirror_fit: the data checked, the fit's defaults, its side outputs
+   (progress, history, plot, trace), then epochs of steps, validation,
+   checkpoints and hooks, and an end that keeps what was done. */
+
 /* A dataset's samples must have the model's layout, channels x height x
    width, dimension by dimension: the same size in another layout (channels
    last) would train on scrambled pixels. A model of flat input (height =
