@@ -2199,6 +2199,8 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
                                                  "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout",
                                                  "batchnorm", "residual", "residual_end"};
 
+/* The replica threads (see >>threads): a job is a function every worker
+   runs on the same context, worker w for replica w. */
 typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 
 typedef struct mirror__team {
