@@ -2870,6 +2870,22 @@ static inline int mirror__poll(int (*poll)(void *ctx), void *ctx, double timeout
     return got;
 }
 
+/* A global batch, or any n items, cut into contiguous parts, one per
+   replica (or worker): sizes differ by at most one, a part may be empty. */
+MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin, size_t *count)
+{
+    size_t base, extra;
+    if (!replicas || r >= replicas) {
+        *begin = n;
+        *count = 0;
+        return;
+    }
+    base = n / replicas;
+    extra = n % replicas;
+    *begin = r * base + MIRROR__MIN(r, extra);
+    *count = base + (r < extra);
+}
+
 /* ---- one call at a time ---- */
 
 /* One call at a time on a strategy and its models: a call that finds
@@ -6743,20 +6759,6 @@ MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy
 MIRROR_API const char *mirror_strategy_describe(const mirror_strategy *s)
 {
     return s ? s->describe : "";
-}
-
-MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin, size_t *count)
-{
-    size_t base, extra;
-    if (!replicas || r >= replicas) {
-        *begin = n;
-        *count = 0;
-        return;
-    }
-    base = n / replicas;
-    extra = n % replicas;
-    *begin = r * base + MIRROR__MIN(r, extra);
-    *count = base + (r < extra);
 }
 
 // >>processes ---------------------------------------------------------------
