@@ -11909,12 +11909,19 @@ typedef struct mirror__fit_run {
 /* What rank 0 alone does, with the result on every process. */
 #define MIRROR__BY_LEADER(m, call) mirror__from_leader(m, mirror__leads(m) ? (call) : MIRROR_OK)
 
-/* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
-static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
+/* The checkpoint's lock released, the stop flag and the augmentation off:
+   validation and later calls see the samples as they are. */
+static void mirror__fit_unhold(mirror_model *m)
 {
     mirror__fit_unlock(m);
     m->stop = NULL;
-    m->augment_flip = 0, m->augment_pad = 0; /* validation and later calls see the samples as they are */
+    m->augment_flip = 0, m->augment_pad = 0;
+}
+
+/* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
+static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
+{
+    mirror__fit_unhold(m);
     if (f->timed_here) mirror__timing(m, 0);
     f->timed_here = 0;
     MIRROR_FREE(f->perm);
@@ -11966,8 +11973,8 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
     f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
     if (!f->perm || !f->micro) {
-        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
-        goto fail;
+        mirror__fit_release(m, f);
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
     m->stop = d->stop;
     m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
@@ -12139,6 +12146,7 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
     if (rc == MIRROR_OK && d->checkpoint && f->ran && f->saved != m->steps)
         rc = mirror__fit_save(m, d, d->epochs, 0, f->steps);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
+    mirror__fit_unhold(m);
     if (d->trace && mirror__leads(m) && m->span_count)
         mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d->trace), "trace", d->trace);
     mirror__fit_release(m, f);
