@@ -7,6 +7,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "files.h"
 
 #include <dirent.h>
@@ -865,20 +866,12 @@ static void test_arrays_and_split(void)
 
 static void test_predict_proba(void)
 {
-    mirror_strategy_desc sd;
-    mirror_model_desc md;
-    mirror_strategy *s = NULL;
-    mirror_model *m = NULL;
+    mirror_strategy *s = new_strategy("cpu:2", 0);
+    mirror_model_desc md = model_desc(s, 4, 0, 0, 0, 2);
+    mirror_model *m = build_model(&md, NULL, "dense 5, tanh, dense 3");
     float x[6 * 4], p[6 * 3], z[6 * 3];
     size_t i, j;
     int ok = 1;
-    memset(&sd, 0, sizeof sd), memset(&md, 0, sizeof md);
-    sd.devices = "cpu:2";
-    mirror_strategy_create(&sd, &s, NULL);
-    md.strategy = s, md.channels = 4, md.seed = 2;
-    mirror_model_create(&md, &m, NULL);
-    mirror_dense(m, 5), mirror_tanh(m), mirror_dense(m, 3);
-    mirror_model_build(m);
     for (i = 0; i < 6 * 4; i++) x[i] = (float)((int)(i * 7 % 11) - 5) * 0.3f;
     CHECK(mirror_predict(m, x, 6, z) == MIRROR_OK && mirror_predict_proba(m, x, 6, p) == MIRROR_OK,
           "predict and predict_proba: %s", mirror_model_error(m));

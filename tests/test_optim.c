@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "digits.h"
 #include "files.h"
 
@@ -19,37 +20,15 @@ enum { SIDE = 12, SAMPLES = 96, BATCH = 12 };
 
 static mirror_dataset data;
 
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc sd = {0};
-    mirror_strategy *s = NULL;
-    sd.devices = "cpu";
-    sd.num_replicas = replicas;
-    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "strategy of %zu", replicas);
-    return s;
-}
-
 /* flatten, dense 16, relu, dense 10 over 12x12 digits, with the optimizer o,
    in `precision`. */
 static mirror_model *model_in(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_precision precision,
                               mirror_error *err)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = BATCH;
-    md.seed = 9;
+    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, BATCH, 9);
     md.precision = precision;
     md.optimizer = *o;
-    if (mirror_model_create(&md, &m, err)) return NULL;
-    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    return build_model(&md, err, "flatten, dense 16, relu, dense 10");
 }
 
 static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_error *err)
@@ -110,7 +89,7 @@ static float nan_at_three(void *user, uint64_t s)
    gives at s and mirror_current_lr announced before the step. */
 static void test_applied(size_t replicas, mirror_lr_schedule kind)
 {
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_optimizer_desc o;
     mirror_model *m;
     float *before, *after, *g;
@@ -150,7 +129,7 @@ static void test_applied(size_t replicas, mirror_lr_schedule kind)
    norm of the unscaled gradient (mirror_get_gradients unscales). */
 static void test_clip(size_t replicas, mirror_precision precision, float clip_norm)
 {
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_optimizer_desc o;
     mirror_model *m;
     float *before, *after, *g;
@@ -213,19 +192,9 @@ static double apart(mirror_model *a, mirror_model *b)
 
 static mirror_model *adam_model(mirror_strategy *s, size_t max_batch)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = max_batch;
-    md.seed = 4;
-    md.optimizer.kind = MIRROR_OPT_ADAM, md.optimizer.lr = 0.003f;
-    if (mirror_model_create(&md, &m, NULL)) return NULL;
-    mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) mirror_model_destroy(m), m = NULL;
-    return m;
+    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, max_batch, 4);
+    md.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.003f);
+    return build_model(&md, NULL, "conv 4 3 1 1, relu, maxpool 2 2, flatten, dense 16, relu, dense 10");
 }
 
 /* 10 steps of mirror_train_steps over micro-batches of 10, 7, 13 and 2
@@ -235,7 +204,7 @@ static mirror_model *adam_model(mirror_strategy *s, size_t max_batch)
 static void test_accumulate(size_t replicas)
 {
     static const size_t sizes[4] = {10, 7, 13, 2};
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_model *big = adam_model(s, 32), *small = adam_model(s, 13);
     mirror_batch micro[4], all;
     mirror_metrics mb, ms;
@@ -280,7 +249,7 @@ out:
    and a checkpoint cursor that counts samples per optimizer step. */
 static void test_fit_accumulate(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *big = adam_model(s, 32), *small = adam_model(s, 8);
     mirror_fit_desc fd;
     mirror_epoch_log lb, ls;
@@ -316,7 +285,7 @@ out:
 static void test_augment(void)
 {
     static const float plane[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; /* 3 x 4 */
-    mirror_strategy *s1 = strategy(1), *s3 = strategy(3);
+    mirror_strategy *s1 = checked_strategy("cpu", 1), *s3 = checked_strategy("cpu", 3);
     mirror_model *a = adam_model(s1, 16), *b = adam_model(s3, 16), *c = adam_model(s1, 16);
     mirror_fit_desc fd;
     mirror_epoch_log la, lb, lc;
@@ -379,7 +348,7 @@ static int on_step(void *user, const mirror_step_log *log)
 
 static void test_on_step(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *m = adam_model(s, 16);
     mirror_fit_desc fd;
     if (!m) {
@@ -404,7 +373,7 @@ out:
    them; off costs nothing and records nothing. */
 static void test_timing(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *m = adam_model(s, 16);
     mirror_phase_times pt, r1;
     mirror_fit_desc fd;
@@ -468,7 +437,7 @@ out:
    rate fails its step and changes nothing. */
 static void test_refused(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_optimizer_desc o;
     mirror_error err = {0, ""};
     mirror_model *m;
@@ -516,7 +485,7 @@ static void test_refused(void)
    bitwise where 12 straight steps end, and fit logs the last rate. */
 static void test_resume(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_optimizer_desc o;
     mirror_model *a, *b;
     mirror_fit_desc fd;
