@@ -11,6 +11,7 @@
        residual, residual_end. */
 #ifndef HELPERS_H
 #define HELPERS_H
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,18 @@
 #define HELPERS_UNUSED
 #define HELPERS_FORMAT(f, a)
 #endif
+
+/* |a - b| within abs_tol + rel_tol |b|. */
+HELPERS_UNUSED static int close_to(double a, double b, double abs_tol, double rel_tol)
+{
+    return fabs(a - b) <= abs_tol + rel_tol * fabs(b);
+}
+
+/* Uniform in [lo, hi), from the library's generator (splitmix64) at *state. */
+HELPERS_UNUSED static float uniform_in(uint64_t *state, float lo, float hi)
+{
+    return lo + (hi - lo) * mirror__uniform(state);
+}
 
 /* `replicas` replicas on `devices` (NULL: the default, as
    mirror_strategy_create reads it; 0 replicas: as many as devices gives);
