@@ -114,7 +114,7 @@ ifeq ($(SAN),thread)
   TESTS += $(BUILD)/sliced_test_replicas
 endif
 ifeq ($(HAVE_ZLIB),1)
-  TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
+  TESTS += $(BUILD)/nozlib_test_loaders # the loaders as built without zlib
 endif
 
 all: info $(EXAMPLES)
@@ -218,7 +218,7 @@ GPU_SECONDS ?= 900
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(BUILD)/gpu_info $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" GPU_SECONDS="$(GPU_SECONDS)" sh tests/gpu/run.sh
 
-$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
+$(BUILD)/nozlib_test_loaders: tests/test_loaders.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
 $(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)

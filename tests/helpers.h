@@ -37,6 +37,13 @@ HELPERS_UNUSED static float uniform_in(uint64_t *state, float lo, float hi)
     return lo + (hi - lo) * mirror__uniform(state);
 }
 
+/* Whether a dataset is empty, every field zero (as a failed load leaves it). */
+HELPERS_UNUSED static int zeroed(const mirror_dataset *ds)
+{
+    return !ds->x && !ds->labels && !ds->targets && !ds->count && !ds->channels && !ds->height &&
+           !ds->width && !ds->num_classes && !ds->target_dim;
+}
+
 /* `replicas` replicas on `devices` (NULL: the default, as
    mirror_strategy_create reads it; 0 replicas: as many as devices gives);
    NULL when creating fails. */
