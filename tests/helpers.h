@@ -161,21 +161,18 @@ HELPERS_UNUSED HELPERS_FORMAT(3, 4) static mirror_model *new_model(const mirror_
     return m;
 }
 
-/* new_model, built; NULL, with nothing left allocated, when the build fails too. */
-HELPERS_UNUSED HELPERS_FORMAT(3, 4) static mirror_model *build_model(const mirror_model_desc *d, mirror_error *err,
-                                                                    const char *layers, ...)
+/* m built; NULL, with nothing left allocated, when m is NULL or its build fails. */
+HELPERS_UNUSED static mirror_model *built(mirror_model *m)
 {
-    mirror_model *m;
-    va_list ap;
-    va_start(ap, layers);
-    m = new_model_v(d, err, layers, ap);
-    va_end(ap);
     if (m && mirror_model_build(m) != MIRROR_OK) {
         mirror_model_destroy(m);
         return NULL;
     }
     return m;
 }
+
+/* new_model, built: build_model(&desc, err, "layers", ...). */
+#define build_model(...) built(new_model(__VA_ARGS__))
 
 /* build_model as checks: a failed create fails one (and gives NULL); the
    build is one check, and the model comes back either way. */
