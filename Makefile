@@ -94,7 +94,8 @@ TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomi
 # slice per replica, all-gather): plain; the replicas and checkpoints
 # under AddressSanitizer; the replicas, whose threads share the slices,
 # under ThreadSanitizer. Graphs emulated (replays of recorded passes):
-# the replica tests, plain and under AddressSanitizer.
+# the replica tests, plain and under AddressSanitizer. The optimizers'
+# updates over padded arenas: aligned_test_optim.
 ifeq ($(filter $(SAN),thread valgrind),)
   TESTS += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # batched convolutions and GEMMs
 endif
@@ -104,7 +105,7 @@ endif
 ifeq ($(SAN),)
   TESTS += $(patsubst %,$(BUILD)/sliced_test_%,replicas checkpoint precision api)
   TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
-  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision)
+  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision optim)
 endif
 ifeq ($(SAN),address)
   TESTS += $(BUILD)/aligned_test_api $(BUILD)/aligned_test_checkpoint
