@@ -94,7 +94,8 @@ TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomi
 # slice per replica, all-gather): plain; the replicas and checkpoints
 # under AddressSanitizer; the replicas, whose threads share the slices,
 # under ThreadSanitizer. Graphs emulated (replays of recorded passes):
-# the replica tests, plain and under AddressSanitizer.
+# the replica tests, plain and under AddressSanitizer. The optimizers'
+# updates over padded arenas: aligned_test_optim.
 ifeq ($(filter $(SAN),thread valgrind),)
   TESTS += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # batched convolutions and GEMMs
 endif
@@ -104,7 +105,7 @@ endif
 ifeq ($(SAN),)
   TESTS += $(patsubst %,$(BUILD)/sliced_test_%,replicas checkpoint precision api)
   TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
-  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision)
+  TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision optim)
 endif
 ifeq ($(SAN),address)
   TESTS += $(BUILD)/aligned_test_api $(BUILD)/aligned_test_checkpoint
@@ -114,7 +115,7 @@ ifeq ($(SAN),thread)
   TESTS += $(BUILD)/sliced_test_replicas
 endif
 ifeq ($(HAVE_ZLIB),1)
-  TESTS += $(BUILD)/nozlib_test_data # the loaders as built without zlib
+  TESTS += $(BUILD)/nozlib_test_loaders # the loaders as built without zlib
 endif
 
 all: info $(EXAMPLES)
@@ -125,7 +126,7 @@ info:
 $(BUILD)/%: examples/%.c examples/models.h examples/options.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # The MPI trainer and tests: the same sources with MIRROR_MPI, through mpicc.
@@ -218,25 +219,25 @@ GPU_SECONDS ?= 900
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(BUILD)/gpu_info $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" GPU_SECONDS="$(GPU_SECONDS)" sh tests/gpu/run.sh
 
-$(BUILD)/nozlib_test_data: tests/test_data.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/nozlib_test_loaders: tests/test_loaders.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
-$(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_GEMM_ROWS_FREE=0 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_PARAM_ALIGN=64 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/sliced_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/sliced_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_SHARED_UPDATE=0 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/graphs_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/graphs_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_GRAPHS=1 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD):

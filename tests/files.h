@@ -24,6 +24,9 @@ static int make_root(const char *test)
 }
 
 /* root/name into out (256 bytes). */
+#ifdef __GNUC__
+__attribute__((unused))
+#endif
 static const char *path_in(char *out, const char *name)
 {
     snprintf(out, 256, "%s/%s", root, name);

@@ -1,4 +1,5 @@
 #!/bin/sh
+# The map of the tests (which file covers which part of mirror.h, how to add one): tests/README.md.
 # tests/run.sh BINARY... - runs every test binary and the build checks, then
 # prints "N passed, N failed" alone on the last line. Called by make test;
 # TEST_RUNNER (e.g. valgrind) wraps each binary, BUILD names the build dir.

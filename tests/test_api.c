@@ -7,6 +7,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 
 #include <limits.h>
 #include <math.h>
@@ -31,17 +32,6 @@ static void test_logger(void *user, int level, const char *message)
 }
 
 // >>strategy ---------------------------------------------------------------------
-
-static mirror_strategy *strategy(const char *devices, size_t replicas)
-{
-    mirror_strategy_desc d;
-    mirror_strategy *s = NULL;
-    memset(&d, 0, sizeof d);
-    d.devices = devices;
-    d.num_replicas = replicas;
-    if (mirror_strategy_create(&d, &s, NULL) != MIRROR_OK) return NULL;
-    return s;
-}
 
 /* mirror_strategy_create(devices, replicas) must fail with want; the message
    must contain mention when given. */
@@ -96,17 +86,17 @@ static void test_strategy(void)
     expect_strategy_fail(NULL, 5000, MIRROR_ERR_ARGUMENT, NULL);
     expect_strategy_fail("cpu", (size_t)-1, MIRROR_ERR_ARGUMENT, NULL);
 
-    s = strategy("cpu:3", 3);
+    s = new_strategy("cpu:3", 3);
     CHECK(s && mirror_num_replicas(s) == 3, "\"cpu:3\" with num_replicas 3 agrees: 3 replicas");
     mirror_strategy_destroy(s);
-    s = strategy(NULL, 3);
+    s = new_strategy(NULL, 3);
     CHECK(s && mirror_num_replicas(s) == 3, "num_replicas 3 alone gives 3 replicas");
     q = mirror_strategy_query_desc(s);
     CHECK(q.devices && !strcmp(q.devices, "cpu:3") && q.num_replicas == 3, "query_desc: \"%s\", %zu",
           q.devices ? q.devices : "(NULL)", q.num_replicas);
     CHECK(mirror_strategy_describe(s)[0] != '\0', "describe: \"%s\"", mirror_strategy_describe(s));
     mirror_strategy_destroy(s);
-    s = strategy("cpu", 2);
+    s = new_strategy("cpu", 2);
     CHECK(s && mirror_num_replicas(s) == 2, "\"cpu\" with num_replicas 2 gives 2");
     mirror_strategy_destroy(s);
 
@@ -125,7 +115,7 @@ static void test_strategy(void)
     CHECK(mirror_strategy_create(NULL, &s, &err) == MIRROR_OK && mirror_num_replicas(s) == want_default,
           "NULL desc: the defaults");
     mirror_strategy_destroy(s);
-    s = strategy("", 0);
+    s = new_strategy("", 0);
     CHECK(s && mirror_num_replicas(s) == want_default, "an empty device list is the default");
     mirror_strategy_destroy(s);
 
@@ -137,24 +127,24 @@ static void test_strategy(void)
     q = mirror_strategy_query_desc(s);
     CHECK(q.devices && !strcmp(q.devices, "cpu:2") && q.num_replicas == 2, "query_desc reports \"cpu:2\", 2");
     mirror_strategy_destroy(s);
-    s = strategy(NULL, 0);
+    s = new_strategy(NULL, 0);
     CHECK(s && mirror_num_replicas(s) == 2, "MIRROR_DEVICES=cpu:2, zero desc: 2 replicas");
     mirror_strategy_destroy(s);
-    s = strategy("cpu:1", 0);
+    s = new_strategy("cpu:1", 0);
     CHECK(s && mirror_num_replicas(s) == 1, "desc.devices \"cpu:1\" wins over MIRROR_DEVICES");
     mirror_strategy_destroy(s);
-    s = strategy(NULL, 3); /* an explicit count wins over the environment */
+    s = new_strategy(NULL, 3); /* an explicit count wins over the environment */
     CHECK(s && mirror_num_replicas(s) == 3, "num_replicas 3 wins over MIRROR_DEVICES=cpu:2");
     mirror_strategy_destroy(s);
     setenv("MIRROR_DEVICES", "bogus", 1);
     expect_strategy_fail(NULL, 0, MIRROR_ERR_ARGUMENT, "bogus");
-    s = strategy("cpu:2", 0);
+    s = new_strategy("cpu:2", 0);
     CHECK(s && mirror_num_replicas(s) == 2, "a bad MIRROR_DEVICES is ignored when desc.devices is set");
     mirror_strategy_destroy(s);
     setenv("MIRROR_DEVICES", "cuda:0", 1);
     expect_strategy_fail(NULL, 0, MIRROR_ERR_UNSUPPORTED, "CUDA");
     setenv("MIRROR_DEVICES", "", 1);
-    s = strategy(NULL, 0);
+    s = new_strategy(NULL, 0);
     CHECK(s && mirror_num_replicas(s) == want_default, "an empty MIRROR_DEVICES is the default");
     mirror_strategy_destroy(s);
     unsetenv("MIRROR_DEVICES");
@@ -170,7 +160,7 @@ static void test_strategy(void)
         bufs[0] = a, bufs[1] = b, holes[0] = a, holes[1] = NULL;
         CHECK(mirror_all_reduce_sum(NULL, bufs, 4) == MIRROR_ERR_ARGUMENT, "all-reduce on a NULL strategy");
         CHECK(mirror_broadcast(NULL, bufs, 4, 0) == MIRROR_ERR_ARGUMENT, "broadcast on a NULL strategy");
-        s = strategy("cpu:2", 0);
+        s = new_strategy("cpu:2", 0);
         CHECK(mirror_all_reduce_sum(s, NULL, 4) == MIRROR_ERR_ARGUMENT, "all-reduce of NULL buffers");
         CHECK(mirror_all_reduce_sum(s, holes, 4) == MIRROR_ERR_ARGUMENT && a[0] == 1.0f,
               "all-reduce with bufs[1] NULL: an error, nothing changed");
@@ -186,11 +176,7 @@ static void test_strategy(void)
 
 static mirror_model_desc base_desc(mirror_strategy *s)
 {
-    mirror_model_desc d;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
-    d.channels = 4;
-    return d;
+    return model_desc(s, 4, 0, 0, 0, 0);
 }
 
 static void expect_create_fail(const char *what, const mirror_model_desc *d)
@@ -364,11 +350,8 @@ static void test_model_defaults(mirror_strategy *s)
 /* A model of c x h x w inputs (no layers yet). */
 static mirror_model *empty_model(mirror_strategy *s, size_t c, size_t h, size_t w)
 {
-    mirror_model_desc d = base_desc(s);
+    mirror_model_desc d = model_desc(s, c, h, w, 8, 5);
     mirror_model *m = NULL;
-    d.channels = c, d.height = h, d.width = w;
-    d.max_batch = 8;
-    d.seed = 5;
     mirror_model_create(&d, &m, NULL);
     return m;
 }
@@ -583,20 +566,10 @@ static void test_layers(mirror_strategy *s)
    changes both the parameters and the optimizer state. */
 static mirror_model *small_model(mirror_strategy *s, mirror_loss loss)
 {
-    mirror_model_desc d = base_desc(s);
-    mirror_model *m = NULL;
-    d.max_batch = 8;
-    d.seed = 5;
+    mirror_model_desc d = model_desc(s, 4, 0, 0, 8, 5);
     d.loss = loss;
-    d.optimizer.lr = 0.1f;
-    d.optimizer.momentum = 0.9f;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_dense(m, 5), mirror_relu(m), mirror_dense(m, 3);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    d.optimizer = optimizer_of(MIRROR_OPT_SGD, 0.1f);
+    return build_model(&d, NULL, "dense 5, relu, dense 3");
 }
 
 #define MAXP 64
@@ -1362,7 +1335,7 @@ out:
    strategy goes with the last of them (ASan and valgrind see the rest). */
 static void test_destroy_order(void)
 {
-    mirror_strategy *s = strategy("cpu:2", 0);
+    mirror_strategy *s = new_strategy("cpu:2", 0);
     mirror_model *a = s ? small_model(s, MIRROR_LOSS_SOFTMAX_CE) : NULL, *b2 = s ? small_model(s, MIRROR_LOSS_MSE) : NULL;
     mirror_batch b;
     mirror_metrics met;
@@ -1471,7 +1444,7 @@ int main(void)
     test_strategy();
     test_reducer();
     test_timeout();
-    s3 = strategy("cpu:3", 0);
+    s3 = new_strategy("cpu:3", 0);
     CHECK(s3 != NULL, "a strategy of 3 replicas");
     if (!s3) return check_done("test_api");
     test_model_create(s3);

@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "digits.h"
 #include "files.h"
 
@@ -24,39 +25,15 @@
 
 static mirror_dataset data;
 
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc d;
-    mirror_strategy *s = NULL;
-    memset(&d, 0, sizeof d);
-    d.num_replicas = replicas;
-    mirror_strategy_create(&d, &s, NULL);
-    return s;
-}
-
 /* A small CNN on 8x8 crops (cnn) or an MLP, seed 3. */
 static mirror_precision model_precision; /* fp32 unless a test says otherwise */
 
 static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 3);
     d.precision = model_precision;
-    d.strategy = s;
-    d.channels = 1, d.height = 8, d.width = 8;
-    d.max_batch = 12;
-    d.seed = 3;
-    d.optimizer.kind = opt;
-    d.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    if (cnn) mirror_conv2d(m, 3, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-    mirror_flatten(m), mirror_dense(m, 8), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    d.optimizer = optimizer_of(opt, 0.0f);
+    return build_model(&d, NULL, "%sflatten, dense 8, relu, dense 10", cnn ? "conv 3 3 1 1, relu, maxpool 2 2, " : "");
 }
 
 
@@ -89,7 +66,7 @@ static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replica
     const size_t K = 7;
     char path[256];
     double straight[14], resumed[14];
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = new_strategy(NULL, replicas);
     mirror_model *a = model(s, cnn, opt), *b = model(s, cnn, opt), *c = model(s, cnn, opt);
     mirror_checkpoint_info at = {0, 1, 2, 11, 0, 0, 0, 0}, got;
     size_t k, n = mirror_num_parameters(a);
@@ -124,7 +101,7 @@ static void test_exact_resume(int cnn, mirror_optimizer_kind opt, size_t replica
 static void test_fit_resume(void)
 {
     char path[256], mid[270];
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *a = model(s, 1, MIRROR_OPT_ADAMW), *b = model(s, 1, MIRROR_OPT_ADAMW);
     mirror_fit_desc fd;
     mirror_checkpoint_info at;
@@ -162,19 +139,10 @@ static void hear(void *user, int level, const char *message)
 static mirror_model *tuned(mirror_strategy *s, int deterministic, size_t chunk, float lr, uint64_t seed,
                            mirror_precision precision)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s, d.precision = precision, d.deterministic = deterministic, d.chunk = chunk;
-    d.channels = 1, d.height = 8, d.width = 8, d.max_batch = 12, d.seed = seed;
-    d.optimizer.kind = MIRROR_OPT_ADAM, d.optimizer.lr = lr;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_flatten(m), mirror_dense(m, 8), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, seed);
+    d.precision = precision, d.deterministic = deterministic, d.chunk = chunk;
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, lr);
+    return build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
 }
 
 /* A checkpoint loaded to go on training says in one notice every setting
@@ -204,7 +172,7 @@ static void test_resume_changes(void)
     };
     static const size_t splits[][3] = {{12, 1, 0}, {4, 3, 0}, {6, 2, 1}, {3, 4, 1}}; /* batch, accumulate, a notice */
     char path[256], want[100];
-    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_strategy *s2 = new_strategy(NULL, 2), *s3 = new_strategy(NULL, 3);
     mirror_model *a = tuned(s2, 1, 4, 0.01f, 3, MIRROR_PRECISION_FP32), *b;
     mirror_fit_desc fd;
     mirror_checkpoint_info at;
@@ -272,7 +240,7 @@ static void test_resume_changes(void)
 static void test_replicas_and_weights_only(void)
 {
     char path[256];
-    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_strategy *s2 = new_strategy(NULL, 2), *s3 = new_strategy(NULL, 3);
     mirror_model *a = model(s2, 1, MIRROR_OPT_ADAM), *b = model(s3, 1, MIRROR_OPT_ADAM), *c = model(s3, 1, MIRROR_OPT_SGD);
     size_t k, r, n = mirror_num_parameters(a);
     float *pa, *pb;
@@ -315,7 +283,7 @@ static int count_files(const char *prefix)
 static void test_durability(void)
 {
     char path[256], older[270];
-    mirror_strategy *s = strategy(1);
+    mirror_strategy *s = new_strategy(NULL, 1);
     mirror_model *m = model(s, 0, MIRROR_OPT_SGD), *probe = model(s, 0, MIRROR_OPT_SGD);
     mirror_checkpoint_info at;
     struct rlimit old, tiny;
@@ -442,7 +410,7 @@ static char *edit(const unsigned char *file, const char *from, const char *to)
 static void test_hostile(void)
 {
     char path[256];
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *src = model(s, 1, MIRROR_OPT_ADAM), *other;
     unsigned char *good, *bad;
     size_t n, hlen = 0, i, bit, fails;
@@ -561,7 +529,7 @@ static void test_hostile_counters(void)
         {"\"loss_scale\":\"65536\"", "\"loss_scale\":\"1e30\"", "a loss scale above max_scale"},
     };
     model_precision = MIRROR_PRECISION_FP16;
-    s = strategy(2);
+    s = new_strategy(NULL, 2);
     src = model(s, 0, MIRROR_OPT_ADAM);
     victim = model(s, 0, MIRROR_OPT_ADAM);
     model_precision = MIRROR_PRECISION_FP32;
@@ -601,7 +569,7 @@ out:
 static void test_not_files(void)
 {
     char fifo[256], bomb[256], img[256], lab[256];
-    mirror_strategy *s = strategy(1);
+    mirror_strategy *s = new_strategy(NULL, 1);
     mirror_model *m = model(s, 0, MIRROR_OPT_ADAM);
     mirror_dataset ds;
     mirror_error err = {0, ""};
@@ -675,7 +643,7 @@ static int stop_after_first_epoch(void *user, const mirror_epoch_log *log)
 static void test_edges(void)
 {
     char path[256];
-    mirror_strategy *s = strategy(1);
+    mirror_strategy *s = new_strategy(NULL, 1);
     mirror_model *m = model(s, 0, MIRROR_OPT_ADAM), *deep = NULL;
     mirror_model_desc d;
     mirror_checkpoint_info at, got;
@@ -762,7 +730,7 @@ static int all_there(const char *path, const char *const *suffixes, size_t n, in
 static void test_targets(void)
 {
     char path[256], other[300], name[400], lock[300];
-    mirror_strategy *s = strategy(1);
+    mirror_strategy *s = new_strategy(NULL, 1);
     mirror_model *m = model(s, 0, MIRROR_OPT_SGD);
     mirror_fit_desc fd;
     struct stat st;
@@ -923,34 +891,21 @@ static void test_targets(void)
    descriptions are refused with a message, leaking nothing. */
 static mirror_model *every_layer(mirror_strategy *s, mirror_precision precision)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 77);
     d.precision = precision;
-    d.channels = 1, d.height = 8, d.width = 8;
-    d.max_batch = 12;
-    d.seed = 77;
-    d.optimizer.kind = MIRROR_OPT_ADAMW, d.optimizer.lr = 0.004f;
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAMW, 0.004f);
     d.optimizer.schedule = MIRROR_LR_COSINE, d.optimizer.warmup = 2, d.optimizer.total_steps = 30;
     d.optimizer.min_lr = 0.0001f;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_conv2d(m, 4, 3, 1, 1), mirror_gelu(m), mirror_maxpool2d(m, 2, 1);
-    mirror_conv2d(m, 4, 3, 1, 0), mirror_tanh(m), mirror_avgpool2d(m, 2, 2);
-    mirror_global_avgpool(m), mirror_flatten(m), mirror_dropout(m, 0.25f);
-    mirror_dense(m, 8), mirror_sigmoid(m), mirror_dense(m, 10), mirror_relu(m);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    return build_model(&d, NULL,
+                       "conv 4 3 1 1, gelu, maxpool 2 1, conv 4 3 1 0, tanh, avgpool 2 2, global_avgpool, flatten, "
+                       "dropout 0.25, dense 8, sigmoid, dense 10, relu");
 }
 
 static void test_from_checkpoint(mirror_precision precision)
 {
     const char *name = mirror_precision_name(precision);
     char path[256];
-    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_strategy *s2 = new_strategy(NULL, 2), *s3 = new_strategy(NULL, 3);
     mirror_model *a = every_layer(s2, precision), *b = NULL, *c = NULL;
     mirror_checkpoint_info at;
     mirror_error err = {0, ""};
@@ -1003,7 +958,7 @@ static void test_from_checkpoint_refused(void)
         {"\"optimizer\":\"adamw\"", "\"optimizer\":\"lamb\"", "unknown optimizer"},
     };
     char path[256];
-    mirror_strategy *s = strategy(1);
+    mirror_strategy *s = new_strategy(NULL, 1);
     mirror_model *a = every_layer(s, MIRROR_PRECISION_FP32), *b;
     mirror_error err;
     unsigned char *good, *bad;

@@ -8,6 +8,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "files.h"
 
 #include <string.h>
@@ -16,44 +17,14 @@ enum { SIDE = 8, IN = SIDE * SIDE, BATCH = 12, STEPS = 6, BAD = 3, SNAP = 16384 
 
 static void quiet(void *user, int level, const char *message) { (void)user, (void)level, (void)message; }
 
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc sd = {"cpu", 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
-    mirror_strategy *s = NULL;
-    mirror_error err = {0, ""};
-    sd.num_replicas = replicas;
-    CHECK(mirror_strategy_create(&sd, &s, &err) == MIRROR_OK, "strategy of %zu: %s", replicas, err.message);
-    return s;
-}
-
 /* 1x8x8 -> conv 4 (3x3, pad 1), relu, maxpool 2, flatten, dense 10; or
    with mse, flatten, dense 4 and mean squared error. */
 static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt, float lr, int mse)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    mirror_error err = {0, ""};
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = BATCH;
-    md.seed = 3;
-    md.optimizer.kind = opt;
-    md.optimizer.lr = lr;
-    md.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, BATCH, 3);
+    md.optimizer = optimizer_of(opt, lr);
     md.loss = mse ? MIRROR_LOSS_MSE : MIRROR_LOSS_SOFTMAX_CE;
-    if (mirror_model_create(&md, &m, &err)) {
-        CHECK(0, "model: %s", err.message);
-        return NULL;
-    }
-    if (mse) {
-        mirror_flatten(m), mirror_dense(m, 4);
-    } else {
-        mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_flatten(m), mirror_dense(m, 10);
-    }
-    CHECK(mirror_model_build(m) == MIRROR_OK, "build: %s", mirror_model_error(m));
-    return m;
+    return checked_model(&md, mse ? "flatten, dense 4" : "conv 4 3 1 1, relu, maxpool 2 2, flatten, dense 10");
 }
 
 static void make_data(float *x, int32_t *y, size_t rows, uint64_t seed)
@@ -130,7 +101,7 @@ static void test_bad_step(size_t replicas, mirror_optimizer_kind opt, float pois
 {
     static float x[STEPS][BATCH * IN], t[STEPS][IN], before[SNAP], a[SNAP], b[SNAP];
     static int32_t y[STEPS][BATCH];
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_model *run = s ? model(s, opt, 0.01f, mse) : NULL, *control = s ? model(s, opt, 0.01f, mse) : NULL;
     const char *what = mse ? "MSE" : opt == MIRROR_OPT_SGD ? "CNN, SGD" : "CNN, Adam";
     mirror_metrics out;
@@ -222,7 +193,7 @@ static int same_file(const char *a, const char *b)
 static void test_fit(size_t replicas)
 {
     static float before[SNAP];
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_model *m = s ? model(s, MIRROR_OPT_ADAM, 0.001f, 0) : NULL;
     mirror_dataset ds = dataset(96, 7);
     mirror_fit_desc fd;
@@ -302,7 +273,7 @@ static void test_metrics_do_not_leak(void)
 {
     static float x[BATCH * IN];
     static int32_t y[BATCH];
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *m = s ? model(s, MIRROR_OPT_ADAM, 0.001f, 0) : NULL;
     mirror_dataset ds = dataset(60, 11);
     mirror_fit_desc fd;
@@ -349,7 +320,7 @@ static void hear(void *user, int level, const char *message)
    dropping the validation columns, with a notice saying why. */
 static void test_nan_validation(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *m = s ? model(s, MIRROR_OPT_ADAM, 0.001f, 0) : NULL;
     mirror_dataset ds = dataset(48, 13), val = dataset(24, 17);
     mirror_fit_desc fd;

@@ -1,7 +1,7 @@
 /* test_layers.c - the numerics: finite-difference gradient checks of every
-   layer and both losses through the public API, the shared math against
-   hand-computed values and double-precision references of the torch
-   formulas, the GEMM against a naive reference, im2col/col2im adjointness
+   layer and both losses through the public API (one table of cases,
+   fd_cases), the shared math (losses, activations, pooling) against
+   hand-computed values, dropout, the GEMM against a naive reference, im2col/col2im adjointness
    and maxpool on a hand-made example. Deterministic: fixed seeds only. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
@@ -12,29 +12,15 @@
 #include <string.h>
 
 #include "check.h"
+#include "helpers.h"
 
 // >>helpers ------------------------------------------------------------------
 
 static uint64_t rng_state = 0x5EEDF00Dull;
 
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return mirror__next(&rng_state); }
 
-/* Uniform in [lo, hi). */
-static float frand(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next() >> 40) * (1.0f / 16777216.0f);
-}
-
-static int close_to(double a, double b, double abs_tol, double rel_tol)
-{
-    return fabs(a - b) <= abs_tol + rel_tol * fabs(b);
-}
+static float frand(float lo, float hi) { return uniform_in(&rng_state, lo, hi); }
 
 /* A setup failure: counted, reported with the result line, and the end. */
 static void die(const char *what, const char *detail)
@@ -66,6 +52,7 @@ typedef struct fd_case {
     int use_ds;
     int train; /* the loss of a training pass (batchnorm's batch statistics), by steps at lr 0 */
     size_t sig_cap; /* length of the kink signature (fd_signature) */
+    double abs_tol, rel_tol; /* of the gradient check */
 } fd_case;
 
 /* The learning rate of the training-pass cases: 0 while the loss is
@@ -77,14 +64,14 @@ static float fd_rate_fn(void *user, uint64_t step)
     return fd_rate;
 }
 
-/* The tolerance of a gradient check, float32 forward and central differences. */
-#define FD_ABS 2e-3
-#define FD_REL 2e-2
+/* The tolerance of a gradient check, float32 forward and central
+   differences (FD_TOL: absolute, relative), and the step. */
+#define FD_TOL 2e-3, 2e-2
 #define FD_H 1e-3f
 
-static int fd_agrees(double analytic, double numeric)
+static int fd_agrees(const fd_case *c, double analytic, double numeric)
 {
-    return close_to(analytic, numeric, FD_ABS, FD_REL);
+    return close_to(analytic, numeric, c->abs_tol, c->rel_tol);
 }
 
 /* The kink signature of the last forward pass (replica 0 holds the whole
@@ -182,47 +169,41 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     c->sig_cap = fd_signature(c, NULL);
 }
 
-/* With `train`, a case whose loss is that of a training pass (batchnorm
-   normalises by the batch): measured by SGD steps at a learning rate of 0. */
-static fd_case fd_begin_as(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
-                           size_t batch, int train)
+/* One gradient case: the input shape, the loss, the model's seed (its
+   data's too), the batch, the layers (as helpers.h reads them) and the
+   tolerance. With `train`, the loss is that of a training pass (batchnorm
+   normalises by the batch), measured by SGD steps at a learning rate of 0;
+   with `vacuity`, the case also shows that the check rejects wrong
+   gradients. */
+typedef struct fd_spec {
+    const char *name;
+    size_t c, h, w;
+    mirror_loss loss;
+    uint64_t seed;
+    size_t batch;
+    int train, vacuity;
+    const char *layers;
+    double abs_tol, rel_tol;
+} fd_spec;
+
+static fd_case fd_begin(const fd_spec *spec)
 {
     fd_case fc;
-    mirror_strategy_desc sd;
     mirror_model_desc md;
-    mirror_error err;
+    mirror_error err = {0, ""};
     memset(&fc, 0, sizeof fc);
-    memset(&sd, 0, sizeof sd);
-    memset(&md, 0, sizeof md);
-    memset(&err, 0, sizeof err);
-    fc.name = name;
-    sd.devices = "cpu:1";
-    if (mirror_strategy_create(&sd, &fc.s, &err)) die(name, err.message);
-    md.strategy = fc.s;
-    md.channels = c;
-    md.height = h;
-    md.width = w;
-    md.max_batch = batch;
-    md.loss = loss;
-    md.seed = seed;
+    fc.name = spec->name;
+    fc.abs_tol = spec->abs_tol, fc.rel_tol = spec->rel_tol;
+    if (!(fc.s = new_strategy("cpu:1", 0))) die(spec->name, "strategy");
+    md = model_desc(fc.s, spec->c, spec->h, spec->w, spec->batch, spec->seed);
+    md.loss = spec->loss;
     md.optimizer.kind = MIRROR_OPT_SGD;
     md.optimizer.lr = 0.05f;
-    if (train) md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = fd_rate_fn;
-    if (mirror_model_create(&md, &fc.m, &err)) die(name, err.message);
-    fc.train = train;
+    if (spec->train) md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = fd_rate_fn;
+    if (!(fc.m = new_model(&md, &err, "%s", spec->layers))) die(spec->name, err.message);
+    fc.train = spec->train;
+    rng_state = spec->seed; /* the case's data, whatever ran before */
     return fc;
-}
-
-static fd_case fd_begin(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
-                        size_t batch)
-{
-    return fd_begin_as(name, c, h, w, loss, seed, batch, 0);
-}
-
-static fd_case fd_begin_train(const char *name, size_t c, size_t h, size_t w, mirror_loss loss, uint64_t seed,
-                              size_t batch)
-{
-    return fd_begin_as(name, c, h, w, loss, seed, batch, 1);
 }
 
 static void fd_end(fd_case *c)
@@ -335,10 +316,10 @@ static void fd_check(fd_case *c, int vacuity)
     for (i = 0; i < np; i++) {
         double err = fabs((double)g[i] - num[i]);
         if (isnan(num[i])) continue;
-        CHECK(fd_agrees(g[i], num[i]), "%s: parameter %zu: analytic %.6g, numeric %.6g", c->name, i,
+        CHECK(fd_agrees(c, g[i], num[i]), "%s: parameter %zu: analytic %.6g, numeric %.6g", c->name, i,
               (double)g[i], num[i]);
         if (err > worst_err) worst_err = err, worst = i;
-        if (!fd_agrees(1.1 * g[i], num[i])) scaled_bad++;
+        if (!fd_agrees(c, 1.1 * g[i], num[i])) scaled_bad++;
     }
     printf("  %s: worst |analytic - numeric| %.3g at parameter %zu (analytic %.6g)\n", c->name, worst_err,
            worst, (double)g[worst]);
@@ -348,7 +329,7 @@ static void fd_check(fd_case *c, int vacuity)
             if (fabs(g[i]) > fabs(g[big])) big = i;
         CHECK(scaled_bad > np / 4, "%s: the check rejects only %zu of %zu gradients scaled by 1.1", c->name,
               scaled_bad, np);
-        CHECK(!fd_agrees(g[big] + 0.01 + 0.05 * fabs(g[big]), num[big]),
+        CHECK(!fd_agrees(c, g[big] + 0.01 + 0.05 * fabs(g[big]), num[big]),
               "%s: the check accepts a wrong gradient at parameter %zu", c->name, big);
         printf("  %s: gradient*1.1 rejected at %zu of %zu parameters\n", c->name, scaled_bad, np);
     }
@@ -356,198 +337,64 @@ static void fd_check(fd_case *c, int vacuity)
     free(num);
 }
 
-static void test_gradients(void)
-{
-    fd_case c;
-    printf("finite differences:\n");
-
-    /* conv(s1,p1) -> relu -> maxpool(2,2) -> flatten -> dense -> relu -> dense, softmax CE */
-    c = fd_begin("cnn/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 11, 4);
-    mirror_conv2d(c.m, 3, 3, 1, 1);
-    mirror_relu(c.m);
-    mirror_maxpool2d(c.m, 2, 2);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 5);
-    mirror_relu(c.m);
-    mirror_dense(c.m, 4);
-    fd_setup(&c, 4, 0);
-    fd_check(&c, 1);
-    fd_end(&c);
-
+/* Every layer and both losses, in the stacks that reach each backward
+   path: name, input c x h x w, loss, seed, batch, train, vacuity, layers, tolerance. */
+#define CE MIRROR_LOSS_SOFTMAX_CE
+#define MSE MIRROR_LOSS_MSE
+static const fd_spec fd_cases[] = {
+    /* conv(s1,p1) -> relu -> maxpool(2,2) -> flatten -> dense -> relu -> dense */
+    {"cnn/ce", 2, 6, 6, CE, 11, 4, 0, 1,
+     "conv 3 3 1 1, relu, maxpool 2 2, flatten, dense 5, relu, dense 4", FD_TOL},
     /* conv -> relu -> conv(k3,s2,p0; col2im with stride) -> relu ->
        overlapping maxpool(2,1) -> flatten -> dense, MSE through a dataset */
-    c = fd_begin("cnn2/mse", 2, 7, 7, MIRROR_LOSS_MSE, 12, 5);
-    mirror_conv2d(c.m, 3, 3, 1, 1);
-    mirror_relu(c.m);
-    mirror_conv2d(c.m, 4, 3, 2, 0);
-    mirror_relu(c.m);
-    mirror_maxpool2d(c.m, 2, 1);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 5, 1);
-    fd_check(&c, 1);
-    fd_end(&c);
-
-    /* conv(k3,s2,p0) first on a non-square 7x6 input -> 3x2 -> relu -> dense, CE */
-    c = fd_begin("conv-s2/ce", 2, 7, 6, MIRROR_LOSS_SOFTMAX_CE, 13, 3);
-    mirror_conv2d(c.m, 3, 3, 2, 0);
-    mirror_relu(c.m);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 3, 0);
-    fd_check(&c, 0);
-    fd_end(&c);
-
-    /* maxpool before the first weighted layer, then conv(k5,s1,p2) on 4x5, MSE */
-    c = fd_begin("pool-conv-k5/mse", 1, 5, 6, MIRROR_LOSS_MSE, 14, 3);
-    mirror_maxpool2d(c.m, 2, 1);
-    mirror_conv2d(c.m, 2, 5, 1, 2);
-    mirror_relu(c.m);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 2);
-    fd_setup(&c, 3, 1);
-    fd_check(&c, 0);
-    fd_end(&c);
-
+    {"cnn2/mse", 2, 7, 7, MSE, 12, 5, 0, 1,
+     "conv 3 3 1 1, relu, conv 4 3 2 0, relu, maxpool 2 1, flatten, dense 3", FD_TOL},
+    /* conv(k3,s2,p0) first on a non-square 7x6 input -> 3x2 */
+    {"conv-s2/ce", 2, 7, 6, CE, 13, 3, 0, 0, "conv 3 3 2 0, relu, flatten, dense 3", FD_TOL},
+    /* maxpool before the first weighted layer, then conv(k5,s1,p2) on 4x5 */
+    {"pool-conv-k5/mse", 1, 5, 6, MSE, 14, 3, 0, 0, "maxpool 2 1, conv 2 5 1 2, relu, flatten, dense 2", FD_TOL},
     /* conv(k3,s2,p2): padding wider than the stride, on 3x5x4 */
-    c = fd_begin("conv-s2-p2/ce", 3, 5, 4, MIRROR_LOSS_SOFTMAX_CE, 15, 4);
-    mirror_conv2d(c.m, 2, 3, 2, 2);
-    mirror_relu(c.m);
-    mirror_conv2d(c.m, 2, 2, 1, 0);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 4, 0);
-    fd_check(&c, 0);
-    fd_end(&c);
-
-    /* plain dense MLP, CE */
-    c = fd_begin("mlp/ce", 7, 1, 1, MIRROR_LOSS_SOFTMAX_CE, 16, 5);
-    mirror_dense(c.m, 6);
-    mirror_relu(c.m);
-    mirror_dense(c.m, 5);
-    mirror_relu(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 5, 0);
-    fd_check(&c, 1);
-    fd_end(&c);
-
-    /* the smooth activations: dense -> tanh -> dense -> gelu -> dense -> sigmoid, MSE */
-    c = fd_begin("smooth-mlp/mse", 5, 1, 1, MIRROR_LOSS_MSE, 18, 4);
-    mirror_dense(c.m, 6);
-    mirror_tanh(c.m);
-    mirror_dense(c.m, 5);
-    mirror_gelu(c.m);
-    mirror_dense(c.m, 3);
-    mirror_sigmoid(c.m);
-    fd_setup(&c, 4, 1);
-    fd_check(&c, 0);
-    fd_end(&c);
-
-    /* conv -> gelu -> conv -> tanh -> flatten -> dense, CE */
-    c = fd_begin("smooth-cnn/ce", 2, 5, 5, MIRROR_LOSS_SOFTMAX_CE, 19, 3);
-    mirror_conv2d(c.m, 3, 3, 1, 1);
-    mirror_gelu(c.m);
-    mirror_conv2d(c.m, 2, 3, 2, 0);
-    mirror_tanh(c.m);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 3, 0);
-    fd_check(&c, 0);
-    fd_end(&c);
-
-    /* average pooling, overlapping (2, 1) then strided (3, 2), CE */
-    c = fd_begin("avgpool/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 20, 3);
-    mirror_conv2d(c.m, 3, 3, 1, 1);
-    mirror_gelu(c.m);
-    mirror_avgpool2d(c.m, 2, 1);
-    mirror_avgpool2d(c.m, 3, 2);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 3, 0);
-    fd_check(&c, 0);
-    fd_end(&c);
-
-    /* global average pooling of a non-square plane, MSE */
-    c = fd_begin("global-avgpool/mse", 2, 5, 4, MIRROR_LOSS_MSE, 21, 3);
-    mirror_conv2d(c.m, 4, 3, 1, 1);
-    mirror_relu(c.m);
-    mirror_global_avgpool(c.m);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 2);
-    fd_setup(&c, 3, 1);
-    fd_check(&c, 0);
-    fd_end(&c);
-
-    /* batchnorm after each convolution (BatchNorm2d) and a strided one, CE */
-    c = fd_begin_train("bn-cnn/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 22, 4);
-    mirror_conv2d(c.m, 3, 3, 1, 1);
-    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
-    mirror_relu(c.m);
-    mirror_conv2d(c.m, 2, 3, 2, 0);
-    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 4, 0);
-    fd_check(&c, 1);
-    fd_end(&c);
-
-    /* batchnorm of a flat input (BatchNorm1d) first, then between dense layers, MSE */
-    c = fd_begin_train("bn-mlp/mse", 4, 1, 1, MIRROR_LOSS_MSE, 23, 5);
-    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
-    mirror_dense(c.m, 6);
-    mirror_batchnorm(c.m, MIRROR_BN_LOCAL);
-    mirror_tanh(c.m);
-    mirror_dense(c.m, 2);
-    fd_setup(&c, 5, 1);
-    fd_check(&c, 0);
-    fd_end(&c);
-
+    {"conv-s2-p2/ce", 3, 5, 4, CE, 15, 4, 0, 0, "conv 2 3 2 2, relu, conv 2 2 1 0, flatten, dense 3", FD_TOL},
+    /* plain dense MLPs */
+    {"mlp/ce", 7, 1, 1, CE, 16, 5, 0, 1, "dense 6, relu, dense 5, relu, dense 3", FD_TOL},
+    /* the smooth activations */
+    {"smooth-mlp/mse", 5, 1, 1, MSE, 18, 4, 0, 0, "dense 6, tanh, dense 5, gelu, dense 3, sigmoid", FD_TOL},
+    {"smooth-cnn/ce", 2, 5, 5, CE, 19, 3, 0, 0, "conv 3 3 1 1, gelu, conv 2 3 2 0, tanh, flatten, dense 3", FD_TOL},
+    /* average pooling, overlapping (2, 1) then strided (3, 2) */
+    {"avgpool/ce", 2, 6, 6, CE, 20, 3, 0, 0,
+     "conv 3 3 1 1, gelu, avgpool 2 1, avgpool 3 2, flatten, dense 3", FD_TOL},
+    /* global average pooling of a non-square plane */
+    {"global-avgpool/mse", 2, 5, 4, MSE, 21, 3, 0, 0, "conv 4 3 1 1, relu, global_avgpool, flatten, dense 2", FD_TOL},
+    /* batchnorm after each convolution (BatchNorm2d) and a strided one */
+    {"bn-cnn/ce", 2, 6, 6, CE, 22, 4, 1, 1,
+     "conv 3 3 1 1, batchnorm, relu, conv 2 3 2 0, batchnorm, flatten, dense 3", FD_TOL},
+    /* batchnorm of a flat input (BatchNorm1d) first, then between dense layers */
+    {"bn-mlp/mse", 4, 1, 1, MSE, 23, 5, 1, 0, "batchnorm, dense 6, batchnorm local, tanh, dense 2", FD_TOL},
     /* residual blocks: an identity block with batchnorm inside, then a
-       projecting one (4 -> 6 channels, stride 2), global pooling, CE */
-    c = fd_begin_train("resnet/ce", 2, 6, 6, MIRROR_LOSS_SOFTMAX_CE, 24, 4);
-    mirror_conv2d(c.m, 4, 3, 1, 1);
-    mirror_relu(c.m);
-    mirror_residual(c.m);
-    mirror_conv2d(c.m, 4, 3, 1, 1);
-    mirror_batchnorm(c.m, MIRROR_BN_SYNC);
-    mirror_relu(c.m);
-    mirror_conv2d(c.m, 4, 3, 1, 1);
-    mirror_residual_end(c.m);
-    mirror_relu(c.m);
-    mirror_residual(c.m);
-    mirror_conv2d(c.m, 6, 3, 2, 1);
-    mirror_gelu(c.m);
-    mirror_residual_end(c.m);
-    mirror_global_avgpool(c.m);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 3);
-    fd_setup(&c, 4, 0);
-    fd_check(&c, 1);
-    fd_end(&c);
-
+       projecting one (4 -> 6 channels, stride 2), global pooling */
+    {"resnet/ce", 2, 6, 6, CE, 24, 4, 1, 1,
+     "conv 4 3 1 1, relu, "
+     "residual, conv 4 3 1 1, batchnorm, relu, conv 4 3 1 1, residual_end, relu, "
+     "residual, conv 6 3 2 1, gelu, residual_end, global_avgpool, flatten, dense 3", FD_TOL},
     /* a block at the input, before any weight (no input gradient through
-       its shortcut), projecting 1 -> 3 channels; then an empty block (2x), MSE */
-    c = fd_begin("residual-first/mse", 1, 5, 5, MIRROR_LOSS_MSE, 25, 3);
-    mirror_residual(c.m);
-    mirror_conv2d(c.m, 3, 3, 1, 1);
-    mirror_tanh(c.m);
-    mirror_residual_end(c.m);
-    mirror_residual(c.m);
-    mirror_residual_end(c.m);
-    mirror_flatten(c.m);
-    mirror_dense(c.m, 2);
-    fd_setup(&c, 3, 1);
-    fd_check(&c, 0);
-    fd_end(&c);
+       its shortcut), projecting 1 -> 3 channels; then an empty block (2x) */
+    {"residual-first/mse", 1, 5, 5, MSE, 25, 3, 0, 0,
+     "residual, conv 3 3 1 1, tanh, residual_end, residual, residual_end, flatten, dense 2", FD_TOL},
+    {"mlp/mse", 4, 1, 1, MSE, 17, 4, 0, 0, "dense 5, relu, dense 2", FD_TOL},
+};
+#undef CE
+#undef MSE
 
-    /* plain dense MLP, MSE */
-    c = fd_begin("mlp/mse", 4, 1, 1, MIRROR_LOSS_MSE, 17, 4);
-    mirror_dense(c.m, 5);
-    mirror_relu(c.m);
-    mirror_dense(c.m, 2);
-    fd_setup(&c, 4, 1);
-    fd_check(&c, 0);
-    fd_end(&c);
+static void test_gradients(void)
+{
+    size_t i;
+    printf("finite differences:\n");
+    for (i = 0; i < sizeof fd_cases / sizeof *fd_cases; i++) {
+        fd_case c = fd_begin(&fd_cases[i]);
+        fd_setup(&c, fd_cases[i].batch, fd_cases[i].loss == MIRROR_LOSS_MSE);
+        fd_check(&c, fd_cases[i].vacuity);
+        fd_end(&c);
+    }
 }
 
 /* The reduced gradient is the mean over the global batch whatever the split,
@@ -565,26 +412,13 @@ static void test_gradient_replicas(int smooth)
         size_t k, i, np = 0, n = batches[bi], bad = 0;
         mirror_batch b;
         for (k = 0; k < 2; k++) {
-            mirror_strategy_desc sd;
             mirror_model_desc md;
-            memset(&sd, 0, sizeof sd);
-            memset(&md, 0, sizeof md);
-            sd.devices = k ? "cpu:3" : "cpu:1";
-            if (mirror_strategy_create(&sd, &s[k], NULL)) die("replicas", "strategy");
-            md.strategy = s[k];
-            md.channels = 2;
-            md.height = md.width = 5;
-            md.max_batch = 6;
+            if (!(s[k] = new_strategy(k ? "cpu:3" : "cpu:1", 0))) die("replicas", "strategy");
+            md = model_desc(s[k], 2, 5, 5, 6, 21);
             md.loss = MIRROR_LOSS_MSE;
-            md.seed = 21;
-            if (mirror_model_create(&md, &m[k], NULL)) die("replicas", "model");
-            mirror_conv2d(m[k], 3, 3, 1, 1);
-            smooth ? mirror_gelu(m[k]) : mirror_relu(m[k]);
-            smooth ? mirror_avgpool2d(m[k], 2, 1) : mirror_maxpool2d(m[k], 2, 2);
-            mirror_flatten(m[k]);
-            if (smooth) mirror_dense(m[k], 4), mirror_tanh(m[k]);
-            mirror_dense(m[k], 2);
-            if (smooth) mirror_sigmoid(m[k]);
+            m[k] = new_model(&md, NULL, smooth ? "conv 3 3 1 1, gelu, avgpool 2 1, flatten, dense 4, tanh, dense 2, sigmoid"
+                                               : "conv 3 3 1 1, relu, maxpool 2 2, flatten, dense 2");
+            if (!m[k]) die("replicas", "model");
             CHECK(mirror_model_build(m[k]) == MIRROR_OK, "replicas: build: %s", mirror_model_error(m[k]));
             np = mirror_num_parameters(m[k]);
             g[k] = (float *)xmalloc(np * sizeof(float));
@@ -628,26 +462,19 @@ static float zero_rate(void *user, uint64_t step)
    loss and gradient and changes nothing. */
 static mirror_model *dropout_model(const char *devices, float p, int with_dropout, size_t max_batch)
 {
-    mirror_strategy_desc sd;
-    mirror_model_desc md;
-    mirror_strategy *s = NULL;
-    mirror_model *m = NULL;
-    memset(&sd, 0, sizeof sd);
-    memset(&md, 0, sizeof md);
-    sd.devices = devices;
-    if (mirror_strategy_create(&sd, &s, NULL)) die("dropout", "strategy");
-    md.strategy = s;
-    md.channels = 5;
-    md.max_batch = max_batch;
+    mirror_strategy *s = new_strategy(devices, 0);
+    mirror_model_desc md = model_desc(s, 5, 0, 0, max_batch, 33);
+    mirror_model *m;
     md.loss = MIRROR_LOSS_MSE;
-    md.seed = 33;
     md.optimizer.kind = MIRROR_OPT_SGD;
     md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = zero_rate;
-    if (mirror_model_create(&md, &m, NULL)) die("dropout", "model");
+    if (!s) die("dropout", "strategy");
+    if (with_dropout)
+        m = new_model(&md, NULL, "dense 6, relu, dropout %g, dense 3", (double)p);
+    else
+        m = new_model(&md, NULL, "dense 6, relu, dense 3");
+    if (!m) die("dropout", "model");
     mirror_strategy_destroy(s); /* released with the model */
-    mirror_dense(m, 6), mirror_relu(m);
-    if (with_dropout) mirror_dropout(m, p);
-    mirror_dense(m, 3);
     if (mirror_model_build(m)) die("dropout", mirror_model_error(m));
     return m;
 }
@@ -710,7 +537,7 @@ static void test_dropout(void)
         *w = keep + FD_H, hi = train_loss_at(m, &b, 3);
         *w = keep - FD_H, lo = train_loss_at(m, &b, 3);
         *w = keep;
-        if (!fd_agrees(g[i], (hi - lo) / (2.0 * FD_H))) bad++;
+        if (!close_to(g[i], (hi - lo) / (2.0 * FD_H), FD_TOL)) bad++;
     }
     CHECK(bad == 0, "dropout 0.5 in training: %zu of %zu gradients disagree with finite differences of the "
                     "training loss under the same mask", bad, n);
@@ -944,204 +771,6 @@ static void test_relu(void)
     CHECK(mirror_hd_relu_grad(2.5f, 3.0f) == 3.0f && mirror_hd_relu_grad(0.0f, 3.0f) == 0.0f &&
               mirror_hd_relu_grad(1e-30f, -7.0f) == -7.0f,
           "relu_grad values");
-}
-
-/* torch.optim.SGD (dampening 0) in double: the first step sets buf = d_p. */
-static void ref_sgd(double *w, double *buf, int t, double g, double lr, double mu, double wd, int nesterov)
-{
-    double d = g + wd * *w;
-    if (mu != 0.0) {
-        *buf = t == 0 ? d : mu * *buf + d;
-        d = nesterov ? d + mu * *buf : *buf;
-    }
-    *w -= lr * d;
-}
-
-static void test_sgd(void)
-{
-    static const struct {
-        float lr, mu, wd;
-        int nesterov;
-    } cfg[5] = {{0.1f, 0.0f, 0.0f, 0}, {0.05f, 0.9f, 0.0f, 0}, {0.05f, 0.9f, 0.0f, 1},
-                {0.1f, 0.0f, 0.1f, 0}, {0.02f, 0.8f, 0.05f, 1}};
-    static const float grads[6] = {0.5f, -1.25f, 2.0f, 0.125f, -0.75f, 1.5f};
-    int ci, t;
-    /* A hand-computed case: w=1, g=0.5, lr=0.1, mu=0.9 nesterov, wd=0.1:
-       d = 0.6, v = 0.6, step d + 0.9 v = 1.14, w = 1 - 0.114 = 0.886. */
-    {
-        float w = 1.0f, v = 0.0f;
-        mirror_hd_sgd(&w, &v, 0.5f, 0.1f, 0.9f, 0.1f, 1);
-        CHECK(close_to(w, 0.886, 1e-7, 1e-6) && close_to(v, 0.6, 1e-7, 1e-6), "sgd hand case: w %.9g v %.9g",
-              (double)w, (double)v);
-    }
-    for (ci = 0; ci < 5; ci++) {
-        float w = 0.75f, v = 0.0f;
-        double rw = 0.75, rbuf = 0.0;
-        int ok = 1;
-        for (t = 0; t < 6; t++) {
-            mirror_hd_sgd(&w, &v, grads[t], cfg[ci].lr, cfg[ci].mu, cfg[ci].wd, cfg[ci].nesterov);
-            ref_sgd(&rw, &rbuf, t, grads[t], cfg[ci].lr, cfg[ci].mu, cfg[ci].wd, cfg[ci].nesterov);
-            if (!close_to(w, rw, 1e-6, 1e-5)) ok = 0;
-            if (cfg[ci].mu != 0.0f && !close_to(v, rbuf, 1e-6, 1e-5)) ok = 0;
-        }
-        CHECK(ok, "sgd lr %g momentum %g wd %g nesterov %d: w %.9g, torch %.9g", (double)cfg[ci].lr,
-              (double)cfg[ci].mu, (double)cfg[ci].wd, cfg[ci].nesterov, (double)w, rw);
-    }
-}
-
-/* torch.optim.Adam / AdamW in double. */
-static void ref_adam(double *w, double *m, double *v, int t, double g, double lr, double b1, double b2,
-                     double eps, double wd, int decoupled)
-{
-    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    if (decoupled)
-        *w *= 1.0 - lr * wd;
-    else
-        g += wd * *w;
-    *m = b1 * *m + (1.0 - b1) * g;
-    *v = b2 * *v + (1.0 - b2) * g * g;
-    *w -= lr / bc1 * *m / (sqrt(*v) / sqrt(bc2) + eps);
-}
-
-static void test_adam(void)
-{
-    static const struct {
-        float lr, b1, b2, eps, wd;
-        int decoupled;
-    } cfg[5] = {{0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, 0},   {0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0},
-                {0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1},  {0.05f, 0.8f, 0.99f, 1e-6f, 0.5f, 1},
-                {0.003f, 0.5f, 0.9f, 1e-3f, 0.0f, 1}};
-    static const float grads[8] = {0.5f, -0.25f, 1.5f, 0.0f, -2.0f, 0.001f, 0.75f, -0.125f};
-    int ci, t;
-    /* Hand case, first step of Adam: m = 0.1 g, v = 0.001 g^2, bc1 = 0.1,
-       bc2_sqrt = sqrt(0.001): the step is lr * g / (|g| + eps') = lr sign(g). */
-    {
-        float w = 1.0f, m = 0.0f, v = 0.0f;
-        mirror_hd_adam(&w, &m, &v, 0.5f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 0.1f, sqrtf(0.001f));
-        CHECK(close_to(w, 0.99, 1e-6, 0) && close_to(m, 0.05, 1e-8, 1e-6) && close_to(v, 0.00025, 1e-10, 1e-4), /* 1 - 0.999f = 0.000999987 */
-              "adam hand case: w %.9g m %.9g v %.9g", (double)w, (double)m, (double)v);
-        w = 2.0f, m = 0.0f, v = 0.0f;
-        /* AdamW: w = 2 (1 - 0.01 * 0.5) = 1.99, then - 0.01 sign(g) */
-        mirror_hd_adam(&w, &m, &v, -0.5f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.5f, 1, 0.1f, sqrtf(0.001f));
-        CHECK(close_to(w, 2.0, 1e-6, 0) && close_to(m, -0.05, 1e-8, 1e-6),
-              "adamw hand case: w %.9g (want 1.99 + 0.01) m %.9g", (double)w, (double)m);
-    }
-    for (ci = 0; ci < 5; ci++) {
-        float w = -0.6f, m = 0.0f, v = 0.0f;
-        double rw = -0.6, rm = 0.0, rv = 0.0;
-        int ok = 1;
-        for (t = 1; t <= 8; t++) {
-            float bc1 = (float)(1.0 - pow((double)cfg[ci].b1, t));
-            float bc2s = (float)sqrt(1.0 - pow((double)cfg[ci].b2, t));
-            mirror_hd_adam(&w, &m, &v, grads[t - 1], cfg[ci].lr, cfg[ci].b1, cfg[ci].b2, cfg[ci].eps, cfg[ci].wd,
-                           cfg[ci].decoupled, bc1, bc2s);
-            ref_adam(&rw, &rm, &rv, t, grads[t - 1], cfg[ci].lr, cfg[ci].b1, cfg[ci].b2, cfg[ci].eps,
-                     cfg[ci].wd, cfg[ci].decoupled);
-            if (!close_to(w, rw, 1e-6, 1e-5) || !close_to(m, rm, 1e-8, 1e-5) || !close_to(v, rv, 1e-10, 1e-5))
-                ok = 0;
-        }
-        CHECK(ok, "%s lr %g betas %g %g eps %g wd %g: w %.9g, torch %.9g", cfg[ci].decoupled ? "adamw" : "adam",
-              (double)cfg[ci].lr, (double)cfg[ci].b1, (double)cfg[ci].b2, (double)cfg[ci].eps, (double)cfg[ci].wd,
-              (double)w, rw);
-    }
-}
-
-/* Through the public API: a few steps of each optimizer against the torch
-   formulas in double, fed with the gradients the steps report. */
-static void test_optimizer_steps(void)
-{
-    static const mirror_optimizer_kind kinds[4] = {MIRROR_OPT_SGD, MIRROR_OPT_SGD, MIRROR_OPT_ADAM,
-                                                   MIRROR_OPT_ADAMW};
-    int ki;
-    for (ki = 0; ki < 4; ki++) {
-        mirror_strategy_desc sd;
-        mirror_model_desc md;
-        mirror_strategy *s;
-        mirror_model *m;
-        mirror_batch b;
-        mirror_optimizer_desc o;
-        float x[4 * 5], t[4 * 2], *g, *p;
-        double *rw, *rm, *rv;
-        size_t np, i, bad = 0, state_bad = 0;
-        int step;
-        memset(&sd, 0, sizeof sd);
-        memset(&md, 0, sizeof md);
-        sd.devices = "cpu:1";
-        if (mirror_strategy_create(&sd, &s, NULL)) die("optimizer steps", "strategy");
-        md.strategy = s;
-        md.channels = 5;
-        md.max_batch = 4;
-        md.loss = MIRROR_LOSS_MSE;
-        md.seed = 31;
-        md.optimizer.kind = kinds[ki];
-        if (ki == 0) {
-            md.optimizer.lr = 0.1f;
-        } else if (ki == 1) {
-            md.optimizer.lr = 0.05f, md.optimizer.momentum = 0.9f, md.optimizer.nesterov = 1;
-            md.optimizer.weight_decay = 0.01f;
-        } else if (ki == 2) {
-            md.optimizer.lr = 0.01f, md.optimizer.weight_decay = 0.05f;
-        } /* AdamW: the defaults, lr 0.001 and weight decay 0.01 */
-        if (mirror_model_create(&md, &m, NULL)) die("optimizer steps", "model");
-        mirror_dense(m, 3);
-        mirror_relu(m);
-        mirror_dense(m, 2);
-        CHECK(mirror_model_build(m) == MIRROR_OK, "optimizer steps: build: %s", mirror_model_error(m));
-        o = mirror_model_query_desc(m).optimizer;
-        np = mirror_num_parameters(m);
-        g = (float *)xmalloc(np * sizeof(float));
-        p = (float *)xmalloc(np * sizeof(float));
-        rw = (double *)xmalloc(np * sizeof(double));
-        rm = (double *)calloc(np, sizeof(double));
-        rv = (double *)calloc(np, sizeof(double));
-        if (!rm || !rv) die("calloc", "out of memory");
-        for (i = 0; i < 20; i++) x[i] = frand(-1.0f, 1.0f);
-        for (i = 0; i < 8; i++) t[i] = frand(-1.0f, 1.0f);
-        memset(&b, 0, sizeof b);
-        b.x = x;
-        b.targets = t;
-        b.n = b.rows = 4;
-        mirror_get_parameters(m, 0, p, np);
-        for (i = 0; i < np; i++) rw[i] = p[i];
-        for (step = 1; step <= 3; step++) {
-            mirror_train_step(m, &b, NULL);
-            mirror_get_gradients(m, 0, g, np);
-            mirror_get_parameters(m, 0, p, np);
-            for (i = 0; i < np; i++) {
-                if (o.kind == MIRROR_OPT_SGD)
-                    ref_sgd(&rw[i], &rm[i], step - 1, g[i], o.lr, o.momentum, o.weight_decay, o.nesterov);
-                else
-                    ref_adam(&rw[i], &rm[i], &rv[i], step, g[i], o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                             o.kind == MIRROR_OPT_ADAMW);
-                if (!close_to(p[i], rw[i], 1e-6, 1e-5)) bad++;
-            }
-        }
-        CHECK(bad == 0, "optimizer kind %d (lr %g): %zu parameter updates differ from torch over 3 steps", (int)o.kind,
-              (double)o.lr, bad);
-        CHECK(mirror_optimizer_steps(m) == 3, "optimizer kind %d: %llu steps", (int)o.kind,
-              (unsigned long long)mirror_optimizer_steps(m));
-        {
-            size_t ns = mirror_optimizer_state_size(m);
-            float *st = (float *)xmalloc((ns ? ns : 1) * sizeof(float));
-            mirror_get_optimizer_state(m, 0, st, ns);
-            if (o.kind == MIRROR_OPT_SGD && o.momentum == 0.0f)
-                state_bad = ns != 0;
-            else if (o.kind == MIRROR_OPT_SGD)
-                for (i = 0; i < np; i++) state_bad += !close_to(st[i], rm[i], 1e-6, 1e-5);
-            else
-                for (i = 0; i < np; i++)
-                    state_bad += !close_to(st[i], rm[i], 1e-7, 1e-5) + !close_to(st[np + i], rv[i], 1e-9, 1e-5);
-            CHECK(state_bad == 0, "optimizer kind %d: %zu state entries differ from torch", (int)o.kind, state_bad);
-            free(st);
-        }
-        free(g);
-        free(p);
-        free(rw);
-        free(rm);
-        free(rv);
-        mirror_model_destroy(m);
-        mirror_strategy_destroy(s);
-    }
 }
 
 // >>gemm ---------------------------------------------------------------------
@@ -1620,15 +1249,12 @@ int main(void)
     test_relu();
     test_smooth();
     test_avgpool_math();
-    test_sgd();
-    test_adam();
     test_gemm();
     test_gemm_bias();
     test_storage16();
     test_im2col();
     test_batched_im2col();
     test_maxpool();
-    test_optimizer_steps();
     test_gradients();
     test_gradient_replicas(0);
     test_gradient_replicas(1);

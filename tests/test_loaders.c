@@ -1,6 +1,9 @@
-/* test_loaders.c - the CIFAR-10 and NumPy .npy loaders on good and hostile
-   files: batches concatenated in order, every .npy dtype, rank and header
-   version; truncations at every length, bad headers, odd shapes, bad labels
+/* test_loaders.c - files on disk: the IDX / MNIST, CIFAR-10 and NumPy .npy
+   loaders, plain and gzip (through zlib, or its absence in
+   build/nozlib_test_loaders), on good and hostile files. IDX: every failure
+   returns an error, leaves the dataset empty and frees everything.
+   CIFAR-10 and .npy: batches concatenated in order, every .npy dtype, rank
+   and header version; truncations at every length, bad headers, odd shapes, bad labels
    and bit flips each return an error with a message naming the file, leave
    the dataset empty and free everything. The parsers also run on exact-size
    copies in memory, so a sanitizer sees any read past the end. */
@@ -9,6 +12,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "files.h"
 
 #include <dirent.h>
@@ -22,12 +26,6 @@
 
 // >>files -------------------------------------------------------------------
 
-
-static int zeroed(const mirror_dataset *ds)
-{
-    return !ds->x && !ds->labels && !ds->targets && !ds->count && !ds->channels && !ds->height &&
-           !ds->width && !ds->num_classes && !ds->target_dim;
-}
 
 /* After a load that should have failed with want (0: any error): err has the
    code and a message that contains mention (when given) and mention2 (when
@@ -76,6 +74,577 @@ static uint32_t bits_of(float f)
     memcpy(&u, &f, sizeof u);
     return u;
 }
+
+// >>IDX files -----------------------------------------------------------------
+
+
+static void put32(unsigned char *p, unsigned long v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* An IDX3 image file of n images of h x w with pixel i = (37 i + salt) % 256;
+   returns its size. */
+static size_t make_images(unsigned char *buf, unsigned long n, unsigned long h, unsigned long w,
+                          unsigned salt)
+{
+    size_t i, pixels = (size_t)n * h * w;
+    buf[0] = 0, buf[1] = 0, buf[2] = 0x08, buf[3] = 3;
+    put32(buf + 4, n);
+    put32(buf + 8, h);
+    put32(buf + 12, w);
+    for (i = 0; i < pixels; i++) buf[16 + i] = (unsigned char)((37 * i + salt) % 256);
+    return 16 + pixels;
+}
+
+/* An IDX1 label file of n labels. */
+static size_t make_labels(unsigned char *buf, unsigned long n, const unsigned char *labels)
+{
+    buf[0] = 0, buf[1] = 0, buf[2] = 0x08, buf[3] = 1;
+    put32(buf + 4, n);
+    memcpy(buf + 8, labels, n);
+    return 8 + n;
+}
+
+// >>the good pair ------------------------------------------------------------
+
+#define NI 5 /* images of H x W */
+#define H 4
+#define W 3
+#define IMG_HEADER 16
+#define LAB_HEADER 8
+static unsigned char good_img[IMG_HEADER + NI * H * W], good_lab[LAB_HEADER + NI];
+static size_t good_img_size, good_lab_size;
+static const unsigned char good_labels[NI] = {3, 0, 9, 1, 7};
+static char img_path[256], lab_path[256];
+
+static void make_good(void)
+{
+    good_img_size = make_images(good_img, NI, H, W, 11);
+    good_img[IMG_HEADER] = 0;                          /* black */
+    good_img[IMG_HEADER + NI * H * W - 1] = 255;       /* white */
+    good_lab_size = make_labels(good_lab, NI, good_labels);
+    path_in(img_path, "images");
+    path_in(lab_path, "labels");
+    write_file(img_path, good_img, good_img_size);
+    write_file(lab_path, good_lab, good_lab_size);
+}
+
+/* ds holds the good pair (pixels from img, labels from lab, n images). */
+static int holds(const mirror_dataset *ds, const unsigned char *img, const unsigned char *lab, size_t n,
+                 size_t classes)
+{
+    size_t i;
+    if (!ds->x || !ds->labels || ds->targets || ds->count != n || ds->channels != 1 || ds->height != H ||
+        ds->width != W || ds->num_classes != classes || ds->target_dim != 0)
+        return 0;
+    for (i = 0; i < n * H * W; i++) {
+        double want = img[IMG_HEADER + i] / 255.0;
+        if (!(ds->x[i] >= 0.0f && ds->x[i] <= 1.0f) || fabs(ds->x[i] - want) > 1e-7) return 0;
+    }
+    for (i = 0; i < n; i++)
+        if (ds->labels[i] != lab[LAB_HEADER + i]) return 0;
+    return 1;
+}
+
+static void test_good_load(void)
+{
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+    memset(&ds, 0x5a, sizeof ds); /* garbage in: the loader must not read it */
+    rc = mirror_dataset_load_idx(&ds, img_path, lab_path, 0, &err);
+    CHECK(rc == MIRROR_OK, "load the good pair: %d %s", rc, err.message);
+    CHECK(ds.count == NI && ds.channels == 1 && ds.height == H && ds.width == W,
+          "5 images of 1x4x3 (got %zu of %zux%zux%zu)", ds.count, ds.channels, ds.height, ds.width);
+    CHECK(ds.num_classes == 10, "num_classes 0 means 10 (got %zu)", ds.num_classes);
+    CHECK(holds(&ds, good_img, good_lab, NI, 10), "pixels are byte/255 in [0,1], labels as written");
+    CHECK(ds.x && ds.x[0] == 0.0f && ds.x[NI * H * W - 1] == 1.0f, "byte 0 is 0.0 and byte 255 is exactly 1.0");
+    CHECK(ds.x && ds.x[7] == (float)good_img[IMG_HEADER + 7] * (1.0f / 255.0f), "pixel 7 is byte/255");
+    CHECK(ds.targets == NULL && ds.target_dim == 0, "no targets");
+    mirror_dataset_free(&ds);
+    CHECK(zeroed(&ds), "mirror_dataset_free zeroes the dataset");
+    CHECK(live_allocs == live, "free released the load's allocations (%ld left)", live_allocs - live);
+
+    rc = mirror_dataset_load_idx(&ds, img_path, lab_path, 12, NULL);
+    CHECK(rc == MIRROR_OK && ds.num_classes == 12 && holds(&ds, good_img, good_lab, NI, 12),
+          "num_classes 12 is kept; err may be NULL");
+    mirror_dataset_free(&ds);
+    mirror_dataset_free(&ds);
+    CHECK(zeroed(&ds), "freeing a freed (zeroed) dataset is harmless");
+    mirror_dataset_free(NULL);
+}
+
+// >>hostile files -------------------------------------------------------------
+
+/* The load of (img, lab) must fail with want (0: any error), fill err, leave
+   ds empty and free everything; mention, when given, appears in the message. */
+static void expect_fail(const char *what, const char *img, const char *lab, size_t classes, int want,
+                        const char *mention)
+{
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+    memset(&ds, 0x5a, sizeof ds);
+    rc = mirror_dataset_load_idx(&ds, img, lab, classes, &err);
+    CHECK(rc < 0 && (want == 0 || rc == want), "%s: got %d (%s), want %s", what, rc, mirror_result_string(rc),
+          want ? mirror_result_string(want) : "an error");
+    CHECK(err.code == rc && err.message[0] != '\0', "%s: err gets the code and a message (%d, \"%s\")", what,
+          err.code, err.message);
+    if (mention)
+        CHECK(strstr(err.message, mention) != NULL, "%s: the message \"%s\" names %s", what, err.message,
+              mention);
+    CHECK(zeroed(&ds), "%s: the dataset is left empty", what);
+    if (rc == MIRROR_OK) mirror_dataset_free(&ds); /* a wrong success: free it, leak-check the rest */
+    CHECK(live_allocs == live, "%s: %ld allocations leaked", what, live_allocs - live);
+}
+
+/* Writes bytes to root/name and expects the load with the other good file
+   to fail; images selects which file of the pair is replaced. */
+static void hostile(const char *what, int images, const unsigned char *bytes, size_t n, size_t classes,
+                    int want)
+{
+    char p[256];
+    path_in(p, images ? "bad-images" : "bad-labels");
+    write_file(p, bytes, n);
+    expect_fail(what, images ? p : img_path, images ? lab_path : p, classes, want, NULL);
+}
+
+static void test_truncated(void)
+{
+    char p[256], what[96];
+    size_t len;
+    path_in(p, "trunc-images");
+    for (len = 0; len < good_img_size; len++) { /* every header byte and every data byte */
+        write_file(p, good_img, len);
+        snprintf(what, sizeof what, "images truncated to %zu of %zu bytes", len, good_img_size);
+        expect_fail(what, p, lab_path, 10, MIRROR_ERR_FORMAT, p);
+    }
+    path_in(p, "trunc-labels");
+    for (len = 0; len < good_lab_size; len++) {
+        write_file(p, good_lab, len);
+        snprintf(what, sizeof what, "labels truncated to %zu of %zu bytes", len, good_lab_size);
+        expect_fail(what, img_path, p, 10, MIRROR_ERR_FORMAT, p);
+    }
+}
+
+static void test_bad_headers(void)
+{
+    unsigned char img[sizeof good_img + 64], lab[sizeof good_lab + 64];
+    static const unsigned char types[] = {0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x00, 0xFF};
+    static const unsigned char img_dims[] = {0, 1, 2, 4, 255};
+    static const unsigned char lab_dims[] = {0, 2, 3, 255};
+    size_t i;
+    char what[96];
+
+    for (i = 0; i < 2; i++) {
+        memcpy(img, good_img, good_img_size);
+        img[i] = 0x01;
+        snprintf(what, sizeof what, "images: magic byte %zu is 0x01", i);
+        hostile(what, 1, img, good_img_size, 10, MIRROR_ERR_FORMAT);
+        memcpy(lab, good_lab, good_lab_size);
+        lab[i] = 0x80;
+        snprintf(what, sizeof what, "labels: magic byte %zu is 0x80", i);
+        hostile(what, 0, lab, good_lab_size, 10, MIRROR_ERR_FORMAT);
+    }
+    for (i = 0; i < sizeof types; i++) {
+        memcpy(img, good_img, good_img_size);
+        img[2] = types[i];
+        snprintf(what, sizeof what, "images: element type 0x%02x", types[i]);
+        hostile(what, 1, img, good_img_size, 10, MIRROR_ERR_FORMAT);
+        memcpy(lab, good_lab, good_lab_size);
+        lab[2] = types[i];
+        snprintf(what, sizeof what, "labels: element type 0x%02x", types[i]);
+        hostile(what, 0, lab, good_lab_size, 10, MIRROR_ERR_FORMAT);
+    }
+    for (i = 0; i < sizeof img_dims; i++) {
+        memcpy(img, good_img, good_img_size);
+        img[3] = img_dims[i];
+        snprintf(what, sizeof what, "images: %u dimensions", img_dims[i]);
+        hostile(what, 1, img, good_img_size, 10, MIRROR_ERR_FORMAT);
+    }
+    for (i = 0; i < sizeof lab_dims; i++) {
+        memcpy(lab, good_lab, good_lab_size);
+        lab[3] = lab_dims[i];
+        snprintf(what, sizeof what, "labels: %u dimensions", lab_dims[i]);
+        hostile(what, 0, lab, good_lab_size, 10, MIRROR_ERR_FORMAT);
+    }
+    expect_fail("the pair swapped (labels as images)", lab_path, img_path, 10, MIRROR_ERR_FORMAT, NULL);
+    expect_fail("images given as both files", img_path, img_path, 10, MIRROR_ERR_FORMAT, NULL);
+
+    /* Dimensions: a product that overflows size_t, one that does not but
+       is far larger than the file, and zero sizes. */
+    memcpy(img, good_img, good_img_size);
+    put32(img + 4, 0xFFFFFFFFul), put32(img + 8, 0xFFFFFFFFul), put32(img + 12, 0xFFFFFFFFul);
+    hostile("images: 0xFFFFFFFF^3 (the product overflows size_t)", 1, img, good_img_size, 10, MIRROR_ERR_FORMAT);
+    put32(img + 4, 5), put32(img + 8, 0xFFFFFFFFul), put32(img + 12, 0xFFFFFFFFul);
+    hostile("images: 5 x 0xFFFFFFFF x 0xFFFFFFFF", 1, img, good_img_size, 10, MIRROR_ERR_FORMAT);
+    put32(img + 4, 0x10000ul), put32(img + 8, 0x10000ul), put32(img + 12, 0x10000ul);
+    hostile("images: 65536^3 bytes claimed, 60 present", 1, img, good_img_size, 10, MIRROR_ERR_FORMAT);
+    memcpy(lab, good_lab, good_lab_size);
+    put32(lab + 4, 0xFFFFFFFFul);
+    hostile("labels: 0xFFFFFFFF labels claimed", 0, lab, good_lab_size, 10, MIRROR_ERR_FORMAT);
+
+    /* Counts that differ. */
+    hostile("4 labels for 5 images", 0, lab, make_labels(lab, 4, good_labels), 10, MIRROR_ERR_FORMAT);
+    {
+        static const unsigned char six[6] = {1, 2, 3, 4, 5, 6};
+        hostile("6 labels for 5 images", 0, lab, make_labels(lab, 6, six), 10, MIRROR_ERR_FORMAT);
+    }
+    hostile("6 images for 5 labels", 1, img, make_images(img, 6, H, W, 1), 10, MIRROR_ERR_FORMAT);
+
+    /* Zero images, zero height, zero width. */
+    {
+        char zi[256], zl[256];
+        path_in(zi, "zero-images");
+        path_in(zl, "zero-labels");
+        write_file(zi, img, make_images(img, 0, H, W, 0));
+        write_file(zl, lab, make_labels(lab, 0, good_labels));
+        expect_fail("zero images and zero labels", zi, zl, 10, MIRROR_ERR_FORMAT, NULL);
+        write_file(zi, img, make_images(img, NI, 0, W, 0));
+        expect_fail("5 images of height 0", zi, lab_path, 10, MIRROR_ERR_FORMAT, NULL);
+        write_file(zi, img, make_images(img, NI, H, 0, 0));
+        expect_fail("5 images of width 0", zi, lab_path, 10, MIRROR_ERR_FORMAT, NULL);
+    }
+
+    /* Trailing bytes. */
+    memcpy(img, good_img, good_img_size);
+    img[good_img_size] = 0;
+    hostile("images: one trailing byte", 1, img, good_img_size + 1, 10, MIRROR_ERR_FORMAT);
+    memcpy(lab, good_lab, good_lab_size);
+    memset(lab + good_lab_size, 0, 16);
+    hostile("labels: 16 trailing bytes", 0, lab, good_lab_size + 16, 10, MIRROR_ERR_FORMAT);
+}
+
+static void test_labels_and_arguments(void)
+{
+    unsigned char lab[LAB_HEADER + NI];
+    unsigned char ys[NI];
+    char p[256];
+    mirror_dataset ds;
+    mirror_error err = {0, ""};
+    long live;
+    int rc;
+
+    memcpy(ys, good_labels, NI);
+    ys[4] = 10;
+    hostile("label 10 with 10 classes", 0, lab, make_labels(lab, NI, ys), 0, MIRROR_ERR_LABEL);
+    ys[4] = 255;
+    hostile("label 255 with 10 classes", 0, lab, make_labels(lab, NI, ys), 10, MIRROR_ERR_LABEL);
+    hostile("label 9 with 9 classes", 0, good_lab, good_lab_size, 9, MIRROR_ERR_LABEL);
+    ys[4] = 0;
+    ys[0] = 3;
+    hostile("label 3 with 3 classes", 0, lab, make_labels(lab, NI, ys), 3, MIRROR_ERR_LABEL);
+
+    /* The largest class count takes the largest byte. */
+    ys[0] = 255;
+    path_in(p, "labels-255");
+    write_file(p, lab, make_labels(lab, NI, ys));
+    rc = mirror_dataset_load_idx(&ds, img_path, p, 256, &err);
+    CHECK(rc == MIRROR_OK && ds.num_classes == 256 && ds.labels && ds.labels[0] == 255,
+          "label 255 with 256 classes loads: %s", err.message);
+    mirror_dataset_free(&ds);
+    expect_fail("257 classes", img_path, p, 257, MIRROR_ERR_ARGUMENT, NULL);
+
+    /* Missing files and directories in place of files. */
+    path_in(p, "no-such-file");
+    expect_fail("missing image file", p, lab_path, 10, MIRROR_ERR_IO, p);
+    expect_fail("missing label file", img_path, p, 10, MIRROR_ERR_IO, p);
+    path_in(p, "a-directory");
+    mkdir(p, 0700);
+    expect_fail("a directory as the image file", p, lab_path, 10, 0, NULL);
+    expect_fail("a directory as the label file", img_path, p, 10, 0, NULL);
+    expect_fail("a directory as both files", p, p, 10, 0, NULL);
+
+    /* NULL arguments: an error, not a crash; a dataset given is left empty. */
+    live = live_allocs;
+    CHECK(mirror_dataset_load_idx(NULL, img_path, lab_path, 10, &err) == MIRROR_ERR_ARGUMENT,
+          "NULL dataset is an argument error");
+    memset(&ds, 0x5a, sizeof ds);
+    CHECK(mirror_dataset_load_idx(&ds, NULL, lab_path, 10, &err) == MIRROR_ERR_ARGUMENT && err.message[0],
+          "NULL image path is an argument error");
+    CHECK(zeroed(&ds), "NULL image path: the dataset is left empty (\"On error ds is left empty\")");
+    memset(&ds, 0x5a, sizeof ds);
+    CHECK(mirror_dataset_load_idx(&ds, img_path, NULL, 10, NULL) == MIRROR_ERR_ARGUMENT,
+          "NULL label path is an argument error (err NULL)");
+    CHECK(zeroed(&ds), "NULL label path: the dataset is left empty");
+    CHECK(live_allocs == live, "NULL arguments allocate nothing");
+}
+
+// >>MNIST directories ---------------------------------------------------------
+
+static const char *const mnist_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+/* The test split: 3 images of H x W and their labels. */
+static unsigned char test_img[IMG_HEADER + 3 * H * W], test_lab[LAB_HEADER + 3];
+static size_t test_img_size, test_lab_size;
+
+/* root/sub/name into out. */
+static const char *sub_path(char *out, const char *sub, const char *name)
+{
+    snprintf(out, 256, "%s/%s/%s", root, sub, name);
+    return out;
+}
+
+/* The four files of the good pairs into root/sub, plain; which: bit i set
+   writes file i (mnist_names order). */
+static void write_mnist(const char *sub, unsigned which)
+{
+    char p[256];
+    const unsigned char *data[4];
+    size_t size[4], i;
+    data[0] = good_img, size[0] = good_img_size, data[1] = good_lab, size[1] = good_lab_size;
+    data[2] = test_img, size[2] = test_img_size, data[3] = test_lab, size[3] = test_lab_size;
+    path_in(p, sub);
+    mkdir(p, 0700);
+    for (i = 0; i < 4; i++)
+        if (which >> i & 1) write_file(sub_path(p, sub, mnist_names[i]), data[i], size[i]);
+}
+
+/* load_mnist on root/sub must fail: both outputs empty, nothing leaked,
+   and the message must hold `says` (when not NULL). */
+static void expect_mnist_fail(const char *what, const char *dir, int want, const char *says)
+{
+    mirror_dataset train, test;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+    memset(&train, 0x5a, sizeof train);
+    memset(&test, 0x5a, sizeof test);
+    rc = mirror_dataset_load_mnist(&train, &test, dir, &err);
+    CHECK(rc < 0 && (want == 0 || rc == want), "%s: got %d (%s), want %s", what, rc, mirror_result_string(rc),
+          want ? mirror_result_string(want) : "an error");
+    CHECK(err.code == rc && err.message[0], "%s: err gets the code and a message", what);
+    CHECK(!says || strstr(err.message, says), "%s: the message says \"%s\": %s", what, says ? says : "", err.message);
+    CHECK(zeroed(&train), "%s: the train set is left empty", what);
+    CHECK(zeroed(&test), "%s: the test set is left empty", what);
+    CHECK(live_allocs == live, "%s: %ld allocations leaked", what, live_allocs - live);
+}
+
+static void test_mnist(void)
+{
+    static const unsigned char ys[3] = {2, 8, 5};
+    mirror_dataset train, test;
+    mirror_error err = {0, ""};
+    char dir[256], p[256], longdir[1100];
+    long live = live_allocs;
+    int rc;
+
+    test_img_size = make_images(test_img, 3, H, W, 101);
+    test_lab_size = make_labels(test_lab, 3, ys);
+    write_mnist("mnist", 15);
+    path_in(dir, "mnist");
+    memset(&train, 0x5a, sizeof train);
+    memset(&test, 0x5a, sizeof test);
+    rc = mirror_dataset_load_mnist(&train, &test, dir, &err);
+    CHECK(rc == MIRROR_OK, "load_mnist on a directory of the four plain files: %s", err.message);
+    CHECK(holds(&train, good_img, good_lab, NI, 10), "train split: 5 images and their labels");
+    CHECK(holds(&test, test_img, test_lab, 3, 10), "test split: 3 images and their labels");
+    mirror_dataset_free(&train);
+    mirror_dataset_free(&test);
+
+    CHECK(mirror_dataset_load_mnist(&train, NULL, dir, &err) == MIRROR_OK &&
+              holds(&train, good_img, good_lab, NI, 10),
+          "train only (test NULL)");
+    mirror_dataset_free(&train);
+    CHECK(mirror_dataset_load_mnist(NULL, &test, dir, &err) == MIRROR_OK && holds(&test, test_img, test_lab, 3, 10),
+          "test only (train NULL)");
+    mirror_dataset_free(&test);
+    CHECK(live_allocs == live, "the loads were all freed");
+
+    CHECK(mirror_dataset_load_mnist(NULL, NULL, dir, &err) == MIRROR_ERR_ARGUMENT && err.message[0],
+          "both outputs NULL is an argument error");
+    CHECK(mirror_dataset_load_mnist(&train, &test, NULL, &err) == MIRROR_ERR_ARGUMENT, "NULL directory");
+    memset(longdir, 'a', sizeof longdir - 1);
+    longdir[0] = '/';
+    longdir[sizeof longdir - 1] = '\0';
+    expect_mnist_fail("a 1099-character directory name", longdir, MIRROR_ERR_ARGUMENT, "too long");
+
+    path_in(p, "no-such-dir");
+    expect_mnist_fail("a missing directory", p, MIRROR_ERR_IO, "cannot open the directory");
+    write_mnist("mnist-no-test", 3);
+    path_in(p, "mnist-no-test");
+    expect_mnist_fail("train files only (the test split is missing)", p, MIRROR_ERR_IO,
+                      "neither t10k-images-idx3-ubyte nor t10k-images-idx3-ubyte.gz");
+    write_mnist("mnist-no-train-labels", 13);
+    path_in(p, "mnist-no-train-labels");
+    expect_mnist_fail("the train labels are missing", p, MIRROR_ERR_IO, "train-labels-idx1-ubyte.gz is there");
+    write_mnist("mnist-bad-test", 7);
+    write_file(sub_path(p, "mnist-bad-test", mnist_names[3]), good_lab, good_lab_size); /* 5 labels, 3 images */
+    path_in(p, "mnist-bad-test");
+    expect_mnist_fail("test labels do not match the test images", p, MIRROR_ERR_FORMAT, NULL);
+    expect_mnist_fail("an empty directory name (not the root directory)", "", MIRROR_ERR_ARGUMENT, "empty directory name");
+    expect_mnist_fail("a file given as the directory", sub_path(p, "mnist", mnist_names[0]), MIRROR_ERR_IO,
+                      "not a directory");
+    /* A plain file that cannot be read is reported as itself, not as a
+       missing .gz beside it: a directory in its place (any user), and a file
+       without read permission (a user other than root). */
+    write_mnist("mnist-unreadable", 15);
+    sub_path(p, "mnist-unreadable", mnist_names[1]);
+    remove(p);
+    mkdir(p, 0700);
+    path_in(p, "mnist-unreadable");
+    expect_mnist_fail("a directory in place of the train labels", p, MIRROR_ERR_IO,
+                      "train-labels-idx1-ubyte: not a regular file but a directory");
+    if (geteuid() != 0) {
+        write_mnist("mnist-no-permission", 15);
+        chmod(sub_path(p, "mnist-no-permission", mnist_names[2]), 0);
+        path_in(p, "mnist-no-permission");
+        expect_mnist_fail("test images without read permission", p, MIRROR_ERR_IO,
+                          "t10k-images-idx3-ubyte: cannot open: Permission denied");
+    }
+    CHECK(live_allocs == live, "failed MNIST loads leaked nothing");
+}
+
+// >>gzip ------------------------------------------------------------------------
+
+/* gzip of good_lab (mtime 0), made by Python's gzip.compress: the same bytes
+   in builds with and without zlib. */
+static const unsigned char good_lab_gz[] = {
+    0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x03, 0x63, 0x60, 0xe0, 0x60, 0x64, 0x60, 0x60,
+    0x60, 0x65, 0x66, 0xe0, 0x64, 0x64, 0x07, 0x00, 0xf7, 0xb8, 0xb6, 0xc5, 0x0d, 0x00, 0x00, 0x00};
+
+#ifdef MIRROR_ZLIB
+/* The whole of a file (at most cap bytes); returns its size. */
+static size_t read_all(const char *path, unsigned char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    if (!f) return 0;
+    n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+static void test_gzip(void)
+{
+    const unsigned char *data[4];
+    size_t size[4], i, gz_size;
+    char dir[256], p[256], q[256];
+    unsigned char gz[512], bad[512];
+    mirror_dataset train, test, plain, zipped;
+    mirror_error err = {0, ""};
+    long live = live_allocs;
+    int rc;
+
+    data[0] = good_img, size[0] = good_img_size, data[1] = good_lab, size[1] = good_lab_size;
+    data[2] = test_img, size[2] = test_img_size, data[3] = test_lab, size[3] = test_lab_size;
+    path_in(dir, "gz");
+    mkdir(dir, 0700);
+    for (i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.gz", mnist_names[i]);
+        CHECK(write_gz(sub_path(p, "gz", name), data[i], size[i]), "zlib writes %s", name);
+    }
+    memset(&train, 0x5a, sizeof train);
+    memset(&test, 0x5a, sizeof test);
+    rc = mirror_dataset_load_mnist(&train, &test, dir, &err);
+    CHECK(rc == MIRROR_OK, "load_mnist on a directory of four .gz files: %s", err.message);
+    CHECK(holds(&train, good_img, good_lab, NI, 10), "gzip train split equals the plain data");
+    CHECK(holds(&test, test_img, test_lab, 3, 10), "gzip test split equals the plain data");
+    mirror_dataset_free(&train);
+    mirror_dataset_free(&test);
+
+    /* The same data through load_idx: gzip and plain give bitwise equal sets. */
+    CHECK(mirror_dataset_load_idx(&plain, img_path, lab_path, 10, &err) == MIRROR_OK, "plain load");
+    CHECK(mirror_dataset_load_idx(&zipped, sub_path(p, "gz", "train-images-idx3-ubyte.gz"),
+                                  sub_path(q, "gz", "train-labels-idx1-ubyte.gz"), 10, &err) == MIRROR_OK,
+          "gzip load through load_idx: %s", err.message);
+    CHECK(plain.x && zipped.x && !memcmp(plain.x, zipped.x, NI * H * W * sizeof(float)) &&
+              !memcmp(plain.labels, zipped.labels, NI * sizeof(int32_t)),
+          "gzip and plain loads are bitwise equal");
+    mirror_dataset_free(&plain);
+    mirror_dataset_free(&zipped);
+
+    /* A gzip made elsewhere (Python) reads too. */
+    path_in(p, "python-labels.gz");
+    write_file(p, good_lab_gz, sizeof good_lab_gz);
+    rc = mirror_dataset_load_idx(&zipped, img_path, p, 10, &err);
+    CHECK(rc == MIRROR_OK && holds(&zipped, good_img, good_lab, NI, 10), "a gzip from Python's gzip module: %s",
+          err.message);
+    mirror_dataset_free(&zipped);
+    CHECK(live_allocs == live, "gzip loads freed everything");
+
+    /* Corrupted streams. */
+    gz_size = read_all(sub_path(p, "gz", "train-images-idx3-ubyte.gz"), gz, sizeof gz);
+    CHECK(gz_size > 30, "the gzip image file has %zu bytes", gz_size);
+    path_in(p, "bad-images.gz");
+    for (i = 12; i + 8 < gz_size; i += 3) { /* a flipped byte anywhere in the deflate data */
+        char what[96];
+        memcpy(bad, gz, gz_size);
+        bad[i] ^= 0x55;
+        write_file(p, bad, gz_size);
+        snprintf(what, sizeof what, "gzip images with byte %zu of %zu flipped", i, gz_size);
+        expect_fail(what, p, lab_path, 10, 0, NULL);
+    }
+    memcpy(bad, gz, gz_size);
+    bad[gz_size - 8] ^= 0x01; /* the CRC-32 of the trailer */
+    write_file(p, bad, gz_size);
+    expect_fail("gzip images with a wrong CRC-32", p, lab_path, 10, 0, NULL);
+    memcpy(bad, gz, gz_size);
+    bad[gz_size - 4] ^= 0x01; /* ISIZE */
+    write_file(p, bad, gz_size);
+    expect_fail("gzip images with a wrong length in the trailer", p, lab_path, 10, 0, NULL);
+    write_file(p, gz, gz_size / 2);
+    expect_fail("gzip images cut in half", p, lab_path, 10, 0, NULL);
+    write_file(p, gz, gz_size - 8);
+    expect_fail("gzip images without their 8-byte trailer (CRC and length)", p, lab_path, 10, 0, NULL);
+    write_file(p, gz, gz_size - 1);
+    expect_fail("gzip images missing their last byte", p, lab_path, 10, 0, NULL);
+    memcpy(bad, gz, 10);
+    memset(bad + 10, 0xEE, 40);
+    write_file(p, bad, 50);
+    expect_fail("a gzip header followed by garbage", p, lab_path, 10, 0, NULL);
+    write_file(p, gz, 10);
+    expect_fail("a gzip header alone", p, lab_path, 10, 0, NULL);
+
+    /* A corrupted file inside an MNIST directory. */
+    write_mnist("gz-bad", 14);
+    memcpy(bad, gz, gz_size);
+    bad[gz_size / 2] ^= 0xFF;
+    write_file(sub_path(p, "gz-bad", "train-images-idx3-ubyte.gz"), bad, gz_size);
+    path_in(p, "gz-bad");
+    expect_mnist_fail("load_mnist with a corrupted train-images .gz", p, 0, NULL);
+    CHECK(live_allocs == live, "corrupted gzip loads leaked nothing");
+}
+#else
+static void test_gzip(void)
+{
+    char p[256], dir[256];
+    mirror_error err = {0, ""};
+    mirror_dataset ds;
+    size_t i;
+    long live = live_allocs;
+
+    path_in(p, "python-labels.gz");
+    write_file(p, good_lab_gz, sizeof good_lab_gz);
+    expect_fail("a gzip label file without zlib", img_path, p, 10, MIRROR_ERR_UNSUPPORTED, "zlib");
+    expect_fail("a gzip image file without zlib", p, lab_path, 10, MIRROR_ERR_UNSUPPORTED, "zlib");
+    memset(&ds, 0, sizeof ds);
+    CHECK(mirror_dataset_load_idx(&ds, img_path, p, 10, &err) == MIRROR_ERR_UNSUPPORTED &&
+              strstr(err.message, "zlib") && strstr(err.message, p),
+          "the message names the file and zlib: \"%s\"", err.message);
+
+    /* A directory holding only .gz files. */
+    path_in(dir, "gz");
+    mkdir(dir, 0700);
+    for (i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.gz", mnist_names[i]);
+        write_file(sub_path(p, "gz", name), good_lab_gz, sizeof good_lab_gz);
+    }
+    expect_mnist_fail("load_mnist on .gz files without zlib", dir, MIRROR_ERR_UNSUPPORTED, "zlib");
+    memset(&err, 0, sizeof err);
+    mirror_dataset_load_mnist(&ds, NULL, dir, &err);
+    CHECK(strstr(err.message, "zlib") != NULL, "load_mnist's message names zlib: \"%s\"", err.message);
+    CHECK(live_allocs == live, "unsupported gzip loads leaked nothing");
+}
+#endif
 
 // >>CIFAR-10 ------------------------------------------------------------------
 
@@ -1063,6 +1632,13 @@ static void test_bounds(void)
 int main(void)
 {
     if (!make_root("test_loaders")) return 1;
+    make_good();
+    test_good_load();
+    test_truncated();
+    test_bad_headers();
+    test_labels_and_arguments();
+    test_mnist();
+    test_gzip();
     test_cifar_good();
     test_cifar_hostile();
     test_npy_good();

@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,17 +22,6 @@ static void quiet(void *user, int level, const char *message)
 {
     (void)user, (void)message;
     log_errors += level == MIRROR_LOG_ERROR;
-}
-
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc d;
-    mirror_strategy *s = NULL;
-    memset(&d, 0, sizeof d);
-    d.devices = "cpu";
-    d.num_replicas = replicas;
-    CHECK(mirror_strategy_create(&d, &s, NULL) == MIRROR_OK, "a strategy of %zu CPU replicas", replicas);
-    return s;
 }
 
 /* What a build allocates depends on the model: batchnorm (running
@@ -51,24 +41,13 @@ enum { SIDE = 6, BATCH = 8, CLASSES = 3 };
 /* A small CNN over SIDE x SIDE inputs, not yet built. */
 static mirror_model *unbuilt(mirror_strategy *s, const config *c)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
-    d.channels = 1, d.height = d.width = SIDE;
-    d.max_batch = BATCH;
-    d.seed = 3;
+    mirror_model_desc d = model_desc(s, 1, SIDE, SIDE, BATCH, 3);
     d.precision = c->precision;
     d.deterministic = c->deterministic, d.chunk = c->deterministic ? 2 : 0;
-    d.optimizer.kind = c->optimizer;
-    d.optimizer.momentum = c->optimizer == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    d.optimizer = optimizer_of(c->optimizer, 0.0f);
     d.shard_update = c->shard;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_conv2d(m, 4, 3, 1, 1);
-    if (c->batchnorm) mirror_batchnorm(m, MIRROR_BN_SYNC);
-    mirror_relu(m), mirror_maxpool2d(m, 2, 2), mirror_flatten(m);
-    mirror_dense(m, CLASSES);
-    return m;
+    return new_model(&d, NULL, "conv 4 3 1 1, %srelu, maxpool 2 2, flatten, dense %d", c->batchnorm ? "batchnorm, " : "",
+                     CLASSES);
 }
 
 static float X[BATCH * SIDE * SIDE];
@@ -143,15 +122,8 @@ static double host_memory(void)
 /* A dense model over 1024x32x32 inputs, max_batch samples. */
 static mirror_model *wide(mirror_strategy *s, size_t max_batch)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
-    d.channels = 1024, d.height = d.width = 32;
-    d.max_batch = max_batch;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_flatten(m), mirror_dense(m, 2);
-    return m;
+    mirror_model_desc d = model_desc(s, 1024, 32, 32, max_batch, 0);
+    return new_model(&d, NULL, "flatten, dense 2");
 }
 
 /* A build beyond the machine's memory (2^24 samples of 4 MiB: 64 TiB and
@@ -293,7 +265,7 @@ int main(void)
     for (i = 0; i < BATCH * SIDE * SIDE; i++) X[i] = (float)((i * 5) % 9) / 8.0f - 0.5f;
     for (i = 0; i < BATCH; i++) Y[i] = (int32_t)(i % CLASSES);
     mirror_set_logger(quiet, NULL);
-    if (!(s = strategy(2))) return check_done("test_memory");
+    if (!(s = checked_strategy("cpu", 2))) return check_done("test_memory");
     for (i = 0; i < sizeof configs / sizeof *configs; i++) test_failed_builds(s, &configs[i]);
     test_beyond_the_machine(s);
     test_address_limit(s);

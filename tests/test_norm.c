@@ -9,6 +9,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "digits.h"
 #include "files.h"
 
@@ -18,16 +19,6 @@
 enum { SIDE = 12, SAMPLES = 96 };
 
 static mirror_dataset data;
-
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc sd = {0};
-    mirror_strategy *s = NULL;
-    sd.devices = "cpu";
-    sd.num_replicas = replicas;
-    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "strategy of %zu", replicas);
-    return s;
-}
 
 static float zero_rate(void *user, uint64_t step)
 {
@@ -44,36 +35,20 @@ static size_t det_chunk;
 static mirror_model *resnet(mirror_strategy *s, mirror_batchnorm_mode mode, float dropout, mirror_precision precision,
                             int lr_zero)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = 32;
-    md.seed = 4;
+    const char *bn = mode == MIRROR_BN_LOCAL ? "batchnorm local" : "batchnorm";
+    char drop[32] = "";
+    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, 32, 4);
     md.precision = precision;
     md.deterministic = det_chunk > 0, md.chunk = det_chunk;
-    md.optimizer.kind = MIRROR_OPT_SGD;
-    md.optimizer.lr = 0.05f, md.optimizer.momentum = 0.9f;
+    md.optimizer = optimizer_of(MIRROR_OPT_SGD, 0.05f);
     if (lr_zero) md.optimizer.schedule = MIRROR_LR_CALLBACK, md.optimizer.lr_fn = zero_rate;
-    if (mirror_model_create(&md, &m, NULL)) return NULL;
-    mirror_conv2d(m, 8, 3, 1, 1), mirror_batchnorm(m, mode), mirror_relu(m);
-    mirror_residual(m);
-    mirror_conv2d(m, 8, 3, 1, 1), mirror_batchnorm(m, mode), mirror_relu(m);
-    mirror_conv2d(m, 8, 3, 1, 1), mirror_batchnorm(m, mode);
-    mirror_residual_end(m), mirror_relu(m);
-    mirror_residual(m);
-    mirror_conv2d(m, 12, 3, 2, 1), mirror_batchnorm(m, mode), mirror_relu(m);
-    mirror_residual_end(m), mirror_relu(m);
-    mirror_global_avgpool(m), mirror_flatten(m);
-    if (dropout > 0.0f) mirror_dropout(m, dropout);
-    mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        fprintf(stderr, "resnet: %s\n", mirror_model_error(m));
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    if (dropout > 0.0f) snprintf(drop, sizeof drop, "dropout %g, ", (double)dropout);
+    return build_model(&md, NULL,
+                       "conv 8 3 1 1, %s, relu, "
+                       "residual, conv 8 3 1 1, %s, relu, conv 8 3 1 1, %s, residual_end, relu, "
+                       "residual, conv 12 3 2 1, %s, relu, residual_end, relu, "
+                       "global_avgpool, flatten, %sdense 10",
+                       bn, bn, bn, bn, drop);
 }
 
 static mirror_batch batch_of(size_t first, size_t n)
@@ -121,11 +96,11 @@ static double apart(mirror_model *a, mirror_model *b)
 static void test_sync(void)
 {
     static const size_t batches[2] = {7, 3};
-    mirror_strategy *s1 = strategy(1);
+    mirror_strategy *s1 = checked_strategy("cpu", 1);
     size_t bi, r, np = 0;
     float *g1 = NULL, *gr = NULL;
     for (r = 2; r <= 4; r++) {
-        mirror_strategy *s = strategy(r);
+        mirror_strategy *s = checked_strategy("cpu", r);
         mirror_model *m = resnet(s, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
         mirror_model *one = resnet(s1, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
         if (!m || !one) {
@@ -166,7 +141,7 @@ static void test_sync(void)
    global batch and stay equal on every replica. */
 static void test_local(void)
 {
-    mirror_strategy *s1 = strategy(1), *s3 = strategy(3);
+    mirror_strategy *s1 = checked_strategy("cpu", 1), *s3 = checked_strategy("cpu", 3);
     mirror_model *sync = resnet(s1, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
     mirror_model *local = resnet(s1, MIRROR_BN_LOCAL, 0.0f, MIRROR_PRECISION_FP32, 0);
     mirror_model *local3 = resnet(s3, MIRROR_BN_LOCAL, 0.0f, MIRROR_PRECISION_FP32, 0);
@@ -208,7 +183,7 @@ static void test_running(void)
 {
     static const float x[4][3] = {{1, -2, 0.5f}, {3, 0, 0.5f}, {-1, 4, 0.5f}, {5, 2, 0.5f}};
     float t[4][3], y[4][3], mean[3], var[3], before[6], bad[4][3];
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model_desc md;
     mirror_model *m = NULL;
     mirror_batch b;
@@ -262,7 +237,7 @@ out:
    bits; resuming from it continues as the model that wrote it. */
 static void test_checkpoint(void)
 {
-    mirror_strategy *s2 = strategy(2), *s3 = strategy(3);
+    mirror_strategy *s2 = checked_strategy("cpu", 2), *s3 = checked_strategy("cpu", 3);
     mirror_model *a = resnet(s2, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0);
     mirror_model *b = resnet(s3, MIRROR_BN_SYNC, 0.0f, MIRROR_PRECISION_FP32, 0), *c = NULL;
     float *pa = (float *)malloc(20 * 10 * sizeof(float)), *pb = (float *)malloc(20 * 10 * sizeof(float));
@@ -310,7 +285,7 @@ static void test_deterministic(void)
     size_t r, k, np = 0;
     det_chunk = 4;
     for (r = 1; r <= 4; r++) {
-        mirror_strategy *s = strategy(r);
+        mirror_strategy *s = checked_strategy("cpu", r);
         mirror_model *m = resnet(s, MIRROR_BN_SYNC, 0.2f, MIRROR_PRECISION_FP32, 0);
         float *p, *out = (float *)malloc(20 * 10 * sizeof(float));
         int ok = m != NULL && out != NULL;
@@ -359,7 +334,7 @@ static void test_fit(void)
     fd.train = &data, fd.epochs = 2, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
     fd.augment_flip = 1, fd.augment_crop_pad = 2;
     for (r = 0; r < 3; r++) {
-        s[r] = strategy(r + 1);
+        s[r] = checked_strategy("cpu", r + 1);
         m[r] = resnet(s[r], MIRROR_BN_SYNC, 0.3f, MIRROR_PRECISION_FP32, 0);
         CHECK(m[r] && mirror_fit(m[r], &fd, &log[r]) == MIRROR_OK, "fit on %zu replicas: %s", r + 1,
               m[r] ? mirror_model_error(m[r]) : "no model");
@@ -374,7 +349,7 @@ static void test_fit(void)
         static const mirror_precision precisions[3] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16,
                                                        MIRROR_PRECISION_BF16};
         static double fp32_loss;
-        mirror_strategy *s2 = strategy(2);
+        mirror_strategy *s2 = checked_strategy("cpu", 2);
         mirror_model *h = resnet(s2, MIRROR_BN_SYNC, 0.0f, precisions[p], 0);
         mirror_epoch_log last;
         memset(&last, 0, sizeof last);
@@ -450,7 +425,7 @@ static void test_offset(void)
             for (j = 0; j < OD; j++) t[i][j] = (float)normal();
         }
         for (ri = 0; ri < 6; ri++) {
-            mirror_strategy *s = strategy(runs[ri].replicas);
+            mirror_strategy *s = checked_strategy("cpu", runs[ri].replicas);
             mirror_model_desc md;
             mirror_model *m = NULL;
             mirror_metrics met;
@@ -518,7 +493,7 @@ static void test_offset(void)
 static void test_one_value(void)
 {
     float x[5][4], t[5][2], p0[64], p1[64], run[8];
-    mirror_strategy *s1 = strategy(1), *s2 = strategy(2);
+    mirror_strategy *s1 = checked_strategy("cpu", 1), *s2 = checked_strategy("cpu", 2);
     mirror_model *sync = NULL, *local = NULL, *conv = NULL;
     mirror_model_desc md;
     mirror_dataset ds;
@@ -596,7 +571,7 @@ out:
    first error kept. */
 static void test_refused(void)
 {
-    mirror_strategy *s = strategy(1);
+    mirror_strategy *s = checked_strategy("cpu", 1);
     mirror_model_desc md;
     mirror_model *m = NULL;
     memset(&md, 0, sizeof md);

@@ -1,5 +1,7 @@
-/* test_optim.c - what shapes an update beyond the optimizer: learning-rate
-   schedules (constant, step, cosine, warmup, a callback) against values
+/* test_optim.c - the optimizers and what shapes an update: SGD (momentum,
+   Nesterov, weight decay), Adam and AdamW against double-precision
+   references of the torch formulas, one update and a few steps through the
+   API; learning-rate schedules (constant, step, cosine, warmup, a callback) against values
    computed by hand, applied to the parameters step by step, checked when
    a model is created, and resumed exactly from a checkpoint; gradient
    clipping by global norm against the norm and the update computed here,
@@ -9,47 +11,225 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "digits.h"
 #include "files.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { SIDE = 12, SAMPLES = 96, BATCH = 12 };
 
 static mirror_dataset data;
 
-static mirror_strategy *strategy(size_t replicas)
+// >>optimizers -----------------------------------------------------------------
+
+/* torch.optim.SGD (dampening 0) in double: the first step sets buf = d_p. */
+static void ref_sgd(double *w, double *buf, int t, double g, double lr, double mu, double wd, int nesterov)
 {
-    mirror_strategy_desc sd = {0};
-    mirror_strategy *s = NULL;
-    sd.devices = "cpu";
-    sd.num_replicas = replicas;
-    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "strategy of %zu", replicas);
-    return s;
+    double d = g + wd * *w;
+    if (mu != 0.0) {
+        *buf = t == 0 ? d : mu * *buf + d;
+        d = nesterov ? d + mu * *buf : *buf;
+    }
+    *w -= lr * d;
 }
+
+/* The update formulas (mirror_hd_sgd, mirror_hd_adam) against them. */
+static void test_sgd(void)
+{
+    static const struct {
+        float lr, mu, wd;
+        int nesterov;
+    } cfg[5] = {{0.1f, 0.0f, 0.0f, 0}, {0.05f, 0.9f, 0.0f, 0}, {0.05f, 0.9f, 0.0f, 1},
+                {0.1f, 0.0f, 0.1f, 0}, {0.02f, 0.8f, 0.05f, 1}};
+    static const float grads[6] = {0.5f, -1.25f, 2.0f, 0.125f, -0.75f, 1.5f};
+    int ci, t;
+    /* A hand-computed case: w=1, g=0.5, lr=0.1, mu=0.9 nesterov, wd=0.1:
+       d = 0.6, v = 0.6, step d + 0.9 v = 1.14, w = 1 - 0.114 = 0.886. */
+    {
+        float w = 1.0f, v = 0.0f;
+        mirror_hd_sgd(&w, &v, 0.5f, 0.1f, 0.9f, 0.1f, 1);
+        CHECK(close_to(w, 0.886, 1e-7, 1e-6) && close_to(v, 0.6, 1e-7, 1e-6), "sgd hand case: w %.9g v %.9g",
+              (double)w, (double)v);
+    }
+    for (ci = 0; ci < 5; ci++) {
+        float w = 0.75f, v = 0.0f;
+        double rw = 0.75, rbuf = 0.0;
+        int ok = 1;
+        for (t = 0; t < 6; t++) {
+            mirror_hd_sgd(&w, &v, grads[t], cfg[ci].lr, cfg[ci].mu, cfg[ci].wd, cfg[ci].nesterov);
+            ref_sgd(&rw, &rbuf, t, grads[t], cfg[ci].lr, cfg[ci].mu, cfg[ci].wd, cfg[ci].nesterov);
+            if (!close_to(w, rw, 1e-6, 1e-5)) ok = 0;
+            if (cfg[ci].mu != 0.0f && !close_to(v, rbuf, 1e-6, 1e-5)) ok = 0;
+        }
+        CHECK(ok, "sgd lr %g momentum %g wd %g nesterov %d: w %.9g, torch %.9g", (double)cfg[ci].lr,
+              (double)cfg[ci].mu, (double)cfg[ci].wd, cfg[ci].nesterov, (double)w, rw);
+    }
+}
+
+/* torch.optim.Adam / AdamW in double. */
+static void ref_adam(double *w, double *m, double *v, int t, double g, double lr, double b1, double b2,
+                     double eps, double wd, int decoupled)
+{
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    if (decoupled)
+        *w *= 1.0 - lr * wd;
+    else
+        g += wd * *w;
+    *m = b1 * *m + (1.0 - b1) * g;
+    *v = b2 * *v + (1.0 - b2) * g * g;
+    *w -= lr / bc1 * *m / (sqrt(*v) / sqrt(bc2) + eps);
+}
+
+static void test_adam(void)
+{
+    static const struct {
+        float lr, b1, b2, eps, wd;
+        int decoupled;
+    } cfg[5] = {{0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, 0},   {0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0},
+                {0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1},  {0.05f, 0.8f, 0.99f, 1e-6f, 0.5f, 1},
+                {0.003f, 0.5f, 0.9f, 1e-3f, 0.0f, 1}};
+    static const float grads[8] = {0.5f, -0.25f, 1.5f, 0.0f, -2.0f, 0.001f, 0.75f, -0.125f};
+    int ci, t;
+    /* Hand case, first step of Adam: m = 0.1 g, v = 0.001 g^2, bc1 = 0.1,
+       bc2_sqrt = sqrt(0.001): the step is lr * g / (|g| + eps') = lr sign(g). */
+    {
+        float w = 1.0f, m = 0.0f, v = 0.0f;
+        mirror_hd_adam(&w, &m, &v, 0.5f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 0.1f, sqrtf(0.001f));
+        CHECK(close_to(w, 0.99, 1e-6, 0) && close_to(m, 0.05, 1e-8, 1e-6) && close_to(v, 0.00025, 1e-10, 1e-4), /* 1 - 0.999f = 0.000999987 */
+              "adam hand case: w %.9g m %.9g v %.9g", (double)w, (double)m, (double)v);
+        w = 2.0f, m = 0.0f, v = 0.0f;
+        /* AdamW: w = 2 (1 - 0.01 * 0.5) = 1.99, then - 0.01 sign(g) */
+        mirror_hd_adam(&w, &m, &v, -0.5f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.5f, 1, 0.1f, sqrtf(0.001f));
+        CHECK(close_to(w, 2.0, 1e-6, 0) && close_to(m, -0.05, 1e-8, 1e-6),
+              "adamw hand case: w %.9g (want 1.99 + 0.01) m %.9g", (double)w, (double)m);
+    }
+    for (ci = 0; ci < 5; ci++) {
+        float w = -0.6f, m = 0.0f, v = 0.0f;
+        double rw = -0.6, rm = 0.0, rv = 0.0;
+        int ok = 1;
+        for (t = 1; t <= 8; t++) {
+            float bc1 = (float)(1.0 - pow((double)cfg[ci].b1, t));
+            float bc2s = (float)sqrt(1.0 - pow((double)cfg[ci].b2, t));
+            mirror_hd_adam(&w, &m, &v, grads[t - 1], cfg[ci].lr, cfg[ci].b1, cfg[ci].b2, cfg[ci].eps, cfg[ci].wd,
+                           cfg[ci].decoupled, bc1, bc2s);
+            ref_adam(&rw, &rm, &rv, t, grads[t - 1], cfg[ci].lr, cfg[ci].b1, cfg[ci].b2, cfg[ci].eps,
+                     cfg[ci].wd, cfg[ci].decoupled);
+            if (!close_to(w, rw, 1e-6, 1e-5) || !close_to(m, rm, 1e-8, 1e-5) || !close_to(v, rv, 1e-10, 1e-5))
+                ok = 0;
+        }
+        CHECK(ok, "%s lr %g betas %g %g eps %g wd %g: w %.9g, torch %.9g", cfg[ci].decoupled ? "adamw" : "adam",
+              (double)cfg[ci].lr, (double)cfg[ci].b1, (double)cfg[ci].b2, (double)cfg[ci].eps, (double)cfg[ci].wd,
+              (double)w, rw);
+    }
+}
+
+/* Through the public API: a few steps of each optimizer against the torch
+   formulas in double, fed with the gradients the steps report. */
+static void test_optimizer_steps(void)
+{
+    static const mirror_optimizer_kind kinds[4] = {MIRROR_OPT_SGD, MIRROR_OPT_SGD, MIRROR_OPT_ADAM,
+                                                   MIRROR_OPT_ADAMW};
+    int ki;
+    uint64_t data_state = 0x5EEDF00Dull;
+    for (ki = 0; ki < 4; ki++) {
+        mirror_strategy *s = new_strategy("cpu:1", 0);
+        mirror_model_desc md = model_desc(s, 5, 0, 0, 4, 31);
+        mirror_model *m;
+        mirror_batch b;
+        mirror_optimizer_desc o;
+        float x[4 * 5], t[4 * 2], *g, *p;
+        double *rw, *rm, *rv;
+        size_t np, i, bad = 0, state_bad = 0;
+        int step;
+        md.loss = MIRROR_LOSS_MSE;
+        md.optimizer.kind = kinds[ki];
+        if (ki == 0) {
+            md.optimizer.lr = 0.1f;
+        } else if (ki == 1) {
+            md.optimizer.lr = 0.05f, md.optimizer.momentum = 0.9f, md.optimizer.nesterov = 1;
+            md.optimizer.weight_decay = 0.01f;
+        } else if (ki == 2) {
+            md.optimizer.lr = 0.01f, md.optimizer.weight_decay = 0.05f;
+        } /* AdamW: the defaults, lr 0.001 and weight decay 0.01 */
+        if (!s || !(m = new_model(&md, NULL, "dense 3, relu, dense 2"))) {
+            CHECK(0, "optimizer steps: a strategy and a model");
+            mirror_strategy_destroy(s);
+            return;
+        }
+        CHECK(mirror_model_build(m) == MIRROR_OK, "optimizer steps: build: %s", mirror_model_error(m));
+        o = mirror_model_query_desc(m).optimizer;
+        np = mirror_num_parameters(m);
+        g = (float *)calloc(np, sizeof(float));
+        p = (float *)calloc(np, sizeof(float));
+        rw = (double *)calloc(np, sizeof(double));
+        rm = (double *)calloc(np, sizeof(double));
+        rv = (double *)calloc(np, sizeof(double));
+        if (!g || !p || !rw || !rm || !rv) abort();
+        for (i = 0; i < 20; i++) x[i] = uniform_in(&data_state, -1.0f, 1.0f);
+        for (i = 0; i < 8; i++) t[i] = uniform_in(&data_state, -1.0f, 1.0f);
+        memset(&b, 0, sizeof b);
+        b.x = x;
+        b.targets = t;
+        b.n = b.rows = 4;
+        mirror_get_parameters(m, 0, p, np);
+        for (i = 0; i < np; i++) rw[i] = p[i];
+        for (step = 1; step <= 3; step++) {
+            mirror_train_step(m, &b, NULL);
+            mirror_get_gradients(m, 0, g, np);
+            mirror_get_parameters(m, 0, p, np);
+            for (i = 0; i < np; i++) {
+                if (o.kind == MIRROR_OPT_SGD)
+                    ref_sgd(&rw[i], &rm[i], step - 1, g[i], o.lr, o.momentum, o.weight_decay, o.nesterov);
+                else
+                    ref_adam(&rw[i], &rm[i], &rv[i], step, g[i], o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                             o.kind == MIRROR_OPT_ADAMW);
+                if (!close_to(p[i], rw[i], 1e-6, 1e-5)) bad++;
+            }
+        }
+        CHECK(bad == 0, "optimizer kind %d (lr %g): %zu parameter updates differ from torch over 3 steps", (int)o.kind,
+              (double)o.lr, bad);
+        CHECK(mirror_optimizer_steps(m) == 3, "optimizer kind %d: %llu steps", (int)o.kind,
+              (unsigned long long)mirror_optimizer_steps(m));
+        {
+            size_t ns = mirror_optimizer_state_size(m);
+            float *st = (float *)malloc((ns ? ns : 1) * sizeof(float));
+            if (!st) abort();
+            mirror_get_optimizer_state(m, 0, st, ns);
+            if (o.kind == MIRROR_OPT_SGD && o.momentum == 0.0f)
+                state_bad = ns != 0;
+            else if (o.kind == MIRROR_OPT_SGD)
+                for (i = 0; i < np; i++) state_bad += !close_to(st[i], rm[i], 1e-6, 1e-5);
+            else
+                for (i = 0; i < np; i++)
+                    state_bad += !close_to(st[i], rm[i], 1e-7, 1e-5) + !close_to(st[np + i], rv[i], 1e-9, 1e-5);
+            CHECK(state_bad == 0, "optimizer kind %d: %zu state entries differ from torch", (int)o.kind, state_bad);
+            free(st);
+        }
+        free(g);
+        free(p);
+        free(rw);
+        free(rm);
+        free(rv);
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
+// >>schedules, clipping, accumulation -------------------------------------------
+
 
 /* flatten, dense 16, relu, dense 10 over 12x12 digits, with the optimizer o,
    in `precision`. */
 static mirror_model *model_in(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_precision precision,
                               mirror_error *err)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = BATCH;
-    md.seed = 9;
+    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, BATCH, 9);
     md.precision = precision;
     md.optimizer = *o;
-    if (mirror_model_create(&md, &m, err)) return NULL;
-    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    return build_model(&md, err, "flatten, dense 16, relu, dense 10");
 }
 
 static mirror_model *model(mirror_strategy *s, const mirror_optimizer_desc *o, mirror_error *err)
@@ -110,7 +290,7 @@ static float nan_at_three(void *user, uint64_t s)
    gives at s and mirror_current_lr announced before the step. */
 static void test_applied(size_t replicas, mirror_lr_schedule kind)
 {
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_optimizer_desc o;
     mirror_model *m;
     float *before, *after, *g;
@@ -150,7 +330,7 @@ static void test_applied(size_t replicas, mirror_lr_schedule kind)
    norm of the unscaled gradient (mirror_get_gradients unscales). */
 static void test_clip(size_t replicas, mirror_precision precision, float clip_norm)
 {
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_optimizer_desc o;
     mirror_model *m;
     float *before, *after, *g;
@@ -213,19 +393,9 @@ static double apart(mirror_model *a, mirror_model *b)
 
 static mirror_model *adam_model(mirror_strategy *s, size_t max_batch)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = md.width = SIDE;
-    md.max_batch = max_batch;
-    md.seed = 4;
-    md.optimizer.kind = MIRROR_OPT_ADAM, md.optimizer.lr = 0.003f;
-    if (mirror_model_create(&md, &m, NULL)) return NULL;
-    mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-    mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) mirror_model_destroy(m), m = NULL;
-    return m;
+    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, max_batch, 4);
+    md.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.003f);
+    return build_model(&md, NULL, "conv 4 3 1 1, relu, maxpool 2 2, flatten, dense 16, relu, dense 10");
 }
 
 /* 10 steps of mirror_train_steps over micro-batches of 10, 7, 13 and 2
@@ -235,7 +405,7 @@ static mirror_model *adam_model(mirror_strategy *s, size_t max_batch)
 static void test_accumulate(size_t replicas)
 {
     static const size_t sizes[4] = {10, 7, 13, 2};
-    mirror_strategy *s = strategy(replicas);
+    mirror_strategy *s = checked_strategy("cpu", replicas);
     mirror_model *big = adam_model(s, 32), *small = adam_model(s, 13);
     mirror_batch micro[4], all;
     mirror_metrics mb, ms;
@@ -280,7 +450,7 @@ out:
    and a checkpoint cursor that counts samples per optimizer step. */
 static void test_fit_accumulate(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *big = adam_model(s, 32), *small = adam_model(s, 8);
     mirror_fit_desc fd;
     mirror_epoch_log lb, ls;
@@ -316,7 +486,7 @@ out:
 static void test_augment(void)
 {
     static const float plane[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; /* 3 x 4 */
-    mirror_strategy *s1 = strategy(1), *s3 = strategy(3);
+    mirror_strategy *s1 = checked_strategy("cpu", 1), *s3 = checked_strategy("cpu", 3);
     mirror_model *a = adam_model(s1, 16), *b = adam_model(s3, 16), *c = adam_model(s1, 16);
     mirror_fit_desc fd;
     mirror_epoch_log la, lb, lc;
@@ -379,7 +549,7 @@ static int on_step(void *user, const mirror_step_log *log)
 
 static void test_on_step(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *m = adam_model(s, 16);
     mirror_fit_desc fd;
     if (!m) {
@@ -404,7 +574,7 @@ out:
    them; off costs nothing and records nothing. */
 static void test_timing(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_model *m = adam_model(s, 16);
     mirror_phase_times pt, r1;
     mirror_fit_desc fd;
@@ -468,7 +638,7 @@ out:
    rate fails its step and changes nothing. */
 static void test_refused(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_optimizer_desc o;
     mirror_error err = {0, ""};
     mirror_model *m;
@@ -516,7 +686,7 @@ static void test_refused(void)
    bitwise where 12 straight steps end, and fit logs the last rate. */
 static void test_resume(void)
 {
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = checked_strategy("cpu", 2);
     mirror_optimizer_desc o;
     mirror_model *a, *b;
     mirror_fit_desc fd;
@@ -563,6 +733,9 @@ int main(void)
     size_t r;
     if (!make_root("optim")) return 1;
     small_digits(&data, SAMPLES, 5, SIDE, 2);
+    test_sgd();
+    test_adam();
+    test_optimizer_steps();
     test_formula();
     for (r = 1; r <= 3; r++) {
         test_applied(r, MIRROR_LR_STEP);

@@ -10,6 +10,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "digits.h"
 #include "files.h"
 
@@ -32,35 +33,13 @@ static void logger(void *user, int level, const char *message)
     snprintf(notice_last, sizeof notice_last, "%s", message);
 }
 
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc d;
-    mirror_strategy *s = NULL;
-    memset(&d, 0, sizeof d);
-    d.num_replicas = replicas;
-    mirror_strategy_create(&d, &s, NULL);
-    return s;
-}
-
 /* An MLP on 8x8 digits, seed 3, deterministic: equal runs are bitwise equal. */
 static mirror_model *model(mirror_strategy *s)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
-    d.channels = 1, d.height = 8, d.width = 8;
-    d.max_batch = 12;
-    d.seed = 3;
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 3);
     d.deterministic = 1;
-    d.optimizer.kind = MIRROR_OPT_ADAM;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_flatten(m), mirror_dense(m, 8), mirror_relu(m), mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.0f);
+    return build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
 }
 
 /* 50 samples in batches of 12: 5 steps an epoch. */
@@ -141,7 +120,7 @@ static void refused(mirror_model *m, mirror_fit_desc fd, int which, const char *
 static void test_refused(void)
 {
     char ckpt[256], other[300], name[300], fifo[256], dir[256], link_[256];
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *m = model(s);
     mirror_fit_desc fd = fit_desc(2);
     path_in(ckpt, "run.ckpt");
@@ -242,7 +221,7 @@ static int trace_hook(void *user, const mirror_epoch_log *log)
 static void test_full(void)
 {
     char ckpt[256], plot[256], trace[256], *text;
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *m = model(s), *probe = model(s);
     mirror_fit_desc fd = fit_desc(4);
     mirror_epoch_log last;
@@ -318,7 +297,7 @@ static char *untimed(const char *path)
 static void test_resume(void)
 {
     char ckpt[256], mid[270], straight[256], resumed[256], *a, *b;
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *m = model(s), *r = model(s), *q = model(s);
     mirror_fit_desc fd = fit_desc(4);
     mirror_checkpoint_info at;
@@ -405,7 +384,7 @@ static int nesting_hook(void *user, const mirror_epoch_log *log)
 static void test_nested(void)
 {
     char ckpt[256];
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *m = model(s), *plain = model(s);
     mirror_fit_desc fd = fit_desc(3), inner = fit_desc(1);
     nested n;

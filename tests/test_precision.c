@@ -10,45 +10,21 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "files.h"
 
 #include <string.h>
 
 enum { N_IN = 64, BATCH = 12, SNAP = 8192 }; /* SNAP: floats of parameters and AdamW state */
 
-static mirror_strategy *strategy(const char *devices)
-{
-    mirror_strategy_desc sd = {NULL, 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
-    mirror_strategy *s = NULL;
-    mirror_error err = {0, ""};
-    sd.devices = devices;
-    CHECK(mirror_strategy_create(&sd, &s, &err) == MIRROR_OK, "strategy %s: %s", devices, err.message);
-    return s;
-}
-
 /* 64 inputs, dense 32, relu, dense 10; Adam or SGD with momentum. */
 static mirror_model *small_model(mirror_strategy *s, mirror_precision p, const mirror_loss_scale_desc *ls, int adam)
 {
-    mirror_model_desc md;
-    mirror_model *m = NULL;
-    mirror_error err = {0, ""};
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = N_IN;
-    md.max_batch = BATCH;
-    md.seed = 5;
+    mirror_model_desc md = model_desc(s, N_IN, 0, 0, BATCH, 5);
     md.precision = p;
     if (ls) md.loss_scale = *ls;
-    md.optimizer.kind = adam ? MIRROR_OPT_ADAMW : MIRROR_OPT_SGD;
-    md.optimizer.momentum = adam ? 0.0f : 0.9f;
-    md.optimizer.lr = adam ? 0.01f : 0.05f;
-    if (mirror_model_create(&md, &m, &err) != MIRROR_OK) {
-        CHECK(0, "model: %s", err.message);
-        return NULL;
-    }
-    mirror_dense(m, 32), mirror_relu(m), mirror_dense(m, 10);
-    CHECK(mirror_model_build(m) == MIRROR_OK, "build: %s", mirror_model_error(m));
-    return m;
+    md.optimizer = optimizer_of(adam ? MIRROR_OPT_ADAMW : MIRROR_OPT_SGD, adam ? 0.01f : 0.05f);
+    return checked_model(&md, "dense 32, relu, dense 10");
 }
 
 /* Deterministic inputs in [-1, 1] and labels for `steps` batches. */
@@ -417,29 +393,20 @@ static void test_accuracy(mirror_strategy *s2)
     mirror_dataset_synthetic_digits(&train, 3000, 1, NULL);
     mirror_dataset_synthetic_digits(&test, 1000, 2, NULL);
     for (i = 0; i < 3; i++) {
-        mirror_model_desc md;
-        mirror_model *m = NULL;
+        mirror_model_desc md = model_desc(s2, 1, 28, 28, 50, 1);
+        mirror_model *m;
         mirror_fit_desc fd;
         mirror_metrics ev;
-        memset(&md, 0, sizeof md);
-        md.strategy = s2;
-        md.channels = 1, md.height = 28, md.width = 28;
-        md.max_batch = 50;
-        md.seed = 1;
         md.precision = modes[i];
-        md.optimizer.kind = MIRROR_OPT_ADAM;
+        md.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.0f);
         acc[i] = -1.0;
-        if (mirror_model_create(&md, &m, NULL) != MIRROR_OK) continue;
-        mirror_flatten(m);
-        mirror_dense(m, 64), mirror_relu(m);
-        mirror_dense(m, 10);
         memset(&fd, 0, sizeof fd);
         fd.train = &train;
         fd.epochs = 3;
         fd.batch = 50;
         fd.progress = MIRROR_PROGRESS_NONE;
-        if (mirror_model_build(m) == MIRROR_OK && mirror_fit(m, &fd, NULL) == MIRROR_OK &&
-            mirror_evaluate(m, &test, 0, &ev) == MIRROR_OK)
+        m = build_model(&md, NULL, "flatten, dense 64, relu, dense 10");
+        if (m && mirror_fit(m, &fd, NULL) == MIRROR_OK && mirror_evaluate(m, &test, 0, &ev) == MIRROR_OK)
             acc[i] = (double)ev.correct / (double)ev.count;
         mirror_model_destroy(m);
     }
@@ -498,7 +465,7 @@ static void test_view(mirror_strategy *s3)
 
 int main(void)
 {
-    mirror_strategy *s1 = strategy("cpu:1"), *s2 = strategy("cpu:2"), *s3 = strategy("cpu:3");
+    mirror_strategy *s1 = checked_strategy("cpu:1", 0), *s2 = checked_strategy("cpu:2", 0), *s3 = checked_strategy("cpu:3", 0);
     if (s1 && s2 && s3) {
         test_desc(s1);
         test_skip(s3, MIRROR_PRECISION_FP16, 1e6f, 1);     /* overflows fp16 storage */

@@ -7,20 +7,12 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 #include "digits.h"
 #include "files.h"
 
 #include <math.h>
 #include <string.h>
-
-static mirror_strategy *strategy(size_t replicas)
-{
-    mirror_strategy_desc d = {"cpu", 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
-    mirror_strategy *s = NULL;
-    d.num_replicas = replicas;
-    mirror_strategy_create(&d, &s, NULL);
-    return s;
-}
 
 /* What model_with sets beside its arguments (test_shard_modes). */
 static mirror_shard_update shard_mode = MIRROR_SHARD_AUTO;
@@ -31,35 +23,16 @@ static float clip_norm = 0.0f;
 static mirror_model *model_with(mirror_strategy *s, int cnn, mirror_optimizer_kind opt, size_t max_batch, size_t chunk,
                                 mirror_precision precision)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s;
+    mirror_model_desc d = model_desc(s, 1, 12, 12, max_batch, 7);
     d.deterministic = chunk > 0, d.chunk = chunk;
     d.precision = precision;
-    d.channels = 1, d.height = 12, d.width = 12;
-    d.max_batch = max_batch;
-    d.seed = 7;
-    d.optimizer.kind = opt;
-    d.optimizer.lr = opt == MIRROR_OPT_SGD ? 0.05f : 0.002f;
-    d.optimizer.momentum = opt == MIRROR_OPT_SGD ? 0.9f : 0.0f;
+    d.optimizer = optimizer_of(opt, opt == MIRROR_OPT_SGD ? 0.05f : 0.002f);
     d.optimizer.nesterov = opt == MIRROR_OPT_SGD;
     d.optimizer.weight_decay = 1e-3f;
     d.optimizer.clip_norm = clip_norm;
     d.shard_update = shard_mode;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    if (cnn) {
-        mirror_conv2d(m, 4, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
-        mirror_conv2d(m, 6, 3, 2, 1), mirror_relu(m);
-    }
-    mirror_flatten(m);
-    mirror_dense(m, 16), mirror_relu(m);
-    mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    return build_model(&d, NULL, "%sflatten, dense 16, relu, dense 10",
+                       cnn ? "conv 4 3 1 1, relu, maxpool 2 2, conv 6 3 2 1, relu, " : "");
 }
 
 static mirror_model *model(mirror_strategy *s, int cnn, mirror_optimizer_kind opt, size_t max_batch)
@@ -122,7 +95,7 @@ static void test_all_reduce(void)
     static const size_t lengths[] = {0, 1, 7, 511, 512, 513, 4099};
     size_t R, li, r, i;
     for (R = 1; R <= 4; R++) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         for (li = 0; li < sizeof lengths / sizeof *lengths; li++) {
             size_t n = lengths[li];
             float *bufs[4];
@@ -157,7 +130,7 @@ static void test_equivalence(int cnn, mirror_optimizer_kind opt)
     size_t perm[95], R, k, i, n;
     float *ref = NULL;
     for (R = 1; R <= 4; R++) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         mirror_model *m = model(s, cnn, opt, 10);
         float *p;
         double worst = 0.0;
@@ -197,7 +170,7 @@ static void test_determinism(void)
     float *p[2];
     mirror_metrics met[2];
     for (run = 0; run < 2; run++) {
-        mirror_strategy *s = strategy(3);
+        mirror_strategy *s = new_strategy("cpu", 3);
         mirror_model *m = model(s, 1, MIRROR_OPT_ADAMW, 10);
         for (k = 0; k < 12; k++) step(m, k, 10, perm);
         p[run] = params_of(m, 1);
@@ -219,7 +192,7 @@ static void test_small_batches_and_predict(void)
     float *pred[2] = {NULL, NULL};
     mirror_metrics ev[2];
     for (R = 1; R <= 4; R += 3) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         mirror_model *m = model(s, 1, MIRROR_OPT_SGD, 8);
         mirror_batch b;
         mirror_metrics got;
@@ -285,7 +258,7 @@ static void test_deterministic(int cnn, mirror_optimizer_kind opt, mirror_precis
     size_t perm[95], R, k;
     float *ref = NULL;
     for (R = 1; R <= 4; R++) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         mirror_model *m = model_with(s, cnn, opt, 10, chunk, precision);
         int ok = m != NULL, equal = 1;
         for (k = 0; ok && k < 25; k++) {
@@ -302,7 +275,7 @@ static void test_deterministic(int cnn, mirror_optimizer_kind opt, mirror_precis
         mirror_strategy_destroy(s);
     }
     if (ref && precision == MIRROR_PRECISION_FP32) { /* the chunks' sums are the batch's, in another order */
-        mirror_strategy *s = strategy(1);
+        mirror_strategy *s = new_strategy("cpu", 1);
         mirror_model *m = model_with(s, cnn, opt, 10, 0, precision);
         size_t i, n = m ? mirror_num_parameters(m) : 0;
         double worst = 0.0;
@@ -334,7 +307,7 @@ static void test_deterministic_more(void)
     char path[256];
     mirror_metrics ev[2];
     for (R = 1; R <= 3; R += 2) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         mirror_model *whole = model_with(s, 1, MIRROR_OPT_ADAMW, 10, 5, MIRROR_PRECISION_FP32);
         mirror_model *parts = model_with(s, 1, MIRROR_OPT_ADAMW, 10, 5, MIRROR_PRECISION_FP32);
         int ok = whole && parts;
@@ -361,7 +334,7 @@ static void test_deterministic_more(void)
     ref = NULL;
     path_in(path, "det.ckpt");
     for (R = 1; R <= 3; R++) { /* 1: 16 steps; 2: 8 steps, saved; 3: loaded, 8 more */
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         mirror_model *m = model_with(s, 0, MIRROR_OPT_ADAMW, 10, 3, MIRROR_PRECISION_FP32);
         int ok = m != NULL;
         if (ok && R == 3) ok = mirror_checkpoint_load(m, path, 0, NULL) == MIRROR_OK;
@@ -380,7 +353,7 @@ static void test_deterministic_more(void)
           ev[0].loss_sum, ev[1].loss_sum);
     free(ref);
     {
-        mirror_strategy *s = strategy(2);
+        mirror_strategy *s = new_strategy("cpu", 2);
         mirror_model_desc d;
         mirror_model *m = NULL;
         memset(&d, 0, sizeof d);
@@ -404,7 +377,7 @@ static void test_pool(void)
     size_t perm[95], k;
     long before, live = live_allocs;
     mirror_memory_report one, two;
-    mirror_strategy *s1 = strategy(1), *s2 = strategy(2);
+    mirror_strategy *s1 = new_strategy("cpu", 1), *s2 = new_strategy("cpu", 2);
     mirror_model *m1 = model(s1, 1, MIRROR_OPT_ADAM, 10), *m2 = model(s2, 1, MIRROR_OPT_ADAM, 10);
     mirror_metrics met;
     mirror_batch b;
@@ -435,7 +408,7 @@ static void test_pool(void)
 static void test_deferred_metrics(void)
 {
     size_t perm[95], k;
-    mirror_strategy *s = strategy(3);
+    mirror_strategy *s = new_strategy("cpu", 3);
     mirror_model *now = model(s, 1, MIRROR_OPT_SGD, 10), *later = model(s, 1, MIRROR_OPT_SGD, 10);
     mirror_metrics sum = {0.0, 0, 0}, one, taken, empty;
     mirror_batch b;
@@ -473,7 +446,7 @@ static void test_sharded_update(void)
     size_t c, k, i, r;
     for (c = 0; c < sizeof counts / sizeof *counts; c++) {
         size_t R = counts[c], perm[95];
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         mirror_model *big = model(s, 1, MIRROR_OPT_ADAMW, 10), *tiny = NULL, *m;
         mirror_model_desc d;
         memset(&d, 0, sizeof d);
@@ -551,7 +524,7 @@ static void test_shard_modes(void)
     static const mirror_optimizer_kind opts[] = {MIRROR_OPT_SGD, MIRROR_OPT_ADAMW};
     size_t R, pi, oi, c, k, r, perm[95];
     for (R = 2; R <= 3; R++) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         for (pi = 0; pi < 3; pi++)
             for (oi = 0; oi < 2; oi++)
                 for (c = 0; c < 2; c++) {
@@ -620,7 +593,7 @@ static void test_shard_modes(void)
     for (pi = 0; pi < 2; pi++) { /* deterministic mode with clipping: the norm of the whole gradient */
         float *ref = NULL;
         for (R = 1; R <= 3; R++) {
-            mirror_strategy *s = strategy(R);
+            mirror_strategy *s = new_strategy("cpu", R);
             mirror_model *m;
             int ok = 1;
             clip_norm = 0.05f;
@@ -639,7 +612,7 @@ static void test_shard_modes(void)
         mirror_model *m = NULL;
         mirror_error e;
         memset(&d, 0, sizeof d);
-        d.strategy = strategy(2), d.channels = 4;
+        d.strategy = new_strategy("cpu", 2), d.channels = 4;
         d.shard_update = (mirror_shard_update)7;
         CHECK(mirror_model_create(&d, &m, &e) == MIRROR_ERR_ARGUMENT && !m && strstr(e.message, "shard_update"),
               "shard_update 7 is refused: %s", e.message);
@@ -652,20 +625,11 @@ static void test_shard_modes(void)
    their own every step), every replica updating everything. */
 static mirror_model *dropout_model(mirror_strategy *s, mirror_precision precision, int graphs, int sgd)
 {
-    mirror_model_desc d;
-    mirror_model *m = NULL;
-    memset(&d, 0, sizeof d);
-    d.strategy = s, d.channels = 1, d.height = 12, d.width = 12, d.max_batch = 10, d.seed = 3;
-    d.optimizer.kind = sgd ? MIRROR_OPT_SGD : MIRROR_OPT_ADAMW, d.optimizer.momentum = sgd ? 0.9f : 0.0f;
+    mirror_model_desc d = model_desc(s, 1, 12, 12, 10, 3);
+    d.optimizer = optimizer_of(sgd ? MIRROR_OPT_SGD : MIRROR_OPT_ADAMW, 0.0f);
     d.optimizer.schedule = MIRROR_LR_COSINE, d.optimizer.warmup = 3, d.optimizer.total_steps = 40;
     d.precision = precision, d.graphs = graphs, d.shard_update = MIRROR_SHARD_OFF;
-    if (mirror_model_create(&d, &m, NULL)) return NULL;
-    mirror_flatten(m), mirror_dense(m, 24), mirror_relu(m), mirror_dropout(m, 0.3f), mirror_dense(m, 10);
-    if (mirror_model_build(m)) {
-        mirror_model_destroy(m);
-        return NULL;
-    }
-    return m;
+    return build_model(&d, NULL, "flatten, dense 24, relu, dropout 0.3, dense 10");
 }
 
 /* 42 steps: 12 of batches of 10 over 95 samples (a partial batch of 5
@@ -722,7 +686,7 @@ static void test_graphs(void)
     static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
     size_t R, pi, r, k, replayed, with_metrics, accumulated, updates;
     for (R = 1; R <= 3; R++) {
-        mirror_strategy *s = strategy(R);
+        mirror_strategy *s = new_strategy("cpu", R);
         for (pi = 0; pi < 4; pi++) {
             mirror_model *on = dropout_model(s, precisions[pi % 2], 1, pi >= 2);
             mirror_model *off = dropout_model(s, precisions[pi % 2], 0, pi >= 2);
@@ -759,7 +723,7 @@ static void test_graphs(void)
         mirror_strategy_destroy(s);
     }
     {
-        mirror_strategy *s = strategy(2);
+        mirror_strategy *s = new_strategy("cpu", 2);
         mirror_model_desc d;
         mirror_model *m = NULL;
         mirror_error e;
@@ -791,7 +755,7 @@ static void test_graphs(void)
    checks it across processes. */
 static void test_check_replicas(void)
 {
-    mirror_strategy *s = strategy(3);
+    mirror_strategy *s = new_strategy("cpu", 3);
     mirror_model *m = model(s, 0, MIRROR_OPT_ADAM, 24);
     mirror_process_info info = mirror_strategy_process(s);
     mirror_fit_desc fd;
@@ -856,7 +820,7 @@ static void test_buckets(void)
     size_t p, k, i, perm[95];
     be.reduce_bucket = record_bucket, be.buckets_done = record_done;
     for (p = 0; p < 2; p++) {
-        mirror_strategy *s = strategy(1);
+        mirror_strategy *s = new_strategy("cpu", 1);
         mirror_model_desc d;
         mirror_model *m = NULL;
         mirror_batch micro[2];
@@ -952,7 +916,7 @@ static void test_input_upload(void)
     be.upload_staged = log_upload, be.staged = log_staged, be.narrow = log_narrow;
     for (p = 0; p < 3; p++) {
         const char *name = mirror_precision_name(precisions[p]);
-        mirror_strategy *s = strategy(1);
+        mirror_strategy *s = new_strategy("cpu", 1);
         mirror_model *m = s ? model_with(s, 1, MIRROR_OPT_ADAM, 10, 0, precisions[p]) : NULL;
         size_t i, j, in, wrong_rows = 0, wrong_narrow = 0;
         if (!m) {
@@ -1000,7 +964,7 @@ static void test_input_upload(void)
 static void test_fused_relu(void)
 {
     static const mirror_precision precisions[] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16, MIRROR_PRECISION_BF16};
-    mirror_strategy *s = strategy(2);
+    mirror_strategy *s = new_strategy("cpu", 2);
     size_t pi, k, perm[95];
     for (pi = 0; pi < 3; pi++) {
         mirror_model *m[2] = {NULL, NULL};

@@ -4,6 +4,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
+#include "helpers.h"
 
 #include <string.h>
 
@@ -19,9 +20,8 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
 
 int main(void)
 {
-    mirror_strategy_desc sd = {"cpu:2", 0, MIRROR_REDUCER_DEFAULT, NULL, 0.0};
-    mirror_strategy *s = NULL;
-    mirror_model_desc md;
+    mirror_strategy *s = checked_strategy("cpu:2", 0);
+    mirror_model_desc md = model_desc(s, 1, 28, 28, 50, 1);
     mirror_model *m = NULL;
     mirror_fit_desc fd;
     mirror_dataset train, test;
@@ -29,19 +29,11 @@ int main(void)
     mirror_metrics ev;
     mirror_error err = {0, ""};
 
-    CHECK(mirror_strategy_create(&sd, &s, &err) == MIRROR_OK, "strategy: %s", err.message);
     CHECK(mirror_dataset_synthetic_digits(&train, 3000, 1, &err) == MIRROR_OK, "train set: %s", err.message);
     CHECK(mirror_dataset_synthetic_digits(&test, 1000, 2, &err) == MIRROR_OK, "test set: %s", err.message);
-    memset(&md, 0, sizeof md);
-    md.strategy = s;
-    md.channels = 1, md.height = 28, md.width = 28;
-    md.max_batch = 50;
-    md.seed = 1;
-    md.optimizer.kind = MIRROR_OPT_ADAM;
+    md.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.0f);
     CHECK(mirror_model_create(&md, &m, &err) == MIRROR_OK, "model: %s", err.message);
-    mirror_flatten(m);
-    mirror_dense(m, 64), mirror_relu(m);
-    mirror_dense(m, 10);
+    add_layers(m, "flatten, dense 64, relu, dense 10");
     CHECK(mirror_model_build(m) == MIRROR_OK, "build: %s", mirror_model_error(m));
 
     memset(&fd, 0, sizeof fd);
