@@ -1,7 +1,8 @@
 /* options.h - the example trainer's command line, parsed and checked
-   without printing or exiting: the trainer reports what options_parse
-   returns, and tests/fuzz/fuzz_flags.c feeds it arbitrary argument vectors.
-   Needs mirror.h's declarations. */
+   without printing or exiting, straight into the library's descs (strategy,
+   model, fit) where a flag has a field there: the trainer reports what
+   options_parse returns, and tests/fuzz/fuzz_flags.c feeds it arbitrary
+   argument vectors. Needs mirror.h's declarations. */
 #ifndef EXAMPLE_OPTIONS_H
 #define EXAMPLE_OPTIONS_H
 #include <errno.h>
@@ -13,24 +14,22 @@
 #include <string.h>
 
 typedef struct options {
-    const char *data, *model, *devices, *optimizer, *save, *resume, *precision, *loss_scale, *lr_schedule;
-    const char *history, *plot, *trace; /* --history FILE.csv, --plot FILE.svg, --trace FILE.json */
-    const char *shard_update;           /* --shard-update auto|on|off */
-    int phases;                         /* --phases: an epoch line of the phases' times */
-    size_t replicas, epochs, batch, synthetic, checkpoint_every, growth_interval, max_skips, warmup, lr_step;
-    size_t accumulate; /* micro-batches of `batch` per optimizer step */
-    int report_nonfinite;
-    int augment;     /* --augment: flips and crops of the training images */
-    size_t crop_pad; /* --crop-pad N: the crops' shift, up to N pixels (default 1) */
+    /* The library's descs, filled as far as the flags go; the trainer adds
+       what the strategy, the data and a checkpoint decide. */
+    mirror_strategy_desc sd; /* --devices, --replicas */
+    mirror_model_desc md;    /* --seed; the optimizer (its kind, momentum, rate, schedule,
+                                warmup, clipping), precision, loss scaling, --deterministic,
+                                --chunk, --graphs, --shard-update */
+    mirror_fit_desc fd;      /* --epochs, --batch, --accumulate, --save (checkpoint),
+                                --checkpoint-every, --resume (resumed_from), --history, --plot,
+                                --curve-every, --trace, --phases, --augment, --crop-pad */
+    /* The flags that are no desc's field, as given: names, the data, and
+       the numbers that options_check turns into the descs' */
+    const char *data, *model, *optimizer, *precision, *loss_scale, *lr_schedule;
+    const char *shard_update; /* --shard-update auto|on|off */
+    size_t synthetic, lr_step;
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
-    int graphs;        /* --graphs: CUDA graphs */
-    size_t chunk;      /* --chunk K: deterministic mode's samples per chunk */
-    size_t curve_every; /* --curve-every N: a point of the curves every N steps too */
     double lr, clip_norm, dropout;
-    unsigned long long seed;
-    /* What the flags set in the model desc: precision, loss scaling and
-       the optimizer (its kind, momentum and learning rate). */
-    mirror_model_desc md;
     char why[256]; /* the usage error, when options_parse returns one */
 } options;
 
@@ -45,8 +44,8 @@ static void options_defaults(options *o)
 {
     memset(o, 0, sizeof *o);
     o->model = "cnn", o->optimizer = "adam", o->precision = "fp32"; /* lr_schedule NULL: the model's */
-    o->epochs = 3, o->synthetic = 10000, o->seed = 1, o->accumulate = 1; /* batch 0: the model's */
-    o->crop_pad = (size_t)-1; /* not given: 1 */
+    o->fd.epochs = 3, o->synthetic = 10000, o->md.seed = 1, o->fd.accumulate = 1; /* batch 0: the model's */
+    o->fd.augment_crop_pad = (size_t)-1; /* not given: 1 with --augment */
     o->deterministic = -1;
 }
 
@@ -70,13 +69,20 @@ static int options_int(options *o, const char *flag, const char *v, unsigned lon
     return options_bad(o, flag, needs, v);
 }
 
+/* An integer in [lo, hi] into a size_t. */
+static int options_size(options *o, const char *flag, const char *v, unsigned long long lo, unsigned long long hi,
+                        size_t *out)
+{
+    unsigned long long n;
+    int rc = options_int(o, flag, v, lo, hi, &n);
+    if (!rc) *out = (size_t)n;
+    return rc;
+}
+
 /* A positive count that fits a size_t. */
 static int options_count(options *o, const char *flag, const char *v, size_t *out)
 {
-    unsigned long long n;
-    int rc = options_int(o, flag, v, 1, SIZE_MAX, &n);
-    if (!rc) *out = (size_t)n;
-    return rc;
+    return options_size(o, flag, v, 1, SIZE_MAX, out);
 }
 
 /* A number in [lo, hi], written as digits (no sign, no inf or nan). */
@@ -99,47 +105,41 @@ static int options_text(options *o, const char *flag, const char *v, const char 
     return OPTIONS_RUN;
 }
 
-/* One flag and its value into o. */
+/* One flag and its value into o: into its desc's field where it has one. */
 static int options_flag(options *o, const char *a, const char *v)
 {
+    mirror_model_desc *md = &o->md;
+    mirror_fit_desc *fd = &o->fd;
     unsigned long long n = 0;
     int rc;
     if (!strcmp(a, "--data")) return options_text(o, a, v, &o->data);
     if (!strcmp(a, "--model")) return options_text(o, a, v, &o->model);
-    if (!strcmp(a, "--devices")) return options_text(o, a, v, &o->devices);
+    if (!strcmp(a, "--devices")) return options_text(o, a, v, &o->sd.devices);
     if (!strcmp(a, "--optimizer")) return options_text(o, a, v, &o->optimizer);
-    if (!strcmp(a, "--save")) return options_text(o, a, v, &o->save);
-    if (!strcmp(a, "--resume")) return options_text(o, a, v, &o->resume);
+    if (!strcmp(a, "--save")) return options_text(o, a, v, &fd->checkpoint);
+    if (!strcmp(a, "--resume")) return options_text(o, a, v, &fd->resumed_from); /* the outputs must not overwrite it */
     if (!strcmp(a, "--precision")) return options_text(o, a, v, &o->precision);
     if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
     if (!strcmp(a, "--lr-schedule")) return options_text(o, a, v, &o->lr_schedule);
-    if (!strcmp(a, "--history")) return options_text(o, a, v, &o->history);
-    if (!strcmp(a, "--plot")) return options_text(o, a, v, &o->plot);
-    if (!strcmp(a, "--trace")) return options_text(o, a, v, &o->trace);
+    if (!strcmp(a, "--history")) return options_text(o, a, v, &fd->history);
+    if (!strcmp(a, "--plot")) return options_text(o, a, v, &fd->plot);
+    if (!strcmp(a, "--trace")) return options_text(o, a, v, &fd->trace);
     if (!strcmp(a, "--shard-update")) return options_text(o, a, v, &o->shard_update);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
-    if (!strcmp(a, "--chunk")) return options_count(o, a, v, &o->chunk);
-    if (!strcmp(a, "--curve-every")) return options_count(o, a, v, &o->curve_every);
-    if (!strcmp(a, "--crop-pad")) {
-        rc = options_int(o, a, v, 0, 64, &n);
-        o->crop_pad = (size_t)n;
-        return rc;
-    }
-    if (!strcmp(a, "--accumulate")) {
-        rc = options_int(o, a, v, 1, 1 << 20, &n);
-        o->accumulate = (size_t)n;
-        return rc;
-    }
+    if (!strcmp(a, "--chunk")) return options_count(o, a, v, &md->chunk);
+    if (!strcmp(a, "--curve-every")) return options_count(o, a, v, &fd->curve_every);
+    if (!strcmp(a, "--crop-pad")) return options_size(o, a, v, 0, 64, &fd->augment_crop_pad);
+    if (!strcmp(a, "--accumulate")) return options_size(o, a, v, 1, 1 << 20, &fd->accumulate);
     if (!strcmp(a, "--warmup")) {
         rc = options_int(o, a, v, 0, UINT32_MAX, &n);
-        o->warmup = (size_t)n;
+        md->optimizer.warmup = n;
         return rc;
     }
-    if (!strcmp(a, "--replicas")) return options_count(o, a, v, &o->replicas);
-    if (!strcmp(a, "--epochs")) return options_count(o, a, v, &o->epochs);
-    if (!strcmp(a, "--batch")) return options_count(o, a, v, &o->batch);
+    if (!strcmp(a, "--replicas")) return options_count(o, a, v, &o->sd.num_replicas);
+    if (!strcmp(a, "--epochs")) return options_count(o, a, v, &fd->epochs);
+    if (!strcmp(a, "--batch")) return options_count(o, a, v, &fd->batch);
     if (!strcmp(a, "--synthetic")) return options_count(o, a, v, &o->synthetic);
-    if (!strcmp(a, "--checkpoint-every")) return options_count(o, a, v, &o->checkpoint_every);
+    if (!strcmp(a, "--checkpoint-every")) return options_count(o, a, v, &fd->checkpoint_every);
     /* a learning rate a float holds without becoming 0, up to the library's 1e6 */
     if (!strcmp(a, "--lr"))
         return options_number(o, a, v, FLT_MIN, 1e6, "a positive number between 1.2e-38 and 1e6", &o->lr);
@@ -150,32 +150,33 @@ static int options_flag(options *o, const char *a, const char *v)
                               &o->clip_norm);
     if (!strcmp(a, "--seed")) {
         rc = options_int(o, a, v, 0, ULLONG_MAX, &n);
-        o->seed = n;
+        md->seed = n;
         return rc;
     }
     if (!strcmp(a, "--growth-interval")) {
         rc = options_int(o, a, v, 1, UINT32_MAX, &n);
-        o->growth_interval = (size_t)n;
+        md->loss_scale.growth_interval = (uint32_t)n;
         return rc;
     }
     if (!strcmp(a, "--max-skips")) {
         rc = options_int(o, a, v, 1, UINT32_MAX, &n);
-        o->max_skips = (size_t)n;
+        md->loss_scale.max_consecutive_skips = (uint32_t)n;
         return rc;
     }
     if (!strcmp(a, "--report-nonfinite")) {
         rc = options_int(o, a, v, 0, 1, &n);
-        o->report_nonfinite = (int)n;
+        md->loss_scale.report_nonfinite = (int)n;
         return rc;
     }
     snprintf(o->why, sizeof o->why, "unknown option %.80s", a);
     return OPTIONS_UNKNOWN;
 }
 
-/* The names and the flags that go together, into o->md. */
+/* The names and the flags that go together, into the descs. */
 static int options_check(options *o)
 {
     mirror_model_desc *md = &o->md;
+    mirror_fit_desc *fd = &o->fd;
     mirror_loss_scale_desc *ls = &md->loss_scale;
     double scale;
     int rc, resnet;
@@ -190,7 +191,7 @@ static int options_check(options *o)
        of 32, Adam at 2e-3 with a cosine schedule (5 epochs of
        Fashion-MNIST: 0.925, bench/RESULTS.md); the others: batches of 64. */
     resnet = !strcmp(o->model, "resnet");
-    if (!o->batch) o->batch = resnet ? 32 : 64;
+    if (!fd->batch) fd->batch = resnet ? 32 : 64;
     if (!o->lr_schedule) o->lr_schedule = resnet ? "cosine" : "constant";
     md->optimizer.lr = (float)o->lr;
     if (resnet && o->lr == 0.0 && md->optimizer.kind != MIRROR_OPT_SGD) md->optimizer.lr = 0.002f;
@@ -203,13 +204,9 @@ static int options_check(options *o)
         snprintf(o->why, sizeof o->why, "--lr-step needs --lr-schedule step");
         return OPTIONS_BAD;
     }
-    md->optimizer.warmup = o->warmup;
     if (!strcmp(o->precision, "fp16")) md->precision = MIRROR_PRECISION_FP16;
     else if (!strcmp(o->precision, "bf16")) md->precision = MIRROR_PRECISION_BF16;
     else if (strcmp(o->precision, "fp32")) return options_bad(o, "--precision", "fp32, fp16 or bf16", o->precision);
-    ls->growth_interval = (uint32_t)o->growth_interval;
-    ls->max_consecutive_skips = (uint32_t)o->max_skips;
-    ls->report_nonfinite = o->report_nonfinite;
     if (!o->loss_scale) ls->kind = MIRROR_SCALE_DEFAULT;
     else if (!strcmp(o->loss_scale, "dynamic")) ls->kind = MIRROR_SCALE_DYNAMIC;
     else if (!strcmp(o->loss_scale, "none")) ls->kind = MIRROR_SCALE_NONE;
@@ -220,23 +217,21 @@ static int options_check(options *o)
         ls->kind = MIRROR_SCALE_STATIC;
         ls->init_scale = (float)scale;
     }
-    if (o->crop_pad != (size_t)-1 && !o->augment) {
+    if (fd->augment_crop_pad != (size_t)-1 && !fd->augment_flip) {
         snprintf(o->why, sizeof o->why, "--crop-pad needs --augment");
         return OPTIONS_BAD;
     }
-    if (o->crop_pad == (size_t)-1) o->crop_pad = 1;
-    if (o->chunk && !o->deterministic) {
+    if (fd->augment_crop_pad == (size_t)-1) fd->augment_crop_pad = fd->augment_flip ? 1 : 0;
+    if (md->chunk && !o->deterministic) {
         snprintf(o->why, sizeof o->why, "--chunk is deterministic mode's: not with --no-deterministic");
         return OPTIONS_BAD;
     }
     md->deterministic = o->deterministic == 1; /* the default (-1) is the trainer's to settle */
-    md->graphs = o->graphs;
     if (!o->shard_update || !strcmp(o->shard_update, "auto")) md->shard_update = MIRROR_SHARD_AUTO;
     else if (!strcmp(o->shard_update, "on")) md->shard_update = MIRROR_SHARD_ON;
     else if (!strcmp(o->shard_update, "off")) md->shard_update = MIRROR_SHARD_OFF;
     else return options_bad(o, "--shard-update", "auto, on or off", o->shard_update);
-    md->chunk = o->chunk;
-    if (o->checkpoint_every && !o->save) {
+    if (fd->checkpoint_every && !fd->checkpoint) {
         snprintf(o->why, sizeof o->why, "--checkpoint-every needs --save PATH");
         return OPTIONS_BAD;
     }
@@ -252,7 +247,7 @@ static int options_parse(int argc, char **argv, options *o)
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return OPTIONS_HELP;
         if (!strcmp(a, "--augment")) { /* the flags without a value */
-            o->augment = 1;
+            o->fd.augment_flip = 1;
             continue;
         }
         if (!strcmp(a, "--deterministic") || !strcmp(a, "--no-deterministic")) {
@@ -260,11 +255,11 @@ static int options_parse(int argc, char **argv, options *o)
             continue;
         }
         if (!strcmp(a, "--phases")) {
-            o->phases = 1;
+            o->fd.phases = 1;
             continue;
         }
         if (!strcmp(a, "--graphs")) {
-            o->graphs = 1;
+            o->md.graphs = 1;
             continue;
         }
         if (i + 1 >= argc) {

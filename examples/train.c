@@ -1,4 +1,10 @@
-/* train.c - the mirror example trainer: an MLP or a small CNN on every replica.
+/* train.c - the full mirror trainer: every option of the command line
+   (examples/options.h), an MLP, a CNN or a ResNet on every replica, with
+   checkpoints, resume, mixed precision, augmentation, curves and traces.
+   To learn the API, read the two short examples first: examples/hello.c
+   (the API in one page, the training loop written by hand) and
+   examples/scaling.c (one model on 1, 2 and 4 replicas, with and without
+   deterministic mode).
 
    Build and run:   make run            (or: make && ./build/train --help;
                                          build/train_cuda is the same on GPUs)
@@ -17,6 +23,8 @@
    links it from examples/mirror_cuda.cu, compiled by nvcc, instead. */
 #ifndef TRAIN_LINKS_MIRROR
 #define MIRROR_IMPLEMENTATION
+#elif !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* lstat under -std=c99: mirror.h defines it with its implementation only */
 #endif
 #include "../mirror.h"
 #include "models.h"
@@ -35,6 +43,16 @@ static volatile sig_atomic_t interrupted;
 static void on_signal(int sig)
 {
     interrupted = sig;
+}
+
+static void catch_signals(void)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    /* A reader that goes away (train | head) must not end the run: writes
+       to the closed pipe fail with EPIPE instead, and training goes on.
+       Set before the first line is written (each is flushed at once). */
+    signal(SIGPIPE, SIG_IGN);
 }
 
 static void usage(FILE *f)
@@ -156,11 +174,12 @@ static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test
 /* The schedule's step counts, from the run's steps in all: an epoch's
    times the epochs, or SIZE_MAX where that overflows (a run no one ends;
    its rate then barely moves, as over any very long run). */
-static void schedule_steps(mirror_optimizer_desc *opt, const options *o, size_t per_epoch)
+static void schedule_steps(options *o, size_t per_epoch)
 {
-    size_t total = per_epoch && o->epochs > SIZE_MAX / per_epoch ? SIZE_MAX : per_epoch * o->epochs;
+    mirror_optimizer_desc *opt = &o->md.optimizer;
+    size_t epochs = o->fd.epochs, total = per_epoch && epochs > SIZE_MAX / per_epoch ? SIZE_MAX : per_epoch * epochs;
     if (opt->schedule == MIRROR_LR_STEP) opt->step_size = o->lr_step ? o->lr_step : total / 3 ? total / 3 : 1;
-    if (opt->schedule == MIRROR_LR_COSINE) opt->total_steps = total > o->warmup ? total : o->warmup + 1;
+    if (opt->schedule == MIRROR_LR_COSINE) opt->total_steps = total > opt->warmup ? total : opt->warmup + 1;
 }
 
 /* The per-epoch hook: sums the training time and samples for the final line. */
@@ -179,12 +198,12 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
 
 /* Side outputs whose last write failed (the model is saved all the same):
    a warning for each, and exit status 3, so that a script can tell. */
-static int warn_outputs(unsigned failed, const options *o)
+static int warn_outputs(unsigned failed, const mirror_fit_desc *fd)
 {
     static const unsigned bits[3] = {MIRROR_OUTPUT_HISTORY, MIRROR_OUTPUT_PLOT, MIRROR_OUTPUT_TRACE};
     const char *names[3] = {"history", "plot", "trace"}, *paths[3];
     int i;
-    paths[0] = o->history, paths[1] = o->plot, paths[2] = o->trace;
+    paths[0] = fd->history, paths[1] = fd->plot, paths[2] = fd->trace;
     for (i = 0; i < 3; i++)
         if (failed & bits[i])
             fprintf(stderr, "train: warning: the %s %s could not be written; it holds an earlier version\n", names[i],
@@ -192,94 +211,93 @@ static int warn_outputs(unsigned failed, const options *o)
     return failed ? 3 : 0;
 }
 
-int main(int argc, char **argv)
-{
+/* A run: its options (the descs among them), what it makes on the way,
+   and its last epoch's log. */
+typedef struct run {
     options o;
-    mirror_checkpoint_info at;
-    mirror_error err = {0, ""};
-    mirror_strategy_desc sd;
-    mirror_model_desc md;
-    mirror_fit_desc fd;
-    mirror_dataset train = {0}, test = {0};
-    mirror_strategy *s = NULL;
-    mirror_model *m = NULL;
+    mirror_error err;
+    mirror_strategy *s;
+    mirror_dataset train, test;
+    mirror_model *m;
+    mirror_checkpoint_info at; /* where a resumed run starts; all zero for a fresh one */
+    totals sums;
     mirror_epoch_log log;
-    mirror_loss_scale_state scaler;
-    totals sums = {0.0, 0};
-    int rc, unsaved = 0; /* 3: a side output was not written */
+} run;
 
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    /* A reader that goes away (train | head) must not end the run: writes
-       to the closed pipe fail with EPIPE instead, and training goes on.
-       Set before the first line is written (each is flushed at once). */
-    signal(SIGPIPE, SIG_IGN);
-    switch (options_parse(argc, argv, &o)) {
-    case OPTIONS_RUN: break;
+/* The command line into o: -1 to run, else the exit status (--help: 0,
+   a usage error: 2). */
+static int read_options(int argc, char **argv, options *o)
+{
+    switch (options_parse(argc, argv, o)) {
+    case OPTIONS_RUN: return -1;
     case OPTIONS_HELP: usage(stdout); return 0;
-    case OPTIONS_UNKNOWN: fprintf(stderr, "train: %s\n", o.why); usage(stderr); return 2;
-    default: fprintf(stderr, "train: %s\n", o.why); return 2;
+    case OPTIONS_UNKNOWN: fprintf(stderr, "train: %s\n", o->why); usage(stderr); return 2;
+    default: fprintf(stderr, "train: %s\n", o->why); return 2;
     }
-    memset(&at, 0, sizeof at);
-    md = o.md;
-    /* The strategy first: with MPI it joins the processes, which then agree
-       on the data (one that cannot load it fails them all, no hang). */
-    memset(&sd, 0, sizeof sd);
-    sd.devices = o.devices;
-    sd.num_replicas = o.replicas; /* with MPI: this process's */
-    if ((rc = mirror_strategy_create(&sd, &s, &err))) {
-        complain(rc, err.message);
-        goto out;
-    }
-    where = mirror_strategy_process(s);
-    if (o.data)
-        rc = load_dir(o.data, &train, &test, &err);
-    else if ((rc = mirror_dataset_synthetic_digits(&train, o.synthetic, o.seed, &err)) == MIRROR_OK)
-        rc = mirror_dataset_synthetic_digits(&test, o.synthetic / 5 + 1, o.seed + 7919, &err);
-    if ((rc = mirror_agree(s, rc, &err))) {
-        complain(rc, err.message);
-        goto out;
-    }
-    say("data: %s, %zu train and %zu test samples of %zux%zu\n", o.data ? o.data : "synthetic digits", train.count,
-        test.count, train.height, train.width);
-    say("strategy: %s\n", mirror_strategy_describe(s));
+}
 
+/* The strategy first: with MPI it joins the processes, which then agree
+   on the data (one that cannot load it fails them all, no hang). */
+static int start_strategy(run *r)
+{
+    int rc = mirror_strategy_create(&r->o.sd, &r->s, &r->err); /* with MPI: this process's replicas */
+    if (rc) {
+        complain(rc, r->err.message);
+        return rc;
+    }
+    where = mirror_strategy_process(r->s);
+    return 0;
+}
+
+/* --data DIR, or the synthetic digits (a test set of a fifth). */
+static int load_data(run *r)
+{
+    const options *o = &r->o;
+    int rc;
+    if (o->data)
+        rc = load_dir(o->data, &r->train, &r->test, &r->err);
+    else if ((rc = mirror_dataset_synthetic_digits(&r->train, o->synthetic, o->md.seed, &r->err)) == MIRROR_OK)
+        rc = mirror_dataset_synthetic_digits(&r->test, o->synthetic / 5 + 1, o->md.seed + 7919, &r->err);
+    if ((rc = mirror_agree(r->s, rc, &r->err))) {
+        complain(rc, r->err.message);
+        return rc;
+    }
+    say("data: %s, %zu train and %zu test samples of %zux%zu\n", o->data ? o->data : "synthetic digits",
+        r->train.count, r->test.count, r->train.height, r->train.width);
+    say("strategy: %s\n", mirror_strategy_describe(r->s));
+    return 0;
+}
+
+/* The batch and the micro-batches cut to the data, with a notice. */
+static void fit_batch_to_data(mirror_fit_desc *fd, size_t samples)
+{
     /* a batch beyond the data would size every arena for samples that never come */
-    if (o.batch > train.count) {
+    if (fd->batch > samples) {
         if (where.rank == 0)
-            fprintf(stderr, "train: --batch %zu is more than the %zu training samples: batches of %zu\n", o.batch,
-                    train.count, train.count);
-        o.batch = train.count;
+            fprintf(stderr, "train: --batch %zu is more than the %zu training samples: batches of %zu\n", fd->batch,
+                    samples, samples);
+        fd->batch = samples;
     }
     /* and so would micro-batches beyond it: the step takes the data once */
-    if (o.accumulate > 1 && o.batch * o.accumulate > train.count) {
-        size_t fits = (train.count + o.batch - 1) / o.batch;
+    if (fd->accumulate > 1 && fd->batch * fd->accumulate > samples) {
+        size_t fits = (samples + fd->batch - 1) / fd->batch;
         if (where.rank == 0)
             fprintf(stderr,
                     "train: --accumulate %zu of --batch %zu is more than the %zu training samples: one step of %zu "
                     "micro-batches an epoch\n",
-                    o.accumulate, o.batch, train.count, fits);
-        o.accumulate = fits;
+                    fd->accumulate, fd->batch, samples, fits);
+        fd->accumulate = fits;
     }
-    schedule_steps(&md.optimizer, &o, mirror_num_batches(train.count, o.batch * o.accumulate, 0));
-    md.strategy = s;
-    /* Deterministic unless asked otherwise, where it runs: CPU replicas.
-       (It costs the CNN a few percent; bench/RESULTS.md.) */
-    if (o.deterministic < 0) md.deterministic = !strncmp(mirror_strategy_query_desc(s).devices, "cpu", 3);
-    md.channels = train.channels, md.height = train.height, md.width = train.width;
-    md.max_batch = o.batch;
-    md.seed = o.seed;
-    if ((rc = mirror_model_create(&md, &m, &err))) {
-        complain(rc, err.message);
-        goto out;
-    }
-    if ((rc = example_model(m, o.model, (float)o.dropout))) {
-        complain(rc, mirror_model_error(m));
-        goto out;
-    }
-    md = mirror_model_query_desc(m);
-    say("model: %s, %zu parameters, optimizer %s (lr %g, %s), global batch %zu, precision %s", o.model,
-        mirror_num_parameters(m), o.optimizer, (double)md.optimizer.lr, o.lr_schedule, o.batch, o.precision);
+}
+
+/* The model line: the model as built, with what the library settled. */
+static void describe_model(const run *r)
+{
+    const options *o = &r->o;
+    mirror_model_desc md = mirror_model_query_desc(r->m);
+    say("model: %s, %zu parameters, optimizer %s (lr %g, %s), global batch %zu, precision %s", o->model,
+        mirror_num_parameters(r->m), o->optimizer, (double)md.optimizer.lr, o->lr_schedule, o->fd.batch,
+        o->precision);
     if (md.precision != MIRROR_PRECISION_FP32)
         say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
     if (md.deterministic) say(", deterministic (chunks of %zu samples)", md.chunk);
@@ -287,69 +305,127 @@ int main(int argc, char **argv)
     if (md.graphs) say(", graphs");
     if (md.shard_update == MIRROR_SHARD_OFF) say(", unsharded update");
     say("\n");
+}
 
-    if (o.resume) {
-        if ((rc = mirror_checkpoint_load(m, o.resume, 0, &at))) {
-            complain(rc, mirror_model_error(m));
-            goto out;
-        }
-        say("resume: %s, step %llu, epoch %llu step %llu\n", o.resume, (unsigned long long)at.step,
-            (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step);
-        if (at.batch && (at.batch != o.batch * o.accumulate || at.samples != train.count || at.drop_remainder)) {
-            if (where.rank == 0)
-                fprintf(stderr,
-                        "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
-                        (unsigned long long)at.batch, (unsigned long long)at.samples, o.batch * o.accumulate,
-                        train.count);
-            rc = 1;
-            goto out;
-        }
+/* The model desc completed from the strategy and the data, the model
+   created and its layers added (examples/models.h). */
+static int build_model(run *r)
+{
+    options *o = &r->o;
+    mirror_model_desc *md = &o->md;
+    int rc;
+    schedule_steps(o, mirror_num_batches(r->train.count, o->fd.batch * o->fd.accumulate, 0));
+    md->strategy = r->s;
+    /* Deterministic unless asked otherwise, where it runs: CPU replicas.
+       (It costs the CNN a few percent; bench/RESULTS.md.) */
+    if (o->deterministic < 0) md->deterministic = !strncmp(mirror_strategy_query_desc(r->s).devices, "cpu", 3);
+    md->channels = r->train.channels, md->height = r->train.height, md->width = r->train.width;
+    md->max_batch = o->fd.batch;
+    if ((rc = mirror_model_create(md, &r->m, &r->err))) {
+        complain(rc, r->err.message);
+        return rc;
     }
+    if ((rc = example_model(r->m, o->model, (float)o->dropout))) {
+        complain(rc, mirror_model_error(r->m));
+        return rc;
+    }
+    describe_model(r);
+    return 0;
+}
 
-    memset(&fd, 0, sizeof fd);
-    fd.train = &train;
-    fd.validation = &test;
-    fd.epochs = o.epochs;
-    fd.initial_epoch = (size_t)at.epoch;
-    fd.initial_step = (size_t)at.epoch_step;
-    fd.shuffle_seed = at.shuffle_seed;
-    fd.batch = o.batch;
-    fd.accumulate = o.accumulate;
-    fd.history = o.history;
-    fd.plot = o.plot;
-    fd.curve_every = o.curve_every;
-    fd.trace = o.trace;
-    fd.phases = o.phases;
-    fd.augment_flip = o.augment;
-    fd.augment_crop_pad = o.augment ? o.crop_pad : 0;
-    fd.on_epoch = on_epoch;
-    fd.user = &sums;
-    fd.checkpoint = o.save;
-    fd.checkpoint_every = o.checkpoint_every;
-    fd.resumed_from = o.resume; /* the outputs must not overwrite it */
-    fd.stop = &interrupted;
-    if (at.epoch >= o.epochs) {
-        say("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)at.epoch,
-            o.epochs);
-        goto out;
+/* --resume PATH: the checkpoint's parameters and place in the run; one
+   that counts other batches than this run's is refused. */
+static int resume(run *r)
+{
+    const mirror_fit_desc *fd = &r->o.fd;
+    mirror_checkpoint_info *at = &r->at;
+    int rc;
+    if (!fd->resumed_from) return 0;
+    if ((rc = mirror_checkpoint_load(r->m, fd->resumed_from, 0, at))) {
+        complain(rc, mirror_model_error(r->m));
+        return rc;
     }
-    if ((rc = mirror_fit(m, &fd, &log))) {
-        complain(rc, mirror_model_error(m));
+    say("resume: %s, step %llu, epoch %llu step %llu\n", fd->resumed_from, (unsigned long long)at->step,
+        (unsigned long long)at->epoch + 1, (unsigned long long)at->epoch_step);
+    if (at->batch && (at->batch != fd->batch * fd->accumulate || at->samples != r->train.count || at->drop_remainder)) {
+        if (where.rank == 0)
+            fprintf(stderr,
+                    "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
+                    (unsigned long long)at->batch, (unsigned long long)at->samples, fd->batch * fd->accumulate,
+                    r->train.count);
+        return 1;
+    }
+    return 0;
+}
+
+/* A checkpoint that has trained every epoch asked for leaves nothing to do. */
+static int trained_already(const run *r)
+{
+    if (r->at.epoch < r->o.fd.epochs) return 0;
+    say("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)r->at.epoch,
+        r->o.fd.epochs);
+    return 1;
+}
+
+/* mirror_fit from where the checkpoint left off (or the start) to
+   --epochs; 128 + N when signal N stopped it. */
+static int fit(run *r)
+{
+    mirror_fit_desc *fd = &r->o.fd;
+    int rc;
+    fd->train = &r->train, fd->validation = &r->test;
+    fd->initial_epoch = (size_t)r->at.epoch, fd->initial_step = (size_t)r->at.epoch_step;
+    fd->shuffle_seed = r->at.shuffle_seed;
+    fd->on_epoch = on_epoch, fd->user = &r->sums;
+    fd->stop = &interrupted;
+    if ((rc = mirror_fit(r->m, fd, &r->log))) {
+        complain(rc, mirror_model_error(r->m));
         if (rc == MIRROR_ERR_STOPPED && interrupted) rc = 128 + interrupted;
-        goto out;
     }
+    return rc;
+}
+
+/* The final line, then a warning for each side output not written: 3 if
+   any, else 0. */
+static int report(const run *r)
+{
+    const options *o = &r->o;
+    const mirror_epoch_log *log = &r->log;
+    mirror_loss_scale_state scaler;
     say("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
         "test_acc=%.4f samples_per_s=%.0f seconds=%.1f precision=%s",
-        mirror_num_replicas(s), o.epochs, o.model, log.train_loss, log.train_acc, log.val_loss, log.val_acc,
-        sums.seconds > 0 ? (double)sums.samples / sums.seconds : 0.0, log.elapsed, o.precision);
-    if (md.precision != MIRROR_PRECISION_FP32 && mirror_loss_scale_get(m, &scaler) == MIRROR_OK)
+        mirror_num_replicas(r->s), o->fd.epochs, o->model, log->train_loss, log->train_acc, log->val_loss,
+        log->val_acc, r->sums.seconds > 0 ? (double)r->sums.samples / r->sums.seconds : 0.0, log->elapsed,
+        o->precision);
+    if (mirror_model_query_desc(r->m).precision != MIRROR_PRECISION_FP32 &&
+        mirror_loss_scale_get(r->m, &scaler) == MIRROR_OK)
         say(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
     say("\n");
-    unsaved = warn_outputs(log.failed_outputs, &o);
+    return warn_outputs(log->failed_outputs, &o->fd);
+}
+
+static void end_run(run *r)
+{
+    mirror_model_destroy(r->m);
+    mirror_strategy_destroy(r->s);
+    mirror_dataset_free(&r->train);
+    mirror_dataset_free(&r->test);
+}
+
+/* The trainer in steps: the options, the strategy, the data, the model,
+   a checkpoint to resume from, the training, the final line. */
+int main(int argc, char **argv)
+{
+    run r = {0}; /* no strategy, data or model yet */
+    int rc, unsaved = 0; /* 3: a side output was not written */
+    catch_signals();
+    if ((rc = read_options(argc, argv, &r.o)) >= 0) return rc; /* --help, or a usage error */
+    if ((rc = start_strategy(&r)) || (rc = load_data(&r))) goto out;
+    fit_batch_to_data(&r.o.fd, r.train.count);
+    if ((rc = build_model(&r)) || (rc = resume(&r)) || trained_already(&r)) goto out;
+    if ((rc = fit(&r))) goto out;
+    unsaved = report(&r);
 out:
-    mirror_model_destroy(m);
-    mirror_strategy_destroy(s);
-    mirror_dataset_free(&train);
-    mirror_dataset_free(&test);
+    end_run(&r);
     return rc > 128 ? rc : rc ? 1 : unsaved;
 }
