@@ -15,7 +15,7 @@ enum { MOST_ARGS = 64 };
 static void check_accepted(const options *o)
 {
     const mirror_loss_scale_desc *ls = &o->md.loss_scale;
-    int ok = o->model && o->optimizer && o->precision && o->epochs >= 1 && o->batch >= 1 && o->synthetic >= 1;
+    int ok = o->model && o->optimizer && o->precision && o->fd.epochs >= 1 && o->fd.batch >= 1 && o->synthetic >= 1;
     ok &= !strcmp(o->model, "mlp") || !strcmp(o->model, "cnn") || !strcmp(o->model, "cnn-bn") ||
           !strcmp(o->model, "resnet");
     ok &= o->lr == 0.0 || (o->lr >= FLT_MIN && o->lr <= FLT_MAX && o->md.optimizer.lr > 0.0f);
@@ -24,23 +24,23 @@ static void check_accepted(const options *o)
           o->md.optimizer.kind == MIRROR_OPT_ADAMW;
     ok &= (o->md.precision == MIRROR_PRECISION_FP32) == !strcmp(o->precision, "fp32");
     ok &= ls->kind != MIRROR_SCALE_STATIC || (ls->init_scale >= 1.0f && ls->init_scale <= 1e30f);
-    ok &= o->growth_interval <= UINT32_MAX && o->max_skips <= UINT32_MAX && o->report_nonfinite <= 1;
-    ok &= !o->checkpoint_every || o->save;
+    ok &= ls->report_nonfinite == 0 || ls->report_nonfinite == 1;
+    ok &= !o->fd.checkpoint_every || o->fd.checkpoint;
     ok &= (o->md.optimizer.schedule == MIRROR_LR_CONSTANT) == !strcmp(o->lr_schedule, "constant");
     ok &= !o->lr_step || o->md.optimizer.schedule == MIRROR_LR_STEP;
-    ok &= o->md.optimizer.warmup == o->warmup && o->warmup <= UINT32_MAX;
-    ok &= o->accumulate >= 1 && o->accumulate <= 1 << 20;
+    ok &= o->md.optimizer.warmup <= UINT32_MAX;
+    ok &= o->fd.accumulate >= 1 && o->fd.accumulate <= 1 << 20;
     ok &= o->dropout >= 0.0 && o->dropout <= 0.99;
-    ok &= (!o->history || o->history[0]) && (!o->plot || o->plot[0]) && (!o->trace || o->trace[0]);
-    ok &= o->phases == 0 || o->phases == 1;
-    ok &= o->md.graphs == o->graphs && (o->graphs == 0 || o->graphs == 1);
+    ok &= (!o->fd.history || o->fd.history[0]) && (!o->fd.plot || o->fd.plot[0]) && (!o->fd.trace || o->fd.trace[0]);
+    ok &= o->fd.phases == 0 || o->fd.phases == 1;
+    ok &= o->md.graphs == 0 || o->md.graphs == 1;
     ok &= o->deterministic >= -1 && o->deterministic <= 1 && o->md.deterministic == (o->deterministic == 1);
-    ok &= o->md.chunk == o->chunk && (!o->chunk || o->deterministic != 0);
-    ok &= o->crop_pad <= 64 && o->lr_schedule;
+    ok &= !o->md.chunk || o->deterministic != 0;
+    ok &= o->fd.augment_crop_pad <= (o->fd.augment_flip ? 64u : 0u) && o->lr_schedule;
     ok &= o->md.shard_update == MIRROR_SHARD_AUTO || o->md.shard_update == MIRROR_SHARD_ON ||
           o->md.shard_update == MIRROR_SHARD_OFF;
-    ok &= (!o->data || o->data[0]) && (!o->save || o->save[0]) && (!o->resume || o->resume[0]) &&
-          (!o->devices || o->devices[0]);
+    ok &= (!o->data || o->data[0]) && (!o->fd.checkpoint || o->fd.checkpoint[0]) &&
+          (!o->fd.resumed_from || o->fd.resumed_from[0]) && (!o->sd.devices || o->sd.devices[0]);
     if (!ok) abort();
 }
 
