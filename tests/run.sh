@@ -90,6 +90,17 @@ api_indexed() {
 }
 check "the manual's API INDEX names every MIRROR_API function" api_indexed
 
+# The manual's INSIDE mirror.h lists the implementation's sections, in the
+# order of their // >> markers.
+sections_listed() {
+    listed=$(sed -n '/^   INSIDE mirror.h/,/^   REVISION HISTORY/p' mirror.h |
+             sed -nE 's/^        ([a-z][a-z ]*[a-z])  .*/\1/p' | tr '\n' '|')
+    marked=$(sed -n '/^\/\/ >>implementation/,$p' mirror.h | sed -nE 's|^// >>([a-z][a-z ]*[a-z]) -+$|\1|p' |
+             tr '\n' '|')
+    [ -n "$marked" ] && [ "$listed" = "$marked" ] || { echo "manual: $listed"; echo "file:   $marked"; return 1; }
+}
+check "the manual's INSIDE mirror.h lists the sections in the order of the // >> markers" sections_listed
+
 # nvcc sees the header as CUDA C++; the shared math must compile for the device.
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")}
 if [ -x "$NVCC" ]; then
