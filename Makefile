@@ -153,7 +153,7 @@ $(BUILD)/train_cuda_mpi: examples/train.c examples/models.h examples/options.h $
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda_mpi.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
-$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h mirror_cuda.h mirror.h | $(BUILD)
+$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h tests/helpers.h mirror_cuda.h mirror.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/test_cuda: $(BUILD)/test_cuda.o

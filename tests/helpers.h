@@ -45,30 +45,33 @@ HELPERS_UNUSED static int zeroed(const mirror_dataset *ds)
 }
 
 /* `replicas` replicas on `devices` (NULL: the default, as
-   mirror_strategy_create reads it; 0 replicas: as many as devices gives);
-   NULL when creating fails. */
-HELPERS_UNUSED static mirror_strategy *new_strategy(const char *devices, size_t replicas)
+   mirror_strategy_create reads it; 0 replicas: as many as devices gives),
+   all-reducing with `reducer` (MIRROR_REDUCER_DEFAULT: the default);
+   NULL, and *err filled, when creating fails. */
+HELPERS_UNUSED static mirror_strategy *strategy_with(const char *devices, size_t replicas, mirror_reducer reducer,
+                                                     mirror_error *err)
 {
     mirror_strategy_desc d;
     mirror_strategy *s = NULL;
     memset(&d, 0, sizeof d);
     d.devices = devices;
     d.num_replicas = replicas;
-    if (mirror_strategy_create(&d, &s, NULL) != MIRROR_OK) return NULL;
-    return s;
+    d.reducer = reducer;
+    return mirror_strategy_create(&d, &s, err) == MIRROR_OK ? s : NULL;
+}
+
+/* strategy_with the default reducer. */
+HELPERS_UNUSED static mirror_strategy *new_strategy(const char *devices, size_t replicas)
+{
+    return strategy_with(devices, replicas, MIRROR_REDUCER_DEFAULT, NULL);
 }
 
 /* new_strategy, and one check that it was made. */
 HELPERS_UNUSED static mirror_strategy *checked_strategy(const char *devices, size_t replicas)
 {
-    mirror_strategy_desc d;
-    mirror_strategy *s = NULL;
     mirror_error err = {0, ""};
-    memset(&d, 0, sizeof d);
-    d.devices = devices;
-    d.num_replicas = replicas;
-    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_OK, "strategy \"%s\" of %zu replicas: %s",
-          devices ? devices : "(default)", replicas, err.message);
+    mirror_strategy *s = strategy_with(devices, replicas, MIRROR_REDUCER_DEFAULT, &err);
+    CHECK(s != NULL, "strategy \"%s\" of %zu replicas: %s", devices ? devices : "(default)", replicas, err.message);
     return s;
 }
 

@@ -41,6 +41,7 @@
 #define MIRROR_IMPLEMENTATION
 #include "../../mirror_cuda.h"
 #include "../check.h"
+#include "../helpers.h"
 
 #include <float.h>
 #include <math.h>
@@ -1104,13 +1105,9 @@ static mirror_model *model(mirror_strategy *s, mirror_optimizer_kind opt, mirror
 
 static mirror_strategy *strategy(const char *devices, mirror_reducer reducer)
 {
-    mirror_strategy_desc d;
-    mirror_strategy *s = NULL;
     mirror_error err = {0, ""};
-    memset(&d, 0, sizeof d);
-    d.devices = devices;
-    d.reducer = reducer;
-    if (mirror_strategy_create(&d, &s, &err)) fprintf(stderr, "%s: %s\n", devices, err.message);
+    mirror_strategy *s = strategy_with(devices, 0, reducer, &err);
+    if (!s) fprintf(stderr, "%s: %s\n", devices, err.message);
     return s;
 }
 
