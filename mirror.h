@@ -8061,6 +8061,62 @@ static int mirror__check_memory(mirror_model *m)
                         mirror__bytes_text(have, c, sizeof c), m->desc.max_batch);
 }
 
+/* Replica r's buffers on its opened device: parameters, gradients and
+   optimizer state, activations, the host's staging for the batch and the
+   results, batchnorm's sums, the loss scaler, and the 16-bit copies.
+   0 when memory ran out (the device's error, if any, in its status). */
+static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
+{
+    mirror__replica *p = &m->rep[r];
+    size_t S = m->shard_max, k;
+    p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
+    p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
+    p->state = r > 0 && m->sharded == MIRROR__SHARDED_HOST ? m->rep[0].state
+                                   : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
+    if (m->sharded == MIRROR__SHARDED_DEVICES && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float))))
+        return 0;
+    if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) return 0;
+    m->stats_bufs[r] = p->stats;
+    p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
+    for (k = 0; k < 2; k++) {
+        p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
+        p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
+        p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
+        if (!p->host_x[k] || !p->host_labels[k] || !p->host_targets[k]) return 0;
+    }
+    p->host_loss = (float *)m->be->host_alloc(p->dev, S * sizeof(float));
+    p->host_correct = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
+    p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
+    if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct || !p->host_acc)
+        return 0;
+    if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nslots * sizeof(float))))
+        return 0;
+    if (m->nrunning) {
+        p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
+        p->bn_part = (double *)m->be->alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
+        p->host_part = (double *)m->be->host_alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
+        p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(float));
+        if (!p->bn || !p->bn_part || !p->host_part || !p->host_stat) return 0;
+    }
+    p->weights = p->params;
+    p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
+    p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
+    if (!p->scaler || !p->host_scaler) return 0;
+    if (m->format) {
+        if (m->be->set_precision(p->dev, m->format, mirror__largest(m))) return 0;
+        p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
+        p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
+        if (!p->work16 || !p->grad16) return 0;
+        p->weights = p->work16;
+        m->grad16_bufs[r] = p->grad16;
+        m->work16_bufs[r] = p->work16;
+    }
+    mirror__step_buffers(m, p);
+    m->grad_bufs[r] = p->grads;
+    m->param_bufs[r] = p->params;
+    return 1;
+}
+
 static int mirror__model_build(mirror_model *m)
 {
     size_t R, r, act_total;
@@ -8133,56 +8189,11 @@ static int mirror__model_build(mirror_model *m)
                   m->sharded != MIRROR__SHARDED_DEVICES && !m->graphs;
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
-        size_t S = m->shard_max, k;
         if (!(p->dev = m->be->open(m->s, r, &p->workspace_bytes, &m->err))) {
             rc = m->err.code;
             goto fail;
         }
-        p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
-        p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
-        p->state = r > 0 && m->sharded == MIRROR__SHARDED_HOST ? m->rep[0].state
-                                       : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
-        if (m->sharded == MIRROR__SHARDED_DEVICES && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float))))
-            goto oom;
-        if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) goto oom;
-        m->stats_bufs[r] = p->stats;
-        p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
-        for (k = 0; k < 2; k++) {
-            p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
-            p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
-            p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
-            if (!p->host_x[k] || !p->host_labels[k] || !p->host_targets[k]) goto oom;
-        }
-        p->host_loss = (float *)m->be->host_alloc(p->dev, S * sizeof(float));
-        p->host_correct = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
-        p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
-        if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct || !p->host_acc)
-            goto oom;
-        if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nslots * sizeof(float))))
-            goto oom;
-        if (m->nrunning) {
-            p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
-            p->bn_part = (double *)m->be->alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
-            p->host_part = (double *)m->be->host_alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
-            p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(float));
-            if (!p->bn || !p->bn_part || !p->host_part || !p->host_stat) goto oom;
-        }
-        p->weights = p->params;
-        p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
-        p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
-        if (!p->scaler || !p->host_scaler) goto oom;
-        if (m->format) {
-            if (m->be->set_precision(p->dev, m->format, mirror__largest(m))) goto oom;
-            p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
-            p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
-            if (!p->work16 || !p->grad16) goto oom;
-            p->weights = p->work16;
-            m->grad16_bufs[r] = p->grad16;
-            m->work16_bufs[r] = p->work16;
-        }
-        mirror__step_buffers(m, p);
-        m->grad_bufs[r] = p->grads;
-        m->param_bufs[r] = p->params;
+        if (!mirror__replica_buffers(m, r, act_total)) goto oom;
     }
     /* One generator fills replica 0; the broadcast makes every replica equal. */
     mirror__init_params(m, init);
