@@ -119,7 +119,7 @@ if [ -x "$BUILD/train" ]; then
     # an uninterrupted one ends: the same checkpoint file, byte for byte.
     # 3000 steps outlast the 0.2 s before the signal in a plain build (about
     # 1 ms a step); under AddressSanitizer (8 ms) and ThreadSanitizer (60 ms)
-    # 300 do. (SAN=valgrind builds the trainer plain and runs it so here.)
+    # 300 do. (Under SAN=valgrind this trainer runs outside valgrind.)
     epochs=300
     case "$SAN" in address | thread) epochs=30 ;; esac
     run="$BUILD/train --model mlp --synthetic 600 --batch 64 --epochs $epochs"
