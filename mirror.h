@@ -2200,7 +2200,9 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
                                                  "batchnorm", "residual", "residual_end"};
 
 /* The replica threads (see >>threads): a job is a function every worker
-   runs on the same context, worker w for replica w. */
+   runs on the same context, worker w for replica w. The context is the
+   mirror_strategy for the reducers' jobs and a mirror__job for the step's
+   (the forward and backward, the update), so the team serves both. */
 typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 
 typedef struct mirror__team {
