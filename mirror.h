@@ -2491,6 +2491,7 @@ struct mirror_strategy {
     int status;        /* this process's result before a reduction */
     int stop_asked;    /* this process was asked to stop (fit's stop flag) */
     int stop_seen;     /* after a reduction: some process was */
+    volatile sig_atomic_t *stop; /* fit's stop flag while it runs: a wait gives up MIRROR__STOP_GRACE s after it */
 #endif
 };
 
@@ -2510,6 +2511,13 @@ static int mirror__cuda_current(void);
 static void mirror__cuda_restore(int device);
 #endif
 
+/* Something every process must have alike before it trains (see
+   mirror__processes_agree): what it is, in words, and a hash of it. */
+typedef struct mirror__agreed {
+    const char *what;
+    uint64_t hash;
+} mirror__agreed;
+
 #ifdef MIRROR_MPI
 /* In >>processes: joins the processes (MPI, the communicator, the rank and
    the local rank) before the devices are chosen; then, with the devices,
@@ -2527,6 +2535,8 @@ static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, cons
 static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err);
 static int mirror__mpi_agree(mirror_strategy *s, int result, mirror_error *err);
 static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err);
+static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
+                               mirror_error *err);
 #ifdef MIRROR_CUDA
 /* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
    one NCCL communicator over every GPU of every process. */
@@ -2670,6 +2680,31 @@ static uint64_t mirror__below(uint64_t *state, uint64_t bound)
     do x = mirror__next(state);
     while (x >= limit);
     return x % bound;
+}
+
+/* A 64-bit hash of n bytes, continuing from h: four lanes of 8-byte words
+   (a dataset of hundreds of megabytes in a fraction of a second), folded
+   with the tail and the length through splitmix64's mixer. It tells
+   different bytes from equal ones (replicas, processes); it is no
+   cryptographic digest. */
+static uint64_t mirror__hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t lane[4], w, state;
+    size_t i, j;
+    for (j = 0; j < 4; j++) lane[j] = h + j * 0x9E3779B97F4A7C15ull;
+    for (i = 0; i + 32 <= n; i += 32)
+        for (j = 0; j < 4; j++) {
+            memcpy(&w, b + i + 8 * j, 8);
+            lane[j] = (lane[j] ^ w) * 0xBF58476D1CE4E5B9ull;
+            lane[j] ^= lane[j] >> 29;
+        }
+    for (w = 0; i < n; i++) w = (w << 8 | b[i]) * 0x94D049BB133111EBull;
+    for (state = w ^ n, j = 0; j < 4; j++) {
+        state ^= lane[j];
+        state = mirror__next(&state);
+    }
+    return state;
 }
 
 /* Standard normal (Box-Muller). */
@@ -5274,6 +5309,29 @@ static int mirror__all_agree(mirror_model *m, int rc)
     return rc;
 }
 
+/* What every process must have alike (items): one that differs fails
+   every process, with a message that names it and the ranks that differ
+   from rank 0. One process: nothing to compare. */
+static int mirror__processes_agree(mirror_model *m, const mirror__agreed *items, size_t n, const char *what)
+{
+#ifdef MIRROR_MPI
+    if (m->s->processes > 1) return mirror__mpi_compare(m->s, items, n, what, &m->err);
+#endif
+    (void)m, (void)items, (void)n, (void)what;
+    return MIRROR_OK;
+}
+
+/* An item's name, then its parts added to its hash. */
+static void mirror__agree_on(mirror__agreed *a, const char *what)
+{
+    a->what = what;
+    a->hash = 0;
+}
+
+static void mirror__agree_add(mirror__agreed *a, const void *v, size_t size) { a->hash = mirror__hash(a->hash, v, size); }
+static void mirror__agree_count(mirror__agreed *a, uint64_t v) { mirror__agree_add(a, &v, sizeof v); }
+static void mirror__agree_float(mirror__agreed *a, float v) { mirror__agree_add(a, &v, sizeof v); }
+
 /* This process's metric sums into every process's (one process: as they are). */
 static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
 {
@@ -6804,7 +6862,7 @@ MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s)
 }
 
 #ifdef MIRROR_MPI
-enum { MIRROR__STATUS = 3, MIRROR__FOLD_TAG = 4242, MIRROR__FOLD_PIECE = 1 << 16 };
+enum { MIRROR__STATUS = 3, MIRROR__FOLD_TAG = 4242, MIRROR__FOLD_PIECE = 1 << 16, MIRROR__STOP_GRACE = 1 };
 
 static int mirror__mpi_broken; /* some strategy broke: MPI is not finalized at exit */
 
@@ -6823,21 +6881,45 @@ static size_t mirror__mpi_owner(const mirror_strategy *s, size_t g)
     return p;
 }
 
-static int mirror__mpi_test(void *req)
+/* A request waited for, and when a stop asked during the wait ends it. */
+typedef struct mirror__mpi_waiting {
+    MPI_Request *req;
+    const mirror_strategy *s;
+    double give_up; /* 0 until a stop is asked */
+} mirror__mpi_waiting;
+
+/* 1 done, -1 failed, -2 given up after a stop, 0 not yet. A stop asked
+   while this process waits (a signal: mpirun sends SIGTERM to every
+   process it ends, before SIGKILL) ends the wait MIRROR__STOP_GRACE s
+   later: time enough for healthy peers to arrive, so that every process
+   stops after the same step, and little enough that rank 0 can save the
+   last complete step before mpirun kills it. */
+static int mirror__mpi_test(void *ctx)
 {
+    mirror__mpi_waiting *w = (mirror__mpi_waiting *)ctx;
     int done = 0;
-    if (MPI_Test((MPI_Request *)req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
-    return done;
+    if (MPI_Test(w->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
+    if (done || !w->s->stop || !*w->s->stop) return done;
+    if (w->give_up == 0.0) w->give_up = mirror__now() + MIRROR__STOP_GRACE;
+    return mirror__now() > w->give_up ? -2 : 0;
 }
 
-/* Waits for req until the deadline. A failed or late operation breaks the
-   strategy (see above). */
+/* Waits for req until the deadline. A failed, late or abandoned operation
+   breaks the strategy (see above). */
 static int mirror__mpi_wait(mirror_strategy *s, MPI_Request *req, const char *what, mirror_error *err)
 {
-    int got = mirror__poll(mirror__mpi_test, req, s->timeout);
+    mirror__mpi_waiting w;
+    int got;
+    w.req = req, w.s = s, w.give_up = 0.0;
+    got = mirror__poll(mirror__mpi_test, &w, s->timeout);
     if (got > 0) return MIRROR_OK;
     s->broken = mirror__mpi_broken = 1;
-    if (got < 0) return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
+    if (got == -1) return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
+    if (got == -2)
+        return mirror__error(err, MIRROR_ERR_STOPPED,
+                             "%s: rank %zu of %zu was stopped (a signal) while it waited for the other processes, "
+                             "which did not come within %g s; this strategy can reach them no more",
+                             what, s->rank, s->processes, (double)MIRROR__STOP_GRACE);
     return mirror__error(err, MIRROR_ERR_TIMEOUT,
                          "%s: rank %zu of %zu waited %g s for the other processes: one of them failed, died "
                          "or hangs (the timeout is the strategy desc's timeout or $MIRROR_TIMEOUT); "
@@ -7226,6 +7308,38 @@ static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err)
     if (s->rank == 0 || !word.code) return word.code;
     word.message[sizeof word.message - 1] = '\0';
     return mirror__error(err, word.code, "rank 0: %s", word.message);
+}
+
+/* Every process's items against rank 0's: each one that differs named,
+   with the first ranks that differ, in one message on every process. */
+static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
+                               mirror_error *err)
+{
+    char list[sizeof err->message];
+    uint64_t *all;
+    MPI_Request req;
+    size_t i, p, differ, len = 0;
+    int rc;
+    if ((rc = mirror__mpi_usable(s, n * s->processes, what, err))) return rc;
+    if (!(all = (uint64_t *)mirror__alloc(n * (s->processes + 1), sizeof(uint64_t))))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+    for (i = 0; i < n; i++) all[n * s->processes + i] = items[i].hash;
+    rc = mirror__mpi_done(s, MPI_Iallgather(all + n * s->processes, (int)n, MPI_UINT64_T, all, (int)n, MPI_UINT64_T,
+                                            s->comm, &req),
+                          &req, what, err);
+    list[0] = '\0';
+    for (i = 0; rc == MIRROR_OK && i < n; i++) {
+        size_t first = 0;
+        for (differ = 0, p = 1; p < s->processes; p++)
+            if (all[p * n + i] != all[i] && !differ++) first = p;
+        if (differ && len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s (on rank %zu%s)", len ? "; " : "",
+                                    items[i].what, first, differ > 1 ? " and others" : "");
+    }
+    MIRROR_FREE(all);
+    if (rc || !list[0]) return rc;
+    return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the processes differ from rank 0 in %s: they must be started "
+                         "alike to train together", what, list);
 }
 #endif
 
@@ -8119,12 +8233,58 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     return 1;
 }
 
-static int mirror__model_build(mirror_model *m)
+/* What every process's model must have alike, compared before the
+   parameters' broadcast: the layers and their shapes (the model and the
+   data's), the optimizer, its schedule, the precision and loss scaling,
+   deterministic mode and the seed. */
+static int mirror__model_agree(mirror_model *m)
 {
-    size_t R, r, act_total;
-    float *init;
+    const mirror_model_desc *d = &m->desc;
+    const mirror_optimizer_desc *o = &d->optimizer;
+    const mirror_loss_scale_desc *ls = &d->loss_scale;
+    mirror__agreed it[6];
+    size_t i;
+    if (m->s->processes == 1) return MIRROR_OK;
+    mirror__agree_on(&it[0], "the layers (the model, or the data's shape)");
+    mirror__agree_count(&it[0], m->in_size), mirror__agree_count(&it[0], (uint64_t)d->loss);
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        uint64_t v[14];
+        v[0] = (uint64_t)l->kind, v[1] = l->c, v[2] = l->h, v[3] = l->w, v[4] = l->oc, v[5] = l->oh, v[6] = l->ow;
+        v[7] = l->k, v[8] = l->stride, v[9] = l->pad, v[10] = l->n_w, v[11] = l->n_b, v[12] = (uint64_t)l->local;
+        v[13] = l->from;
+        mirror__agree_add(&it[0], v, sizeof v);
+        mirror__agree_float(&it[0], l->p), mirror__agree_float(&it[0], l->momentum), mirror__agree_float(&it[0], l->eps);
+    }
+    mirror__agree_on(&it[1], "the optimizer and its settings");
+    mirror__agree_count(&it[1], (uint64_t)o->kind), mirror__agree_count(&it[1], (uint64_t)o->nesterov);
+    mirror__agree_float(&it[1], o->lr), mirror__agree_float(&it[1], o->momentum);
+    mirror__agree_float(&it[1], o->weight_decay), mirror__agree_float(&it[1], o->beta1);
+    mirror__agree_float(&it[1], o->beta2), mirror__agree_float(&it[1], o->eps), mirror__agree_float(&it[1], o->clip_norm);
+    mirror__agree_on(&it[2], "the learning-rate schedule");
+    mirror__agree_count(&it[2], (uint64_t)o->schedule), mirror__agree_count(&it[2], o->warmup);
+    mirror__agree_count(&it[2], o->step_size), mirror__agree_count(&it[2], o->total_steps);
+    mirror__agree_count(&it[2], o->lr_fn != NULL);
+    mirror__agree_float(&it[2], o->gamma), mirror__agree_float(&it[2], o->min_lr);
+    mirror__agree_on(&it[3], "the precision and loss scaling");
+    mirror__agree_count(&it[3], (uint64_t)d->precision), mirror__agree_count(&it[3], (uint64_t)ls->kind);
+    mirror__agree_count(&it[3], ls->growth_interval), mirror__agree_count(&it[3], ls->max_consecutive_skips);
+    mirror__agree_count(&it[3], (uint64_t)ls->report_nonfinite);
+    mirror__agree_float(&it[3], ls->init_scale), mirror__agree_float(&it[3], ls->growth_factor);
+    mirror__agree_float(&it[3], ls->backoff_factor), mirror__agree_float(&it[3], ls->min_scale);
+    mirror__agree_float(&it[3], ls->max_scale);
+    mirror__agree_on(&it[4], "deterministic mode and its chunk");
+    mirror__agree_count(&it[4], (uint64_t)d->deterministic), mirror__agree_count(&it[4], m->chunk);
+    mirror__agree_on(&it[5], "the seed");
+    mirror__agree_count(&it[5], d->seed);
+    return mirror__processes_agree(m, it, 6, "mirror_model_build");
+}
+
+/* The build's checks and plan: the arenas' sizes, the update's kind, and
+   whether the memory is there. */
+static int mirror__model_plan(mirror_model *m)
+{
     int rc;
-    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_build: model is NULL");
     if (m->sticky) return m->sticky;
     if (m->built) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: already built");
     if (!m->nlayers) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: no layers");
@@ -8132,7 +8292,6 @@ static int mirror__model_build(mirror_model *m)
         return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: the residual block opened at layer %zu is not "
                                                  "closed (mirror_residual_end)",
                             m->open_block - 1);
-    R = m->s->replicas; /* this process's; shards split the batch over every process's */
     if (m->chunk && m->be != &mirror__cpu_backend && m->s->processes > 1)
         return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
                             "mirror_model_build: deterministic mode on GPUs runs in one process: across processes "
@@ -8158,7 +8317,20 @@ static int mirror__model_build(mirror_model *m)
                             "mirror_model_build: softmax cross-entropy needs at least 2 outputs, "
                             "the last layer gives %zu",
                             m->out_size);
-    if ((rc = mirror__all_agree(m, mirror__check_memory(m)))) return rc; /* no process waits for one that stopped */
+    return mirror__check_memory(m);
+}
+
+static int mirror__model_build(mirror_model *m)
+{
+    size_t R, r, act_total;
+    float *init;
+    int rc, agreed = 0;
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_build: model is NULL");
+    /* Every process's result, so that none waits for one that failed; then
+       the same model everywhere, before the parameters' broadcast (which
+       another model's count of them would derail). */
+    if ((rc = mirror__all_agree(m, mirror__model_plan(m))) || (rc = mirror__model_agree(m))) return rc;
+    R = m->s->replicas; /* this process's; shards split the batch over every process's */
     act_total = mirror__step_buffers(m, NULL);
     m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
     m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
@@ -8197,6 +8369,10 @@ static int mirror__model_build(mirror_model *m)
         }
         if (!mirror__replica_buffers(m, r, act_total)) goto oom;
     }
+    /* Every process has its buffers (a process that failed to agrees in
+       fail): none waits in the broadcast for one that is gone. */
+    agreed = 1;
+    if ((rc = mirror__all_agree(m, MIRROR_OK))) goto fail;
     /* One generator fills replica 0; the broadcast makes every replica equal. */
     mirror__init_params(m, init);
     m->be->upload(m->rep[0].dev, m->rep[0].params, init, m->nslots * sizeof(float));
@@ -8221,6 +8397,7 @@ oom: /* the device's own message (which call, its error string) when it has one 
                           "%zu activation bytes",
                           R, m->nparams, act_total);
 fail:
+    if (!agreed) rc = mirror__all_agree(m, rc);
     MIRROR_FREE(init);
     mirror__free_replicas(m);
     return rc;
@@ -8709,15 +8886,6 @@ MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
     }
 }
 
-/* FNV-1a, 64 bits, of n bytes, continuing from h. */
-static uint64_t mirror__fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    size_t i;
-    for (i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 /* The hash of every local replica's parameters and optimizer state, then
    of every process's replicas (in global order): compared with replica 0's. */
 static int mirror__check_replicas(mirror_model *m)
@@ -8732,15 +8900,15 @@ static int mirror__check_replicas(mirror_model *m)
         goto out;
     }
     for (r = 0; r < s->replicas; r++) {
-        uint64_t h = 14695981039346656037ull;
+        uint64_t h = 0;
         mirror__download_arena(m, r, host, MIRROR__PARAMS);
-        h = mirror__fnv(h, host, m->nslots * sizeof(float));
+        h = mirror__hash(h, host, m->nslots * sizeof(float));
         if (m->format) { /* the working copy the layers read */
             m->be->download(m->rep[r].dev, host, m->rep[r].work16, m->nslots * sizeof(uint16_t));
-            h = mirror__fnv(h, host, m->nslots * sizeof(uint16_t));
+            h = mirror__hash(h, host, m->nslots * sizeof(uint16_t));
         }
         mirror__download_arena(m, r, host, MIRROR__STATE);
-        hash[s->first + r] = mirror__fnv(h, host, m->nstate * sizeof(float));
+        hash[s->first + r] = mirror__hash(h, host, m->nstate * sizeof(float));
     }
     if ((rc = mirror__device_status(m))) goto out;
 #ifdef MIRROR_MPI
@@ -11420,8 +11588,9 @@ static int mirror__fit_learnt_nothing(mirror_model *m, size_t ran)
                         ran, (double)st.scale, mirror_loss_scaling_name(m->desc.loss_scale.kind));
 }
 
-/* A checkpoint at the cursor (epoch, step): the next step to run. */
-static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps)
+/* A checkpoint's cursor (epoch, step): the next step to run. */
+static mirror_checkpoint_info mirror__fit_cursor(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step,
+                                                 size_t steps)
 {
     mirror_checkpoint_info at;
     at.step = m->steps;
@@ -11432,6 +11601,13 @@ static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t ep
     at.samples = d->train->count;
     at.drop_remainder = d->drop_remainder != 0;
     at.micro_batch = mirror__micro_cut(m, d->batch, d->accumulate);
+    return at;
+}
+
+/* A checkpoint at the cursor, saved by rank 0 with every process told. */
+static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps)
+{
+    mirror_checkpoint_info at = mirror__fit_cursor(m, d, epoch, step, steps);
     return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
 }
 
@@ -11899,6 +12075,51 @@ static int mirror__fit_check(mirror_model *m, const mirror_fit_desc *d, size_t *
     return MIRROR_OK;
 }
 
+/* A dataset's shape and contents, into an item to agree on. */
+static void mirror__agree_dataset(mirror__agreed *a, const mirror_dataset *ds, size_t in_size)
+{
+    uint64_t v[8];
+    v[0] = ds->count, v[1] = ds->channels, v[2] = ds->height, v[3] = ds->width, v[4] = ds->num_classes;
+    v[5] = ds->target_dim, v[6] = ds->labels != NULL, v[7] = ds->targets != NULL;
+    mirror__agree_add(a, v, sizeof v);
+    mirror__agree_add(a, ds->x, ds->count * in_size * sizeof(float));
+    if (ds->labels) mirror__agree_add(a, ds->labels, ds->count * sizeof(int32_t));
+    if (ds->targets) mirror__agree_add(a, ds->targets, ds->count * ds->target_dim * sizeof(float));
+}
+
+/* What every process's fit must have alike, compared before the first
+   step: the batch, the data (its size and a hash of its contents), the
+   shuffle seed, the augmentation, the epochs and where they start, and
+   which outputs and hooks it has (rank 0 writes and calls them, but every
+   process takes part in their results). */
+static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
+{
+    mirror__agreed it[7];
+    uint64_t v[10];
+    if (m->s->processes == 1) return MIRROR_OK;
+    mirror__agree_on(&it[0], "the batch and accumulation");
+    mirror__agree_count(&it[0], d->batch), mirror__agree_count(&it[0], d->accumulate);
+    mirror__agree_count(&it[0], (uint64_t)d->drop_remainder);
+    mirror__agree_on(&it[1], "the training data (its size or contents)");
+    mirror__agree_dataset(&it[1], d->train, m->in_size);
+    mirror__agree_on(&it[2], "the validation data (its size or contents)");
+    mirror__agree_count(&it[2], d->validation != NULL);
+    if (d->validation) mirror__agree_dataset(&it[2], d->validation, m->in_size);
+    mirror__agree_on(&it[3], "the shuffle seed");
+    mirror__agree_count(&it[3], d->shuffle_seed);
+    mirror__agree_on(&it[4], "the augmentation");
+    mirror__agree_count(&it[4], (uint64_t)d->augment_flip), mirror__agree_count(&it[4], d->augment_crop_pad);
+    mirror__agree_on(&it[5], "the epochs, or the step to start from");
+    v[0] = d->epochs, v[1] = d->initial_epoch, v[2] = d->initial_step, v[3] = m->steps;
+    mirror__agree_add(&it[5], v, 4 * sizeof v[0]);
+    mirror__agree_on(&it[6], "the checkpoint, side outputs or hooks");
+    v[0] = d->checkpoint != NULL, v[1] = d->checkpoint_every, v[2] = d->history != NULL, v[3] = d->plot != NULL;
+    v[4] = d->curve_every, v[5] = d->trace != NULL, v[6] = d->log_every, v[7] = d->check_replicas_every;
+    v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL;
+    mirror__agree_add(&it[6], v, sizeof v);
+    return mirror__processes_agree(m, it, 7, "mirror_fit");
+}
+
 /* A fit in progress: its desc (defaults applied), what its epochs share,
    and what it must undo at its end. */
 typedef struct mirror__fit_run {
@@ -11914,6 +12135,7 @@ typedef struct mirror__fit_run {
     int curves_lost;        /* rank 0 ran out of memory for them */
     unsigned failed;        /* rank 0's side outputs whose latest write failed */
     uint64_t saved, applied; /* the step last saved; the optimizer steps applied before this fit */
+    size_t at_epoch, at_step; /* the cursor: the next step to run (at_step = steps: the epoch's end) */
     double start;
     int bar, timed, shows_lr, classify;
     int timed_here;         /* fit turned timing on, and turns it off */
@@ -11928,6 +12150,9 @@ static void mirror__fit_unhold(mirror_model *m)
 {
     mirror__fit_unlock(m);
     m->stop = NULL;
+#ifdef MIRROR_MPI
+    m->s->stop = NULL;
+#endif
     m->augment_flip = 0, m->augment_pad = 0;
 }
 
@@ -11955,7 +12180,12 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     *d = mirror__fit_defaults(m, *desc);
-    if ((rc = mirror__fit_check(m, d, &f->steps))) return rc;
+    /* With several processes: a check that failed on one fails all, what
+       they must have alike is compared, then their replicas (resumed from
+       the same checkpoint?), before anything else crosses between them. */
+    if ((rc = mirror__all_agree(m, mirror__fit_check(m, d, &f->steps))) || (rc = mirror__fit_agree(m, d)) ||
+        (m->s->processes > 1 && (rc = mirror__check_replicas(m))))
+        return rc;
     f->applied = mirror_optimizer_steps(m);
     f->per_step = d->batch * d->accumulate;
     if (!mirror__leads(m)) d->progress = MIRROR_PROGRESS_NONE; /* rank 0 speaks for every process */
@@ -11993,6 +12223,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
 #ifdef MIRROR_MPI
     m->s->stop_seen = 0;
+    m->s->stop = d->stop;
 #endif
     return MIRROR_OK;
 fail:
@@ -12059,13 +12290,14 @@ static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, 
     size_t step, k, at;
     int rc;
     for (step = first; step < f->steps; step++) {
+        f->at_epoch = epoch, f->at_step = step;
         if (mirror__fit_stop_asked(m, d)) /* before the step: it is the one to resume at */
             return mirror__fit_stop(m, d, epoch, step, f->steps, f->bar);
         for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
             mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
         /* metrics stay on the device */
         if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc;
-        f->ran++;
+        f->ran++, f->at_step = step + 1;
         if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown, skipped_before))) return rc;
         if (d->checkpoint && d->checkpoint_every && m->steps % d->checkpoint_every == 0) {
             if ((rc = mirror__fit_save(m, d, epoch, step + 1, f->steps))) return rc;
@@ -12119,6 +12351,8 @@ static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epo
             f->curves_lost = 1, mirror__curves_lost(d, &f->failed);
     }
     log->failed_outputs = f->failed;
+    /* Several processes: their replicas compared after every epoch, so that a divergence cannot go unseen */
+    if (m->s->processes > 1 && (rc = mirror__check_replicas(m))) return rc;
     if (d->on_epoch && mirror__hook_stops(m, d->on_epoch(d->user, log)))
         return mirror__fit_stop(m, d, epoch + 1, 0, f->steps, 0);
     return MIRROR_OK;
@@ -12145,10 +12379,46 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
     return mirror__fit_epoch_end(m, f, epoch, &acc, t0);
 }
 
+/* Whether the processes have lost each other (a host cut off, a rank
+   killed or frozen, a stop while waiting): no collective can run. */
+static int mirror__processes_lost(const mirror_model *m)
+{
+#ifdef MIRROR_MPI
+    return m->s->processes > 1 && m->s->broken;
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
+/* After the processes lost each other: a failed step changes nothing, so
+   every survivor holds the last complete step, and rank 0 saves it alone
+   (as any checkpoint: a new file renamed into place), to be resumed on
+   the processes at hand. The failure stays fit's result, with its
+   message; a notice says what was saved, or why not. */
+static void mirror__fit_save_lost(mirror_model *m, const mirror__fit_run *f)
+{
+    const mirror_fit_desc *d = &f->d;
+    mirror_checkpoint_info at = mirror__fit_cursor(m, d, f->at_epoch, f->at_step, f->steps);
+    mirror_error kept = m->err;
+    char notice[sizeof m->err.message + 600];
+    if (!mirror__leads(m)) return;
+    if (mirror__checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep))
+        snprintf(notice, sizeof notice, "the processes lost each other, and rank 0 could not save the last complete "
+                 "step: %s", m->err.message);
+    else
+        snprintf(notice, sizeof notice, "the processes lost each other; rank 0 saved the last complete step, step %llu "
+                 "(epoch %llu, %llu steps into it), to %.300s: resume from it on the processes at hand",
+                 (unsigned long long)at.step, (unsigned long long)at.epoch + 1, (unsigned long long)at.epoch_step,
+                 d->checkpoint);
+    m->err = kept;
+    mirror__log(MIRROR_LOG_NOTICE, notice);
+}
+
 /* The end of a fit, after its last epoch or its first failure: a fixed
    loss scale that skipped every step fails it; the last checkpoint (unless
-   the last step saved it, or nothing ran); the trace, after the
-   checkpoint, which it must never cost. */
+   the last step saved it, or nothing ran), also after the processes lost
+   each other; the trace, after the checkpoint, which it must never cost. */
 static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_epoch_log *last)
 {
     const mirror_fit_desc *d = &f->d;
@@ -12158,6 +12428,8 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
         rc = mirror__fit_learnt_nothing(m, f->ran);
     if (rc == MIRROR_OK && d->checkpoint && f->ran && f->saved != m->steps)
         rc = mirror__fit_save(m, d, d->epochs, 0, f->steps);
+    else if (rc != MIRROR_OK && d->checkpoint && f->ran && f->saved != m->steps && mirror__processes_lost(m))
+        mirror__fit_save_lost(m, f);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unhold(m);
     if (d->trace && mirror__leads(m) && m->span_count)
