@@ -102,7 +102,10 @@
    DESC DEFAULTS (zero means default; mirror_*_query_desc returns them filled)
 
       mirror_strategy_desc  devices        $MIRROR_DEVICES when num_replicas is 0
-                                           too, else "cpu:<online cores>"
+                                           too, else "cpu:<cores>": the cores the
+                                           process may use (its CPU affinity),
+                                           shared out among the processes of a
+                                           machine that may all use every one
                             num_replicas   the count the device list gives
                             reducer        $MIRROR_REDUCER, else NCCL on distinct
                                            GPUs, else the copy reducer (NCCL on
@@ -1184,7 +1187,7 @@ MIRROR_API size_t mirror_num_batches(size_t count, size_t batch, int drop_remain
 // >>declarations: fit -------------------------------------------------------
 
 typedef enum mirror_progress {
-    MIRROR_PROGRESS_AUTO = 0, /* a bar on a terminal, else one line per epoch */
+    MIRROR_PROGRESS_AUTO = 0, /* a bar on a terminal (not one mpirun made), else one line per epoch */
     MIRROR_PROGRESS_BAR,
     MIRROR_PROGRESS_LINES,
     MIRROR_PROGRESS_NONE
@@ -2477,6 +2480,7 @@ struct mirror_strategy {
        `world`. One process: 0, 1, 0, replicas. */
     size_t rank, processes, first, world;
     size_t local_rank; /* among the processes on this machine */
+    size_t local_size; /* the processes on this machine (1 without MPI) */
     double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
 #ifdef MIRROR_MPI
     MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
@@ -6603,6 +6607,34 @@ static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirro
     return MIRROR_OK;
 }
 
+/* The cores this process may run on: its CPU affinity where Linux tells
+   it (/proc/self/status: mpirun binds each process of a small job to one
+   core, taskset and containers narrow it too), else every online core. */
+static size_t mirror__usable_cores(void)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t cores = online > 0 ? (size_t)online : 1, count = 0;
+    char line[4096];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = line + sizeof "Cpus_allowed_list:" - 1;
+        if (strncmp(line, "Cpus_allowed_list:", sizeof "Cpus_allowed_list:" - 1)) continue;
+        while (*p) { /* "0-3,8,10-11" */
+            char *end;
+            unsigned long lo, hi;
+            while (*p == ' ' || *p == '\t' || *p == ',') p++;
+            if (*p < '0' || *p > '9') break;
+            lo = hi = strtoul(p, &end, 10);
+            if (*end == '-') hi = strtoul(end + 1, &end, 10);
+            if (hi >= lo) count += hi - lo + 1;
+            p = end;
+        }
+        break;
+    }
+    if (f) fclose(f);
+    return count && count < cores ? count : cores;
+}
+
 /* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. A negative, NaN
    or infinite one is refused: it would wait for ever, or not at all. */
 static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirror_error *err)
@@ -6643,7 +6675,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     mirror_strategy_desc d;
     mirror_strategy *s;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t count = 0, cores = online > 0 ? (size_t)online : 1;
+    size_t count = 0, cores = mirror__usable_cores();
     const char *why_cpu = "";
     char no_gpu[200] = "";
     int rc, explicit_list;
@@ -6657,7 +6689,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     explicit_list = d.devices && *d.devices;
     s = (mirror_strategy *)mirror__zalloc(1, sizeof *s);
     if (!s) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
-    s->processes = 1;
+    s->processes = s->local_size = 1;
     s->reducer_kind = d.reducer;
     s->timeout = d.timeout;
 #ifdef MIRROR_MPI
@@ -6705,14 +6737,24 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
         goto fail;
     }
     if (!count) count = d.num_replicas;
-    if (!count) count = MIRROR__MIN(cores, 4096);
+    /* By default a replica per core this process may use; processes of one
+       machine that may all use every core share them out. */
+    if (!count) count = MIRROR__MIN(MIRROR__MAX(1, online > 0 && cores == (size_t)online ? cores / s->local_size : cores),
+                                    4096);
     if (why_cpu[0]) { /* a CUDA build on a machine without a GPU */
         char notice[360];
         snprintf(notice, sizeof notice, "no GPU found: training on %zu CPU replica%s (CUDA says: %s)", count,
                  count == 1 ? "" : "s", no_gpu);
         mirror__log(MIRROR_LOG_NOTICE, notice);
     }
-    if (count > 8 * cores) { /* allowed (a demonstration of many replicas), but rarely meant */
+    if (count > cores && online > 0 && cores < (size_t)online) { /* bound to fewer cores than it has replicas */
+        char notice[300];
+        snprintf(notice, sizeof notice,
+                 "%zu CPU replicas on the %zu core%s this process may use (its CPU affinity; the machine has %ld): "
+                 "they share %s; under mpirun, pass --bind-to none",
+                 count, cores, cores == 1 ? "" : "s", online, cores == 1 ? "it" : "them");
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    } else if (count > 8 * cores) { /* allowed (a demonstration of many replicas), but rarely meant */
         char notice[200];
         snprintf(notice, sizeof notice,
                  "%zu CPU replicas on %zu cores: no faster than %zu replicas, and each holds its own parameters, "
@@ -7174,7 +7216,9 @@ static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, m
     if (MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) != MPI_SUCCESS)
         return mirror__error(err, MIRROR_ERR_PEER, "strategy: MPI could not group the processes by machine");
     MPI_Comm_rank(local, &rank);
+    MPI_Comm_size(local, &size);
     s->local_rank = (size_t)rank;
+    s->local_size = (size_t)size;
     MPI_Comm_free(&local);
     return MIRROR_OK;
 }
@@ -12016,9 +12060,17 @@ static int mirror__fit_stop(mirror_model *m, const mirror_fit_desc *d, size_t ep
                         epoch + 1, d->checkpoint ? "; checkpoint saved to " : "", d->checkpoint ? d->checkpoint : "");
 }
 
+/* Whether standard output is a terminal that a person reads: not one
+   that mpirun made (Open MPI gives rank 0 a pseudo-terminal, which a
+   redrawn bar would fill with carriage returns in a log). */
+static int mirror__stdout_is_terminal(void)
+{
+    return isatty(fileno(stdout)) && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_RANK") && !getenv("PMIX_RANK");
+}
+
 /* Defaults for a fit desc's zero fields, in one place (see
    mirror_fit_desc). The progress mode is resolved here too: a bar on a
-   terminal, else lines. */
+   terminal (not one of mpirun's), else lines. */
 static mirror_fit_desc mirror__fit_defaults(const mirror_model *m, mirror_fit_desc d)
 {
     if (!d.epochs) d.epochs = 1;
@@ -12026,7 +12078,7 @@ static mirror_fit_desc mirror__fit_defaults(const mirror_model *m, mirror_fit_de
     if (!d.shuffle_seed) d.shuffle_seed = m->desc.seed;
     if (!d.accumulate) d.accumulate = 1;
     if (d.progress == MIRROR_PROGRESS_AUTO)
-        d.progress = isatty(fileno(stdout)) ? MIRROR_PROGRESS_BAR : MIRROR_PROGRESS_LINES;
+        d.progress = mirror__stdout_is_terminal() ? MIRROR_PROGRESS_BAR : MIRROR_PROGRESS_LINES;
     return d;
 }
 

@@ -22,11 +22,12 @@ typedef struct options {
                                 --chunk, --graphs, --shard-update */
     mirror_fit_desc fd;      /* --epochs, --batch, --accumulate, --save (checkpoint),
                                 --checkpoint-every, --resume (resumed_from), --history, --plot,
-                                --curve-every, --trace, --phases, --augment, --crop-pad */
+                                --curve-every, --trace, --phases, --progress, --augment, --crop-pad */
     /* The flags that are no desc's field, as given: names, the data, and
        the numbers that options_check turns into the descs' */
     const char *data, *model, *optimizer, *precision, *loss_scale, *lr_schedule;
     const char *shard_update; /* --shard-update auto|on|off */
+    const char *progress;     /* --progress bar|lines|none */
     size_t synthetic, lr_step;
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
     double lr, clip_norm, dropout;
@@ -125,6 +126,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--plot")) return options_text(o, a, v, &fd->plot);
     if (!strcmp(a, "--trace")) return options_text(o, a, v, &fd->trace);
     if (!strcmp(a, "--shard-update")) return options_text(o, a, v, &o->shard_update);
+    if (!strcmp(a, "--progress")) return options_text(o, a, v, &o->progress);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
     if (!strcmp(a, "--chunk")) return options_count(o, a, v, &md->chunk);
     if (!strcmp(a, "--curve-every")) return options_count(o, a, v, &fd->curve_every);
@@ -231,6 +233,11 @@ static int options_check(options *o)
     else if (!strcmp(o->shard_update, "on")) md->shard_update = MIRROR_SHARD_ON;
     else if (!strcmp(o->shard_update, "off")) md->shard_update = MIRROR_SHARD_OFF;
     else return options_bad(o, "--shard-update", "auto, on or off", o->shard_update);
+    if (!o->progress) fd->progress = MIRROR_PROGRESS_AUTO;
+    else if (!strcmp(o->progress, "bar")) fd->progress = MIRROR_PROGRESS_BAR;
+    else if (!strcmp(o->progress, "lines")) fd->progress = MIRROR_PROGRESS_LINES;
+    else if (!strcmp(o->progress, "none")) fd->progress = MIRROR_PROGRESS_NONE;
+    else return options_bad(o, "--progress", "bar, lines or none", o->progress);
     if (fd->checkpoint_every && !fd->checkpoint) {
         snprintf(o->why, sizeof o->why, "--checkpoint-every needs --save PATH");
         return OPTIONS_BAD;

@@ -83,6 +83,8 @@ static void usage(FILE *f)
                "  --curve-every N     with --history or --plot: a point every N steps within each epoch too\n"
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
                "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
+               "  --progress P        bar | lines | none (default: a bar on a terminal, lines otherwise and\n"
+               "                      under mpirun)\n"
                "  --deterministic     bitwise the same parameters for any replica count: the default on CPU\n"
                "                      replicas (GPU replicas: off unless asked)\n"
                "  --no-deterministic  sums in each split's own order: equal within float32 rounding, a little faster\n"
@@ -238,9 +240,45 @@ static int read_options(int argc, char **argv, options *o)
 
 /* The strategy first: with MPI it joins the processes, which then agree
    on the data (one that cannot load it fails them all, no hang). */
+#ifdef MIRROR_MPI
+#include <stdlib.h>
+#include <unistd.h>
+/* Open MPI's MPI_Init waits for every process of the job, with no
+   deadline: a process that ended before it joined (a bad option, --help)
+   would leave the others waiting for ever. The join gets the strategy's
+   timeout here ($MIRROR_TIMEOUT, else 300 s), after which SIGALRM ends
+   this process with a message (the library itself never exits), and
+   mpirun the job. */
+static void on_join_timeout(int sig)
+{
+    static const char why[] = "train: the other processes did not join within the timeout ($MIRROR_TIMEOUT, else "
+                              "300 s): one of them ended or failed before it started\n";
+    (void)sig;
+    if (write(2, why, sizeof why - 1) < 0) _exit(1);
+    _exit(1);
+}
+
+static void join_deadline(int on)
+{
+    const char *env = getenv("MIRROR_TIMEOUT");
+    double t = env ? strtod(env, NULL) : 0.0;
+    if (!on) {
+        alarm(0);
+        return;
+    }
+    signal(SIGALRM, on_join_timeout);
+    alarm(t >= 1.0 && t < 1e6 ? (unsigned)t + 1 : 301);
+}
+#else
+static void join_deadline(int on) { (void)on; }
+#endif
+
 static int start_strategy(run *r)
 {
-    int rc = mirror_strategy_create(&r->o.sd, &r->s, &r->err); /* with MPI: this process's replicas */
+    int rc;
+    join_deadline(1);
+    rc = mirror_strategy_create(&r->o.sd, &r->s, &r->err); /* with MPI: this process's replicas */
+    join_deadline(0);
     if (rc) {
         complain(rc, r->err.message);
         return rc;

@@ -471,6 +471,37 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
     }
     mpi_freeze_rank() { mpi_froze || mpi_froze; }
     check "mpirun: one rank frozen with SIGSTOP: the other fails with MIRROR_ERR_TIMEOUT and the job ends" mpi_freeze_rank
+    # Ranks started with other settings fail, every one, within seconds,
+    # naming what differs; a rank that ends before it joins (--help) ends
+    # the job within the timeout, not never.
+    mpi_disagree() {
+        MIRROR_TIMEOUT=20 $mpi -np 1 "$BUILD/train_mpi" $small --replicas 1 : -np 1 "$BUILD/train_mpi" $small \
+            --replicas 1 $1 >"$tmp/disagree.out" 2>&1
+        rc=$?
+        test $rc -ne 0 && test $rc -ne 124 && grep -q "train (rank 0): .*the processes differ from rank 0 in $2 (on rank 1)" \
+            "$tmp/disagree.out" && grep -q "train (rank 1): .*differ from rank 0 in $2" "$tmp/disagree.out" &&
+            ! grep -q '^epoch' "$tmp/disagree.out"
+    }
+    check "ranks with another --lr fail, each naming the optimizer" mpi_disagree "--lr 0.01" "the optimizer and its settings"
+    check "ranks with another --model fail, each naming the layers" mpi_disagree "--model cnn" "the layers"
+    check "ranks with another --batch fail, each naming the batch" mpi_disagree "--batch 60" "the batch and accumulation"
+    check "ranks with another --synthetic size fail, each naming the data" mpi_disagree "--synthetic 700" "the training data"
+    check "an output flag on one rank only fails every rank, naming it" mpi_disagree "--history $tmp/h.csv" \
+        "the checkpoint, side outputs or hooks"
+    mpi_join_deadline() {
+        start=$(date +%s)
+        MIRROR_TIMEOUT=3 $mpi -np 1 "$BUILD/train_mpi" $small : -np 1 "$BUILD/train_mpi" --help >"$tmp/join.out" 2>&1
+        rc=$?
+        took=$(($(date +%s) - start))
+        echo "mpirun exited with $rc after $took s"
+        test $rc -ne 0 && test $rc -ne 124 && test $took -le 15 && grep -q 'did not join within the timeout' "$tmp/join.out"
+    }
+    check "a rank that ends before it joins (--help): the others end within the timeout, saying why" mpi_join_deadline
+    # Test hosts (network namespaces): training across machines, and
+    # machines lost. Root only; tests/hosts.sh says when it skips.
+    BUILD="$BUILD" MPIRUN="$MPIRUN" sh tests/hosts.sh >"$BUILD/hosts.out" 2>&1
+    tally hosts "$BUILD/hosts.out" $?
+    grep -E '^(hosts: skipped|FAILED)' "$BUILD/hosts.out"
     # The CUDA + MPI trainer (built where nvcc is too): without a GPU its
     # processes train on CPU replicas, to train_mpi's final: line; with
     # GPUs, tests/gpu/run.sh runs it there.

@@ -250,6 +250,49 @@ static void test_check_replicas(size_t local)
     mirror_strategy_destroy(s);
 }
 
+/* Processes that differ in what a step depends on do not train: the last
+   process's learning rate, then one pixel of its data, fail the build and
+   the fit on every process, naming what differs and where. */
+static void test_disagree(size_t local)
+{
+    mirror_strategy *s = strategy(NULL, local);
+    mirror_process_info info = mirror_strategy_process(s);
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    mirror_fit_desc fd;
+    mirror_dataset mine;
+    char want[96];
+    int last, rc;
+    if (!s) return;
+    last = info.rank + 1 == info.processes && info.processes > 1;
+    memset(&d, 0, sizeof d);
+    d.strategy = s, d.channels = 1, d.height = d.width = SIDE, d.max_batch = 16, d.seed = 5;
+    d.optimizer.kind = MIRROR_OPT_ADAM, d.optimizer.lr = last ? 0.002f : 0.003f;
+    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_flatten(m) == MIRROR_OK && mirror_dense(m, 10) == MIRROR_OK,
+          "a model to build");
+    snprintf(want, sizeof want, "differ from rank 0 in the optimizer and its settings (on rank %zu)",
+             info.processes - 1);
+    rc = mirror_model_build(m);
+    CHECK(info.processes == 1 ? rc == MIRROR_OK : rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), want),
+          "another learning rate on the last process fails the build everywhere: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    d.optimizer.lr = 0.003f;
+    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_flatten(m) == MIRROR_OK && mirror_dense(m, 10) == MIRROR_OK &&
+              mirror_model_build(m) == MIRROR_OK,
+          "alike, the build succeeds: %s", m ? mirror_model_error(m) : "no model");
+    small_digits(&mine, SAMPLES, 3, SIDE, 2);
+    if (last) mine.x[5 * SIDE * SIDE + 7] += 0.5f;
+    memset(&fd, 0, sizeof fd);
+    fd.train = &mine, fd.epochs = 1, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    snprintf(want, sizeof want, "the training data (its size or contents) (on rank %zu)", info.processes - 1);
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(info.processes == 1 ? rc == MIRROR_OK : rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), want),
+          "one pixel of other data on the last process fails the fit everywhere: %s", mirror_model_error(m));
+    mirror_dataset_free(&mine);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* A result that fails on the last process only reaches every process. */
 static void test_agree(size_t local)
 {
@@ -294,6 +337,7 @@ int main(int argc, char **argv)
     test_all_reduce(local, (size_t)size);
     test_check_replicas(local);
     test_agree(local);
+    test_disagree(local);
     mirror_dataset_free(&data);
     counts[0] = check_passed, counts[1] = check_failed;
     MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
