@@ -256,8 +256,19 @@
       progress and writes checkpoints (its result is every process's);
       every process reads them. A checkpoint resumes on any number of
       processes and replicas. mirror_check_replicas compares a hash of
-      every replica of every process; fit runs it every
-      check_replicas_every steps when asked.
+      every replica of every process; fit runs it at its start, after
+      every epoch, and every check_replicas_every steps when asked.
+
+      Processes must agree. mirror_model_build compares across them, before
+      the parameters' broadcast, a hash of the layers and their shapes, the
+      optimizer, its schedule, the precision and loss scaling,
+      deterministic mode and the seed; mirror_fit, before its first step,
+      the batch and accumulation, the data (sizes and a hash of the
+      contents), the shuffle seed, the augmentation, the epochs and the
+      start, and which outputs and hooks it has. One that differs fails
+      every process with MIRROR_ERR_ARGUMENT and one message naming it and
+      the first rank that differs. A check of the build or of fit that
+      fails in one process fails them all at once.
 
       Never a hang: every MPI operation is non-blocking and waited for
       with a deadline (desc.timeout, else $MIRROR_TIMEOUT, else 300 s). A
@@ -267,6 +278,14 @@
       step. A process that died or hangs makes the others fail with
       MIRROR_ERR_TIMEOUT; that strategy is then broken, MPI is not
       finalized at exit, and mpirun ends the job when the process exits.
+      A stop flag set while a process waits for the others (mpirun sends
+      SIGTERM to the processes of a job it ends) ends the wait 1 s later
+      with MIRROR_ERR_STOPPED, and breaks the strategy too. When fit fails
+      so, after a step has run, rank 0 saves the last complete step to the
+      fit's checkpoint path on its own (a failed step changes nothing, so
+      that is what every survivor holds) and says so in a notice; the
+      failure stays fit's result. The README gives the mpirun flags that
+      make a lost machine end the job within seconds.
 
       GPU replicas in several processes (mirror_cuda.h compiled with
       -DMIRROR_MPI; the Makefile's build/train_cuda_mpi): without a device
@@ -5332,7 +5351,10 @@ static void mirror__agree_on(mirror__agreed *a, const char *what)
     a->hash = 0;
 }
 
-static void mirror__agree_add(mirror__agreed *a, const void *v, size_t size) { a->hash = mirror__hash(a->hash, v, size); }
+static void mirror__agree_add(mirror__agreed *a, const void *v, size_t size)
+{
+    a->hash = mirror__hash(a->hash, v, size);
+}
 static void mirror__agree_count(mirror__agreed *a, uint64_t v) { mirror__agree_add(a, &v, sizeof v); }
 static void mirror__agree_float(mirror__agreed *a, float v) { mirror__agree_add(a, &v, sizeof v); }
 
@@ -6739,8 +6761,9 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     if (!count) count = d.num_replicas;
     /* By default a replica per core this process may use; processes of one
        machine that may all use every core share them out. */
-    if (!count) count = MIRROR__MIN(MIRROR__MAX(1, online > 0 && cores == (size_t)online ? cores / s->local_size : cores),
-                                    4096);
+    if (!count) count = online > 0 && cores == (size_t)online ? cores / s->local_size : cores;
+    if (!count) count = 1;
+    count = MIRROR__MIN(count, 4096);
     if (why_cpu[0]) { /* a CUDA build on a machine without a GPU */
         char notice[360];
         snprintf(notice, sizeof notice, "no GPU found: training on %zu CPU replica%s (CUDA says: %s)", count,
@@ -8298,13 +8321,15 @@ static int mirror__model_agree(mirror_model *m)
         v[7] = l->k, v[8] = l->stride, v[9] = l->pad, v[10] = l->n_w, v[11] = l->n_b, v[12] = (uint64_t)l->local;
         v[13] = l->from;
         mirror__agree_add(&it[0], v, sizeof v);
-        mirror__agree_float(&it[0], l->p), mirror__agree_float(&it[0], l->momentum), mirror__agree_float(&it[0], l->eps);
+        mirror__agree_float(&it[0], l->p), mirror__agree_float(&it[0], l->momentum);
+        mirror__agree_float(&it[0], l->eps);
     }
     mirror__agree_on(&it[1], "the optimizer and its settings");
     mirror__agree_count(&it[1], (uint64_t)o->kind), mirror__agree_count(&it[1], (uint64_t)o->nesterov);
     mirror__agree_float(&it[1], o->lr), mirror__agree_float(&it[1], o->momentum);
     mirror__agree_float(&it[1], o->weight_decay), mirror__agree_float(&it[1], o->beta1);
-    mirror__agree_float(&it[1], o->beta2), mirror__agree_float(&it[1], o->eps), mirror__agree_float(&it[1], o->clip_norm);
+    mirror__agree_float(&it[1], o->beta2), mirror__agree_float(&it[1], o->eps);
+    mirror__agree_float(&it[1], o->clip_norm);
     mirror__agree_on(&it[2], "the learning-rate schedule");
     mirror__agree_count(&it[2], (uint64_t)o->schedule), mirror__agree_count(&it[2], o->warmup);
     mirror__agree_count(&it[2], o->step_size), mirror__agree_count(&it[2], o->total_steps);

@@ -133,16 +133,25 @@ ranks_on() {
     done
 }
 
+# Starts a job on 2 hosts in the background ($job), its output into $1,
+# with the trainer's flags after $2, and waits until it reaches epoch $2.
+start_job() {
+    out=$1
+    epoch=$2
+    shift 2
+    on_hosts 2 "$@" >"$out" 2>&1 &
+    job=$!
+    for i in $(seq 200); do
+        grep -q "^epoch $epoch/" "$out" && break
+        sleep 0.1
+    done
+}
+
 # Starts the run on 2 hosts, waits for epoch 3, does what $1 says to host
 # h2 (rank 1) or h1 (rank 0), and times the job's end into $took.
 cut_short() {
     rm -f "$tmp/cut.ckpt"
-    on_hosts 2 $run --save "$tmp/cut.ckpt" >"$tmp/cut.out" 2>&1 &
-    job=$!
-    for i in $(seq 200); do
-        grep -q '^epoch 3/' "$tmp/cut.out" && break
-        sleep 0.1
-    done
+    start_job "$tmp/cut.out" 3 $run --save "$tmp/cut.ckpt"
     start=$(date +%s)
     case $1 in
     cut-h1 | cut-h2) ip link set "mv${tag}${1#cut-}" down ;;
@@ -167,7 +176,7 @@ saved_and_resumed() {
         grep '^resume: ' "$tmp/resumed.out" && cmp "$tmp/resumed.ckpt" "$tmp/one.ckpt"
 }
 survives() { cut_short "$1" && saved_and_resumed; }
-check "host 2 cut off: the job ends within the timeout + 30 s; rank 0 saved the last complete step; resumed, the run's end" \
+check "host 2 cut off: the job ends within the timeout + 30 s; rank 0 saved the last complete step, resumed to the end" \
     survives cut-h2
 check "rank 1 killed (SIGKILL): the job ends within the timeout + 30 s; rank 0's checkpoint resumes to the run's end" \
     survives KILL
@@ -197,18 +206,14 @@ elastic="--model cnn-bn --synthetic 400 --batch 40 --epochs 30 --deterministic -
          --lr-schedule cosine --warmup 5 --replicas 1"
 elastic_resume() {
     on_hosts 2 $elastic --save "$tmp/whole.ckpt" >"$tmp/whole.out" 2>&1 || return 1
-    on_hosts 2 $elastic --save "$tmp/part.ckpt" >"$tmp/part.out" 2>&1 &
-    job=$!
-    for i in $(seq 200); do
-        grep -q '^epoch 2/' "$tmp/part.out" && break
-        sleep 0.1
-    done
+    start_job "$tmp/part.out" 2 $elastic --save "$tmp/part.ckpt"
     sleep 0.3
     kill -TERM $(ranks_on h1 h2) # as a scheduler signals every process of a job
     wait $job
     cat "$tmp/part.out"
     grep -q 'stopped before step' "$tmp/part.out" &&
-        "$BUILD/train" $elastic --replicas 3 --resume "$tmp/part.ckpt" --save "$tmp/elastic.ckpt" >"$tmp/elastic.out" 2>&1 &&
+        "$BUILD/train" $elastic --replicas 3 --resume "$tmp/part.ckpt" --save "$tmp/elastic.ckpt" \
+            >"$tmp/elastic.out" 2>&1 &&
         grep '^resume: ' "$tmp/elastic.out" && cmp "$tmp/elastic.ckpt" "$tmp/whole.ckpt"
 }
 check "2 hosts stopped by SIGTERM mid-epoch, resumed on one process of 3 replicas: the uninterrupted job's checkpoint" \

@@ -268,7 +268,8 @@ static void test_disagree(size_t local)
     memset(&d, 0, sizeof d);
     d.strategy = s, d.channels = 1, d.height = d.width = SIDE, d.max_batch = 16, d.seed = 5;
     d.optimizer.kind = MIRROR_OPT_ADAM, d.optimizer.lr = last ? 0.002f : 0.003f;
-    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_flatten(m) == MIRROR_OK && mirror_dense(m, 10) == MIRROR_OK,
+    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_flatten(m) == MIRROR_OK &&
+              mirror_dense(m, 10) == MIRROR_OK,
           "a model to build");
     snprintf(want, sizeof want, "differ from rank 0 in the optimizer and its settings (on rank %zu)",
              info.processes - 1);
@@ -277,8 +278,8 @@ static void test_disagree(size_t local)
           "another learning rate on the last process fails the build everywhere: %s", mirror_model_error(m));
     mirror_model_destroy(m);
     d.optimizer.lr = 0.003f;
-    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_flatten(m) == MIRROR_OK && mirror_dense(m, 10) == MIRROR_OK &&
-              mirror_model_build(m) == MIRROR_OK,
+    CHECK(mirror_model_create(&d, &m, NULL) == MIRROR_OK && mirror_flatten(m) == MIRROR_OK &&
+              mirror_dense(m, 10) == MIRROR_OK && mirror_model_build(m) == MIRROR_OK,
           "alike, the build succeeds: %s", m ? mirror_model_error(m) : "no model");
     small_digits(&mine, SAMPLES, 3, SIDE, 2);
     if (last) mine.x[5 * SIDE * SIDE + 7] += 0.5f;
