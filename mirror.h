@@ -6658,21 +6658,22 @@ static size_t mirror__usable_cores(void)
 }
 
 /* The desc's timeout, else $MIRROR_TIMEOUT, else 300 s. A negative, NaN
-   or infinite one is refused: it would wait for ever, or not at all. */
+   or infinite one is refused: it would wait for ever; so is one under a
+   millisecond, which no process could meet. */
 static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirror_error *err)
 {
     const char *env = getenv("MIRROR_TIMEOUT");
     char *end = NULL;
     *timeout = d->timeout;
-    if (!(*timeout >= 0.0 && *timeout <= DBL_MAX))
+    if (!(*timeout == 0.0 || (*timeout >= 1e-3 && *timeout <= DBL_MAX)))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "mirror_strategy_create: timeout %g; give seconds, more than 0 (0: $MIRROR_TIMEOUT, "
+                             "mirror_strategy_create: timeout %g; give seconds, from 0.001 (0: $MIRROR_TIMEOUT, "
                              "else 300)", *timeout);
     if (*timeout == 0.0 && env && *env) {
         *timeout = strtod(env, &end);
-        if (*end || !(*timeout > 0.0 && *timeout <= DBL_MAX))
-            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds, more "
-                                 "than 0", env);
+        if (*end || !(*timeout >= 1e-3 && *timeout <= DBL_MAX))
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds, from "
+                                 "0.001", env);
     }
     if (*timeout == 0.0) *timeout = 300.0;
     return MIRROR_OK;
@@ -7214,7 +7215,7 @@ static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, m
 {
     MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD, local = MPI_COMM_NULL;
     MPI_Request req;
-    int ready = 0, provided = 0, rank = 0, size = 0, rc;
+    int ready = 0, provided = 0, rank = 0, size = 0;
     MPI_Initialized(&ready);
     if (!ready) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -7225,9 +7226,12 @@ static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, m
     }
     if (MPI_Comm_idup(base, &s->comm, &req) != MPI_SUCCESS)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: cannot duplicate the MPI communicator");
-    if ((rc = mirror__mpi_wait(s, &req, "strategy: joining the processes", err))) {
+    if (mirror__mpi_wait(s, &req, "strategy: joining the processes", err)) { /* whose rank is not known yet */
         s->comm = MPI_COMM_NULL;
-        return rc;
+        return mirror__error(err, MIRROR_ERR_TIMEOUT,
+                             "strategy: joining the processes: the others did not answer within %g s (the timeout): "
+                             "one of them failed, died or never created its strategy",
+                             s->timeout);
     }
     MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->comm, &rank);

@@ -111,8 +111,8 @@ check() {
     fi
 }
 
-# The run every case below cuts short: 400 epochs of 6 steps (some seconds), deterministic.
-run="--model mlp --synthetic 300 --batch 50 --epochs 400 --deterministic --replicas 1"
+# The run every case below cuts short: 200 epochs of 6 steps (a few seconds), deterministic.
+run="--model mlp --synthetic 300 --batch 50 --epochs 200 --deterministic --replicas 1"
 if ! "$BUILD/train" $run --save "$tmp/one.ckpt" >"$tmp/one.out" 2>&1; then
     failed=1
     done_with "FAILED: $BUILD/train $run"

@@ -480,12 +480,16 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
         rc=$?
         test $rc -ne 0 && test $rc -ne 124 && grep -q "train (rank 0): .*the processes differ from rank 0 in $2 (on rank 1)" \
             "$tmp/disagree.out" && grep -q "train (rank 1): .*differ from rank 0 in $2" "$tmp/disagree.out" &&
-            ! grep -q '^epoch' "$tmp/disagree.out"
+            ! grep -q '^epoch' "$tmp/disagree.out" && return 0
+        cat "$tmp/disagree.out"
+        return 1
     }
     check "ranks with another --lr fail, each naming the optimizer" mpi_disagree "--lr 0.01" "the optimizer and its settings"
-    check "ranks with another --model fail, each naming the layers" mpi_disagree "--model cnn" "the layers"
+    check "ranks with another --model fail, each naming the layers" mpi_disagree "--model cnn" \
+        "the layers (the model, or the data's shape)"
     check "ranks with another --batch fail, each naming the batch" mpi_disagree "--batch 60" "the batch and accumulation"
-    check "ranks with another --synthetic size fail, each naming the data" mpi_disagree "--synthetic 700" "the training data"
+    check "ranks with another --synthetic size fail, each naming the data" mpi_disagree "--synthetic 700" \
+        "the training data (its size or contents)"
     check "an output flag on one rank only fails every rank, naming it" mpi_disagree "--history $tmp/h.csv" \
         "the checkpoint, side outputs or hooks"
     mpi_join_deadline() {

@@ -1414,7 +1414,8 @@ static void test_timeout(void)
         static const struct {
             double timeout;
             const char *says;
-        } bad[] = {{-1.0, "timeout -1"}, {-1e-9, "timeout -1e-09"}, {NAN, "nan"}, {INFINITY, "inf"}};
+        } bad[] = {{-1.0, "timeout -1"}, {-1e-9, "timeout -1e-09"}, {1e-9, "timeout 1e-09"}, {NAN, "nan"},
+                   {INFINITY, "inf"}};
         size_t i;
         for (i = 0; i < sizeof bad / sizeof *bad; i++) {
             d.timeout = bad[i].timeout;
@@ -1424,11 +1425,15 @@ static void test_timeout(void)
                   "timeout %g: an argument error naming it (%s)", bad[i].timeout, err.message);
             mirror_strategy_destroy(s), s = NULL;
         }
-        setenv("MIRROR_TIMEOUT", "inf", 1);
-        d.timeout = 0.0;
-        CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && s == NULL && strstr(err.message, "inf"),
-              "MIRROR_TIMEOUT=inf: an argument error naming it (%s)", err.message);
-        mirror_strategy_destroy(s), s = NULL;
+        static const char *const bad_env[] = {"inf", "1e999", "1e-9"};
+        for (i = 0; i < sizeof bad_env / sizeof *bad_env; i++) {
+            setenv("MIRROR_TIMEOUT", bad_env[i], 1);
+            d.timeout = 0.0;
+            CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && s == NULL &&
+                      strstr(err.message, bad_env[i]),
+                  "MIRROR_TIMEOUT=%s: an argument error naming it (%s)", bad_env[i], err.message);
+            mirror_strategy_destroy(s), s = NULL;
+        }
         unsetenv("MIRROR_TIMEOUT");
     }
 }
