@@ -35,6 +35,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef MIRROR_MPI
+#include <stdlib.h>
+#include <unistd.h>
+#endif
 
 /* Ctrl-C and SIGTERM (what docker, Slurm, systemd and Kubernetes send):
    fit saves a checkpoint before the next step and returns; the trainer
@@ -238,11 +242,7 @@ static int read_options(int argc, char **argv, options *o)
     }
 }
 
-/* The strategy first: with MPI it joins the processes, which then agree
-   on the data (one that cannot load it fails them all, no hang). */
 #ifdef MIRROR_MPI
-#include <stdlib.h>
-#include <unistd.h>
 /* Open MPI's MPI_Init waits for every process of the job, with no
    deadline: a process that ended before it joined (a bad option, --help)
    would leave the others waiting for ever. The join gets the strategy's
@@ -253,8 +253,8 @@ static void on_join_timeout(int sig)
 {
     static const char why[] = "train: the other processes did not join within the timeout ($MIRROR_TIMEOUT, else "
                               "300 s): one of them ended or failed before it started\n";
-    (void)sig;
-    if (write(2, why, sizeof why - 1) < 0) _exit(1);
+    ssize_t written = write(2, why, sizeof why - 1);
+    (void)sig, (void)written;
     _exit(1);
 }
 
@@ -267,12 +267,14 @@ static void join_deadline(int on)
         return;
     }
     signal(SIGALRM, on_join_timeout);
-    alarm(t >= 1.0 && t < 1e6 ? (unsigned)t + 1 : 301);
+    alarm(t > 0.0 && t < 1e6 ? (unsigned)t + 1 : 301);
 }
 #else
 static void join_deadline(int on) { (void)on; }
 #endif
 
+/* The strategy first: with MPI it joins the processes, which then agree
+   on the data (one that cannot load it fails them all, no hang). */
 static int start_strategy(run *r)
 {
     int rc;
