@@ -2406,6 +2406,15 @@ struct mirror_model {
     int sharded;         /* the update's sharding (MIRROR__SHARDED_HOST or _DEVICES), or 0 */
     size_t slice;        /* sharded: replica r's slice being slots [r slice, (r + 1) slice) */
     uint32_t *found;     /* sharded mixed precision: each slice's non-finite flag */
+    /* Sharded across processes too (shard_update on, CPU replicas, see
+       mirror__across_update): this process updates slots [pbegin, pbegin +
+       plen) alone; `parts` carries the verdict (every process's flag and
+       blocks' sums of squares); `stale` says what, since the last step,
+       is current on its slice's owner alone (MIRROR__STALE_*). */
+    int across;
+    size_t pbegin, plen;
+    double *parts;
+    int stale;
     int graphs;          /* training passes are captured and replayed (mirror__graph_step) */
     int dropouts;        /* the model has dropout layers */
     int keep_cols;       /* each convolution keeps its im2col from forward for backward */
@@ -2507,10 +2516,13 @@ struct mirror_strategy {
     size_t *counts;    /* every process's replica count */
     float *fold;       /* the partial sums that travel from rank to rank, and the status word */
     size_t fold_cap;
-    MPI_Request *fold_reqs; /* the fold's receives, sends and broadcasts, one of each per piece */
+    MPI_Request *fold_reqs; /* the fold's requests (mirror__mpi_all_reduce) */
     size_t fold_pieces;
     int fold_from;     /* the fold starts from the partial sums received */
     size_t fold_begin, fold_len; /* the piece of the fold at hand */
+    int scatter;       /* the next fold is scattered: each process keeps its slice of the total */
+    size_t keep_begin, keep_len; /* what of the total this process keeps */
+    int *slices;       /* every process's slice (count, then place) for MPI, 2 x processes */
     int status;        /* this process's result before a reduction */
     int stop_asked;    /* this process was asked to stop (fit's stop flag) */
     int stop_seen;     /* after a reduction: some process was */
@@ -2551,7 +2563,8 @@ static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err);
 static void mirror__mpi_teardown(mirror_strategy *s);
 /* In >>processes too: what the core sends across the processes (the
    reduction's status word, the batchnorm sums, the metrics, a result that
-   every process must share). */
+   every process must share, the slices of the update sharded across
+   them). */
 static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n,
                                      int format, mirror_error *err);
 static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err);
@@ -2560,6 +2573,7 @@ static int mirror__mpi_agree(mirror_strategy *s, int result, mirror_error *err);
 static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err);
 static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
                                mirror_error *err);
+static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, size_t size, int parts, mirror_error *err);
 #ifdef MIRROR_CUDA
 /* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
    one NCCL communicator over every GPU of every process. */
@@ -2944,6 +2958,20 @@ MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin,
     extra = n % replicas;
     *begin = r * base + MIRROR__MIN(r, extra);
     *count = base + (r < extra);
+}
+
+/* The update sharded across processes (shard_update on): process p's
+   slice of n parameter slots, whole blocks of MIRROR__NORM_BLOCK (the
+   blocks the clipping norm adds its squares in), shared out as mirror_shard
+   shares; a slice may be empty. */
+enum { MIRROR__NORM_BLOCK = 1024 };
+
+static void mirror__process_slice(size_t n, size_t processes, size_t p, size_t *begin, size_t *count)
+{
+    size_t b, c;
+    mirror_shard((n + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK, processes, p, &b, &c);
+    *begin = MIRROR__MIN(b * MIRROR__NORM_BLOCK, n);
+    *count = MIRROR__MIN((b + c) * MIRROR__NORM_BLOCK, n) - *begin;
 }
 
 /* ---- one call at a time ---- */
@@ -4397,12 +4425,14 @@ static double mirror__sum_squares(const float *g, const uint16_t *g16, size_t be
     return sum;
 }
 
-/* The sum of squares of n values of g (or of g16 unscaled), in blocks of 1024. */
+/* The sum of squares of n values of g (or of g16 unscaled), block by
+   block (the update sharded across processes adds the same blocks' sums). */
 static double mirror__cpu_squares(const float *g, const uint16_t *g16, size_t n, int format, float inv_scale)
 {
     double sum = 0.0;
     size_t i;
-    for (i = 0; i < n; i += 1024) sum += mirror__sum_squares(g, g16, i, MIRROR__MIN(n, i + 1024), format, inv_scale);
+    for (i = 0; i < n; i += MIRROR__NORM_BLOCK)
+        sum += mirror__sum_squares(g, g16, i, MIRROR__MIN(n, i + MIRROR__NORM_BLOCK), format, inv_scale);
     return sum;
 }
 
@@ -5254,7 +5284,7 @@ MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n
 static int mirror__sum_chunks(mirror_model *m, int onto)
 {
     mirror_strategy *s = m->s;
-    size_t r, q, nin = 0;
+    size_t r, q, nin = 0, keep = 0, len = m->nslots;
     int rc = MIRROR_OK;
     if (onto && s->rank == 0) m->chunk_owner[nin] = 0, m->chunk_in[nin++] = m->rep[0].grads;
     for (r = 0; r < s->replicas; r++)
@@ -5264,11 +5294,12 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
     s->fold_in = m->chunk_in;
     s->fold_count = nin;
     if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
+    if (s->processes > 1) keep = s->keep_begin, len = s->keep_len;
 #endif
     if (s->processes == 1)
         rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
-    for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++)
-        m->be->narrow(m->rep[r].dev, m->rep[r].grad16, m->rep[r].grads, m->nslots, m->format);
+    for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++) /* scattered: this process's slice */
+        m->be->narrow(m->rep[r].dev, m->rep[r].grad16 + keep, m->rep[r].grads + keep, len, m->format);
     return rc;
 }
 
@@ -5277,8 +5308,9 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
    is mirror__sum_chunks, after each micro-batch). With several processes
    it always runs, carrying this process's result so far and its stop flag
    to the others (see >>processes): a failure anywhere fails the step
-   everywhere. */
-static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
+   everywhere; the step's last reduction is a reduce-scatter when the
+   update is sharded across processes (`last`: it is the step's last). */
+static int mirror__reduce_gradients(mirror_model *m, int rc, int onto, int last)
 {
     mirror_strategy *s = m->s;
 #ifdef MIRROR_MPI
@@ -5286,12 +5318,14 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto)
         int reduced;
         s->status = rc;
         s->stop_asked = m->stop && *m->stop;
+        s->scatter = m->across && last;
         reduced = m->chunk    ? mirror__sum_chunks(m, onto)
                   : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
                               : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
         return reduced ? reduced : rc; /* this process's own failure fails its step too */
     }
 #endif
+    (void)last;
     if (m->bucketed) { /* summed in buckets during backward: what follows waits for them */
         size_t r;
         for (r = 0; r < s->replicas; r++) m->be->buckets_done(m->rep[r].dev);
@@ -5543,6 +5577,12 @@ static int mirror__scaler_verdict(mirror_model *m, const char *what)
    layout, clipping, the update of every parameter on every replica, and
    the sharded updates (on the host, across devices). */
 
+/* What a replica's arenas hold, as the API and checkpoints name it. */
+enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
+
+/* The optimizer state's arrays: Adam's two moments, momentum's one, or none. */
+static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m->nstate / m->nslots : 0; }
+
 /* The floats of optimizer state a replica holds: every parameter's, or
    (sharded across devices) its slice's alone. */
 static size_t mirror__state_floats(const mirror_model *m)
@@ -5711,6 +5751,42 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
     }
 }
 
+/* Replica w's slice: of every parameter, or sharded across processes of
+   this process's. */
+static void mirror__host_slice(const mirror_model *m, size_t w, size_t *begin, size_t *count)
+{
+    mirror_shard(m->across ? m->plen : m->nslots, m->s->replicas, w, begin, count);
+    *begin += m->pbegin;
+}
+
+/* Sharded across processes: worker w checks its share of this process's
+   slice (whole blocks of MIRROR__NORM_BLOCK) into found[w] and, with
+   clipping, puts each block's sum of squares in its place in `parts`
+   (mirror__mpi_gather_slices' layout): the sums mirror__cpu_squares
+   makes of the same blocks in one process. */
+static void mirror__across_check(mirror_model *m, mirror__replica *r, size_t w)
+{
+    enum { B = MIRROR__NORM_BLOCK };
+    mirror_loss_scale_state st = *r->scaler;
+    double *part = m->parts + m->pbegin / B + m->s->rank + 1; /* behind this process's flag */
+    size_t b, c, k, begin, end = m->pbegin + m->plen;
+    mirror_shard((m->plen + B - 1) / B, m->s->replicas, w, &b, &c);
+    begin = MIRROR__MIN(end, m->pbegin + b * B);
+    end = MIRROR__MIN(end, m->pbegin + (b + c) * B);
+    if (m->format) {
+        st.found_nonfinite = 0;
+        m->be->check(r->dev, &st, r->grad16 + begin, end - begin, m->format);
+        m->found[w] = st.found_nonfinite;
+    } else {
+        m->found[w] = !mirror__all_finite(r->grads + begin, end - begin);
+    }
+    for (k = b; m->desc.optimizer.clip_norm > 0.0f && k < b + c; k++) {
+        size_t lo = m->pbegin + k * B;
+        part[k] = mirror__sum_squares(m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, lo,
+                                      MIRROR__MIN(lo + B, m->pbegin + m->plen), m->format, 1.0f / st.scale);
+    }
+}
+
 /* First each replica checks its slice of the reduced gradient into
    found[worker]. fp32 forms the slice here, the reduce-scatter: the sum of
    every replica's slice in replica order (the additions of the all-reduce,
@@ -5725,6 +5801,11 @@ static void mirror__sharded_host_check_job(void *ctx, size_t worker)
     size_t begin, count, end, len;
     int finite = 1;
     if (m->trace_steps) m->be->mark(r->dev, 4);
+    if (m->across) {
+        mirror__across_check(m, r, worker);
+        if (m->trace_steps) m->be->mark(r->dev, 5);
+        return;
+    }
     mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
     if (m->format) {
         st.found_nonfinite = 0;
@@ -5758,24 +5839,147 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
     uint32_t found = 0;
     if (m->trace_steps) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
-    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
+    mirror__host_slice(m, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
     if (m->format) {
         r->scaler->found_nonfinite |= found;
-        mirror__clip(m, r);
+        if (!m->across) mirror__clip(m, r); /* across: the verdict's norm */
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
         if (m->trace_steps) m->be->mark(r->dev, 7);
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
-    mirror__clip(m, r);
+    if (!m->across) mirror__clip(m, r);
     for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
         mirror__update_fp32(m, r, begin, len);
         mirror__gather_slice(m, worker, begin, len);
     }
     if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+/* The update sharded across processes too (shard_update on, CPU
+   replicas): ZeRO stage 1 over every replica of every process. The
+   reduction is a reduce-scatter (the rank-order fold, whose last rank
+   sends each process its slice alone: mirror__mpi_all_reduce), process p
+   owns slice p (mirror__process_slice) and its replicas share it as they
+   share the whole in one process (mirror__host_slice). Then:
+   - the verdict: each process's non-finite flag and its blocks' sums of
+     squares reach every process (one all-gather of doubles); the flags
+     are or-ed, and the clipping norm adds the blocks' sums in block order,
+     the additions mirror__cpu_squares makes in one process, so the norm
+     and the verdict are one process's;
+   - the update of each slice by its owner, with the optimizer state of
+     that slice (the arena stays whole, every process reads a checkpoint's
+     whole state, but only the slice is kept current);
+   - the all-gather of the parameters (and mixed precision's working copy).
+   The parameters are those of one process, bit for bit. The reduced
+   gradient and the optimizer state are then current on each slice's
+   owner alone (m->stale): whatever reads them whole (the API, checkpoints,
+   mirror_check_replicas) gathers them first (mirror__gather_whole), in every
+   process, as every call across processes runs. */
+enum { MIRROR__STALE_GRADS = 1, MIRROR__STALE_STATE = 2 };
+
+/* Each process's slice of `which` (the parameters and the working copy,
+   the reduced gradient, or the optimizer state) from its owner into every
+   process, and into each of this process's replicas. */
+static int mirror__across_gather(mirror_model *m, int which)
+{
+#ifdef MIRROR_MPI
+    mirror_strategy *s = m->s;
+    mirror__replica *r0 = &m->rep[0];
+    size_t c, r, n = m->nslots, end = m->pbegin + m->plen;
+    int rc = MIRROR_OK, half = which == MIRROR__GRADS && m->format;
+    if (which == MIRROR__STATE) { /* one arena that the replicas share */
+        for (c = 0; c < mirror__state_copies(m) && rc == MIRROR_OK; c++)
+            rc = mirror__mpi_gather_slices(s, r0->state + c * n, n, sizeof(float), 0, &m->err);
+        return rc;
+    }
+    rc = half ? mirror__mpi_gather_slices(s, r0->grad16, n, sizeof(uint16_t), 0, &m->err)
+              : mirror__mpi_gather_slices(s, which == MIRROR__GRADS ? r0->grads : r0->params, n, sizeof(float), 0,
+                                          &m->err);
+    if (rc == MIRROR_OK && which == MIRROR__PARAMS && m->format)
+        rc = mirror__mpi_gather_slices(s, r0->work16, n, sizeof(uint16_t), 0, &m->err);
+    for (r = 1; rc == MIRROR_OK && r < s->replicas; r++) { /* the others' slices: around this process's */
+        mirror__replica *q = &m->rep[r];
+        size_t at[2], len[2], i;
+        at[0] = 0, len[0] = m->pbegin, at[1] = end, len[1] = n - end;
+        for (i = 0; i < 2; i++) {
+            if (which == MIRROR__GRADS) {
+                if (half) memcpy(q->grad16 + at[i], r0->grad16 + at[i], len[i] * sizeof(uint16_t));
+                else memcpy(q->grads + at[i], r0->grads + at[i], len[i] * sizeof(float));
+                continue;
+            }
+            memcpy(q->params + at[i], r0->params + at[i], len[i] * sizeof(float));
+            if (m->format) memcpy(q->work16 + at[i], r0->work16 + at[i], len[i] * sizeof(uint16_t));
+        }
+    }
+    return rc;
+#else
+    (void)m, (void)which;
+    return MIRROR_OK;
+#endif
+}
+
+/* The verdict (see above), after mirror__sharded_host_check_job: into
+   found[0] (the others 0) and, with clipping, every replica's scaler. */
+static int mirror__across_verdict(mirror_model *m)
+{
+#ifdef MIRROR_MPI
+    enum { B = MIRROR__NORM_BLOCK };
+    mirror_strategy *s = m->s;
+    float max_norm = m->desc.optimizer.clip_norm;
+    size_t r, p, k, begin, count;
+    double sum = 0.0, found = 0.0;
+    int rc;
+    for (r = 0; r < s->replicas; r++) found += m->found[r] != 0;
+    m->parts[m->pbegin / B + s->rank] = found;
+    if ((rc = mirror__mpi_gather_slices(s, m->parts, m->nslots, 0, 1, &m->err))) return rc;
+    for (p = 0, found = 0.0; p < s->processes; p++) {
+        const double *flag;
+        mirror__process_slice(m->nslots, s->processes, p, &begin, &count);
+        flag = m->parts + begin / B + p;
+        found += *flag;
+        for (k = 0; k < (count + B - 1) / B; k++) sum += flag[1 + k];
+    }
+    for (r = 0; r < s->replicas; r++) {
+        mirror_loss_scale_state *st = m->rep[r].scaler;
+        m->found[r] = r == 0 && found > 0.0;
+        if (max_norm <= 0.0f) continue;
+        st->grad_norm = (float)sqrt(sum); /* as mirror__cpu_clip */
+        st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
+    }
+#endif
+    (void)m;
+    return MIRROR_OK;
+}
+
+/* The update sharded across processes (see above), after the
+   reduce-scatter. */
+static int mirror__across_update(mirror_model *m, mirror__job *job)
+{
+    int rc;
+    mirror__run(&m->s->team, mirror__sharded_host_check_job, job);
+    if ((rc = mirror__across_verdict(m))) {
+        m->steps--; /* nothing of the step applied */
+        return rc;
+    }
+    mirror__run(&m->s->team, mirror__sharded_host_update_job, job);
+    m->stale = MIRROR__STALE_GRADS | MIRROR__STALE_STATE;
+    return mirror__across_gather(m, MIRROR__PARAMS);
+}
+
+/* What the update sharded across processes keeps on its owners alone
+   (`which`: MIRROR__GRADS or _STATE), gathered whole into every process
+   before it is read; nothing otherwise. */
+static int mirror__gather_whole(mirror_model *m, int which)
+{
+    int bit = which == MIRROR__GRADS ? MIRROR__STALE_GRADS : MIRROR__STALE_STATE, rc;
+    if (!(m->stale & bit)) return MIRROR_OK;
+    if ((rc = mirror__across_gather(m, which))) return rc;
+    m->stale &= ~bit;
+    return MIRROR_OK;
 }
 
 /* The sharded update across devices (ZeRO stage 1, where the replicas'
@@ -6496,7 +6700,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
         /* the reduction: after the last micro-batch, or after each in
            deterministic mode; with several processes after a failure too */
         mirror__mark_reduce(m, 4);
-        rc = mirror__reduce_gradients(m, rc, j > 0);
+        rc = mirror__reduce_gradients(m, rc, j > 0, j + 1 == k);
         mirror__mark_reduce(m, 5);
     }
     if (rc) return rc;
@@ -6507,6 +6711,8 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     }
     if (m->sharded == MIRROR__SHARDED_DEVICES) {
         if ((rc = mirror__sharded_devices_update(m, &job))) return rc;
+    } else if (m->across) {
+        if ((rc = mirror__across_update(m, &job))) return rc;
     } else if (m->sharded == MIRROR__SHARDED_HOST) {
         mirror__run(&m->s->team, mirror__sharded_host_check_job, &job);
         mirror__run(&m->s->team, mirror__sharded_host_update_job, &job);
@@ -7049,12 +7255,14 @@ static void mirror__mpi_fold_job(void *ctx, size_t worker)
     }
 }
 
-/* The total into every local buffer (16-bit ones narrowed once). */
+/* The total (what of it this process keeps) into every local buffer
+   (16-bit ones narrowed once). */
 static void mirror__mpi_unfold_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
     size_t begin, count, r, i;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    mirror_shard(s->keep_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    begin += s->keep_begin;
     for (r = 0; r < s->replicas && count; r++) {
         if (!s->reduce_half) {
             memcpy(s->reduce_bufs[r] + begin, s->fold + begin, count * sizeof(float));
@@ -7081,33 +7289,54 @@ static int mirror__mpi_wait_all(mirror_strategy *s, MPI_Request *reqs, size_t n,
     return rc;
 }
 
+/* The scatter of a fold (s->scatter): the sums of [at, at + len) that
+   fall in process p's slice of n, as [*lo, *hi); empty when *lo == *hi. */
+static void mirror__scatter_part(const mirror_strategy *s, size_t n, size_t p, size_t at, size_t len, size_t *lo,
+                                 size_t *hi)
+{
+    size_t begin, count;
+    mirror__process_slice(n, s->processes, p, &begin, &count);
+    *lo = MIRROR__MAX(at, begin);
+    *hi = MIRROR__MAX(*lo, MIRROR__MIN(at + len, begin + count));
+}
+
 /* The fold (see above) of s->fold_in (fp32) or 16-bit half buffers into
    bufs or half, with the status word: on return s->status holds the
    first failed rank's code (0: none), peer the rank (plus one), and
    s->stop_seen the stops. It runs in pieces of MIRROR__FOLD_PIECE
    floats, pipelined: a rank sends piece k on while it folds piece k + 1,
    and the last rank broadcasts each piece as soon as it is summed. The
-   pieces change no sum: each element still adds up in rank order. */
+   pieces change no sum: each element still adds up in rank order.
+   Scattered (s->scatter, the update sharded across processes: a
+   reduce-scatter), the last rank sends each process only the sums of its
+   slice (mirror__process_slice) and broadcasts the status word alone, and
+   each process writes only its slice into its buffers. */
 static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n, int format,
                                   size_t *peer, int *peer_code, mirror_error *err)
 {
-    const char *what = "all-reduce across processes";
+    const char *what = s->scatter ? "reduce-scatter across processes" : "all-reduce across processes";
     size_t total = n + MIRROR__STATUS, pieces = n ? (n + MIRROR__FOLD_PIECE - 1) / MIRROR__FOLD_PIECE : 1, k, at, len;
-    MPI_Request *recv, *send, *bcast;
+    size_t p, lo, hi, nreqs = 4 * pieces + s->processes + 1, scattered = 0;
+    MPI_Request *recv, *send, *bcast, *scat;
     float *acc;
-    int rc, first = s->rank == 0, last = s->rank + 1 == s->processes;
+    int rc, first = s->rank == 0, last = s->rank + 1 == s->processes, scatter = s->scatter;
+    s->scatter = 0; /* consumed, also on failure */
     if ((rc = mirror__mpi_usable(s, total, what, err))) return rc;
     if (total > s->fold_cap || pieces > s->fold_pieces) {
         MIRROR_FREE(s->fold);
         MIRROR_FREE(s->fold_reqs);
         s->fold_cap = s->fold_pieces = 0;
         s->fold = (float *)mirror__alloc(total, sizeof(float));
-        s->fold_reqs = (MPI_Request *)mirror__alloc(3 * pieces, sizeof(MPI_Request));
+        s->fold_reqs = (MPI_Request *)mirror__alloc(nreqs, sizeof(MPI_Request));
         if (!s->fold || !s->fold_reqs) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
         s->fold_cap = total, s->fold_pieces = pieces;
     }
+    /* a receive, a send and a broadcast a piece, and the status word's
+       broadcast; scattered, a send for each part of a piece in a slice */
     acc = s->fold;
-    recv = s->fold_reqs, send = recv + pieces, bcast = send + pieces;
+    recv = s->fold_reqs, send = recv + pieces, bcast = send + pieces, scat = bcast + pieces + 1;
+    s->keep_begin = 0, s->keep_len = n;
+    if (scatter) mirror__process_slice(n, s->processes, s->rank, &s->keep_begin, &s->keep_len);
     s->reduce_bufs = bufs;
     s->reduce_half = half;
     s->reduce_format = format;
@@ -7129,18 +7358,45 @@ static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16
             if (s->status && acc[n] == 0.0f) acc[n] = (float)(s->rank + 1), acc[n + 1] = (float)s->status;
             if (s->stop_asked) acc[n + 2] = 1.0f;
         }
-        rc = last ? MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->rank, s->comm, &bcast[k])
-                  : MPI_Isend(acc + at, (int)len, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, s->comm, &send[k]);
-        if (rc) return mirror__mpi_done(s, rc, last ? &bcast[k] : &send[k], what, err);
+        if (!last) {
+            rc = MPI_Isend(acc + at, (int)len, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, s->comm, &send[k]);
+            if (rc) return mirror__mpi_done(s, rc, &send[k], what, err);
+        } else if (!scatter) {
+            if ((rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->rank, s->comm, &bcast[k])))
+                return mirror__mpi_done(s, rc, &bcast[k], what, err);
+        } else {
+            bcast[k] = MPI_REQUEST_NULL; /* done at once */
+        }
+        for (p = 0; last && scatter && p + 1 < s->processes; p++) {
+            mirror__scatter_part(s, n, p, at, MIRROR__MIN(at + len, n) - at, &lo, &hi);
+            if (lo < hi && (rc = MPI_Isend(acc + lo, (int)(hi - lo), MPI_FLOAT, (int)p, MIRROR__FOLD_TAG, s->comm,
+                                           &scat[scattered++])))
+                return mirror__mpi_done(s, rc, &scat[scattered - 1], what, err);
+        }
     }
-    /* The others receive the total into acc once their sends are out of it. */
+    /* The others receive the total (scattered: their slice) into acc once
+       their sends are out of it; the status word comes with it. */
     if (!last && (rc = mirror__mpi_wait_all(s, send, pieces, what, err))) return rc;
     for (k = 0; k < pieces && !last; k++) {
         mirror__fold_piece(n, pieces, k, &at, &len);
-        if ((rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->processes - 1, s->comm, &bcast[k])))
-            return mirror__mpi_done(s, rc, &bcast[k], what, err);
+        if (scatter) {
+            mirror__scatter_part(s, n, s->rank, at, MIRROR__MIN(at + len, n) - at, &lo, &hi);
+            rc = lo < hi ? MPI_Irecv(acc + lo, (int)(hi - lo), MPI_FLOAT, (int)s->processes - 1, MIRROR__FOLD_TAG,
+                                     s->comm, &bcast[k])
+                         : MPI_SUCCESS;
+            if (lo == hi) bcast[k] = MPI_REQUEST_NULL;
+        } else {
+            rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->processes - 1, s->comm, &bcast[k]);
+        }
+        if (rc) return mirror__mpi_done(s, rc, &bcast[k], what, err);
     }
-    if ((rc = mirror__mpi_wait_all(s, bcast, pieces, what, err))) return rc;
+    if (scatter) {
+        rc = MPI_Ibcast(acc + n, MIRROR__STATUS, MPI_FLOAT, (int)s->processes - 1, s->comm, &bcast[pieces]);
+        if (rc) return mirror__mpi_done(s, rc, &bcast[pieces], what, err);
+    }
+    if ((rc = mirror__mpi_wait_all(s, bcast, pieces + (size_t)scatter, what, err)) ||
+        (rc = mirror__mpi_wait_all(s, scat, scattered, what, err)))
+        return rc;
     mirror__run(&s->team, mirror__mpi_unfold_job, s);
     *peer = (size_t)acc[n];
     *peer_code = (int)acc[n + 1];
@@ -7194,6 +7450,28 @@ static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t 
                                err)))
         return rc;
     return s->replicas > 1 ? mirror__cpu_reducer.broadcast(s, bufs, n, local, err) : MIRROR_OK;
+}
+
+/* The update sharded across processes: each process's slice of an
+   array of n slots (mirror__process_slice) into every process, in place.
+   The array holds the slots (values of `size` bytes: floats or 16-bit),
+   or with `parts` the verdict's doubles: at p plus its first block,
+   process p's flag and then its blocks' sums of squares. */
+static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, size_t size, int parts, mirror_error *err)
+{
+    const char *what = parts ? "the update's verdict across processes" : "all-gather across processes";
+    MPI_Datatype type = parts ? MPI_DOUBLE : size == sizeof(float) ? MPI_FLOAT : MPI_UINT16_T;
+    MPI_Request req;
+    size_t p, begin, count, blocks = (n + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK;
+    int rc;
+    if ((rc = mirror__mpi_usable(s, parts ? blocks + s->processes : n, what, err))) return rc;
+    for (p = 0; p < s->processes; p++) {
+        mirror__process_slice(n, s->processes, p, &begin, &count);
+        if (parts) begin = begin / MIRROR__NORM_BLOCK + p, count = (count + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK + 1;
+        s->slices[p] = (int)count, s->slices[s->processes + p] = (int)begin;
+    }
+    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, s->slices, s->slices + s->processes, type, s->comm, &req);
+    return mirror__mpi_done(s, rc, &req, what, err);
 }
 
 MIRROR__NAMED_BEGIN
@@ -7261,7 +7539,8 @@ static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err)
     s->first = s->world = 0;
     all = (unsigned long long *)mirror__alloc(s->processes, sizeof *all);
     s->counts = (size_t *)mirror__alloc(s->processes, sizeof *s->counts);
-    if (!all || !s->counts) {
+    s->slices = (int *)mirror__alloc(2 * s->processes, sizeof *s->slices);
+    if (!all || !s->counts || !s->slices) {
         MIRROR_FREE(all);
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
     }
@@ -7296,6 +7575,7 @@ static void mirror__mpi_teardown(mirror_strategy *s)
     MPI_Finalized(&done);
     if (!done && s->comm != MPI_COMM_NULL && !s->broken) MPI_Comm_free(&s->comm);
     MIRROR_FREE(s->counts);
+    MIRROR_FREE(s->slices);
     if (s->broken) return; /* requests may still be posted on them: left to the process's end */
     MIRROR_FREE(s->fold);
     MIRROR_FREE(s->fold_reqs);
@@ -7840,7 +8120,8 @@ static void mirror__plan_buckets(mirror_model *m, size_t bytes)
 }
 
 /* Which update the model takes. CPU replicas share memory: the update is
-   sharded there unless asked off (mirror__sharded_host_update_job). Elsewhere,
+   sharded there unless asked off (mirror__sharded_host_update_job), and
+   when asked on, across processes too (mirror__across_update). Elsewhere,
    when asked, it is sharded across devices through the reducer's
    reduce-scatter and all-gather (mirror__sharded_devices_update), in one process. */
 static int mirror__choose_update(mirror_model *m)
@@ -7849,6 +8130,12 @@ static int mirror__choose_update(mirror_model *m)
     int cpu = m->be == &mirror__cpu_backend;
     m->sharded = 0;
     m->slice = 0;
+    m->across = 0;
+    if (cpu && MIRROR_CPU_SHARED_UPDATE && want == MIRROR_SHARD_ON && m->s->processes > 1) {
+        m->sharded = MIRROR__SHARDED_HOST;
+        m->across = 1;
+        return MIRROR_OK;
+    }
     if (m->s->replicas == 1 || want == MIRROR_SHARD_OFF || (!cpu && want == MIRROR_SHARD_AUTO)) return MIRROR_OK;
     if (cpu && MIRROR_CPU_SHARED_UPDATE) {
         m->sharded = MIRROR__SHARDED_HOST;
@@ -7916,6 +8203,8 @@ static void mirror__plan(mirror_model *m)
         m->nslots = (p + unit - 1) / unit * unit;
         m->slice = m->nslots / m->s->replicas;
     }
+    m->pbegin = 0, m->plen = m->nslots;
+    if (m->across) mirror__process_slice(m->nslots, m->s->processes, m->s->rank, &m->pbegin, &m->plen);
     mirror__plan_cols(m);
     mirror__plan_buckets(m, MIRROR_BUCKET_BYTES);
     switch (m->desc.optimizer.kind) {
@@ -8047,6 +8336,7 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->work16_bufs);
     MIRROR_FREE(m->stats_bufs);
     MIRROR_FREE(m->found);
+    MIRROR_FREE(m->parts);
     MIRROR_FREE(m->chunk_in);
     MIRROR_FREE(m->chunk_owner);
     MIRROR_FREE(m->running);
@@ -8059,6 +8349,7 @@ static void mirror__free_replicas(mirror_model *m)
     m->grad16_bufs = m->work16_bufs = NULL;
     m->stats_bufs = NULL;
     m->found = NULL;
+    m->parts = NULL;
     m->chunk_in = NULL;
     m->chunk_owner = NULL;
 }
@@ -8313,7 +8604,7 @@ static int mirror__model_agree(mirror_model *m)
     const mirror_model_desc *d = &m->desc;
     const mirror_optimizer_desc *o = &d->optimizer;
     const mirror_loss_scale_desc *ls = &d->loss_scale;
-    mirror__agreed it[6];
+    mirror__agreed it[7];
     size_t i;
     if (m->s->processes == 1) return MIRROR_OK;
     mirror__agree_on(&it[0], "the layers (the model, or the data's shape)");
@@ -8350,7 +8641,9 @@ static int mirror__model_agree(mirror_model *m)
     mirror__agree_count(&it[4], (uint64_t)d->deterministic), mirror__agree_count(&it[4], m->chunk);
     mirror__agree_on(&it[5], "the seed");
     mirror__agree_count(&it[5], d->seed);
-    return mirror__processes_agree(m, it, 6, "mirror_model_build");
+    mirror__agree_on(&it[6], "the update's sharding across processes (shard_update on)");
+    mirror__agree_count(&it[6], (uint64_t)m->across);
+    return mirror__processes_agree(m, it, 7, "mirror_model_build");
 }
 
 /* The build's checks and plan: the arenas' sizes, the update's kind, and
@@ -8412,11 +8705,13 @@ static int mirror__model_build(mirror_model *m)
     m->work16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
     m->stats_bufs = (float **)mirror__zalloc(R, sizeof(float *));
     m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
+    m->parts = (double *)mirror__zalloc(m->across ? m->nslots / MIRROR__NORM_BLOCK + 1 + m->s->processes : 1,
+                                        sizeof(double));
     m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
     m->chunk_owner = (size_t *)mirror__zalloc(R * m->chunks_max + 1, sizeof(size_t));
     init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
     if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->work16_bufs || !m->stats_bufs ||
-        !m->found || !m->chunk_in ||
+        !m->found || !m->parts || !m->chunk_in ||
         !m->chunk_owner || !init)
         goto oom;
     if (m->nrunning) {
@@ -8482,8 +8777,6 @@ MIRROR_API int mirror_model_build(mirror_model *m)
 }
 
 /* Arrays of the optimizer's state: 0, 1 (momentum) or 2 (Adam's avg and avg_sq). */
-static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m->nstate / m->nslots : 0; }
-
 MIRROR_API size_t mirror_num_parameters(const mirror_model *m) { return m && m->built ? m->nparams : 0; }
 MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m)
 {
@@ -8533,8 +8826,6 @@ MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size)
         MIRROR__LOCKED(m, "mirror_model_summary", mirror__model_summary(m, buf, size));
     }
 }
-
-enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
 
 /* The values alone, in layer order (what the API and checkpoints see), from
    `copies` arrays shaped as a parameter arena (nslots floats each, zeros
@@ -8588,6 +8879,7 @@ static void mirror__download_arena(mirror_model *m, size_t r, void *host, int wh
 static void mirror__upload_state(mirror_model *m, const float *slots)
 {
     size_t r, c, copies = mirror__state_copies(m);
+    m->stale &= ~MIRROR__STALE_STATE; /* whole again */
     for (r = 0; r < m->s->replicas && m->nstate; r++) {
         for (c = 0; c < copies; c++) {
             int by_slice = m->sharded == MIRROR__SHARDED_DEVICES;
@@ -8626,6 +8918,7 @@ static int mirror__copy_out(mirror_model *m, size_t r, float *dst, size_t n, int
     float *slots;
     int rc = MIRROR_OK;
     if ((rc = mirror__check_built(m, what))) return rc;
+    if (which != MIRROR__PARAMS && (rc = mirror__gather_whole(m, which))) return rc; /* first: in every process */
     copies = which == MIRROR__STATE ? mirror__state_copies(m) : 1;
     want = copies * m->nparams;
     if (r >= m->s->replicas)
@@ -8972,6 +9265,7 @@ static int mirror__check_replicas(mirror_model *m)
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_check_replicas: out of memory");
         goto out;
     }
+    if ((rc = mirror__gather_whole(m, MIRROR__STATE))) goto out;
     for (r = 0; r < s->replicas; r++) {
         uint64_t h = 0;
         mirror__download_arena(m, r, host, MIRROR__PARAMS);
@@ -10775,7 +11069,9 @@ done:
 static int mirror__checkpoint_save_once(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                         size_t keep)
 {
-    int rc = mirror__leads(m) ? mirror__checkpoint_save(m, path, cursor, keep) : MIRROR_OK;
+    int rc;
+    if (m->built && (rc = mirror__gather_whole(m, MIRROR__STATE))) return rc; /* sharded across processes: gathered */
+    rc = mirror__leads(m) ? mirror__checkpoint_save(m, path, cursor, keep) : MIRROR_OK;
     return mirror__from_leader(m, rc);
 }
 
@@ -12484,7 +12780,11 @@ static void mirror__fit_save_lost(mirror_model *m, const mirror__fit_run *f)
     mirror_error kept = m->err;
     char notice[sizeof m->err.message + 600];
     if (!mirror__leads(m)) return;
-    if (mirror__checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep))
+    if (m->stale & MIRROR__STALE_STATE)
+        snprintf(notice, sizeof notice, "the processes lost each other, and rank 0 holds the optimizer state of its "
+                 "slice alone (the update is sharded across processes: shard_update on), so it saved nothing: "
+                 "resume from the last periodic checkpoint");
+    else if (mirror__checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep))
         snprintf(notice, sizeof notice, "the processes lost each other, and rank 0 could not save the last complete "
                  "step: %s", m->err.message);
     else

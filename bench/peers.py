@@ -61,7 +61,7 @@ def torch_eager():
 
     def run(kind, batch):
         if (kind, batch) not in models:
-            net = bench_torch.model(kind)
+            net = bench_torch.model(kind, None)
             models[kind, batch] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
             torch_pass(torch, *models[kind, batch], x, y, batch)
         return torch_pass(torch, *models[kind, batch], x, y, batch)
@@ -92,7 +92,7 @@ def ddp_rank(rank, world, port):
         kind, batch = kinds[int(req[0]) - 1], int(req[1])
         if (kind, batch) not in models:
             torch.manual_seed(1)
-            net = DistributedDataParallel(bench_torch.model(kind))
+            net = DistributedDataParallel(bench_torch.model(kind, None))
             models[kind, batch] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
             torch_pass(torch, *models[kind, batch], x, y, batch, rank, world)
         dist.barrier()
