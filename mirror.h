@@ -5751,6 +5751,22 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
     }
 }
 
+/* Whether the all-reduce's edges are marked by the replicas' own jobs (the
+   sharded update's reduce-scatter); else the host marks them on every
+   replica around the reducer (mirror__mark_reduce), and across processes
+   around the sharded update too (mirror__across_update). */
+static int mirror__reduce_in_jobs(const mirror_model *m)
+{
+    return m->sharded == MIRROR__SHARDED_HOST && !m->format && m->s->processes == 1 && !m->chunk;
+}
+
+static void mirror__mark_reduce(mirror_model *m, int slot)
+{
+    size_t r;
+    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
+        m->be->mark(m->rep[r].dev, slot);
+}
+
 /* Replica w's slice: of every parameter, or sharded across processes of
    this process's. */
 static void mirror__host_slice(const mirror_model *m, size_t w, size_t *begin, size_t *count)
@@ -5799,24 +5815,23 @@ static void mirror__sharded_host_check_job(void *ctx, size_t worker)
     mirror_loss_scale_state st = *r->scaler;
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
-    int finite = 1;
-    if (m->trace_steps) m->be->mark(r->dev, 4);
+    int finite = 1, marks = m->trace_steps && mirror__reduce_in_jobs(m);
     if (m->across) {
         mirror__across_check(m, r, worker);
-        if (m->trace_steps) m->be->mark(r->dev, 5);
         return;
     }
+    if (marks) m->be->mark(r->dev, 4);
     mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
     if (m->format) {
         st.found_nonfinite = 0;
         m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
         m->found[worker] = st.found_nonfinite;
-        if (m->trace_steps) m->be->mark(r->dev, 5);
+        if (marks) m->be->mark(r->dev, 5);
         return;
     }
     if (m->s->processes > 1 || m->chunk) { /* the reduction across processes (or chunks) has summed it already */
         m->found[worker] = !mirror__all_finite(r->grads + begin, count);
-        if (m->trace_steps) m->be->mark(r->dev, 5);
+        if (marks) m->be->mark(r->dev, 5);
         return;
     }
     for (end = begin + count; begin < end; begin += len) {
@@ -5825,7 +5840,7 @@ static void mirror__sharded_host_check_job(void *ctx, size_t worker)
         finite &= mirror__all_finite(acc, len);
     }
     m->found[worker] = !finite;
-    if (m->trace_steps) m->be->mark(r->dev, 5);
+    if (marks) m->be->mark(r->dev, 5);
 }
 
 /* Then every replica takes the verdict of all slices into its guard or
@@ -5837,7 +5852,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
     mirror__replica *r = &m->rep[worker];
     size_t begin, count, end, len, i;
     uint32_t found = 0;
-    if (m->trace_steps) m->be->mark(r->dev, 6);
+    if (m->trace_steps && !m->across) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
     mirror__host_slice(m, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
@@ -5846,7 +5861,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
         if (!m->across) mirror__clip(m, r); /* across: the verdict's norm */
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
-        if (m->trace_steps) m->be->mark(r->dev, 7);
+        if (m->trace_steps && !m->across) m->be->mark(r->dev, 7);
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
@@ -5856,7 +5871,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
         mirror__update_fp32(m, r, begin, len);
         mirror__gather_slice(m, worker, begin, len);
     }
-    if (m->trace_steps) m->be->mark(r->dev, 7);
+    if (m->trace_steps && !m->across) m->be->mark(r->dev, 7);
 }
 
 /* The update sharded across processes too (shard_update on, CPU
@@ -5960,6 +5975,7 @@ static int mirror__across_verdict(mirror_model *m)
 static int mirror__across_update(mirror_model *m, mirror__job *job)
 {
     int rc;
+    mirror__mark_reduce(m, 6); /* the update's phase: from the check to the all-gather */
     mirror__run(&m->s->team, mirror__sharded_host_check_job, job);
     if ((rc = mirror__across_verdict(m))) {
         m->steps--; /* nothing of the step applied */
@@ -5967,7 +5983,9 @@ static int mirror__across_update(mirror_model *m, mirror__job *job)
     }
     mirror__run(&m->s->team, mirror__sharded_host_update_job, job);
     m->stale = MIRROR__STALE_GRADS | MIRROR__STALE_STATE;
-    return mirror__across_gather(m, MIRROR__PARAMS);
+    rc = mirror__across_gather(m, MIRROR__PARAMS);
+    mirror__mark_reduce(m, 7);
+    return rc;
 }
 
 /* What the update sharded across processes keeps on its owners alone
@@ -6148,20 +6166,6 @@ static void mirror__mark_compute(mirror_model *m, uint64_t step)
     }
 }
 
-/* Whether the all-reduce's edges are marked by the replicas' own jobs (the
-   sharded update's reduce-scatter); else the host marks them on every
-   replica around the reducer (mirror__mark_reduce). */
-static int mirror__reduce_in_jobs(const mirror_model *m)
-{
-    return m->sharded == MIRROR__SHARDED_HOST && !m->format && m->s->processes == 1 && !m->chunk;
-}
-
-static void mirror__mark_reduce(mirror_model *m, int slot)
-{
-    size_t r;
-    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
-        m->be->mark(m->rep[r].dev, slot);
-}
 
 /* After the update: each replica's all-reduce and update. */
 static void mirror__mark_update(mirror_model *m, uint64_t step)

@@ -1,12 +1,14 @@
 /* bench_peers.c - mirror's side of bench/peers.py: reads lines
-   "MODEL BATCH REPLICAS" (mlp|cnn, global batch, CPU replicas) on stdin
-   and answers each with the samples/s of one pass of training steps over
-   2560 synthetic digits (Adam, fp32). The first request for a
-   configuration builds its model and runs one untimed pass.
+   "MODEL BATCH REPLICAS [SHARD]" (mlp|cnn, global batch, CPU replicas, and
+   the update's sharding: auto (the default), on or off) on stdin and
+   answers each with the samples/s of one pass of training steps over 2560
+   synthetic digits (Adam, fp32). The first request for a configuration
+   builds its model and runs one untimed pass.
 
    Built with MIRROR_MPI (build/bench_peers_mpi, run by bench/mpi.py under
-   mpirun), REPLICAS counts each process's: rank 0 reads the requests,
-   every process runs them, rank 0 answers.
+   mpirun), REPLICAS counts each process's (and SHARD on shards the update
+   across the processes): rank 0 reads the requests, every process runs
+   them, rank 0 answers.
 
    Build:  make build/bench_peers   (make bench-peers runs it with the peers) */
 #define MIRROR_IMPLEMENTATION
@@ -54,9 +56,15 @@ static int next_request(char *line, int size)
 
 int main(void)
 {
-    struct { char kind[8]; size_t batch, replicas; mirror_strategy *s; mirror_model *m; } slot[SLOTS];
+    struct {
+        char kind[8];
+        size_t batch, replicas;
+        mirror_shard_update shard;
+        mirror_strategy *s;
+        mirror_model *m;
+    } slot[SLOTS];
     size_t used = 0, perm[SAMPLES], i;
-    char kind[8], line[128];
+    char kind[8], shard_name[8], line[128];
     mirror_dataset ds;
 #ifdef MIRROR_MPI
     int provided;
@@ -67,18 +75,24 @@ int main(void)
     while (next_request(line, (int)sizeof line)) {
         double rate;
         size_t batch, replicas;
+        mirror_shard_update shard;
         char devices[32];
-        if (sscanf(line, "%7s %zu %zu", kind, &batch, &replicas) != 3) break;
+        strcpy(shard_name, "auto");
+        if (sscanf(line, "%7s %zu %zu %7s", kind, &batch, &replicas, shard_name) < 3) break;
+        shard = !strcmp(shard_name, "on") ? MIRROR_SHARD_ON : !strcmp(shard_name, "off") ? MIRROR_SHARD_OFF
+                                                                                       : MIRROR_SHARD_AUTO;
         for (i = 0; i < used; i++)
-            if (!strcmp(slot[i].kind, kind) && slot[i].batch == batch && slot[i].replicas == replicas) break;
+            if (!strcmp(slot[i].kind, kind) && slot[i].batch == batch && slot[i].replicas == replicas &&
+                slot[i].shard == shard)
+                break;
         if (i == used) {
             mirror_strategy_desc sd = {0};
             if (used == SLOTS) return 1;
             snprintf(devices, sizeof devices, "cpu:%zu", replicas);
             sd.devices = devices;
-            strcpy(slot[i].kind, kind), slot[i].batch = batch, slot[i].replicas = replicas;
+            strcpy(slot[i].kind, kind), slot[i].batch = batch, slot[i].replicas = replicas, slot[i].shard = shard;
             if (mirror_strategy_create(&sd, &slot[i].s, NULL) ||
-                !(slot[i].m = example_bench_model(slot[i].s, kind, batch)))
+                !(slot[i].m = example_bench_model_with(slot[i].s, kind, batch, 0, shard)))
                 return 1;
             used++;
             pass(slot[i].m, &ds, perm, batch);

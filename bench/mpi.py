@@ -5,11 +5,13 @@
 
 The MLP and the CNN of examples/models.h at global batches 64 and 256, Adam,
 fp32, as in bench/peers.py. Modes: mirror with 2 processes of 1 replica
-(build/bench_peers_mpi under mpirun), mirror with 1 process of 2 replicas
-(build/bench_peers), and PyTorch DDP over gloo with 2 processes of 1 thread
+(build/bench_peers_mpi under mpirun), each process updating every parameter
+or (sharded) its half alone; mirror with 1 process of 2 replicas
+(build/bench_peers); and PyTorch DDP over gloo with 2 processes of 1 thread
 (peers.py's worker). Each mode is one long-lived worker that times one pass
-of 2560 samples when asked; the driver asks every mode in turn, round after
-round, and prints the median samples/s of each.
+of 2560 samples when asked (both MPI modes are one worker); the driver asks
+every mode in turn, round after round, and prints the median samples/s of
+each.
 """
 import os
 import statistics
@@ -18,7 +20,8 @@ import sys
 
 ROUNDS = 7
 WORKLOADS = (("mlp", 64), ("mlp", 256), ("cnn", 64), ("cnn", 256))
-MODES = ("mirror 2 processes x 1", "mirror 1 process x 2", "torch DDP 2 processes")
+MODES = ("mirror 2 processes x 1", "mirror 2 processes x 1, sharded", "mirror 1 process x 2",
+         "torch DDP 2 processes")
 
 
 def main():
@@ -27,11 +30,12 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     here = os.path.dirname(os.path.abspath(__file__))
     pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    mpi = subprocess.Popen([mpirun, "--oversubscribe", "-np", "2", f"{build}/bench_peers_mpi"], env=env, **pipes)
     workers = {
-        MODES[0]: (subprocess.Popen([mpirun, "--oversubscribe", "-np", "2", f"{build}/bench_peers_mpi"], env=env,
-                                    **pipes), " 1"),
-        MODES[1]: (subprocess.Popen([f"{build}/bench_peers"], **pipes), " 2"),
-        MODES[2]: (subprocess.Popen([sys.executable, os.path.join(here, "peers.py"), "--worker", "torch_ddp"],
+        MODES[0]: (mpi, " 1 auto"),
+        MODES[1]: (mpi, " 1 on"),
+        MODES[2]: (subprocess.Popen([f"{build}/bench_peers"], **pipes), " 2"),
+        MODES[3]: (subprocess.Popen([sys.executable, os.path.join(here, "peers.py"), "--worker", "torch_ddp"],
                                     **pipes), ""),
     }
     rates = {(w, m): [] for w in WORKLOADS for m in MODES}
@@ -43,17 +47,18 @@ def main():
                 proc.stdin.flush()
                 rates[(kind, batch), mode].append(float(proc.stdout.readline()))
         print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
-    for proc, _ in workers.values():
+    for proc in {proc for proc, _ in workers.values()}:
         proc.stdin.close()
         proc.wait()
     import torch
     print(f"samples/s, median of {ROUNDS} interleaved passes of 2560 samples; Adam, fp32; torch {torch.__version__}")
-    print("| model, global batch | " + " | ".join(MODES) + " | 2 processes / 1 process | 2 processes / DDP |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| model, global batch | " + " | ".join(MODES) +
+          " | sharded / not | 2 processes / 1 process (not, sharded) | 2 processes sharded / DDP |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for kind, batch in WORKLOADS:
         med = [statistics.median(rates[(kind, batch), m]) for m in MODES]
         print(f"| {kind.upper()}, {batch} | " + " | ".join(f"{v:.0f}" for v in med) +
-              f" | {med[0] / med[1]:.2f}x | {med[0] / med[2]:.2f}x |")
+              f" | {med[1] / med[0]:.2f}x | {med[0] / med[2]:.2f}x, {med[1] / med[2]:.2f}x | {med[1] / med[3]:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -77,15 +77,18 @@ static int example_model(mirror_model *m, const char *kind, float dropout)
 
 #ifdef EXAMPLE_BENCH_MODEL
 /* The benchmarks' model: `kind` on 28x28 digits, Adam, arenas for global
-   batches of `batch`; NULL (with a message on stderr) on failure. */
-static mirror_model *example_bench_model_with(mirror_strategy *s, const char *kind, size_t batch, size_t chunk)
+   batches of `batch`, deterministic mode's chunk (0: off) and the update's
+   sharding; NULL (with a message on stderr) on failure. */
+static mirror_model *example_bench_model_with(mirror_strategy *s, const char *kind, size_t batch, size_t chunk,
+                                              mirror_shard_update shard)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
     mirror_error err = {0, ""};
     memset(&d, 0, sizeof d);
     d.strategy = s;
-    d.deterministic = chunk > 0, d.chunk = chunk; /* deterministic mode's chunk (0: off) */
+    d.deterministic = chunk > 0, d.chunk = chunk;
+    d.shard_update = shard;
     d.channels = 1, d.height = 28, d.width = 28;
     d.max_batch = batch;
     d.optimizer.kind = MIRROR_OPT_ADAM;
@@ -103,7 +106,7 @@ static mirror_model *example_bench_model_with(mirror_strategy *s, const char *ki
 
 static inline mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
 {
-    return example_bench_model_with(s, kind, batch, 0);
+    return example_bench_model_with(s, kind, batch, 0, MIRROR_SHARD_AUTO);
 }
 
 /* The benchmarks' batch: the n samples of ds at index. */

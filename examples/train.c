@@ -95,7 +95,8 @@ static void usage(FILE *f)
                "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
                "  --graphs            GPUs: record each replica's pass and update as CUDA graphs, replay them\n"
                "  --shard-update M    auto | on | off: each replica updates a slice and keeps its optimizer state\n"
-               "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs)\n"
+               "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs); on, with CPU\n"
+               "                      replicas under mpirun: across the processes too (see the README)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
@@ -341,7 +342,8 @@ static void describe_model(const run *r)
     if (md.precision != MIRROR_PRECISION_FP32)
         say(", loss scaling %s (%g)", mirror_loss_scaling_name(md.loss_scale.kind), (double)md.loss_scale.init_scale);
     if (md.deterministic) say(", deterministic (chunks of %zu samples)", md.chunk);
-    if (md.shard_update == MIRROR_SHARD_ON) say(", sharded update");
+    if (md.shard_update == MIRROR_SHARD_ON)
+        say(", sharded update%s", mirror_strategy_process(md.strategy).processes > 1 ? " across processes" : "");
     if (md.graphs) say(", graphs");
     if (md.shard_update == MIRROR_SHARD_OFF) say(", unsharded update");
     say("\n");

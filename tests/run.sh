@@ -431,6 +431,22 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
                 --save "$tmp/det1.ckpt" >/dev/null 2>&1 && cmp -s "$tmp/det3.ckpt" "$tmp/det1.ckpt"
     }
     check "mpirun -np 3 build/train_mpi --deterministic: the checkpoint of one replica, byte for byte" mpi_deterministic
+    # The update sharded across processes: 2 processes of 1 replica, and 3
+    # of 2 stopped after an epoch and resumed, clipping the gradient, save
+    # the checkpoint of one replica (the optimizer state gathered from each
+    # slice's owner), byte for byte.
+    mpi_sharded() {
+        sharded="$small --shard-update on --clip-norm 0.5"
+        $mpi -np 2 "$BUILD/train_mpi" $sharded --replicas 1 --epochs 2 --save "$tmp/sh2.ckpt" >"$tmp/sh2.out" 2>&1 &&
+            grep -q '^model: .*sharded update across processes' "$tmp/sh2.out" &&
+            $mpi -np 3 "$BUILD/train_mpi" $sharded --replicas 2 --epochs 1 --save "$tmp/sh3.ckpt" >/dev/null 2>&1 &&
+            $mpi -np 3 "$BUILD/train_mpi" $sharded --replicas 2 --epochs 2 --resume "$tmp/sh3.ckpt" \
+                --save "$tmp/sh3.ckpt" >/dev/null 2>&1 &&
+            "$BUILD/train" $small --clip-norm 0.5 --replicas 1 --epochs 2 --save "$tmp/sh1.ckpt" >/dev/null 2>&1 &&
+            cmp "$tmp/sh2.ckpt" "$tmp/sh1.ckpt" && cmp "$tmp/sh3.ckpt" "$tmp/sh1.ckpt"
+    }
+    check "--shard-update on across 2 and 3 processes (3 resumed): the checkpoint of one replica, byte for byte" \
+        mpi_sharded
     mpi_bad_data() {
         $mpi -np 1 "$BUILD/train_mpi" $small --replicas 1 : -np 1 "$BUILD/train_mpi" $small --replicas 1 \
             --data "$tmp/no/such/dir" >"$tmp/bad.out" 2>&1
@@ -492,6 +508,8 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
         "the training data (its size or contents)"
     check "an output flag on one rank only fails every rank, naming it" mpi_disagree "--history $tmp/h.csv" \
         "the checkpoint, side outputs or hooks"
+    check "the update sharded across processes on one rank only fails every rank, naming it" mpi_disagree \
+        "--shard-update on" "the update's sharding across processes (shard_update on)"
     mpi_join_deadline() {
         start=$(date +%s)
         MIRROR_TIMEOUT=3 $mpi -np 1 "$BUILD/train_mpi" $small : -np 1 "$BUILD/train_mpi" --help >"$tmp/join.out" 2>&1

@@ -8,7 +8,10 @@
    process agrees (mirror_check_replicas), and the metrics, evaluation and
    predictions are the reference's. In deterministic mode the reference
    is one process of one replica, and accumulated micro-batches fold onto
-   the sum before them. Then mirror_check_replicas finding a
+   the sum before them. Again with the update sharded across processes
+   and the gradient clipped: the same parameters, and the gradient,
+   optimizer state and norm that each process gathers from the slices'
+   owners are the reference's. Then mirror_check_replicas finding a
    replica changed by hand, and mirror_agree with one process failing.
    Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
 #define MIRROR_IMPLEMENTATION
@@ -40,8 +43,11 @@ static mirror_strategy *strategy(MPI_Comm *comm, size_t replicas)
     return s;
 }
 
-/* Deterministic mode's chunk for the models made next (0: off). */
+/* Deterministic mode's chunk for the models made next (0: off); with
+   `sharded`, their update is sharded across processes (shard_update on)
+   and clips the gradient to norm 0.5. */
 static size_t det_chunk;
+static int sharded;
 
 /* conv - relu - maxpool, dense - relu - dense; Adam; fp32 or fp16 with a
    loss scale of 2^24 that overflows at first (the first steps are skipped). */
@@ -58,6 +64,7 @@ static mirror_model *model(mirror_strategy *s, mirror_precision precision, int b
     d.optimizer.lr = 0.003f;
     d.precision = precision;
     d.deterministic = det_chunk > 0, d.chunk = det_chunk;
+    if (sharded) d.shard_update = MIRROR_SHARD_ON, d.optimizer.clip_norm = 0.5f;
     if (precision == MIRROR_PRECISION_FP16) {
         d.loss_scale.kind = MIRROR_SCALE_DYNAMIC;
         d.loss_scale.init_scale = 16777216.0f;
@@ -100,10 +107,32 @@ static float *params(mirror_model *m)
     return p;
 }
 
+/* The update sharded across processes: what only each slice's owner
+   keeps current, the reduced gradient and the optimizer state, read on
+   every process (each gathers them whole), is the reference's, bit for
+   bit, as is the clipping norm. */
+static void compare_sharded(mirror_model *w, mirror_model *r, const char *name)
+{
+    size_t n = mirror_num_parameters(w), ns = mirror_optimizer_state_size(w), i, same = 1;
+    float *gw = (float *)malloc(n * sizeof(float)), *gr = (float *)malloc(n * sizeof(float));
+    float *sw = (float *)malloc(ns * sizeof(float)), *sr = (float *)malloc(ns * sizeof(float));
+    float norm = mirror_last_grad_norm(w);
+    CHECK(gw && gr && sw && sr && mirror_get_gradients(w, 0, gw, n) == MIRROR_OK &&
+              mirror_get_gradients(r, 0, gr, n) == MIRROR_OK && !memcmp(gw, gr, n * sizeof(float)),
+          "%s: the reduced gradient, gathered from every process, is the reference's", name);
+    for (i = 0; i < mirror_strategy_process(w->s).local_replicas; i++)
+        same &= sw && sr && mirror_get_optimizer_state(w, i, sw, ns) == MIRROR_OK &&
+                mirror_get_optimizer_state(r, 0, sr, ns) == MIRROR_OK && !memcmp(sw, sr, ns * sizeof(float));
+    CHECK(same, "%s: the optimizer state, gathered from every process, is the reference's on every replica", name);
+    CHECK(norm == mirror_last_grad_norm(r) && norm > 0.5f,
+          "%s: the clipping norm is the reference's (%g against %g) and clips", name, (double)norm,
+          (double)mirror_last_grad_norm(r));
+    free(gw), free(gr), free(sw), free(sr);
+}
+
 static void compare(mirror_precision precision, size_t local, size_t processes, int bn)
 {
-    const char *name = det_chunk ? (bn ? "deterministic batchnorm" : "deterministic")
-                                 : bn ? "fp32 batchnorm" : mirror_precision_name(precision);
+    char name[64];
     MPI_Comm self = MPI_COMM_SELF;
     mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, det_chunk ? 1 : local * processes);
     mirror_model *w = model(ws, precision, bn), *r = model(rs, precision, bn);
@@ -112,6 +141,8 @@ static void compare(mirror_precision precision, size_t local, size_t processes, 
     mirror_process_info info = mirror_strategy_process(ws);
     float *pw = NULL, *pr = NULL, *yw = NULL, *yr = NULL;
     size_t k, n, metrics_equal = 1, steps_ok = 1;
+    snprintf(name, sizeof name, "%s%s%s", sharded ? "sharded " : "", det_chunk ? "deterministic " : "",
+             bn ? "fp32 batchnorm" : mirror_precision_name(precision));
     if (!w || !r) {
         CHECK(0, "%s: models", name);
         goto out;
@@ -140,6 +171,7 @@ static void compare(mirror_precision precision, size_t local, size_t processes, 
           det_chunk ? 1 : local * processes);
     CHECK(mirror_check_replicas(w) == MIRROR_OK, "%s: every replica of every process agrees: %s", name,
           mirror_model_error(w));
+    if (sharded) compare_sharded(w, r, name);
     if (precision != MIRROR_PRECISION_FP32) {
         CHECK(mirror_loss_scale_get(w, &sw) == MIRROR_OK && mirror_loss_scale_get(r, &sr) == MIRROR_OK &&
                   sw.skipped == sr.skipped && sw.skipped > 0 && sw.scale == sr.scale,
@@ -188,8 +220,8 @@ static void test_deterministic_accumulate(size_t local)
     }
     pw = ok ? params(w) : NULL, pr = ok ? params(r) : NULL;
     CHECK(pw && pr && !memcmp(pw, pr, mirror_num_parameters(w) * sizeof(float)),
-          "deterministic: 8 steps of micro-batches of 6 and 3 over every process are one replica's steps of 9, bit "
-          "for bit");
+          "%sdeterministic: 8 steps of micro-batches of 6 and 3 over every process are one replica's steps of 9, bit "
+          "for bit", sharded ? "sharded " : "");
     det_chunk = 0;
     free(pw), free(pr);
     mirror_model_destroy(w), mirror_model_destroy(r);
@@ -334,6 +366,14 @@ int main(int argc, char **argv)
     compare(MIRROR_PRECISION_FP32, local, (size_t)size, 0);
     compare(MIRROR_PRECISION_FP32, local, (size_t)size, 1);
     det_chunk = 0;
+    sharded = 1; /* the update sharded across processes */
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size, 0);
+    compare(MIRROR_PRECISION_FP16, local, (size_t)size, 0);
+    det_chunk = 2;
+    compare(MIRROR_PRECISION_FP32, local, (size_t)size, 1);
+    det_chunk = 0;
+    test_deterministic_accumulate(local);
+    sharded = 0;
     test_deterministic_accumulate(local);
     test_all_reduce(local, (size_t)size);
     test_check_replicas(local);
