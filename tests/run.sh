@@ -458,7 +458,7 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
     # A rank killed (SIGKILL) or frozen (SIGSTOP) mid-run: mpirun ends,
     # non-zero, within the timeout (MIRROR_TIMEOUT=3) plus 5 s.
     mpi_lose_rank() {
-        MIRROR_TIMEOUT=3 $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 100000 --seed 4242 \
+        MIRROR_TIMEOUT=3 $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 100000 --seed 4242 ${lose_args:-} \
             >"$tmp/lose.out" 2>&1 &
         job=$!
         victim=
@@ -487,6 +487,19 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
     }
     mpi_freeze_rank() { mpi_froze || mpi_froze; }
     check "mpirun: one rank frozen with SIGSTOP: the other fails with MIRROR_ERR_TIMEOUT and the job ends" mpi_freeze_rank
+    # With the update sharded across processes, rank 0 holds its slice of
+    # the optimizer state alone: losing a rank, it says so and saves nothing
+    # (mpirun's SIGTERM comes 5 s before its SIGKILL, time enough to say it).
+    mpi_lose_sharded() {
+        rm -f "$tmp/lost.ckpt"
+        mpi="$mpi --mca odls_base_sigkill_timeout 5" lose_args="--shard-update on --save $tmp/lost.ckpt" \
+            mpi_lose_rank KILL
+        grep -q 'rank 0 holds the optimizer state of its slice alone .*saved nothing' "$tmp/lose.out" &&
+            ! test -e "$tmp/lost.ckpt" && return 0
+        cat "$tmp/lose.out"
+        return 1
+    }
+    check "mpirun: a rank lost with the update sharded across processes: rank 0 says it saves nothing" mpi_lose_sharded
     # Ranks started with other settings fail, every one, within seconds,
     # naming what differs; a rank that ends before it joins (--help) ends
     # the job within the timeout, not never.
