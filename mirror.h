@@ -250,7 +250,29 @@
       run. Mixed precision folds the widened 16-bit gradients in fp32 and
       rounds once, as in one process, so every replica of every process
       makes the same skip decision. The optimizer state is kept once per
-      process.
+      process, and each process updates every parameter (its replicas
+      share the update out as in one process), so that rank 0 holds the
+      whole state of every step.
+
+      With shard_update = MIRROR_SHARD_ON (CPU replicas) the update is
+      sharded across the processes too, ZeRO stage 1 over every replica:
+      the fold's last rank sends each process the sums of its own slice
+      alone (a reduce-scatter: the same sums), each process's replicas
+      update its slice (whole blocks of 1024 parameters) with that slice's
+      optimizer state, the non-finite verdict and the clipping norm come
+      from every process's flags and blocks' sums of squares (one small
+      all-gather; the norm adds the blocks in order, as one process does),
+      and an all-gather hands the updated slices round. The parameters are
+      those of one process, bit for bit, and each process runs 1/P of the
+      update. The price: between steps each slice's reduced gradient and
+      optimizer state are current on its owner alone, so
+      mirror_get_gradients, mirror_get_optimizer_state,
+      mirror_checkpoint_save and mirror_check_replicas gather them first
+      and must be called in every process (as fit does); the state's arena
+      stays whole-sized in each process (it takes a checkpoint's whole
+      state); and when the processes lose each other rank 0 holds its own
+      slice of the state alone, so it says so and saves nothing (the
+      periodic checkpoints are the safety net).
 
       Rank 0's initial parameters reach every replica; rank 0 prints fit's
       progress and writes checkpoints (its result is every process's);
@@ -366,7 +388,8 @@
          slice (in deterministic mode it is taken over the whole gradient,
          which every replica holds). In one process only; gradients then
          are not all-reduced in buckets during backward. MIRROR_SHARD_OFF
-         makes CPU replicas update everything too. Either way the
+         makes CPU replicas update everything too; MIRROR_SHARD_ON shards
+         CPU replicas' update across processes as well (PROCESSES). Either way the
          parameters stay bitwise identical on every replica.
       7. Metrics (>>step; taken in >>inspection). The loss sum, correct
          count and sample count are summed on each replica's device, and
@@ -889,8 +912,11 @@ typedef struct mirror_model_desc {
     size_t chunk;
     /* The sharded optimizer update (ZeRO stage 1): each replica updates one
        slice of the parameters and keeps that slice's optimizer state alone.
-       MIRROR_SHARD_AUTO: on CPU replicas (shared memory), off on GPUs. See
-       the update in THE STEP. */
+       MIRROR_SHARD_AUTO: on CPU replicas (shared memory), off on GPUs.
+       MIRROR_SHARD_ON with CPU replicas in several processes: across the
+       processes too, each updating its slice alone (then reading the
+       gradient or the optimizer state, and saving a checkpoint, gather them
+       in every process; see PROCESSES). See the update in THE STEP. */
     mirror_shard_update shard_update;
     /* 1: each replica's forward and backward of a training step, and its
        update, are recorded once per shape (CUDA graphs) and replayed, two

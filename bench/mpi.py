@@ -10,15 +10,16 @@ or (sharded) its half alone; mirror with 1 process of 2 replicas
 (build/bench_peers); and PyTorch DDP over gloo with 2 processes of 1 thread
 (peers.py's worker). Each mode is one long-lived worker that times one pass
 of 2560 samples when asked (both MPI modes are one worker); the driver asks
-every mode in turn, round after round, and prints the median samples/s of
-each.
+every mode in turn, round after round (the two MPI modes back to back, in
+turn first), and prints the median samples/s of each, and the median of
+the rounds' ratios of the two MPI modes.
 """
 import os
 import statistics
 import subprocess
 import sys
 
-ROUNDS = 7
+ROUNDS = 9
 WORKLOADS = (("mlp", 64), ("mlp", 256), ("cnn", 64), ("cnn", 256))
 MODES = ("mirror 2 processes x 1", "mirror 2 processes x 1, sharded", "mirror 1 process x 2",
          "torch DDP 2 processes")
@@ -41,7 +42,8 @@ def main():
     rates = {(w, m): [] for w in WORKLOADS for m in MODES}
     for r in range(ROUNDS):
         for kind, batch in WORKLOADS:
-            for mode in MODES:
+            # the two MPI modes side by side, in turn first and second
+            for mode in (MODES[r % 2], MODES[1 - r % 2]) + MODES[2:]:
                 proc, suffix = workers[mode]
                 proc.stdin.write(f"{kind} {batch}{suffix}\n")
                 proc.stdin.flush()
@@ -57,8 +59,10 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for kind, batch in WORKLOADS:
         med = [statistics.median(rates[(kind, batch), m]) for m in MODES]
+        # sharded / not: the median of each round's ratio (the two passes ran back to back)
+        pair = statistics.median(a / b for a, b in zip(rates[(kind, batch), MODES[1]], rates[(kind, batch), MODES[0]]))
         print(f"| {kind.upper()}, {batch} | " + " | ".join(f"{v:.0f}" for v in med) +
-              f" | {med[1] / med[0]:.2f}x | {med[0] / med[2]:.2f}x, {med[1] / med[2]:.2f}x | {med[1] / med[3]:.2f}x |")
+              f" | {pair:.2f}x | {med[0] / med[2]:.2f}x, {med[1] / med[2]:.2f}x | {med[1] / med[3]:.2f}x |")
 
 
 if __name__ == "__main__":
