@@ -389,8 +389,9 @@
          which every replica holds). In one process only; gradients then
          are not all-reduced in buckets during backward. MIRROR_SHARD_OFF
          makes CPU replicas update everything too; MIRROR_SHARD_ON shards
-         CPU replicas' update across processes as well (PROCESSES). Either way the
-         parameters stay bitwise identical on every replica.
+         CPU replicas' update across processes as well (PROCESSES).
+         Either way the parameters stay bitwise identical on every
+         replica.
       7. Metrics (>>step; taken in >>inspection). The loss sum, correct
          count and sample count are summed on each replica's device, and
          across replicas and processes when they are read.
