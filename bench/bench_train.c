@@ -209,7 +209,7 @@ int main(void)
     for (cnn = 0; cnn < 2; cnn++)
         for (bi = 0; bi < 2; bi++) {
             double a = SAMPLES / median(t[bi][cnn][1], ROUNDS), b = SAMPLES / median(td[bi][cnn], ROUNDS);
-            mirror_memory_report ma, mb;
+            mirror_memory_report ma = {0, 0, 0, 0}, mb = {0, 0, 0, 0};
             mirror_memory_report_get(m[bi][cnn][1], 0, &ma);
             mirror_memory_report_get(det[bi][cnn], 0, &mb);
             printf("%-6s %6zu %12.0f %14.0f %6.2fx %11.2f MB %11.2f MB\n", cnn ? "cnn" : "mlp", batches[bi], a, b, b / a,
