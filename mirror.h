@@ -2990,13 +2990,19 @@ MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin,
 /* The update sharded across processes (shard_update on): process p's
    slice of n parameter slots, whole blocks of MIRROR__NORM_BLOCK (the
    blocks the clipping norm adds its squares in), shared out as mirror_shard
-   shares; a slice may be empty. */
+   shares: blocks [*first, *first + *blocks), or slots [*begin, *begin +
+   *count); a slice may be empty. */
 enum { MIRROR__NORM_BLOCK = 1024 };
+
+static void mirror__process_blocks(size_t n, size_t processes, size_t p, size_t *first, size_t *blocks)
+{
+    mirror_shard((n + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK, processes, p, first, blocks);
+}
 
 static void mirror__process_slice(size_t n, size_t processes, size_t p, size_t *begin, size_t *count)
 {
     size_t b, c;
-    mirror_shard((n + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK, processes, p, &b, &c);
+    mirror__process_blocks(n, processes, p, &b, &c);
     *begin = MIRROR__MIN(b * MIRROR__NORM_BLOCK, n);
     *count = MIRROR__MIN((b + c) * MIRROR__NORM_BLOCK, n) - *begin;
 }
@@ -5811,9 +5817,11 @@ static void mirror__across_check(mirror_model *m, mirror__replica *r, size_t w)
 {
     enum { B = MIRROR__NORM_BLOCK };
     mirror_loss_scale_state st = *r->scaler;
-    double *part = m->parts + m->pbegin / B + m->s->rank + 1; /* behind this process's flag */
-    size_t b, c, k, begin, end = m->pbegin + m->plen;
-    mirror_shard((m->plen + B - 1) / B, m->s->replicas, w, &b, &c);
+    size_t b, c, k, begin, end = m->pbegin + m->plen, first, blocks;
+    double *part;
+    mirror__process_blocks(m->nslots, m->s->processes, m->s->rank, &first, &blocks);
+    part = m->parts + first + m->s->rank + 1; /* behind this process's flag */
+    mirror_shard(blocks, m->s->replicas, w, &b, &c);
     begin = MIRROR__MIN(end, m->pbegin + b * B);
     end = MIRROR__MIN(end, m->pbegin + (b + c) * B);
     if (m->format) {
@@ -5969,21 +5977,21 @@ static int mirror__across_gather(mirror_model *m, int which)
 static int mirror__across_verdict(mirror_model *m)
 {
 #ifdef MIRROR_MPI
-    enum { B = MIRROR__NORM_BLOCK };
     mirror_strategy *s = m->s;
     float max_norm = m->desc.optimizer.clip_norm;
-    size_t r, p, k, begin, count;
+    size_t r, p, k, first, blocks;
     double sum = 0.0, found = 0.0;
     int rc;
     for (r = 0; r < s->replicas; r++) found += m->found[r] != 0;
-    m->parts[m->pbegin / B + s->rank] = found;
+    mirror__process_blocks(m->nslots, s->processes, s->rank, &first, &blocks);
+    m->parts[first + s->rank] = found;
     if ((rc = mirror__mpi_gather_slices(s, m->parts, m->nslots, 0, 1, &m->err))) return rc;
     for (p = 0, found = 0.0; p < s->processes; p++) {
         const double *flag;
-        mirror__process_slice(m->nslots, s->processes, p, &begin, &count);
-        flag = m->parts + begin / B + p;
+        mirror__process_blocks(m->nslots, s->processes, p, &first, &blocks);
+        flag = m->parts + first + p;
         found += *flag;
-        for (k = 0; k < (count + B - 1) / B; k++) sum += flag[1 + k];
+        for (k = 0; k < blocks; k++) sum += flag[1 + k];
     }
     for (r = 0; r < s->replicas; r++) {
         mirror_loss_scale_state *st = m->rep[r].scaler;
@@ -7497,8 +7505,12 @@ static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, si
     int rc;
     if ((rc = mirror__mpi_usable(s, parts ? blocks + s->processes : n, what, err))) return rc;
     for (p = 0; p < s->processes; p++) {
-        mirror__process_slice(n, s->processes, p, &begin, &count);
-        if (parts) begin = begin / MIRROR__NORM_BLOCK + p, count = (count + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK + 1;
+        if (parts) { /* the flag, then the blocks */
+            mirror__process_blocks(n, s->processes, p, &begin, &count);
+            begin += p, count += 1;
+        } else {
+            mirror__process_slice(n, s->processes, p, &begin, &count);
+        }
         s->slices[p] = (int)count, s->slices[s->processes + p] = (int)begin;
     }
     rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, s->slices, s->slices + s->processes, type, s->comm, &req);

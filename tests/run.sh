@@ -395,17 +395,17 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
 fi
 
 # Several processes (MIRROR_MPI; make builds them where mpicc and mpirun
-# are): the library across 1, 2 and 3 processes of 1 and 2 replicas each
-# against one process, then the trainer under mpirun.
+# are): the library across 1, 2 and 3 processes of 1 and 2 replicas each,
+# and 4 of 1, against one process, then the trainer under mpirun.
 if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # CI runs as root
     mpi="timeout 120 $MPIRUN --oversubscribe"
-    for np in 1 2 3; do
-        for local in 1 2; do
-            out=$BUILD/test_mpi_${np}x$local.out
-            $mpi -np $np "$BUILD/test_mpi" $local >"$out" 2>&1
-            tally "test_mpi_${np}x$local" "$out" $?
-        done
+    # 4 processes of 1: more than the test model's 3 blocks of 1024
+    # parameters, so that one process's slice of the sharded update is empty
+    for run in 1x1 1x2 2x1 2x2 3x1 3x2 4x1; do
+        out=$BUILD/test_mpi_$run.out
+        $mpi -np "${run%x*}" "$BUILD/test_mpi" "${run#*x}" >"$out" 2>&1
+        tally "test_mpi_$run" "$out" $?
     done
     small="--model mlp --synthetic 600 --batch 50"
     # The final: line up to the throughput: the same parameters give the same losses.
