@@ -5808,6 +5808,17 @@ static void mirror__host_slice(const mirror_model *m, size_t w, size_t *begin, s
     *begin += m->pbegin;
 }
 
+/* Whether replica r's reduced gradient holds an Inf or NaN in [begin,
+   begin + count) (mixed precision: unscaled). */
+static uint32_t mirror__nonfinite(mirror_model *m, mirror__replica *r, size_t begin, size_t count)
+{
+    mirror_loss_scale_state st = *r->scaler;
+    if (!m->format) return !mirror__all_finite(r->grads + begin, count);
+    st.found_nonfinite = 0;
+    m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
+    return st.found_nonfinite;
+}
+
 /* Sharded across processes: worker w checks its share of this process's
    slice (whole blocks of MIRROR__NORM_BLOCK) into found[w] and, with
    clipping, puts each block's sum of squares in its place in `parts`
@@ -5816,7 +5827,6 @@ static void mirror__host_slice(const mirror_model *m, size_t w, size_t *begin, s
 static void mirror__across_check(mirror_model *m, mirror__replica *r, size_t w)
 {
     enum { B = MIRROR__NORM_BLOCK };
-    mirror_loss_scale_state st = *r->scaler;
     size_t b, c, k, begin, end = m->pbegin + m->plen, first, blocks;
     double *part;
     mirror__process_blocks(m->nslots, m->s->processes, m->s->rank, &first, &blocks);
@@ -5824,17 +5834,11 @@ static void mirror__across_check(mirror_model *m, mirror__replica *r, size_t w)
     mirror_shard(blocks, m->s->replicas, w, &b, &c);
     begin = MIRROR__MIN(end, m->pbegin + b * B);
     end = MIRROR__MIN(end, m->pbegin + (b + c) * B);
-    if (m->format) {
-        st.found_nonfinite = 0;
-        m->be->check(r->dev, &st, r->grad16 + begin, end - begin, m->format);
-        m->found[w] = st.found_nonfinite;
-    } else {
-        m->found[w] = !mirror__all_finite(r->grads + begin, end - begin);
-    }
+    m->found[w] = mirror__nonfinite(m, r, begin, end - begin);
     for (k = b; m->desc.optimizer.clip_norm > 0.0f && k < b + c; k++) {
         size_t lo = m->pbegin + k * B;
         part[k] = mirror__sum_squares(m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, lo,
-                                      MIRROR__MIN(lo + B, m->pbegin + m->plen), m->format, 1.0f / st.scale);
+                                      MIRROR__MIN(lo + B, m->pbegin + m->plen), m->format, 1.0f / r->scaler->scale);
     }
 }
 
@@ -5847,7 +5851,6 @@ static void mirror__sharded_host_check_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
-    mirror_loss_scale_state st = *r->scaler;
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
     int finite = 1, marks = m->trace_steps && mirror__reduce_in_jobs(m);
@@ -5857,15 +5860,10 @@ static void mirror__sharded_host_check_job(void *ctx, size_t worker)
     }
     if (marks) m->be->mark(r->dev, 4);
     mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
-    if (m->format) {
-        st.found_nonfinite = 0;
-        m->be->check(r->dev, &st, r->grad16 + begin, count, m->format);
-        m->found[worker] = st.found_nonfinite;
-        if (marks) m->be->mark(r->dev, 5);
-        return;
-    }
-    if (m->s->processes > 1 || m->chunk) { /* the reduction across processes (or chunks) has summed it already */
-        m->found[worker] = !mirror__all_finite(r->grads + begin, count);
+    /* mixed precision's 16-bit all-reduce, the reduction across processes
+       or deterministic mode's chunks have summed it already */
+    if (m->format || m->s->processes > 1 || m->chunk) {
+        m->found[worker] = mirror__nonfinite(m, r, begin, count);
         if (marks) m->be->mark(r->dev, 5);
         return;
     }
@@ -6000,8 +5998,9 @@ static int mirror__across_verdict(mirror_model *m)
         st->grad_norm = (float)sqrt(sum); /* as mirror__cpu_clip */
         st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
     }
-#endif
+#else
     (void)m;
+#endif
     return MIRROR_OK;
 }
 
