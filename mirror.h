@@ -2174,6 +2174,15 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 
 // >>implementation ==========================================================
 #ifdef MIRROR_IMPLEMENTATION
+/* Under -std=c99 glibc declares clock_gettime, fileno and isatty only when
+   _POSIX_C_SOURCE is defined before its first header: a system header
+   included ahead of mirror.h has shut that door. One error that gives the
+   rule, and the implementation skipped rather than hundreds after it. */
+#include <time.h>
+#if !defined(CLOCK_MONOTONIC) && !defined(MIRROR_IMPLEMENTATION_DONE)
+#error "mirror.h: in the file that defines MIRROR_IMPLEMENTATION, include mirror.h before any other header, or compile that file with -D_POSIX_C_SOURCE=200809L (under -std=c99 the C library hides clock_gettime otherwise)"
+#define MIRROR_IMPLEMENTATION_DONE
+#endif
 #ifndef MIRROR_IMPLEMENTATION_DONE
 #define MIRROR_IMPLEMENTATION_DONE
 
@@ -2204,6 +2213,11 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 
 #if defined(MIRROR_MALLOC) != defined(MIRROR_FREE)
 #error "define both MIRROR_MALLOC and MIRROR_FREE, or neither"
+#endif
+/* An unoptimised build trains many times slower; say so once, at compile
+   time. MIRROR_QUIET_O0 silences it (a debugging build that means it). */
+#if defined(__GNUC__) && !defined(__OPTIMIZE__) && !defined(__CUDA_ARCH__) && !defined(MIRROR_QUIET_O0)
+#pragma message("mirror.h: compiled without optimisation, training runs many times slower: compile the file that defines MIRROR_IMPLEMENTATION with -O2 or -O3 (define MIRROR_QUIET_O0 to silence this)")
 #endif
 #ifndef MIRROR_MALLOC
 #define MIRROR_MALLOC(n) malloc(n)
@@ -9790,8 +9804,9 @@ static int mirror__read_bounded(const char *path, size_t most, const char *most_
     if (mirror__is_gzip(buf, len)) {
         MIRROR_FREE(buf);
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
-                             "%s: gzip file, but this build has no zlib (define MIRROR_ZLIB, link -lz, "
-                             "or gunzip the file)",
+                             "%s: gzip file, but this build has no zlib: define MIRROR_ZLIB where the library "
+                             "is compiled (the file that defines MIRROR_IMPLEMENTATION; in a CUDA build the "
+                             "nvcc line of mirror_cuda.cu) and link -lz, or gunzip the file",
                              path);
     }
 #endif

@@ -61,16 +61,30 @@ printf '#define MIRROR_IMPLEMENTATION\n#include "mirror.h"\nint main(void){retur
 printf '#include "mirror.h"\nint main(void){return mirror_result_string(0)[0] != 0;}\n' >"$tmp/decl.c"
 cp "$tmp/impl.c" "$tmp/impl.cpp"
 check "mirror.h compiles as C99 (-Wall -Wextra -Wpedantic -Werror)" \
-    $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -I. -c "$tmp/impl.c" -o "$tmp/impl.o"
+    $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.c" -o "$tmp/impl.o"
+# Two mistakes a first program makes, each told in one message: the
+# implementation compiled without optimisation (a note MIRROR_QUIET_O0
+# silences), and a system header included before it under -std=c99.
+says_unoptimised() {
+    $CC -std=c99 -I. -c "$tmp/impl.c" -o "$tmp/o0.o" 2>"$tmp/o0.err" && grep -q 'compiled without optimisation' "$tmp/o0.err" &&
+        $CC -std=c99 -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.c" -o "$tmp/o0.o" 2>"$tmp/o0.err" && ! grep -q 'optimisation' "$tmp/o0.err"
+}
+check "an unoptimised build of the implementation says so at compile time, and MIRROR_QUIET_O0 silences it" says_unoptimised
+printf '#include <stdio.h>\n#define MIRROR_IMPLEMENTATION\n#include "mirror.h"\nint main(void){return 0;}\n' >"$tmp/late.c"
+late_include() {
+    ! $CC -std=c99 -I. -c "$tmp/late.c" -o "$tmp/late.o" 2>"$tmp/late.err" && grep -q 'include mirror.h before any other header' "$tmp/late.err" &&
+        [ "$(grep -c 'error:' "$tmp/late.err")" -eq 1 ] && $CC -std=c99 -D_POSIX_C_SOURCE=200809L -DMIRROR_QUIET_O0 -I. -c "$tmp/late.c" -o "$tmp/late.o"
+}
+check "<stdio.h> before mirror.h under -std=c99: one #error that gives the rule (and -D_POSIX_C_SOURCE compiles)" late_include
 check "mirror.h declarations compile alone as C89-free C99" \
-    $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -I. -c "$tmp/decl.c" -o "$tmp/decl.o"
+    $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -I. -c "$tmp/decl.c" -o "$tmp/decl.o"
 check "mirror.h compiles as C++ (-Wall -Wextra -Werror)" \
-    $CXX -Wall -Wextra -Wpedantic -Werror -I. -c "$tmp/impl.cpp" -o "$tmp/impl_cpp.o"
+    $CXX -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.cpp" -o "$tmp/impl_cpp.o"
 check "mirror.h compiles with MIRROR_STATIC" \
-    $CC -std=c99 -Wall -Wextra -Werror -Wno-unused-function -DMIRROR_STATIC -I. -c "$tmp/impl.c" -o "$tmp/static.o"
+    $CC -std=c99 -Wall -Wextra -Werror -Wno-unused-function -DMIRROR_STATIC -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.c" -o "$tmp/static.o"
 if printf '#include <cblas.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
     check "mirror.h compiles with MIRROR_CBLAS" \
-        $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_CBLAS -I. -c "$tmp/impl.c" -o "$tmp/cblas.o"
+        $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_CBLAS -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.c" -o "$tmp/cblas.o"
 fi
 
 # The README's short example, as printed there, compiles and links (it reads
