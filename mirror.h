@@ -13,7 +13,16 @@
 
       #define MIRROR_IMPLEMENTATION     // in exactly one file, before any
       #include "mirror.h"               // other #include (see BUILDING)
+      #include <stdio.h>
+      #include <stdlib.h>
 
+      static void die(const char *message)
+      {
+          fprintf(stderr, "%s\n", message);
+          exit(1);
+      }
+
+      // in main:
       mirror_error err = {0};
       mirror_strategy *s;               // zero desc: one replica per core
       mirror_strategy_desc sd = {0};
@@ -34,7 +43,7 @@
 
       mirror_fit_desc fd = {0};
       fd.train = &train; fd.validation = &test; fd.epochs = 3;
-      mirror_fit(m, &fd, NULL);
+      if (mirror_fit(m, &fd, NULL)) die(mirror_model_error(m));
 
       mirror_model_destroy(m); mirror_strategy_destroy(s);
       mirror_dataset_free(&train); mirror_dataset_free(&test);
@@ -46,12 +55,22 @@
              (add -DMIRROR_ZLIB -lz to read .gz files,
               -DMIRROR_CBLAS -lopenblas to route GEMMs through a CBLAS; set
               OPENBLAS_NUM_THREADS=1 then, the replicas being the threads)
-             C++ (C++11 or later) and nvcc compile the header as well.
+             C++ (C++11 or later) and nvcc compile the header as well
+             (in C++ a zeroed desc is "= {}", as "= {0}" warns there).
+
+      Option macros (below) change the library's code: define them in, or
+      on the compile line of, the file that defines MIRROR_IMPLEMENTATION
+      (in a CUDA build, the nvcc line of the .cu file). Elsewhere they do
+      nothing. That file takes seconds to compile at -O3: keep it apart
+      (mirror.c holding the two lines above) and compile it once. Built
+      without optimisation it trains many times slower, and a compile-time
+      note says so (MIRROR_QUIET_O0 silences it).
 
       The implementation uses clock_gettime, isatty and fileno, which glibc
       declares under -std=c99 only with _POSIX_C_SOURCE. mirror.h defines
       _POSIX_C_SOURCE itself when it is the first include of the file that
-      defines MIRROR_IMPLEMENTATION; otherwise compile that file with
+      defines MIRROR_IMPLEMENTATION (after another header it stops with an
+      #error that says so); otherwise compile that file with
       -D_POSIX_C_SOURCE=200809L. -ffp-contract=fast lets the compiler fuse
       multiply-adds (ISO C modes turn it off); it roughly doubles GEMM speed.
       The GEMM's register tile is written with GCC/Clang vector extensions
@@ -60,7 +79,8 @@
       gcc and clang, at -O2 and -O3.
       -fno-math-errno lets it vectorise sqrtf in the Adam update.
 
-   OPTION MACROS (define before including)
+   OPTION MACROS (define before including, in the file that defines
+   MIRROR_IMPLEMENTATION or on its compile line)
 
       MIRROR_IMPLEMENTATION   emit the implementation in this translation unit
       MIRROR_STATIC           make every function static (private copy; define
@@ -80,6 +100,8 @@
       MIRROR_NO_SIMD          the built-in GEMM in plain C, without GCC/Clang
                               vector extensions (the default with other
                               compilers; see >>gemm for the tiles)
+      MIRROR_QUIET_O0         no compile-time note when the implementation
+                              is compiled without optimisation
       MIRROR_CPU_CONV_CHUNK   samples per convolution GEMM on the CPU (1)
       MIRROR_CPU_GEMM_ROWS_FREE 0: deterministic mode runs the CPU's GEMMs
                               over samples a chunk at a time, as on a GPU
