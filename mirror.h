@@ -1656,10 +1656,17 @@ MIRROR_HD static inline mirror_hd_divisor mirror_hd_divisor_of(uint64_t d)
     r = l == 64 ? 0 - d : ((uint64_t)1 << l) - d;
     for (i = 0; i < 64; i++) { /* (r:0) / d, one bit at a time; top: r overflowed, so r > d */
         uint64_t top = r >> 63;
-        r <<= 1, q <<= 1;
-        if (top || r >= d) r -= d, q |= 1;
+        r <<= 1;
+        q <<= 1;
+        if (top || r >= d) {
+            r -= d;
+            q |= 1;
+        }
     }
-    v.d = d, v.magic = q + 1, v.s1 = l ? 1u : 0u, v.s2 = l ? l - 1 : 0u;
+    v.d = d;
+    v.magic = q + 1;
+    v.s1 = l ? 1u : 0u;
+    v.s2 = l ? l - 1 : 0u;
     return v;
 }
 
@@ -1696,10 +1703,23 @@ MIRROR_HD static inline mirror_hd_conv_shape mirror_hd_conv_shape_of(size_t n, s
                                                                      size_t wo)
 {
     mirror_hd_conv_shape g;
-    g.n = n, g.c = c, g.h = h, g.w = w, g.k = k, g.stride = stride, g.pad = pad, g.ho = ho, g.wo = wo;
-    g.by_n = mirror_hd_divisor_of(n), g.by_c = mirror_hd_divisor_of(c), g.by_h = mirror_hd_divisor_of(h);
-    g.by_w = mirror_hd_divisor_of(w), g.by_k = mirror_hd_divisor_of(k), g.by_kk = mirror_hd_divisor_of(k * k);
-    g.by_wo = mirror_hd_divisor_of(wo), g.by_hwo = mirror_hd_divisor_of(ho * wo);
+    g.n = n;
+    g.c = c;
+    g.h = h;
+    g.w = w;
+    g.k = k;
+    g.stride = stride;
+    g.pad = pad;
+    g.ho = ho;
+    g.wo = wo;
+    g.by_n = mirror_hd_divisor_of(n);
+    g.by_c = mirror_hd_divisor_of(c);
+    g.by_h = mirror_hd_divisor_of(h);
+    g.by_w = mirror_hd_divisor_of(w);
+    g.by_k = mirror_hd_divisor_of(k);
+    g.by_kk = mirror_hd_divisor_of(k * k);
+    g.by_wo = mirror_hd_divisor_of(wo);
+    g.by_hwo = mirror_hd_divisor_of(ho * wo);
     g.by_stride = mirror_hd_divisor_of(stride);
     return g;
 }
@@ -1728,8 +1748,10 @@ MIRROR_HD static inline float mirror_hd_col2im_at(const mirror_hd_conv_shape *g,
     uint64_t hwo = g->ho * g->wo;
     float sum = 0.0f;
     if (!g->ho || !g->wo) return 0.0f;
-    top = mirror_hd_div(g->by_stride, py), right = mirror_hd_div(g->by_stride, px);
-    top = top < g->ho ? top : g->ho - 1, right = right < g->wo ? right : g->wo - 1;
+    top = mirror_hd_div(g->by_stride, py);
+    right = mirror_hd_div(g->by_stride, px);
+    if (top >= g->ho) top = g->ho - 1;
+    if (right >= g->wo) right = g->wo - 1;
     for (oy = top + 1; oy-- > 0 && py - oy * g->stride < g->k;) { /* ki = py - oy stride, rising */
         uint64_t taps = ((ch * g->k + py - oy * g->stride) * g->k * g->n + smp) * hwo + oy * g->wo;
         for (ox = right + 1; ox-- > 0 && px - ox * g->stride < g->k;) /* kj = px - ox stride */
@@ -1938,7 +1960,10 @@ MIRROR_HD static inline float mirror_hd_window_max(const void *x, size_t row, si
         for (j = 0; j < k; j++) {
             size_t o = i * row + j;
             float v = mirror_hd_load(x, o, f);
-            if (v > top) top = v, best = o;
+            if (v > top) {
+                top = v;
+                best = o;
+            }
         }
     *at = best;
     return top;
@@ -1979,7 +2004,8 @@ MIRROR_HD static inline float mirror_hd_softmax_row(const float *z, size_t k, fl
 {
     size_t j;
     float sum = 0.0f;
-    *zmax = z[0], *arg = 0;
+    *zmax = z[0];
+    *arg = 0;
     for (j = 1; j < k; j++)
         if (z[j] > *zmax) {
             *zmax = z[j];
@@ -2000,7 +2026,10 @@ MIRROR_HD static inline float mirror_hd_softmax_ce_row(const void *z, size_t k, 
     size_t j, arg = 0;
     float zmax = mirror_hd_load(z, 0, f), sum = 0.0f;
     for (j = 1; j < k; j++)
-        if (mirror_hd_load(z, j, f) > zmax) zmax = mirror_hd_load(z, j, f), arg = j;
+        if (mirror_hd_load(z, j, f) > zmax) {
+            zmax = mirror_hd_load(z, j, f);
+            arg = j;
+        }
     for (j = 0; j < k; j++) sum += expf(mirror_hd_load(z, j, f) - zmax);
     for (j = 0; j < k; j++)
         mirror_hd_store(dz, j, (expf(mirror_hd_load(z, j, f) - zmax) / sum - (j == (size_t)y ? 1.0f : 0.0f)) * inv_count,

@@ -32,12 +32,15 @@ int main(void)
 
     /* Layers check their shapes as they are added; build reports the first error. */
     md.strategy = s;
-    md.channels = 1, md.height = 28, md.width = 28;
+    md.channels = 1;
+    md.height = 28;
+    md.width = 28;
     md.max_batch = batch;
     md.optimizer.kind = MIRROR_OPT_ADAM;
     if (mirror_model_create(&md, &m, &err)) die(err.message);
     mirror_flatten(m);
-    mirror_dense(m, 64), mirror_relu(m);
+    mirror_dense(m, 64);
+    mirror_relu(m);
     mirror_dense(m, 10);
     if (mirror_model_build(m)) die(mirror_model_error(m));
 
@@ -48,16 +51,21 @@ int main(void)
         mirror_permutation(perm, train.count, 42, epoch);
         for (step = 0; step < train.count / batch; step++) {
             mirror_batch b = {0};
-            b.x = train.x, b.labels = train.labels, b.rows = train.count;
-            b.index = perm + step * batch, b.n = batch;
+            b.x = train.x;
+            b.labels = train.labels;
+            b.rows = train.count;
+            b.index = perm + step * batch; /* the batch's rows, in shuffled order */
+            b.n = batch;
             if (mirror_train_step(m, &b, &got)) die(mirror_model_error(m));
-            sum.loss_sum += got.loss_sum, sum.correct += got.correct, sum.count += got.count;
+            sum.loss_sum += got.loss_sum; /* the metrics are sums: divide by count */
+            sum.correct += got.correct;
+            sum.count += got.count;
         }
         printf("epoch %zu: loss %.3f, accuracy %.3f\n", epoch + 1, sum.loss_sum / (double)sum.count,
                (double)sum.correct / (double)sum.count);
     }
 
-    if (mirror_evaluate(m, &test, 0, &got)) die(mirror_model_error(m));
+    if (mirror_evaluate(m, &test, 0, &got)) die(mirror_model_error(m)); /* sums over the test set */
     printf("test accuracy %.3f on %zu replicas\n", (double)got.correct / (double)got.count,
            mirror_num_replicas(s));
 

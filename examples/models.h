@@ -49,25 +49,31 @@ static int example_model(mirror_model *m, const char *kind, float dropout)
     int bn = !strcmp(kind, "cnn-bn");
     if (!strcmp(kind, "mlp")) {
         mirror_flatten(m);
-        mirror_dense(m, 256), mirror_relu(m);
-        example_dense(m, 128, dropout), mirror_relu(m);
+        mirror_dense(m, 256);
+        mirror_relu(m);
+        example_dense(m, 128, dropout);
+        mirror_relu(m);
         example_dense(m, 10, dropout);
     } else if (!strcmp(kind, "cnn") || bn) {
         mirror_conv2d(m, 16, 3, 1, 1);
         if (bn) mirror_batchnorm(m, MIRROR_BN_SYNC);
-        mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+        mirror_relu(m);
+        mirror_maxpool2d(m, 2, 2);
         mirror_conv2d(m, 32, 3, 1, 1);
         if (bn) mirror_batchnorm(m, MIRROR_BN_SYNC);
-        mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+        mirror_relu(m);
+        mirror_maxpool2d(m, 2, 2);
         mirror_flatten(m);
-        example_dense(m, 128, dropout), mirror_relu(m);
+        example_dense(m, 128, dropout);
+        mirror_relu(m);
         example_dense(m, 10, dropout);
     } else if (!strcmp(kind, "resnet")) {
         example_conv_bn(m, 32, 1, 1);
         example_block(m, 32, 1);
         example_block(m, 64, 2);
         example_block(m, 128, 2);
-        mirror_global_avgpool(m), mirror_flatten(m);
+        mirror_global_avgpool(m);
+        mirror_flatten(m);
         example_dense(m, 10, dropout);
     } else {
         return MIRROR_ERR_ARGUMENT;

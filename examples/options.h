@@ -44,8 +44,13 @@ enum {
 static void options_defaults(options *o)
 {
     memset(o, 0, sizeof *o);
-    o->model = "cnn", o->optimizer = "adam", o->precision = "fp32"; /* lr_schedule NULL: the model's */
-    o->fd.epochs = 3, o->synthetic = 10000, o->md.seed = 1, o->fd.accumulate = 1; /* batch 0: the model's */
+    o->model = "cnn";
+    o->optimizer = "adam";
+    o->precision = "fp32"; /* lr_schedule NULL: the model's */
+    o->fd.epochs = 3;
+    o->synthetic = 10000;
+    o->md.seed = 1;
+    o->fd.accumulate = 1; /* batch 0: the model's */
     o->fd.augment_crop_pad = (size_t)-1; /* not given: 1 with --augment */
     o->deterministic = -1;
 }
@@ -185,7 +190,10 @@ static int options_check(options *o)
     if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn") && strcmp(o->model, "cnn-bn") && strcmp(o->model, "resnet"))
         return options_bad(o, "--model", "mlp, cnn, cnn-bn or resnet", o->model);
     if (!strcmp(o->optimizer, "sgd")) md->optimizer.kind = MIRROR_OPT_SGD;
-    else if (!strcmp(o->optimizer, "momentum")) md->optimizer.kind = MIRROR_OPT_SGD, md->optimizer.momentum = 0.9f;
+    else if (!strcmp(o->optimizer, "momentum")) {
+        md->optimizer.kind = MIRROR_OPT_SGD;
+        md->optimizer.momentum = 0.9f;
+    }
     else if (!strcmp(o->optimizer, "adam")) md->optimizer.kind = MIRROR_OPT_ADAM;
     else if (!strcmp(o->optimizer, "adamw")) md->optimizer.kind = MIRROR_OPT_ADAMW;
     else return options_bad(o, "--optimizer", "sgd, momentum, adam or adamw", o->optimizer);

@@ -7,7 +7,7 @@
    and the weights drift apart in their last digits; deterministic mode
    adds them in one order and the weights are the same, bit for bit.
 
-   Build and run:  make && ./build/scaling [EPOCHS [DIR]]
+   Build and run:  make && ./build/scaling [EPOCHS [DIR]]   (./build/scaling --help)
    (DIR: Fashion-MNIST's four .gz files; default: 3000 synthetic digits.
    On a machine with fewer cores than replicas the times do not fall.) */
 #define MIRROR_IMPLEMENTATION
@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BATCH 64
 
@@ -38,22 +39,28 @@ static mirror_epoch_log train(const mirror_dataset *data, const mirror_dataset *
     mirror_strategy *s;
     mirror_model *m;
 
-    sd.devices = "cpu", sd.num_replicas = replicas;
+    sd.devices = "cpu";
+    sd.num_replicas = replicas;
     if (mirror_strategy_create(&sd, &s, &err)) die(err.message);
     md.strategy = s;
-    md.channels = data->channels, md.height = data->height, md.width = data->width;
+    md.channels = data->channels;
+    md.height = data->height;
+    md.width = data->width;
     md.max_batch = BATCH;
     md.seed = 1;
     md.optimizer.kind = MIRROR_OPT_ADAM;
     md.deterministic = deterministic; /* chunks of 16 samples */
     if (mirror_model_create(&md, &m, &err)) die(err.message);
     mirror_flatten(m);
-    mirror_dense(m, 128), mirror_relu(m);
+    mirror_dense(m, 128);
+    mirror_relu(m);
     mirror_dense(m, 10);
     if (mirror_model_build(m)) die(mirror_model_error(m));
 
-    fd.train = data, fd.validation = test;
-    fd.epochs = epochs, fd.batch = BATCH;
+    fd.train = data;
+    fd.validation = test;
+    fd.epochs = epochs;
+    fd.batch = BATCH;
     fd.progress = MIRROR_PROGRESS_NONE;
     if (mirror_fit(m, &fd, &last)) die(mirror_model_error(m));
     *count = mirror_num_parameters(m);
@@ -67,17 +74,33 @@ static mirror_epoch_log train(const mirror_dataset *data, const mirror_dataset *
 int main(int argc, char **argv)
 {
     static const size_t counts[3] = {1, 2, 4};
-    size_t epochs = argc > 1 ? (size_t)strtoul(argv[1], NULL, 10) : 2, n = 0, i, c;
+    size_t epochs = 2, n = 0, i, c;
     mirror_dataset data, test;
     mirror_error err = {0, ""};
     float *one = NULL, *params;
-    int det;
+    int det, rc;
 
-    if (epochs < 1 || epochs > 1000) die("EPOCHS: from 1 to 1000");
-    if (argc > 2 ? mirror_dataset_load_mnist(&data, &test, argv[2], &err)
-                 : mirror_dataset_synthetic_digits(&data, 3000, 1, &err) ||
-                       mirror_dataset_synthetic_digits(&test, 600, 2, &err))
-        die(err.message);
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: scaling [EPOCHS [DIR]]\n"
+               "  EPOCHS  from 1 to 1000 (2)\n"
+               "  DIR     Fashion-MNIST's four .gz files (default: 3000 synthetic digits)\n");
+        return 0;
+    }
+    if (argc > 3) die("usage: scaling [EPOCHS [DIR]] (scaling --help)");
+    if (argc > 1) {
+        char *end;
+        unsigned long asked = strtoul(argv[1], &end, 10);
+        if (end == argv[1] || *end != '\0' || argv[1][0] == '-' || asked < 1 || asked > 1000)
+            die("EPOCHS: a number from 1 to 1000 (scaling --help)");
+        epochs = (size_t)asked;
+    }
+    if (argc > 2)
+        rc = mirror_dataset_load_mnist(&data, &test, argv[2], &err);
+    else {
+        rc = mirror_dataset_synthetic_digits(&data, 3000, 1, &err);
+        if (rc == MIRROR_OK) rc = mirror_dataset_synthetic_digits(&test, 600, 2, &err);
+    }
+    if (rc != MIRROR_OK) die(err.message);
 
     printf("%zu training samples, global batch %d, %zu epochs, MLP %zux%zu-128-10, Adam\n", data.count, BATCH, epochs,
            data.height, data.width);
@@ -88,7 +111,10 @@ int main(int argc, char **argv)
         for (c = 0; c < 3; c++) {
             mirror_epoch_log log = train(&data, &test, counts[c], det, epochs, &params, &n);
             double worst = 0.0;
-            if (c == 0) free(one), one = params;
+            if (c == 0) {
+                free(one);
+                one = params;
+            }
             for (i = 0; i < n; i++) worst = fmax(worst, fabs((double)params[i] - (double)one[i]));
             printf("%-13s %8zu %10.3f %10.6f %9.6f %9.4f %16.3g\n", det ? "deterministic" : "default", counts[c],
                    log.seconds, log.train_loss, log.val_loss, log.val_acc, worst);

@@ -210,7 +210,9 @@ static int warn_outputs(unsigned failed, const mirror_fit_desc *fd)
     static const unsigned bits[3] = {MIRROR_OUTPUT_HISTORY, MIRROR_OUTPUT_PLOT, MIRROR_OUTPUT_TRACE};
     const char *names[3] = {"history", "plot", "trace"}, *paths[3];
     int i;
-    paths[0] = fd->history, paths[1] = fd->plot, paths[2] = fd->trace;
+    paths[0] = fd->history;
+    paths[1] = fd->plot;
+    paths[2] = fd->trace;
     for (i = 0; i < 3; i++)
         if (failed & bits[i])
             fprintf(stderr, "train: warning: the %s %s could not be written; it holds an earlier version\n", names[i],
@@ -361,7 +363,9 @@ static int build_model(run *r)
     /* Deterministic unless asked otherwise, where it runs: CPU replicas.
        (It costs the CNN a few percent; bench/RESULTS.md.) */
     if (o->deterministic < 0) md->deterministic = !strncmp(mirror_strategy_query_desc(r->s).devices, "cpu", 3);
-    md->channels = r->train.channels, md->height = r->train.height, md->width = r->train.width;
+    md->channels = r->train.channels;
+    md->height = r->train.height;
+    md->width = r->train.width;
     md->max_batch = o->fd.batch;
     if ((rc = mirror_model_create(md, &r->m, &r->err))) {
         complain(rc, r->err.message);
@@ -415,10 +419,13 @@ static int fit(run *r)
 {
     mirror_fit_desc *fd = &r->o.fd;
     int rc;
-    fd->train = &r->train, fd->validation = &r->test;
-    fd->initial_epoch = (size_t)r->at.epoch, fd->initial_step = (size_t)r->at.epoch_step;
+    fd->train = &r->train;
+    fd->validation = &r->test;
+    fd->initial_epoch = (size_t)r->at.epoch; /* a resumed run: where the checkpoint left it */
+    fd->initial_step = (size_t)r->at.epoch_step;
     fd->shuffle_seed = r->at.shuffle_seed;
-    fd->on_epoch = on_epoch, fd->user = &r->sums;
+    fd->on_epoch = on_epoch;
+    fd->user = &r->sums;
     fd->stop = &interrupted;
     if ((rc = mirror_fit(r->m, fd, &r->log))) {
         complain(rc, mirror_model_error(r->m));

@@ -78,6 +78,19 @@ late_include() {
 check "<stdio.h> before mirror.h under -std=c99: one #error that gives the rule (and -D_POSIX_C_SOURCE compiles)" late_include
 check "mirror.h declarations compile alone as C89-free C99" \
     $CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -I. -c "$tmp/decl.c" -o "$tmp/decl.o"
+# What students read is written plainly: no comma-chained statements in the
+# examples or in the declarations every file includes (clang's -Wcomma).
+if command -v clang >/dev/null; then
+    written_plainly() {
+        clang -std=c99 -Wall -Wextra -Wcomma -Werror -I. -fsyntax-only "$tmp/decl.c" || return 1
+        for f in examples/*.c; do
+            clang -std=c99 -Wcomma -DMIRROR_QUIET_O0 -fsyntax-only "$f" 2>&1 |
+                grep -E '^examples/[a-z_/]+\.[ch]:[0-9]+:[0-9]+: warning' && return 1
+        done
+        return 0
+    }
+    check "the examples and the declarations have no comma-chained statements (clang -Wcomma)" written_plainly
+fi
 check "mirror.h compiles as C++ (-Wall -Wextra -Werror)" \
     $CXX -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.cpp" -o "$tmp/impl_cpp.o"
 check "mirror.h compiles with MIRROR_STATIC" \
