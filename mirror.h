@@ -1131,7 +1131,10 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
    their samples within float32 rounding. Forward and backward run on each
    in turn and the gradients add up on every replica, without
    communication; then one all-reduce and one update. out (may be NULL)
-   gets the metrics of all k. Memory is that of one micro-batch. */
+   gets the metrics of all k. Memory is that of one micro-batch. Batchnorm
+   layers are the exception (as in PyTorch): each micro-batch normalises
+   with its own statistics, so with them k micro-batches are not one batch
+   of all their samples. */
 MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out);
 /* The summed metrics of the steps run with out NULL since the last take. */
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
@@ -1315,6 +1318,11 @@ typedef struct mirror_fit_desc {
     const mirror_dataset *train;      /* required */
     const mirror_dataset *validation; /* optional */
     size_t epochs;        /* in all, counting initial_epoch */
+    /* Resuming from C: load the checkpoint with a cursor
+       (mirror_checkpoint_load(m, path, 0, &at)) and set initial_epoch =
+       at.epoch, initial_step = at.epoch_step, shuffle_seed = at.shuffle_seed
+       and resumed_from = path; epochs stays the total. examples/train.c
+       does so. */
     size_t initial_epoch; /* epochs already done (resume): shuffles continue */
     size_t initial_step;  /* steps of epoch initial_epoch already done (resume mid-epoch) */
     size_t batch;         /* global batch (with accumulate: the micro-batch) */

@@ -333,6 +333,18 @@ static void fit_batch_to_data(mirror_fit_desc *fd, size_t samples)
     }
 }
 
+/* Accumulation ends where one big batch ends, except in batchnorm layers:
+   their statistics are each micro-batch's, not the step's. */
+static void warn_batchnorm_accumulation(const options *o)
+{
+    int batchnorm = !strcmp(o->model, "cnn-bn") || !strcmp(o->model, "resnet");
+    if (!batchnorm || o->fd.accumulate < 2 || where.rank != 0) return;
+    fprintf(stderr,
+            "train: --accumulate %zu with the batchnorm layers of %s: each micro-batch of %zu normalises with its own "
+            "statistics, so the run does not end where --batch %zu would\n",
+            o->fd.accumulate, o->model, o->fd.batch, o->fd.batch * o->fd.accumulate);
+}
+
 /* The model line: the model as built, with what the library settled. */
 static void describe_model(const run *r)
 {
@@ -471,6 +483,7 @@ int main(int argc, char **argv)
     if ((rc = read_options(argc, argv, &r.o)) >= 0) return rc; /* --help, or a usage error */
     if ((rc = start_strategy(&r)) || (rc = load_data(&r))) goto out;
     fit_batch_to_data(&r.o.fd, r.train.count);
+    warn_batchnorm_accumulation(&r.o);
     if ((rc = build_model(&r)) || (rc = resume(&r)) || trained_already(&r)) goto out;
     if ((rc = fit(&r))) goto out;
     unsaved = report(&r);

@@ -139,6 +139,8 @@ fi
 if [ -x "$BUILD/train" ]; then
     check "build/train ends with a final: line" sh -c \
         "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 1000 --replicas 2 --batch 50 | grep -E '^final: replicas=2 epochs=1 .*train_loss=.*test_acc=.*samples_per_s='"
+    check "build/train: --accumulate with batchnorm says the run is not the big batch's (and without batchnorm says nothing)" sh -c \
+        "$BUILD/train --model cnn-bn --accumulate 2 --batch 32 --synthetic 200 --epochs 1 2>&1 | grep -q 'normalises with its own statistics' && ! $BUILD/train --model mlp --accumulate 2 --batch 32 --synthetic 200 --epochs 1 2>&1 | grep -q 'statistics'"
     check "build/train: Ctrl-C saves a checkpoint, exits with 130, and the checkpoint resumes" sh -c \
         "$BUILD/train --model mlp --synthetic 3000 --epochs 1000 --save '$tmp/int.ckpt' >'$tmp/int.out' 2>&1 & pid=\$!; sleep 1; kill -INT \$pid; wait \$pid; test \$? -eq 130 && grep -q 'checkpoint saved' '$tmp/int.out' && $BUILD/train --model mlp --synthetic 3000 --resume '$tmp/int.ckpt' --epochs 1000000 --epochs 1 | grep -q '^resume: '"
     # SIGTERM lands mid-run (after the first periodic checkpoint, exit 143
