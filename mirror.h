@@ -178,7 +178,8 @@
                   mirror_strategy_query_desc, mirror_strategy_describe,
                   mirror_strategy_process (rank, processes, local replicas),
                   mirror_agree (one result for every process),
-                  mirror_all_reduce_sum, mirror_broadcast, mirror_shard
+                  mirror_all_reduce_sum, mirror_broadcast, mirror_shard,
+                  mirror_model_shard
       model       mirror_model_create, mirror_model_build,
                   mirror_model_destroy, mirror_model_query_desc,
                   mirror_model_summary, mirror_num_parameters,
@@ -781,7 +782,9 @@ MIRROR_API int mirror_broadcast(mirror_strategy *s, float *const *bufs, size_t n
 
 /* Replica r's contiguous shard of a global batch of n: samples
    [*begin, *begin + *count). Sizes differ by at most one; early replicas
-   take the extra samples; a shard is empty when n < replicas. */
+   take the extra samples; a shard is empty when n < replicas. This is the
+   split of a model outside deterministic mode; mirror_model_shard gives
+   the split a model uses, in either mode. */
 MIRROR_API void mirror_shard(size_t n, size_t replicas, size_t r, size_t *begin, size_t *count);
 
 // >>declarations: model -----------------------------------------------------
@@ -1118,6 +1121,16 @@ typedef struct mirror_metrics {
     size_t correct;  /* argmax == label (softmax cross-entropy) */
     size_t count;    /* samples */
 } mirror_metrics;
+
+/* The rows [*begin, *begin + *count) of a global batch of n that replica
+   r takes in m's steps (r counts every replica of every process, from
+   mirror_strategy_process's first_replica on). Outside deterministic mode
+   it is mirror_shard's even split; in deterministic mode each replica
+   takes whole chunks of md.chunk samples (mirror_shard over the chunks),
+   so shards may be a chunk apart: batch 64 on 3 replicas in chunks of 16
+   is 32, 16 and 16. MIRROR_ERR_ARGUMENT (its message logged) for r
+   beyond the replicas. */
+MIRROR_API int mirror_model_shard(const mirror_model *m, size_t n, size_t r, size_t *begin, size_t *count);
 
 /* One synchronous step on a global batch (n <= max_batch). With out, waits
    for the step's metrics; with out NULL, the host never waits for the
@@ -4843,6 +4856,19 @@ static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *b
     mirror_shard((n + K - 1) / K, m->s->world, g, chunk0, nchunks);
     *begin = MIRROR__MIN(*chunk0 * K, n);
     *count = MIRROR__MIN((*chunk0 + *nchunks) * K, n) - *begin;
+}
+
+MIRROR_API int mirror_model_shard(const mirror_model *m, size_t n, size_t r, size_t *begin, size_t *count)
+{
+    size_t chunk0, nchunks;
+    if (!m || !begin || !count)
+        return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_shard: %s is NULL",
+                             !m ? "the model" : "begin or count");
+    if (r >= m->s->world)
+        return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_shard: replica %zu of a strategy of %zu replicas",
+                             r, m->s->world);
+    mirror__rows_of(m, n, r, begin, count, &chunk0, &nchunks);
+    return MIRROR_OK;
 }
 
 /* The im2col of the chunk of samples from s on: kept, or the shared buffer. */

@@ -296,6 +296,33 @@ static void test_deterministic(int cnn, mirror_optimizer_kind opt, mirror_precis
     free(ref);
 }
 
+/* mirror_model_shard answers with the rows each replica took in the last
+   step: whole chunks in deterministic mode (64 samples in chunks of 16 on
+   3 replicas: 32, 16, 16), the even split otherwise (22, 21, 21). */
+static void test_model_shard(void)
+{
+    static const size_t whole_chunks[3] = {32, 16, 16}, even[3] = {22, 21, 21};
+    size_t perm[95], chunk;
+    for (chunk = 0; chunk <= 16; chunk += 16) {
+        mirror_strategy *s = new_strategy("cpu", 3);
+        mirror_model *m = model_with(s, 0, MIRROR_OPT_SGD, 64, chunk, MIRROR_PRECISION_FP32);
+        const size_t *want = chunk ? whole_chunks : even;
+        size_t r, begin = 0, count = 0, next = 0;
+        int same = m && step(m, 0, 64, perm) == MIRROR_OK;
+        for (r = 0; same && r < 3; r++) {
+            same = mirror_model_shard(m, 64, r, &begin, &count) == MIRROR_OK && begin == next && count == want[r] &&
+                   begin == m->rep[r].begin && count == m->rep[r].count;
+            next = begin + count;
+        }
+        CHECK(same, "mirror_model_shard, %s: 64 samples on 3 replicas as the step took them (%zu, %zu, %zu)",
+              chunk ? "deterministic mode, chunks of 16" : "default mode", want[0], want[1], want[2]);
+        CHECK(m && mirror_model_shard(m, 64, 3, &begin, &count) == MIRROR_ERR_ARGUMENT,
+              "mirror_model_shard: replica 3 of 3 is refused");
+        mirror_model_destroy(m);
+        mirror_strategy_destroy(s);
+    }
+}
+
 /* Deterministic mode: two micro-batches of 5 accumulated are one step of
    10, bit for bit (chunks of 5), on 1 and 3 replicas; a checkpoint of 2
    replicas resumed on 3 goes on as 1 replica uninterrupted; evaluation
@@ -1017,6 +1044,7 @@ int main(void)
     test_deterministic(1, MIRROR_OPT_ADAMW, MIRROR_PRECISION_BF16, 3);
     test_deterministic(0, MIRROR_OPT_SGD, MIRROR_PRECISION_FP16, 3);
     test_deterministic_more();
+    test_model_shard();
     test_check_replicas();
     test_all_reduce();
     test_equivalence(1, MIRROR_OPT_SGD);
