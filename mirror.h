@@ -182,7 +182,8 @@
                   mirror_model_shard
       model       mirror_model_create, mirror_model_build,
                   mirror_model_destroy, mirror_model_query_desc,
-                  mirror_model_summary, mirror_num_parameters,
+                  mirror_model_summary, mirror_model_print_summary,
+                  mirror_num_parameters,
                   mirror_num_outputs, mirror_optimizer_state_size,
                   mirror_memory_report_get, mirror_model_from_checkpoint
       layers      mirror_dense, mirror_conv2d, mirror_relu, mirror_tanh,
@@ -636,6 +637,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 // >>declarations ============================================================
 
@@ -1060,6 +1062,9 @@ MIRROR_API size_t mirror_num_outputs(const mirror_model *m);
    MIRROR_ERR_CAPACITY, whose message (mirror_model_error) says how many
    bytes the whole needs. */
 MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size);
+/* The same summary written to a stream: mirror_model_print_summary(m, stdout).
+   MIRROR_ERR_IO when the stream fails. */
+MIRROR_API int mirror_model_print_summary(mirror_model *m, FILE *out);
 
 /* Copies replica r's flat parameters, gradients (after a step: the reduced
    mean gradient of the last global batch) or optimizer state to dst, which
@@ -1425,7 +1430,9 @@ typedef struct mirror_fit_desc {
    returns MIRROR_ERR_STATE. */
 MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last);
 /* Loss and accuracy over a dataset, in global batches of `batch` (0, or more
-   than max_batch: max_batch). */
+   than max_batch: max_batch). *out holds sums, as every mirror_metrics does:
+   the mean loss is out->loss_sum / out->count, the accuracy out->correct /
+   out->count. */
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch,
                                mirror_metrics *out);
 
@@ -7134,8 +7141,8 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     s->reducer = &mirror__cpu_reducer;
     s->reducer_kind = MIRROR_REDUCER_COPY;
     snprintf(s->devices, sizeof s->devices, "cpu:%zu", count);
-    snprintf(s->describe, sizeof s->describe, "%zu CPU replica%s (threads)%s, reducer %s", count,
-             count == 1 ? "" : "s", why_cpu, s->reducer->name);
+    snprintf(s->describe, sizeof s->describe, "%zu CPU replica%s%s, reducer %s", count,
+             count == 1 ? " (a thread)" : "s (threads)", why_cpu, s->reducer->name);
 #ifdef MIRROR_CUDA
 team:
 #endif
@@ -7705,7 +7712,8 @@ static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err)
     else
         snprintf(range, sizeof range, "replicas %zu-%zu", s->first, s->first + s->replicas - 1);
     snprintf(s->describe, sizeof s->describe, "%zu replicas in %zu processes; rank %zu has %s %s %.64s, reducer %s",
-             s->world, s->processes, s->rank, s->gpu ? "CUDA" : "CPU", range, s->gpu ? s->devices : "(threads)",
+             s->world, s->processes, s->rank, s->gpu ? "CUDA" : "CPU", range,
+             s->gpu ? s->devices : s->replicas == 1 ? "(a thread)" : "(threads)",
              s->reducer->name);
     return MIRROR_OK;
 }
@@ -8947,8 +8955,11 @@ static int mirror__model_summary(mirror_model *m, char *buf, size_t size)
     buf[0] = '\0';
     for (i = 0; i < m->nlayers; i++) { /* every line is measured; those that fit are written */
         const mirror__layer *l = &m->layers[i];
-        ok &= mirror__appendf(buf, size, &need, "%2zu %-14s %zux%zux%zu -> %zux%zux%zu  %zu params\n", i,
-                              mirror__kind_names[l->kind], l->c, l->h, l->w, l->oc, l->oh, l->ow, l->n_w + l->n_b);
+        char in[64], out[64];
+        snprintf(in, sizeof in, "%zux%zux%zu", l->c, l->h, l->w);
+        snprintf(out, sizeof out, "%zux%zux%zu", l->oc, l->oh, l->ow);
+        ok &= mirror__appendf(buf, size, &need, "%2zu  %-14s %12s -> %-12s %10zu params\n", i,
+                              mirror__kind_names[l->kind], in, out, l->n_w + l->n_b);
         total += l->n_w + l->n_b;
     }
     ok &= mirror__appendf(buf, size, &need, "total  %zu params, %zu bytes in fp32\n", total, 4 * total);
@@ -8965,6 +8976,30 @@ MIRROR_API int mirror_model_summary(mirror_model *m, char *buf, size_t size)
     if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_summary: the model is NULL");
     {
         MIRROR__LOCKED(m, "mirror_model_summary", mirror__model_summary(m, buf, size));
+    }
+}
+
+/* 128 bytes a layer and 128 more hold the summary (mirror_model_summary). */
+static int mirror__print_summary(mirror_model *m, FILE *out)
+{
+    size_t size = 128 * (m->nlayers + 1);
+    char *buf;
+    int rc;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_model_print_summary: the stream is NULL");
+    if (!(buf = (char *)mirror__zalloc(size, 1)))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_model_print_summary: out of memory");
+    rc = mirror__model_summary(m, buf, size);
+    if (rc == MIRROR_OK && (fputs(buf, out) == EOF || fflush(out) != 0))
+        rc = mirror__fail(m, MIRROR_ERR_IO, "mirror_model_print_summary: the stream could not be written");
+    MIRROR_FREE(buf);
+    return rc;
+}
+
+MIRROR_API int mirror_model_print_summary(mirror_model *m, FILE *out)
+{
+    if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "mirror_model_print_summary: the model is NULL");
+    {
+        MIRROR__LOCKED(m, "mirror_model_print_summary", mirror__print_summary(m, out));
     }
 }
 

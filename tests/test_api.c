@@ -519,6 +519,31 @@ static void test_layers(mirror_strategy *s)
               "one byte short (no room for the terminator): %s", mirror_model_error(m));
         CHECK(mirror_model_summary(m, whole, len + 1) == MIRROR_OK && strlen(whole) == len,
               "exactly the size it said: fits");
+        {
+            const char *line = whole, *arrow = strstr(whole, " -> ");
+            long column = arrow ? arrow - whole : -1;
+            int aligned = arrow != NULL;
+            for (; aligned && strncmp(line, "total", 5); line = strchr(line, '\n') + 1)
+                aligned = strstr(line, " -> ") - line == column;
+            CHECK(aligned, "the summary's columns line up:\n%s", whole);
+        }
+        {
+            FILE *f = tmpfile();
+            char printed[1024] = "";
+            size_t got = 0;
+            CHECK(f && mirror_model_print_summary(m, f) == MIRROR_OK, "print_summary to a stream: %s",
+                  mirror_model_error(m));
+            if (f) {
+                rewind(f);
+                got = fread(printed, 1, sizeof printed - 1, f);
+                printed[got] = '\0';
+                fclose(f);
+            }
+            CHECK(!strcmp(printed, whole), "print_summary writes the summary:\n%s", printed);
+            CHECK(mirror_model_print_summary(m, NULL) == MIRROR_ERR_ARGUMENT &&
+                      mirror_model_print_summary(NULL, stdout) == MIRROR_ERR_ARGUMENT,
+                  "print_summary to NULL, of NULL: argument errors");
+        }
     }
     mirror_model_destroy(m);
 
