@@ -1168,7 +1168,8 @@ typedef enum mirror_phase {
     MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded */
     MIRROR_PHASE_FORWARD,
     MIRROR_PHASE_BACKWARD,   /* the loss and backward */
-    MIRROR_PHASE_ALLREDUCE,  /* the gradient sum (CPU replicas: the reduce-scatter of the sharded update) */
+    MIRROR_PHASE_ALLREDUCE,  /* the gradient sum (the sharded update: the reduce-scatter, each replica's
+                                slice; deterministic mode: the chunks' sum) */
     MIRROR_PHASE_UPDATE,     /* the optimizer (and the skip check, the all-gather) */
     MIRROR_PHASE_COUNT
 } mirror_phase;
@@ -1387,7 +1388,8 @@ typedef struct mirror_fit_desc {
        curve_every steps within an epoch, for long epochs: the epoch's
        training loss and accuracy so far, at epoch (e - 1) + s / S after step
        s of S of epoch e (the CSV's epoch column then has fractions; the
-       epoch's own row stays at e). A resumed fit (initial_epoch or
+       epoch's own row stays at e); the plot draws each epoch's running
+       mean as a line of its own. A resumed fit (initial_epoch or
        initial_step) continues the history it finds at that path: it keeps
        the rows up to epoch initial_epoch, drops those after, and appends;
        the plot is drawn from them too. A history that is missing or not
@@ -12227,6 +12229,41 @@ static int mirror__history_row(const char *line, mirror__curve_point *p)
     return 1;
 }
 
+/* A line of the plot, drawn point by point: a polyline, or a dot where it
+   has one point (a run of one epoch). Ending it starts the next. */
+typedef struct mirror__svg_line {
+    FILE *f;
+    const char *color;
+    size_t points;
+    double x, y; /* the last point */
+} mirror__svg_line;
+
+static void mirror__svg_line_end(mirror__svg_line *l)
+{
+    if (l->points >= 2) fprintf(l->f, "\"/>\n");
+    if (l->points == 1)
+        fprintf(l->f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", l->x, l->y, l->color);
+    l->points = 0;
+}
+
+static void mirror__svg_line_begin(mirror__svg_line *l, FILE *f, const char *color)
+{
+    l->f = f;
+    l->color = color;
+    l->points = 0;
+    l->x = l->y = 0.0;
+}
+
+static void mirror__svg_line_point(mirror__svg_line *l, double x, double y)
+{
+    if (++l->points == 2) /* a line after all: from the point held */
+        fprintf(l->f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%.1f,%.1f ", l->color, l->x,
+                l->y);
+    if (l->points >= 2) fprintf(l->f, "%.1f,%.1f ", x, y);
+    l->x = x;
+    l->y = y;
+}
+
 /* One panel of the plot at (x0, y0), w x h: a series of training values
    (and of validation values, where there are), against the epochs. */
 static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title,
@@ -12271,18 +12308,22 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
             top + py + 30);
     for (series = 0; series < 2; series++) {
         const char *color = series ? "#e6550d" : "#3182bd";
+        mirror__svg_line line;
         if (series && !validated) break;
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+        mirror__svg_line_begin(&line, f, color);
         for (i = 0; i < n; i++) {
             const mirror_epoch_log *l = &pts[i].log;
             double v = series ? (acc ? l->val_acc : l->val_loss) : (acc ? l->train_acc : l->train_loss);
-            double x = left + (span > 1e-9 ? px * (pts[i].x - first) / span : px / 2), y;
+            double x = left + (span > 1e-9 ? px * (pts[i].x - first) / span : px / 2);
+            int within = pts[i].x != floor(pts[i].x); /* a curve_every point: the epoch's running mean */
             if (series && l->val_loss == -1.0) continue; /* a point within an epoch */
             if (!(v == v) || v < lo || v > hi) continue; /* NaN: a gap */
-            y = top + py - py * (v - lo) / (hi - lo);
-            fprintf(f, "%.1f,%.1f ", x, y);
+            if (within && i > 0 && ceil(pts[i - 1].x) != ceil(pts[i].x))
+                mirror__svg_line_end(&line); /* a new epoch's mean starts afresh: a new line */
+            mirror__svg_line_point(&line, x, top + py - py * (v - lo) / (hi - lo));
         }
-        fprintf(f, "\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", left + px - 70,
+        mirror__svg_line_end(&line);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", left + px - 70,
                 (acc ? top + py - 24 : top + 14) + 14 * (double)series, color, /* where the curves are not */
                 series ? "validation" : "training");
     }

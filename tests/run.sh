@@ -261,8 +261,10 @@ if [ -x "$BUILD/train" ]; then
         "! $BUILD/train --synthetic 30000000 --epochs 1 >/dev/null 2>'$tmp/synth.err' && grep -q '30000000.*1 to 16777216' '$tmp/synth.err'"
     check "build/train --history h.csv --plot c.svg: a header and a row per epoch, an SVG with both curves" sh -c \
         "$BUILD/train --model mlp --epochs 3 --synthetic 600 --batch 50 --history '$tmp/h.csv' --plot '$tmp/c.svg' >/dev/null && test \$(wc -l <'$tmp/h.csv') -eq 4 && head -n 1 '$tmp/h.csv' | grep -q '^epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,' && grep -q '^3,12,600,' '$tmp/h.csv' && grep -q '^<svg ' '$tmp/c.svg' && test \$(grep -c '<polyline' '$tmp/c.svg') -eq 4 && grep -q '</svg>' '$tmp/c.svg'"
-    check "build/train --curve-every 4: a point every 4 steps within the epochs too, at fractions of an epoch" sh -c \
-        "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --history '$tmp/hc.csv' --plot '$tmp/cc.svg' --curve-every 4 >/dev/null && test \$(wc -l <'$tmp/hc.csv') -eq 7 && grep -q '^0.333333333,4,200,[0-9.]*,[0-9.]*,,,' '$tmp/hc.csv' && grep -q '^1.66666667,8,400,' '$tmp/hc.csv' && grep -q '^2,12,600,[0-9.]*,[0-9.]*,[0-9.]' '$tmp/hc.csv' && test \$(grep -c '<polyline' '$tmp/cc.svg') -eq 4 && grep -q '</svg>' '$tmp/cc.svg'"
+    check "build/train --plot of one epoch: a dot for each curve, not empty axes" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --plot '$tmp/one.svg' >/dev/null && test \$(grep -c '<circle' '$tmp/one.svg') -eq 4 && ! grep -q '<polyline' '$tmp/one.svg'"
+    check "build/train --curve-every 4: a point every 4 steps within the epochs too, at fractions of an epoch (a training line per epoch)" sh -c \
+        "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --history '$tmp/hc.csv' --plot '$tmp/cc.svg' --curve-every 4 >/dev/null && test \$(wc -l <'$tmp/hc.csv') -eq 7 && grep -q '^0.333333333,4,200,[0-9.]*,[0-9.]*,,,' '$tmp/hc.csv' && grep -q '^1.66666667,8,400,' '$tmp/hc.csv' && grep -q '^2,12,600,[0-9.]*,[0-9.]*,[0-9.]' '$tmp/hc.csv' && test \$(grep -c '<polyline' '$tmp/cc.svg') -eq 6 && grep -q '</svg>' '$tmp/cc.svg'"
     check "build/train --plot into a missing directory fails before training" sh -c \
         "$BUILD/train --model mlp --epochs 3 --synthetic 600 --plot '$tmp/no/dir/c.svg' >'$tmp/plot.out' 2>&1; test \$? -eq 1 && grep -q 'cannot write the plot' '$tmp/plot.out' && ! grep -q '^epoch' '$tmp/plot.out'"
     check "build/train's bar stays one line in 80 columns (a pseudo-terminal of 80)" sh -c \
