@@ -9926,9 +9926,8 @@ static int mirror__read_bounded(const char *path, size_t most, const char *most_
     if (mirror__is_gzip(buf, len)) {
         MIRROR_FREE(buf);
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
-                             "%s: gzip file, but this build has no zlib: define MIRROR_ZLIB where the library "
-                             "is compiled (the file that defines MIRROR_IMPLEMENTATION; in a CUDA build the "
-                             "nvcc line of mirror_cuda.cu) and link -lz, or gunzip the file",
+                             "%s: gzip file, and this build has no zlib: define MIRROR_ZLIB in the file that defines "
+                             "MIRROR_IMPLEMENTATION (a CUDA build: on nvcc's line) and link -lz, or gunzip the file",
                              path);
     }
 #endif
