@@ -130,6 +130,9 @@
                             shard_update   MIRROR_SHARD_AUTO: sharded on CPU
                                            replicas, not on GPUs
                             graphs         0 (1: CUDA graphs, GPUs only)
+                            replica_values 0 (1: each replica keeps its own
+                                           gradient and metrics of the last
+                                           step)
       mirror_loss_scale_desc (fp16 and bf16 only)
                             kind           dynamic for fp16, none for bf16
                             init_scale     65536 (none: 1)
