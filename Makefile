@@ -1,5 +1,6 @@
-# mirror: make (examples), make run (train), make test (everything that runs
-# on this machine), make test-gpu (needs a GPU), make bench, make gpu-pack
+# mirror: make (examples), make labs (examples/labs), make run (train), make
+# test (everything that runs on this machine), make test-gpu (needs a GPU),
+# make bench, make gpu-pack
 # (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR.
 # Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
@@ -83,6 +84,11 @@ HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\nint main(void){return 0;
 
 EXAMPLES = $(BUILD)/train $(BUILD)/hello $(BUILD)/scaling $(if $(HAVE_NVCC),$(BUILD)/train_cuda) $(if $(HAVE_MPI),$(BUILD)/train_mpi) \
            $(if $(HAVE_NVCC),$(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi))
+# The labs (examples/labs, a course in order; make labs builds them): the
+# plain make test runs each and checks the lines its handout promises. Lab 7
+# runs under MPI, built with mpicc where it is found.
+LABS = $(patsubst examples/labs/%.c,$(BUILD)/%,$(filter-out %/lab7_processes.c,$(wildcard examples/labs/lab*.c))) \
+       $(if $(HAVE_MPI),$(BUILD)/lab7_processes)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomics
 # GPU-style layouts on the CPU: batched convolutions and GEMMs (plain and
@@ -125,6 +131,14 @@ info:
 
 $(BUILD)/%: examples/%.c examples/models.h examples/options.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/lab%: examples/labs/lab%.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/lab7_processes: examples/labs/lab7_processes.c mirror.h | $(BUILD)
+	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
+
+labs: info $(LABS)
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
@@ -255,7 +269,7 @@ run: info $(BUILD)/$(TRAINER)
 # of them (nothing runs them there: the CUDA trainer's fallback is tested).
 PACK_TESTED = $(and $(HAVE_NVCC),$(if $(SAN),,1))
 test: info $(TESTS) $(EXAMPLES) $(if $(PACK_TESTED),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda) \
-      $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(PACK_TESTED),gpu-pack)
+      $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(PACK_TESTED),gpu-pack) $(if $(SAN),,$(LABS))
 	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" MPIRUN="$(if $(HAVE_MPI),$(MPIRUN))" BUILD="$(BUILD)" \
 	 SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" PACK="$(if $(PACK_TESTED),$(PACK))" sh tests/run.sh $(TESTS)
 
@@ -321,6 +335,6 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
+.PHONY: all info labs run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
         gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report
 .PRECIOUS: $(BUILD)/%

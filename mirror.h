@@ -152,6 +152,9 @@
                             shard_update   MIRROR_SHARD_AUTO: sharded on CPU
                                            replicas, not on GPUs
                             graphs         0 (1: CUDA graphs, GPUs only)
+                            replica_values 0 (1: each replica keeps its own
+                                           gradient and metrics of the last
+                                           step)
       mirror_loss_scale_desc (fp16 and bf16 only)
                             kind           dynamic for fp16, none for bf16
                             init_scale     65536 (none: 1)
@@ -199,7 +202,9 @@
                   mirror_loss_scaling_name
       steps       mirror_train_step, mirror_train_steps (accumulation),
                   mirror_take_metrics, mirror_evaluate_batch, mirror_predict,
-                  mirror_predict_proba
+                  mirror_predict_proba, mirror_get_replica_gradients and
+                  mirror_get_replica_metrics (each replica's own part of
+                  the last step, with desc.replica_values)
       timing      mirror_timing, mirror_phase_times_get, mirror_trace_write
       data        mirror_dataset_load_idx, mirror_dataset_load_mnist,
                   mirror_dataset_load_cifar10, mirror_dataset_load_npy,
@@ -378,7 +383,9 @@
          the SUM of the replicas' gradients is exactly the mean gradient of
          the global batch, whatever the split. The CPU reducer adds replica
          0, 1, 2, ... in that order for every element, with the elements
-         split across the worker threads.
+         split across the worker threads. With desc.replica_values each
+         replica's own gradient and metrics are copied aside just before
+         (mirror__keep_own), for mirror_get_replica_gradients.
       5. Inf and NaN (>>loss scaling). The update's first pass checks the
          reduced gradient (in mixed precision unscaled on the way); the
          verdict is the same on every replica, as it is taken after the
@@ -954,6 +961,15 @@ typedef struct mirror_model_desc {
        mirror_model_query_desc reports whether they are in use. See GRAPHS
        in mirror_cuda.h. */
     int graphs;
+    /* 1: every replica keeps its own part of the last step, what
+       TensorFlow's strategy.run hands back per replica: its gradient before
+       the all-reduce (its shard's, divided by the global batch; with
+       accumulation, its sum over the step's micro-batches) and its metrics.
+       Read them with mirror_get_replica_gradients and
+       mirror_get_replica_metrics. It costs a copy of the gradient a
+       replica and step (on a GPU a wait for the device, and no bucketed
+       all-reduce during backward); 0, the default: no memory, no work. */
+    int replica_values;
 } mirror_model_desc;
 
 /* Creates an empty model; add layers, then build. */
@@ -1071,7 +1087,8 @@ MIRROR_API int mirror_model_print_summary(mirror_model *m, FILE *out);
    holds n floats (n must be the arena's size). Adam's state is m then v.
    In fp16 and bf16: the fp32 masters, and the reduced 16-bit gradient
    widened and divided by the loss scale it carried. With several
-   processes r counts this process's replicas. */
+   processes r counts this process's replicas. Each replica's own gradient,
+   before the all-reduce: mirror_get_replica_gradients. */
 MIRROR_API int mirror_get_parameters(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_gradients(mirror_model *m, size_t r, float *dst, size_t n);
 MIRROR_API int mirror_get_optimizer_state(mirror_model *m, size_t r, float *dst, size_t n);
@@ -1156,6 +1173,21 @@ MIRROR_API int mirror_train_step(mirror_model *m, const mirror_batch *b, mirror_
 MIRROR_API int mirror_train_steps(mirror_model *m, const mirror_batch *micro, size_t k, mirror_metrics *out);
 /* The summed metrics of the steps run with out NULL since the last take. */
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out);
+
+/* A replica's own part of the last step (mirror_model_desc.replica_values
+   = 1; otherwise MIRROR_ERR_STATE): replica r's gradient before the
+   all-reduce, into dst of n floats (n the parameter count), and its
+   metrics. The gradient is divided by the global batch as the step divides
+   it, so the replicas' gradients add up to the reduced one: in fp32 the
+   float sum in replica order, r = 0, 1, 2, ..., is mirror_get_gradients'
+   bit for bit (deterministic mode adds chunk by chunk: within rounding;
+   mixed precision: this is the replica's 16-bit gradient widened and
+   unscaled, the reduced one rounds the sum to 16 bits once more). The
+   replicas' metrics add up to the step's. With accumulation: the sums over
+   the step's micro-batches. Zeros before the first step. With several
+   processes r counts this process's replicas, as in mirror_get_gradients. */
+MIRROR_API int mirror_get_replica_gradients(mirror_model *m, size_t r, float *dst, size_t n);
+MIRROR_API int mirror_get_replica_metrics(mirror_model *m, size_t r, mirror_metrics *out);
 
 /* A step you can see. With timing on, every step records, per replica,
    when each phase began and ended, in a ring of the last `steps` steps;
@@ -2545,6 +2577,13 @@ struct mirror_model {
        before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
     int bucketed;
     size_t nbuckets, bucket_layer[MIRROR__MAX_LAYERS], bucket_lo[MIRROR__MAX_LAYERS], bucket_hi[MIRROR__MAX_LAYERS];
+    /* replica_values (else NULL): each replica's own gradient of the last
+       step, before the all-reduce, as its arena holds it (nslots floats a
+       replica; in mixed precision still multiplied by the loss scale), a
+       scratch arena the downloads pass through, and each replica's metrics */
+    float *own_grads;
+    void *own_scratch;
+    mirror_metrics *own_metrics;
     uint64_t steps;      /* steps run, skipped ones included */
     float lr;            /* the learning rate of the step at hand (of the schedule at step `steps`) */
     size_t untaken;      /* samples of the steps whose metrics stay on the device */
@@ -6803,6 +6842,44 @@ static int mirror__check_bn_values(mirror_model *m, size_t n, const char *what)
     return MIRROR_OK;
 }
 
+/* replica_values: after micro-batch j's pass, before the all-reduce,
+   each replica's own metrics and gradient into the model's copies. The
+   gradient is what the all-reduce takes from the replica: its arena, which
+   holds the sum of the step's micro-batches (read after the last; in mixed
+   precision the 16-bit one, widened), or in deterministic mode, which
+   reduces after every micro-batch, its chunks' arenas added in chunk order
+   onto the micro-batches before. */
+static void mirror__keep_own(mirror_model *m, const mirror__job *job, size_t j)
+{
+    size_t r, q, i, n = m->nslots;
+    float *scratch = (float *)m->own_scratch;
+    uint16_t *half = (uint16_t *)m->own_scratch;
+    for (r = 0; r < m->s->replicas; r++) {
+        mirror__replica *p = &m->rep[r];
+        float *own = m->own_grads + r * n;
+        m->be->bind(p->dev);
+        if (!job->metrics_now) { /* the sums stay on the device for the step's metrics: read the losses again */
+            p->loss_sum = 0.0;
+            p->correct_sum = 0;
+            mirror__take_loss(m, p);
+        }
+        if (j == 0) memset(&m->own_metrics[r], 0, sizeof(mirror_metrics));
+        mirror__metrics_add(&m->own_metrics[r], p->loss_sum, p->correct_sum, p->count);
+        if (m->chunk) {
+            if (j == 0) memset(own, 0, n * sizeof(float));
+            for (q = 0; q < p->nchunks; q++) {
+                m->be->download(p->dev, scratch, mirror__chunk_grads(m, p, q), n * sizeof(float));
+                for (i = 0; i < n; i++) own[i] += scratch[i];
+            }
+        } else if (job->last && m->format) {
+            m->be->download(p->dev, half, p->grad16, n * sizeof(uint16_t));
+            for (i = 0; i < n; i++) own[i] = mirror_hd_widen(half[i], m->format);
+        } else if (job->last) {
+            m->be->download(p->dev, own, p->grads, n * sizeof(float));
+        }
+    }
+}
+
 /* One optimizer step over k micro-batches (mirror_train_steps; k = 1:
    mirror_train_step): forward and backward on each, the gradients added
    up on every replica without communication, each divided by the count of
@@ -6840,6 +6917,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
             mirror__mark_compute(m, m->steps + 1);
             job.row0 += micro[j].n;
             if (out) mirror__collect(m, &sum);
+            if (m->own_grads) mirror__keep_own(m, &job, j);
             rc = mirror__device_status(m);
         }
         if (!m->chunk && rc == MIRROR_OK && j + 1 < k) continue;
@@ -8490,6 +8568,9 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->parts);
     MIRROR_FREE(m->chunk_in);
     MIRROR_FREE(m->chunk_owner);
+    MIRROR_FREE(m->own_grads);
+    MIRROR_FREE(m->own_scratch);
+    MIRROR_FREE(m->own_metrics);
     MIRROR_FREE(m->running);
     MIRROR_FREE(m->running_before);
     MIRROR_FREE(m->bn_total);
@@ -8503,6 +8584,9 @@ static void mirror__free_replicas(mirror_model *m)
     m->parts = NULL;
     m->chunk_in = NULL;
     m->chunk_owner = NULL;
+    m->own_grads = NULL;
+    m->own_scratch = NULL;
+    m->own_metrics = NULL;
 }
 
 MIRROR_API void mirror_model_destroy(mirror_model *m)
@@ -8865,6 +8949,12 @@ static int mirror__model_build(mirror_model *m)
         !m->found || !m->parts || !m->chunk_in ||
         !m->chunk_owner || !init)
         goto oom;
+    if (m->desc.replica_values) {
+        m->own_grads = (float *)mirror__zalloc(R * m->nslots, sizeof(float));
+        m->own_scratch = mirror__alloc(m->nslots ? m->nslots : 1, sizeof(float));
+        m->own_metrics = (mirror_metrics *)mirror__zalloc(R, sizeof(mirror_metrics));
+        if (!m->own_grads || !m->own_scratch || !m->own_metrics) goto oom;
+    }
     if (m->nrunning) {
         size_t i, j;
         m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
@@ -8879,7 +8969,8 @@ static int mirror__model_build(mirror_model *m)
     }
     mirror__choose_graphs(m);
     m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk &&
-                  m->sharded != MIRROR__SHARDED_DEVICES && !m->graphs;
+                  m->sharded != MIRROR__SHARDED_DEVICES && !m->graphs &&
+                  !m->own_grads; /* a replica's own gradient is read before the sum */
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         if (!(p->dev = m->be->open(m->s, r, &p->workspace_bytes, &m->err))) {
@@ -9538,6 +9629,68 @@ static int mirror__take_metrics(mirror_model *m, mirror_metrics *out)
 MIRROR_API int mirror_take_metrics(mirror_model *m, mirror_metrics *out)
 {
     MIRROR__LOCKED(m, "mirror_take_metrics", mirror__take_metrics(m, out));
+}
+
+/* replica_values: a built model that keeps them, and replica r of this
+   process. */
+static int mirror__check_own(mirror_model *m, size_t r, const char *what)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, what))) return rc;
+    if (!m->own_grads)
+        return mirror__fail(m, MIRROR_ERR_STATE,
+                            "%s: the model keeps no replica values: set mirror_model_desc.replica_values = 1 "
+                            "before mirror_model_build",
+                            what);
+    if (r >= m->s->replicas)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: replica %zu of %zu", what, r, m->s->replicas);
+    return MIRROR_OK;
+}
+
+/* Replica r's own gradient, packed as mirror_get_gradients packs the
+   reduced one, and in mixed precision divided by the loss scale it
+   carried. */
+static int mirror__get_replica_gradients(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    const char *what = "mirror_get_replica_gradients";
+    float inv_scale = 1.0f, *own;
+    size_t i;
+    int rc;
+    if ((rc = mirror__check_own(m, r, what))) return rc;
+    if (n != m->nparams || (!dst && n))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dst must hold %zu floats (got %zu%s)", what, m->nparams, n,
+                            dst ? "" : ", NULL");
+    if (m->format) {
+        mirror_loss_scale_state st;
+        if ((rc = mirror__get_scaler(m, &st))) return rc;
+        inv_scale = 1.0f / st.last_scale;
+    }
+    own = m->own_grads + r * m->nslots;
+    if (m->nslots == m->nparams)
+        memcpy(dst, own, n * sizeof(float));
+    else
+        mirror__pack(m, dst, own, 1, 0);
+    for (i = 0; m->format && i < n; i++) dst[i] *= inv_scale;
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_get_replica_gradients(mirror_model *m, size_t r, float *dst, size_t n)
+{
+    MIRROR__LOCKED(m, "mirror_get_replica_gradients", mirror__get_replica_gradients(m, r, dst, n));
+}
+
+static int mirror__get_replica_metrics(mirror_model *m, size_t r, mirror_metrics *out)
+{
+    int rc;
+    if ((rc = mirror__check_own(m, r, "mirror_get_replica_metrics"))) return rc;
+    if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_get_replica_metrics: out is NULL");
+    *out = m->own_metrics[r];
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_get_replica_metrics(mirror_model *m, size_t r, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_get_replica_metrics", mirror__get_replica_metrics(m, r, out));
 }
 
 /* With several processes, every process's rows of a chunk's predictions

@@ -425,6 +425,33 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
     check "tools/gpu_report.sh (make gpu-report): the --cpu results made into a page with every check and figure" pack_report
 fi
 
+# The labs (examples/labs): each exits 0 and prints every line of its
+# handout that reads "check: ...: ok", taken from the handout itself, so a
+# handout never goes stale. In the plain run only (a few seconds in all).
+lab_keeps_its_promises() {
+    src=$1
+    shift
+    "$@" >"$tmp/lab.out" 2>&1 || { cat "$tmp/lab.out"; return 1; }
+    grep -E '^ +check: .*: ok$' "$src" | sed 's/^ *//' >"$tmp/lab.promised"
+    test -s "$tmp/lab.promised" || { echo "$src promises no check"; return 1; }
+    while IFS= read -r line; do
+        grep -qxF "$line" "$tmp/lab.out" || { echo "$src: not printed: $line"; cat "$tmp/lab.out"; return 1; }
+    done <"$tmp/lab.promised"
+}
+if [ -z "$SAN" ] && [ -x "$BUILD/lab1_one_replica" ]; then
+    for src in examples/labs/lab*.c; do
+        lab=$(basename "$src" .c)
+        if [ "$lab" = lab7_processes ]; then
+            [ -n "$MPIRUN" ] && [ -x "$BUILD/$lab" ] || continue
+            check "$lab (mpirun, 2 processes of 2 replicas): exit 0 and every check its handout promises" \
+                lab_keeps_its_promises "$src" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$BUILD/$lab" 2
+        else
+            check "$lab: exit 0 and every check its handout promises" lab_keeps_its_promises "$src" timeout 60 "$BUILD/$lab"
+        fi
+    done
+fi
+
 # Several processes (MIRROR_MPI; make builds them where mpicc and mpirun
 # are): the library across 1, 2 and 3 processes of 1 and 2 replicas each,
 # and 4 of 1, against one process, then the trainer under mpirun.

@@ -306,6 +306,7 @@ static void test_model_defaults(mirror_strategy *s)
     CHECK(q.optimizer.eps == 1e-8f, "eps defaults to 1e-8 (got %g)", (double)q.optimizer.eps);
     CHECK(q.optimizer.weight_decay == 0.0f, "SGD weight decay defaults to 0");
     CHECK(q.optimizer.momentum == 0.0f && q.optimizer.nesterov == 0, "momentum 0, nesterov 0");
+    CHECK(q.replica_values == 0, "replica_values defaults to 0: no replica keeps its own values");
     mirror_model_destroy(m);
 
     d.optimizer.kind = MIRROR_OPT_ADAM;

@@ -17,6 +17,7 @@
 /* What model_with sets beside its arguments (test_shard_modes). */
 static mirror_shard_update shard_mode = MIRROR_SHARD_AUTO;
 static float clip_norm = 0.0f;
+static int replica_values = 0;
 
 /* A small CNN or MLP on 12x12 crops of synthetic digits; chunk > 0:
    deterministic mode with chunks of that many samples. */
@@ -31,6 +32,7 @@ static mirror_model *model_with(mirror_strategy *s, int cnn, mirror_optimizer_ki
     d.optimizer.weight_decay = 1e-3f;
     d.optimizer.clip_norm = clip_norm;
     d.shard_update = shard_mode;
+    d.replica_values = replica_values;
     return build_model(&d, NULL, "%sflatten, dense 16, relu, dense 10",
                        cnn ? "conv 4 3 1 1, relu, maxpool 2 2, conv 6 3 2 1, relu, " : "");
 }
@@ -456,6 +458,160 @@ static void test_deferred_metrics(void)
           "a second take is empty");
     mirror_model_destroy(now);
     mirror_model_destroy(later);
+    mirror_strategy_destroy(s);
+}
+
+/* replica_values: the replicas' own gradients, read before the all-reduce,
+   add up to the reduced one: in fp32 their float sum in replica order is it
+   bit for bit (the CPU reducer's additions), in deterministic mode (its
+   chunks added per replica first) and fp16 within rounding. Each replica's
+   differs from the others', their metrics add up to the step's, with
+   accumulation over the micro-batches; the rest (when off, a bad replica,
+   memory) in test_replica_values_api. */
+static void check_replica_values(mirror_model *m, size_t R, const mirror_metrics *step, double tol, const char *what)
+{
+    size_t n = mirror_num_parameters(m), r, i, bad = 0, differ = 0;
+    float *reduced = (float *)malloc(n * sizeof(float)), *sum = (float *)calloc(n, sizeof(float));
+    float *own = (float *)malloc(n * sizeof(float)), *first = (float *)malloc(n * sizeof(float));
+    mirror_metrics total = {0.0, 0, 0}, one;
+    double scale = 0.0;
+    CHECK(mirror_get_gradients(m, 0, reduced, n) == MIRROR_OK, "%s: the reduced gradient", what);
+    for (r = 0; r < R; r++) {
+        CHECK(mirror_get_replica_gradients(m, r, own, n) == MIRROR_OK, "%s: replica %zu's gradient: %s", what, r,
+              mirror_model_error(m));
+        CHECK(mirror_get_replica_metrics(m, r, &one) == MIRROR_OK, "%s: replica %zu's metrics", what, r);
+        for (i = 0; i < n; i++) {
+            sum[i] = r == 0 ? own[i] : sum[i] + own[i];
+            if (r == 0) first[i] = own[i];
+            if (r > 0 && own[i] != first[i]) differ++;
+        }
+        total.loss_sum += one.loss_sum;
+        total.correct += one.correct;
+        total.count += one.count;
+    }
+    for (i = 0; i < n; i++) scale = fmax(scale, fabs((double)reduced[i]));
+    for (i = 0; i < n; i++)
+        if (tol == 0.0 ? sum[i] != reduced[i] : !close_to(sum[i], reduced[i], tol * scale, tol)) bad++;
+    CHECK(scale > 0.0 && bad == 0, "%s on %zu replicas: %zu of %zu sums of the replicas' gradients differ from the "
+          "reduced gradient (tolerance %g)", what, R, bad, n, tol);
+    CHECK(R == 1 || differ > n / 2, "%s on %zu replicas: replica 1's gradient differs from replica 0's in %zu of %zu "
+          "values", what, R, differ, n);
+    CHECK(total.count == step->count && total.correct == step->correct && total.loss_sum == step->loss_sum,
+          "%s on %zu replicas: the replicas' metrics (%zu, %zu, %.17g) add up to the step's (%zu, %zu, %.17g)", what,
+          R, total.count, total.correct, total.loss_sum, step->count, step->correct, step->loss_sum);
+    free(reduced);
+    free(sum);
+    free(own);
+    free(first);
+}
+
+static void test_replica_values(void)
+{
+    size_t perm[95], R, k, i, begin, count;
+    mirror_batch b[2];
+    mirror_metrics got, one;
+    mirror_permutation(perm, data.count, 11, 0);
+    for (k = 0; k < 2; k++) {
+        memset(&b[k], 0, sizeof b[k]);
+        b[k].x = data.x;
+        b[k].labels = data.labels;
+        b[k].rows = data.count;
+        b[k].index = perm + 12 * k;
+        b[k].n = 12;
+    }
+    replica_values = 1;
+    for (R = 1; R <= 4; R++) {
+        mirror_strategy *s = new_strategy("cpu", R);
+        mirror_model *cnn = model(s, 1, MIRROR_OPT_SGD, 12);
+        mirror_model *det = model_with(s, 0, MIRROR_OPT_ADAMW, 12, 3, MIRROR_PRECISION_FP32);
+        mirror_model *half = model_with(s, 1, MIRROR_OPT_SGD, 12, 0, MIRROR_PRECISION_FP16);
+        for (k = 0; k < 3; k++) { /* a few steps: the gradients of trained parameters */
+            CHECK(mirror_train_step(cnn, &b[k % 2], &got) == MIRROR_OK, "cnn step: %s", mirror_model_error(cnn));
+            CHECK(mirror_train_step(det, &b[k % 2], &got) == MIRROR_OK, "deterministic step");
+            CHECK(mirror_train_step(half, &b[k % 2], &got) == MIRROR_OK, "fp16 step");
+        }
+        CHECK(mirror_train_step(cnn, &b[0], &got) == MIRROR_OK, "cnn step");
+        check_replica_values(cnn, R, &got, 0.0, "fp32");
+        for (i = 0; i < R; i++) { /* each replica's metrics are its shard's */
+            mirror_shard(12, R, i, &begin, &count);
+            CHECK(mirror_get_replica_metrics(cnn, i, &one) == MIRROR_OK && one.count == count,
+                  "replica %zu of %zu: %zu samples, its shard %zu", i, R, one.count, count);
+        }
+        CHECK(mirror_train_steps(cnn, b, 2, &got) == MIRROR_OK, "accumulation");
+        CHECK(got.count == 24, "an accumulated step of 24 samples (%zu)", got.count);
+        check_replica_values(cnn, R, &got, 0.0, "fp32, accumulated");
+        CHECK(mirror_train_step(det, &b[1], &got) == MIRROR_OK, "deterministic step");
+        check_replica_values(det, R, &got, 1e-5, "deterministic");
+        CHECK(mirror_train_steps(det, b, 2, &got) == MIRROR_OK, "deterministic accumulation");
+        check_replica_values(det, R, &got, 1e-5, "deterministic, accumulated");
+        CHECK(mirror_train_step(half, &b[1], &got) == MIRROR_OK, "fp16 step");
+        check_replica_values(half, R, &got, 4e-3, "fp16");
+        mirror_model_destroy(cnn);
+        mirror_model_destroy(det);
+        mirror_model_destroy(half);
+        mirror_strategy_destroy(s);
+    }
+    replica_values = 0;
+}
+
+/* Off, the model keeps nothing and the calls say so; on, three allocations
+   at build and none in a step; metrics left on the device (a step without
+   out) are read all the same; a bad replica, size or pointer is refused. */
+static void test_replica_values_api(void)
+{
+    size_t perm[95], n;
+    long before, off_allocs, on_allocs;
+    mirror_strategy *s = new_strategy("cpu", 2);
+    mirror_model *off, *on;
+    mirror_metrics got, one, two;
+    mirror_batch b;
+    float *g;
+    mirror_permutation(perm, data.count, 11, 0);
+    memset(&b, 0, sizeof b);
+    b.x = data.x;
+    b.labels = data.labels;
+    b.rows = data.count;
+    b.index = perm;
+    b.n = 12;
+    before = total_allocs;
+    off = model(s, 1, MIRROR_OPT_SGD, 12);
+    off_allocs = total_allocs - before;
+    replica_values = 1;
+    before = total_allocs;
+    on = model(s, 1, MIRROR_OPT_SGD, 12);
+    on_allocs = total_allocs - before;
+    replica_values = 0;
+    CHECK(on_allocs == off_allocs + 3, "replica_values takes 3 allocations at build (%ld against %ld off)", on_allocs,
+          off_allocs);
+    n = mirror_num_parameters(on);
+    g = (float *)malloc(n * sizeof(float));
+    CHECK(mirror_get_replica_gradients(on, 1, g, n) == MIRROR_OK && g[0] == 0.0f && g[n - 1] == 0.0f,
+          "zeros before the first step");
+    before = total_allocs;
+    CHECK(mirror_train_step(off, &b, &got) == MIRROR_OK && mirror_train_step(on, &b, NULL) == MIRROR_OK, "steps");
+    CHECK(total_allocs == before, "a step allocates nothing, on or off (%ld allocations)", total_allocs - before);
+    CHECK(mirror_take_metrics(on, &got) == MIRROR_OK, "take the metrics");
+    CHECK(mirror_get_replica_metrics(on, 0, &one) == MIRROR_OK && mirror_get_replica_metrics(on, 1, &two) == MIRROR_OK,
+          "the replicas' metrics");
+    CHECK(one.count == 6 && two.count == 6 && one.correct + two.correct == got.correct &&
+              close_to(one.loss_sum + two.loss_sum, got.loss_sum, 0.0, 1e-12),
+          "metrics left on the device: the replicas' (%zu + %zu samples, loss %.9g) add up to the step's (%zu, %.9g)",
+          one.count, two.count, one.loss_sum + two.loss_sum, got.count, got.loss_sum);
+    CHECK(mirror_get_replica_gradients(off, 0, g, n) == MIRROR_ERR_STATE &&
+              strstr(mirror_model_error(off), "replica_values") != NULL,
+          "off: mirror_get_replica_gradients is an error that names the field (%s)", mirror_model_error(off));
+    CHECK(mirror_get_replica_metrics(off, 0, &one) == MIRROR_ERR_STATE, "off: mirror_get_replica_metrics too");
+    CHECK(mirror_get_replica_gradients(on, 2, g, n) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(on), "replica 2 of 2") != NULL,
+          "replica 2 of 2: %s", mirror_model_error(on));
+    CHECK(mirror_get_replica_metrics(on, 2, &one) == MIRROR_ERR_ARGUMENT, "replica 2 of 2: metrics");
+    CHECK(mirror_get_replica_gradients(on, 0, g, n - 1) == MIRROR_ERR_ARGUMENT, "a dst of the wrong size");
+    CHECK(mirror_get_replica_gradients(on, 0, NULL, n) == MIRROR_ERR_ARGUMENT, "a NULL dst");
+    CHECK(mirror_get_replica_metrics(on, 0, NULL) == MIRROR_ERR_ARGUMENT, "a NULL out");
+    CHECK(mirror_get_replica_gradients(NULL, 0, g, n) == MIRROR_ERR_ARGUMENT, "a NULL model");
+    free(g);
+    mirror_model_destroy(off);
+    mirror_model_destroy(on);
     mirror_strategy_destroy(s);
 }
 
@@ -1057,6 +1213,8 @@ int main(void)
     test_small_batches_and_predict();
     test_pool();
     test_deferred_metrics();
+    test_replica_values();
+    test_replica_values_api();
     test_buckets();
     test_input_upload();
     test_fused_relu();

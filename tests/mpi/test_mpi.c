@@ -11,7 +11,9 @@
    the sum before them. Again with the update sharded across processes
    and the gradient clipped: the same parameters, and the gradient,
    optimizer state and norm that each process gathers from the slices'
-   owners are the reference's. Then mirror_check_replicas finding a
+   owners are the reference's. Each replica's own gradient and metrics
+   (replica_values) are those of the reference's replica of the same
+   global index. Then mirror_check_replicas finding a
    replica changed by hand, and mirror_agree with one process failing.
    Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
 #define MIRROR_IMPLEMENTATION
@@ -48,6 +50,7 @@ static mirror_strategy *strategy(MPI_Comm *comm, size_t replicas)
    and clips the gradient to norm 0.5. */
 static size_t det_chunk;
 static int sharded;
+static int replica_values; /* the models keep each replica's own values */
 
 /* conv - relu - maxpool, dense - relu - dense; Adam; fp32 or fp16 with a
    loss scale of 2^24 that overflows at first (the first steps are skipped). */
@@ -64,6 +67,7 @@ static mirror_model *model(mirror_strategy *s, mirror_precision precision, int b
     d.optimizer.lr = 0.003f;
     d.precision = precision;
     d.deterministic = det_chunk > 0, d.chunk = det_chunk;
+    d.replica_values = replica_values;
     if (sharded) d.shard_update = MIRROR_SHARD_ON, d.optimizer.clip_norm = 0.5f;
     if (precision == MIRROR_PRECISION_FP16) {
         d.loss_scale.kind = MIRROR_SCALE_DYNAMIC;
@@ -197,6 +201,50 @@ out:
    of 3) over every process are steps of 9 on one replica, bit for bit:
    each micro-batch's chunks fold onto the sum of the one before, which
    rank 0 starts from. */
+/* replica_values across processes: a process's replica i is global
+   replica first + i, whose own gradient and metrics are those of replica
+   first + i of the reference (one process of every replica), bit for bit;
+   a replica index counts this process's replicas. */
+static void test_replica_values(size_t local, size_t processes)
+{
+    MPI_Comm self = MPI_COMM_SELF;
+    mirror_strategy *ws = strategy(NULL, local), *rs = strategy(&self, local * processes);
+    mirror_model *w, *r;
+    mirror_process_info me = mirror_strategy_process(ws);
+    mirror_metrics mw, mr;
+    size_t n, i, k, same = 1;
+    float *gw, *gr;
+    replica_values = 1;
+    w = model(ws, MIRROR_PRECISION_FP32, 0);
+    r = model(rs, MIRROR_PRECISION_FP32, 0);
+    replica_values = 0;
+    CHECK(w && r, "replica_values: models built");
+    if (!w || !r) return;
+    n = mirror_num_parameters(w);
+    gw = (float *)malloc(n * sizeof(float));
+    gr = (float *)malloc(n * sizeof(float));
+    for (k = 0; k < 3; k++)
+        CHECK(step(w, k, &mw) == MIRROR_OK && step(r, k, &mr) == MIRROR_OK, "replica_values: step %zu", k);
+    for (i = 0; i < local; i++) {
+        same &= mirror_get_replica_gradients(w, i, gw, n) == MIRROR_OK;
+        same &= mirror_get_replica_gradients(r, me.first_replica + i, gr, n) == MIRROR_OK;
+        same &= !memcmp(gw, gr, n * sizeof(float));
+        same &= mirror_get_replica_metrics(w, i, &mw) == MIRROR_OK;
+        same &= mirror_get_replica_metrics(r, me.first_replica + i, &mr) == MIRROR_OK;
+        same &= mw.loss_sum == mr.loss_sum && mw.correct == mr.correct && mw.count == mr.count;
+    }
+    CHECK(same, "replica_values: this process's replica i is the reference's replica %zu + i (gradient and metrics)",
+          me.first_replica);
+    CHECK(mirror_get_replica_gradients(w, local, gw, n) == MIRROR_ERR_ARGUMENT,
+          "replica_values: replica %zu of this process's %zu is refused", local, local);
+    free(gw);
+    free(gr);
+    mirror_model_destroy(w);
+    mirror_model_destroy(r);
+    mirror_strategy_destroy(ws);
+    mirror_strategy_destroy(rs);
+}
+
 static void test_deterministic_accumulate(size_t local)
 {
     MPI_Comm self = MPI_COMM_SELF;
@@ -376,6 +424,7 @@ int main(int argc, char **argv)
     sharded = 0;
     test_deterministic_accumulate(local);
     test_all_reduce(local, (size_t)size);
+    test_replica_values(local, (size_t)size);
     test_check_replicas(local);
     test_agree(local);
     test_disagree(local);
