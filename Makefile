@@ -48,8 +48,28 @@ endif
 CUDA_PATH ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_PATH)
 NVCC      ?= $(CUDA_PATH)/bin/nvcc
-CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90
+# CUDA_ARCH, the GPUs the CUDA programs run on. Unset: SASS for the first
+# architecture of each major that nvcc knows, from Turing (sm_75) on (a
+# major's SASS runs on its later minors: sm_80's on 8.6 and 8.9), and PTX of
+# the newest, which the driver compiles for GPUs newer still. Else compute
+# capabilities, "89", "80 90" or "sm_89": SASS for each and PTX of the
+# highest; "native": the GPUs of the building machine (nvcc -arch=native;
+# with none, nvcc warns and builds for its own default); or whole nvcc
+# flags, starting with '-'.
+CUDA_ARCH ?=
+comma := ,
+CUDA_ARCH_DEFAULT = $(shell $(NVCC) --list-gpu-code 2>/dev/null | sed -n 's/^sm_\([0-9]*\)$$/\1/p' | sort -n | \
+                      awk '$$1 >= 75 && int($$1 / 10) != major { major = int($$1 / 10); print }')
+ifneq ($(filter -%,$(firstword $(CUDA_ARCH))),)
+  CUDA_GENCODE = $(CUDA_ARCH)
+else ifeq ($(strip $(CUDA_ARCH)),native)
+  CUDA_GENCODE = -arch=native
+else
+  CUDA_CCS     = $(patsubst compute_%,%,$(patsubst sm_%,%,$(or $(strip $(CUDA_ARCH)),$(CUDA_ARCH_DEFAULT))))
+  CUDA_NEWEST  = $(shell printf '%s\n' $(CUDA_CCS) | sort -n | tail -n 1)
+  CUDA_GENCODE = $(foreach a,$(CUDA_CCS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 $(if $(CUDA_CCS),-gencode arch=compute_$(CUDA_NEWEST)$(comma)code=compute_$(CUDA_NEWEST))
+endif
 ifneq ($(NO_CUDA),1)
   HAVE_NVCC := $(shell printf '__global__ void k(void){}\nint main(void){k<<<1,1>>>();return 0;}\n' >/tmp/mirror_probe_$$$$.cu && \
                  $(NVCC) -c /tmp/mirror_probe_$$$$.cu -o /tmp/mirror_probe_$$$$.o >/dev/null 2>&1 && echo 1; \
@@ -60,8 +80,7 @@ ifeq ($(HAVE_NVCC),1)
                  $(CC) -x c - -o /dev/null -I$(NCCL_HOME)/include -I$(CUDA_PATH)/include \
                  -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -lnccl >/dev/null 2>&1 && echo 1)
 endif
-comma := ,
-NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
+NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_GENCODE) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
 CUDA_STDCXX ?= -lstdc++
