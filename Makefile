@@ -1,5 +1,5 @@
 # mirror: make (examples), make run (train), make test (everything that runs
-# on this machine), make test-gpu (needs a GPU), make bench, make gpu-pack
+# on this machine), make test-gpu (on a GPU), make bench, make gpu-pack
 # (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR.
 # Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,

@@ -11,9 +11,21 @@
           #define MIRROR_IMPLEMENTATION
           #include "mirror_cuda.h"
 
-          nvcc -O3 -arch=sm_90 -c mirror_cuda.cu -o mirror_cuda.o
-          cc -O3 -std=c99 app.c mirror_cuda.o -o app -L$CUDA_PATH/lib64 \
-             -lcudart_static -lcublasLt -lcublas -lnccl -lstdc++ -lm -ldl -lrt -lpthread
+          nvcc -O3 -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100 \
+               -gencode arch=compute_110,code=sm_110 -gencode arch=compute_120,code=sm_120 \
+               -gencode arch=compute_120,code=compute_120 \
+               -Xcompiler -march=native,-ffp-contract=fast,-fno-math-errno \
+               -c mirror_cuda.cu -o mirror_cuda.o
+          cc -O3 -march=native -ffp-contract=fast -fno-math-errno -std=c99 app.c mirror_cuda.o \
+             -o app -L$CUDA_PATH/lib64 -lcudart_static -lcublasLt -lcublas -lnccl -lstdc++ \
+             -lm -ldl -lrt -lpthread
+
+      The -gencode flags: SASS for each major from Turing (sm_75) to
+      Blackwell (sm_100, sm_120), which the later minors of a major run
+      too, and PTX for GPUs newer still (the Makefile's default CUDA_ARCH;
+      the README lists the GPUs). -Xcompiler gives the CPU code, the CPU
+      replicas' included, the flags of a CPU build.
 
       Every other file includes mirror.h alone, from C, without
       MIRROR_IMPLEMENTATION: the same API, now with GPU replicas. Define
