@@ -54,16 +54,17 @@ NVCC      ?= $(CUDA_PATH)/bin/nvcc
 # the newest, which the driver compiles for GPUs newer still. Else compute
 # capabilities, "89", "80 90" or "sm_89": SASS for each and PTX of the
 # highest; "native": the GPUs of the building machine (nvcc -arch=native;
-# with none, nvcc warns and builds for its own default); or whole nvcc
-# flags, starting with '-'.
+# with none, nvcc warns and builds for its own default); "all" or
+# "all-major" (nvcc's -arch=all, -arch=all-major); or whole nvcc flags,
+# starting with '-'.
 CUDA_ARCH ?=
 comma := ,
 CUDA_ARCH_DEFAULT = $(shell $(NVCC) --list-gpu-code 2>/dev/null | sed -n 's/^sm_\([0-9]*\)$$/\1/p' | sort -n | \
                       awk '$$1 >= 75 && int($$1 / 10) != major { major = int($$1 / 10); print }')
 ifneq ($(filter -%,$(firstword $(CUDA_ARCH))),)
   CUDA_GENCODE = $(CUDA_ARCH)
-else ifeq ($(strip $(CUDA_ARCH)),native)
-  CUDA_GENCODE = -arch=native
+else ifneq ($(filter native all all-major,$(strip $(CUDA_ARCH))),)
+  CUDA_GENCODE = -arch=$(strip $(CUDA_ARCH))
 else
   CUDA_CCS     = $(patsubst compute_%,%,$(patsubst sm_%,%,$(or $(strip $(CUDA_ARCH)),$(CUDA_ARCH_DEFAULT))))
   CUDA_NEWEST  = $(shell printf '%s\n' $(CUDA_CCS) | sort -n | tail -n 1)

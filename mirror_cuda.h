@@ -69,8 +69,8 @@
                               replicas"
         a driver, no GPU      the same, "no NVIDIA GPU found: ..." (also
                               where CUDA_VISIBLE_DEVICES hides every GPU)
-        a driver older than   an error (MIRROR_ERR_DEVICE) naming the
-        the CUDA runtime      driver's CUDA version and the runtime's
+        a driver too old      an error (MIRROR_ERR_DEVICE) naming the
+        for the CUDA runtime  driver's CUDA version and the runtime's
                               (12.4 and 13.0, say) and the ways out: a
                               newer driver, an older CUDA toolkit, or
                               devices "cpu"
