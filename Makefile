@@ -270,9 +270,11 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-# The plain run where nvcc is also builds the GPU programs and the GPU pack
-# and runs the pack's script on CPU replicas; the sanitizer runs build none
-# of them (nothing runs them there: the CUDA trainer's fallback is tested).
+# The plain run where nvcc is also builds the GPU programs (for the
+# default CUDA_ARCH, so every run compiles it for every major) and the GPU
+# pack, and runs the pack's script on CPU replicas; the sanitizer runs
+# build none of them (nothing runs them there: the CUDA trainer's fallback
+# is tested).
 PACK_TESTED = $(and $(HAVE_NVCC),$(if $(SAN),,1))
 test: info $(TESTS) $(EXAMPLES) $(if $(PACK_TESTED),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda) \
       $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(PACK_TESTED),gpu-pack)
