@@ -1458,7 +1458,7 @@ static void test_cuda_verdict(void)
         {MIRROR__CUDA_COUNTED, 0, 13000, MIRROR__GPUS_NONE, "no NVIDIA GPU found", ""},
         {MIRROR__CUDA_OLD_DRIVER, 0, 12040, MIRROR__GPUS_ERROR, "driver is for CUDA 12.4", "CUDA 13.0 or newer"},
         {MIRROR__CUDA_FAILED, 0, 12040, MIRROR__GPUS_ERROR, "runtime (13.0)", "devices \"cpu\""},
-        {MIRROR__CUDA_FAILED, 0, 13000, MIRROR__GPUS_ERROR, "CUDA cannot use the GPUs: all CUDA-capable devices are busy",
+        {MIRROR__CUDA_FAILED, 0, 13000, MIRROR__GPUS_ERROR, "CUDA cannot use the GPUs: all CUDA-capable devices",
          "devices \"cpu\""},
     };
     size_t i;
