@@ -2514,7 +2514,7 @@ static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t co
     int *ids;
     cudaError_t e = cudaGetDeviceCount(&visible);
     if (e != cudaSuccess || visible < 1) { /* no driver, no GPU, or one that cannot be used: the verdict's words */
-        char why[400] = "no CUDA device is visible"; /* (what a count that changes in between keeps) */
+        char why[400] = "no CUDA device is visible"; /* kept if the verdict's own count finds GPUs */
         (void)mirror__cuda_gpus(why, sizeof why);
         return mirror__error(err, MIRROR_ERR_DEVICE, "devices \"%s\": %s", spec ? spec : "cuda", why);
     }

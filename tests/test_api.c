@@ -1440,7 +1440,7 @@ static void test_timeout(void)
 
 /* A CUDA build without a device list: each answer CUDA can give, faked. No
    driver or no GPU trains on CPU replicas with a notice that says which; a
-   driver older than the runtime, or a GPU that cannot be used, is an
+   driver too old for the runtime, or a GPU that cannot be used, is an
    error that says what to do. */
 static void test_cuda_verdict(void)
 {
