@@ -1,5 +1,5 @@
 # mirror: make (examples), make labs (examples/labs), make run (train), make
-# test (everything that runs on this machine), make test-gpu (needs a GPU),
+# test (everything that runs on this machine), make test-gpu (on a GPU),
 # make bench, make gpu-pack
 # (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR.
 # Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
@@ -49,8 +49,29 @@ endif
 CUDA_PATH ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_PATH)
 NVCC      ?= $(CUDA_PATH)/bin/nvcc
-CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90
+# CUDA_ARCH, the GPUs the CUDA programs run on. Unset: SASS for the first
+# architecture of each major that nvcc knows, from Turing (sm_75) on (a
+# major's SASS runs on its later minors: sm_80's on 8.6 and 8.9), and PTX of
+# the newest, which the driver compiles for GPUs newer still. Else compute
+# capabilities, "89", "80 90" or "sm_89": SASS for each and PTX of the
+# highest; "native": the GPUs of the building machine (nvcc -arch=native;
+# with none, nvcc warns and builds for its own default); "all" or
+# "all-major" (nvcc's -arch=all, -arch=all-major); or whole nvcc flags,
+# starting with '-'.
+CUDA_ARCH ?=
+comma := ,
+CUDA_ARCH_DEFAULT = $(shell $(NVCC) --list-gpu-code 2>/dev/null | sed -n 's/^sm_\([0-9]*\)$$/\1/p' | sort -n | \
+                      awk '$$1 >= 75 && int($$1 / 10) != major { major = int($$1 / 10); print }')
+ifneq ($(filter -%,$(firstword $(CUDA_ARCH))),)
+  CUDA_GENCODE = $(CUDA_ARCH)
+else ifneq ($(filter native all all-major,$(strip $(CUDA_ARCH))),)
+  CUDA_GENCODE = -arch=$(strip $(CUDA_ARCH))
+else
+  CUDA_CCS     = $(patsubst compute_%,%,$(patsubst sm_%,%,$(or $(strip $(CUDA_ARCH)),$(CUDA_ARCH_DEFAULT))))
+  CUDA_NEWEST  = $(shell printf '%s\n' $(CUDA_CCS) | sort -n | tail -n 1)
+  CUDA_GENCODE = $(foreach a,$(CUDA_CCS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 $(if $(CUDA_CCS),-gencode arch=compute_$(CUDA_NEWEST)$(comma)code=compute_$(CUDA_NEWEST))
+endif
 ifneq ($(NO_CUDA),1)
   HAVE_NVCC := $(shell printf '__global__ void k(void){}\nint main(void){k<<<1,1>>>();return 0;}\n' >/tmp/mirror_probe_$$$$.cu && \
                  $(NVCC) -c /tmp/mirror_probe_$$$$.cu -o /tmp/mirror_probe_$$$$.o >/dev/null 2>&1 && echo 1; \
@@ -61,8 +82,7 @@ ifeq ($(HAVE_NVCC),1)
                  $(CC) -x c - -o /dev/null -I$(NCCL_HOME)/include -I$(CUDA_PATH)/include \
                  -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -lnccl >/dev/null 2>&1 && echo 1)
 endif
-comma := ,
-NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_ARCH) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
+NVCCFLAGS = -O3 -Werror all-warnings $(CUDA_GENCODE) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
 CUDA_STDCXX ?= -lstdc++
@@ -264,9 +284,11 @@ run: info $(BUILD)/$(TRAINER)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-# The plain run where nvcc is also builds the GPU programs and the GPU pack
-# and runs the pack's script on CPU replicas; the sanitizer runs build none
-# of them (nothing runs them there: the CUDA trainer's fallback is tested).
+# The plain run where nvcc is also builds the GPU programs (for the
+# default CUDA_ARCH, so every run compiles it for every major) and the GPU
+# pack, and runs the pack's script on CPU replicas; the sanitizer runs
+# build none of them (nothing runs them there: the CUDA trainer's fallback
+# is tested).
 PACK_TESTED = $(and $(HAVE_NVCC),$(if $(SAN),,1))
 test: info $(TESTS) $(EXAMPLES) $(if $(PACK_TESTED),$(BUILD)/test_cuda $(BUILD)/bench_gpu $(BUILD)/bench_fused_cuda) \
       $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(PACK_TESTED),gpu-pack) $(if $(SAN),,$(LABS))

@@ -128,6 +128,8 @@
                                            process may use (its CPU affinity),
                                            shared out among the processes of a
                                            machine that may all use every one
+                                           (a CUDA build: every visible GPU;
+                                           mirror_cuda.h, DEVICES)
                             num_replicas   the count the device list gives
                             reducer        $MIRROR_REDUCER, else NCCL on distinct
                                            GPUs, else the copy reducer (NCCL on
@@ -2339,6 +2341,12 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 
 #define MIRROR__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MIRROR__MAX(a, b) ((a) > (b) ? (a) : (b))
+/* A function some builds never call (one the tests reach, say). */
+#if defined(__GNUC__) || defined(__clang__)
+#define MIRROR__MAYBE_UNUSED __attribute__((unused))
+#else
+#define MIRROR__MAYBE_UNUSED
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -2691,10 +2699,22 @@ struct mirror_strategy {
 #endif
 };
 
+/* What a CUDA build does without a device list, decided from what CUDA
+   answered (mirror__cuda_verdict, in plain C so that the tests can fake
+   every answer): use the GPUs; train on CPU replicas where there is no
+   driver or no GPU; or fail, where a driver or a GPU is there but cannot
+   be used. */
+typedef enum {
+    MIRROR__CUDA_COUNTED,    /* cudaGetDeviceCount succeeded (the count may be 0) */
+    MIRROR__CUDA_NO_DEVICE,  /* cudaErrorNoDevice */
+    MIRROR__CUDA_OLD_DRIVER, /* cudaErrorInsufficientDriver: also the answer where no driver is installed */
+    MIRROR__CUDA_FAILED      /* any other error */
+} mirror__cuda_answer;
+typedef enum { MIRROR__GPUS_USE, MIRROR__GPUS_NONE, MIRROR__GPUS_ERROR } mirror__gpus;
 #ifdef MIRROR_CUDA
-/* In mirror_cuda.h. Whether the machine has no GPU to use: no driver, a
-   driver too old, or no device (the reason into why). */
-static int mirror__cuda_absent(char *why, size_t size);
+/* In mirror_cuda.h: asks CUDA and returns mirror__cuda_verdict's verdict,
+   its reason or error message into why. */
+static mirror__gpus mirror__cuda_gpus(char *why, size_t size);
 /* Sets s up for GPU replicas: spec is a "cuda..." device list, or NULL for
    every visible GPU (count > 0: count replicas, on the GPUs in turn when
    there are more replicas than GPUs); sets replicas, devices, backend,
@@ -7122,6 +7142,36 @@ static int mirror__strategy_defaults(mirror_strategy_desc *d, mirror_error *err)
     return mirror__timeout(d, &d->timeout, err);
 }
 
+/* The verdict on a CUDA build's GPUs when no device list is given, from
+   cudaGetDeviceCount's answer and count, the driver's and the runtime's
+   CUDA versions (12040 for 12.4; the driver's 0 where none is installed)
+   and CUDA's message for the answer: why gets the notice's reason
+   (MIRROR__GPUS_NONE) or the error's message (MIRROR__GPUS_ERROR). A driver
+   older than the runtime may still run it (CUDA's minor version
+   compatibility), so only a failed count blames the driver's age. CPU
+   builds have no caller but the tests. */
+static MIRROR__MAYBE_UNUSED mirror__gpus mirror__cuda_verdict(mirror__cuda_answer answer, int count, int driver,
+                                                              int runtime, const char *message, char *why,
+                                                              size_t size)
+{
+    if (answer == MIRROR__CUDA_COUNTED && count > 0) return MIRROR__GPUS_USE;
+    if (driver <= 0) return snprintf(why, size, "no NVIDIA driver found"), MIRROR__GPUS_NONE;
+    if (answer == MIRROR__CUDA_COUNTED || answer == MIRROR__CUDA_NO_DEVICE)
+        return snprintf(why, size, "no NVIDIA GPU found"), MIRROR__GPUS_NONE;
+    if (answer == MIRROR__CUDA_OLD_DRIVER || driver < runtime) {
+        snprintf(why, size,
+                 "the NVIDIA driver is for CUDA %d.%d, older than this program's CUDA runtime (%d.%d): update the "
+                 "driver to one for CUDA %d.%d or newer, or build with an older CUDA toolkit, or choose devices "
+                 "\"cpu\" (MIRROR_DEVICES=cpu) to train on CPU replicas",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, runtime / 1000,
+                 runtime % 1000 / 10);
+        return MIRROR__GPUS_ERROR;
+    }
+    snprintf(why, size, "CUDA cannot use the GPUs: %s (devices \"cpu\", or MIRROR_DEVICES=cpu, trains on CPU replicas)",
+             message);
+    return MIRROR__GPUS_ERROR;
+}
+
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_strategy **out,
                                       mirror_error *err)
 {
@@ -7129,9 +7179,11 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     mirror_strategy *s;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     size_t count = 0, cores = mirror__usable_cores();
-    const char *why_cpu = "";
-    char no_gpu[200] = "";
+    char no_gpu[400] = "", why_cpu[64] = "";
     int rc, explicit_list;
+#ifdef MIRROR_CUDA
+    mirror__gpus gpus;
+#endif
     if (!out) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_strategy_create: out is NULL");
     *out = NULL;
     memset(&d, 0, sizeof d);
@@ -7153,9 +7205,15 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 #endif
 #ifdef MIRROR_CUDA
     /* GPUs when asked for, or by default when there are any. Without a
-       device list, CPU replicas take over only where there is no GPU at
-       all; a GPU that fails to set up is an error, not a slow run. */
-    if (explicit_list || !mirror__cuda_absent(no_gpu, sizeof no_gpu)) {
+       device list, CPU replicas take over only where there is no driver
+       or no GPU; a driver or a GPU that cannot be used is an error, not a
+       slow run. */
+    gpus = explicit_list ? MIRROR__GPUS_USE : mirror__cuda_gpus(no_gpu, sizeof no_gpu);
+    if (gpus == MIRROR__GPUS_ERROR) {
+        rc = mirror__error(err, MIRROR_ERR_DEVICE, "%s", no_gpu);
+        goto fail;
+    }
+    if (gpus == MIRROR__GPUS_USE) {
         if (!explicit_list || strncmp(d.devices, "cuda", 4) == 0) {
             const char *spec = explicit_list ? d.devices : NULL;
 #ifdef MIRROR_MPI
@@ -7170,7 +7228,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
             goto fail;
         }
     } else {
-        why_cpu = " (no GPU found)";
+        snprintf(why_cpu, sizeof why_cpu, " (%.60s)", no_gpu); /* the verdict's few words */
     }
 #endif
     if ((rc = mirror__parse_devices(explicit_list ? d.devices : "cpu", &count, err)) != MIRROR_OK) goto fail;
@@ -7195,10 +7253,9 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     if (!count) count = online > 0 && cores == (size_t)online ? cores / s->local_size : cores;
     if (!count) count = 1;
     count = MIRROR__MIN(count, 4096);
-    if (why_cpu[0]) { /* a CUDA build on a machine without a GPU */
-        char notice[360];
-        snprintf(notice, sizeof notice, "no GPU found: training on %zu CPU replica%s (CUDA says: %s)", count,
-                 count == 1 ? "" : "s", no_gpu);
+    if (why_cpu[0]) { /* a CUDA build on a machine without a driver or a GPU */
+        char notice[160];
+        snprintf(notice, sizeof notice, "%.60s: training on %zu CPU replica%s", no_gpu, count, count == 1 ? "" : "s");
         mirror__log(MIRROR_LOG_NOTICE, notice);
     }
     if (count > cores && online > 0 && cores < (size_t)online) { /* bound to fewer cores than it has replicas */

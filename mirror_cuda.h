@@ -11,9 +11,21 @@
           #define MIRROR_IMPLEMENTATION
           #include "mirror_cuda.h"
 
-          nvcc -O3 -arch=sm_90 -c mirror_cuda.cu -o mirror_cuda.o
-          cc -O3 -std=c99 app.c mirror_cuda.o -o app -L$CUDA_PATH/lib64 \
-             -lcudart_static -lcublasLt -lcublas -lnccl -lstdc++ -lm -ldl -lrt -lpthread
+          nvcc -O3 -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100 \
+               -gencode arch=compute_110,code=sm_110 -gencode arch=compute_120,code=sm_120 \
+               -gencode arch=compute_120,code=compute_120 \
+               -Xcompiler -march=native,-ffp-contract=fast,-fno-math-errno \
+               -c mirror_cuda.cu -o mirror_cuda.o
+          cc -O3 -march=native -ffp-contract=fast -fno-math-errno -std=c99 app.c mirror_cuda.o \
+             -o app -L$CUDA_PATH/lib64 -lcudart_static -lcublasLt -lcublas -lnccl -lstdc++ \
+             -lm -ldl -lrt -lpthread
+
+      The -gencode flags: SASS for each major from Turing (sm_75) to
+      Blackwell (sm_100, sm_120), which the later minors of a major run
+      too, and PTX for GPUs newer still (the Makefile's default CUDA_ARCH;
+      the README lists the GPUs). -Xcompiler gives the CPU code, the CPU
+      replicas' included, the flags of a CPU build.
 
       Every other file includes mirror.h alone, from C, without
       MIRROR_IMPLEMENTATION: the same API, now with GPU replicas. Define
@@ -49,15 +61,29 @@
       is honoured by the runtime); mirror_strategy_desc.devices or
       MIRROR_DEVICES take "cuda" (all), "cuda:0,1" (GPUs 0 and 1),
       "cuda:0,0,0,0" (four replicas on GPU 0) or "cpu:N". num_replicas
-      beyond the GPUs places the replicas on the GPUs in turn. When the
-      program finds no driver or no GPU it trains on CPU replicas and logs
-      one notice ("no GPU found: training on 2 CPU replicas (CUDA says:
-      ...)"); anything else that fails (streams on an exclusive-mode GPU, say)
-      is an error with its reason, never a silent run on the CPU. NCCL that
-      cannot start by default (a small /dev/shm in a container) gives way to
-      the copy reducer, with a notice; asked for, it is an error. An
-      explicit "cuda..." list without a GPU is an error (MIRROR_ERR_DEVICE)
-      with the runtime's message.
+      beyond the GPUs places the replicas on the GPUs in turn. Without a
+      device list, what CUDA answers decides (mirror__cuda_verdict):
+
+        no NVIDIA driver      CPU replicas, one per core, and one notice:
+                              "no NVIDIA driver found: training on 2 CPU
+                              replicas"
+        a driver, no GPU      the same, "no NVIDIA GPU found: ..." (also
+                              where CUDA_VISIBLE_DEVICES hides every GPU)
+        a driver too old      an error (MIRROR_ERR_DEVICE) naming the
+        for the CUDA runtime  driver's CUDA version and the runtime's
+                              (12.4 and 13.0, say) and the ways out: a
+                              newer driver, an older CUDA toolkit, or
+                              devices "cpu"
+        anything else         an error with CUDA's message (every GPU busy
+                              or unavailable, a system not yet ready)
+
+      So a machine with a GPU never trains on the CPU by surprise; anything
+      that fails later (streams on an exclusive-mode GPU, say) is an error
+      with its reason too. NCCL that cannot start by default (a small
+      /dev/shm in a container) gives way to the copy reducer, with a
+      notice; asked for, it is an error. An explicit "cuda..." list where
+      no GPU can be used is an error (MIRROR_ERR_DEVICE) with the same
+      reason: devices "cuda:0": no NVIDIA driver found.
 
    REDUCERS
 
@@ -2455,17 +2481,18 @@ static void mirror__cuda_restore(int device)
     if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
 }
 
-static int mirror__cuda_absent(char *why, size_t size)
+static mirror__gpus mirror__cuda_gpus(char *why, size_t size)
 {
-    int visible = 0;
-    cudaError_t e = cudaGetDeviceCount(&visible);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        snprintf(why, size, "%s", cudaGetErrorString(e));
-        return 1;
-    }
-    snprintf(why, size, "no CUDA device is visible");
-    return visible < 1;
+    int count = 0, driver = 0, runtime = CUDART_VERSION;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    mirror__cuda_answer answer = e == cudaSuccess                   ? MIRROR__CUDA_COUNTED
+                                 : e == cudaErrorNoDevice           ? MIRROR__CUDA_NO_DEVICE
+                                 : e == cudaErrorInsufficientDriver ? MIRROR__CUDA_OLD_DRIVER
+                                                                    : MIRROR__CUDA_FAILED;
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    return mirror__cuda_verdict(answer, count, driver, runtime, cudaGetErrorString(e), why, size);
 }
 
 static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t count, mirror_error *err);
@@ -2486,9 +2513,11 @@ static int mirror__cuda_setup_on(mirror_strategy *s, const char *spec, size_t co
     size_t r, q, used;
     int *ids;
     cudaError_t e = cudaGetDeviceCount(&visible);
-    if (e != cudaSuccess)
-        return mirror__error(err, MIRROR_ERR_DEVICE, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
-    if (visible < 1) return mirror__error(err, MIRROR_ERR_DEVICE, "no CUDA device is visible");
+    if (e != cudaSuccess || visible < 1) { /* no driver, no GPU, or one that cannot be used: the verdict's words */
+        char why[400] = "no CUDA device is visible"; /* kept if the verdict's own count finds GPUs */
+        (void)mirror__cuda_gpus(why, sizeof why);
+        return mirror__error(err, MIRROR_ERR_DEVICE, "devices \"%s\": %s", spec ? spec : "cuda", why);
+    }
     if ((rc = mirror__cuda_parse(spec, visible, count, &ids, &count, err))) return rc;
     for (r = 0; r < count; r++)
         for (q = 0; q < r; q++) shared |= ids[q] == ids[r];

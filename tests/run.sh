@@ -353,16 +353,16 @@ if [ -x "$BUILD/train_cuda" ]; then
         check "build/train_cuda --replicas 2 on this machine's GPU(s): GPU replicas, shared in turn when fewer" \
             grep -q '^strategy: 2 CUDA replicas' "$tmp/cuda.out"
     else
-        check "build/train_cuda without a GPU: exactly one notice line, saying what happened" \
-            sh -c "test \$(grep -c '^mirror: no GPU found: training on 2 CPU replicas' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
+        check "build/train_cuda without a GPU: exactly one notice line, saying what happened (no driver, or no GPU)" \
+            sh -c "test \$(grep -cE '^mirror: no NVIDIA (driver|GPU) found: training on 2 CPU replicas\$' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
         check "build/train_cuda without a GPU: CPU replicas, same results as build/train" sh -c \
             "grep -q '^strategy: 2 CPU replicas' '$tmp/cuda.out' && $BUILD/train --model mlp --epochs 1 --synthetic 1000 --batch 50 --replicas 2 | grep '^final:' | cut -d' ' -f1-8 >'$tmp/cpu.final' && grep '^final:' '$tmp/cuda.out' | cut -d' ' -f1-8 | cmp -s - '$tmp/cpu.final'"
-        check "build/train_cuda --devices cuda:0 without a GPU: exit 1 and the runtime's reason" sh -c \
-            "$BUILD/train_cuda --devices cuda:0 --synthetic 100 >/dev/null 2>'$tmp/dev.err'; test \$? -eq 1 && grep -q 'cudaGetDeviceCount: ' '$tmp/dev.err'"
+        check "build/train_cuda --devices cuda:0 without a GPU: exit 1, saying why" sh -c \
+            "$BUILD/train_cuda --devices cuda:0 --synthetic 100 >/dev/null 2>'$tmp/dev.err'; test \$? -eq 1 && grep -qE 'devices \"cuda:0\": no NVIDIA (driver|GPU) found' '$tmp/dev.err'"
     fi
     # Every GPU hidden (on a machine with one, too): CPU replicas and the notice.
     check "CUDA_VISIBLE_DEVICES= build/train_cuda: the no-GPU notice, CPU replicas, a final: line" sh -c \
-        "CUDA_VISIBLE_DEVICES= $BUILD/train_cuda --model mlp --epochs 1 --synthetic 500 --replicas 2 >'$tmp/hidden.out' 2>'$tmp/hidden.err'; grep -q '^mirror: no GPU found: training on 2 CPU replicas' '$tmp/hidden.err' && grep -q '^strategy: 2 CPU replicas' '$tmp/hidden.out' && grep -q '^final:' '$tmp/hidden.out'"
+        "CUDA_VISIBLE_DEVICES= $BUILD/train_cuda --model mlp --epochs 1 --synthetic 500 --replicas 2 >'$tmp/hidden.out' 2>'$tmp/hidden.err'; grep -qE '^mirror: no NVIDIA (driver|GPU) found: training on 2 CPU replicas' '$tmp/hidden.err' && grep -q '^strategy: 2 CPU replicas' '$tmp/hidden.out' && grep -q '^final:' '$tmp/hidden.out'"
     # The CUDA runtime is linked in, so a machine without it starts the
     # program (and falls back); cuBLAS and NCCL are shared (mirror_cuda.h, BUILDING).
     if command -v ldd >/dev/null 2>&1; then
@@ -609,7 +609,7 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
         mpi_cuda_fallback() {
             $mpi -np 2 "$BUILD/train_cuda_mpi" $small --replicas 1 --epochs 1 >"$tmp/cmpi.out" 2>"$tmp/cmpi.err" &&
                 $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 >"$tmp/mpi1.out" 2>&1 &&
-                test "$(grep -c '^mirror: no GPU found: training on 1 CPU replica' "$tmp/cmpi.err")" -eq 2 &&
+                test "$(grep -cE '^mirror: no NVIDIA (driver|GPU) found: training on 1 CPU replica$' "$tmp/cmpi.err")" -eq 2 &&
                 test -n "$(final "$tmp/mpi1.out")" && test "$(final "$tmp/cmpi.out")" = "$(final "$tmp/mpi1.out")"
         }
         check "mpirun -np 2 build/train_cuda_mpi without a GPU: each process says so, CPU replicas, train_mpi's final: line" \

@@ -1464,6 +1464,43 @@ static void test_timeout(void)
     }
 }
 
+/* A CUDA build without a device list: each answer CUDA can give, faked. No
+   driver or no GPU trains on CPU replicas with a notice that says which; a
+   driver too old for the runtime, or a GPU that cannot be used, is an
+   error that says what to do. */
+static void test_cuda_verdict(void)
+{
+    static const struct {
+        mirror__cuda_answer answer;
+        int count, driver;
+        mirror__gpus verdict;
+        const char *says, *also;
+    } cases[] = {
+        {MIRROR__CUDA_COUNTED, 2, 13000, MIRROR__GPUS_USE, "", ""},
+        {MIRROR__CUDA_COUNTED, 1, 12080, MIRROR__GPUS_USE, "", ""}, /* an older minor: CUDA's compatibility */
+        {MIRROR__CUDA_OLD_DRIVER, 0, 0, MIRROR__GPUS_NONE, "no NVIDIA driver found", ""}, /* what no driver answers */
+        {MIRROR__CUDA_FAILED, 0, 0, MIRROR__GPUS_NONE, "no NVIDIA driver found", ""},
+        {MIRROR__CUDA_NO_DEVICE, 0, 13000, MIRROR__GPUS_NONE, "no NVIDIA GPU found", ""},
+        {MIRROR__CUDA_COUNTED, 0, 13000, MIRROR__GPUS_NONE, "no NVIDIA GPU found", ""},
+        {MIRROR__CUDA_OLD_DRIVER, 0, 12040, MIRROR__GPUS_ERROR, "driver is for CUDA 12.4", "CUDA 13.0 or newer"},
+        {MIRROR__CUDA_FAILED, 0, 12040, MIRROR__GPUS_ERROR, "runtime (13.0)", "devices \"cpu\""},
+        {MIRROR__CUDA_FAILED, 0, 13000, MIRROR__GPUS_ERROR, "CUDA cannot use the GPUs: all CUDA-capable devices",
+         "devices \"cpu\""},
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char why[400] = "";
+        const char *message = cases[i].answer == MIRROR__CUDA_FAILED
+                                  ? "all CUDA-capable devices are busy or unavailable"
+                                  : "CUDA driver version is insufficient for CUDA runtime version";
+        mirror__gpus got = mirror__cuda_verdict(cases[i].answer, cases[i].count, cases[i].driver, 13000, message, why,
+                                                sizeof why);
+        CHECK(got == cases[i].verdict && strstr(why, cases[i].says) && strstr(why, cases[i].also) &&
+                  !strstr(why, got == MIRROR__GPUS_ERROR ? "no NVIDIA" : "insufficient"),
+              "case %zu: verdict %d saying \"%s\" (%d: %s)", i, (int)cases[i].verdict, cases[i].says, (int)got, why);
+    }
+}
+
 int main(void)
 {
     mirror_strategy *s3;
@@ -1475,6 +1512,7 @@ int main(void)
     test_strategy();
     test_reducer();
     test_timeout();
+    test_cuda_verdict();
     s3 = new_strategy("cpu:3", 0);
     CHECK(s3 != NULL, "a strategy of 3 replicas");
     if (!s3) return check_done("test_api");

@@ -7,8 +7,19 @@
 # where it is built and mpirun is; the benchmarks stay in make bench-gpu.
 # One deadline (GPU_SECONDS, default 900); the results go to
 # $BUILD/gpu-run/gpu-results.txt (make gpu-report RESULTS=$BUILD/gpu-run).
-# Ends with "N passed, N failed".
+# Ends with "N passed, N failed"; on a machine with no GPU at all (the
+# driver lists none and the CUDA runtime counts none), one line that says
+# so, and exit 0. A GPU the driver lists but the programs cannot use (a
+# driver too old for the runtime, say) runs, and fails.
 BUILD=${BUILD:-build}
+if ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; }; then
+    info=$(timeout 20 "$BUILD/gpu_info" 2>&1)
+    if [ $? -eq 1 ] && echo "$info" | grep -q '^gpus: 0'; then
+        echo "$info" | grep -q '^cuda driver: none' && what="no NVIDIA driver" || what="no NVIDIA GPU"
+        echo "make test-gpu: skipped, $what on this machine"
+        exit 0
+    fi
+fi
 GPU_BIN=$BUILD GPU_SCRIPTS=bench GPU_SKIP="bench compile ${GPU_SKIP:-}" \
     sh tests/gpu/pack_run.sh "$BUILD/gpu-run" "${GPU_SECONDS:-900}"
 rc=$?
