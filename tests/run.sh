@@ -83,7 +83,7 @@ check "mirror.h declarations compile alone as C89-free C99" \
 if command -v clang >/dev/null; then
     written_plainly() {
         clang -std=c99 -Wall -Wextra -Wcomma -Werror -I. -fsyntax-only "$tmp/decl.c" || return 1
-        for f in examples/*.c; do
+        for f in examples/*.c examples/labs/*.c; do
             clang -std=c99 -Wcomma -DMIRROR_QUIET_O0 -fsyntax-only "$f" 2>&1 |
                 grep -E '^examples/[a-z_/]+\.[ch]:[0-9]+:[0-9]+: warning' && return 1
         done
