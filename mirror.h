@@ -7155,9 +7155,14 @@ static MIRROR__MAYBE_UNUSED mirror__gpus mirror__cuda_verdict(mirror__cuda_answe
                                                               size_t size)
 {
     if (answer == MIRROR__CUDA_COUNTED && count > 0) return MIRROR__GPUS_USE;
-    if (driver <= 0) return snprintf(why, size, "no NVIDIA driver found"), MIRROR__GPUS_NONE;
-    if (answer == MIRROR__CUDA_COUNTED || answer == MIRROR__CUDA_NO_DEVICE)
-        return snprintf(why, size, "no NVIDIA GPU found"), MIRROR__GPUS_NONE;
+    if (driver <= 0) {
+        snprintf(why, size, "no NVIDIA driver found");
+        return MIRROR__GPUS_NONE;
+    }
+    if (answer == MIRROR__CUDA_COUNTED || answer == MIRROR__CUDA_NO_DEVICE) {
+        snprintf(why, size, "no NVIDIA GPU found");
+        return MIRROR__GPUS_NONE;
+    }
     if (answer == MIRROR__CUDA_OLD_DRIVER || driver < runtime) {
         snprintf(why, size,
                  "the NVIDIA driver is for CUDA %d.%d, older than this program's CUDA runtime (%d.%d): update the "
@@ -8379,7 +8384,6 @@ static void mirror__plan_cols(mirror_model *m)
     for (i = 0; i < m->nlayers; i++)
         if (mirror__convolves(&m->layers[i])) bytes += (double)mirror__cols(m, &m->layers[i]) * sizeof(float);
     m->keep_cols = !m->chunk && bytes > 0.0 && bytes <= (double)m->be->keep_cols;
-    if (m->keep_cols) m->col_size = 0;
 }
 
 #ifndef MIRROR_BUCKET_BYTES
@@ -8540,7 +8544,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, e);               /* delta[0] */
     off[3] = mirror__carve(&at, S * m->max_size, e);               /* delta[1] */
-    off[4] = mirror__carve(&at, m->col_size, e);                   /* col */
+    off[4] = mirror__carve(&at, m->keep_cols ? 0 : m->col_size, e); /* col (kept: each conv's own) */
     off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
