@@ -75,8 +75,13 @@
       multiply-adds (ISO C modes turn it off); it roughly doubles GEMM speed.
       The GEMM's register tile is written with GCC/Clang vector extensions
       and sized for the widest vectors the flags allow (AVX-512, AVX2,
-      SSE2, NEON): -march=native picks the machine's; the same speed with
-      gcc and clang, at -O2 and -O3.
+      SSE2, NEON): -march=native picks the machine's. The GEMM runs alike
+      with gcc and clang at -O2 and -O3; the rest of a step is left to the
+      compiler's vectoriser, and whole steps differ: on a 2-core AMD EPYC
+      with AVX-512, the README's CNN example ran at 0.59x (gcc 12 -O2),
+      0.81x (gcc -O3) and 0.90x (clang 14 -O2) of clang -O3's speed (the
+      README's table). Use -O3. Bitwise reproducibility is a promise of one
+      build: another compiler or other flags may round otherwise.
       -fno-math-errno lets it vectorise sqrtf in the Adam update.
 
    OPTION MACROS (define before including, in the file that defines
