@@ -73,6 +73,7 @@
       #error that says so); otherwise compile that file with
       -D_POSIX_C_SOURCE=200809L. -ffp-contract=fast lets the compiler fuse
       multiply-adds (ISO C modes turn it off); it roughly doubles GEMM speed.
+      -fno-math-errno lets it vectorise sqrtf in the Adam update.
       The GEMM's register tile is written with GCC/Clang vector extensions
       and sized for the widest vectors the flags allow (AVX-512, AVX2,
       SSE2, NEON): -march=native picks the machine's. The GEMM runs alike
@@ -82,7 +83,6 @@
       0.81x (gcc -O3) and 0.90x (clang 14 -O2) of clang -O3's speed (the
       README's table). Use -O3. Bitwise reproducibility is a promise of one
       build: another compiler or other flags may round otherwise.
-      -fno-math-errno lets it vectorise sqrtf in the Adam update.
 
    OPTION MACROS (define before including, in the file that defines
    MIRROR_IMPLEMENTATION or on its compile line)
