@@ -244,6 +244,8 @@ if [ -x "$BUILD/train" ]; then
     done
     check "build/scaling (the lecture demo): 1, 2 and 4 replicas, the deterministic ones 0 apart from 1 replica's weights" sh -c \
         "$BUILD/scaling 1 >'$tmp/scaling.out' && test \$(grep -c '^default ' '$tmp/scaling.out') -eq 3 && test \$(grep -cE '^deterministic +[124] .* 0\$' '$tmp/scaling.out') -eq 3"
+    check "build/scaling --help gives its usage; an EPOCHS that is not a number is refused, not read as 0" sh -c \
+        "$BUILD/scaling --help | grep -q '^usage: scaling \[EPOCHS \[DIR\]\]' && ! $BUILD/scaling x 2>'$tmp/scaling.err' && grep -q 'EPOCHS: a number' '$tmp/scaling.err'"
     check "build/train --model cnn-bn --dropout 0.3 --augment --no-deterministic: the final loss of 3 replicas within 1e-4 of 1 replica's" sh -c \
         "$BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --no-deterministic --replicas 1 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >'$tmp/l1' && $BUILD/train --model cnn-bn --epochs 1 --synthetic 300 --batch 50 --dropout 0.3 --augment --no-deterministic --replicas 3 | grep '^final:' | sed 's/.*train_loss=\\([^ ]*\\).*/\\1/' >>'$tmp/l1' && awk 'NR == 1 { a = \$1 } NR == 2 { d = \$1 - a; exit !(d <= 1e-4 && d >= -1e-4) }' '$tmp/l1'"
     # The trainer's default on CPU replicas is deterministic mode: no flag needed.
