@@ -106,6 +106,9 @@ if printf '#include <zlib.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
     sed -n '/^## A short example/,/^```$/p' README.md | sed '1,/^```c$/d; /^```$/d' >"$tmp/readme.c"
     check "the README's short example compiles and links (-Wall -Wextra -Werror, zlib)" \
         $CC -std=c99 -Wall -Wextra -Werror -I. "$tmp/readme.c" -o "$tmp/readme" -lm -lpthread -lz
+    sed 's/= {0}/= {}/' "$tmp/readme.c" >"$tmp/readme.cpp"
+    check "the README's short example compiles as C++ with = {} for = {0}, as the README says (-Wall -Wextra -Werror)" \
+        $CXX -Wall -Wextra -Werror -DMIRROR_QUIET_O0 -I. -fsyntax-only "$tmp/readme.cpp"
 fi
 
 # The manual's API index names every public function.
