@@ -343,7 +343,10 @@
       fit's checkpoint path on its own (a failed step changes nothing, so
       that is what every survivor holds) and says so in a notice; the
       failure stays fit's result. The README gives the mpirun flags that
-      make a lost machine end the job within seconds.
+      make a lost machine end the job within seconds, and the one case
+      where no survivor can act: a killed peer's reset connections can
+      hold a process inside Open MPI 4.1's TCP transport until mpirun
+      kills it (then --checkpoint-every's files are the safety net).
 
       GPU replicas in several processes (mirror_cuda.h compiled with
       -DMIRROR_MPI; the Makefile's build/train_cuda_mpi): without a device
