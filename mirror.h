@@ -2023,21 +2023,23 @@ MIRROR_HD static inline float mirror_hd_gelu_grad(float x, float dy)
    as torch.max_pool2d does (a NaN in the data must reach the loss): the
    caller asks mirror_hd_window_nan, where the data may hold one. Apart,
    the comparison stays a select; a NaN test inside it made the CPU loop
-   branch and mispredict (2-8x slower). */
+   branch and mispredict (2-8x slower). mirror_hd_max_tap is one tap of
+   the window: v at offset o takes the maximum if larger. */
+MIRROR_HD static inline void mirror_hd_max_tap(float v, int32_t o, float *top, int32_t *at)
+{
+    int larger = v > *top;
+    *at = larger ? o : *at;
+    *top = larger ? v : *top;
+}
+
 MIRROR_HD static inline float mirror_hd_window_max(const void *x, size_t row, size_t k, size_t *at, int f)
 {
-    size_t i, j, best = 0;
+    size_t i, j;
+    int32_t best = 0;
     float top = mirror_hd_load(x, 0, f);
     for (i = 0; i < k; i++)
-        for (j = 0; j < k; j++) {
-            size_t o = i * row + j;
-            float v = mirror_hd_load(x, o, f);
-            if (v > top) {
-                top = v;
-                best = o;
-            }
-        }
-    *at = best;
+        for (j = 0; j < k; j++) mirror_hd_max_tap(mirror_hd_load(x, i * row + j, f), (int32_t)(i * row + j), &top, &best);
+    *at = (size_t)best;
     return top;
 }
 
@@ -3284,6 +3286,14 @@ typedef float mirror__vec;
 #define MIRROR__UNROLL
 #endif
 
+/* A pointer through which alone its data is reached in a loop: C99's
+   restrict, which C++ spells __restrict. */
+#ifdef __cplusplus
+#define MIRROR__RESTRICT __restrict
+#else
+#define MIRROR__RESTRICT restrict
+#endif
+
 /* The tile stays a function of its own: inlined into a caller with many
    live values, its row pointers spill out of the registers. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -4080,51 +4090,119 @@ static void mirror__inside(size_t kj, size_t stride, size_t pad, size_t w, size_
     *hi = MIRROR__MAX(*lo, MIRROR__MIN(b, wo));
 }
 
+/* A "same" convolution at stride 1 (2*pad + 1 == k, so ho == h and
+   wo == w) reads, at tap (ki, kj), the plane shifted by `shift` =
+   (ki - pad)*w + kj - pad floats, and col's row for the tap is that
+   shifted plane: one flat copy, not one per row of 14 or 28 floats (too
+   short for vectors). The copy is cut to the floats of the plane,
+   [t0, t1); and the flat shift crosses the side edges: the columns
+   outside [lo, hi) of each row come from the row before or after. Those
+   positions inside [t0, t1) are the tap's edge (at most
+   MIRROR__SAME_EDGE: larger kernels and planes take the row path). */
+#define MIRROR__SAME_EDGE 512
+typedef struct {
+    long shift;
+    size_t t0, t1, n, edge[MIRROR__SAME_EDGE];
+} mirror__same_tap;
+
+static int mirror__same_tap_of(mirror__same_tap *t, size_t k, size_t stride, size_t pad, size_t h, size_t w,
+                               size_t ki, size_t kj, size_t lo, size_t hi)
+{
+    size_t oy, ox, at;
+    if (stride != 1 || 2 * pad + 1 != k || h * (w - (hi - lo)) > MIRROR__SAME_EDGE) return 0;
+    t->shift = ((long)ki - (long)pad) * (long)w + (long)kj - (long)pad;
+    t->t0 = t->shift < 0 ? MIRROR__MIN((size_t)-t->shift, h * w) : 0; /* a shift past the plane: */
+    t->t1 = t->shift > 0 ? h * w - MIRROR__MIN((size_t)t->shift, h * w) : h * w; /* nothing to copy */
+    t->t1 = MIRROR__MAX(t->t0, t->t1);
+    for (oy = 0, t->n = 0; oy < h; oy++)
+        for (ox = hi; ox < w + lo; ox++) /* the columns from hi round to lo */
+            if ((at = oy * w + ox % w) >= t->t0 && at < t->t1) t->edge[t->n++] = at;
+    return 1;
+}
+
 /* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p],
    0 outside. */
 static void mirror__f32_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h,
                                size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, s, oy, ox, lo, hi;
+    size_t ch, ki, kj, s, oy, ox, lo, hi, e, hw = h * w;
+    mirror__same_tap t;
     (void)dev;
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++)
-                for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
-                for (oy = 0; oy < ho; oy++, col += wo) {
-                    long iy = mirror__tap(oy, ki, stride, pad, h);
-                    const float *row;
-                    if (iy < 0) {
-                        memset(col, 0, wo * sizeof(float));
-                        continue;
+            for (kj = 0; kj < k; kj++) {
+                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
+                if (mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj, lo, hi)) {
+                    for (s = 0; s < n; s++, col += hw) {
+                        const float *plane = x + (s * c + ch) * hw;
+                        memset(col, 0, t.t0 * sizeof(float));
+                        if (t.t1 > t.t0)
+                            memcpy(col + t.t0, plane + ((long)t.t0 + t.shift), (t.t1 - t.t0) * sizeof(float));
+                        memset(col + t.t1, 0, (hw - t.t1) * sizeof(float));
+                        for (e = 0; e < t.n; e++) col[t.edge[e]] = 0.0f;
                     }
-                    row = x + ((s * c + ch) * h + (size_t)iy) * w; /* ox reads row[ox*st + kj - p] */
-                    for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
-                    if (stride == 1 && hi > lo)
-                        memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
-                    else
-                        for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
-                    for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
+                    continue;
                 }
+                for (s = 0; s < n; s++)
+                    for (oy = 0; oy < ho; oy++, col += wo) {
+                        long iy = mirror__tap(oy, ki, stride, pad, h);
+                        const float *row;
+                        if (iy < 0) {
+                            memset(col, 0, wo * sizeof(float));
+                            continue;
+                        }
+                        row = x + ((s * c + ch) * h + (size_t)iy) * w; /* ox reads row[ox*st + kj - p] */
+                        for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
+                        if (stride == 1 && hi > lo)
+                            memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
+                        else
+                            for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
+                        for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
+                    }
+            }
+}
+
+/* col2im of a "same" convolution's tap on one plane: the shifted plane
+   added in one flat pass, after which the pixels it reached across a side
+   edge get back the values they had. Each pixel takes one term of the
+   flat pass, so this is exact, the sums of the row path bit for bit. */
+static void mirror__col2im_same(float *MIRROR__RESTRICT plane, const float *MIRROR__RESTRICT col,
+                                const mirror__same_tap *t)
+{
+    float kept[MIRROR__SAME_EDGE], *to;
+    size_t i, e, n = t->t1 - t->t0;
+    if (!n) return; /* the tap reads the padding alone */
+    to = plane + ((long)t->t0 + t->shift); /* to[i] is col[t0 + i]'s pixel */
+    col += t->t0;
+    for (e = 0; e < t->n; e++) kept[e] = to[t->edge[e] - t->t0];
+    for (i = 0; i < n; i++) to[i] += col[i];
+    for (e = 0; e < t->n; e++) to[t->edge[e] - t->t0] = kept[e];
 }
 
 /* The adjoint of im2col: x = 0, then every col entry added back to its pixel. */
 static void mirror__f32_col2im(void *dev, float *x, const float *col, size_t n, size_t c, size_t h,
                                size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, s, oy, ox, lo, hi;
+    size_t ch, ki, kj, s, oy, ox, lo, hi, hw = h * w;
+    mirror__same_tap t;
     (void)dev;
-    memset(x, 0, n * c * h * w * sizeof(float));
+    memset(x, 0, n * c * hw * sizeof(float));
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++)
-                for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
-                for (oy = 0; oy < ho; oy++, col += wo) {
-                    long iy = mirror__tap(oy, ki, stride, pad, h);
-                    float *row = x + ((s * c + ch) * h + (size_t)(iy < 0 ? 0 : iy)) * w;
-                    if (iy < 0) continue;
-                    for (ox = lo; ox < hi; ox++) row[ox * stride + kj - pad] += col[ox];
+            for (kj = 0; kj < k; kj++) {
+                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
+                if (mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj, lo, hi)) {
+                    for (s = 0; s < n; s++, col += hw) mirror__col2im_same(x + (s * c + ch) * hw, col, &t);
+                    continue;
                 }
+                for (s = 0; s < n; s++)
+                    for (oy = 0; oy < ho; oy++, col += wo) {
+                        long iy = mirror__tap(oy, ki, stride, pad, h);
+                        float *row = x + ((s * c + ch) * h + (size_t)(iy < 0 ? 0 : iy)) * w;
+                        if (iy < 0) continue;
+                        for (ox = lo; ox < hi; ox++) row[ox * stride + kj - pad] += col[ox];
+                    }
+            }
 }
 
 /* The windows of max pooling that hold a NaN yield their first NaN. Out of
@@ -4144,25 +4222,108 @@ static MIRROR__NOINLINE void mirror__maxpool_nan(float *y, int32_t *arg, const f
             }
 }
 
+/* One row of max pooling's outputs, each window's taps in order: the
+   general case. */
+static void mirror__maxpool_row(float *MIRROR__RESTRICT y, int32_t *MIRROR__RESTRICT arg,
+                                const float *MIRROR__RESTRICT x, size_t corner, size_t w, size_t k, size_t stride,
+                                size_t wo)
+{
+    size_t ox, i, j;
+    for (ox = 0; ox < wo; ox++) {
+        size_t c = corner + ox * stride;
+        float top = x[c];
+        int32_t at = (int32_t)c;
+        for (i = 0; i < k; i++)
+            for (j = 0; j < k; j++) mirror_hd_max_tap(x[c + i * w + j], (int32_t)(c + i * w + j), &top, &at);
+        y[ox] = top, arg[ox] = at;
+    }
+}
+
+#if MIRROR__VL > 1
+typedef int32_t mirror__ivec __attribute__((vector_size(MIRROR__VL * sizeof(int32_t))));
+
+/* mirror_hd_max_tap for VL windows at once, lane by lane: the select is
+   made of masks, so that no compiler can turn it into a branch. */
+static void mirror__vmax_tap(mirror__vec v, int32_t o, mirror__vec *top, mirror__ivec *at)
+{
+    mirror__ivec larger = (mirror__ivec)(v > *top);
+    *top = (mirror__vec)(((mirror__ivec)v & larger) | ((mirror__ivec)*top & ~larger));
+    *at = (o & larger) | (*at & ~larger);
+}
+
+/* Max pooling of 2x2 windows at stride 2, the common case, whose rows of
+   7 or 14 outputs are too short for vectors: over a band of rows, the
+   window whose corner is x[q] is taken for every q, VL corners at a time
+   (four contiguous loads: x[q], x[q + 1], x[q + w], x[q + w + 1]), and
+   the windows of the even rows' even columns are then picked out. The
+   last vector overlaps the one before rather than leave a scalar tail. */
+#define MIRROR__POOL_BAND 1024
+static void mirror__maxpool_2x2(float *y, int32_t *arg, const float *x, size_t planes, size_t h, size_t w, size_t ho,
+                                size_t wo)
+{
+    float top[MIRROR__POOL_BAND];
+    int32_t at[MIRROR__POOL_BAND];
+    size_t p, oy0, rows, q, r, ox, band = MIRROR__POOL_BAND / (2 * w);
+    for (p = 0; p < planes; p++, x += h * w)
+        for (oy0 = 0; oy0 < ho; oy0 += rows) {
+            const float *b = x + oy0 * 2 * w;
+            size_t len, last;
+            rows = MIRROR__MIN(ho - oy0, band);
+            len = (rows - 1) * 2 * w + 2 * wo - 1; /* up to the corner of the band's last window */
+            if (len < MIRROR__VL) {
+                for (r = 0; r < rows; r++, y += wo, arg += wo)
+                    mirror__maxpool_row(y, arg, x, (oy0 + r) * 2 * w, w, 2, 2, wo);
+                continue;
+            }
+            last = len - MIRROR__VL;
+            for (q = 0; q < len; q = q < last && q + MIRROR__VL > last ? last : q + MIRROR__VL) {
+                mirror__vec t = mirror__vload(b + q);
+                mirror__ivec o = {0};
+                mirror__vmax_tap(mirror__vload(b + q + 1), 1, &t, &o);
+                mirror__vmax_tap(mirror__vload(b + q + w), (int32_t)w, &t, &o);
+                mirror__vmax_tap(mirror__vload(b + q + w + 1), (int32_t)w + 1, &t, &o);
+                mirror__vstore(top + q, t);
+                memcpy(at + q, &o, sizeof o);
+            }
+            for (r = 0; r < rows; r++, y += wo, arg += wo)
+                for (ox = 0; ox < wo; ox++) {
+                    size_t c = r * 2 * w + 2 * ox;
+                    y[ox] = top[c], arg[ox] = (int32_t)(oy0 * 2 * w + c) + at[c];
+                }
+        }
+}
+#endif
+
+/* Whether x[0..n) holds a NaN: the largest magnitude's bits, a reduction
+   both compilers vectorise (an OR of per-element tests, gcc does not). */
+static int mirror__any_nan(const float *x, size_t n)
+{
+    uint32_t top = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint32_t a = mirror_hd_bits(x[i]) & 0x7fffffffu;
+        top = a > top ? a : top;
+    }
+    return mirror_hd_isnan(mirror_hd_float(top));
+}
+
 static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const float *x,
                                         size_t planes, size_t h, size_t w, size_t k, size_t stride,
                                         size_t ho, size_t wo)
 {
-    size_t p, oy, ox, at, n = planes * h * w;
-    int nan = 0;
+    size_t p, oy;
     float *y0 = y;
     int32_t *arg0 = arg;
     const float *x0 = x;
     (void)dev;
-    for (p = 0; p < planes; p++, x += h * w)
-        for (oy = 0; oy < ho; oy++)
-            for (ox = 0; ox < wo; ox++) {
-                size_t corner = oy * stride * w + ox * stride;
-                *y++ = mirror_hd_window_max(x + corner, w, k, &at, 0);
-                *arg++ = (int32_t)(corner + at);
-            }
-    for (p = 0; p < n; p++) nan |= mirror_hd_isnan(x0[p]); /* one vectorised pass */
-    if (nan) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
+#if MIRROR__VL > 1
+    if (k == 2 && stride == 2 && 2 * w <= MIRROR__POOL_BAND)
+        mirror__maxpool_2x2(y, arg, x, planes, h, w, ho, wo);
+    else
+#endif
+        for (p = 0; p < planes; p++, x += h * w)
+            for (oy = 0; oy < ho; oy++, y += wo, arg += wo) mirror__maxpool_row(y, arg, x, oy * stride * w, w, k, stride, wo);
+    if (mirror__any_nan(x0, planes * h * w)) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
 }
 
 static void mirror__f32_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,

@@ -1049,6 +1049,11 @@ static void test_layout_math(void)
         /* n, C, H, W, k, stride, pad */
         {1, 1, 5, 5, 3, 1, 1}, {3, 2, 6, 5, 3, 2, 1}, {2, 3, 7, 9, 5, 3, 2}, {4, 1, 4, 4, 1, 1, 0},
         {2, 2, 8, 8, 2, 2, 0}, {1, 4, 3, 3, 3, 1, 2}, {3, 1, 28, 28, 5, 1, 2}, {2, 2, 9, 7, 4, 3, 1},
+        /* the example CNN's convolutions and poolings; a row, a column; a
+           plane whose edges are too many for the flat path of same convolutions */
+        {2, 16, 14, 14, 3, 1, 1}, {3, 2, 28, 28, 2, 2, 0}, {2, 4, 14, 14, 2, 2, 0}, {1, 2, 7, 9, 2, 2, 0},
+        {1, 1, 3, 5, 2, 2, 0}, {1, 2, 1, 9, 3, 1, 1}, {2, 3, 3, 1, 3, 1, 1}, {1, 1, 70, 70, 9, 1, 4},
+        {1, 1, 40, 40, 9, 1, 4}, {1, 1, 600, 3, 2, 2, 0},
     };
     size_t t, i, wrong = 0, tried = 0;
     for (t = 0; t < 1500; t++) {
@@ -1091,7 +1096,15 @@ static void test_layout_math(void)
             float *y = (float *)xmalloc(planes * po * sizeof(float)), *dy = (float *)xmalloc(planes * po * sizeof(float));
             int32_t *arg = (int32_t *)xmalloc(planes * po * sizeof(int32_t));
             for (i = 0; i < planes * po; i++) dy[i] = frand(-1.0f, 1.0f);
+            for (i = 0; i < nx; i++) x[i] = (float)(rng_next() % 3) - 1.0f; /* ties in most windows */
             mirror__cpu_maxpool_forward(NULL, y, arg, x, planes, H, W, k, st, ho, wo);
+            for (i = 0; i < planes * po; i++) {
+                size_t corner = i / po * H * W + i % po / wo * st * W + i % wo * st;
+                float top = mirror_hd_window_max(x + corner, W, k, &at, 0);
+                pool_wrong += mirror_hd_bits(top) != mirror_hd_bits(y[i]) || corner % (H * W) + at != (size_t)arg[i];
+            }
+            CHECK(pool_wrong == 0, "max pooling %zux%zu, k %zu stride %zu: each window's maximum and its first "
+                  "place equal mirror_hd_window_max's (%zu differ)", H, W, k, st, pool_wrong);
             mirror__cpu_maxpool_backward(NULL, back, arg, dy, planes, H, W, k, st, ho, wo);
             for (i = 0; i < planes; i++)
                 for (at = 0; at < H * W; at++) {
