@@ -3294,6 +3294,18 @@ typedef float mirror__vec;
 #define MIRROR__RESTRICT restrict
 #endif
 
+/* for (i = 0; i < n; i++) body, as two loops: whole blocks of 16, then the
+   rest. gcc at -O2 vectorises a loop only where the vector code replaces
+   it whole, without a remainder or a run-time test of aliasing: the first
+   loop is one when its pointers are restrict (at -O3, and with clang,
+   either way). */
+#define MIRROR__EACH(i, n, ...)                                                                                       \
+    do {                                                                                                               \
+        size_t mirror__blocks_ = (n) & ~(size_t)15;                                                                   \
+        for (i = 0; i < mirror__blocks_; i++) __VA_ARGS__;                                                             \
+        for (; i < (n); i++) __VA_ARGS__;                                                                              \
+    } while (0)
+
 /* The tile stays a function of its own: inlined into a caller with many
    live values, its row pointers spill out of the registers. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -4037,14 +4049,15 @@ static void mirror__f32_relu_forward(void *dev, float *y, const float *x, size_t
 {
     size_t i;
     (void)dev;
-    for (i = 0; i < n; i++) y[i] = mirror_hd_relu(x[i]);
+    MIRROR__EACH(i, n, y[i] = mirror_hd_relu(x[i]));
 }
 
-static void mirror__f32_relu_backward(void *dev, float *d, const float *y, size_t n)
+static void mirror__f32_relu_backward(void *dev, float *MIRROR__RESTRICT d, const float *MIRROR__RESTRICT y,
+                                      size_t n)
 {
     size_t i;
     (void)dev;
-    for (i = 0; i < n; i++) d[i] = mirror_hd_relu_grad(y[i], d[i]);
+    MIRROR__EACH(i, n, d[i] = mirror_hd_relu_grad(y[i], d[i]));
 }
 
 /* One loop per kind, so that each vectorises. */
@@ -4106,17 +4119,44 @@ typedef struct {
 } mirror__same_tap;
 
 static int mirror__same_tap_of(mirror__same_tap *t, size_t k, size_t stride, size_t pad, size_t h, size_t w,
-                               size_t ki, size_t kj, size_t lo, size_t hi)
+                               size_t ki, size_t kj)
 {
-    size_t oy, ox, at;
+    size_t oy, ox, at, lo, hi;
+    mirror__inside(kj, stride, pad, w, w, &lo, &hi);
     if (stride != 1 || 2 * pad + 1 != k || h * (w - (hi - lo)) > MIRROR__SAME_EDGE) return 0;
     t->shift = ((long)ki - (long)pad) * (long)w + (long)kj - (long)pad;
     t->t0 = t->shift < 0 ? MIRROR__MIN((size_t)-t->shift, h * w) : 0; /* a shift past the plane: */
     t->t1 = t->shift > 0 ? h * w - MIRROR__MIN((size_t)t->shift, h * w) : h * w; /* nothing to copy */
     t->t1 = MIRROR__MAX(t->t0, t->t1);
     for (oy = 0, t->n = 0; oy < h; oy++)
-        for (ox = hi; ox < w + lo; ox++) /* the columns from hi round to lo */
-            if ((at = oy * w + ox % w) >= t->t0 && at < t->t1) t->edge[t->n++] = at;
+        for (ox = 0; ox < w; ox++) {
+            if (ox == lo) ox = MIRROR__MAX(lo, hi); /* on to the columns past [lo, hi) */
+            if (ox < w && (at = oy * w + ox) >= t->t0 && at < t->t1) t->edge[t->n++] = at;
+        }
+    return 1;
+}
+
+/* im2col of a same convolution, tap by tap (each tap's edge found once),
+   if it takes the flat path (returns 1). */
+static int mirror__im2col_same(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
+                               size_t stride, size_t pad)
+{
+    size_t ch, ki, kj, s, e, hw = h * w;
+    mirror__same_tap t;
+    for (ki = 0; ki < k; ki++)
+        for (kj = 0; kj < k; kj++) {
+            if (!mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj)) return 0; /* the first tap decides */
+            for (ch = 0; ch < c; ch++)
+                for (s = 0; s < n; s++) {
+                    const float *plane = x + (s * c + ch) * hw;
+                    float *row = col + (((ch * k + ki) * k + kj) * n + s) * hw;
+                    memset(row, 0, t.t0 * sizeof(float));
+                    if (t.t1 > t.t0)
+                        memcpy(row + t.t0, plane + ((long)t.t0 + t.shift), (t.t1 - t.t0) * sizeof(float));
+                    memset(row + t.t1, 0, (hw - t.t1) * sizeof(float));
+                    for (e = 0; e < t.n; e++) row[t.edge[e]] = 0.0f;
+                }
+        }
     return 1;
 }
 
@@ -4125,57 +4165,50 @@ static int mirror__same_tap_of(mirror__same_tap *t, size_t k, size_t stride, siz
 static void mirror__f32_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h,
                                size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    size_t ch, ki, kj, s, oy, ox, lo, hi, e, hw = h * w;
-    mirror__same_tap t;
+    size_t ch, ki, kj, s, oy, ox, lo, hi;
     (void)dev;
+    if (mirror__im2col_same(col, x, n, c, h, w, k, stride, pad)) return;
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++) {
-                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
-                if (mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj, lo, hi)) {
-                    for (s = 0; s < n; s++, col += hw) {
-                        const float *plane = x + (s * c + ch) * hw;
-                        memset(col, 0, t.t0 * sizeof(float));
-                        if (t.t1 > t.t0)
-                            memcpy(col + t.t0, plane + ((long)t.t0 + t.shift), (t.t1 - t.t0) * sizeof(float));
-                        memset(col + t.t1, 0, (hw - t.t1) * sizeof(float));
-                        for (e = 0; e < t.n; e++) col[t.edge[e]] = 0.0f;
+            for (kj = 0; kj < k; kj++)
+                for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
+                for (oy = 0; oy < ho; oy++, col += wo) {
+                    long iy = mirror__tap(oy, ki, stride, pad, h);
+                    const float *row;
+                    if (iy < 0) {
+                        memset(col, 0, wo * sizeof(float));
+                        continue;
                     }
-                    continue;
+                    row = x + ((s * c + ch) * h + (size_t)iy) * w; /* ox reads row[ox*st + kj - p] */
+                    for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
+                    if (stride == 1 && hi > lo)
+                        memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
+                    else
+                        for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
+                    for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
                 }
-                for (s = 0; s < n; s++)
-                    for (oy = 0; oy < ho; oy++, col += wo) {
-                        long iy = mirror__tap(oy, ki, stride, pad, h);
-                        const float *row;
-                        if (iy < 0) {
-                            memset(col, 0, wo * sizeof(float));
-                            continue;
-                        }
-                        row = x + ((s * c + ch) * h + (size_t)iy) * w; /* ox reads row[ox*st + kj - p] */
-                        for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
-                        if (stride == 1 && hi > lo)
-                            memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
-                        else
-                            for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
-                        for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
-                    }
-            }
 }
 
-/* col2im of a "same" convolution's tap on one plane: the shifted plane
+/* col2im of a same convolution's tap on one plane: the shifted plane
    added in one flat pass, after which the pixels it reached across a side
    edge get back the values they had. Each pixel takes one term of the
-   flat pass, so this is exact, the sums of the row path bit for bit. */
-static void mirror__col2im_same(float *MIRROR__RESTRICT plane, const float *MIRROR__RESTRICT col,
-                                const mirror__same_tap *t)
+   flat pass, and its taps in the same order, so this is exact: the sums
+   of the row path bit for bit. */
+/* Out of line: inlined, gcc -O2 loses what restrict says and the loop stays scalar. */
+static MIRROR__NOINLINE void mirror__add_to(float *MIRROR__RESTRICT to, const float *MIRROR__RESTRICT from, size_t n)
+{
+    size_t i;
+    MIRROR__EACH(i, n, to[i] += from[i]);
+}
+
+static void mirror__col2im_tap(float *plane, const float *col, const mirror__same_tap *t)
 {
     float kept[MIRROR__SAME_EDGE], *to;
-    size_t i, e, n = t->t1 - t->t0;
-    if (!n) return; /* the tap reads the padding alone */
+    size_t e;
+    if (t->t1 == t->t0) return; /* the tap reads the padding alone */
     to = plane + ((long)t->t0 + t->shift); /* to[i] is col[t0 + i]'s pixel */
-    col += t->t0;
     for (e = 0; e < t->n; e++) kept[e] = to[t->edge[e] - t->t0];
-    for (i = 0; i < n; i++) to[i] += col[i];
+    mirror__add_to(to, col + t->t0, t->t1 - t->t0);
     for (e = 0; e < t->n; e++) to[t->edge[e] - t->t0] = kept[e];
 }
 
@@ -4187,22 +4220,24 @@ static void mirror__f32_col2im(void *dev, float *x, const float *col, size_t n, 
     mirror__same_tap t;
     (void)dev;
     memset(x, 0, n * c * hw * sizeof(float));
+    if (mirror__same_tap_of(&t, k, stride, pad, h, w, 0, 0)) {
+        for (ki = 0; ki < k; ki++)
+            for (kj = 0; kj < k; kj++)
+                for (mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj), ch = 0; ch < c; ch++)
+                    for (s = 0; s < n; s++)
+                        mirror__col2im_tap(x + (s * c + ch) * hw, col + (((ch * k + ki) * k + kj) * n + s) * hw, &t);
+        return;
+    }
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
-            for (kj = 0; kj < k; kj++) {
-                mirror__inside(kj, stride, pad, w, wo, &lo, &hi);
-                if (mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj, lo, hi)) {
-                    for (s = 0; s < n; s++, col += hw) mirror__col2im_same(x + (s * c + ch) * hw, col, &t);
-                    continue;
+            for (kj = 0; kj < k; kj++)
+                for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
+                for (oy = 0; oy < ho; oy++, col += wo) {
+                    long iy = mirror__tap(oy, ki, stride, pad, h);
+                    float *row = x + ((s * c + ch) * h + (size_t)(iy < 0 ? 0 : iy)) * w;
+                    if (iy < 0) continue;
+                    for (ox = lo; ox < hi; ox++) row[ox * stride + kj - pad] += col[ox];
                 }
-                for (s = 0; s < n; s++)
-                    for (oy = 0; oy < ho; oy++, col += wo) {
-                        long iy = mirror__tap(oy, ki, stride, pad, h);
-                        float *row = x + ((s * c + ch) * h + (size_t)(iy < 0 ? 0 : iy)) * w;
-                        if (iy < 0) continue;
-                        for (ox = lo; ox < hi; ox++) row[ox * stride + kj - pad] += col[ox];
-                    }
-            }
 }
 
 /* The windows of max pooling that hold a NaN yield their first NaN. Out of
@@ -4300,10 +4335,7 @@ static int mirror__any_nan(const float *x, size_t n)
 {
     uint32_t top = 0;
     size_t i;
-    for (i = 0; i < n; i++) {
-        uint32_t a = mirror_hd_bits(x[i]) & 0x7fffffffu;
-        top = a > top ? a : top;
-    }
+    MIRROR__EACH(i, n, top = MIRROR__MAX(top, mirror_hd_bits(x[i]) & 0x7fffffffu));
     return mirror_hd_isnan(mirror_hd_float(top));
 }
 
@@ -4749,7 +4781,7 @@ static int mirror__all_finite(const float *g, size_t n)
 {
     size_t i;
     int finite = 1;
-    for (i = 0; i < n; i++) finite &= mirror_hd_finite(g[i]);
+    MIRROR__EACH(i, n, finite &= mirror_hd_finite(g[i]));
     return finite;
 }
 
@@ -4824,19 +4856,22 @@ static void mirror__cpu_slice_verdict(void *dev, mirror_loss_scale_state *st, co
     mirror_hd_slice_verdict(st, sums, t->step, format, max_norm);
 }
 
-static void mirror__cpu_sgd(void *dev, float *w, float *v, const float *g, size_t n,
-                            const mirror_loss_scale_state *guard, const mirror__tick *t, float momentum,
-                            float weight_decay, int nesterov)
+static void mirror__cpu_sgd(void *dev, float *MIRROR__RESTRICT w, float *MIRROR__RESTRICT v,
+                            const float *MIRROR__RESTRICT g, size_t n, const mirror_loss_scale_state *guard,
+                            const mirror__tick *t, float momentum, float weight_decay, int nesterov)
 {
     size_t i;
     float unused = 0.0f, c = mirror_hd_clip_of(guard), lr = t->lr;
     (void)dev;
     if (guard->found_nonfinite) return;
-    for (i = 0; i < n; i++)
-        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i] * c, lr, momentum, weight_decay, nesterov);
+    if (v)
+        MIRROR__EACH(i, n, mirror_hd_sgd(&w[i], &v[i], g[i] * c, lr, momentum, weight_decay, nesterov));
+    else
+        MIRROR__EACH(i, n, mirror_hd_sgd(&w[i], &unused, g[i] * c, lr, momentum, weight_decay, nesterov));
 }
 
-static void mirror__cpu_adam(void *dev, float *w, float *avg, float *avg_sq, const float *g, size_t n,
+static void mirror__cpu_adam(void *dev, float *MIRROR__RESTRICT w, float *MIRROR__RESTRICT avg,
+                             float *MIRROR__RESTRICT avg_sq, const float *MIRROR__RESTRICT g, size_t n,
                              const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
                              float eps, float weight_decay, int decoupled)
 {
@@ -4844,9 +4879,8 @@ static void mirror__cpu_adam(void *dev, float *w, float *avg, float *avg_sq, con
     float c = mirror_hd_clip_of(guard), lr = t->lr, bc1 = t->bc1, bc2_sqrt = t->bc2_sqrt;
     (void)dev;
     if (guard->found_nonfinite) return;
-    for (i = 0; i < n; i++)
-        mirror_hd_adam(&w[i], &avg[i], &avg_sq[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled,
-                       bc1, bc2_sqrt);
+    MIRROR__EACH(i, n, mirror_hd_adam(&w[i], &avg[i], &avg_sq[i], g[i] * c, lr, beta1, beta2, eps, weight_decay,
+                                      decoupled, bc1, bc2_sqrt));
 }
 
 static int mirror__cpu_set_precision(void *dev, int precision, size_t largest)
