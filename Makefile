@@ -329,13 +329,22 @@ $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DBENCH_CFLAGS='"$(OPT) $(ARCH) -ffp-contract=fast -fno-math-errno $(CFLAGS)"' $< -o $@ $(LDLIBS_ALL) -lopenblas
 
 # mirror against PyTorch and TensorFlow on the CPU (bench/peers.py); their
-# packages come from pip here, never in make test.
-bench-peers: info $(BUILD)/bench_peers
+# packages come from pip here, never in make test. mirror's builds: the
+# default, the same at -O2, and clang's where clang is installed.
+HAVE_CLANG := $(shell command -v $(CLANG) >/dev/null 2>&1 && echo 1)
+PEER_BUILDS = $(CC) $(OPT)=$(BUILD)/bench_peers;$(CC) -O2=$(BUILD)/bench_peers_O2$(if $(HAVE_CLANG),;$(CLANG) $(OPT)=$(BUILD)/bench_peers_clang)
+bench-peers: info $(BUILD)/bench_peers $(BUILD)/bench_peers_O2 $(if $(HAVE_CLANG),$(BUILD)/bench_peers_clang)
 	@python3 -c 'import torch, tensorflow, numpy' 2>/dev/null || python3 -m pip install -q torch tensorflow-cpu numpy
-	BUILD="$(BUILD)" python3 bench/peers.py
+	BUILD="$(BUILD)" MIRROR_BUILDS="$(PEER_BUILDS)" python3 bench/peers.py
 
 $(BUILD)/bench_peers: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/bench_peers_O2: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+	$(CC) $(filter-out -O%,$(CFLAGS_ALL)) -O2 $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/bench_peers_clang: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+	$(CLANG) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # 2 processes x 1 replica against 1 process x 2 replicas against PyTorch DDP
 # (gloo, 2 processes): bench/mpi.py, with build/bench_peers under MPI.

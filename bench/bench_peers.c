@@ -3,7 +3,11 @@
    the update's sharding: auto (the default), on or off) on stdin and
    answers each with the samples/s of one pass of training steps over 2560
    synthetic digits (Adam, fp32). The first request for a configuration
-   builds its model and runs one untimed pass.
+   builds its model and runs one untimed pass. The line "scaling" answers
+   with the machine's own two-thread scaling: the rate of independent
+   vector multiply-adds on two threads over one (2.0 on two cores of their
+   own, less where they share one); "compiler" with the compiler that
+   built it and the GEMM's vectors.
 
    Built with MIRROR_MPI (build/bench_peers_mpi, run by bench/mpi.py under
    mpirun), REPLICAS counts each process's (and SHARD on shards the update
@@ -20,6 +24,15 @@
 #include <string.h>
 
 #define SAMPLES 2560
+#define BENCH_STR_(x) #x
+#define BENCH_STR(x) BENCH_STR_(x)
+#if defined(__clang__)
+#define BENCH_COMPILER "clang " BENCH_STR(__clang_major__) "." BENCH_STR(__clang_minor__) "." BENCH_STR(__clang_patchlevel__)
+#elif defined(__GNUC__)
+#define BENCH_COMPILER "gcc " __VERSION__
+#else
+#define BENCH_COMPILER "a compiler that does not say"
+#endif
 #define SLOTS 16
 
 static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm, size_t batch)
@@ -31,6 +44,49 @@ static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm
         if (mirror_train_step(m, &b, NULL)) return -1.0;
     }
     return (double)SAMPLES / (mirror__now() - t0);
+}
+
+/* Independent chains of vector multiply-adds, the GEMM tile's work
+   without its memory: seconds for a fixed count. */
+static void *fma_chains(void *seconds)
+{
+    mirror__vec acc[MIRROR__MR][MIRROR__NV], x, y;
+    const mirror__vec zero = {0};
+    size_t i, j, it;
+    double t0 = mirror__now();
+    x = zero + 1.0000001f, y = zero + 0.9999999f;
+    for (i = 0; i < MIRROR__MR; i++)
+        for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero + (float)(i + j);
+    for (it = 0; it < 4000000; it++)
+        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = acc[i][j] * x + y;
+    *(double *)seconds = mirror__now() - t0;
+    for (i = 0; i < MIRROR__MR; i++) /* the chains' results are used: none is optimised away */
+        for (j = 0; j < MIRROR__NV; j++) {
+            float first;
+            memcpy(&first, &acc[i][j], sizeof first);
+            *(double *)seconds += first < 0.0f;
+        }
+    return NULL;
+}
+
+/* Two threads' rate over one thread's, the best of 3 tries of each. */
+static double two_thread_scaling(void)
+{
+    double one = 1e30, two = 1e30, t[2], t0;
+    pthread_t other;
+    int k;
+    for (k = 0; k < 3; k++) {
+        fma_chains(t);
+        one = t[0] < one ? t[0] : one;
+        t0 = mirror__now();
+        if (pthread_create(&other, NULL, fma_chains, &t[1])) return 0.0;
+        fma_chains(&t[0]);
+        pthread_join(other, NULL);
+        t0 = mirror__now() - t0;
+        two = t0 < two ? t0 : two;
+    }
+    return 2.0 * one / two;
 }
 
 /* The next request, read by rank 0 (and with MPI sent to every process);
@@ -78,6 +134,14 @@ int main(void)
         mirror_shard_update shard;
         char devices[32];
         strcpy(shard_name, "auto");
+        if (!strncmp(line, "scaling", 7) || !strncmp(line, "compiler", 8)) {
+            if (line[0] == 's')
+                printf("%.3f\n", two_thread_scaling());
+            else
+                printf("%s, %s\n", BENCH_COMPILER, MIRROR__ISA);
+            fflush(stdout);
+            continue;
+        }
         if (sscanf(line, "%7s %zu %zu %7s", kind, &batch, &replicas, shard_name) < 3) break;
         shard = !strcmp(shard_name, "on") ? MIRROR_SHARD_ON : !strcmp(shard_name, "off") ? MIRROR_SHARD_OFF
                                                                                        : MIRROR_SHARD_AUTO;

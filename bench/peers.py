@@ -5,13 +5,18 @@
 
 Workloads: the MLP 784-256-128-10 and the CNN of examples/models.h at global
 batches 64 and 256, Adam, fp32, random 28x28 inputs. Modes: mirror with 1
-and 2 CPU replicas (build/bench_peers), PyTorch eager with 2 threads, PyTorch
-DDP over gloo with 2 processes of 1 thread, Keras on one device, and
+and 2 CPU replicas, from each of its builds (MIRROR_BUILDS: "label=path;..."
+of build/bench_peers programs; make bench-peers gives the default build,
+the same at -O2, and clang's where clang is installed), PyTorch eager with 2
+threads, PyTorch DDP over gloo with 2 processes of 1 thread, Keras on one
+device (TensorFlow's default: its oneDNN operations on), and
 tf.distribute.MirroredStrategy over 2 logical CPU devices. Each mode is one
 long-lived worker that times one pass of 2560 samples when asked; the driver
 asks every mode in turn, round after round, so that noise falls on all
-alike, and prints the median samples/s of each and mirror's 2 replicas over
-the fastest peer.
+alike, and prints the median samples/s of each. It first prints the
+machine: the CPU, its vector extensions, the compilers, and the machine's
+own two-thread scaling (vector multiply-adds on 2 threads over 1), the
+bound on what 2 replicas can gain over 1.
 """
 import os
 import statistics
@@ -155,40 +160,86 @@ def keras_worker(mirrored):
 
 
 # The driver -------------------------------------------------------------
+def cpu():
+    """The CPU's model name and the vector extensions that matter here."""
+    name, flags = "unknown CPU", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16", "asimd")
+    return name, " ".join(f for f in wanted if f in flags) or "none of " + ", ".join(wanted)
+
+
+def ask(proc, line):
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()
+
+
 def main():
     build = os.environ.get("BUILD", "build")
-    workers = {"mirror": subprocess.Popen([f"{build}/bench_peers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          text=True)}
+    builds = [b.split("=", 1) for b in os.environ.get("MIRROR_BUILDS", f"default={build}/bench_peers").split(";") if b]
+    builds = [(label, path) for label, path in builds if os.path.exists(path)]
+    workers = {}
+    for label, path in builds:
+        workers[label] = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first = builds[0][0]
+    name, flags = cpu()
+    print(f"machine: {name}, {os.cpu_count()} CPUs; {flags}")
+    print(f"two-thread scaling of vector multiply-adds: {float(ask(workers[first], 'scaling')):.2f}x")
+    for label, _ in builds:
+        print(f"mirror {label}: {ask(workers[label], 'compiler')}")
     for mode in PEERS:
         workers[mode] = subprocess.Popen([sys.executable, __file__, "--worker", mode], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True)
-    modes = ("mirror 1", "mirror 2") + PEERS
+    mirrors = [(label, n) for label, _ in builds for n in (1, 2)]
+    modes = [f"mirror {label} {n}" for label, n in mirrors] + list(PEERS)
     rates = {(w, m): [] for w in WORKLOADS for m in modes}
     for r in range(ROUNDS):
         for kind, batch in WORKLOADS:
-            for mode in modes:
-                proc = workers[mode.split()[0]]
-                proc.stdin.write(f"{kind} {batch} {mode.split()[1]}\n" if mode.startswith("mirror")
-                                 else f"{kind} {batch}\n")
-                proc.stdin.flush()
-                rates[(kind, batch), mode].append(float(proc.stdout.readline()))
+            for (label, n), mode in zip(mirrors, modes):
+                rates[(kind, batch), mode].append(float(ask(workers[label], f"{kind} {batch} {n}")))
+            for mode in PEERS:
+                rates[(kind, batch), mode].append(float(ask(workers[mode], f"{kind} {batch}")))
         print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
+    scaling = float(ask(workers[first], "scaling"))  # again, after the work: the machine may have changed
     for proc in workers.values():
         proc.stdin.close()
         proc.wait()
     import torch
     import tensorflow as tf
-    print(f"samples/s, median of {ROUNDS} interleaved passes of {SAMPLES} samples; Adam, fp32; "
-          f"torch {torch.__version__}, tensorflow {tf.__version__}")
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "the default, on")
+    print(f"two-thread scaling after the runs: {scaling:.2f}x")
+    print(f"\nsamples/s, median of {ROUNDS} interleaved passes of {SAMPLES} samples; Adam, fp32; "
+          f"torch {torch.__version__}, tensorflow {tf.__version__} (oneDNN: {onednn}); mirror {first}")
     print("| model, global batch | mirror 1 rep | mirror 2 rep | torch eager | torch DDP | Keras | TF Mirrored "
-          "| mirror 2 / fastest peer |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for kind, batch in WORKLOADS:
-        med = {m: statistics.median(rates[(kind, batch), m]) for m in modes}
-        best = max(med[m] for m in PEERS)
-        name = "MLP" if kind == "mlp" else "CNN"
-        print(f"| {name}, {batch} | " + " | ".join(f"{med[m]:.0f}" for m in modes) +
-              f" | {med['mirror 2'] / best:.2f}x |")
+          "| mirror 2 / fastest peer | mirror 2 / 1 / two-thread scaling |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    med = {(w, m): statistics.median(rates[w, m]) for w in WORKLOADS for m in modes}
+    for w in WORKLOADS:
+        one, two = med[w, f"mirror {first} 1"], med[w, f"mirror {first} 2"]
+        best = max(med[w, m] for m in PEERS)
+        print(f"| {w[0].upper()}, {w[1]} | {one:.0f} | {two:.0f} | " + " | ".join(f"{med[w, m]:.0f}" for m in PEERS) +
+              f" | {two / best:.2f}x | {two / one / scaling:.2f} |")
+    if len(builds) > 1:
+        ref = builds[-1][0]
+        print(f"\nmirror's builds, samples/s (1 replica, 2 replicas) and 1-replica ratios to {ref}")
+        print("| model, global batch | " + " | ".join(label for label, _ in builds) +
+              " | " + " | ".join(f"{label} / {ref}" for label, _ in builds[:-1]) +
+              " | " + " | ".join(f"{label}: 2 rep / fastest peer" for label, _ in builds) + " |")
+        print("| --- " * (3 * len(builds)) + "|")
+        for w in WORKLOADS:
+            best = max(med[w, m] for m in PEERS)
+            cells = [f"{med[w, f'mirror {label} 1']:.0f}, {med[w, f'mirror {label} 2']:.0f}" for label, _ in builds]
+            cells += [f"{med[w, f'mirror {label} 1'] / med[w, f'mirror {ref} 1']:.2f}x" for label, _ in builds[:-1]]
+            cells += [f"{med[w, f'mirror {label} 2'] / best:.2f}x" for label, _ in builds]
+            print(f"| {w[0].upper()}, {w[1]} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
