@@ -3269,6 +3269,7 @@ static void mirror__leave(mirror_strategy *s)
 #ifdef MIRROR__VL
 #define MIRROR__NV 2
 typedef float mirror__vec __attribute__((vector_size(MIRROR__VL * sizeof(float))));
+typedef int32_t mirror__ivec __attribute__((vector_size(MIRROR__VL * sizeof(int32_t)))); /* masks */
 #else /* plain C: a vector of one float */
 #define MIRROR__VL 1
 #define MIRROR__MR 4
@@ -3390,6 +3391,26 @@ static mirror__epilogue mirror__epilogue_at(const mirror__epilogue *ep, size_t i
     return e;
 }
 
+#if MIRROR__VL > 1
+/* The epilogue of the VL elements of C from (i, j) on, where the bias is
+   one per row (cs 0) or runs along the row (cs 1); relu is mirror_hd_relu
+   lane by lane, as a mask (0 where v <= 0, so that a NaN stays). With
+   alpha 1 and beta 0, as in every GEMM with an epilogue, v + bias rounds
+   once whether or not the compiler fuses it into the product's sum: the
+   same bits as the scalar path of the tiles at the edges. */
+static mirror__vec mirror__vfinish(const mirror__epilogue *ep, size_t i, size_t j, mirror__vec v)
+{
+    const mirror__vec zero = {0};
+    const float *b = ep->bias + i * ep->rs + j * ep->cs;
+    v += ep->cs ? mirror__vload(b) : zero + *b;
+    return ep->relu ? (mirror__vec)((mirror__ivec)v & ~(mirror__ivec)(v <= zero)) : v;
+}
+#define MIRROR__VFINISH(ep) (!(ep) || (ep)->cs <= 1)
+#else
+#define mirror__vfinish(ep, i, j, v) (v)
+#define MIRROR__VFINISH(ep) (!(ep))
+#endif
+
 /* The register tile: C[mr, nr] = beta C + alpha A-rows . B-panel, where
    element (i, p) of A is a[i*ars + p*acs] (A is read in place, never
    packed: rows past mr repeat the last row, their sums are dropped) and
@@ -3414,12 +3435,13 @@ MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars,
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] += ai * b[j];
         }
     }
-    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1 && !ep) {
+    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1 && MIRROR__VFINISH(ep)) {
         MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
                 float *cij = c + i * crs + j * MIRROR__VL;
                 /* beta 0 overwrites: C may hold NaN, never scale it */
-                mirror__vstore(cij, beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j]);
+                mirror__vec v = beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j];
+                mirror__vstore(cij, ep ? mirror__vfinish(ep, i, j * MIRROR__VL, v) : v);
             }
     } else {
         float t[MIRROR__MR][MIRROR__NR];
@@ -4275,8 +4297,6 @@ static void mirror__maxpool_row(float *MIRROR__RESTRICT y, int32_t *MIRROR__REST
 }
 
 #if MIRROR__VL > 1
-typedef int32_t mirror__ivec __attribute__((vector_size(MIRROR__VL * sizeof(int32_t))));
-
 /* mirror_hd_max_tap for VL windows at once, lane by lane: the select is
    made of masks, so that no compiler can turn it into a branch. */
 static void mirror__vmax_tap(mirror__vec v, int32_t o, mirror__vec *top, mirror__ivec *at)
@@ -5181,10 +5201,12 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
     float *dW = grads + l->w_off, *db = grads + l->b_off;
     size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
+    if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
     for (s = 0; s < S; s += chunk) {
         size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
         const void *dn = mirror__el(m, d, s * out);
         void *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
+        be->bias_grad(r->dev, db, dn, n, l->oc, hw); /* chunk by chunk, the samples' sums in the same order */
         if (n > 1) {
             be->permute(r->dev, r->perm, dn, n, l->oc, hw);
             dn = r->perm;
@@ -5197,8 +5219,6 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
         be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw, 0);
         be->col2im(r->dev, mirror__el(m, dx, s * in), col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
     }
-    if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
-    be->bias_grad(r->dev, db, d, S, l->oc, hw);
 }
 
 /* The same, each chunk of the shard into its own gradient arena. */
