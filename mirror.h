@@ -3771,6 +3771,12 @@ struct mirror__backend {
     void (*add)(void *dev, void *y, const void *a, const void *b, size_t n);
     void (*maxpool_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes, size_t h,
                              size_t w, size_t k, size_t stride, size_t ho, size_t wo);
+    /* The same and the backward of the relu before it, in one pass, where
+       no two windows overlap (k <= stride): dx is the scatter of dy, each
+       pixel through mirror_hd_relu_grad of y (the pooling's input, the
+       relu's output). NULL: the two ops, one after the other. */
+    void (*maxpool_relu_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, const void *y,
+                                  size_t planes, size_t h, size_t w, size_t ho, size_t wo);
     /* Per row: loss[r], correct[r], dz[r, :]. dz is multiplied by *scale,
        the loss scale in device memory, unless scale is NULL. */
     void (*softmax_ce)(void *dev, void *dz, float *loss, int32_t *correct, const void *z, const int32_t *labels,
@@ -4378,6 +4384,19 @@ static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const
     if (mirror__any_nan(x0, planes * h * w)) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
 }
 
+/* Each pixel takes one window's term at most: 0 + dy where it is the
+   window's maximum, 0 elsewhere, then the relu's gradient, as the two
+   passes give it. */
+static void mirror__f32_maxpool_relu_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
+                                              const float *y, size_t planes, size_t h, size_t w, size_t ho, size_t wo)
+{
+    size_t p, i;
+    (void)dev;
+    memset(dx, 0, planes * h * w * sizeof(float));
+    for (p = 0; p < planes; p++, dx += h * w, y += h * w)
+        for (i = 0; i < ho * wo; i++, arg++, dy++) dx[*arg] = mirror_hd_relu_grad(y[*arg], 0.0f + *dy);
+}
+
 static void mirror__f32_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
                                          size_t planes, size_t h, size_t w, size_t k, size_t stride,
                                          size_t ho, size_t wo)
@@ -4685,6 +4704,16 @@ static void mirror__cpu_maxpool_forward(void *dev, void *y, int32_t *arg, const 
     mirror__f32_maxpool_forward(dev, fy, arg, mirror__cpu_in1(d, 1, x, planes * h * w), planes, h, w, k, stride, ho,
                                 wo);
     mirror__cpu_put1(d, y, fy, planes * ho * wo);
+}
+
+static void mirror__cpu_maxpool_relu_backward(void *dev, void *dx, const int32_t *arg, const void *dy, const void *y,
+                                              size_t planes, size_t h, size_t w, size_t ho, size_t wo)
+{
+    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
+    float *fdx = mirror__cpu_out(d, 0, dx);
+    mirror__f32_maxpool_relu_backward(dev, fdx, arg, mirror__cpu_in1(d, 1, dy, planes * ho * wo),
+                                      mirror__cpu_in1(d, 2, y, planes * h * w), planes, h, w, ho, wo);
+    mirror__cpu_put1(d, dx, fdx, planes * h * w);
 }
 
 static void mirror__cpu_maxpool_backward(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes,
@@ -5030,6 +5059,7 @@ static const mirror__backend mirror__cpu_backend = {
     .bn_backward = mirror__cpu_bn_backward,
     .add = mirror__cpu_add,
     .maxpool_backward = mirror__cpu_maxpool_backward,
+    .maxpool_relu_backward = mirror__cpu_maxpool_relu_backward,
     .softmax_ce = mirror__cpu_softmax_ce,
     .mse = mirror__cpu_mse,
     .accumulate = mirror__cpu_accumulate,
@@ -5362,6 +5392,16 @@ static void mirror__reduce_buckets(const mirror_model *m, mirror__replica *r, si
     }
 }
 
+/* Whether max pooling layer i takes the backward of the relu layer below
+   it (its input) in the same pass: windows that do not overlap, a backend
+   that can, and a relu layer that the backward visits and stops at not. */
+static int mirror__pool_takes_relu(const mirror_model *m, size_t i, size_t first, size_t stop)
+{
+    const mirror__layer *l = &m->layers[i];
+    return m->be->maxpool_relu_backward && l->k <= l->stride && i > first && i - 1 != stop &&
+           m->layers[i - 1].kind == MIRROR__RELU;
+}
+
 static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
 {
     const mirror__backend *be = m->be;
@@ -5420,8 +5460,14 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             be->act_backward(dev, (int)l->kind, d, x, mirror__act(r, l), S * out);
             continue;
         case MIRROR__MAXPOOL2D:
-            be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
-                                 l->k, l->stride, l->oh, l->ow);
+            if (mirror__pool_takes_relu(m, i, first, stop)) { /* and the relu layer below is done */
+                be->maxpool_relu_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, x, S * l->c, l->h,
+                                          l->w, l->oh, l->ow);
+                i--;
+            } else {
+                be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
+                                     l->k, l->stride, l->oh, l->ow);
+            }
             break;
         case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
             if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
