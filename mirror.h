@@ -3773,8 +3773,9 @@ struct mirror__backend {
                              size_t w, size_t k, size_t stride, size_t ho, size_t wo);
     /* The same and the backward of the relu before it, in one pass, where
        no two windows overlap (k <= stride): dx is the scatter of dy, each
-       pixel through mirror_hd_relu_grad of y (the pooling's input, the
-       relu's output). NULL: the two ops, one after the other. */
+       term through mirror_hd_relu_grad of the relu's output at its pixel,
+       which is the pooling's output y. NULL: the two ops, one after the
+       other. */
     void (*maxpool_relu_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, const void *y,
                                   size_t planes, size_t h, size_t w, size_t ho, size_t wo);
     /* Per row: loss[r], correct[r], dz[r, :]. dz is multiplied by *scale,
@@ -4312,40 +4313,47 @@ static void mirror__vmax_tap(mirror__vec v, int32_t o, mirror__vec *top, mirror_
     *at = (o & larger) | (*at & ~larger);
 }
 
+/* The 2x2 windows whose corners are b[0], ..., b[len - 1] (len >= VL),
+   VL corners at a time: four contiguous loads, b[q], b[q + 1], b[q + w]
+   and b[q + w + 1]. The last vector overlaps the one before rather than
+   leave a scalar tail. */
+static void mirror__pool_corners(float *top, int32_t *at, const float *b, size_t w, size_t len)
+{
+    size_t q, last = len - MIRROR__VL;
+    for (q = 0; q < len; q = q < last && q + MIRROR__VL > last ? last : q + MIRROR__VL) {
+        mirror__vec t = mirror__vload(b + q);
+        mirror__ivec o = {0};
+        mirror__vmax_tap(mirror__vload(b + q + 1), 1, &t, &o);
+        mirror__vmax_tap(mirror__vload(b + q + w), (int32_t)w, &t, &o);
+        mirror__vmax_tap(mirror__vload(b + q + w + 1), (int32_t)w + 1, &t, &o);
+        mirror__vstore(top + q, t);
+        memcpy(at + q, &o, sizeof o);
+    }
+}
+
 /* Max pooling of 2x2 windows at stride 2, the common case, whose rows of
-   7 or 14 outputs are too short for vectors: over a band of rows, the
-   window whose corner is x[q] is taken for every q, VL corners at a time
-   (four contiguous loads: x[q], x[q + 1], x[q + w], x[q + w + 1]), and
-   the windows of the even rows' even columns are then picked out. The
-   last vector overlaps the one before rather than leave a scalar tail. */
+   7 or 14 outputs are too short for vectors: the window at every corner
+   of a pair of rows is taken, and those at the even columns picked out.
+   Where a pair of rows has fewer corners than a vector, a band of pairs
+   is taken as one run of corners (the odd rows' are dropped too). */
 #define MIRROR__POOL_BAND 1024
 static void mirror__maxpool_2x2(float *y, int32_t *arg, const float *x, size_t planes, size_t h, size_t w, size_t ho,
                                 size_t wo)
 {
     float top[MIRROR__POOL_BAND];
     int32_t at[MIRROR__POOL_BAND];
-    size_t p, oy0, rows, q, r, ox, band = MIRROR__POOL_BAND / (2 * w);
+    size_t p, oy0, rows, r, ox, band = 2 * wo - 1 >= MIRROR__VL ? 1 : MIRROR__POOL_BAND / (2 * w);
     for (p = 0; p < planes; p++, x += h * w)
         for (oy0 = 0; oy0 < ho; oy0 += rows) {
-            const float *b = x + oy0 * 2 * w;
-            size_t len, last;
+            size_t len;
             rows = MIRROR__MIN(ho - oy0, band);
-            len = (rows - 1) * 2 * w + 2 * wo - 1; /* up to the corner of the band's last window */
+            len = (rows - 1) * 2 * w + 2 * wo - 1; /* up to the corner of the last window */
             if (len < MIRROR__VL) {
                 for (r = 0; r < rows; r++, y += wo, arg += wo)
                     mirror__maxpool_row(y, arg, x, (oy0 + r) * 2 * w, w, 2, 2, wo);
                 continue;
             }
-            last = len - MIRROR__VL;
-            for (q = 0; q < len; q = q < last && q + MIRROR__VL > last ? last : q + MIRROR__VL) {
-                mirror__vec t = mirror__vload(b + q);
-                mirror__ivec o = {0};
-                mirror__vmax_tap(mirror__vload(b + q + 1), 1, &t, &o);
-                mirror__vmax_tap(mirror__vload(b + q + w), (int32_t)w, &t, &o);
-                mirror__vmax_tap(mirror__vload(b + q + w + 1), (int32_t)w + 1, &t, &o);
-                mirror__vstore(top + q, t);
-                memcpy(at + q, &o, sizeof o);
-            }
+            mirror__pool_corners(top, at, x + oy0 * 2 * w, w, len);
             for (r = 0; r < rows; r++, y += wo, arg += wo)
                 for (ox = 0; ox < wo; ox++) {
                     size_t c = r * 2 * w + 2 * ox;
@@ -4386,15 +4394,22 @@ static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const
 
 /* Each pixel takes one window's term at most: 0 + dy where it is the
    window's maximum, 0 elsewhere, then the relu's gradient, as the two
-   passes give it. */
+   passes give it. The relu's output at the maximum is the window's
+   output, y: the gradients are taken along y and dy, in vectors (a
+   scalar select branches, and mispredicts), then scattered. */
 static void mirror__f32_maxpool_relu_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
                                               const float *y, size_t planes, size_t h, size_t w, size_t ho, size_t wo)
 {
-    size_t p, i;
+    float g[256];
+    size_t p, i, at, n;
     (void)dev;
     memset(dx, 0, planes * h * w * sizeof(float));
-    for (p = 0; p < planes; p++, dx += h * w, y += h * w)
-        for (i = 0; i < ho * wo; i++, arg++, dy++) dx[*arg] = mirror_hd_relu_grad(y[*arg], 0.0f + *dy);
+    for (p = 0; p < planes; p++, dx += h * w)
+        for (at = 0; at < ho * wo; at += n, arg += n, dy += n, y += n) {
+            n = MIRROR__MIN(ho * wo - at, sizeof g / sizeof *g);
+            MIRROR__EACH(i, n, g[i] = mirror_hd_relu_grad(y[i], 0.0f + dy[i]));
+            for (i = 0; i < n; i++) dx[arg[i]] = g[i];
+        }
 }
 
 static void mirror__f32_maxpool_backward(void *dev, float *dx, const int32_t *arg, const float *dy,
@@ -4712,7 +4727,7 @@ static void mirror__cpu_maxpool_relu_backward(void *dev, void *dx, const int32_t
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
     float *fdx = mirror__cpu_out(d, 0, dx);
     mirror__f32_maxpool_relu_backward(dev, fdx, arg, mirror__cpu_in1(d, 1, dy, planes * ho * wo),
-                                      mirror__cpu_in1(d, 2, y, planes * h * w), planes, h, w, ho, wo);
+                                      mirror__cpu_in1(d, 2, y, planes * ho * wo), planes, h, w, ho, wo);
     mirror__cpu_put1(d, dx, fdx, planes * h * w);
 }
 
@@ -5461,8 +5476,8 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             continue;
         case MIRROR__MAXPOOL2D:
             if (mirror__pool_takes_relu(m, i, first, stop)) { /* and the relu layer below is done */
-                be->maxpool_relu_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, x, S * l->c, l->h,
-                                          l->w, l->oh, l->ow);
+                be->maxpool_relu_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, mirror__act(r, l),
+                                          S * l->c, l->h, l->w, l->oh, l->ow);
                 i--;
             } else {
                 be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,

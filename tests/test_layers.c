@@ -1119,7 +1119,7 @@ static void test_layout_math(void)
                 for (i = 0; i < planes * po; i++) dy[i] = i % 7 ? frand(-1.0f, 1.0f) : i % 2 ? -0.0f : NAN;
                 mirror__cpu_maxpool_backward(NULL, back, arg, dy, planes, H, W, k, st, ho, wo);
                 mirror__cpu_relu_backward(NULL, back, x, nx);
-                mirror__cpu_maxpool_relu_backward(NULL, fused, arg, dy, x, planes, H, W, ho, wo);
+                mirror__cpu_maxpool_relu_backward(NULL, fused, arg, dy, y, planes, H, W, ho, wo);
                 for (i = 0, pool_wrong = 0; i < nx; i++) pool_wrong += mirror_hd_bits(fused[i]) != mirror_hd_bits(back[i]);
                 CHECK(pool_wrong == 0, "max pooling %zux%zu, k %zu stride %zu, and the relu before it: one pass "
                       "equals the two, bitwise, with -0 and NaN among the gradients (%zu differ)", H, W, k, st,
