@@ -256,7 +256,9 @@
       nothing changes); mirror_model_destroy and mirror_strategy_destroy
       must not race with calls. Different strategies are independent.
       Inside a call, the caller's thread runs replica 0 and the strategy's
-      helper threads run the others.
+      helper threads run the others. A thread waiting for the others
+      spins for at most 200 microseconds (only with a core for every
+      replica), then sleeps: between calls the helpers take no CPU.
 
    PROCESSES (MIRROR_MPI)
 
@@ -2316,6 +2318,7 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #include <float.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2401,7 +2404,7 @@ typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 
 typedef struct mirror__team {
     size_t size; /* workers, the caller included */
-    long spins;  /* spin budget before sleeping; 0 when cores are scarce */
+    double spin; /* seconds a waiting worker spins before it sleeps; 0 when cores are scarce */
     pthread_t *threads;
     struct mirror__team_arg *args;
     pthread_mutex_t mutex;
@@ -2946,11 +2949,18 @@ static float mirror__normal(uint64_t *state)
 /* A fixed team of threads, one per replica: the caller's thread is worker 0
    and size - 1 helper threads are the others. mirror__run hands every
    worker the same job and returns when all have finished it. A step runs
-   three jobs back to back, so where there is a core for every worker an
-   idle worker spins briefly on the job counter before it sleeps on the
-   condition variable: waking a sleeping thread costs tens of microseconds,
-   a spinning one sees the next job at once. Without GCC-style atomics
-   (MIRROR__ATOMICS 0) every exchange goes through the mutex. */
+   three jobs back to back, so where there is a core for every worker a
+   waiting worker (a helper between jobs, the caller for the helpers)
+   spins for up to MIRROR__SPIN_SECONDS before it sleeps on a condition
+   variable: waking a sleeping thread costs tens of microseconds, a
+   spinning one sees the next job at once. The budget covers a small
+   step's gaps and the replicas' imbalance within a job; a longer wait
+   (the caller's own work between steps) sleeps. A spinning worker pauses
+   between looks and, after the first tenth of the budget, yields: when the
+   scheduler has put the two threads on one core (another process had the
+   other), the one awaited runs instead of waiting for the spin to end.
+   Without GCC-style atomics (MIRROR__ATOMICS 0) every exchange goes
+   through the mutex. */
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MIRROR_NO_ATOMICS)
 #define MIRROR__ATOMICS 1
@@ -2959,22 +2969,47 @@ static float mirror__normal(uint64_t *state)
 #else
 #define MIRROR__ATOMICS 0
 #endif
-#define MIRROR__SPINS 20000
+#define MIRROR__SPIN_SECONDS 200e-6
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define MIRROR__PAUSE() __builtin_ia32_pause()
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define MIRROR__PAUSE() __asm__ __volatile__("yield")
+#else
+#define MIRROR__PAUSE() ((void)0)
+#endif
 
 typedef struct mirror__team_arg {
     mirror__team *team;
     size_t worker;
 } mirror__team_arg;
 
-/* Spins while *p == value, within the budget; returns whether it changed. */
-static int mirror__spin_while_equal(const mirror__team *t, unsigned long *p, unsigned long value)
+static double mirror__now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Spins until (*p == value) == equal: 1 when it came, 0 once the team's
+   budget has passed without it (the caller then sleeps). */
+static int mirror__spin_until(const mirror__team *t, unsigned long *p, unsigned long value, int equal)
 {
 #if MIRROR__ATOMICS
+    double start = 0.0, waited;
     long i;
-    for (i = 0; i < t->spins; i++)
-        if (MIRROR__LOAD(p) != value) return 1;
+    for (i = 0; t->spin > 0.0; i++) {
+        if ((MIRROR__LOAD(p) == value) == equal) return 1;
+        MIRROR__PAUSE();
+        if (i % 64 != 63) continue; /* the clock every 64 looks */
+        if (start == 0.0)
+            start = mirror__now();
+        else if ((waited = mirror__now() - start) > t->spin)
+            return 0;
+        else if (waited > 0.1 * t->spin)
+            sched_yield();
+    }
 #else
-    (void)t, (void)p, (void)value;
+    (void)t, (void)p, (void)value, (void)equal;
 #endif
     return 0;
 }
@@ -2988,7 +3023,7 @@ static void *mirror__worker_main(void *p)
         mirror__job_fn job;
         void *ctx;
         int quit;
-        if (!mirror__spin_while_equal(t, &t->generation, seen)) {
+        if (!mirror__spin_until(t, &t->generation, seen, 0)) {
             pthread_mutex_lock(&t->mutex);
             t->sleepers++;
             while (t->generation == seen) pthread_cond_wait(&t->wake, &t->mutex);
@@ -3060,7 +3095,7 @@ static int mirror__team_start(mirror__team *t, size_t size, size_t cores, mirror
     size_t i;
     memset(t, 0, sizeof *t);
     t->size = size;
-    t->spins = size <= cores ? MIRROR__SPINS : 0;
+    t->spin = size <= cores ? MIRROR__SPIN_SECONDS : 0.0;
     if (size <= 1) return MIRROR_OK;
     t->threads = (pthread_t *)mirror__alloc(size - 1, sizeof *t->threads);
     t->args = (mirror__team_arg *)mirror__alloc(size - 1, sizeof *t->args);
@@ -3089,16 +3124,9 @@ static int mirror__team_start(mirror__team *t, size_t size, size_t cores, mirror
 
 static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
 {
-    long i;
     if (t->size > 1) mirror__publish(t, job, ctx, 0);
     job(ctx, 0); /* the caller is worker 0 */
-    if (t->size <= 1) return;
-#if MIRROR__ATOMICS
-    for (i = 0; i < t->spins; i++)
-        if (MIRROR__LOAD(&t->pending) == 0) return;
-#else
-    (void)i;
-#endif
+    if (t->size <= 1 || mirror__spin_until(t, &t->pending, 0, 1)) return;
     pthread_mutex_lock(&t->mutex);
     t->caller_sleeps = 1;
 #if MIRROR__ATOMICS
@@ -3108,13 +3136,6 @@ static void mirror__run(mirror__team *t, mirror__job_fn job, void *ctx)
 #endif
     t->caller_sleeps = 0;
     pthread_mutex_unlock(&t->mutex);
-}
-
-static double mirror__now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* Waiting with a deadline, for what cannot block safely (another process's

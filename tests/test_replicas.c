@@ -1189,6 +1189,30 @@ static void test_fused_relu(void)
     mirror_strategy_destroy(s);
 }
 
+/* Replica threads that wait longer than their spin budget sleep: a
+   pause of 100 ms between steps costs the process almost no CPU time
+   (a helper that went on spinning would take nearly all of it), and the
+   step after the pause runs as usual. */
+static void test_idle_threads(void)
+{
+    mirror_strategy *s = new_strategy("cpu", 2);
+    mirror_model *m = model(s, 0, MIRROR_OPT_ADAM, 10);
+    struct timespec nap = {0, 100000000}, t0, t1;
+    size_t perm[95];
+    double used;
+    if (!m) return;
+    CHECK(step(m, 0, 10, perm) == MIRROR_OK, "a step before the pause: %s", mirror_model_error(m));
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    used = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(used < 0.02, "2 replicas idle for 100 ms take %.1f ms of CPU (they must sleep)", used * 1e3);
+    CHECK(step(m, 1, 10, perm) == MIRROR_OK && mirror_check_replicas(m) == MIRROR_OK,
+          "a step after the pause: %s", mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("replicas")) return 1;
@@ -1218,6 +1242,7 @@ int main(void)
     test_buckets();
     test_input_upload();
     test_fused_relu();
+    test_idle_threads();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_replicas");
