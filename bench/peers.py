@@ -73,7 +73,7 @@ def torch_eager():
     serve(run)
 
 
-def ddp_rank(rank, world, port):
+def ddp_rank(rank, world, port, requests):
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -83,18 +83,21 @@ def ddp_rank(rank, world, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     x, y = (torch.from_numpy(a) for a in data(np, False))
-    models, kinds = {}, ("mlp", "cnn")
+    models = {}
     stdin = open(0) if rank == 0 else None
     while True:
-        req = torch.zeros(2, dtype=torch.int64)
+        # Rank 0 reads the request and hands it on through a queue: the other
+        # ranks wait in a blocking read, where gloo's collectives poll and
+        # take a share of a core from the mode being timed.
         if rank == 0:
             line = stdin.readline().split()
-            if line:
-                req[0], req[1] = kinds.index(line[0]) + 1, int(line[1])
-        dist.broadcast(req, 0)
-        if req[0] == 0:
+            for _ in range(world - 1):
+                requests.put(line)
+        else:
+            line = requests.get()
+        if not line:
             break
-        kind, batch = kinds[int(req[0]) - 1], int(req[1])
+        kind, batch = line[0], int(line[1])
         if (kind, batch) not in models:
             torch.manual_seed(1)
             net = DistributedDataParallel(bench_torch.model(kind, None))
@@ -110,7 +113,7 @@ def ddp_rank(rank, world, port):
 
 def torch_ddp():
     import torch.multiprocessing as mp
-    mp.spawn(ddp_rank, args=(2, 29500 + os.getpid() % 1000), nprocs=2)
+    mp.spawn(ddp_rank, args=(2, 29500 + os.getpid() % 1000, mp.get_context("spawn").SimpleQueue()), nprocs=2)
 
 
 # TensorFlow -------------------------------------------------------------
