@@ -2040,7 +2040,8 @@ MIRROR_HD static inline float mirror_hd_window_max(const void *x, size_t row, si
     int32_t best = 0;
     float top = mirror_hd_load(x, 0, f);
     for (i = 0; i < k; i++)
-        for (j = 0; j < k; j++) mirror_hd_max_tap(mirror_hd_load(x, i * row + j, f), (int32_t)(i * row + j), &top, &best);
+        for (j = 0; j < k; j++)
+            mirror_hd_max_tap(mirror_hd_load(x, i * row + j, f), (int32_t)(i * row + j), &top, &best);
     *at = (size_t)best;
     return top;
 }
@@ -4161,19 +4162,22 @@ static void mirror__inside(size_t kj, size_t stride, size_t pad, size_t w, size_
    [t0, t1); and the flat shift crosses the side edges: the columns
    outside [lo, hi) of each row come from the row before or after. Those
    positions inside [t0, t1) are the tap's edge (at most
-   MIRROR__SAME_EDGE: larger kernels and planes take the row path). */
+   MIRROR__SAME_EDGE: larger pads and planes take the row path). */
 #define MIRROR__SAME_EDGE 512
 typedef struct {
     long shift;
     size_t t0, t1, n, edge[MIRROR__SAME_EDGE];
 } mirror__same_tap;
 
-static int mirror__same_tap_of(mirror__same_tap *t, size_t k, size_t stride, size_t pad, size_t h, size_t w,
-                               size_t ki, size_t kj)
+static int mirror__same_flat(size_t k, size_t stride, size_t pad, size_t h, size_t w)
+{
+    return stride == 1 && 2 * pad + 1 == k && h * MIRROR__MIN(pad, w) <= MIRROR__SAME_EDGE; /* the widest edge */
+}
+
+static void mirror__same_tap_of(mirror__same_tap *t, size_t pad, size_t h, size_t w, size_t ki, size_t kj)
 {
     size_t oy, ox, at, lo, hi;
-    mirror__inside(kj, stride, pad, w, w, &lo, &hi);
-    if (stride != 1 || 2 * pad + 1 != k || h * (w - (hi - lo)) > MIRROR__SAME_EDGE) return 0;
+    mirror__inside(kj, 1, pad, w, w, &lo, &hi);
     t->shift = ((long)ki - (long)pad) * (long)w + (long)kj - (long)pad;
     t->t0 = t->shift < 0 ? MIRROR__MIN((size_t)-t->shift, h * w) : 0; /* a shift past the plane: */
     t->t1 = t->shift > 0 ? h * w - MIRROR__MIN((size_t)t->shift, h * w) : h * w; /* nothing to copy */
@@ -4183,19 +4187,18 @@ static int mirror__same_tap_of(mirror__same_tap *t, size_t k, size_t stride, siz
             if (ox == lo) ox = MIRROR__MAX(lo, hi); /* on to the columns past [lo, hi) */
             if (ox < w && (at = oy * w + ox) >= t->t0 && at < t->t1) t->edge[t->n++] = at;
         }
-    return 1;
 }
 
-/* im2col of a same convolution, tap by tap (each tap's edge found once),
-   if it takes the flat path (returns 1). */
-static int mirror__im2col_same(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
-                               size_t stride, size_t pad)
+/* im2col of a same convolution on the flat path, tap by tap (each tap's
+   edge found once). */
+static void mirror__im2col_same(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
+                                size_t pad)
 {
     size_t ch, ki, kj, s, e, hw = h * w;
     mirror__same_tap t;
     for (ki = 0; ki < k; ki++)
         for (kj = 0; kj < k; kj++) {
-            if (!mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj)) return 0; /* the first tap decides */
+            mirror__same_tap_of(&t, pad, h, w, ki, kj);
             for (ch = 0; ch < c; ch++)
                 for (s = 0; s < n; s++) {
                     const float *plane = x + (s * c + ch) * hw;
@@ -4207,7 +4210,6 @@ static int mirror__im2col_same(float *col, const float *x, size_t n, size_t c, s
                     for (e = 0; e < t.n; e++) row[t.edge[e]] = 0.0f;
                 }
         }
-    return 1;
 }
 
 /* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p],
@@ -4217,7 +4219,10 @@ static void mirror__f32_im2col(void *dev, float *col, const float *x, size_t n, 
 {
     size_t ch, ki, kj, s, oy, ox, lo, hi;
     (void)dev;
-    if (mirror__im2col_same(col, x, n, c, h, w, k, stride, pad)) return;
+    if (mirror__same_flat(k, stride, pad, h, w)) {
+        mirror__im2col_same(col, x, n, c, h, w, k, pad);
+        return;
+    }
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
             for (kj = 0; kj < k; kj++)
@@ -4239,18 +4244,19 @@ static void mirror__f32_im2col(void *dev, float *col, const float *x, size_t n, 
                 }
 }
 
-/* col2im of a same convolution's tap on one plane: the shifted plane
-   added in one flat pass, after which the pixels it reached across a side
-   edge get back the values they had. Each pixel takes one term of the
-   flat pass, and its taps in the same order, so this is exact: the sums
-   of the row path bit for bit. */
-/* Out of line: inlined, gcc -O2 loses what restrict says and the loop stays scalar. */
+/* to += from. Out of line: inlined, gcc -O2 loses what restrict says and
+   the loop stays scalar. */
 static MIRROR__NOINLINE void mirror__add_to(float *MIRROR__RESTRICT to, const float *MIRROR__RESTRICT from, size_t n)
 {
     size_t i;
     MIRROR__EACH(i, n, to[i] += from[i]);
 }
 
+/* col2im of a same convolution's tap on one plane: the shifted plane
+   added in one flat pass, after which the pixels it reached across a side
+   edge get back the values they had. Each pixel takes one term of the
+   flat pass, and its taps in the same order, so this is exact: the sums
+   of the row path bit for bit. */
 static void mirror__col2im_tap(float *plane, const float *col, const mirror__same_tap *t)
 {
     float kept[MIRROR__SAME_EDGE], *to;
@@ -4270,10 +4276,10 @@ static void mirror__f32_col2im(void *dev, float *x, const float *col, size_t n, 
     mirror__same_tap t;
     (void)dev;
     memset(x, 0, n * c * hw * sizeof(float));
-    if (mirror__same_tap_of(&t, k, stride, pad, h, w, 0, 0)) {
+    if (mirror__same_flat(k, stride, pad, h, w)) {
         for (ki = 0; ki < k; ki++)
             for (kj = 0; kj < k; kj++)
-                for (mirror__same_tap_of(&t, k, stride, pad, h, w, ki, kj), ch = 0; ch < c; ch++)
+                for (mirror__same_tap_of(&t, pad, h, w, ki, kj), ch = 0; ch < c; ch++)
                     for (s = 0; s < n; s++)
                         mirror__col2im_tap(x + (s * c + ch) * hw, col + (((ch * k + ki) * k + kj) * n + s) * hw, &t);
         return;
@@ -4409,7 +4415,8 @@ static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const
     else
 #endif
         for (p = 0; p < planes; p++, x += h * w)
-            for (oy = 0; oy < ho; oy++, y += wo, arg += wo) mirror__maxpool_row(y, arg, x, oy * stride * w, w, k, stride, wo);
+            for (oy = 0; oy < ho; oy++, y += wo, arg += wo)
+                mirror__maxpool_row(y, arg, x, oy * stride * w, w, k, stride, wo);
     if (mirror__any_nan(x0, planes * h * w)) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
 }
 
