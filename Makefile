@@ -322,7 +322,7 @@ $(BUILD)/bench_fused_cuda: $(BUILD)/bench_fused_cuda.o
 $(BUILD)/bench_gpu: bench/bench_gpu.c examples/models.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
-$(BUILD)/bench_train: bench/bench_train.c examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_train: bench/bench_train.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
@@ -337,13 +337,13 @@ bench-peers: info $(BUILD)/bench_peers $(BUILD)/bench_peers_O2 $(if $(HAVE_CLANG
 	@python3 -c 'import torch, tensorflow, numpy' 2>/dev/null || python3 -m pip install -q torch tensorflow-cpu numpy
 	BUILD="$(BUILD)" MIRROR_BUILDS="$(PEER_BUILDS)" python3 bench/peers.py
 
-$(BUILD)/bench_peers: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/bench_peers_O2: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers_O2: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
 	$(CC) $(filter-out -O%,$(CFLAGS_ALL)) -O2 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/bench_peers_clang: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers_clang: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
 	$(CLANG) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # 2 processes x 1 replica against 1 process x 2 replicas against PyTorch DDP
@@ -352,7 +352,7 @@ bench-mpi: info $(BUILD)/bench_peers $(BUILD)/bench_peers_mpi
 	@python3 -c 'import torch, numpy' 2>/dev/null || python3 -m pip install -q torch numpy
 	BUILD="$(BUILD)" MPIRUN="$(MPIRUN)" python3 bench/mpi.py
 
-$(BUILD)/bench_peers_mpi: bench/bench_peers.c examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers_mpi: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
 # The guard against a collapse of the built-in GEMM (CI): below 0.3x

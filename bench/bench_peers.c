@@ -19,6 +19,7 @@
 #include "../mirror.h"
 #define EXAMPLE_BENCH_MODEL
 #include "../examples/models.h"
+#include "fma_chains.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -46,27 +47,10 @@ static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm
     return (double)SAMPLES / (mirror__now() - t0);
 }
 
-/* Independent chains of vector multiply-adds, the GEMM tile's work
-   without its memory: seconds for a fixed count. */
+/* A thread's share of the chains: its seconds into *seconds. */
 static void *fma_chains(void *seconds)
 {
-    mirror__vec acc[MIRROR__MR][MIRROR__NV], x, y;
-    const mirror__vec zero = {0};
-    size_t i, j, it;
-    double t0 = mirror__now();
-    x = zero + 1.0000001f, y = zero + 0.9999999f;
-    for (i = 0; i < MIRROR__MR; i++)
-        for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero + (float)(i + j);
-    for (it = 0; it < 4000000; it++)
-        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
-            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = acc[i][j] * x + y;
-    *(double *)seconds = mirror__now() - t0;
-    for (i = 0; i < MIRROR__MR; i++) /* the chains' results are used: none is optimised away */
-        for (j = 0; j < MIRROR__NV; j++) {
-            float first;
-            memcpy(&first, &acc[i][j], sizeof first);
-            *(double *)seconds += first < 0.0f;
-        }
+    *(double *)seconds = bench_fma_seconds(4000000);
     return NULL;
 }
 

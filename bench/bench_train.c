@@ -10,6 +10,7 @@
 #include "../mirror.h"
 #define EXAMPLE_BENCH_MODEL /* the benchmarks' model too */
 #include "../examples/models.h"
+#include "fma_chains.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,31 +88,11 @@ static double replay(double *flops)
     return mirror__now() - t0;
 }
 
-/* One core's peak: independent chains of vector multiply-adds, as many as
-   the GEMM tile keeps (MR x NV), in GFLOP/s. */
+/* One core's peak in GFLOP/s. */
 static double fma_peak(void)
 {
-    mirror__vec acc[MIRROR__MR][MIRROR__NV], x, y;
-    const mirror__vec zero = {0};
-    volatile float sink = 0.0f;
-    size_t i, j, it, n = 20000000 / (MIRROR__MR * MIRROR__NV);
-    double t0;
-    x = zero + 1.0000001f, y = zero + 0.9999999f;
-    for (i = 0; i < MIRROR__MR; i++)
-        for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero + (float)(i + j);
-    t0 = mirror__now();
-    for (it = 0; it < n; it++)
-        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
-            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = acc[i][j] * x + y;
-    t0 = mirror__now() - t0;
-    for (i = 0; i < MIRROR__MR; i++)
-        for (j = 0; j < MIRROR__NV; j++) {
-            float first;
-            memcpy(&first, &acc[i][j], sizeof first);
-            sink += first;
-        }
-    (void)sink;
-    return 2.0 * MIRROR__VL * MIRROR__MR * MIRROR__NV * (double)n / t0 * 1e-9;
+    size_t rounds = 20000000 / (MIRROR__MR * MIRROR__NV);
+    return BENCH_FMA_FLOPS * (double)rounds / bench_fma_seconds(rounds) * 1e-9;
 }
 
 static int cmp(const void *a, const void *b)
