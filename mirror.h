@@ -2594,6 +2594,9 @@ struct mirror_model {
     int graphs;          /* training passes are captured and replayed (mirror__graph_step) */
     int dropouts;        /* the model has dropout layers */
     int keep_cols;       /* each convolution keeps its im2col from forward for backward */
+    /* the row-wise prefix (mirror__plan_groups): its layers (0: none) and
+       the rows of a group */
+    size_t group_layers, group_rows;
     /* The gradient's buckets (bucketed: all-reduced while backward runs):
        bucket b holds the layers from bucket_layer[b] up to the bucket
        before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
@@ -3681,6 +3684,10 @@ struct mirror__backend {
        convolution's whole shard (0: backward redoes im2col in the one
        shared buffer). */
     size_t keep_cols;
+    /* Bytes of activations and their gradients that a group of rows may
+       take through the row-wise prefix of layers (0: each layer takes the
+       whole shard; see mirror__plan_groups). */
+    size_t group_bytes;
     /* Each parameter tensor (a layer's W, its b) starts in the parameter,
        gradient and state arenas at a multiple of this many floats (1: back
        to back). */
@@ -5042,6 +5049,9 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
 #ifndef MIRROR_CPU_KEEP_COLS
 #define MIRROR_CPU_KEEP_COLS 0 /* one sample's columns stay in cache; a shard's would not */
 #endif
+#ifndef MIRROR_CPU_GROUP_BYTES
+#define MIRROR_CPU_GROUP_BYTES 524288 /* a group's activations pass from layer to layer in a core's own cache */
+#endif
 #ifndef MIRROR_CPU_PARAM_ALIGN
 #define MIRROR_CPU_PARAM_ALIGN 1
 #endif
@@ -5064,6 +5074,7 @@ static const mirror__backend mirror__cpu_backend = {
     .name = "cpu",
     .conv_chunk = MIRROR_CPU_CONV_CHUNK,
     .keep_cols = MIRROR_CPU_KEEP_COLS,
+    .group_bytes = MIRROR_CPU_GROUP_BYTES,
     .param_align = MIRROR_CPU_PARAM_ALIGN,
     .gemm_rows_free = MIRROR_CPU_GEMM_ROWS_FREE,
     .open = mirror__cpu_open,
@@ -5241,19 +5252,20 @@ static void *mirror__col(const mirror_model *m, const mirror__replica *r, const 
     return m->keep_cols ? mirror__el(m, r->acts + l->col_off, s * l->c * l->k * l->k * l->oh * l->ow) : r->col;
 }
 
-/* A convolution (conv2d, or a residual block's projection) of S samples,
-   n at a time (conv_chunk): col [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k]
-   . col + b (per channel, a row of y'; and the relu after it if fused),
-   then y' to y [n, OC, hw]. */
+/* A convolution (conv2d, or a residual block's projection) of the shard's
+   rows [s0, s0 + S), n at a time (conv_chunk; s0 a multiple of it): col
+   [C*k*k, n*hw]; y' [OC, n*hw] = W [OC, C*k*k] . col + b (per channel, a
+   row of y'; and the relu after it if fused), then y' to y [n, OC, hw]. x
+   and y are the shard's. */
 static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
-                                 void *y, size_t S)
+                                 void *y, size_t s0, size_t S)
 {
     const mirror__backend *be = m->be;
     const void *W = mirror__el(m, r->weights, l->w_off), *b = mirror__el(m, r->weights, l->b_off);
     size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
-    for (s = 0; s < S; s += chunk) {
-        size_t n = MIRROR__MIN(chunk, S - s);
+    for (s = s0; s < s0 + S; s += chunk) {
+        size_t n = MIRROR__MIN(chunk, s0 + S - s);
         void *yn = n == 1 ? mirror__el(m, y, s * out) : r->perm, *col = mirror__col(m, r, l, s);
         be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
         be->gemm_bias(r->dev, 0, 0, l->oc, n * hw, ckk, W, ckk, col, n * hw, b, 1, l->fused, yn, n * hw);
@@ -5261,13 +5273,14 @@ static void mirror__conv_forward(const mirror_model *m, mirror__replica *r, cons
     }
 }
 
-/* Its backward, n samples at a time: d' [OC, n*hw] is d [n, OC, hw]
-   channels first; dW += d' . col^T [n*hw, C*k*k]; dcol [C*k*k, n*hw] =
-   W^T . d', summed back into dx by col2im (dx NULL: not needed). beta 0
-   writes dW (the first chunk), 1 adds to it (accumulation). dW and db
-   are in the gradient arena `grads`. */
+/* Its backward over the same rows, n samples at a time: d' [OC, n*hw] is d
+   [n, OC, hw] channels first; dW += d' . col^T [n*hw, C*k*k]; dcol
+   [C*k*k, n*hw] = W^T . d', summed back into dx by col2im (dx NULL: not
+   needed). x is the shard's, d and dx those rows' alone. beta 0 writes dW
+   (the first chunk), 1 adds to it (accumulation, or rows after others).
+   dW and db are in the gradient arena `grads`. */
 static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, const mirror__layer *l, const void *x,
-                                  const void *d, void *dx, size_t S, int accumulate, float *grads)
+                                  const void *d, void *dx, size_t s0, size_t S, int accumulate, float *grads)
 {
     const mirror__backend *be = m->be;
     const void *W = mirror__el(m, r->weights, l->w_off);
@@ -5275,9 +5288,9 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
     size_t s, chunk = mirror__conv_chunk(m), in = l->c * l->h * l->w, out = mirror__out_size(l),
               ckk = l->c * l->k * l->k, hw = l->oh * l->ow;
     if (!accumulate) be->zero(r->dev, db, l->n_b * sizeof(float));
-    for (s = 0; s < S; s += chunk) {
-        size_t n = MIRROR__MIN(chunk, S - s), nhw = n * hw;
-        const void *dn = mirror__el(m, d, s * out);
+    for (s = s0; s < s0 + S; s += chunk) {
+        size_t n = MIRROR__MIN(chunk, s0 + S - s), nhw = n * hw;
+        const void *dn = mirror__el(m, d, (s - s0) * out);
         void *col = mirror__col(m, r, l, s); /* kept: forward's; its last use, so dcol may overwrite it */
         be->bias_grad(r->dev, db, dn, n, l->oc, hw); /* chunk by chunk, the samples' sums in the same order */
         if (n > 1) {
@@ -5287,22 +5300,30 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
         if (!m->keep_cols)
             be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh,
                        l->ow);
-        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s || accumulate ? 1.0f : 0.0f, dW, ckk, 1);
+        be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s > s0 || accumulate ? 1.0f : 0.0f, dW, ckk,
+                 1);
         if (!dx) continue;
         be->gemm(r->dev, 1, 0, ckk, nhw, l->oc, 1.0f, W, ckk, dn, nhw, 0.0f, col, nhw, 0);
-        be->col2im(r->dev, mirror__el(m, dx, s * in), col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh, l->ow);
+        be->col2im(r->dev, mirror__el(m, dx, (s - s0) * in), col, n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh,
+                   l->ow);
     }
 }
 
-/* The same, each chunk of the shard into its own gradient arena. */
+/* The same, each chunk of the shard into its own gradient arena: of rows
+   [s0, s0 + S), which hold whole chunks. */
 static void mirror__conv_backward_chunks(const mirror_model *m, mirror__replica *r, const mirror__layer *l,
-                                         const void *x, const void *d, void *dx, int accumulate)
+                                         const void *x, const void *d, void *dx, size_t s0, size_t S, int accumulate)
 {
     size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
-    for (q = 0; q < mirror__nchunks(m, r); q++) {
+    if (!m->chunk) {
+        mirror__conv_backward(m, r, l, x, d, dx, s0, S, accumulate, r->grads);
+        return;
+    }
+    for (q = s0 / m->chunk; q < mirror__nchunks(m, r); q++) {
         k = mirror__chunk_rows(m, r, q, &at);
-        mirror__conv_backward(m, r, l, mirror__el(m, x, at * in), mirror__el(m, d, at * out),
-                              dx ? mirror__el(m, dx, at * in) : NULL, k, accumulate, mirror__chunk_grads(m, r, q));
+        if (at >= s0 + S) break;
+        mirror__conv_backward(m, r, l, x, mirror__el(m, d, (at - s0) * out), dx ? mirror__el(m, dx, (at - s0) * in) : NULL,
+                              at, k, accumulate, mirror__chunk_grads(m, r, q));
     }
 }
 
@@ -5344,64 +5365,75 @@ static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r,
     return mirror__chunk_rows(m, r, q, at);
 }
 
-static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
+/* Layer i's forward over the shard's rows [s0, s0 + S): all of them (s0
+   0), or in the row-wise prefix a group (mirror__plan_groups). */
+static void mirror__layer_forward(mirror_model *m, mirror__replica *r, size_t i, size_t s0, size_t S)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, q;
+    const mirror__layer *l = &m->layers[i];
+    size_t q, in = l->c * l->h * l->w, out = mirror__out_size(l);
+    const void *X = mirror__layer_input(m, r, i), *x = mirror__el(m, X, s0 * in),
+               *W = mirror__el(m, r->weights, l->w_off), *b = mirror__el(m, r->weights, l->b_off);
+    void *Y = mirror__act(r, l), *y = mirror__el(m, Y, s0 * out);
+    switch (l->kind) {
+    case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
+        for (q = 0; q < mirror__gemm_parts(m, r); q++) {
+            size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
+            be->gemm_bias(dev, 0, 1, k, l->oc, l->c, mirror__el(m, x, at * l->c), l->c, W, l->c, b, 0, l->fused,
+                          mirror__el(m, y, at * l->oc), l->oc);
+        }
+        break;
+    case MIRROR__CONV2D: mirror__conv_forward(m, r, l, X, Y, s0, S); break;
+    case MIRROR__RELU:
+        if (!i || !m->layers[i - 1].fused) be->relu_forward(dev, y, x, S * out);
+        break;
+    case MIRROR__MAXPOOL2D:
+        be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off) + s0 * out, x, S * l->c, l->h, l->w, l->k,
+                            l->stride, l->oh, l->ow);
+        break;
+    case MIRROR__FLATTEN:
+    case MIRROR__RESIDUAL: break; /* y is x */
+    case MIRROR__TANH:
+    case MIRROR__SIGMOID:
+    case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
+    case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
+        be->dropout(dev, y, x, S, out, m->desc.seed, i, r->tick, r->training ? l->p : 0.0f);
+        break;
+    case MIRROR__AVGPOOL2D:
+    case MIRROR__GLOBAL_AVGPOOL:
+        be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
+                            l->oh, l->ow);
+        break;
+    case MIRROR__BATCHNORM: be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w); break;
+    case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
+        const void *block_in = mirror__layer_input(m, r, l->from);
+        if (l->n_w) {
+            mirror__layer p = mirror__projection(m, l);
+            mirror__conv_forward(m, r, &p, block_in, y, 0, S);
+            block_in = y;
+        }
+        be->add(dev, y, x, block_in, S * out);
+        break;
+    }
+    }
+}
+
+static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
+{
+    size_t i, j, s0, G = m->group_rows;
     for (i = from; i < m->nlayers; i++) {
-        const mirror__layer *l = &m->layers[i];
-        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off),
-                   *b = mirror__el(m, r->weights, l->b_off);
-        void *y = mirror__act(r, l);
-        size_t out = mirror__out_size(l);
         if (i == stop) {
-            mirror__bn_chunk_sums(m, r, l, x, NULL);
+            mirror__bn_chunk_sums(m, r, &m->layers[i], mirror__layer_input(m, r, i), NULL);
             return;
         }
-        switch (l->kind) {
-        case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
-            for (q = 0; q < mirror__gemm_parts(m, r); q++) {
-                size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm_bias(dev, 0, 1, k, l->oc, l->c, mirror__el(m, x, at * l->c), l->c, W, l->c, b, 0, l->fused,
-                              mirror__el(m, y, at * l->oc), l->oc);
-            }
-            break;
-        case MIRROR__CONV2D: mirror__conv_forward(m, r, l, x, y, S); break;
-        case MIRROR__RELU:
-            if (!i || !m->layers[i - 1].fused) be->relu_forward(dev, y, x, S * out);
-            break;
-        case MIRROR__MAXPOOL2D:
-            be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off), x, S * l->c, l->h, l->w, l->k,
-                                l->stride, l->oh, l->ow);
-            break;
-        case MIRROR__FLATTEN:
-        case MIRROR__RESIDUAL: break; /* y is x */
-        case MIRROR__TANH:
-        case MIRROR__SIGMOID:
-        case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
-        case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
-            be->dropout(dev, y, x, S, out, m->desc.seed, i, r->tick, r->training ? l->p : 0.0f);
-            break;
-        case MIRROR__AVGPOOL2D:
-        case MIRROR__GLOBAL_AVGPOOL:
-            be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
-                                l->oh, l->ow);
-            break;
-        case MIRROR__BATCHNORM:
-            be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w);
-            break;
-        case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
-            const void *block_in = mirror__layer_input(m, r, l->from);
-            if (l->n_w) {
-                mirror__layer p = mirror__projection(m, l);
-                mirror__conv_forward(m, r, &p, block_in, y, S);
-                block_in = y;
-            }
-            be->add(dev, y, x, block_in, S * out);
-            break;
+        if (i == 0 && m->group_layers && S >= 2 * G) { /* the row-wise prefix, a group of rows through all of it */
+            for (s0 = 0; s0 < S; s0 += G)
+                for (j = 0; j < m->group_layers; j++) mirror__layer_forward(m, r, j, s0, MIRROR__MIN(G, S - s0));
+            i = m->group_layers - 1;
+            continue;
         }
-        }
+        mirror__layer_forward(m, r, i, 0, S);
     }
 }
 
@@ -5445,13 +5477,124 @@ static int mirror__pool_takes_relu(const mirror_model *m, size_t i, size_t first
            m->layers[i - 1].kind == MIRROR__RELU;
 }
 
-static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
+/* Layer i's backward over the shard's rows [s0, s0 + S) (s0 0 outside the
+   row-wise prefix), with dLoss/d(its output) of those rows in d:
+   dLoss/d(their input) into dx, or in place in d. Returns the layers it
+   took (2 where max pooling took the relu below it too); *moved: whether
+   the gradient is now in dx. */
+static size_t mirror__layer_backward(mirror_model *m, mirror__replica *r, size_t i, size_t s0, size_t S,
+                                     int accumulate, size_t first, size_t stop, void *d, void *dx, int *moved)
 {
     const mirror__backend *be = m->be;
     void *dev = r->dev;
-    size_t i, q, at, k, first = mirror__first_weighted(m);
+    const mirror__layer *l = &m->layers[i];
+    size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
+    const void *X = mirror__layer_input(m, r, i), *x = mirror__el(m, X, s0 * in),
+               *W = mirror__el(m, r->weights, l->w_off), *y = mirror__el(m, mirror__act(r, l), s0 * out);
+    float *g, beta = accumulate ? 1.0f : 0.0f;
+    int need_dx = i > first;
+    *moved = 1;
+    switch (l->kind) {
+    case MIRROR__DENSE:
+        /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
+           dx [S,F] = d [S,units] . W [units,F] */
+        for (q = 0; q < mirror__nchunks(m, r); q++) {
+            k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+            be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, d, at * l->oc), l->oc, mirror__el(m, x, at * l->c),
+                     l->c, beta, g + l->w_off, l->c, 1);
+            if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
+            be->bias_grad(dev, g + l->b_off, mirror__el(m, d, at * l->oc), k, l->oc, 1);
+        }
+        for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
+            k = mirror__gemm_rows(m, r, q, S, &at);
+            be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, d, at * l->oc), l->oc, W, l->c, 0.0f,
+                     mirror__el(m, dx, at * l->c), l->c, 0);
+        }
+        return 1;
+    case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, X, d, need_dx ? dx : NULL, s0, S, accumulate); return 1;
+    case MIRROR__MAXPOOL2D: {
+        const int32_t *arg = (const int32_t *)(r->acts + l->arg_off) + s0 * out;
+        if (mirror__pool_takes_relu(m, i, first, stop)) { /* and the relu layer below is done */
+            be->maxpool_relu_backward(dev, dx, arg, d, y, S * l->c, l->h, l->w, l->oh, l->ow);
+            return 2;
+        }
+        be->maxpool_backward(dev, dx, arg, d, S * l->c, l->h, l->w, l->k, l->stride, l->oh, l->ow);
+        return 1;
+    }
+    case MIRROR__AVGPOOL2D:
+    case MIRROR__GLOBAL_AVGPOOL:
+        be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
+                             l->oh, l->ow);
+        return 1;
+    case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
+        for (q = 0; q < mirror__nchunks(m, r); q++) {
+            k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+            if (!accumulate) { /* gamma's and beta's */
+                be->zero(dev, g + l->w_off, l->c * sizeof(float));
+                be->zero(dev, g + l->b_off, l->c * sizeof(float));
+            }
+            be->bn_backward(dev, need_dx ? mirror__el(m, dx, at * in) : NULL, g + l->w_off, g + l->b_off,
+                            mirror__el(m, d, at * in), mirror__el(m, x, at * in), mirror__bn_stat(r, l),
+                            r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
+        }
+        return 1;
+    default: break;
+    }
+    *moved = 0; /* the rest work in place */
+    switch (l->kind) {
+    case MIRROR__RELU: be->relu_backward(dev, d, y, S * out); break;
+    case MIRROR__TANH:
+    case MIRROR__SIGMOID:
+    case MIRROR__GELU: be->act_backward(dev, (int)l->kind, d, x, y, S * out); break;
+    case MIRROR__DROPOUT: /* the same mask, hashed again */
+        if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
+        break;
+    case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
+        if (l->n_w) {
+            mirror__layer p = mirror__projection(m, l);
+            mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
+                                         l->from > first ? r->skip : NULL, 0, S, accumulate);
+        } else if (l->from > first) {
+            be->add(dev, r->skip, d, NULL, S * out);
+        }
+        break;
+    case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
+        be->add(dev, d, d, r->skip, S * out);
+        break;
+    default: break; /* flatten */
+    }
+    return 1;
+}
+
+/* The row-wise prefix's backward, a group of rows through all of it (the
+   layers' weight gradients add the groups in row order, as the whole
+   shard's backward adds its rows), from dLoss/d(its output) in d. A
+   group's gradients pass between two group-sized halves of dx, the same
+   for every group: the other buffer, free, S >= 2G rows. */
+static void mirror__backward_groups(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t first,
+                                    size_t stop, void *d, void *dx)
+{
+    size_t s0, i, G = m->group_rows, top = mirror__out_size(&m->layers[m->group_layers - 1]);
+    void *half[2];
+    half[0] = dx, half[1] = mirror__el(m, dx, G * m->max_size);
+    for (s0 = 0; s0 < S; s0 += G) {
+        void *gd = mirror__el(m, d, s0 * top);
+        int moved;
+        for (i = m->group_layers; i-- > first;) {
+            void *gdx = half[gd == half[0]];
+            /* after the first group, a convolution adds to its gradients (deterministic mode: each chunk's own) */
+            i -= mirror__layer_backward(m, r, i, s0, MIRROR__MIN(G, S - s0), accumulate || (s0 && !m->chunk), first,
+                                        stop, gd, gdx, &moved) - 1;
+            if (moved) gd = gdx;
+        }
+    }
+}
+
+static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
+{
+    size_t i, first = mirror__first_weighted(m);
     void *d, *dx, *swap;
-    float *g;
+    int moved;
     /* The weight gradients are written by GEMMs with beta 0 (a
        convolution's first chunk too), not added to: only the bias
        gradients, which accumulate, start from zero, and the whole arena
@@ -5459,102 +5602,31 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
        (accumulate) adds to what the others left: beta 1, nothing zeroed.
        Deterministic mode writes each chunk's arena afresh: the reduction
        adds the micro-batches. */
-    float beta;
     accumulate = accumulate && !m->chunk;
-    beta = accumulate ? 1.0f : 0.0f;
     if (from == m->nlayers - 1) {
         r->dsel = 0;
-        if (S == 0 && !accumulate && !m->chunk) be->zero(dev, r->grads, m->nslots * sizeof(float));
+        if (S == 0 && !accumulate && !m->chunk) m->be->zero(r->dev, r->grads, m->nslots * sizeof(float));
     }
     d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
     for (i = from + 1; i-- > 0 && i >= first;) {
-        const mirror__layer *l = &m->layers[i];
-        const void *x = mirror__layer_input(m, r, i), *W = mirror__el(m, r->weights, l->w_off);
-        size_t in = l->c * l->h * l->w, out = mirror__out_size(l);
-        int need_dx = i > first;
         mirror__reduce_buckets(m, r, i + 1); /* the layers above i are done */
         if (i == stop) {
             r->dsel = d == r->delta[1];
-            mirror__bn_chunk_sums(m, r, l, d, x);
+            mirror__bn_chunk_sums(m, r, &m->layers[i], d, mirror__layer_input(m, r, i));
             return;
         }
-        switch (l->kind) {
-        case MIRROR__DENSE:
-            /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
-               dx [S,F] = d [S,units] . W [units,F] */
-            for (q = 0; q < mirror__nchunks(m, r); q++) {
-                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-                be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, d, at * l->oc), l->oc,
-                         mirror__el(m, x, at * l->c), l->c, beta, g + l->w_off, l->c, 1);
-                if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
-                be->bias_grad(dev, g + l->b_off, mirror__el(m, d, at * l->oc), k, l->oc, 1);
-            }
-            for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
-                k = mirror__gemm_rows(m, r, q, S, &at);
-                be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, d, at * l->oc), l->oc, W, l->c, 0.0f,
-                         mirror__el(m, dx, at * l->c), l->c, 0);
-            }
+        if (i + 1 == m->group_layers && S >= 2 * m->group_rows) {
+            mirror__backward_groups(m, r, S, accumulate, first, stop, d, dx);
             break;
-        case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, x, d, need_dx ? dx : NULL, accumulate); break;
-        case MIRROR__RELU: be->relu_backward(dev, d, mirror__act(r, l), S * out); continue;
-        case MIRROR__TANH:
-        case MIRROR__SIGMOID:
-        case MIRROR__GELU: /* in place */
-            be->act_backward(dev, (int)l->kind, d, x, mirror__act(r, l), S * out);
-            continue;
-        case MIRROR__MAXPOOL2D:
-            if (mirror__pool_takes_relu(m, i, first, stop)) { /* and the relu layer below is done */
-                be->maxpool_relu_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, mirror__act(r, l),
-                                          S * l->c, l->h, l->w, l->oh, l->ow);
-                i--;
-            } else {
-                be->maxpool_backward(dev, dx, (const int32_t *)(r->acts + l->arg_off), d, S * l->c, l->h, l->w,
-                                     l->k, l->stride, l->oh, l->ow);
-            }
-            break;
-        case MIRROR__DROPOUT: /* in place: the same mask, hashed again */
-            if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
-            continue;
-        case MIRROR__AVGPOOL2D:
-        case MIRROR__GLOBAL_AVGPOOL:
-            be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l),
-                                 l->stride, l->oh, l->ow);
-            break;
-        case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
-            for (q = 0; q < mirror__nchunks(m, r); q++) {
-                k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-                if (!accumulate) { /* gamma's and beta's */
-                    be->zero(dev, g + l->w_off, l->c * sizeof(float));
-                    be->zero(dev, g + l->b_off, l->c * sizeof(float));
-                }
-                be->bn_backward(dev, need_dx ? mirror__el(m, dx, at * in) : NULL, g + l->w_off, g + l->b_off,
-                                mirror__el(m, d, at * in), mirror__el(m, x, at * in), mirror__bn_stat(r, l),
-                                r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
-            }
-            break;
-        case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
-            if (l->n_w) {
-                mirror__layer p = mirror__projection(m, l);
-                mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
-                                             l->from > first ? r->skip : NULL, accumulate);
-            } else if (l->from > first) {
-                be->add(dev, r->skip, d, NULL, S * out);
-            }
-            continue;
-        case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
-            be->add(dev, d, d, r->skip, S * out);
-            continue;
-        case MIRROR__FLATTEN: continue;
         }
-        swap = d;
-        d = dx;
-        dx = swap;
+        i -= mirror__layer_backward(m, r, i, 0, S, accumulate, first, stop, d, dx, &moved) - 1;
+        if (moved) swap = d, d = dx, dx = swap;
     }
     mirror__reduce_buckets(m, r, 0);
     /* Mixed precision: the weight gradients, accumulated in fp32, are
        stored in 16 bits: the buffer the all-reduce carries (deterministic
        mode narrows the reduced sum instead; buckets narrow their own). */
-    if (m->format && !m->chunk && !r->bucketing) be->narrow(dev, r->grad16, r->grads, m->nslots, m->format);
+    if (m->format && !m->chunk && !r->bucketing) m->be->narrow(r->dev, r->grad16, r->grads, m->nslots, m->format);
 }
 
 // >>reducers ----------------------------------------------------------------
@@ -8698,6 +8770,44 @@ static void mirror__plan_cols(mirror_model *m)
     m->keep_cols = !m->chunk && bytes > 0.0 && bytes <= (double)m->be->keep_cols;
 }
 
+/* Whether a layer's rows are independent in forward and backward: what it
+   does to a sample reads that sample alone, and its weight gradients add
+   the samples in row order. */
+static int mirror__rowwise(mirror__kind kind)
+{
+    switch (kind) {
+    case MIRROR__CONV2D:
+    case MIRROR__RELU:
+    case MIRROR__MAXPOOL2D:
+    case MIRROR__AVGPOOL2D:
+    case MIRROR__GLOBAL_AVGPOOL:
+    case MIRROR__TANH:
+    case MIRROR__SIGMOID:
+    case MIRROR__GELU:
+    case MIRROR__FLATTEN: return 1;
+    default: return 0;
+    }
+}
+
+/* The row-wise prefix: the layers from the first on whose rows are
+   independent (a CNN's convolutions, activations and pooling). Layer by
+   layer, each writes the whole shard's output and the next reads it back
+   from memory; where the backend sets group_bytes, the prefix runs a group
+   of rows through all its layers instead, forward and backward, whose
+   activations and gradients stay in the core's cache from one layer to
+   the next. The same bits: a row's results are its own, and the weight
+   gradients add the groups' rows in order, chunk by chunk as before (a
+   group holds whole convolution chunks, and whole chunks in deterministic
+   mode). At least two layers, or there is nothing to pass on. */
+static void mirror__plan_groups(mirror_model *m)
+{
+    size_t i, bytes = 0, unit = m->chunk ? m->chunk : mirror__conv_chunk(m);
+    for (i = 0; i < m->nlayers && mirror__rowwise(m->layers[i].kind); i++)
+        bytes += 2 * mirror__out_size(&m->layers[i]) * mirror__esize(m); /* its output, and their gradient */
+    m->group_layers = i >= 2 && m->be->group_bytes ? i : 0;
+    m->group_rows = MIRROR__MAX(1, m->be->group_bytes / MIRROR__MAX(bytes, 1) / unit) * unit;
+}
+
 #ifndef MIRROR_BUCKET_BYTES
 #define MIRROR_BUCKET_BYTES ((size_t)25 << 20)
 #endif
@@ -8808,6 +8918,7 @@ static void mirror__plan(mirror_model *m)
     m->pbegin = 0, m->plen = m->nslots;
     if (m->across) mirror__process_slice(m->nslots, m->s->processes, m->s->rank, &m->pbegin, &m->plen);
     mirror__plan_cols(m);
+    mirror__plan_groups(m);
     mirror__plan_buckets(m, MIRROR_BUCKET_BYTES);
     switch (m->desc.optimizer.kind) {
     case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? m->nslots : 0; break;

@@ -1267,6 +1267,98 @@ static void test_maxpool(void)
     }
 }
 
+// >>row groups -----------------------------------------------------------------
+
+/* One run of test_row_groups: three Adam steps on `batch`, then the
+   evaluation's loss sum into *loss; the parameters into params (room for
+   np), their count returned. groups:
+   0 the layers one by one over the shard, else the row-wise prefix in
+   groups of `groups` units (a unit: a convolution chunk, in deterministic
+   mode a chunk). The prefix's layers into *prefix. */
+static size_t grouped_run(const char *layers, const char *devices, int det, mirror_precision precision, size_t groups,
+                          const mirror_batch *batch, float *params, size_t np, double *loss, size_t *prefix)
+{
+    mirror_strategy *s = new_strategy(devices, 0);
+    mirror_model_desc md;
+    mirror_model *m;
+    mirror_metrics met;
+    int k;
+    if (!s) die("row groups", "strategy");
+    md = model_desc(s, 2, 8, 8, batch->n, 41);
+    md.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.01f);
+    md.deterministic = det, md.chunk = det ? 2 : 0;
+    md.precision = precision;
+    if (!(m = build_model(&md, NULL, "%s", layers))) die("row groups", "model");
+    mirror_strategy_destroy(s); /* released with the model */
+    *prefix = m->group_layers;
+    if (groups)
+        m->group_rows = groups * (m->chunk ? m->chunk : mirror__conv_chunk(m));
+    else
+        m->group_layers = 0;
+    for (k = 0; k < 3; k++)
+        CHECK(mirror_train_step(m, batch, NULL) == MIRROR_OK, "row groups: step: %s", mirror_model_error(m));
+    CHECK(mirror_evaluate_batch(m, batch, &met) == MIRROR_OK, "row groups: evaluate: %s", mirror_model_error(m));
+    *loss = met.loss_sum;
+    np = mirror_num_parameters(m) < np ? mirror_num_parameters(m) : 0;
+    CHECK(np > 0 && mirror_get_parameters(m, 0, params, np) == MIRROR_OK, "row groups: parameters");
+    mirror_model_destroy(m);
+    return np;
+}
+
+/* The row-wise prefix a group of rows at a time (mirror__plan_groups)
+   gives the bits of the layers one by one: the parameters after three
+   steps and an evaluation's loss, with groups of one unit and of two (the
+   last one short), on 1 and 2 replicas, in and out of deterministic mode,
+   in fp32 and bf16; and the prefix is what it should be. */
+static void test_row_groups(void)
+{
+    static const struct {
+        const char *layers;
+        size_t prefix;
+    } models[] = {
+        {"conv 4 3 1 1, relu, maxpool 2 2, conv 6 3 1 1, relu, maxpool 2 2, flatten, dense 3", 7},
+        {"conv 3 3 1 1, gelu, avgpool 2 1, conv 2 1 1 0, tanh, maxpool 3 2, sigmoid, flatten, dense 4, relu, dense 3", 8},
+        {"conv 3 3 2 1, relu, global_avgpool, flatten, dense 3", 4},
+        {"conv 4 3 1 1, batchnorm, relu, maxpool 2 2, flatten, dense 3", 0}, /* one layer before the batchnorm */
+    };
+    enum { N = 11 };
+    float x[N * 128], *want, *got;
+    int32_t labels[N];
+    mirror_batch b;
+    size_t mi, i, prefix;
+    for (i = 0; i < N * 128; i++) x[i] = frand(-1.0f, 1.0f);
+    for (i = 0; i < N; i++) labels[i] = (int32_t)(i % 3);
+    memset(&b, 0, sizeof b);
+    b.x = x, b.labels = labels, b.n = b.rows = N;
+    want = (float *)xmalloc(4096 * sizeof(float));
+    got = (float *)xmalloc(4096 * sizeof(float));
+    for (mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        int det, p;
+        size_t devices;
+        for (det = 0; det < 2; det++)
+            for (p = 0; p < 2; p++)
+                for (devices = 1; devices <= 2; devices++) {
+                    mirror_precision precision = p ? MIRROR_PRECISION_BF16 : MIRROR_PRECISION_FP32;
+                    const char *dev = devices == 1 ? "cpu:1" : "cpu:2";
+                    double want_loss, got_loss;
+                    size_t groups, np = grouped_run(models[mi].layers, dev, det, precision, 0, &b, want, 4096,
+                                                    &want_loss, &prefix), same;
+                    CHECK(prefix == models[mi].prefix, "row groups: %s: a prefix of %zu layers, not %zu",
+                          models[mi].layers, prefix, models[mi].prefix);
+                    for (groups = 1; groups <= 2; groups++) {
+                        grouped_run(models[mi].layers, dev, det, precision, groups, &b, got, 4096, &got_loss, &prefix);
+                        for (same = 0; same < np && !memcmp(&want[same], &got[same], sizeof(float));) same++;
+                        CHECK(same == np && want_loss == got_loss,
+                              "row groups: %s on %s%s%s, groups of %zu: parameter %zu of %zu or the loss differs",
+                              models[mi].layers, dev, det ? ", deterministic" : "", p ? ", bf16" : "", groups, same,
+                              np);
+                    }
+                }
+    }
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     test_softmax_ce();
@@ -1284,6 +1376,7 @@ int main(void)
     test_gradient_replicas(0);
     test_gradient_replicas(1);
     test_dropout();
+    test_row_groups();
     test_layout_math(); /* last: it draws from the generator the others' data comes from */
     return check_done("test_layers");
 }
