@@ -4084,6 +4084,11 @@ static void mirror__f32_bias_add(void *dev, float *y, const float *bias, size_t 
 
 /* Sum of n floats in 8 fixed lanes: the same order every time (deterministic)
    yet free for the compiler to vectorise, which a plain running sum is not. */
+static float mirror__lanes8(const float *lane)
+{
+    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+
 static float mirror__sum(const float *x, size_t n)
 {
     float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -4091,7 +4096,24 @@ static float mirror__sum(const float *x, size_t n)
     for (i = 0; i + 8 <= n; i += 8)
         for (j = 0; j < 8; j++) lane[j] += x[i + j];
     for (j = 0; i < n; i++, j++) lane[j] += x[i];
-    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    return mirror__lanes8(lane);
+}
+
+/* mirror__sum of four rows of n floats, back to back, added to out[0..3]:
+   the same sums, whose four chains of additions run side by side (one
+   chain waits on each addition). */
+static void mirror__add_sums4(float *out, const float *x, size_t n)
+{
+    float lane[4][8];
+    size_t i, j, c;
+    memset(lane, 0, sizeof lane);
+    for (i = 0; i + 8 <= n; i += 8)
+        for (c = 0; c < 4; c++)
+            for (j = 0; j < 8; j++) lane[c][j] += x[c * n + i + j];
+    for (c = 0; c < 4; c++) {
+        for (j = 0; i + j < n; j++) lane[c][j] += x[c * n + i + j];
+        out[c] += mirror__lanes8(lane[c]);
+    }
 }
 
 static void mirror__f32_bias_grad(void *dev, float *db, const float *dy, size_t rows,
@@ -4099,8 +4121,11 @@ static void mirror__f32_bias_grad(void *dev, float *db, const float *dy, size_t 
 {
     size_t r, c;
     (void)dev;
-    for (r = 0; r < rows; r++)
-        for (c = 0; c < channels; c++, dy += inner) db[c] += inner == 1 ? dy[0] : mirror__sum(dy, inner);
+    for (r = 0; r < rows; r++, dy += channels * inner) {
+        for (c = 0; inner == 1 && c < channels; c++) db[c] += dy[c];
+        for (c = 0; inner > 1 && c + 4 <= channels; c += 4) mirror__add_sums4(db + c, dy + c * inner, inner);
+        for (; inner > 1 && c < channels; c++) db[c] += mirror__sum(dy + c * inner, inner);
+    }
 }
 
 static void mirror__f32_relu_forward(void *dev, float *y, const float *x, size_t n)

@@ -1267,6 +1267,28 @@ static void test_maxpool(void)
     }
 }
 
+/* A convolution's bias gradient, four channels' sums side by side, is
+   each channel's mirror__sum added in row order: the same bits, for
+   channel counts around the blocks of four and planes around the lanes. */
+static void test_bias_grad(void)
+{
+    static const size_t channels[] = {1, 3, 4, 7, 16}, inners[] = {2, 7, 8, 13, 196, 784};
+    size_t ci, ii, r, c, rows = 3;
+    float *dy = (float *)xmalloc(rows * 16 * 784 * sizeof(float)), db[16], want[16];
+    for (r = 0; r < rows * 16 * 784; r++) dy[r] = frand(-1.0f, 1.0f);
+    for (ci = 0; ci < sizeof channels / sizeof *channels; ci++)
+        for (ii = 0; ii < sizeof inners / sizeof *inners; ii++) {
+            size_t C = channels[ci], n = inners[ii];
+            for (c = 0; c < C; c++) db[c] = want[c] = 0.5f;
+            mirror__f32_bias_grad(NULL, db, dy, rows, C, n);
+            for (r = 0; r < rows; r++)
+                for (c = 0; c < C; c++) want[c] += mirror__sum(dy + (r * C + c) * n, n);
+            CHECK(!memcmp(db, want, C * sizeof(float)), "bias gradient: %zu channels of %zu: not each channel's sum",
+                  C, n);
+        }
+    free(dy);
+}
+
 // >>row groups -----------------------------------------------------------------
 
 /* One run of test_row_groups: three Adam steps on `batch`, then the
@@ -1289,7 +1311,6 @@ static size_t grouped_run(const char *layers, const char *devices, int det, mirr
     md.deterministic = det, md.chunk = det ? 2 : 0;
     md.precision = precision;
     if (!(m = build_model(&md, NULL, "%s", layers))) die("row groups", "model");
-    mirror_strategy_destroy(s); /* released with the model */
     *prefix = m->group_layers;
     if (groups)
         m->group_rows = groups * (m->chunk ? m->chunk : mirror__conv_chunk(m));
@@ -1302,6 +1323,7 @@ static size_t grouped_run(const char *layers, const char *devices, int det, mirr
     np = mirror_num_parameters(m) < np ? mirror_num_parameters(m) : 0;
     CHECK(np > 0 && mirror_get_parameters(m, 0, params, np) == MIRROR_OK, "row groups: parameters");
     mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
     return np;
 }
 
@@ -1376,6 +1398,7 @@ int main(void)
     test_gradient_replicas(0);
     test_gradient_replicas(1);
     test_dropout();
+    test_bias_grad();
     test_row_groups();
     test_layout_math(); /* last: it draws from the generator the others' data comes from */
     return check_done("test_layers");
