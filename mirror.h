@@ -1645,10 +1645,29 @@ MIRROR_HD static inline uint16_t mirror_hd_bf16_from_f32(float x)
 {
     uint32_t u = mirror_hd_bits(x), nan = (u >> 16) | 0x40u; /* NaN, kept quiet */
     uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* overflows to Inf, as it should */
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    return (uint16_t)mirror_hd_select((u & 0x7fffffffu) > 0x7f800000u, nan, rounded);
 }
 
 MIRROR_HD static inline float mirror_hd_f32_from_bf16(uint16_t h) { return mirror_hd_float((uint32_t)h << 16); }
+
+/* x with a subnormal value flushed to zero, its sign kept. */
+MIRROR_HD static inline float mirror_hd_ftz(float x)
+{
+    uint32_t u = mirror_hd_bits(x);
+    return (u & 0x7f800000u) ? x : mirror_hd_float(u & 0x80000000u);
+}
+
+/* One step of a dot product on bf16 pairs as AVX512_BF16's vdpbf16ps takes
+   it: acc plus a1 b1, rounded, then plus a0 b0, rounded (the pair's second
+   product first), every input and sum that is subnormal taken as zero.
+   The product of two bf16 values fits a float's significand; fmaf keeps
+   it exact where it falls below the normal range too. */
+MIRROR_HD static inline float mirror_hd_dot_bf16(float acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1)
+{
+    float s = mirror_hd_ftz(fmaf(mirror_hd_ftz(mirror_hd_f32_from_bf16(a1)), mirror_hd_ftz(mirror_hd_f32_from_bf16(b1)),
+                                 mirror_hd_ftz(acc)));
+    return mirror_hd_ftz(fmaf(mirror_hd_ftz(mirror_hd_f32_from_bf16(a0)), mirror_hd_ftz(mirror_hd_f32_from_bf16(b0)), s));
+}
 
 /* format: MIRROR_PRECISION_FP16 or MIRROR_PRECISION_BF16. */
 /* (Both converted, one selected: no branch inside a CPU loop.) */
@@ -2338,6 +2357,15 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #endif
 #ifdef MIRROR_MPI
 #include <mpi.h>
+#endif
+/* bf16 GEMMs on vdpbf16ps where the target has AVX512_BF16 (-march=native
+   on such a CPU): see mirror__gemm_bf16. */
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__CUDACC__) && !defined(MIRROR_NO_SIMD) && !defined(MIRROR_NO_BF16_DOT)
+#include <immintrin.h>
+#define MIRROR__DPBF16 1
+#else
+#define MIRROR__DPBF16 0
 #endif
 
 #if defined(MIRROR_MALLOC) != defined(MIRROR_FREE)
@@ -3336,8 +3364,10 @@ typedef float mirror__vec;
    live values, its row pointers spill out of the registers. */
 #if defined(__GNUC__) || defined(__clang__)
 #define MIRROR__NOINLINE __attribute__((noinline))
+#define MIRROR__INLINE inline __attribute__((always_inline))
 #else
 #define MIRROR__NOINLINE
+#define MIRROR__INLINE
 #endif
 
 #ifndef MIRROR_GEMM_MC
@@ -3436,6 +3466,32 @@ static mirror__vec mirror__vfinish(const mirror__epilogue *ep, size_t i, size_t 
 #define MIRROR__VFINISH(ep) (!(ep))
 #endif
 
+/* A tile's last step: C[mr, nr] = beta C + alpha acc, then the epilogue
+   ep; whole tiles along C's rows in vectors, the rest element by element. */
+static MIRROR__INLINE void mirror__tile_store(mirror__vec acc[MIRROR__MR][MIRROR__NV], float *c, size_t crs, size_t ccs,
+                                              size_t mr, size_t nr, float alpha, float beta,
+                                              const mirror__epilogue *ep)
+{
+    size_t i, j;
+    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1 && MIRROR__VFINISH(ep)) {
+        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
+                float *cij = c + i * crs + j * MIRROR__VL;
+                /* beta 0 overwrites: C may hold NaN, never scale it */
+                mirror__vec v = beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j];
+                mirror__vstore(cij, ep ? mirror__vfinish(ep, i, j * MIRROR__VL, v) : v);
+            }
+    } else {
+        float t[MIRROR__MR][MIRROR__NR];
+        memcpy(t, acc, sizeof t);
+        for (i = 0; i < mr; i++)
+            for (j = 0; j < nr; j++) {
+                float *cij = c + i * crs + j * ccs, v = beta == 0.0f ? alpha * t[i][j] : beta * *cij + alpha * t[i][j];
+                *cij = ep ? mirror__finish(ep, i, j, v) : v;
+            }
+    }
+}
+
 /* The register tile: C[mr, nr] = beta C + alpha A-rows . B-panel, where
    element (i, p) of A is a[i*ars + p*acs] (A is read in place, never
    packed: rows past mr repeat the last row, their sums are dropped) and
@@ -3460,23 +3516,7 @@ MIRROR__NOINLINE static void mirror__tile(size_t kc, const float *a, size_t ars,
             MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] += ai * b[j];
         }
     }
-    if (mr == MIRROR__MR && nr == MIRROR__NR && ccs == 1 && MIRROR__VFINISH(ep)) {
-        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
-            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
-                float *cij = c + i * crs + j * MIRROR__VL;
-                /* beta 0 overwrites: C may hold NaN, never scale it */
-                mirror__vec v = beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j];
-                mirror__vstore(cij, ep ? mirror__vfinish(ep, i, j * MIRROR__VL, v) : v);
-            }
-    } else {
-        float t[MIRROR__MR][MIRROR__NR];
-        memcpy(t, acc, sizeof t);
-        for (i = 0; i < mr; i++)
-            for (j = 0; j < nr; j++) {
-                float *cij = c + i * crs + j * ccs, v = beta == 0.0f ? alpha * t[i][j] : beta * *cij + alpha * t[i][j];
-                *cij = ep ? mirror__finish(ep, i, j, v) : v;
-            }
-    }
+    mirror__tile_store(acc, c, crs, ccs, mr, nr, alpha, beta, ep);
 }
 
 /* C = alpha op(A) op(B) + beta C with every operand given by strides:
@@ -3643,6 +3683,159 @@ static void mirror__sgemm(int ta, int tb, size_t m, size_t n, size_t k, float al
     mirror__sgemm_builtin(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws, ep);
 #endif
 }
+
+#if MIRROR__DPBF16
+/* The GEMM on bf16 operands (mixed precision's bf16 storage) where the CPU
+   has AVX512_BF16: vdpbf16ps multiplies 16 pairs of bf16 values by 16
+   pairs and adds both products into 16 fp32 sums, twice the multiply-adds
+   of an fp32 vector, and the operands are read as stored, never widened.
+   Each element of C is alpha times its sum along the depth, taken pair by
+   pair as mirror_hd_dot_bf16 takes it (a pair past an odd depth's end is
+   zeros), depth block by depth block as the fp32 GEMM adds them (blocks of
+   an even count), then beta C and the epilogue as the fp32 tile: its bits
+   do not depend on m or n. Both operands are packed, pairs of depth side
+   by side: A as MR rows a pair, B as NR columns a pair. */
+
+/* Rows i of X(i, p) = x[i*rs + p*cs]: the pair (p, p + 1) of its depth, the
+   first value in the low half; zero past `end`. */
+static uint32_t mirror__bf16_pair(const uint16_t *x, size_t rs, size_t cs, size_t i, size_t p, size_t end)
+{
+    uint32_t lo = x[i * rs + p * cs], hi = p + 1 < end ? x[i * rs + (p + 1) * cs] : 0u;
+    return lo | hi << 16;
+}
+
+/* Panels of `width` rows of X (rows from i0, `rows` of them; zeros past),
+   depth [p0, end) as pairs: panel t at dst + t * pairs * width. Where a
+   row's values are contiguous along the depth (cs 1), a pair is 32 bits of
+   it; where the rows are (rs 1), a pair zips two runs of the panel's rows. */
+static void mirror__bf16_pack(uint32_t *dst, const uint16_t *x, size_t rs, size_t cs, size_t i0, size_t rows,
+                              size_t p0, size_t end, size_t width)
+{
+    size_t t, q, i, pairs = (end - p0 + 1) / 2, whole = (end - p0) / 2;
+    for (t = 0; t < rows; t += width, dst += pairs * width) {
+        size_t w = MIRROR__MIN(width, rows - t);
+        const uint16_t *x0 = x + (i0 + t) * rs + p0 * cs;
+        if (rs == 1) {
+            for (q = 0; q < pairs; q++) {
+                const uint16_t *lo = x0 + 2 * q * cs, *hi = lo + cs;
+                uint32_t *d = dst + q * width;
+                if (q < whole)
+                    for (i = 0; i < w; i++) d[i] = (uint32_t)lo[i] | (uint32_t)hi[i] << 16;
+                else
+                    for (i = 0; i < w; i++) d[i] = lo[i];
+                for (; i < width; i++) d[i] = 0u;
+            }
+        } else if (cs == 1) {
+            for (i = 0; i < width; i++) {
+                const uint16_t *row = x0 + MIRROR__MIN(i, w - 1) * rs;
+                for (q = 0; q < whole; q++) memcpy(&dst[q * width + i], row + 2 * q, sizeof(uint32_t));
+                if (whole < pairs) dst[whole * width + i] = row[2 * whole];
+                for (q = 0; i >= w && q < pairs; q++) dst[q * width + i] = 0u;
+            }
+        } else {
+            for (q = 0; q < pairs; q++)
+                for (i = 0; i < width; i++)
+                    dst[q * width + i] = i < w ? mirror__bf16_pair(x, rs, cs, i0 + t + i, p0 + 2 * q, end) : 0u;
+        }
+    }
+}
+
+/* The register tile over `pairs` pairs of depth: A's MR rows, pair q of
+   row i at a + i*ars + q*aqs (16-bit units: packed or in place; rows past
+   mr repeat the last), broadcast; B's NR columns packed, a pair each, NV
+   vectors a pair. */
+MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, size_t ars, size_t aqs,
+                                               const uint32_t *pb, float *c, size_t crs, size_t ccs, size_t mr,
+                                               size_t nr, float alpha, float beta, const mirror__epilogue *ep)
+{
+    const mirror__vec zero = {0};
+    mirror__vec acc[MIRROR__MR][MIRROR__NV];
+    const uint16_t *row[MIRROR__MR];
+    size_t i, j, q;
+    MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
+        row[i] = a + MIRROR__MIN(i, mr - 1) * ars;
+        MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) acc[i][j] = zero;
+    }
+    for (q = 0; q < pairs; q++, pb += MIRROR__NR) {
+        __m512bh b[MIRROR__NV];
+        MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) b[j] = (__m512bh)_mm512_loadu_si512(pb + j * MIRROR__VL);
+        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
+            int32_t pair;
+            __m512bh ai;
+            memcpy(&pair, row[i] + q * aqs, sizeof pair);
+            ai = (__m512bh)_mm512_set1_epi32(pair);
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++)
+                acc[i][j] = (mirror__vec)_mm512_dpbf16_ps((__m512)acc[i][j], ai, b[j]);
+        }
+    }
+    mirror__tile_store(acc, c, crs, ccs, mr, nr, alpha, beta, ep);
+}
+
+/* Pairs of depth a block takes at most, and whether ws (MIRROR__GEMM_WORKSPACE
+   floats) holds B's panels and A's for such a block: with the blocking's
+   defaults, about half of it. */
+#define MIRROR__BF16_PAIRS ((MIRROR_GEMM_KC + 2) / 2)
+#define MIRROR__BF16_FITS                                                                                              \
+    ((MIRROR_GEMM_NC + MIRROR__NR + MIRROR_GEMM_MC + MIRROR__MR) * MIRROR__BF16_PAIRS <= MIRROR__GEMM_WORKSPACE)
+
+/* What packing an m x n product costs, per unit of depth: B's panels (a
+   zip of two rows where its rows run along n, bcs 1; else a transpose,
+   float by float), and A's where its rows do not run along the depth
+   (acs not 1: a zip), else A is read in place. */
+static size_t mirror__bf16_cost(size_t m, size_t n, size_t acs, size_t bcs)
+{
+    return (bcs == 1 ? 1 : 4) * n + (acs == 1 ? 0 : m);
+}
+
+/* C = alpha op(A) op(B) + beta C (then ep) by strides, as
+   mirror__gemm_strided, on bf16 A and B and an fp32 C; k > 0. Computes
+   C^T = op(B)^T op(A)^T instead where that packs less. */
+static void mirror__gemm_bf16_strided(size_t m, size_t n, size_t k, float alpha, const uint16_t *a, size_t ars,
+                                      size_t acs, const uint16_t *b, size_t brs, size_t bcs, float beta, float *c,
+                                      size_t crs, size_t ccs, float *ws, const mirror__epilogue *ep)
+{
+    size_t blocks = (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC, kstep = (k + blocks - 1) / blocks, jc, pc, ic, jr, ir;
+    uint32_t *pb = (uint32_t *)ws, *pa = pb + (MIRROR_GEMM_NC + MIRROR__NR) * MIRROR__BF16_PAIRS;
+    if (mirror__bf16_cost(n, m, brs, ars) < mirror__bf16_cost(m, n, acs, bcs)) {
+        mirror__epilogue t; /* the epilogue of C^T */
+        if (ep) t = *ep, t.rs = ep->cs, t.cs = ep->rs;
+        mirror__gemm_bf16_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, ccs, crs, ws, ep ? &t : NULL);
+        return;
+    }
+    kstep += kstep & 1; /* whole pairs in every block but the last */
+    for (jc = 0; jc < n; jc += MIRROR_GEMM_NC) {
+        size_t nc = MIRROR__MIN(MIRROR_GEMM_NC, n - jc);
+        for (pc = 0; pc < k; pc += kstep) {
+            size_t kc = MIRROR__MIN(kstep, k - pc), pairs = (kc + 1) / 2;
+            int last = pc + kc == k, in_place = acs == 1 && kc % 2 == 0; /* A's pairs as stored */
+            mirror__bf16_pack(pb, b, bcs, brs, jc, nc, pc, pc + kc, MIRROR__NR);
+            for (ic = 0; ic < m; ic += MIRROR_GEMM_MC) {
+                size_t mc = MIRROR__MIN(MIRROR_GEMM_MC, m - ic);
+                if (!in_place) mirror__bf16_pack(pa, a, ars, acs, ic, mc, pc, pc + kc, MIRROR__MR);
+                for (jr = 0; jr < nc; jr += MIRROR__NR)
+                    for (ir = 0; ir < mc; ir += MIRROR__MR) {
+                        mirror__epilogue at;
+                        const uint16_t *ap = in_place ? a + (ic + ir) * ars + pc : (const uint16_t *)(pa + ir * pairs);
+                        if (ep && last) at = mirror__epilogue_at(ep, ic + ir, jc + jr);
+                        mirror__tile_bf16(pairs, ap, in_place ? ars : 2, in_place ? 2 : 2 * MIRROR__MR, pb + jr * pairs,
+                                          c + (ic + ir) * crs + (jc + jr) * ccs, crs, ccs,
+                                          MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), alpha,
+                                          pc == 0 ? beta : 1.0f, ep && last ? &at : NULL);
+                    }
+            }
+        }
+    }
+}
+
+/* The same with op as in mirror__sgemm (ta, tb, leading dimensions). */
+static void mirror__gemm_bf16(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const uint16_t *a, size_t lda,
+                              const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc, float *ws,
+                              const mirror__epilogue *ep)
+{
+    mirror__gemm_bf16_strided(m, n, k, alpha, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, beta, c,
+                              ldc, 1, ws, ep);
+}
+#endif
 
 // >>backend -----------------------------------------------------------------
 /* The device operations that layers, optimizers and the step use. Layers
@@ -4669,20 +4862,36 @@ static void mirror__cpu_put1(mirror__cpu_dev *d, void *p, const float *v, size_t
 /* Rows of op(X) (r x c) as stored: r x c, or c x r when transposed. */
 static size_t mirror__stored_rows(int t, size_t r, size_t c) { return t ? c : r; }
 
+/* Whether this GEMM takes its bf16 operands as they are (mirror__gemm_bf16):
+   bf16 storage, a CPU with vdpbf16ps, something to multiply. Else they
+   are widened to fp32 first. */
+static int mirror__cpu_dpbf16(const mirror__cpu_dev *d, size_t k, float alpha)
+{
+#if MIRROR__DPBF16 && !defined(MIRROR_CBLAS)
+    return MIRROR__BF16_FITS && d->format == MIRROR_PRECISION_BF16 && k > 0 && alpha != 0.0f;
+#else
+    (void)d, (void)k, (void)alpha;
+    return 0;
+#endif
+}
+
 static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha, const void *a,
                              size_t lda, const void *b, size_t ldb, float beta, void *c, size_t ldc, int grad)
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
-    const float *fa = mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda);
-    const float *fb = mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb);
-    float *fc;
-    if (grad) { /* an fp32 weight gradient */
-        mirror__f32_gemm(dev, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, (float *)c, ldc);
-        return;
-    }
-    fc = beta == 0.0f ? mirror__cpu_out(d, 2, c) : mirror__cpu_in(d, 2, c, m, n, ldc);
-    mirror__f32_gemm(dev, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc);
-    mirror__cpu_put(d, c, fc, m, n, ldc);
+    int dp = mirror__cpu_dpbf16(d, k, alpha);
+    const float *fa = dp ? NULL : mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda);
+    const float *fb = dp ? NULL : mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb);
+    /* C: an fp32 weight gradient (grad) as it is, else 16-bit storage widened */
+    float *fc = grad ? (float *)c : beta == 0.0f ? mirror__cpu_out(d, 2, c) : mirror__cpu_in(d, 2, c, m, n, ldc);
+#if MIRROR__DPBF16 && !defined(MIRROR_CBLAS)
+    if (dp)
+        mirror__gemm_bf16(ta, tb, m, n, k, alpha, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, beta, fc, ldc,
+                          d->gemm_ws, NULL);
+    else
+#endif
+        mirror__f32_gemm(dev, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc);
+    if (!grad) mirror__cpu_put(d, c, fc, m, n, ldc);
 }
 
 static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
@@ -4691,9 +4900,20 @@ static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n,
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
     float *fc = mirror__cpu_out(d, 3, c);
+    const float *fbias = mirror__cpu_in1(d, 2, bias, per_row ? m : n);
+#if MIRROR__DPBF16 && !defined(MIRROR_CBLAS)
+    if (mirror__cpu_dpbf16(d, k, 1.0f)) {
+        mirror__epilogue ep;
+        ep.bias = fbias, ep.rs = per_row ? 1 : 0, ep.cs = per_row ? 0 : 1, ep.relu = relu;
+        mirror__gemm_bf16(ta, tb, m, n, k, 1.0f, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, 0.0f, fc, ldc,
+                          d->gemm_ws, &ep);
+        mirror__cpu_put(d, c, fc, m, n, ldc);
+        return;
+    }
+#endif
     mirror__f32_gemm_bias(dev, ta, tb, m, n, k, mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda),
-                          lda, mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb), ldb,
-                          mirror__cpu_in1(d, 2, bias, per_row ? m : n), per_row, relu, fc, ldc);
+                          lda, mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb), ldb, fbias,
+                          per_row, relu, fc, ldc);
     mirror__cpu_put(d, c, fc, m, n, ldc);
 }
 

@@ -969,8 +969,10 @@ static void test_storage16(void)
         CHECK(be->set_precision(d16, f, ncol) == MIRROR_OK, "%s storage: set_precision", mirror_precision_name(f));
         be->gemm(d32, 0, 1, m, n, kk, 1.0f, a, kk, b, kk, 0.0f, want, n, 0);
         be->gemm(d16, 0, 1, m, n, kk, 1.0f, a16, kk, b16, kk, 0.0f, out, n, 0);
-        CHECK(holds(out, want, m * n, f), "%s gemm: a 16-bit C rounded once", mirror_precision_name(f));
-        { /* a weight gradient: 16-bit operands (out, the 16-bit C, as B), an fp32 C that beta 1 adds to */
+        /* bf16 GEMMs on vdpbf16ps add their products in pairs: test_gemm_bf16 */
+        CHECK(holds(out, want, m * n, f) || (f == MIRROR_PRECISION_BF16 && MIRROR__DPBF16),
+              "%s gemm: a 16-bit C rounded once", mirror_precision_name(f));
+        if (!(f == MIRROR_PRECISION_BF16 && MIRROR__DPBF16)) { /* a weight gradient: 16-bit operands (out, the 16-bit C, as B), an fp32 C that beta 1 adds to */
             float *y = widened(out, m * n, f);
             for (i = 0; i < kk * n; i++) g32[i] = gw[i] = 0.5f;
             be->gemm(d32, 1, 0, kk, n, m, 1.0f, a, kk, y, n, 1.0f, g32, n, 1);
@@ -1004,6 +1006,106 @@ static void test_storage16(void)
     }
     be->close(d16), be->close(d32);
 }
+
+/* The GEMM on bf16 operands through vdpbf16ps (where the build targets
+   AVX512_BF16): mirror_hd_dot_bf16 is the instruction, lane by lane, on
+   values of every kind (random bits: subnormals, Inf, NaN); and every
+   element of a GEMM, through the CPU backend in bf16 storage, is its chain
+   of pairs block by block (the depth cut as the GEMM cuts it), in shapes
+   around the tile, the blocks and an odd depth, transposed or not, with
+   beta 0 and 1 (an fp32 weight gradient), and with gemm_bias's epilogue
+   (a 16-bit C rounded once). */
+#if MIRROR__DPBF16
+static float bf16_chain(const uint16_t *a, size_t ars, size_t acs, const uint16_t *b, size_t brs, size_t bcs, size_t i,
+                        size_t j, size_t p0, size_t end)
+{
+    float sum = 0.0f;
+    size_t p;
+    for (p = p0; p < end; p += 2) {
+        uint16_t a1 = p + 1 < end ? a[i * ars + (p + 1) * acs] : 0, b1 = p + 1 < end ? b[(p + 1) * brs + j * bcs] : 0;
+        sum = mirror_hd_dot_bf16(sum, a[i * ars + p * acs], a1, b[p * brs + j * bcs], b1);
+    }
+    return sum;
+}
+
+/* Element (i, j) of C = op(A) op(B) + beta c (alpha 1), then bias and relu
+   (bias NULL: none), as the blocked GEMM adds it up. */
+static float bf16_element(int ta, int tb, size_t k, const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb,
+                          float beta, float c, const float *bias, int relu, size_t i, size_t j)
+{
+    size_t ars = ta ? 1 : lda, acs = ta ? lda : 1, brs = tb ? 1 : ldb, bcs = tb ? ldb : 1, pc;
+    size_t blocks = (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC, kstep = (k + blocks - 1) / blocks;
+    kstep += kstep & 1;
+    for (pc = 0; pc < k; pc += kstep) {
+        float sum = bf16_chain(a, ars, acs, b, brs, bcs, i, j, pc, MIRROR__MIN(k, pc + kstep));
+        c = pc == 0 && beta == 0.0f ? sum : c + sum;
+    }
+    if (bias) c += *bias;
+    return relu ? mirror_hd_relu(c) : c;
+}
+
+static void test_gemm_bf16(void)
+{
+    static const size_t sizes[][3] = {{1, 1, 1}, {13, 11, 40}, {8, 32, 9}, {17, 45, 257}, {130, 37, 7},
+                                      {3, 2100, 3}, {9, 33, 600}};
+    const mirror__backend *be = &mirror__cpu_backend;
+    size_t ws, si, i, bad = 0;
+    void *dev = be->open(NULL, 0, &ws, NULL);
+    int t;
+    for (i = 0; i < 100000; i += 16) { /* the instruction against the shared function */
+        uint16_t x[32], y[32];
+        float acc[16], got[16];
+        size_t l;
+        __m512bh vx, vy;
+        for (l = 0; l < 32; l++) x[l] = (uint16_t)(rand() & 0xffff), y[l] = (uint16_t)(rand() & 0xffff);
+        for (l = 0; l < 16; l++) acc[l] = i % 32 ? frand(-4.0f, 4.0f) : mirror_hd_float((uint32_t)rand() * 2u + 1u);
+        memcpy(&vx, x, sizeof vx), memcpy(&vy, y, sizeof vy);
+        _mm512_storeu_ps(got, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), vx, vy));
+        for (l = 0; l < 16; l++) {
+            float want = mirror_hd_dot_bf16(acc[l], x[2 * l], x[2 * l + 1], y[2 * l], y[2 * l + 1]);
+            bad += mirror_hd_bits(want) != mirror_hd_bits(got[l]) && !(mirror_hd_isnan(want) && mirror_hd_isnan(got[l]));
+        }
+    }
+    CHECK(bad == 0, "mirror_hd_dot_bf16: %zu of 100000 lanes differ from vdpbf16ps", bad);
+    CHECK(be->set_precision(dev, MIRROR_PRECISION_BF16, 2100 * 600) == MIRROR_OK, "bf16 gemm: set_precision");
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (t = 0; t < 8; t++) {
+            int ta = t & 1, tb = (t >> 1) & 1, bias_relu = t >> 2;
+            size_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2], j, lda = ta ? m : k, ldb = tb ? k : n, differ = 0;
+            uint16_t *a = (uint16_t *)xmalloc(m * k * 2), *b = (uint16_t *)xmalloc(k * n * 2), *c16, *bias16;
+            float *c = (float *)xmalloc(m * n * 4), *c0 = (float *)xmalloc(m * n * 4), *bias = (float *)xmalloc(m * 4);
+            float beta = (float)(t & 1);
+            c16 = (uint16_t *)xmalloc(m * n * 2), bias16 = (uint16_t *)xmalloc(m * 2);
+            for (i = 0; i < m * k; i++) a[i] = mirror_hd_bf16_from_f32(frand(-1.0f, 1.0f));
+            for (i = 0; i < k * n; i++) b[i] = mirror_hd_bf16_from_f32(frand(-1.0f, 1.0f));
+            for (i = 0; i < m; i++) bias16[i] = mirror_hd_bf16_from_f32(frand(-1.0f, 1.0f)), bias[i] = mirror_hd_f32_from_bf16(bias16[i]);
+            for (i = 0; i < m * n; i++) c[i] = c0[i] = beta != 0.0f ? frand(-1.0f, 1.0f) : NAN;
+            if (bias_relu)
+                be->gemm_bias(dev, ta, tb, m, n, k, a, lda, b, ldb, bias16, 1, t & 1, c16, n);
+            else
+                be->gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n, 1);
+            for (i = 0; i < m; i++)
+                for (j = 0; j < n; j++) {
+                    float want = bf16_element(ta, tb, k, a, lda, b, ldb, bias_relu ? 0.0f : beta, c0[i * n + j],
+                                              bias_relu ? &bias[i] : NULL, bias_relu && (t & 1), i, j);
+                    if (bias_relu)
+                        differ += c16[i * n + j] != mirror_hd_bf16_from_f32(want);
+                    else
+                        differ += mirror_hd_bits(c[i * n + j]) != mirror_hd_bits(want);
+                }
+            CHECK(differ == 0, "bf16 %s ta=%d tb=%d m=%zu n=%zu k=%zu beta=%g: %zu elements differ from the pairs' chains",
+                  bias_relu ? "gemm_bias" : "gemm", ta, tb, m, n, k, (double)beta, differ);
+            free(a), free(b), free(c), free(c0), free(bias), free(c16), free(bias16);
+        }
+    be->set_precision(dev, MIRROR_PRECISION_FP32, 0);
+    be->close(dev);
+}
+#else
+static void test_gemm_bf16(void)
+{
+    printf("bf16 gemm: this build has no vdpbf16ps (AVX512_BF16): bf16 operands are widened to fp32\n");
+}
+#endif
 
 // >>im2col and maxpool ----------------------------------------------------------
 
@@ -1391,6 +1493,7 @@ int main(void)
     test_gemm();
     test_gemm_bias();
     test_storage16();
+    test_gemm_bf16();
     test_im2col();
     test_batched_im2col();
     test_maxpool();
