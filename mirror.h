@@ -3743,10 +3743,12 @@ static void mirror__bf16_pack(uint32_t *dst, const uint16_t *x, size_t rs, size_
 /* The register tile over `pairs` pairs of depth: A's MR rows, pair q of
    row i at a + i*ars + q*aqs (16-bit units: packed or in place; rows past
    mr repeat the last), broadcast; B's NR columns packed, a pair each, NV
-   vectors a pair. */
+   vectors a pair. C in fp32 (c), or (c16) bf16 storage rounded once, beta
+   0: what the fp32 C would hold, narrowed. */
 MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, size_t ars, size_t aqs,
-                                               const uint32_t *pb, float *c, size_t crs, size_t ccs, size_t mr,
-                                               size_t nr, float alpha, float beta, const mirror__epilogue *ep)
+                                               const uint32_t *pb, float *c, uint16_t *c16, size_t crs, size_t ccs,
+                                               size_t mr, size_t nr, float alpha, float beta,
+                                               const mirror__epilogue *ep)
 {
     const mirror__vec zero = {0};
     mirror__vec acc[MIRROR__MR][MIRROR__NV];
@@ -3768,6 +3770,13 @@ MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, 
                 acc[i][j] = (mirror__vec)_mm512_dpbf16_ps((__m512)acc[i][j], ai, b[j]);
         }
     }
+    if (c16) {
+        float t[MIRROR__MR][MIRROR__NR];
+        mirror__tile_store(acc, &t[0][0], MIRROR__NR, 1, mr, nr, alpha, 0.0f, ep);
+        for (i = 0; i < mr; i++)
+            for (j = 0; j < nr; j++) c16[i * crs + j * ccs] = mirror_hd_bf16_from_f32(t[i][j]);
+        return;
+    }
     mirror__tile_store(acc, c, crs, ccs, mr, nr, alpha, beta, ep);
 }
 
@@ -3788,18 +3797,19 @@ static size_t mirror__bf16_cost(size_t m, size_t n, size_t acs, size_t bcs)
 }
 
 /* C = alpha op(A) op(B) + beta C (then ep) by strides, as
-   mirror__gemm_strided, on bf16 A and B and an fp32 C; k > 0. Computes
-   C^T = op(B)^T op(A)^T instead where that packs less. */
+   mirror__gemm_strided, on bf16 A and B and an fp32 C (c), or a bf16 C
+   (c16; beta 0 and one block of depth, k <= MIRROR_GEMM_KC); k > 0.
+   Computes C^T = op(B)^T op(A)^T instead where that packs less. */
 static void mirror__gemm_bf16_strided(size_t m, size_t n, size_t k, float alpha, const uint16_t *a, size_t ars,
                                       size_t acs, const uint16_t *b, size_t brs, size_t bcs, float beta, float *c,
-                                      size_t crs, size_t ccs, float *ws, const mirror__epilogue *ep)
+                                      uint16_t *c16, size_t crs, size_t ccs, float *ws, const mirror__epilogue *ep)
 {
     size_t blocks = (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC, kstep = (k + blocks - 1) / blocks, jc, pc, ic, jr, ir;
     uint32_t *pb = (uint32_t *)ws, *pa = pb + (MIRROR_GEMM_NC + MIRROR__NR) * MIRROR__BF16_PAIRS;
     if (mirror__bf16_cost(n, m, brs, ars) < mirror__bf16_cost(m, n, acs, bcs)) {
         mirror__epilogue t; /* the epilogue of C^T */
         if (ep) t = *ep, t.rs = ep->cs, t.cs = ep->rs;
-        mirror__gemm_bf16_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, ccs, crs, ws, ep ? &t : NULL);
+        mirror__gemm_bf16_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, c16, ccs, crs, ws, ep ? &t : NULL);
         return;
     }
     kstep += kstep & 1; /* whole pairs in every block but the last */
@@ -3817,8 +3827,9 @@ static void mirror__gemm_bf16_strided(size_t m, size_t n, size_t k, float alpha,
                         mirror__epilogue at;
                         const uint16_t *ap = in_place ? a + (ic + ir) * ars + pc : (const uint16_t *)(pa + ir * pairs);
                         if (ep && last) at = mirror__epilogue_at(ep, ic + ir, jc + jr);
+                        size_t at_c = (ic + ir) * crs + (jc + jr) * ccs;
                         mirror__tile_bf16(pairs, ap, in_place ? ars : 2, in_place ? 2 : 2 * MIRROR__MR, pb + jr * pairs,
-                                          c + (ic + ir) * crs + (jc + jr) * ccs, crs, ccs,
+                                          c16 ? NULL : c + at_c, c16 ? c16 + at_c : NULL, crs, ccs,
                                           MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), alpha,
                                           pc == 0 ? beta : 1.0f, ep && last ? &at : NULL);
                     }
@@ -3829,11 +3840,11 @@ static void mirror__gemm_bf16_strided(size_t m, size_t n, size_t k, float alpha,
 
 /* The same with op as in mirror__sgemm (ta, tb, leading dimensions). */
 static void mirror__gemm_bf16(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const uint16_t *a, size_t lda,
-                              const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc, float *ws,
-                              const mirror__epilogue *ep)
+                              const uint16_t *b, size_t ldb, float beta, float *c, uint16_t *c16, size_t ldc,
+                              float *ws, const mirror__epilogue *ep)
 {
     mirror__gemm_bf16_strided(m, n, k, alpha, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, beta, c,
-                              ldc, 1, ws, ep);
+                              c16, ldc, 1, ws, ep);
 }
 #endif
 
@@ -4880,14 +4891,23 @@ static void mirror__cpu_gemm(void *dev, int ta, int tb, size_t m, size_t n, size
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
     int dp = mirror__cpu_dpbf16(d, k, alpha);
-    const float *fa = dp ? NULL : mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda);
-    const float *fb = dp ? NULL : mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb);
+    const float *fa, *fb;
+    float *fc;
+#if MIRROR__DPBF16 && !defined(MIRROR_CBLAS)
+    if (dp && !grad && beta == 0.0f && k <= MIRROR_GEMM_KC) { /* C stored as the tiles finish */
+        mirror__gemm_bf16(ta, tb, m, n, k, alpha, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, 0.0f, NULL,
+                          (uint16_t *)c, ldc, d->gemm_ws, NULL);
+        return;
+    }
+#endif
+    fa = dp ? NULL : mirror__cpu_in(d, 0, a, mirror__stored_rows(ta, m, k), ta ? m : k, lda);
+    fb = dp ? NULL : mirror__cpu_in(d, 1, b, mirror__stored_rows(tb, k, n), tb ? k : n, ldb);
     /* C: an fp32 weight gradient (grad) as it is, else 16-bit storage widened */
-    float *fc = grad ? (float *)c : beta == 0.0f ? mirror__cpu_out(d, 2, c) : mirror__cpu_in(d, 2, c, m, n, ldc);
+    fc = grad ? (float *)c : beta == 0.0f ? mirror__cpu_out(d, 2, c) : mirror__cpu_in(d, 2, c, m, n, ldc);
 #if MIRROR__DPBF16 && !defined(MIRROR_CBLAS)
     if (dp)
-        mirror__gemm_bf16(ta, tb, m, n, k, alpha, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, beta, fc, ldc,
-                          d->gemm_ws, NULL);
+        mirror__gemm_bf16(ta, tb, m, n, k, alpha, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, beta, fc, NULL,
+                          ldc, d->gemm_ws, NULL);
     else
 #endif
         mirror__f32_gemm(dev, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc);
@@ -4904,10 +4924,11 @@ static void mirror__cpu_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n,
 #if MIRROR__DPBF16 && !defined(MIRROR_CBLAS)
     if (mirror__cpu_dpbf16(d, k, 1.0f)) {
         mirror__epilogue ep;
+        int whole = k <= MIRROR_GEMM_KC; /* one block of depth: C stored as the tiles finish */
         ep.bias = fbias, ep.rs = per_row ? 1 : 0, ep.cs = per_row ? 0 : 1, ep.relu = relu;
-        mirror__gemm_bf16(ta, tb, m, n, k, 1.0f, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, 0.0f, fc, ldc,
-                          d->gemm_ws, &ep);
-        mirror__cpu_put(d, c, fc, m, n, ldc);
+        mirror__gemm_bf16(ta, tb, m, n, k, 1.0f, (const uint16_t *)a, lda, (const uint16_t *)b, ldb, 0.0f,
+                          whole ? NULL : fc, whole ? (uint16_t *)c : NULL, ldc, d->gemm_ws, &ep);
+        if (!whole) mirror__cpu_put(d, c, fc, m, n, ldc);
         return;
     }
 #endif

@@ -1,8 +1,9 @@
 /* bench_peers.c - mirror's side of bench/peers.py: reads lines
-   "MODEL BATCH REPLICAS [SHARD]" (mlp|cnn, global batch, CPU replicas, and
-   the update's sharding: auto (the default), on or off) on stdin and
-   answers each with the samples/s of one pass of training steps over 2560
-   synthetic digits (Adam, fp32). The first request for a configuration
+   "MODEL BATCH REPLICAS [SHARD [PRECISION]]" (mlp|cnn, global batch, CPU
+   replicas, the update's sharding: auto (the default), on or off, and
+   fp32 (the default), fp16 or bf16) on stdin and answers each with the
+   samples/s of one pass of training steps over 2560 synthetic digits
+   (Adam). The first request for a configuration
    builds its model and runs one untimed pass. The line "scaling" answers
    with the machine's own two-thread scaling: the rate of independent
    vector multiply-adds on two threads over one (2.0 on two cores of their
@@ -100,11 +101,12 @@ int main(void)
         char kind[8];
         size_t batch, replicas;
         mirror_shard_update shard;
+        mirror_precision precision;
         mirror_strategy *s;
         mirror_model *m;
     } slot[SLOTS];
     size_t used = 0, perm[SAMPLES], i;
-    char kind[8], shard_name[8], line[128];
+    char kind[8], shard_name[8], precision_name[8], line[128];
     mirror_dataset ds;
 #ifdef MIRROR_MPI
     int provided;
@@ -116,8 +118,9 @@ int main(void)
         double rate;
         size_t batch, replicas;
         mirror_shard_update shard;
+        mirror_precision precision;
         char devices[32];
-        strcpy(shard_name, "auto");
+        strcpy(shard_name, "auto"), strcpy(precision_name, "fp32");
         if (!strncmp(line, "scaling", 7) || !strncmp(line, "compiler", 8)) {
             if (line[0] == 's')
                 printf("%.3f\n", two_thread_scaling());
@@ -126,12 +129,15 @@ int main(void)
             fflush(stdout);
             continue;
         }
-        if (sscanf(line, "%7s %zu %zu %7s", kind, &batch, &replicas, shard_name) < 3) break;
+        if (sscanf(line, "%7s %zu %zu %7s %7s", kind, &batch, &replicas, shard_name, precision_name) < 3) break;
         shard = !strcmp(shard_name, "on") ? MIRROR_SHARD_ON : !strcmp(shard_name, "off") ? MIRROR_SHARD_OFF
                                                                                        : MIRROR_SHARD_AUTO;
+        precision = !strcmp(precision_name, "bf16")   ? MIRROR_PRECISION_BF16
+                    : !strcmp(precision_name, "fp16") ? MIRROR_PRECISION_FP16
+                                                      : MIRROR_PRECISION_FP32;
         for (i = 0; i < used; i++)
             if (!strcmp(slot[i].kind, kind) && slot[i].batch == batch && slot[i].replicas == replicas &&
-                slot[i].shard == shard)
+                slot[i].shard == shard && slot[i].precision == precision)
                 break;
         if (i == used) {
             mirror_strategy_desc sd = {0};
@@ -139,8 +145,9 @@ int main(void)
             snprintf(devices, sizeof devices, "cpu:%zu", replicas);
             sd.devices = devices;
             strcpy(slot[i].kind, kind), slot[i].batch = batch, slot[i].replicas = replicas, slot[i].shard = shard;
+            slot[i].precision = precision;
             if (mirror_strategy_create(&sd, &slot[i].s, NULL) ||
-                !(slot[i].m = example_bench_model_with(slot[i].s, kind, batch, 0, shard)))
+                !(slot[i].m = example_bench_model_with(slot[i].s, kind, batch, 0, shard, precision)))
                 return 1;
             used++;
             pass(slot[i].m, &ds, perm, batch);

@@ -145,7 +145,7 @@ int main(void)
                 m[bi][cnn][r] = example_bench_model(s[r], cnn ? "cnn" : "mlp", batches[bi]);
                 if (!m[bi][cnn][r]) return 1;
                 if (r == 1 && !(det[bi][cnn] = example_bench_model_with(s[r], cnn ? "cnn" : "mlp", batches[bi], 16,
-                                                                    MIRROR_SHARD_AUTO)))
+                                                                    MIRROR_SHARD_AUTO, MIRROR_PRECISION_FP32)))
                     return 1;
             }
     n = mirror_num_parameters(m[0][1][1]);

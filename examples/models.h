@@ -86,7 +86,7 @@ static int example_model(mirror_model *m, const char *kind, float dropout)
    batches of `batch`, deterministic mode's chunk (0: off) and the update's
    sharding; NULL (with a message on stderr) on failure. */
 static mirror_model *example_bench_model_with(mirror_strategy *s, const char *kind, size_t batch, size_t chunk,
-                                              mirror_shard_update shard)
+                                              mirror_shard_update shard, mirror_precision precision)
 {
     mirror_model_desc d;
     mirror_model *m = NULL;
@@ -98,6 +98,7 @@ static mirror_model *example_bench_model_with(mirror_strategy *s, const char *ki
     d.channels = 1, d.height = 28, d.width = 28;
     d.max_batch = batch;
     d.optimizer.kind = MIRROR_OPT_ADAM;
+    d.precision = precision; /* bf16 or fp16: the loss scaling's defaults */
     if (mirror_model_create(&d, &m, &err)) {
         fprintf(stderr, "%s\n", err.message);
         return NULL;
@@ -112,7 +113,7 @@ static mirror_model *example_bench_model_with(mirror_strategy *s, const char *ki
 
 static inline mirror_model *example_bench_model(mirror_strategy *s, const char *kind, size_t batch)
 {
-    return example_bench_model_with(s, kind, batch, 0, MIRROR_SHARD_AUTO);
+    return example_bench_model_with(s, kind, batch, 0, MIRROR_SHARD_AUTO, MIRROR_PRECISION_FP32);
 }
 
 /* The benchmarks' batch: the n samples of ds at index. */

@@ -1012,9 +1012,9 @@ static void test_storage16(void)
    values of every kind (random bits: subnormals, Inf, NaN); and every
    element of a GEMM, through the CPU backend in bf16 storage, is its chain
    of pairs block by block (the depth cut as the GEMM cuts it), in shapes
-   around the tile, the blocks and an odd depth, transposed or not, with
-   beta 0 and 1 (an fp32 weight gradient), and with gemm_bias's epilogue
-   (a 16-bit C rounded once). */
+   around the tile, the blocks and an odd depth, transposed or not: an fp32
+   weight gradient with beta 0 and 1, a 16-bit C rounded once, and
+   gemm_bias's epilogue. */
 #if MIRROR__DPBF16
 static float bf16_chain(const uint16_t *a, size_t ars, size_t acs, const uint16_t *b, size_t brs, size_t bcs, size_t i,
                         size_t j, size_t p0, size_t end)
@@ -1080,18 +1080,18 @@ static void test_gemm_bf16(void)
             for (i = 0; i < k * n; i++) b[i] = mirror_hd_bf16_from_f32(frand(-1.0f, 1.0f));
             for (i = 0; i < m; i++) bias16[i] = mirror_hd_bf16_from_f32(frand(-1.0f, 1.0f)), bias[i] = mirror_hd_f32_from_bf16(bias16[i]);
             for (i = 0; i < m * n; i++) c[i] = c0[i] = beta != 0.0f ? frand(-1.0f, 1.0f) : NAN;
-            if (bias_relu)
+            if (bias_relu) {
                 be->gemm_bias(dev, ta, tb, m, n, k, a, lda, b, ldb, bias16, 1, t & 1, c16, n);
-            else
+            } else {
                 be->gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n, 1);
+                if (beta == 0.0f) be->gemm(dev, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c16, n, 0); /* 16-bit C */
+            }
             for (i = 0; i < m; i++)
                 for (j = 0; j < n; j++) {
                     float want = bf16_element(ta, tb, k, a, lda, b, ldb, bias_relu ? 0.0f : beta, c0[i * n + j],
                                               bias_relu ? &bias[i] : NULL, bias_relu && (t & 1), i, j);
-                    if (bias_relu)
-                        differ += c16[i * n + j] != mirror_hd_bf16_from_f32(want);
-                    else
-                        differ += mirror_hd_bits(c[i * n + j]) != mirror_hd_bits(want);
+                    if (bias_relu || beta == 0.0f) differ += c16[i * n + j] != mirror_hd_bf16_from_f32(want);
+                    if (!bias_relu) differ += mirror_hd_bits(c[i * n + j]) != mirror_hd_bits(want);
                 }
             CHECK(differ == 0, "bf16 %s ta=%d tb=%d m=%zu n=%zu k=%zu beta=%g: %zu elements differ from the pairs' chains",
                   bias_relu ? "gemm_bias" : "gemm", ta, tb, m, n, k, (double)beta, differ);
