@@ -121,9 +121,10 @@ TESTS   += $(BUILD)/noatomics_test_replicas # the threads as built without atomi
 # under AddressSanitizer; the replicas, whose threads share the slices,
 # under ThreadSanitizer. Graphs emulated (replays of recorded passes):
 # the replica tests, plain and under AddressSanitizer. The optimizers'
-# updates over padded arenas: aligned_test_optim. A CNN's row-wise prefix
-# in groups of one row (or chunk) whatever the shard: the replicas and
-# checkpoints, plain (test_layers compares groups with none in every build).
+# updates over padded arenas: aligned_test_optim. The convolutions that keep
+# their im2col run a CNN's row-wise prefix in groups of one chunk of 4
+# samples, whatever the shard (test_layers compares groups with none in
+# every build).
 ifeq ($(filter $(SAN),thread valgrind),)
   TESTS += $(BUILD)/chunked_test_layers $(BUILD)/chunked_test_replicas # batched convolutions and GEMMs
 endif
@@ -133,7 +134,6 @@ endif
 ifeq ($(SAN),)
   TESTS += $(patsubst %,$(BUILD)/sliced_test_%,replicas checkpoint precision api)
   TESTS += $(BUILD)/keptcols_test_layers $(BUILD)/keptcols_test_replicas
-  TESTS += $(BUILD)/grouped_test_replicas $(BUILD)/grouped_test_checkpoint
   TESTS += $(patsubst %,$(BUILD)/aligned_test_%,api checkpoint layers replicas precision optim)
 endif
 ifeq ($(SAN),address)
@@ -266,10 +266,7 @@ $(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h te
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_GEMM_ROWS_FREE=0 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 $< -o $@ $(LDLIBS_ALL)
-
-$(BUILD)/grouped_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_GROUP_BYTES=1 $< -o $@ $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 -DMIRROR_CPU_GROUP_BYTES=1 $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_PARAM_ALIGN=64 $< -o $@ $(LDLIBS_ALL)

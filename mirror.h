@@ -113,6 +113,15 @@
                               (1; 0 with MIRROR_CBLAS)
       MIRROR_CPU_KEEP_COLS    bytes of im2col a CPU replica keeps from forward
                               for backward (0: backward redoes it)
+      MIRROR_CPU_GROUP_BYTES  bytes of activations and their gradients a
+                              group of samples takes through a CNN's
+                              convolutions, activations and pooling on the
+                              CPU, forward and backward, before the next
+                              group (512 KiB: a core's cache; 0: each layer
+                              takes the whole shard); the same bits either way
+      MIRROR_NO_BF16_DOT      bf16 GEMMs widen their operands to fp32 even
+                              where the CPU has AVX512_BF16 (see MIXED
+                              PRECISION)
       MIRROR_CUDA_KEEP_COLS   the same on a GPU (1 GiB; see mirror_cuda.h)
       MIRROR_CPU_PARAM_ALIGN  floats each parameter tensor is aligned to in
                               a CPU replica's arenas (1; a GPU's: 64)
@@ -479,6 +488,12 @@
       adds the 16-bit columns of its GEMM (as a GPU's col2im of a 16-bit
       buffer does), and a projected residual block adds the 16-bit
       projection to the 16-bit body, as PyTorch's autocast does.
+      On a CPU with AVX512_BF16 (a build for it: -march=native there), bf16
+      GEMMs multiply their 16-bit operands as stored with vdpbf16ps: twice
+      an fp32 vector's multiply-adds. Its products add up in pairs along
+      the depth, the pair's second first, and subnormal values count as
+      zeros (mirror_hd_dot_bf16), so bf16 results there are not the bits of
+      a CPU without it, though they are the same for any replica count.
       Then, with no host wait: one pass checks the reduced gradient,
       unscaled, for Inf and NaN and sets a flag in device memory; one fused
       pass reads the flag and, when the gradient is finite, unscales it,

@@ -125,7 +125,7 @@ int main(void)
             if (line[0] == 's')
                 printf("%.3f\n", two_thread_scaling());
             else
-                printf("%s, %s\n", BENCH_COMPILER, MIRROR__ISA);
+                printf("%s, %s%s\n", BENCH_COMPILER, MIRROR__ISA, MIRROR__DPBF16 ? ", bf16 GEMMs on vdpbf16ps" : "");
             fflush(stdout);
             continue;
         }

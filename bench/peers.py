@@ -5,7 +5,8 @@
 
 Workloads: the MLP 784-256-128-10 and the CNN of examples/models.h at global
 batches 64 and 256, Adam, fp32, random 28x28 inputs. Modes: mirror with 1
-and 2 CPU replicas, from each of its builds (MIRROR_BUILDS: "label=path;..."
+and 2 CPU replicas, from each of its builds (the first in bf16 mixed
+precision too; MIRROR_BUILDS: "label=path;..."
 of build/bench_peers programs; make bench-peers gives the default build,
 the same at -O2, and clang's where clang is installed), PyTorch eager with 2
 threads, PyTorch DDP over gloo with 2 processes of 1 thread, Keras on one
@@ -201,13 +202,14 @@ def main():
     for mode in PEERS:
         workers[mode] = subprocess.Popen([sys.executable, __file__, "--worker", mode], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True)
-    mirrors = [(label, n) for label, _ in builds for n in (1, 2)]
-    modes = [f"mirror {label} {n}" for label, n in mirrors] + list(PEERS)
+    # every build on 1 and 2 replicas in fp32, and the first in bf16 (mixed precision) too
+    mirrors = [(label, n, "fp32") for label, _ in builds for n in (1, 2)] + [(first, n, "bf16") for n in (1, 2)]
+    modes = [f"mirror {label} {n}" + ("" if p == "fp32" else f" {p}") for label, n, p in mirrors] + list(PEERS)
     rates = {(w, m): [] for w in WORKLOADS for m in modes}
     for r in range(ROUNDS):
         for kind, batch in WORKLOADS:
-            for (label, n), mode in zip(mirrors, modes):
-                rates[(kind, batch), mode].append(float(ask(workers[label], f"{kind} {batch} {n}")))
+            for (label, n, p), mode in zip(mirrors, modes):
+                rates[(kind, batch), mode].append(float(ask(workers[label], f"{kind} {batch} {n} auto {p}")))
             for mode in PEERS:
                 rates[(kind, batch), mode].append(float(ask(workers[mode], f"{kind} {batch}")))
         print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
@@ -230,6 +232,16 @@ def main():
         best = max(med[w, m] for m in PEERS)
         print(f"| {w[0].upper()}, {w[1]} | {one:.0f} | {two:.0f} | " + " | ".join(f"{med[w, m]:.0f}" for m in PEERS) +
               f" | {two / best:.2f}x | {two / one / scaling:.2f} |")
+    print(f"\nmirror {first} in bf16 (mixed precision: 16-bit weights, activations and gradients, fp32 master "
+          "weights), samples/s, and over its fp32")
+    print("| model, global batch | 1 rep fp32 | 1 rep bf16 | bf16 / fp32 | 2 rep fp32 | 2 rep bf16 | bf16 / fp32 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for w in WORKLOADS:
+        cells = []
+        for n in (1, 2):
+            a, b = med[w, f"mirror {first} {n}"], med[w, f"mirror {first} {n} bf16"]
+            cells += [f"{a:.0f}", f"{b:.0f}", f"{b / a:.2f}x"]
+        print(f"| {w[0].upper()}, {w[1]} | " + " | ".join(cells) + " |")
     if len(builds) > 1:
         ref = builds[-1][0]
         print(f"\nmirror's builds, samples/s (1 replica, 2 replicas) and 1-replica ratios to {ref}")
