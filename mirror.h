@@ -3719,10 +3719,39 @@ static uint32_t mirror__bf16_pair(const uint16_t *x, size_t rs, size_t cs, size_
     return lo | hi << 16;
 }
 
+/* dst[j*ldd + i] = the 32 bits at src + i*lds + 2j (lds in 16-bit units),
+   i and j below 16: a 16 x 16 transpose, in four rounds of shuffles (pairs
+   of 32, then 64 bits within each 128, then 128-bit quarters twice). */
+static void mirror__transpose16(uint32_t *dst, size_t ldd, const uint16_t *src, size_t lds)
+{
+    __m512i r[16], t[16];
+    size_t k, m;
+    for (k = 0; k < 16; k++) r[k] = _mm512_loadu_si512(src + k * lds);
+    for (k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    }
+    for (k = 0; k < 16; k += 4) { /* r[k + m]: rows k..k+3 of column 4L + m, in each quarter L */
+        r[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        r[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        r[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        r[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (m = 0; m < 4; m++) {
+        __m512i lo0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0x44), lo1 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0x44);
+        __m512i hi0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0xee), hi1 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0xee);
+        _mm512_storeu_si512(dst + m * ldd, _mm512_shuffle_i32x4(lo0, lo1, 0x88));
+        _mm512_storeu_si512(dst + (4 + m) * ldd, _mm512_shuffle_i32x4(lo0, lo1, 0xdd));
+        _mm512_storeu_si512(dst + (8 + m) * ldd, _mm512_shuffle_i32x4(hi0, hi1, 0x88));
+        _mm512_storeu_si512(dst + (12 + m) * ldd, _mm512_shuffle_i32x4(hi0, hi1, 0xdd));
+    }
+}
+
 /* Panels of `width` rows of X (rows from i0, `rows` of them; zeros past),
    depth [p0, end) as pairs: panel t at dst + t * pairs * width. Where a
    row's values are contiguous along the depth (cs 1), a pair is 32 bits of
-   it; where the rows are (rs 1), a pair zips two runs of the panel's rows. */
+   it, and 16 rows by 16 pairs are a transpose; where the rows are (rs 1),
+   a pair zips two runs of the panel's rows. */
 static void mirror__bf16_pack(uint32_t *dst, const uint16_t *x, size_t rs, size_t cs, size_t i0, size_t rows,
                               size_t p0, size_t end, size_t width)
 {
@@ -3741,9 +3770,12 @@ static void mirror__bf16_pack(uint32_t *dst, const uint16_t *x, size_t rs, size_
                 for (; i < width; i++) d[i] = 0u;
             }
         } else if (cs == 1) {
+            size_t vi = w / 16 * 16, vq = whole / 16 * 16; /* rows and pairs that whole transposes take */
+            for (i = 0; i < vi; i += 16)
+                for (q = 0; q < vq; q += 16) mirror__transpose16(dst + q * width + i, width, x0 + i * rs + 2 * q, rs);
             for (i = 0; i < width; i++) {
                 const uint16_t *row = x0 + MIRROR__MIN(i, w - 1) * rs;
-                for (q = 0; q < whole; q++) memcpy(&dst[q * width + i], row + 2 * q, sizeof(uint32_t));
+                for (q = i < vi ? vq : 0; q < whole; q++) memcpy(&dst[q * width + i], row + 2 * q, sizeof(uint32_t));
                 if (whole < pairs) dst[whole * width + i] = row[2 * whole];
                 for (q = 0; i >= w && q < pairs; q++) dst[q * width + i] = 0u;
             }
@@ -3767,6 +3799,7 @@ MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, 
 {
     const mirror__vec zero = {0};
     mirror__vec acc[MIRROR__MR][MIRROR__NV];
+    float t[MIRROR__MR][MIRROR__NR];
     const uint16_t *row[MIRROR__MR];
     size_t i, j, q;
     MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++) {
@@ -3785,14 +3818,11 @@ MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, 
                 acc[i][j] = (mirror__vec)_mm512_dpbf16_ps((__m512)acc[i][j], ai, b[j]);
         }
     }
-    if (c16) {
-        float t[MIRROR__MR][MIRROR__NR];
-        mirror__tile_store(acc, &t[0][0], MIRROR__NR, 1, mr, nr, alpha, 0.0f, ep);
-        for (i = 0; i < mr; i++)
-            for (j = 0; j < nr; j++) c16[i * crs + j * ccs] = mirror_hd_bf16_from_f32(t[i][j]);
-        return;
-    }
-    mirror__tile_store(acc, c, crs, ccs, mr, nr, alpha, beta, ep);
+    /* one store (inlined: one copy), into t first where C is 16-bit */
+    mirror__tile_store(acc, c16 ? &t[0][0] : c, c16 ? MIRROR__NR : crs, c16 ? 1 : ccs, mr, nr, alpha, c16 ? 0.0f : beta,
+                       ep);
+    for (i = 0; c16 && i < mr; i++)
+        for (j = 0; j < nr; j++) c16[i * crs + j * ccs] = mirror_hd_bf16_from_f32(t[i][j]);
 }
 
 /* Pairs of depth a block takes at most, and whether ws (MIRROR__GEMM_WORKSPACE
@@ -3803,12 +3833,13 @@ MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, 
     ((MIRROR_GEMM_NC + MIRROR__NR + MIRROR_GEMM_MC + MIRROR__MR) * MIRROR__BF16_PAIRS <= MIRROR__GEMM_WORKSPACE)
 
 /* What packing an m x n product costs, per unit of depth: B's panels (a
-   zip of two rows where its rows run along n, bcs 1; else a transpose,
-   float by float), and A's where its rows do not run along the depth
-   (acs not 1: a zip), else A is read in place. */
-static size_t mirror__bf16_cost(size_t m, size_t n, size_t acs, size_t bcs)
+   zip of two rows where its rows run along n, bcs 1; else a transpose),
+   and A's where its rows do not run along the depth (acs not 1: a zip),
+   else A is read in place; and where C's rows do not run along n (ccs not
+   1), every tile's stores one by one. */
+static size_t mirror__bf16_cost(size_t m, size_t n, size_t k, size_t acs, size_t bcs, size_t ccs)
 {
-    return (bcs == 1 ? 1 : 4) * n + (acs == 1 ? 0 : m);
+    return ((bcs == 1 ? 1 : 2) * n + (acs == 1 ? 0 : m)) * k + (ccs == 1 ? 0 : 4 * m * n);
 }
 
 /* C = alpha op(A) op(B) + beta C (then ep) by strides, as
@@ -3821,7 +3852,7 @@ static void mirror__gemm_bf16_strided(size_t m, size_t n, size_t k, float alpha,
 {
     size_t blocks = (k + MIRROR_GEMM_KC - 1) / MIRROR_GEMM_KC, kstep = (k + blocks - 1) / blocks, jc, pc, ic, jr, ir;
     uint32_t *pb = (uint32_t *)ws, *pa = pb + (MIRROR_GEMM_NC + MIRROR__NR) * MIRROR__BF16_PAIRS;
-    if (mirror__bf16_cost(n, m, brs, ars) < mirror__bf16_cost(m, n, acs, bcs)) {
+    if (mirror__bf16_cost(n, m, k, brs, ars, crs) < mirror__bf16_cost(m, n, k, acs, bcs, ccs)) {
         mirror__epilogue t; /* the epilogue of C^T */
         if (ep) t = *ep, t.rs = ep->cs, t.cs = ep->rs;
         mirror__gemm_bf16_strided(n, m, k, alpha, b, bcs, brs, a, acs, ars, beta, c, c16, ccs, crs, ws, ep ? &t : NULL);

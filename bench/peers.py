@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-SAMPLES, ROUNDS = 2560, 5
+SAMPLES, ROUNDS = 2560, 7
 WORKLOADS = (("mlp", 64), ("mlp", 256), ("cnn", 64), ("cnn", 256))
 PEERS = ("torch_eager", "torch_ddp", "keras", "tf_mirrored")
 
@@ -196,9 +196,10 @@ def main():
     first = builds[0][0]
     name, flags = cpu()
     print(f"machine: {name}, {os.cpu_count()} CPUs; {flags}")
+    compilers = [ask(workers[label], "compiler") for label, _ in builds]  # each answers once it has started
     print(f"two-thread scaling of vector multiply-adds: {float(ask(workers[first], 'scaling')):.2f}x")
-    for label, _ in builds:
-        print(f"mirror {label}: {ask(workers[label], 'compiler')}")
+    for (label, _), compiler in zip(builds, compilers):
+        print(f"mirror {label}: {compiler}")
     for mode in PEERS:
         workers[mode] = subprocess.Popen([sys.executable, __file__, "--worker", mode], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True)
