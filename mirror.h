@@ -3832,11 +3832,11 @@ MIRROR__NOINLINE static void mirror__tile_bf16(size_t pairs, const uint16_t *a, 
 #define MIRROR__BF16_FITS                                                                                              \
     ((MIRROR_GEMM_NC + MIRROR__NR + MIRROR_GEMM_MC + MIRROR__MR) * MIRROR__BF16_PAIRS <= MIRROR__GEMM_WORKSPACE)
 
-/* What packing an m x n product costs, per unit of depth: B's panels (a
-   zip of two rows where its rows run along n, bcs 1; else a transpose),
-   and A's where its rows do not run along the depth (acs not 1: a zip),
-   else A is read in place; and where C's rows do not run along n (ccs not
-   1), every tile's stores one by one. */
+/* What an m x n x k product costs beyond its multiply-adds: packing B's
+   panels (a zip of two rows where its rows run along n, bcs 1; else a
+   transpose) and A's where its rows do not run along the depth (acs not
+   1: a zip; else A is read in place), and where C's rows do not run along
+   n (ccs not 1), every tile's stores one by one. */
 static size_t mirror__bf16_cost(size_t m, size_t n, size_t k, size_t acs, size_t bcs, size_t ccs)
 {
     return ((bcs == 1 ? 1 : 2) * n + (acs == 1 ? 0 : m)) * k + (ccs == 1 ? 0 : 4 * m * n);
@@ -3872,8 +3872,8 @@ static void mirror__gemm_bf16_strided(size_t m, size_t n, size_t k, float alpha,
                     for (ir = 0; ir < mc; ir += MIRROR__MR) {
                         mirror__epilogue at;
                         const uint16_t *ap = in_place ? a + (ic + ir) * ars + pc : (const uint16_t *)(pa + ir * pairs);
-                        if (ep && last) at = mirror__epilogue_at(ep, ic + ir, jc + jr);
                         size_t at_c = (ic + ir) * crs + (jc + jr) * ccs;
+                        if (ep && last) at = mirror__epilogue_at(ep, ic + ir, jc + jr);
                         mirror__tile_bf16(pairs, ap, in_place ? ars : 2, in_place ? 2 : 2 * MIRROR__MR, pb + jr * pairs,
                                           c16 ? NULL : c + at_c, c16 ? c16 + at_c : NULL, crs, ccs,
                                           MIRROR__MIN(MIRROR__MR, mc - ir), MIRROR__MIN(MIRROR__NR, nc - jr), alpha,
@@ -4332,13 +4332,14 @@ static void mirror__f32_bias_add(void *dev, float *y, const float *bias, size_t 
             for (i = 0; i < inner; i++) y[i] += bias[c];
 }
 
-/* Sum of n floats in 8 fixed lanes: the same order every time (deterministic)
-   yet free for the compiler to vectorise, which a plain running sum is not. */
+/* The 8 lanes of a sum added up, in one fixed order. */
 static float mirror__lanes8(const float *lane)
 {
     return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 
+/* Sum of n floats in 8 fixed lanes: the same order every time (deterministic)
+   yet free for the compiler to vectorise, which a plain running sum is not. */
 static float mirror__sum(const float *x, size_t n)
 {
     float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
