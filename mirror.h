@@ -5336,7 +5336,10 @@ static void mirror__cpu_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, 
                             weight_decay, nesterov);
 }
 
-static void mirror__cpu_adam_mixed(void *dev, float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
+static void mirror__cpu_adam_mixed(void *dev, float *MIRROR__RESTRICT w, float *MIRROR__RESTRICT avg,
+                                   float *MIRROR__RESTRICT avg_sq, uint16_t *MIRROR__RESTRICT w16,
+                                   const uint16_t *MIRROR__RESTRICT g, size_t n, int format,
+                                   const mirror_loss_scale_state *st,
                                    const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
                                    int decoupled)
 {
@@ -5345,9 +5348,8 @@ static void mirror__cpu_adam_mixed(void *dev, float *w, float *avg, float *avg_s
     (void)dev;
     if (st->found_nonfinite) return;
     mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bc1, &bc2_sqrt);
-    for (i = 0; i < n; i++)
-        mirror_hd_adam_mixed(&w[i], &avg[i], &avg_sq[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
-                             weight_decay, decoupled, bc1, bc2_sqrt);
+    MIRROR__EACH(i, n, mirror_hd_adam_mixed(&w[i], &avg[i], &avg_sq[i], &w16[i], g[i], format, inv_scale, lr, beta1,
+                                            beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt));
 }
 
 static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *d)
