@@ -2373,11 +2373,17 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #ifdef MIRROR_MPI
 #include <mpi.h>
 #endif
-/* bf16 GEMMs on vdpbf16ps where the target has AVX512_BF16 (-march=native
-   on such a CPU): see mirror__gemm_bf16. */
-#if defined(__AVX512BF16__) && defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDACC__) && !defined(MIRROR_NO_SIMD) && !defined(MIRROR_NO_BF16_DOT)
+/* AVX-512's shuffles, where the CPU GEMM transposes blocks of 16 x 16
+   (mirror__transpose16), and bf16 GEMMs on vdpbf16ps where the target has
+   AVX512_BF16 too (-march=native on such a CPU): see mirror__gemm_bf16. */
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(MIRROR_NO_SIMD)
 #include <immintrin.h>
+#define MIRROR__AVX512 1
+#else
+#define MIRROR__AVX512 0
+#endif
+#if MIRROR__AVX512 && defined(__AVX512BF16__) && !defined(MIRROR_NO_BF16_DOT)
 #define MIRROR__DPBF16 1
 #else
 #define MIRROR__DPBF16 0
@@ -3409,6 +3415,38 @@ static mirror__vec mirror__vload(const float *p)
 
 static void mirror__vstore(float *p, mirror__vec v) { memcpy(p, &v, sizeof v); }
 
+#if MIRROR__AVX512
+/* A 16 x 16 transpose of 32-bit values (floats, or bf16 pairs): the value
+   at byte i*lds + 4j of src goes to byte j*ldd + 4i of dst, i and j below
+   16. Four rounds of shuffles: pairs of 32 bits, then 64 bits within each
+   128, then 128-bit quarters twice. */
+static void mirror__transpose16(void *dst, size_t ldd, const void *src, size_t lds)
+{
+    __m512i r[16], t[16];
+    size_t k, m;
+    for (k = 0; k < 16; k++) r[k] = _mm512_loadu_si512((const char *)src + k * lds);
+    for (k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    }
+    for (k = 0; k < 16; k += 4) { /* r[k + m]: rows k..k+3 of column 4L + m, in each quarter L */
+        r[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        r[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        r[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        r[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (m = 0; m < 4; m++) {
+        char *d = (char *)dst;
+        __m512i lo0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0x44), lo1 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0x44);
+        __m512i hi0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0xee), hi1 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0xee);
+        _mm512_storeu_si512(d + m * ldd, _mm512_shuffle_i32x4(lo0, lo1, 0x88));
+        _mm512_storeu_si512(d + (4 + m) * ldd, _mm512_shuffle_i32x4(lo0, lo1, 0xdd));
+        _mm512_storeu_si512(d + (8 + m) * ldd, _mm512_shuffle_i32x4(hi0, hi1, 0x88));
+        _mm512_storeu_si512(d + (12 + m) * ldd, _mm512_shuffle_i32x4(hi0, hi1, 0xdd));
+    }
+}
+#endif
+
 /* op(B)[pc.., jc..] as panels of NR columns, pb[panel][p][j], zero past
    n; element (p, j) of op(B) is b[p*rs + j*cs]. */
 static void mirror__pack_b(const float *b, size_t rs, size_t cs, size_t kc, size_t nc, float *pb)
@@ -3427,10 +3465,18 @@ static void mirror__pack_b(const float *b, size_t rs, size_t cs, size_t kc, size
                 for (j = nr; j < MIRROR__NR; j++) dst[j] = 0.0f;
             }
         } else { /* op(B) = B^T: its columns are B's rows, read along */
+            size_t vj = 0, vp = 0;
             if (nr < MIRROR__NR) memset(pb, 0, kc * MIRROR__NR * sizeof(float));
+#if MIRROR__AVX512
+            vj = nr / 16 * 16, vp = kc / 16 * 16; /* whole blocks of 16 x 16, transposed */
+            for (j = 0; j < vj; j += 16)
+                for (p = 0; p < vp; p += 16)
+                    mirror__transpose16(pb + p * MIRROR__NR + j, MIRROR__NR * sizeof(float), b + (j0 + j) * cs + p,
+                                        cs * sizeof(float));
+#endif
             for (j = 0; j < nr; j++) {
                 const float *src = b + (j0 + j) * cs;
-                for (p = 0; p < kc; p++) pb[p * MIRROR__NR + j] = src[p];
+                for (p = j < vj ? vp : 0; p < kc; p++) pb[p * MIRROR__NR + j] = src[p];
             }
         }
     }
@@ -3481,8 +3527,43 @@ static mirror__vec mirror__vfinish(const mirror__epilogue *ep, size_t i, size_t 
 #define MIRROR__VFINISH(ep) (!(ep))
 #endif
 
+#if MIRROR__AVX512
+/* A whole tile's values stored where C's columns are contiguous (crs 1:
+   the transposed product's C^T): 8 rows by 16 columns transposed in three
+   rounds of shuffles (pairs of 32 bits, 64 bits within each 128, then
+   128-bit quarters), column j's 8 values to c + j*ccs. */
+static MIRROR__INLINE void mirror__store_columns(mirror__vec v[MIRROR__MR][MIRROR__NV], float *c, size_t ccs)
+{
+    size_t jv, k, m;
+    for (jv = 0; jv < MIRROR__NV; jv++) {
+        __m512 r[8], t[8];
+        float *c0 = c + jv * MIRROR__VL * ccs;
+        MIRROR__UNROLL for (k = 0; k < 8; k++) memcpy(&r[k], &v[k][jv], sizeof r[k]);
+        MIRROR__UNROLL for (k = 0; k < 8; k += 2) {
+            t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+            t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+        }
+        MIRROR__UNROLL for (k = 0; k < 8; k += 4) { /* r[k + m]: rows k..k+3 of column 4L + m, in each quarter L */
+            r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+            r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xee);
+            r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+            r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xee);
+        }
+        MIRROR__UNROLL for (m = 0; m < 4; m++) { /* columns m and 4 + m, then 8 + m and 12 + m */
+            __m512 lo = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), hi = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xee);
+            lo = _mm512_shuffle_f32x4(lo, lo, 0xd8), hi = _mm512_shuffle_f32x4(hi, hi, 0xd8);
+            _mm256_storeu_ps(c0 + m * ccs, _mm512_castps512_ps256(lo));
+            _mm256_storeu_ps(c0 + (4 + m) * ccs, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)));
+            _mm256_storeu_ps(c0 + (8 + m) * ccs, _mm512_castps512_ps256(hi));
+            _mm256_storeu_ps(c0 + (12 + m) * ccs, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1)));
+        }
+    }
+}
+#endif
+
 /* A tile's last step: C[mr, nr] = beta C + alpha acc, then the epilogue
-   ep; whole tiles along C's rows in vectors, the rest element by element. */
+   ep; whole tiles along C's rows in vectors (with AVX-512, along its
+   columns too where beta is 0), the rest element by element. */
 static MIRROR__INLINE void mirror__tile_store(mirror__vec acc[MIRROR__MR][MIRROR__NV], float *c, size_t crs, size_t ccs,
                                               size_t mr, size_t nr, float alpha, float beta,
                                               const mirror__epilogue *ep)
@@ -3496,6 +3577,16 @@ static MIRROR__INLINE void mirror__tile_store(mirror__vec acc[MIRROR__MR][MIRROR
                 mirror__vec v = beta == 0.0f ? alpha * acc[i][j] : beta * mirror__vload(cij) + alpha * acc[i][j];
                 mirror__vstore(cij, ep ? mirror__vfinish(ep, i, j * MIRROR__VL, v) : v);
             }
+#if MIRROR__AVX512
+    } else if (mr == MIRROR__MR && nr == MIRROR__NR && crs == 1 && beta == 0.0f && MIRROR__VFINISH(ep)) {
+        mirror__vec v[MIRROR__MR][MIRROR__NV];
+        MIRROR__UNROLL for (i = 0; i < MIRROR__MR; i++)
+            MIRROR__UNROLL for (j = 0; j < MIRROR__NV; j++) {
+                v[i][j] = alpha * acc[i][j];
+                if (ep) v[i][j] = mirror__vfinish(ep, i, j * MIRROR__VL, v[i][j]);
+            }
+        mirror__store_columns(v, c, ccs);
+#endif
     } else {
         float t[MIRROR__MR][MIRROR__NR];
         memcpy(t, acc, sizeof t);
@@ -3719,34 +3810,6 @@ static uint32_t mirror__bf16_pair(const uint16_t *x, size_t rs, size_t cs, size_
     return lo | hi << 16;
 }
 
-/* dst[j*ldd + i] = the 32 bits at src + i*lds + 2j (lds in 16-bit units),
-   i and j below 16: a 16 x 16 transpose, in four rounds of shuffles (pairs
-   of 32, then 64 bits within each 128, then 128-bit quarters twice). */
-static void mirror__transpose16(uint32_t *dst, size_t ldd, const uint16_t *src, size_t lds)
-{
-    __m512i r[16], t[16];
-    size_t k, m;
-    for (k = 0; k < 16; k++) r[k] = _mm512_loadu_si512(src + k * lds);
-    for (k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
-    }
-    for (k = 0; k < 16; k += 4) { /* r[k + m]: rows k..k+3 of column 4L + m, in each quarter L */
-        r[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
-        r[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
-        r[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
-        r[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
-    }
-    for (m = 0; m < 4; m++) {
-        __m512i lo0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0x44), lo1 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0x44);
-        __m512i hi0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0xee), hi1 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0xee);
-        _mm512_storeu_si512(dst + m * ldd, _mm512_shuffle_i32x4(lo0, lo1, 0x88));
-        _mm512_storeu_si512(dst + (4 + m) * ldd, _mm512_shuffle_i32x4(lo0, lo1, 0xdd));
-        _mm512_storeu_si512(dst + (8 + m) * ldd, _mm512_shuffle_i32x4(hi0, hi1, 0x88));
-        _mm512_storeu_si512(dst + (12 + m) * ldd, _mm512_shuffle_i32x4(hi0, hi1, 0xdd));
-    }
-}
-
 /* Panels of `width` rows of X (rows from i0, `rows` of them; zeros past),
    depth [p0, end) as pairs: panel t at dst + t * pairs * width. Where a
    row's values are contiguous along the depth (cs 1), a pair is 32 bits of
@@ -3772,7 +3835,8 @@ static void mirror__bf16_pack(uint32_t *dst, const uint16_t *x, size_t rs, size_
         } else if (cs == 1) {
             size_t vi = w / 16 * 16, vq = whole / 16 * 16; /* rows and pairs that whole transposes take */
             for (i = 0; i < vi; i += 16)
-                for (q = 0; q < vq; q += 16) mirror__transpose16(dst + q * width + i, width, x0 + i * rs + 2 * q, rs);
+                for (q = 0; q < vq; q += 16)
+                    mirror__transpose16(dst + q * width + i, width * sizeof *dst, x0 + i * rs + 2 * q, rs * sizeof *x0);
             for (i = 0; i < width; i++) {
                 const uint16_t *row = x0 + MIRROR__MIN(i, w - 1) * rs;
                 for (q = i < vi ? vq : 0; q < whole; q++) memcpy(&dst[q * width + i], row + 2 * q, sizeof(uint32_t));
@@ -3958,6 +4022,10 @@ struct mirror__backend {
     int (*status)(void *dev, mirror_error *err);
     void *(*alloc)(void *dev, size_t bytes); /* zeroed device memory */
     void (*release)(void *dev, void *p);
+    /* Whether the device's memory is the host's (the CPU backend): the
+       shard is then gathered straight into the arenas, with no staging
+       buffers and no upload. */
+    int host_is_device;
     /* Host memory the device copies from and to quickly (pinned on a GPU). */
     void *(*host_alloc)(void *dev, size_t bytes);
     void (*host_release)(void *dev, void *p);
@@ -4300,7 +4368,7 @@ static void mirror__cpu_zero(void *dev, void *p, size_t bytes)
 static void mirror__cpu_copy(void *dev, void *dst, const void *src, size_t bytes)
 {
     (void)dev;
-    if (bytes) memcpy(dst, src, bytes);
+    if (bytes && dst != src) memcpy(dst, src, bytes); /* the same: an input gathered in place */
 }
 
 /* The fp32 loops of the layer ops. */
@@ -5398,6 +5466,7 @@ static const mirror__backend mirror__cpu_backend = {
     .status = mirror__cpu_status,
     .alloc = mirror__cpu_alloc,
     .release = mirror__cpu_release,
+    .host_is_device = 1,
     .host_alloc = mirror__cpu_alloc,
     .host_release = mirror__cpu_release,
     .host_wait = mirror__cpu_nothing,
@@ -9277,7 +9346,7 @@ static int mirror__has_residual(const mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, at = m->layer_bytes, off[14], e = mirror__esize(m);
+    size_t S = m->shard_max, k, at = m->layer_bytes, off[14], e = mirror__esize(m);
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, e);               /* delta[0] */
@@ -9300,6 +9369,8 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
         r->in_x[1] = (float *)(a + off[10]);
         r->in_labels[1] = (int32_t *)(a + off[11]);
         r->in_targets[1] = (float *)(a + off[12]);
+        for (k = 0; k < 2 && m->be->host_is_device; k++) /* gathered in place: the uploads copy nothing */
+            r->host_x[k] = r->in_x[k], r->host_labels[k] = r->in_labels[k], r->host_targets[k] = r->in_targets[k];
         r->input = m->format ? (void *)a : (void *)r->in_x[r->slot];
         r->labels = r->in_labels[r->slot];
         r->targets = r->in_targets[r->slot];
@@ -9342,7 +9413,7 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->tick);
         mirror__graphs_free(m, p);
         m->be->host_release(p->dev, p->host_scaler);
-        for (k = 0; k < 2; k++) {
+        for (k = 0; k < 2 && !m->be->host_is_device; k++) {
             m->be->host_release(p->dev, p->host_x[k]);
             m->be->host_release(p->dev, p->host_labels[k]);
             m->be->host_release(p->dev, p->host_targets[k]);
@@ -9590,7 +9661,7 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) return 0;
     m->stats_bufs[r] = p->stats;
     p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < 2 && !m->be->host_is_device; k++) { /* else the arenas' own (mirror__step_buffers) */
         p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
         p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
         p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
