@@ -1,7 +1,8 @@
 /* bench_peers.c - mirror's side of bench/peers.py: reads lines
-   "MODEL BATCH REPLICAS [SHARD [PRECISION]]" (mlp|cnn, global batch, CPU
-   replicas, the update's sharding: auto (the default), on or off, and
-   fp32 (the default), fp16 or bf16) on stdin and answers each with the
+   "MODEL BATCH REPLICAS [SHARD [PRECISION [EPOCHS]]]" (mlp|cnn, global
+   batch, CPU replicas, the update's sharding: auto (the default), on or
+   off, fp32 (the default), fp16 or bf16, and the times over the samples
+   a pass takes, 1 by default) on stdin and answers each with the
    samples/s of one pass of training steps over 2560 synthetic digits
    (Adam). The first request for a configuration
    builds its model and runs one untimed pass. The line "scaling" answers
@@ -37,15 +38,16 @@
 #endif
 #define SLOTS 16
 
-static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm, size_t batch)
+static double pass(mirror_model *m, const mirror_dataset *ds, const size_t *perm, size_t batch, size_t epochs)
 {
     double t0 = mirror__now();
-    size_t k;
-    for (k = 0; k < SAMPLES / batch; k++) {
-        mirror_batch b = example_bench_batch(ds, perm + k * batch, batch);
-        if (mirror_train_step(m, &b, NULL)) return -1.0;
-    }
-    return (double)SAMPLES / (mirror__now() - t0);
+    size_t e, k;
+    for (e = 0; e < epochs; e++)
+        for (k = 0; k < SAMPLES / batch; k++) {
+            mirror_batch b = example_bench_batch(ds, perm + k * batch, batch);
+            if (mirror_train_step(m, &b, NULL)) return -1.0;
+        }
+    return (double)(epochs * SAMPLES) / (mirror__now() - t0);
 }
 
 /* A thread's share of the chains: its seconds into *seconds. */
@@ -116,7 +118,7 @@ int main(void)
     mirror_permutation(perm, SAMPLES, 1, 0);
     while (next_request(line, (int)sizeof line)) {
         double rate;
-        size_t batch, replicas;
+        size_t batch, replicas, epochs = 1;
         mirror_shard_update shard;
         mirror_precision precision;
         char devices[32];
@@ -129,7 +131,9 @@ int main(void)
             fflush(stdout);
             continue;
         }
-        if (sscanf(line, "%7s %zu %zu %7s %7s", kind, &batch, &replicas, shard_name, precision_name) < 3) break;
+        if (sscanf(line, "%7s %zu %zu %7s %7s %zu", kind, &batch, &replicas, shard_name, precision_name, &epochs) < 3 ||
+            !epochs)
+            break;
         shard = !strcmp(shard_name, "on") ? MIRROR_SHARD_ON : !strcmp(shard_name, "off") ? MIRROR_SHARD_OFF
                                                                                        : MIRROR_SHARD_AUTO;
         precision = !strcmp(precision_name, "bf16")   ? MIRROR_PRECISION_BF16
@@ -150,9 +154,9 @@ int main(void)
                 !(slot[i].m = example_bench_model_with(slot[i].s, kind, batch, 0, shard, precision)))
                 return 1;
             used++;
-            pass(slot[i].m, &ds, perm, batch);
+            pass(slot[i].m, &ds, perm, batch, epochs);
         }
-        rate = pass(slot[i].m, &ds, perm, batch);
+        rate = pass(slot[i].m, &ds, perm, batch, epochs);
         if (mirror_strategy_process(slot[i].s).rank == 0) printf("%.1f\n", rate);
         fflush(stdout);
     }

@@ -9,7 +9,7 @@ fp32, as in bench/peers.py. Modes: mirror with 2 processes of 1 replica
 or (sharded) its half alone; mirror with 1 process of 2 replicas
 (build/bench_peers); and PyTorch DDP over gloo with 2 processes of 1 thread
 (peers.py's worker). Each mode is one long-lived worker that times one pass
-of 2560 samples when asked (both MPI modes are one worker); the driver asks
+when asked, as long as peers.py's (both MPI modes are one worker); the driver asks
 every mode in turn, round after round (the two MPI modes back to back, in
 turn first), and prints the median samples/s of each, and the median of
 the rounds' ratios of the two MPI modes.
@@ -18,6 +18,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+from peers import EPOCHS, SAMPLES
 
 ROUNDS = 9
 WORKLOADS = (("mlp", 64), ("mlp", 256), ("cnn", 64), ("cnn", 256))
@@ -33,9 +35,9 @@ def main():
     pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     mpi = subprocess.Popen([mpirun, "--oversubscribe", "-np", "2", f"{build}/bench_peers_mpi"], env=env, **pipes)
     workers = {
-        MODES[0]: (mpi, " 1 auto"),
-        MODES[1]: (mpi, " 1 on"),
-        MODES[2]: (subprocess.Popen([f"{build}/bench_peers"], **pipes), " 2"),
+        MODES[0]: (mpi, " 1 auto fp32"),
+        MODES[1]: (mpi, " 1 on fp32"),
+        MODES[2]: (subprocess.Popen([f"{build}/bench_peers"], **pipes), " 2 auto fp32"),
         MODES[3]: (subprocess.Popen([sys.executable, os.path.join(here, "peers.py"), "--worker", "torch_ddp"],
                                     **pipes), ""),
     }
@@ -45,7 +47,7 @@ def main():
             # the two MPI modes side by side, in turn first and second
             for mode in (MODES[r % 2], MODES[1 - r % 2]) + MODES[2:]:
                 proc, suffix = workers[mode]
-                proc.stdin.write(f"{kind} {batch}{suffix}\n")
+                proc.stdin.write(f"{kind} {batch}{suffix} {EPOCHS[kind]}\n")
                 proc.stdin.flush()
                 rates[(kind, batch), mode].append(float(proc.stdout.readline()))
         print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
@@ -53,7 +55,9 @@ def main():
         proc.stdin.close()
         proc.wait()
     import torch
-    print(f"samples/s, median of {ROUNDS} interleaved passes of 2560 samples; Adam, fp32; torch {torch.__version__}")
+    passes = ", ".join(f"{kind.upper()} {EPOCHS[kind] * SAMPLES}" for kind in EPOCHS)
+    print(f"samples/s, median of {ROUNDS} interleaved passes (samples a pass: {passes}); Adam, fp32; "
+          f"torch {torch.__version__}")
     print("| model, global batch | " + " | ".join(MODES) +
           " | sharded / not | 2 processes / 1 process (not, sharded) | 2 processes sharded / DDP |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
