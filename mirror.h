@@ -4540,58 +4540,69 @@ static void mirror__same_tap_of(mirror__same_tap *t, size_t pad, size_t h, size_
         }
 }
 
-/* im2col of a same convolution on the flat path, tap by tap (each tap's
-   edge found once). */
-static void mirror__im2col_same(float *col, const float *x, size_t n, size_t c, size_t h, size_t w, size_t k,
-                                size_t pad)
+/* One value of e bytes (a float, or a 16-bit value) from src to dst: a
+   copy of a constant size, which compilers make one move. */
+static void mirror__move_at(unsigned char *dst, const unsigned char *src, size_t e)
 {
-    size_t ch, ki, kj, s, e, hw = h * w;
+    if (e == sizeof(float))
+        memcpy(dst, src, sizeof(float));
+    else
+        memcpy(dst, src, sizeof(uint16_t));
+}
+
+/* im2col of a same convolution on the flat path, tap by tap (each tap's
+   edge found once); values of e bytes. */
+static void mirror__im2col_same(unsigned char *col, const unsigned char *x, size_t e, size_t n, size_t c, size_t h,
+                                size_t w, size_t k, size_t pad)
+{
+    static const unsigned char zero[sizeof(float)] = {0};
+    size_t ch, ki, kj, s, i, hw = h * w;
     mirror__same_tap t;
     for (ki = 0; ki < k; ki++)
         for (kj = 0; kj < k; kj++) {
             mirror__same_tap_of(&t, pad, h, w, ki, kj);
             for (ch = 0; ch < c; ch++)
                 for (s = 0; s < n; s++) {
-                    const float *plane = x + (s * c + ch) * hw;
-                    float *row = col + (((ch * k + ki) * k + kj) * n + s) * hw;
-                    memset(row, 0, t.t0 * sizeof(float));
+                    const unsigned char *plane = x + (s * c + ch) * hw * e;
+                    unsigned char *row = col + (((ch * k + ki) * k + kj) * n + s) * hw * e;
+                    memset(row, 0, t.t0 * e);
                     if (t.t1 > t.t0)
-                        memcpy(row + t.t0, plane + ((long)t.t0 + t.shift), (t.t1 - t.t0) * sizeof(float));
-                    memset(row + t.t1, 0, (hw - t.t1) * sizeof(float));
-                    for (e = 0; e < t.n; e++) row[t.edge[e]] = 0.0f;
+                        memcpy(row + t.t0 * e, plane + (size_t)((long)t.t0 + t.shift) * e, (t.t1 - t.t0) * e);
+                    memset(row + t.t1 * e, 0, (hw - t.t1) * e);
+                    for (i = 0; i < t.n; i++) mirror__move_at(row + t.edge[i] * e, zero, e);
                 }
         }
 }
 
 /* col[(ch*k + ki)*k + kj][(s*ho + oy)*wo + ox] = x[s][ch][oy*st + ki - p][ox*st + kj - p],
-   0 outside. */
-static void mirror__f32_im2col(void *dev, float *col, const float *x, size_t n, size_t c, size_t h,
-                               size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
+   0 outside, for values of e bytes: it moves them and computes nothing, so
+   that 16-bit storage is read and written as it is. */
+static void mirror__im2col(unsigned char *col, const unsigned char *x, size_t e, size_t n, size_t c, size_t h,
+                           size_t w, size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
     size_t ch, ki, kj, s, oy, ox, lo, hi;
-    (void)dev;
     if (mirror__same_flat(k, stride, pad, h, w)) {
-        mirror__im2col_same(col, x, n, c, h, w, k, pad);
+        mirror__im2col_same(col, x, e, n, c, h, w, k, pad);
         return;
     }
     for (ch = 0; ch < c; ch++)
         for (ki = 0; ki < k; ki++)
             for (kj = 0; kj < k; kj++)
                 for (s = 0, mirror__inside(kj, stride, pad, w, wo, &lo, &hi); s < n; s++)
-                for (oy = 0; oy < ho; oy++, col += wo) {
+                for (oy = 0; oy < ho; oy++, col += wo * e) {
                     long iy = mirror__tap(oy, ki, stride, pad, h);
-                    const float *row;
+                    const unsigned char *row;
                     if (iy < 0) {
-                        memset(col, 0, wo * sizeof(float));
+                        memset(col, 0, wo * e);
                         continue;
                     }
-                    row = x + ((s * c + ch) * h + (size_t)iy) * w; /* ox reads row[ox*st + kj - p] */
-                    for (ox = 0; ox < lo; ox++) col[ox] = 0.0f;
+                    row = x + ((s * c + ch) * h + (size_t)iy) * w * e; /* ox reads row[ox*st + kj - p] */
+                    memset(col, 0, lo * e);
                     if (stride == 1 && hi > lo)
-                        memcpy(col + lo, row + (lo + kj - pad), (hi - lo) * sizeof(float));
+                        memcpy(col + lo * e, row + (lo + kj - pad) * e, (hi - lo) * e);
                     else
-                        for (ox = lo; ox < hi; ox++) col[ox] = row[ox * stride + kj - pad];
-                    for (ox = hi; ox < wo; ox++) col[ox] = 0.0f;
+                        for (ox = lo; ox < hi; ox++) mirror__move_at(col + ox * e, row + (ox * stride + kj - pad) * e, e);
+                    memset(col + hi * e, 0, (wo - hi) * e);
                 }
 }
 
@@ -5100,13 +5111,12 @@ static void mirror__cpu_act_backward(void *dev, int kind, void *dd, const void *
     mirror__cpu_put1(d, dd, fd, n);
 }
 
+/* Moves values: 16-bit ones as they are. */
 static void mirror__cpu_im2col(void *dev, void *col, const void *x, size_t n, size_t c, size_t h, size_t w, size_t k,
                                size_t stride, size_t pad, size_t ho, size_t wo)
 {
-    mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
-    float *fcol = mirror__cpu_out(d, 0, col);
-    mirror__f32_im2col(dev, fcol, mirror__cpu_in1(d, 1, x, n * c * h * w), n, c, h, w, k, stride, pad, ho, wo);
-    mirror__cpu_put1(d, col, fcol, c * k * k * n * ho * wo);
+    size_t e = dev && ((mirror__cpu_dev *)dev)->format ? sizeof(uint16_t) : sizeof(float);
+    mirror__im2col((unsigned char *)col, (const unsigned char *)x, e, n, c, h, w, k, stride, pad, ho, wo);
 }
 
 static void mirror__cpu_col2im(void *dev, void *x, const void *col, size_t n, size_t c, size_t h, size_t w, size_t k,

@@ -985,6 +985,13 @@ static void test_storage16(void)
         CHECK(holds(out, want, nx, f), "%s relu_forward", mirror_precision_name(f));
         be->im2col(d32, want, x, ns, c, h, w, k, 1, 1, h, w), be->im2col(d16, out, x16, ns, c, h, w, k, 1, 1, h, w);
         CHECK(holds(out, want, ncol, f), "%s im2col", mirror_precision_name(f));
+        /* the general path, which moves the 16-bit values too: stride 2 and
+           pad 1 (3 x 3 outputs), then k 2 without padding (5 x 4) */
+        be->im2col(d32, want, x, ns, c, h, w, k, 2, 1, 3, 3), be->im2col(d16, out, x16, ns, c, h, w, k, 2, 1, 3, 3);
+        CHECK(holds(out, want, c * k * k * ns * 3 * 3, f), "%s im2col, stride 2", mirror_precision_name(f));
+        be->im2col(d32, want, x, ns, c, h, w, 2, 1, 0, 5, 4), be->im2col(d16, out, x16, ns, c, h, w, 2, 1, 0, 5, 4);
+        CHECK(holds(out, want, c * 2 * 2 * ns * 5 * 4, f), "%s im2col, k 2", mirror_precision_name(f));
+        be->im2col(d32, want, x, ns, c, h, w, k, 1, 1, h, w), be->im2col(d16, out, x16, ns, c, h, w, k, 1, 1, h, w);
         col16 = out, out = (uint16_t *)xmalloc(ncol * 2), col = widened(col16, ncol, f);
         be->col2im(d32, want, col, ns, c, h, w, k, 1, 1, h, w), be->col2im(d16, out, col16, ns, c, h, w, k, 1, 1, h, w);
         CHECK(holds(out, want, nx, f), "%s col2im: the sums in fp32, rounded once", mirror_precision_name(f));
