@@ -5147,14 +5147,34 @@ static void mirror__cpu_maxpool_forward(void *dev, void *y, int32_t *arg, const 
     mirror__cpu_put1(d, y, fy, planes * ho * wo);
 }
 
+/* mirror__f32_maxpool_relu_backward into 16-bit dx (format f): each term narrowed, then scattered
+   as it is; the zeros need no rounding. The bits of the fp32 pass narrowed
+   whole, for a quarter of its conversions. */
+static void mirror__maxpool_relu_backward16(uint16_t *dx, const int32_t *arg, const float *dy, const float *y,
+                                            size_t planes, size_t h, size_t w, size_t ho, size_t wo, int f)
+{
+    float g[256];
+    uint16_t g16[256];
+    size_t p, i, at, n;
+    memset(dx, 0, planes * h * w * sizeof(uint16_t));
+    for (p = 0; p < planes; p++, dx += h * w)
+        for (at = 0; at < ho * wo; at += n, arg += n, dy += n, y += n) {
+            n = MIRROR__MIN(ho * wo - at, sizeof g / sizeof *g);
+            MIRROR__EACH(i, n, g[i] = mirror_hd_relu_grad(y[i], 0.0f + dy[i]));
+            mirror__narrow_run(g16, g, n, f);
+            for (i = 0; i < n; i++) dx[arg[i]] = g16[i];
+        }
+}
+
 static void mirror__cpu_maxpool_relu_backward(void *dev, void *dx, const int32_t *arg, const void *dy, const void *y,
                                               size_t planes, size_t h, size_t w, size_t ho, size_t wo)
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
-    float *fdx = mirror__cpu_out(d, 0, dx);
-    mirror__f32_maxpool_relu_backward(dev, fdx, arg, mirror__cpu_in1(d, 1, dy, planes * ho * wo),
-                                      mirror__cpu_in1(d, 2, y, planes * ho * wo), planes, h, w, ho, wo);
-    mirror__cpu_put1(d, dx, fdx, planes * h * w);
+    const float *fdy = mirror__cpu_in1(d, 1, dy, planes * ho * wo), *fy = mirror__cpu_in1(d, 2, y, planes * ho * wo);
+    if (d && d->format)
+        mirror__maxpool_relu_backward16((uint16_t *)dx, arg, fdy, fy, planes, h, w, ho, wo, d->format);
+    else
+        mirror__f32_maxpool_relu_backward(dev, (float *)dx, arg, fdy, fy, planes, h, w, ho, wo);
 }
 
 static void mirror__cpu_maxpool_backward(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes,

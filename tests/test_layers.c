@@ -1001,6 +1001,10 @@ static void test_storage16(void)
         be->maxpool_backward(d32, want, arg, x, ns * c, h, w, 2, 2, 3, 2);
         be->maxpool_backward(d16, out, arg, x16, ns * c, h, w, 2, 2, 3, 2);
         CHECK(holds(out, want, nx, f), "%s maxpool_backward", mirror_precision_name(f));
+        /* with the relu's gradient (x's values as dy, and from the 8th on as y: some negative) */
+        be->maxpool_relu_backward(d32, want, arg, x, x + 7, ns * c, h, w, 3, 2);
+        be->maxpool_relu_backward(d16, out, arg, x16, x16 + 7, ns * c, h, w, 3, 2);
+        CHECK(holds(out, want, nx, f), "%s maxpool_relu_backward", mirror_precision_name(f));
         be->permute(d32, want, x, ns, c, hw), be->permute(d16, out, x16, ns, c, hw);
         CHECK(holds(out, want, nx, f), "%s permute: 16-bit values moved", mirror_precision_name(f));
         be->softmax_ce(d32, want, loss, ok, a, labels, m, n, 0.25f, NULL);
