@@ -4692,7 +4692,50 @@ static void mirror__maxpool_row(float *MIRROR__RESTRICT y, int32_t *MIRROR__REST
     }
 }
 
-#if MIRROR__VL > 1
+#if MIRROR__AVX512
+/* mirror_hd_max_tap for 16 windows at once, lane by lane. */
+static MIRROR__INLINE void mirror__max_tap16(__m512 v, int32_t o, __m512 *top, __m512i *at)
+{
+    __mmask16 larger = _mm512_cmp_ps_mask(v, *top, _CMP_GT_OQ); /* v > top: false where either is NaN */
+    *top = _mm512_mask_mov_ps(*top, larger, v);
+    *at = _mm512_mask_mov_epi32(*at, larger, _mm512_set1_epi32(o));
+}
+
+/* Max pooling of 2x2 windows at stride 2 with AVX-512, the common case: up
+   to 16 windows of a pair of rows at a time. Each row's 32 values split
+   into its even and odd columns (a permute of two vectors each), so that
+   lane l holds the four values of window l, taken in mirror_hd_max_tap's
+   order; loads and stores past the row's last window are masked off.
+   Returns whether a window held a NaN (mirror__maxpool_nan's to take). */
+static int mirror__maxpool_2x2(float *y, int32_t *arg, const float *x, size_t planes, size_t h, size_t w, size_t ho,
+                               size_t wo)
+{
+    __mmask16 nan = 0;
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    size_t p, oy, ox;
+    for (p = 0; p < planes; p++, x += h * w)
+        for (oy = 0; oy < ho; oy++, y += wo, arg += wo)
+            for (ox = 0; ox < wo; ox += 16) {
+                size_t n = MIRROR__MIN(16, wo - ox); /* windows: 2n values of each row */
+                __mmask16 out = (__mmask16)((1u << n) - 1u), lo = (__mmask16)((1u << MIRROR__MIN(2 * n, 16)) - 1u);
+                __mmask16 hi = (__mmask16)((1u << (2 * n - MIRROR__MIN(2 * n, 16))) - 1u);
+                const float *r0 = x + 2 * oy * w + 2 * ox, *r1 = r0 + w;
+                __m512 a0 = _mm512_maskz_loadu_ps(lo, r0), a1 = _mm512_maskz_loadu_ps(hi, r0 + 16);
+                __m512 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
+                nan |= _mm512_cmp_ps_mask(a0, a1, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b0, b1, _CMP_UNORD_Q);
+                __m512 top = _mm512_permutex2var_ps(a0, even, a1);
+                __m512i at = _mm512_setzero_si512();
+                mirror__max_tap16(_mm512_permutex2var_ps(a0, odd, a1), 1, &top, &at);
+                mirror__max_tap16(_mm512_permutex2var_ps(b0, even, b1), (int32_t)w, &top, &at);
+                mirror__max_tap16(_mm512_permutex2var_ps(b0, odd, b1), (int32_t)w + 1, &top, &at);
+                _mm512_mask_storeu_ps(y + ox, out, top);
+                at = _mm512_add_epi32(at, _mm512_add_epi32(_mm512_set1_epi32((int32_t)(2 * oy * w + 2 * ox)), even));
+                _mm512_mask_storeu_epi32(arg + ox, out, at);
+            }
+    return nan != 0;
+}
+#elif MIRROR__VL > 1
 /* mirror_hd_max_tap for VL windows at once, lane by lane: the select is
    made of masks, so that no compiler can turn it into a branch. */
 static void mirror__vmax_tap(mirror__vec v, int32_t o, mirror__vec *top, mirror__ivec *at)
@@ -4770,8 +4813,13 @@ static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const
     float *y0 = y;
     int32_t *arg0 = arg;
     const float *x0 = x;
+    int nan = -1; /* whether a window holds a NaN; -1: not known */
     (void)dev;
-#if MIRROR__VL > 1
+#if MIRROR__AVX512
+    if (k == 2 && stride == 2)
+        nan = mirror__maxpool_2x2(y, arg, x, planes, h, w, ho, wo);
+    else
+#elif MIRROR__VL > 1
     if (k == 2 && stride == 2 && 2 * w <= MIRROR__POOL_BAND)
         mirror__maxpool_2x2(y, arg, x, planes, h, w, ho, wo);
     else
@@ -4779,7 +4827,8 @@ static void mirror__f32_maxpool_forward(void *dev, float *y, int32_t *arg, const
         for (p = 0; p < planes; p++, x += h * w)
             for (oy = 0; oy < ho; oy++, y += wo, arg += wo)
                 mirror__maxpool_row(y, arg, x, oy * stride * w, w, k, stride, wo);
-    if (mirror__any_nan(x0, planes * h * w)) mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
+    if (nan < 0 ? mirror__any_nan(x0, planes * h * w) : nan)
+        mirror__maxpool_nan(y0, arg0, x0, planes, h, w, k, stride, ho, wo);
 }
 
 /* Each pixel takes one window's term at most: 0 + dy where it is the

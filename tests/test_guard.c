@@ -84,6 +84,18 @@ static void test_layers_keep_nan(void)
           (double)y[1], (int)arg[1]);
     mirror__cpu_backend.maxpool_forward(NULL, y, arg, x + 2, 1, 2, 2, 2, 2, 1, 1);
     CHECK(y[0] == 3.0f && arg[0] == 0, "maxpool without a NaN: the maximum (%g at %d)", (double)y[0], (int)arg[0]);
+    { /* a plane of 2 x 41: 20 windows, more than a vector's; a NaN in window 18's second row, one in the last
+         column, which no window reads */
+        float wide[82], wy[20];
+        int32_t warg[20];
+        size_t i, wrong = 0;
+        for (i = 0; i < 82; i++) wide[i] = (float)(i % 41);
+        wide[41 + 37] = NAN, wide[40] = NAN;
+        mirror__cpu_backend.maxpool_forward(NULL, wy, warg, wide, 1, 2, 41, 2, 2, 1, 20);
+        for (i = 0; i < 20; i++)
+            wrong += i == 18 ? !isnan(wy[i]) || warg[i] != 41 + 37 : wy[i] != (float)(2 * i + 1) || warg[i] != (int32_t)(2 * i + 1);
+        CHECK(wrong == 0, "maxpool of 20 windows in a row: NaN only in the window that holds one (%zu wrong)", wrong);
+    }
     CHECK(isnan(mirror_hd_mse_row(&x[1], &x[0], 1, 1.0f, &out, 0)) && isnan(out), "MSE of a NaN: NaN loss and gradient");
     {
         const float z[2] = {3e19f, 0.0f}, t[2] = {-3e19f, 0.0f};
