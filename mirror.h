@@ -3837,11 +3837,16 @@ static void mirror__bf16_pack(uint32_t *dst, const uint16_t *x, size_t rs, size_
             for (i = 0; i < vi; i += 16)
                 for (q = 0; q < vq; q += 16)
                     mirror__transpose16(dst + q * width + i, width * sizeof *dst, x0 + i * rs + 2 * q, rs * sizeof *x0);
-            for (i = 0; i < width; i++) {
-                const uint16_t *row = x0 + MIRROR__MIN(i, w - 1) * rs;
-                for (q = i < vi ? vq : 0; q < whole; q++) memcpy(&dst[q * width + i], row + 2 * q, sizeof(uint32_t));
-                if (whole < pairs) dst[whole * width + i] = row[2 * whole];
-                for (q = 0; i >= w && q < pairs; q++) dst[q * width + i] = 0u;
+            for (q = 0; q < pairs; q++) { /* the rest pair by pair, in the order dst is laid out */
+                uint32_t *d = dst + q * width;
+                for (i = q < vq ? vi : 0; i < w; i++) {
+                    const uint16_t *row = x0 + i * rs + 2 * q;
+                    if (q < whole)
+                        memcpy(&d[i], row, sizeof(uint32_t));
+                    else
+                        d[i] = row[0];
+                }
+                memset(d + i, 0, (width - i) * sizeof *d);
             }
         } else {
             for (q = 0; q < pairs; q++)
