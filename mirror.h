@@ -4606,7 +4606,8 @@ static void mirror__im2col(unsigned char *col, const unsigned char *x, size_t e,
                     if (stride == 1 && hi > lo)
                         memcpy(col + lo * e, row + (lo + kj - pad) * e, (hi - lo) * e);
                     else
-                        for (ox = lo; ox < hi; ox++) mirror__move_at(col + ox * e, row + (ox * stride + kj - pad) * e, e);
+                        for (ox = lo; ox < hi; ox++)
+                            mirror__move_at(col + ox * e, row + (ox * stride + kj - pad) * e, e);
                     memset(col + hi * e, 0, (wo - hi) * e);
                 }
 }
@@ -4728,9 +4729,9 @@ static int mirror__maxpool_2x2(float *y, int32_t *arg, const float *x, size_t pl
                 const float *r0 = x + 2 * oy * w + 2 * ox, *r1 = r0 + w;
                 __m512 a0 = _mm512_maskz_loadu_ps(lo, r0), a1 = _mm512_maskz_loadu_ps(hi, r0 + 16);
                 __m512 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
-                nan |= _mm512_cmp_ps_mask(a0, a1, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b0, b1, _CMP_UNORD_Q);
                 __m512 top = _mm512_permutex2var_ps(a0, even, a1);
                 __m512i at = _mm512_setzero_si512();
+                nan |= _mm512_cmp_ps_mask(a0, a1, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b0, b1, _CMP_UNORD_Q);
                 mirror__max_tap16(_mm512_permutex2var_ps(a0, odd, a1), 1, &top, &at);
                 mirror__max_tap16(_mm512_permutex2var_ps(b0, even, b1), (int32_t)w, &top, &at);
                 mirror__max_tap16(_mm512_permutex2var_ps(b0, odd, b1), (int32_t)w + 1, &top, &at);
@@ -5201,9 +5202,9 @@ static void mirror__cpu_maxpool_forward(void *dev, void *y, int32_t *arg, const 
     mirror__cpu_put1(d, y, fy, planes * ho * wo);
 }
 
-/* mirror__f32_maxpool_relu_backward into 16-bit dx (format f): each term narrowed, then scattered
-   as it is; the zeros need no rounding. The bits of the fp32 pass narrowed
-   whole, for a quarter of its conversions. */
+/* mirror__f32_maxpool_relu_backward into 16-bit dx (format f): each term
+   narrowed, then scattered as it is; the zeros need no rounding. The bits
+   of the fp32 pass narrowed whole, for a quarter of its conversions. */
 static void mirror__maxpool_relu_backward16(uint16_t *dx, const int32_t *arg, const float *dy, const float *y,
                                             size_t planes, size_t h, size_t w, size_t ho, size_t wo, int f)
 {

@@ -93,7 +93,8 @@ static void test_layers_keep_nan(void)
         wide[41 + 37] = NAN, wide[40] = NAN;
         mirror__cpu_backend.maxpool_forward(NULL, wy, warg, wide, 1, 2, 41, 2, 2, 1, 20);
         for (i = 0; i < 20; i++)
-            wrong += i == 18 ? !isnan(wy[i]) || warg[i] != 41 + 37 : wy[i] != (float)(2 * i + 1) || warg[i] != (int32_t)(2 * i + 1);
+            wrong += i == 18 ? !isnan(wy[i]) || warg[i] != 41 + 37
+                             : wy[i] != (float)(2 * i + 1) || warg[i] != (int32_t)(2 * i + 1);
         CHECK(wrong == 0, "maxpool of 20 windows in a row: NaN only in the window that holds one (%zu wrong)", wrong);
     }
     CHECK(isnan(mirror_hd_mse_row(&x[1], &x[0], 1, 1.0f, &out, 0)) && isnan(out), "MSE of a NaN: NaN loss and gradient");
