@@ -647,7 +647,7 @@
       mirror_cuda.h follows the same plan for the GPU: its kernels call the
       shared math; its backend and reducer tables are the CPU's in kind.
 
-   REVISION HISTORY
+   REVISION HISTORY (the newest entry's number is MIRROR_VERSION)
 
       0.5  several processes over MPI (MIRROR_MPI); learning-rate schedules,
            gradient clipping and accumulation; tanh, sigmoid, GELU, average
@@ -674,6 +674,10 @@
 #include <stdio.h>
 
 // >>declarations ============================================================
+
+/* The newest entry of the REVISION HISTORY; make install writes it into
+   mirror.pc (pkg-config --modversion mirror). */
+#define MIRROR_VERSION "0.5"
 
 #ifndef MIRROR_API
 #ifdef MIRROR_STATIC
@@ -1580,6 +1584,22 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
    the model partly loaded.) */
 MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                       mirror_checkpoint_info *info);
+/* Weights from another program: the parameters and BatchNorm's running
+   statistics of m from any safetensors file whose tensors carry the names
+   of mirror's checkpoints (layers.<i>.weight, .bias, .running_mean,
+   .running_var) or the names nn.Sequential's state_dict gives the same
+   layers (<i>.weight, ...), in the model's shapes: a state_dict saved with
+   safetensors.torch.save_file from the module that tools/mirror_model.py
+   builds, a hand-written equivalent, or a mirror checkpoint that another
+   tool rewrote (its checksums are not read). F32, F16, BF16 and F64
+   tensors convert to float; optimizer.* and *.num_batches_tracked are
+   passed over. Every tensor missing, of another shape or dtype, holding a
+   non-finite value, or with no place in the model is named in one error
+   (MIRROR_ERR_SHAPE), with both shapes where they differ, and m is left as
+   it was. On success the run starts afresh: the optimizer state is zero,
+   the step count 0, the loss scaler at its initial scale. err (may be
+   NULL) receives the error, as mirror_model_error(m) does. */
+MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_error *err);
 /* A model rebuilt from the architecture, optimizer, schedule, precision,
    seed, clipping and deterministic mode that a checkpoint's header stores, on strategy s (any replica
    count), then loaded (mirror_checkpoint_load, every check included): for
@@ -12597,29 +12617,58 @@ static int mirror__check_counters(mirror_model *m, const char *path, const mirro
     return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %s: not a checkpoint this library wrote for this model", path, bad);
 }
 
+/* The header of a safetensors file in memory (buf, size bytes), parsed
+   into h; *text gets its JSON (NUL-terminated, the caller frees it) and
+   *data_size the bytes after it. */
+static int mirror__safetensors_header(mirror_model *m, const char *path, const unsigned char *buf, size_t size,
+                                      mirror__header *h, char **text, uint64_t *data_size)
+{
+    uint64_t hlen = 0;
+    size_t i;
+    *text = NULL;
+    if (size < 8) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %zu bytes: not a safetensors file", path, size);
+    for (i = 0; i < 8; i++) hlen |= (uint64_t)buf[i] << (8 * i);
+    if (hlen < 2 || hlen > size - 8 || hlen > ((uint64_t)1 << 26))
+        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: header length %llu does not fit the file of %zu bytes", path,
+                            (unsigned long long)hlen, size);
+    *data_size = size - 8 - hlen;
+    if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1)))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    memcpy(*text, buf + 8, (size_t)hlen);
+    (*text)[hlen] = '\0';
+    if (memchr(*text, '\0', (size_t)hlen) || !mirror__parse_header(*text, (size_t)hlen, h))
+        return mirror__fail(m, MIRROR_ERR_FORMAT,
+                            "%s: the header is not the JSON of a safetensors file this library reads (at most %d "
+                            "tensors of rank 4 or less)",
+                            path, MIRROR__MAX_TENSORS);
+    return MIRROR_OK;
+}
+
+/* What a checkpoint that fails its checksums, or has none, says besides:
+   the file may be sound but rewritten by another program (Python's
+   safetensors writes the header anew), whose weights load another way. */
+#define MIRROR__REWRITTEN                                                                                 \
+    "written or changed by another program (or damaged); to start from its weights, load them with " \
+    "mirror_load_weights (the trainer's --init-weights)"
+
 static int mirror__check_checkpoint(mirror_model *m, const char *path, const unsigned char *buf, size_t size,
                                     int weights_only, mirror__header *h, mirror_checkpoint_info *info,
                                     mirror_loss_scale_state *st, int *has_st)
 {
     mirror__tensor want[MIRROR__MAX_TENSORS];
     mirror__text model = {NULL, 0, 0, 0};
-    uint64_t hlen = 0, data_size, covered = 0;
+    uint64_t hlen, data_size = 0, covered = 0;
     size_t i, k, nwant;
     const char *s;
     char *text = NULL;
-    int rc = MIRROR_OK;
-    if (size < 8) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %zu bytes: not a checkpoint", path, size);
-    for (i = 0; i < 8; i++) hlen |= (uint64_t)buf[i] << (8 * i);
-    if (hlen < 2 || hlen > size - 8 || hlen > ((uint64_t)1 << 26))
-        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: header length %llu does not fit the file of %zu bytes", path,
-                            (unsigned long long)hlen, size);
-    data_size = size - 8 - hlen;
-    if (!(text = (char *)MIRROR_MALLOC((size_t)hlen + 1)))
-        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
-    memcpy(text, buf + 8, (size_t)hlen);
-    text[hlen] = '\0';
-    if (memchr(text, '\0', (size_t)hlen) || !mirror__parse_header(text, (size_t)hlen, h)) {
-        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the header is not the JSON of a checkpoint", path);
+    int rc;
+    if ((rc = mirror__safetensors_header(m, path, buf, size, h, &text, &data_size))) goto done;
+    hlen = size - 8 - data_size;
+    if (!(s = mirror__meta(h, "format")) || strcmp(s, "mirror") != 0) {
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT,
+                          "%s: not a mirror checkpoint (no \"format\": \"mirror\"); to start from its weights, load "
+                          "them with mirror_load_weights (the trainer's --init-weights)",
+                          path);
         goto done;
     }
     /* The header's own checksum: over the text with its value zeroed. */
@@ -12627,7 +12676,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         char *at = strstr(text, "\"crc32.header\":\"");
         char want_hex[9], got_hex[9];
         if (!at || !(s = mirror__meta(h, "crc32.header")) || strlen(s) != 8) {
-            rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: no header checksum", path);
+            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: no header checksum: " MIRROR__REWRITTEN, path);
             goto done;
         }
         at += 16;
@@ -12636,14 +12685,10 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         memcpy(at, "00000000", 8);
         snprintf(want_hex, sizeof want_hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)text, (size_t)hlen));
         if (strcmp(want_hex, got_hex) != 0) {
-            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: the header's checksum is %s, its contents give %s", path,
-                              got_hex, want_hex);
+            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: " MIRROR__REWRITTEN ": the header's checksum is %s, its "
+                              "contents give %s", path, got_hex, want_hex);
             goto done;
         }
-    }
-    if (!(s = mirror__meta(h, "format")) || strcmp(s, "mirror") != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: not a mirror checkpoint", path);
-        goto done;
     }
     if (!(s = mirror__meta(h, "version")) || strcmp(s, "1") != 0) {
         rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: checkpoint version \"%s\", this mirror reads version 1", path,
@@ -12714,8 +12759,8 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         snprintf(hex, sizeof hex, "%08lx",
                  (unsigned long)mirror__crc32(0, buf + 8 + hlen + t->begin, (size_t)(t->end - t->begin)));
         if (!(s = mirror__meta(h, key)) || strcmp(s, hex) != 0) {
-            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: tensor %s: checksum %s, its data gives %s", path, t->name,
-                              s ? s : "(none)", hex);
+            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: tensor %s: checksum %s, its data gives %s: " MIRROR__REWRITTEN,
+                              path, t->name, s ? s : "(none)", hex);
             goto done;
         }
         want[i].begin = 8 + hlen + t->begin; /* where its floats start in buf */
@@ -12876,6 +12921,183 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
     {
         MIRROR__LOCKED(m, "mirror_checkpoint_load", mirror__checkpoint_load_call(m, path, weights_only, info));
     }
+}
+
+/* ---- weights from another program (mirror_load_weights) ---- */
+
+/* The bytes of an element of a safetensors dtype that weights convert
+   from; 0 for another dtype. */
+static size_t mirror__dtype_size(const char *dtype)
+{
+    if (!strcmp(dtype, "F32")) return 4;
+    if (!strcmp(dtype, "F16") || !strcmp(dtype, "BF16")) return 2;
+    return strcmp(dtype, "F64") ? 0 : 8;
+}
+
+/* Element i of little-endian data of dtype (size bytes each) as a float. */
+static float mirror__element(const unsigned char *p, size_t size, const char *dtype, size_t i)
+{
+    float f;
+    double d;
+    p += i * size;
+    if (size == 2) {
+        uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+        return dtype[0] == 'B' ? mirror_hd_f32_from_bf16(h) : mirror_hd_f32_from_f16(h);
+    }
+    if (size == 4) return memcpy(&f, p, 4), f;
+    return memcpy(&d, p, 8), (float)d;
+}
+
+/* "[128, 1568]" */
+static void mirror__print_shape(mirror__text *t, const size_t *shape, size_t rank)
+{
+    size_t j;
+    mirror__printf(t, "[");
+    for (j = 0; j < rank; j++) mirror__printf(t, j ? ", %zu" : "%zu", shape[j]);
+    mirror__printf(t, "]");
+}
+
+/* The file's tensor that holds model tensor `name` (layers.<i>.<what>):
+   that name, or, as nn.Sequential's state_dict names it, <i>.<what>. */
+static const mirror__tensor *mirror__find_weight(const mirror__header *h, const char *name, size_t *at)
+{
+    size_t k, pass;
+    for (pass = 0; pass < 2; pass++)
+        for (k = 0; k < h->nt; k++)
+            if (!strcmp(h->t[k].name, pass ? name + 7 : name)) return *at = k, &h->t[k];
+    return NULL;
+}
+
+/* Tensors of a weights file that mean nothing to a model and are passed
+   over: a mirror checkpoint's optimizer state, PyTorch's count of
+   BatchNorm's batches. */
+static int mirror__ignored_weight(const char *name)
+{
+    size_t n = strlen(name), tail = strlen(".num_batches_tracked");
+    return !strncmp(name, "optimizer.", 10) || (n > tail && !strcmp(name + n - tail, ".num_batches_tracked"));
+}
+
+/* Checks every tensor of the weights file in buf against m and converts
+   the model's into params (shaped as the arena) and running; the problems
+   found, each with the tensor's name, go to *why. */
+static int mirror__convert_weights(mirror_model *m, const unsigned char *data, uint64_t data_size,
+                                   const mirror__header *h, float *params, float *running, mirror__text *why)
+{
+    mirror__tensor want[MIRROR__MAX_TENSORS];
+    unsigned char used[MIRROR__MAX_TENSORS];
+    size_t i, j, k, nwant = mirror__tensors(m, params, NULL, running, want), problems = 0;
+    memset(used, 0, sizeof used);
+    for (i = 0; i < nwant; i++) {
+        const mirror__tensor *t;
+        size_t size;
+        if (!strncmp(want[i].name, "optimizer.", 10)) continue;
+        if (!(t = mirror__find_weight(h, want[i].name, &k))) {
+            mirror__printf(why, "%stensor %s (or %s) is missing", problems++ ? "; " : "", want[i].name,
+                           want[i].name + 7);
+            continue;
+        }
+        used[k] = 1;
+        size = mirror__dtype_size(h->dtype[k]);
+        if (t->rank != want[i].rank || memcmp(t->shape, want[i].shape, t->rank * sizeof(size_t))) {
+            mirror__printf(why, "%stensor %s: shape ", problems++ ? "; " : "", t->name);
+            mirror__print_shape(why, t->shape, t->rank);
+            mirror__printf(why, " in the file, ");
+            mirror__print_shape(why, want[i].shape, want[i].rank);
+            mirror__printf(why, " in this model");
+        } else if (!size) {
+            mirror__printf(why, "%stensor %s: dtype %s (weights convert from F32, F16, BF16 and F64)",
+                           problems++ ? "; " : "", t->name, h->dtype[k]);
+        } else if (t->end < t->begin || t->end > data_size || t->end - t->begin != (uint64_t)t->count * size) {
+            mirror__printf(why, "%stensor %s: %zu elements of %s at bytes [%llu, %llu) of %llu",
+                           problems++ ? "; " : "", t->name, t->count, h->dtype[k], (unsigned long long)t->begin,
+                           (unsigned long long)t->end, (unsigned long long)data_size);
+        } else {
+            float *dst = (float *)want[i].host;
+            for (j = 0; j < t->count; j++) dst[j] = mirror__element(data + t->begin, size, h->dtype[k], j);
+            for (j = 0; j < t->count && mirror_hd_finite(dst[j]); j++) {}
+            if (j < t->count)
+                mirror__printf(why, "%stensor %s: element %zu is %s%s", problems++ ? "; " : "", t->name, j,
+                               mirror_hd_isnan(dst[j]) ? "NaN" : "infinite", size == 8 ? " as a float" : "");
+        }
+    }
+    for (k = 0; k < h->nt; k++)
+        if (!used[k] && !mirror__ignored_weight(h->t[k].name))
+            mirror__printf(why, "%stensor %s: this model has no tensor of that name", problems++ ? "; " : "",
+                           h->t[k].name);
+    if (why->failed) return MIRROR_ERR_NO_MEMORY;
+    return problems ? MIRROR_ERR_SHAPE : MIRROR_OK;
+}
+
+static int mirror__load_weights(mirror_model *m, const char *path)
+{
+    unsigned char *buf = NULL;
+    size_t size = 0;
+    uint64_t data_size = 0;
+    float *params = NULL, *running = NULL, *state = NULL;
+    mirror__header *h = NULL;
+    mirror__text why = {NULL, 0, 0, 0};
+    mirror_loss_scale_state st;
+    char *text = NULL;
+    double most;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_load_weights"))) return rc;
+    if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_load_weights: path is NULL");
+    if (m->in_fit)
+        return mirror__fail(m, MIRROR_ERR_STATE, "mirror_load_weights: called inside mirror_fit on this model (from a "
+                                                 "hook): it starts the optimizer afresh under fit's cursor");
+    /* a 64 MiB header, and this model's tensors in F64 with a checkpoint's
+       optimizer state beside them, at most */
+    most = 8.0 + (double)(1 << 26) + 8.0 * ((double)m->nslots + (double)m->nstate + (double)m->nrunning);
+    if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
+                                &size, &m->err)))
+        return rc;
+    h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
+    params = (float *)mirror__zalloc(m->nslots, sizeof(float));
+    running = (float *)mirror__zalloc(m->nrunning + 1, sizeof(float));
+    state = (float *)mirror__zalloc(mirror__state_copies(m) * m->nslots + 1, sizeof(float));
+    if (!h || !params || !running || !state) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        goto done;
+    }
+    if ((rc = mirror__safetensors_header(m, path, buf, size, h, &text, &data_size))) goto done;
+    if ((rc = mirror__convert_weights(m, buf + (size - data_size), data_size, h, params, running, &why))) {
+        rc = mirror__fail(m, rc, "%s: %s", path, why.failed ? "out of memory" : why.p);
+        goto done;
+    }
+    /* Everything checked: now the model changes, and its run starts afresh. */
+    if ((rc = mirror__upload_params(m, params))) goto done;
+    memcpy(m->running, running, m->nrunning * sizeof(float));
+    m->bn_stale = 1;
+    mirror__upload_state(m, state); /* zeros */
+    m->steps = 0;
+    memset(&st, 0, sizeof st);
+    st.scale = st.last_scale = m->format ? m->desc.loss_scale.init_scale : 1.0f;
+    if ((rc = mirror__set_scaler(m, &st))) goto done;
+    rc = mirror__device_status(m);
+done:
+    MIRROR_FREE(buf);
+    MIRROR_FREE(h);
+    MIRROR_FREE(text);
+    MIRROR_FREE(why.p);
+    MIRROR_FREE(params);
+    MIRROR_FREE(running);
+    MIRROR_FREE(state);
+    return rc;
+}
+
+MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_error *err)
+{
+    int rc;
+    if (!m) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_load_weights: model is NULL");
+    {
+        mirror_strategy *s = m->s;
+        if ((rc = mirror__enter(s, &m->err, "mirror_load_weights")) == MIRROR_OK) {
+            rc = mirror__all_agree(m, mirror__load_weights(m, path));
+            mirror__leave(s);
+        }
+    }
+    if (rc && err) *err = m->err;
+    return rc;
 }
 
 /* ---- a model rebuilt from a checkpoint's header ---- */

@@ -27,6 +27,7 @@ typedef struct options {
        the numbers that options_check turns into the descs' */
     const char *data, *model, *optimizer, *precision, *loss_scale, *lr_schedule;
     const char *shard_update; /* --shard-update auto|on|off */
+    const char *init_weights; /* --init-weights FILE: parameters from a safetensors file (mirror_load_weights) */
     const char *progress;     /* --progress bar|lines|none */
     size_t synthetic, lr_step;
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
@@ -124,6 +125,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--optimizer")) return options_text(o, a, v, &o->optimizer);
     if (!strcmp(a, "--save")) return options_text(o, a, v, &fd->checkpoint);
     if (!strcmp(a, "--resume")) return options_text(o, a, v, &fd->resumed_from); /* the outputs must not overwrite it */
+    if (!strcmp(a, "--init-weights")) return options_text(o, a, v, &o->init_weights);
     if (!strcmp(a, "--precision")) return options_text(o, a, v, &o->precision);
     if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
     if (!strcmp(a, "--lr-schedule")) return options_text(o, a, v, &o->lr_schedule);
@@ -248,6 +250,10 @@ static int options_check(options *o)
     else return options_bad(o, "--progress", "bar, lines or none", o->progress);
     if (fd->checkpoint_every && !fd->checkpoint) {
         snprintf(o->why, sizeof o->why, "--checkpoint-every needs --save PATH");
+        return OPTIONS_BAD;
+    }
+    if (o->init_weights && fd->resumed_from) {
+        snprintf(o->why, sizeof o->why, "--init-weights starts a run from weights, --resume goes on with one: not both");
         return OPTIONS_BAD;
     }
     return OPTIONS_RUN;

@@ -102,6 +102,8 @@ static void usage(FILE *f)
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
                "  --checkpoint-every N  also every N steps (needs --save)\n"
                "  --resume PATH       continue from a checkpoint; --epochs counts the total\n"
+               "  --init-weights FILE start from the weights of a safetensors file (a state_dict saved from\n"
+               "                      PyTorch, a checkpoint rewritten by another tool): optimizer and step afresh\n"
                "  --precision P       fp32 | fp16 | bf16 (mixed: fp32 master weights; default fp32)\n"
                "  --loss-scale S      dynamic (fp16's default) | none (bf16's) | a number: a static scale\n"
                "  --growth-interval N finite steps before a dynamic scale doubles (default 2000)\n"
@@ -392,12 +394,20 @@ static int build_model(run *r)
 }
 
 /* --resume PATH: the checkpoint's parameters and place in the run; one
-   that counts other batches than this run's is refused. */
+   that counts other batches than this run's is refused. --init-weights
+   FILE: the parameters alone, from any safetensors file of the model's
+   tensors; the run starts at its beginning. */
 static int resume(run *r)
 {
     const mirror_fit_desc *fd = &r->o.fd;
     mirror_checkpoint_info *at = &r->at;
+    mirror_error err;
     int rc;
+    if (r->o.init_weights) {
+        if ((rc = mirror_load_weights(r->m, r->o.init_weights, &err))) complain(rc, err.message);
+        else say("init-weights: %s\n", r->o.init_weights);
+        return rc;
+    }
     if (!fd->resumed_from) return 0;
     if ((rc = mirror_checkpoint_load(r->m, fd->resumed_from, 0, at))) {
         complain(rc, mirror_model_error(r->m));
