@@ -13024,6 +13024,10 @@ static int mirror__convert_weights(mirror_model *m, const unsigned char *data, u
         if (!used[k] && !mirror__ignored_weight(h->t[k].name))
             mirror__printf(why, "%stensor %s: this model has no tensor of that name", problems++ ? "; " : "",
                            h->t[k].name);
+        else if (!used[k] && (h->t[k].end < h->t[k].begin || h->t[k].end > data_size)) /* a file cut short */
+            mirror__printf(why, "%stensor %s: bytes [%llu, %llu) of %llu", problems++ ? "; " : "", h->t[k].name,
+                           (unsigned long long)h->t[k].begin, (unsigned long long)h->t[k].end,
+                           (unsigned long long)data_size);
     if (why->failed) return MIRROR_ERR_NO_MEMORY;
     return problems ? MIRROR_ERR_SHAPE : MIRROR_OK;
 }

@@ -994,6 +994,283 @@ out:
     mirror_strategy_destroy(s);
 }
 
+/* ---- weights from another program (mirror_load_weights) ---- */
+
+/* One tensor of a safetensors file the tests write: values as floats,
+   stored in dtype (F32, F64, F16, BF16, I32 or I64). */
+typedef struct weight {
+    char name[64];
+    const char *dtype;
+    size_t shape[4], rank, count;
+    const float *v;
+} weight;
+
+static size_t dtype_bytes(const char *dtype)
+{
+    return !strcmp(dtype, "F64") || !strcmp(dtype, "I64") ? 8 : !strcmp(dtype, "F32") || !strcmp(dtype, "I32") ? 4 : 2;
+}
+
+/* The file of t[0..nt) as safetensors.torch.save_file lays it out (no
+   metadata, the header padded with spaces); *size gets its length. */
+static unsigned char *safetensors_of(const weight *t, size_t nt, size_t *size)
+{
+    char *header = (char *)malloc(64 + nt * 256);
+    size_t len, data = 0, i, j, at;
+    unsigned char *out;
+    len = (size_t)sprintf(header, "{");
+    for (i = 0; i < nt; i++) {
+        len += (size_t)sprintf(header + len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", t[i].name, t[i].dtype);
+        for (j = 0; j < t[i].rank; j++) len += (size_t)sprintf(header + len, j ? ",%zu" : "%zu", t[i].shape[j]);
+        len += (size_t)sprintf(header + len, "],\"data_offsets\":[%zu,%zu]}", data, data + t[i].count * dtype_bytes(t[i].dtype));
+        data += t[i].count * dtype_bytes(t[i].dtype);
+    }
+    len += (size_t)sprintf(header + len, "}");
+    while (len % 8) header[len++] = ' ';
+    out = (unsigned char *)malloc(8 + len + data + 1);
+    for (i = 0; i < 8; i++) out[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    memcpy(out + 8, header, len);
+    for (i = 0, at = 8 + len; i < nt; i++)
+        for (j = 0; j < t[i].count; j++, at += dtype_bytes(t[i].dtype)) {
+            float f = t[i].v ? t[i].v[j] : 0.0f;
+            double d = f;
+            int32_t i32 = (int32_t)f;
+            int64_t i64 = (int64_t)f;
+            uint16_t h = t[i].dtype[0] == 'B' ? mirror_hd_bf16_from_f32(f) : mirror_hd_f16_from_f32(f);
+            const void *src = t[i].dtype[0] == 'I' ? (t[i].dtype[1] == '3' ? (const void *)&i32 : (const void *)&i64)
+                              : t[i].dtype[1] == '6' ? (const void *)&d
+                              : t[i].dtype[1] == '3' ? (const void *)&f
+                                                     : (const void *)&h;
+            memcpy(out + at, src, dtype_bytes(t[i].dtype));
+        }
+    free(header);
+    *size = at;
+    return out;
+}
+
+/* The tensors of the checkpoint file ckpt (n bytes) into t (at most 64),
+   their values pointing into it; returns how many. */
+static size_t weights_of(const unsigned char *ckpt, size_t n, weight *t)
+{
+    mirror__header *h = (mirror__header *)malloc(sizeof *h);
+    size_t hlen = 0, i, nt = 0;
+    for (i = 0; i < 8; i++) hlen |= (size_t)ckpt[i] << (8 * i);
+    if (n > 8 + hlen && mirror__parse_header((const char *)ckpt + 8, hlen, h))
+        for (i = 0; i < h->nt && nt < 64; i++, nt++) {
+            memcpy(t[nt].name, h->t[i].name, sizeof t[nt].name);
+            t[nt].dtype = "F32";
+            memcpy(t[nt].shape, h->t[i].shape, sizeof t[nt].shape);
+            t[nt].rank = h->t[i].rank, t[nt].count = h->t[i].count;
+            t[nt].v = (const float *)(ckpt + 8 + hlen + h->t[i].begin); /* 8-byte aligned: 8 + hlen is a multiple of 8 */
+        }
+    free(h);
+    return nt;
+}
+
+/* A model with every kind of tensor: convolutions, BatchNorm's four, a
+   residual block's projection, a dense layer; seed picks its start. */
+static mirror_model *bn_model(mirror_strategy *s, uint64_t seed)
+{
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, seed);
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.01f);
+    return build_model(&d, NULL,
+                       "conv 4 3 1 1, batchnorm, relu, residual, conv 6 3 2 1, batchnorm, relu, conv 6 3 1 1, "
+                       "residual_end, relu, flatten, dense 10");
+}
+
+/* Loading file (n bytes) into victim must fail with want and a message
+   holding each of says (NULL-terminated), and change nothing. */
+static int refused(const unsigned char *file, size_t n, int want, const char *const *says)
+{
+    char path[256];
+    float *now;
+    long live = live_allocs;
+    mirror_error err = {0, ""};
+    int rc, ok;
+    path_in(path, "refused.safetensors");
+    write_file(path, file, n);
+    rc = mirror_load_weights(victim, path, &err);
+    now = params(victim, 1);
+    ok = rc < 0 && (!want || rc == want) && err.code == rc && !strcmp(err.message, mirror_model_error(victim)) &&
+         !memcmp(now, victim_before, victim_n * 4) && (long)mirror_optimizer_steps(victim) == victim_steps &&
+         live_allocs == live;
+    for (; says && *says; says++) ok &= strstr(err.message, *says) != NULL;
+    if (!ok)
+        fprintf(stderr, "refused: rc %d (%s), want %d; unchanged %d; leaked %ld\n", rc, err.message, want,
+                !memcmp(now, victim_before, victim_n * 4), live_allocs - live);
+    free(now);
+    return ok;
+}
+
+static void test_load_weights(void)
+{
+    char path[256], wpath[256];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *src = bn_model(s, 5), *fresh = bn_model(s, 9);
+    weight t[64], u[66];
+    unsigned char *ckpt, *file;
+    size_t n, nt, fn, i, j, cut, hlen = 0;
+    float ys[50 * 10], yv[50 * 10], *ps, *pv, nan = mirror_hd_float(0x7fc00000u), big = 3e38f;
+    mirror_error err = {0, ""};
+    int all;
+    static const char *const formats[] = {"F32", "F64", "F16", "BF16"};
+    victim = bn_model(s, 7);
+    victim_before = NULL; /* test_hostile's, freed */
+    if (!src || !fresh || !victim) {
+        CHECK(0, "load weights: the models");
+        return;
+    }
+    for (i = 0; i < 5; i++) step(src, i);
+    for (i = 0; i < 3; i++) step(victim, i);
+    path_in(path, "source.ckpt");
+    CHECK(mirror_checkpoint_save(src, path, NULL, 1) == MIRROR_OK, "load weights: save: %s", mirror_model_error(src));
+    ckpt = slurp(path, &n);
+    nt = weights_of(ckpt, n, t);
+    CHECK(nt == 20, "load weights: the checkpoint's 18 tensors and Adam's 2 (%zu)", nt);
+
+    /* A checkpoint itself: the parameters, the running statistics (the
+       predictions) and a fresh optimizer, as a model loaded without training. */
+    CHECK(mirror_load_weights(victim, path, &err) == MIRROR_OK, "load weights: a checkpoint: %s", err.message);
+    CHECK(mirror_load_weights(fresh, path, &err) == MIRROR_OK, "load weights: into a fresh model: %s", err.message);
+    ps = params(src, 0), pv = params(victim, 1);
+    victim_n = mirror_num_parameters(victim);
+    CHECK(!memcmp(ps, pv, victim_n * sizeof(float)), "load weights: the parameters bitwise, on every replica");
+    CHECK(mirror_predict(src, data.x, 50, ys) == MIRROR_OK && mirror_predict(victim, data.x, 50, yv) == MIRROR_OK &&
+              !memcmp(ys, yv, sizeof ys),
+          "load weights: BatchNorm's running statistics (the predictions bitwise)");
+    CHECK(mirror_optimizer_steps(victim) == 0, "load weights: the step count starts afresh");
+    step(victim, 0), step(fresh, 0);
+    free(pv), pv = params(victim, 0);
+    free(ps), ps = params(fresh, 1);
+    CHECK(!memcmp(ps, pv, victim_n * sizeof(float)),
+          "load weights: the optimizer state starts afresh (a step as a fresh model's after the same load)");
+
+    /* As another program writes them: each float format, nn.Sequential's
+       names, PyTorch's batch counts and a checkpoint's optimizer passed over. */
+    for (i = 0; i < sizeof formats / sizeof *formats; i++) {
+        float *want = (float *)malloc(victim_n * sizeof(float)), *w = want;
+        memcpy(u, t, nt * sizeof *t);
+        for (j = 0; j < nt; j++) {
+            if (strncmp(u[j].name, "optimizer.", 10)) u[j].dtype = formats[i];
+            if (i % 2 && !strncmp(u[j].name, "layers.", 7)) memmove(u[j].name, u[j].name + 7, strlen(u[j].name) - 6);
+        }
+        u[nt] = t[0], u[nt].dtype = "I64", u[nt].rank = 0, u[nt].count = 1, u[nt].v = &big;
+        snprintf(u[nt].name, sizeof u[nt].name, "%s1.num_batches_tracked", i % 2 ? "" : "layers.");
+        file = safetensors_of(u, nt + 1, &fn);
+        path_in(wpath, "converted.safetensors");
+        write_file(wpath, file, fn);
+        CHECK(mirror_load_weights(victim, wpath, &err) == MIRROR_OK, "load weights: %s%s: %s", formats[i],
+              i % 2 ? ", nn.Sequential's names" : "", err.message);
+        for (j = 0; j < nt; j++) /* parameters in layer order: weight, bias */
+            if (!strstr(t[j].name, "running_") && strncmp(t[j].name, "optimizer.", 10))
+                for (cut = 0; cut < t[j].count; cut++, w++)
+                    *w = i < 2    ? t[j].v[cut]
+                         : i == 2 ? mirror_hd_f32_from_f16(mirror_hd_f16_from_f32(t[j].v[cut]))
+                                  : mirror_hd_f32_from_bf16(mirror_hd_bf16_from_f32(t[j].v[cut]));
+        free(pv), pv = params(victim, 1);
+        CHECK(w - want == (ptrdiff_t)victim_n && !memcmp(want, pv, victim_n * sizeof(float)),
+              "load weights: %s: each value converted exactly as the format holds it", formats[i]);
+        free(want), free(file);
+    }
+
+    /* Refused, naming the tensor, the model unchanged. */
+    free(victim_before), victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    {
+        static const char *const shape[] = {"layers.0.weight", "[4, 9]", "[4, 1, 3, 3]", NULL};
+        static const char *const missing[] = {"layers.11.bias (or 11.bias) is missing", NULL};
+        static const char *const extra[] = {"tensor head.weight: this model has no tensor of that name", NULL};
+        static const char *const dtype[] = {"layers.1.running_var: dtype I32", NULL};
+        static const char *const nans[] = {"layers.11.weight: element 3 is NaN", NULL};
+        static const char *const inf[] = {"layers.4.weight: element 0 is infinite as a float", NULL};
+        static const char *const two[] = {"layers.0.weight", "head.weight", NULL};
+        float bad[1024];
+        memcpy(u, t, nt * sizeof *t);
+        u[0].shape[1] = 9, u[0].rank = 2;
+        file = safetensors_of(u, nt, &fn);
+        CHECK(refused(file, fn, MIRROR_ERR_SHAPE, shape), "load weights: another shape: named, with both shapes");
+        free(file);
+        memcpy(u, t, nt * sizeof *t);
+        snprintf(u[nt].name, sizeof u[nt].name, "head.weight"), u[nt].dtype = "F32", u[nt].rank = 1;
+        u[nt].shape[0] = u[nt].count = 3, u[nt].v = t[0].v;
+        u[0].shape[1] = 9, u[0].rank = 2;
+        file = safetensors_of(u, nt + 1, &fn);
+        CHECK(refused(file, fn, MIRROR_ERR_SHAPE, two), "load weights: two problems: both named");
+        free(file);
+        for (j = 0; j < nt && strcmp(t[j].name, "layers.11.bias"); j++) {}
+        memcpy(u, t, nt * sizeof *t);
+        u[j] = u[nt - 1];
+        file = safetensors_of(u, nt - 1, &fn);
+        CHECK(j < nt && refused(file, fn, MIRROR_ERR_SHAPE, missing), "load weights: a tensor missing: named");
+        free(file);
+        memcpy(u, t, nt * sizeof *t);
+        snprintf(u[nt].name, sizeof u[nt].name, "head.weight"), u[nt].dtype = "F32", u[nt].rank = 1;
+        u[nt].shape[0] = u[nt].count = 3, u[nt].v = t[0].v;
+        file = safetensors_of(u, nt + 1, &fn);
+        CHECK(refused(file, fn, MIRROR_ERR_SHAPE, extra), "load weights: a tensor with no place: named");
+        free(file);
+        for (j = 0; j < nt && strcmp(t[j].name, "layers.1.running_var"); j++) {}
+        memcpy(u, t, nt * sizeof *t);
+        if (j < nt) u[j].dtype = "I32";
+        file = safetensors_of(u, nt, &fn);
+        CHECK(refused(file, fn, MIRROR_ERR_SHAPE, dtype), "load weights: an integer dtype: named");
+        free(file);
+        for (j = 0; j < nt && strcmp(t[j].name, "layers.11.weight"); j++) {}
+        memcpy(u, t, nt * sizeof *t);
+        if (j < nt && u[j].count <= 1024) memcpy(bad, u[j].v, u[j].count * sizeof(float)), bad[3] = nan, u[j].v = bad;
+        file = safetensors_of(u, nt, &fn);
+        CHECK(refused(file, fn, MIRROR_ERR_SHAPE, nans), "load weights: a NaN: named, with its place");
+        free(file);
+        for (j = 0; j < nt && strcmp(t[j].name, "layers.4.weight"); j++) {}
+        memcpy(u, t, nt * sizeof *t);
+        if (j < nt) u[j].dtype = "F64";
+        file = safetensors_of(u, nt, &fn);
+        for (i = 0, hlen = 0; i < 8; i++) hlen |= (size_t)file[i] << (8 * i);
+        { /* the first F64 element beyond a float's range */
+            double huge = 1e300;
+            char *at = strstr((char *)file + 8, "\"layers.4.weight\"");
+            size_t begin = at ? strtoul(strstr(at, "data_offsets\":[") + 15, NULL, 10) : 0;
+            memcpy(file + 8 + hlen + begin, &huge, 8);
+        }
+        CHECK(refused(file, fn, MIRROR_ERR_SHAPE, inf), "load weights: an F64 beyond a float's range: named");
+        free(file);
+        memcpy(u, t, nt * sizeof *t);
+        file = safetensors_of(u, nt, &fn);
+        for (i = 0, hlen = 0; i < 8; i++) hlen |= (size_t)file[i] << (8 * i);
+        for (cut = 0, all = 1; cut < fn; cut += cut < 8 + hlen + 16 ? 1 : 53) all &= refused(file, cut, 0, NULL);
+        CHECK(all, "load weights: cut short at every byte of the header and every 53rd after: refused");
+        free(file);
+        path_in(wpath, "no-such.safetensors");
+        CHECK(mirror_load_weights(victim, wpath, &err) == MIRROR_ERR_IO && err.message[0],
+              "load weights: a missing file: MIRROR_ERR_IO");
+        CHECK(mirror_load_weights(victim, NULL, NULL) == MIRROR_ERR_ARGUMENT, "load weights: no path");
+        CHECK(mirror_load_weights(NULL, wpath, &err) == MIRROR_ERR_ARGUMENT, "load weights: no model");
+    }
+
+    /* A checkpoint another program rewrote (its header anew): the load says
+       so in words and where its weights go; they load. */
+    {
+        char *text = edit(ckpt, "\"format\":\"mirror\"", "\"format\": \"mirror\"");
+        size_t m2;
+        unsigned char *rewritten;
+        char *crc;
+        crc = strstr(text, "\"crc32.header\":\"");
+        rewritten = reheader(ckpt, n, text, &m2); /* a fresh checksum: then one digit changed */
+        if (crc) rewritten[8 + (size_t)(crc - text) + 16] ^= 1;
+        path_in(wpath, "rewritten.ckpt");
+        write_file(wpath, rewritten, m2);
+        CHECK(mirror_checkpoint_load(victim, wpath, 0, NULL) == MIRROR_ERR_CHECKSUM &&
+                  strstr(mirror_model_error(victim), "written or changed by another program") &&
+                  strstr(mirror_model_error(victim), "mirror_load_weights"),
+              "a rewritten checkpoint: says so in words (%s)", mirror_model_error(victim));
+        CHECK(mirror_load_weights(victim, wpath, &err) == MIRROR_OK, "a rewritten checkpoint: its weights load: %s",
+              err.message);
+        free(text), free(rewritten);
+    }
+    free(ckpt), free(ps), free(pv), free(victim_before);
+    mirror_model_destroy(src), mirror_model_destroy(fresh), mirror_model_destroy(victim);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -1012,6 +1289,7 @@ int main(void)
     test_from_checkpoint(MIRROR_PRECISION_FP32);
     test_from_checkpoint(MIRROR_PRECISION_FP16);
     test_from_checkpoint_refused();
+    test_load_weights();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_checkpoint");
