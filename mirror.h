@@ -1372,7 +1372,7 @@ typedef struct mirror_epoch_log {
     unsigned failed_outputs;
 } mirror_epoch_log;
 
-enum { MIRROR_OUTPUT_HISTORY = 1, MIRROR_OUTPUT_PLOT = 2, MIRROR_OUTPUT_TRACE = 4 };
+enum { MIRROR_OUTPUT_HISTORY = 1, MIRROR_OUTPUT_PLOT = 2, MIRROR_OUTPUT_TRACE = 4, MIRROR_OUTPUT_TENSORBOARD = 8 };
 
 /* Called after every epoch; a non-zero return stops fit (MIRROR_ERR_STOPPED).
    With several processes every process calls its hook, and rank 0's answer
@@ -1475,6 +1475,19 @@ typedef struct mirror_fit_desc {
        copies PATH.1, PATH.2, ... and PATH.lock, as they must not name
        `checkpoint`'s. */
     const char *resumed_from;
+    /* TensorBoard's event files in this directory (made when missing; NULL:
+       none), by rank 0, without dependencies: a scalar of each curve point
+       (each epoch, and every curve_every steps within one) at the model's
+       step: epoch, loss/train, accuracy/train, loss/validation,
+       accuracy/validation (the accuracies of the softmax cross-entropy
+       loss), learning_rate, grad_norm, loss_scale, skipped_steps and
+       samples_per_s, the history's numbers. Each fit adds a file of its
+       own that starts with a session's start at the step after the
+       model's, so a resumed run continues its run's curves: TensorBoard
+       drops what earlier files hold from that step on. A directory that
+       cannot be made or written fails fit before the first step; a write
+       that fails later costs a notice (the file keeps its whole records). */
+    const char *tensorboard;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -11884,19 +11897,33 @@ MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count,
    header, written beside the path and renamed over it, rotated; read
    back strictly, resumed exactly, or rebuilt into a model. */
 
-/* CRC-32 (the polynomial of zlib, PNG and gzip), continuing from crc. */
-static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
+/* A reflected CRC-32 of polynomial poly (bit-reversed), continuing from crc. */
+static uint32_t mirror__crc(uint32_t poly, uint32_t crc, const unsigned char *p, size_t n)
 {
     uint32_t table[256], c;
     size_t i;
     int k;
     for (i = 0; i < 256; i++) {
-        for (c = (uint32_t)i, k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        for (c = (uint32_t)i, k = 0; k < 8; k++) c = c & 1 ? poly ^ (c >> 1) : c >> 1;
         table[i] = c;
     }
     crc = ~crc;
     for (i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
     return ~crc;
+}
+
+/* CRC-32 (the polynomial of zlib, PNG and gzip), continuing from crc. */
+static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return mirror__crc(0xEDB88320u, crc, p, n);
+}
+
+/* CRC-32C (Castagnoli's polynomial, TFRecord's), masked as TFRecord
+   stores it: rotated right by 15 bits, plus a constant. */
+static uint32_t mirror__masked_crc32c(const unsigned char *p, size_t n)
+{
+    uint32_t c = mirror__crc(0x82F63B78u, 0, p, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
 /* A growing text buffer for the header; a failed allocation sticks. */
@@ -13793,6 +13820,165 @@ static void mirror__curves_lost(const mirror_fit_desc *d, unsigned *failed)
     if (d->plot) *failed |= MIRROR_OUTPUT_PLOT;
 }
 
+/* ---- fit's TensorBoard events ---- */
+/* TensorBoard reads a directory of event files: records framed as
+   TFRecord's (the length as a little-endian uint64, its masked CRC-32C,
+   the bytes, their masked CRC-32C), each an Event protocol buffer. The
+   few fields written are encoded here by hand, field number and wire
+   type first:
+     Event      1 wall_time (double), 2 step (int64), 3 file_version
+                (string), 5 summary (Summary), 6 session_log (SessionLog)
+     Summary    1 value (a Value, repeated)
+     Value      1 tag (string), 2 simple_value (float)
+     SessionLog 1 status (enum; START is 1)
+   A fit starts its own file and opens it with SessionLog START at the
+   step after the model's: TensorBoard then drops what an earlier file of
+   the directory holds from that step on, the steps a resumed run runs
+   again. */
+
+/* A protocol buffer being written into a fixed buffer; `over` once full. */
+typedef struct mirror__pb {
+    unsigned char *p;
+    size_t len, cap;
+    int over;
+} mirror__pb;
+
+static void mirror__pb_byte(mirror__pb *b, unsigned v)
+{
+    if (b->len < b->cap) b->p[b->len++] = (unsigned char)v;
+    else b->over = 1;
+}
+
+static void mirror__pb_varint(mirror__pb *b, uint64_t v)
+{
+    for (; v >= 0x80; v >>= 7) mirror__pb_byte(b, (unsigned)(v & 0x7F) | 0x80);
+    mirror__pb_byte(b, (unsigned)v);
+}
+
+/* Field `field` of wire type 2: a length, then the bytes. */
+static void mirror__pb_bytes(mirror__pb *b, unsigned field, const void *data, size_t n)
+{
+    size_t i;
+    mirror__pb_varint(b, field << 3 | 2);
+    mirror__pb_varint(b, n);
+    for (i = 0; i < n; i++) mirror__pb_byte(b, ((const unsigned char *)data)[i]);
+}
+
+/* Field `field` of wire type 1 (bytes 8) or 5 (bytes 4): v little-endian. */
+static void mirror__pb_fixed(mirror__pb *b, unsigned field, uint64_t v, int bytes)
+{
+    int i;
+    mirror__pb_varint(b, field << 3 | (bytes == 8 ? 1u : 5u));
+    for (i = 0; i < bytes; i++) mirror__pb_byte(b, (unsigned)(v >> (8 * i)) & 0xFF);
+}
+
+/* A Summary's Value: tag and simple_value. */
+static void mirror__tb_value(mirror__pb *summary, const char *tag, double v)
+{
+    unsigned char raw[80];
+    mirror__pb value = {raw, 0, sizeof raw, 0};
+    mirror__pb_bytes(&value, 1, tag, strlen(tag));
+    mirror__pb_fixed(&value, 2, mirror_hd_bits((float)v), 4);
+    mirror__pb_bytes(summary, 1, raw, value.len);
+    summary->over |= value.over;
+}
+
+/* One Event at step, with summary (may be NULL), the file's version (may
+   be NULL) or a session's start, appended to fd as a TFRecord record; -1
+   (errno set) when it cannot be written, and then the file is cut back
+   to where it was, so that it holds whole records only. */
+static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, const char *version, int start)
+{
+    static const unsigned char session_start[] = {0x08, 0x01};
+    unsigned char raw[1024], head[12], tail[4];
+    mirror__pb e = {raw, 0, sizeof raw, 0};
+    struct timespec now;
+    double wall;
+    uint64_t bits;
+    uint32_t crc;
+    off_t at;
+    int i;
+    clock_gettime(CLOCK_REALTIME, &now);
+    wall = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    memcpy(&bits, &wall, 8);
+    mirror__pb_fixed(&e, 1, bits, 8);
+    mirror__pb_varint(&e, 2 << 3 | 0);
+    mirror__pb_varint(&e, step);
+    if (version) mirror__pb_bytes(&e, 3, version, strlen(version));
+    if (summary) mirror__pb_bytes(&e, 5, summary->p, summary->len);
+    if (start) mirror__pb_bytes(&e, 6, session_start, sizeof session_start);
+    if (e.over || (summary && summary->over)) return errno = EOVERFLOW, -1;
+    for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)e.len >> (8 * i));
+    crc = mirror__masked_crc32c(head, 8);
+    for (i = 0; i < 4; i++) head[8 + i] = (unsigned char)(crc >> (8 * i));
+    crc = mirror__masked_crc32c(raw, e.len);
+    for (i = 0; i < 4; i++) tail[i] = (unsigned char)(crc >> (8 * i));
+    if ((at = lseek(fd, 0, SEEK_END)) < 0) return -1;
+    if (mirror__write_all(fd, head, sizeof head) || mirror__write_all(fd, raw, e.len) ||
+        mirror__write_all(fd, tail, sizeof tail)) {
+        int was = errno;
+        if (ftruncate(fd, at) != 0) {} /* the record's start: what a reader reads stays whole */
+        return errno = was, -1;
+    }
+    return 0;
+}
+
+/* The directory (made when missing, its parent must exist) and a new event
+   file in it, named as TensorBoard looks for them; its first records are
+   the version and the session's start. Rank 0, before the first step. */
+static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path, size_t size)
+{
+    char host[64];
+    struct stat st;
+    size_t i;
+    int k;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: the TensorBoard directory %s cannot be made: %s", dir,
+                            strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the TensorBoard directory %s is not a directory", dir);
+    if (gethostname(host, sizeof host) != 0) strcpy(host, "host");
+    host[sizeof host - 1] = '\0';
+    for (i = 0; host[i]; i++)
+        if (host[i] == '/') host[i] = '_';
+    for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
+        snprintf(path, size, "%s/events.out.tfevents.%010lld.%s.%ld.%d", dir, (long long)time(NULL), host,
+                 (long)getpid(), k);
+        *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+        if (*fd < 0 && errno != EEXIST) break;
+    }
+    if (*fd < 0 || mirror__tb_event(*fd, m->steps, NULL, "brain.Event:2", 0) ||
+        mirror__tb_event(*fd, m->steps + 1, NULL, NULL, 1)) {
+        int was = errno;
+        if (*fd >= 0) close(*fd), unlink(path), *fd = -1;
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: cannot write TensorBoard events in %s: %s", dir,
+                            strerror(was));
+    }
+    return MIRROR_OK;
+}
+
+/* A curve point as one Event at the model's step: the epoch (with a
+   fraction within one), the losses and accuracies, the rate, the gradient
+   norm, the loss scale, the skipped steps, the speed. */
+static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_log *l, int classify)
+{
+    unsigned char raw[768];
+    mirror__pb summary = {raw, 0, sizeof raw, 0};
+    mirror__tb_value(&summary, "epoch", x);
+    mirror__tb_value(&summary, "loss/train", l->train_loss);
+    if (classify) mirror__tb_value(&summary, "accuracy/train", l->train_acc);
+    if (l->val_loss != -1.0) {
+        mirror__tb_value(&summary, "loss/validation", l->val_loss);
+        if (classify) mirror__tb_value(&summary, "accuracy/validation", l->val_acc);
+    }
+    mirror__tb_value(&summary, "learning_rate", l->lr);
+    mirror__tb_value(&summary, "grad_norm", l->grad_norm);
+    mirror__tb_value(&summary, "loss_scale", l->loss_scale);
+    mirror__tb_value(&summary, "skipped_steps", (double)l->skipped);
+    mirror__tb_value(&summary, "samples_per_s", l->samples_per_s);
+    return mirror__tb_event(fd, step, &summary, NULL, 0) == 0;
+}
+
 /* Directory of path (".", "/" or what comes before the last slash) into
    dir, and where its last name starts; 0 when dir cannot hold it. */
 static int mirror__split_path(const char *path, char *dir, size_t size, const char **name)
@@ -14023,7 +14209,7 @@ static void mirror__agree_dataset(mirror__agreed *a, const mirror_dataset *ds, s
 static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
 {
     mirror__agreed it[7];
-    uint64_t v[10];
+    uint64_t v[11];
     if (m->s->processes == 1) return MIRROR_OK;
     mirror__agree_on(&it[0], "the batch and accumulation");
     mirror__agree_count(&it[0], d->batch), mirror__agree_count(&it[0], d->accumulate);
@@ -14043,7 +14229,7 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     mirror__agree_on(&it[6], "the checkpoint, side outputs or hooks");
     v[0] = d->checkpoint != NULL, v[1] = d->checkpoint_every, v[2] = d->history != NULL, v[3] = d->plot != NULL;
     v[4] = d->curve_every, v[5] = d->trace != NULL, v[6] = d->log_every, v[7] = d->check_replicas_every;
-    v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL;
+    v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL, v[10] = d->tensorboard != NULL;
     mirror__agree_add(&it[6], v, sizeof v);
     return mirror__processes_agree(m, it, 7, "mirror_fit");
 }
@@ -14067,6 +14253,8 @@ typedef struct mirror__fit_run {
     double start;
     int bar, timed, shows_lr, classify;
     int timed_here;         /* fit turned timing on, and turns it off */
+    int tb;                 /* rank 0's TensorBoard event file (-1: none) */
+    char tb_path[1200];
 } mirror__fit_run;
 
 /* What rank 0 alone does, with the result on every process. */
@@ -14094,6 +14282,8 @@ static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
     MIRROR_FREE(f->micro);
     MIRROR_FREE(f->logs);
     f->perm = NULL, f->micro = NULL, f->logs = NULL;
+    if (f->tb >= 0) close(f->tb);
+    f->tb = -1;
 }
 
 /* The start of a fit: checks, defaults, the checkpoint's lock, timing, the
@@ -14104,7 +14294,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     mirror_fit_desc *d = &f->d;
     int rc;
     memset(f, 0, sizeof *f);
-    f->saved = (uint64_t)-1, f->start = mirror__now();
+    f->saved = (uint64_t)-1, f->start = mirror__now(), f->tb = -1;
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     *d = mirror__fit_defaults(m, *desc);
@@ -14139,7 +14329,9 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
         (d->history && (d->initial_epoch || d->initial_step) &&
          (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, &f->logs, &f->nlogs, &f->logs_cap)))) ||
         ((d->history || d->plot) && (rc = MIRROR__BY_LEADER(m, mirror__write_curves(m, d, f->logs, f->nlogs)))) ||
-        (d->trace && (rc = MIRROR__BY_LEADER(m, mirror__trace_write(m, d->trace)))))
+        (d->trace && (rc = MIRROR__BY_LEADER(m, mirror__trace_write(m, d->trace)))) ||
+        (d->tensorboard &&
+         (rc = MIRROR__BY_LEADER(m, mirror__tb_open(m, d->tensorboard, &f->tb, f->tb_path, sizeof f->tb_path)))))
         goto fail;
     f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
     f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
@@ -14159,6 +14351,21 @@ fail:
     return rc;
 }
 
+/* A curve point (rank 0): into the history and the plot (rewritten whole
+   at an epoch's end), and as TensorBoard's event. */
+static void mirror__add_point(mirror_model *m, mirror__fit_run *f, double x, const mirror_epoch_log *log, int end)
+{
+    const mirror_fit_desc *d = &f->d;
+    if (f->tb >= 0)
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD, mirror__tb_point(f->tb, m->steps, x, log, f->classify),
+                              "TensorBoard events", f->tb_path);
+    if (!(d->history || d->plot) || f->curves_lost) return;
+    if (!mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, x, log))
+        f->curves_lost = 1, mirror__curves_lost(d, &f->failed);
+    else if (end)
+        mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+}
+
 /* The epoch log so far (its end is the epoch's own), as a curve point
    within the epoch. */
 static void mirror__fit_curve_point(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step,
@@ -14170,9 +14377,7 @@ static void mirror__fit_curve_point(mirror_model *m, mirror__fit_run *f, size_t 
     so_far.train_loss = acc->count ? acc->loss_sum / (double)acc->count : 0.0;
     so_far.train_acc = acc->count ? (double)acc->correct / (double)acc->count : 0.0;
     so_far.val_loss = so_far.val_acc = -1.0, so_far.grad_norm = mirror_last_grad_norm(m);
-    if (!mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, (double)epoch + (double)(step + 1) / (double)f->steps,
-                           &so_far))
-        f->curves_lost = 1, mirror__curves_lost(&f->d, &f->failed);
+    mirror__add_point(m, f, (double)epoch + (double)(step + 1) / (double)f->steps, &so_far, 0);
 }
 
 /* After step `step` of an epoch: the metrics taken, the bar, a curve point,
@@ -14194,8 +14399,8 @@ static int mirror__fit_after_step(mirror_model *m, mirror__fit_run *f, size_t ep
     *shown = mirror__now();
     f->log.lr = m->lr;
     if (f->bar) mirror__progress_bar(&f->log, step + 1, f->steps, acc, *shown - t0, f->shows_lr, f->classify, NULL);
-    if ((d->history || d->plot) && d->curve_every && f->ran % d->curve_every == 0 && step + 1 < f->steps &&
-        mirror__leads(m) && !f->curves_lost)
+    if ((d->history || d->plot || d->tensorboard) && d->curve_every && f->ran % d->curve_every == 0 &&
+        step + 1 < f->steps && mirror__leads(m))
         mirror__fit_curve_point(m, f, epoch, step, acc, *shown - t0);
     if (d->on_step && d->log_every && f->ran % d->log_every == 0) {
         mirror_step_log sl;
@@ -14272,12 +14477,7 @@ static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epo
     log->grad_norm = mirror_last_grad_norm(m);
     if (d->progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(log, f->bar, f->shows_lr, f->classify);
     if (d->phases && mirror__leads(m)) mirror__phase_line(m);
-    if ((d->history || d->plot) && mirror__leads(m) && !f->curves_lost) { /* rank 0 writes; a failure costs no step */
-        if (mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, (double)log->epoch, log))
-            mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
-        else
-            f->curves_lost = 1, mirror__curves_lost(d, &f->failed);
-    }
+    if (mirror__leads(m)) mirror__add_point(m, f, (double)log->epoch, log, 1); /* rank 0 writes; a failure costs no step */
     log->failed_outputs = f->failed;
     /* Several processes: their replicas compared after every epoch, so that a divergence cannot go unseen */
     if (m->s->processes > 1 && (rc = mirror__check_replicas(m))) return rc;

@@ -22,7 +22,8 @@ typedef struct options {
                                 --chunk, --graphs, --shard-update */
     mirror_fit_desc fd;      /* --epochs, --batch, --accumulate, --save (checkpoint),
                                 --checkpoint-every, --resume (resumed_from), --history, --plot,
-                                --curve-every, --trace, --phases, --progress, --augment, --crop-pad */
+                                --curve-every, --trace, --tensorboard, --phases, --progress, --augment,
+                                --crop-pad */
     /* The flags that are no desc's field, as given: names, the data, and
        the numbers that options_check turns into the descs' */
     const char *data, *model, *optimizer, *precision, *loss_scale, *lr_schedule;
@@ -132,6 +133,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--history")) return options_text(o, a, v, &fd->history);
     if (!strcmp(a, "--plot")) return options_text(o, a, v, &fd->plot);
     if (!strcmp(a, "--trace")) return options_text(o, a, v, &fd->trace);
+    if (!strcmp(a, "--tensorboard")) return options_text(o, a, v, &fd->tensorboard);
     if (!strcmp(a, "--shard-update")) return options_text(o, a, v, &o->shard_update);
     if (!strcmp(a, "--progress")) return options_text(o, a, v, &o->progress);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);

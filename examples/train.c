@@ -16,7 +16,7 @@
    "final: key=value ...".
 
    Exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, with
-   the final line, but --history, --plot or --trace could not be written
+   the final line, but --history, --plot, --trace or --tensorboard could not be written
    (a warning names it; its file holds its last complete version); 128 + N
    stopped by signal N (after saving). */
 /* The CPU build compiles the library here; the CUDA build (build/train_cuda)
@@ -84,8 +84,11 @@ static void usage(FILE *f)
                "  --crop-pad N        with --augment: shifts of up to N pixels (default 1; CIFAR-10's usual: 4)\n"
                "  --history FILE.csv  the epochs' numbers, rewritten after each epoch\n"
                "  --plot FILE.svg     loss and accuracy by epoch, training and validation, for a browser\n"
-               "  --curve-every N     with --history or --plot: a point every N steps within each epoch too\n"
+               "  --curve-every N     with --history, --plot or --tensorboard: a point every N steps within each\n"
+               "                      epoch too\n"
                "  --trace FILE.json   a timeline of the last 256 steps' phases per replica (chrome://tracing)\n"
+               "  --tensorboard DIR   TensorBoard's event files of the curves in DIR (tensorboard --logdir DIR)\n");
+    fprintf(f, /* in two: C99 promises string literals of 4095 characters */
                "  --phases            a line per epoch of each phase's time and the replicas' imbalance\n"
                "  --progress P        bar | lines | none (default: a bar on a terminal, lines otherwise and\n"
                "                      under mpirun)\n"
@@ -109,8 +112,8 @@ static void usage(FILE *f)
                "  --growth-interval N finite steps before a dynamic scale doubles (default 2000)\n"
                "  --max-skips N       fail after N skipped steps in a row (default 50)\n"
                "  --report-nonfinite 1  name the layer and replica of every skipped step (slower)\n"
-               "exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, but --history, --plot or\n"
-               "--trace could not be written; 128 + N stopped by signal N (after saving)\n");
+               "exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, but --history, --plot,\n"
+               "--trace or --tensorboard could not be written; 128 + N stopped by signal N (after saving)\n");
 }
 
 /* With several processes (build/train_mpi under mpirun) rank 0 speaks for
@@ -209,13 +212,15 @@ static int on_epoch(void *user, const mirror_epoch_log *log)
    a warning for each, and exit status 3, so that a script can tell. */
 static int warn_outputs(unsigned failed, const mirror_fit_desc *fd)
 {
-    static const unsigned bits[3] = {MIRROR_OUTPUT_HISTORY, MIRROR_OUTPUT_PLOT, MIRROR_OUTPUT_TRACE};
-    const char *names[3] = {"history", "plot", "trace"}, *paths[3];
+    static const unsigned bits[4] = {MIRROR_OUTPUT_HISTORY, MIRROR_OUTPUT_PLOT, MIRROR_OUTPUT_TRACE,
+                                     MIRROR_OUTPUT_TENSORBOARD};
+    const char *names[4] = {"history", "plot", "trace", "TensorBoard events in"}, *paths[4];
     int i;
     paths[0] = fd->history;
     paths[1] = fd->plot;
     paths[2] = fd->trace;
-    for (i = 0; i < 3; i++)
+    paths[3] = fd->tensorboard;
+    for (i = 0; i < 4; i++)
         if (failed & bits[i])
             fprintf(stderr, "train: warning: the %s %s could not be written; it holds an earlier version\n", names[i],
                     paths[i]);
