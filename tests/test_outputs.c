@@ -1,4 +1,4 @@
-/* test_outputs.c - fit's side outputs (history, plot, trace) get a
+/* test_outputs.c - fit's side outputs (history, plot, trace, TensorBoard) get a
    checkpoint's care: a path naming a checkpoint file, another output, a
    FIFO or a directory is refused before the first step and overwrites
    nothing; a write that fails mid-run (the file size limit, as on a full
@@ -14,6 +14,8 @@
 #include "digits.h"
 #include "files.h"
 
+#include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -361,6 +363,230 @@ static void test_resume(void)
     mirror_strategy_destroy(s);
 }
 
+/* ---- TensorBoard's event files ---- */
+
+/* An Event as far as fit writes them. */
+typedef struct tb_event {
+    uint64_t step;
+    int start;     /* a SessionLog START */
+    char version[32];
+    size_t n;      /* the summary's values */
+    char tag[12][32];
+    float value[12];
+} tb_event;
+
+static uint64_t varint(const unsigned char **p, const unsigned char *end)
+{
+    uint64_t v = 0;
+    int shift = 0;
+    while (*p < end && shift < 64) {
+        v |= (uint64_t)(**p & 0x7F) << shift, shift += 7;
+        if (!(*(*p)++ & 0x80)) break;
+    }
+    return v;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* One Event's fields (the others skipped, as a reader of protocol buffers does). */
+static void tb_decode(const unsigned char *p, const unsigned char *end, tb_event *e)
+{
+    memset(e, 0, sizeof *e);
+    while (p < end) {
+        uint64_t key = varint(&p, end), len;
+        const unsigned char *q;
+        if ((key & 7) == 0) { /* a varint: the step */
+            uint64_t v = varint(&p, end);
+            if (key >> 3 == 2) e->step = v;
+            continue;
+        }
+        if ((key & 7) == 1 || (key & 7) == 5) { /* wall_time, or anything fixed */
+            p += (key & 7) == 1 ? 8 : 4;
+            continue;
+        }
+        len = varint(&p, end), q = p, p += len;
+        if (p > end) break;
+        if (key >> 3 == 3) snprintf(e->version, sizeof e->version, "%.*s", (int)len, (const char *)q);
+        if (key >> 3 == 6) e->start = len == 2 && q[0] == 0x08 && q[1] == 0x01;
+        while (key >> 3 == 5 && q < p && e->n < 12) { /* Summary: Values */
+            const unsigned char *v, *vend;
+            uint64_t size;
+            varint(&q, p);
+            size = varint(&q, p);
+            vend = q + size;
+            for (v = q; v < vend;) {
+                uint64_t k = varint(&v, vend);
+                if (k == (1 << 3 | 2)) {
+                    uint64_t n = varint(&v, vend);
+                    snprintf(e->tag[e->n], sizeof e->tag[0], "%.*s", (int)n, (const char *)v);
+                    v += n;
+                } else if (k == (2 << 3 | 5)) {
+                    uint32_t bits = le32(v);
+                    memcpy(&e->value[e->n], &bits, 4);
+                    v += 4;
+                } else {
+                    break;
+                }
+            }
+            e->n++, q = vend;
+        }
+    }
+}
+
+/* The events of the file at path into ev (at most max); -1 when a record's
+   framing is broken: a length or data CRC-32C that does not match (masked
+   as TFRecord masks them), or a record cut short. */
+static int tb_read(const char *path, tb_event *ev, int max)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char head[12], data[2048], tail[4];
+    int n = 0;
+    if (!f) return -1;
+    while (fread(head, 1, 12, f) == 12) {
+        uint64_t len = (uint64_t)le32(head) | (uint64_t)le32(head + 4) << 32;
+        if (le32(head + 8) != mirror__masked_crc32c(head, 8) || len > sizeof data || fread(data, 1, len, f) != len ||
+            fread(tail, 1, 4, f) != 4 || le32(tail) != mirror__masked_crc32c(data, len) || n == max) {
+            fclose(f);
+            return -1;
+        }
+        tb_decode(data, data + len, &ev[n++]);
+    }
+    if (!feof(f)) n = -1; /* a record cut short in its first 12 bytes */
+    fclose(f);
+    return n;
+}
+
+/* The value of tag in e, NAN when it has none. */
+static double tb_value(const tb_event *e, const char *tag)
+{
+    size_t i;
+    for (i = 0; i < e->n; i++)
+        if (!strcmp(e->tag[i], tag)) return e->value[i];
+    return NAN;
+}
+
+/* The path of the k-th event file (by name, as TensorBoard reads them) in dir; 0 when there is none. */
+static int tb_file(const char *dir, int k, char *path, size_t size)
+{
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort), i, found = 0, seen = 0;
+    for (i = 0; i < n; i++) {
+        if (strstr(names[i]->d_name, "tfevents") && seen++ == k && !found)
+            found = 1, snprintf(path, size, "%s/%s", dir, names[i]->d_name);
+        free(names[i]);
+    }
+    if (n >= 0) free(names);
+    return found;
+}
+
+static char tb_dir[256];
+
+/* Epoch 1: a file size limit just past the event file (its next record
+   then fails part-written, as on a full disk); epoch 2 sees the failure
+   and lifts it. */
+static int tb_limit_hook(void *user, const mirror_epoch_log *log)
+{
+    char path[600];
+    struct stat st;
+    (void)user;
+    failed_at[log->epoch] = log->failed_outputs;
+    if (log->epoch == 1 && tb_file(tb_dir, 0, path, sizeof path) && stat(path, &st) == 0) fsize((rlim_t)st.st_size + 10);
+    if (log->epoch == 2) setrlimit(RLIMIT_FSIZE, &fsize_old);
+    return 0;
+}
+
+static void test_tensorboard(void)
+{
+    char hist[256], file[600], notdir[256], *csv, *row;
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s);
+    mirror_fit_desc fd = fit_desc(2);
+    tb_event ev[16];
+    int n, i, same = 1;
+    uint64_t steps;
+    CHECK(mirror__crc(0x82F63B78u, 0, (const unsigned char *)"123456789", 9) == 0xE3069283u,
+          "CRC-32C of \"123456789\": e3069283");
+    path_in(tb_dir, "tb"), path_in(hist, "tb.csv");
+    fd.tensorboard = tb_dir, fd.history = hist, fd.curve_every = 2;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fit with TensorBoard events: %s", mirror_model_error(m));
+    n = tb_file(tb_dir, 0, file, sizeof file) ? tb_read(file, ev, 16) : -1;
+    CHECK(n == 2 + 6 && !strcmp(ev[0].version, "brain.Event:2") && ev[1].start && ev[1].step == 1,
+          "the directory made, one file of whole records: the version, a session's start at step 1, 6 points (%d)", n);
+    /* Every number of the history's rows (epochs 0.4, 0.8, 1, 1.4, 1.8, 2) at its step. */
+    csv = slurp(hist);
+    for (i = 0, row = csv ? strchr(csv, '\n') : NULL; row && row[1] && i < 6 && n == 8; i++, row = strchr(row + 1, '\n')) {
+        double x, loss, acc, vloss = NAN, vacc = NAN, lr, norm, scale, sec, speed;
+        unsigned long long skipped;
+        size_t steps_in, samples;
+        const tb_event *e = &ev[2 + i];
+        char *at = row + 1;
+        x = strtod(at, &at), steps_in = strtoul(at + 1, &at, 10), samples = strtoul(at + 1, &at, 10);
+        loss = strtod(at + 1, &at), acc = strtod(at + 1, &at);
+        if (at[1] != ',') vloss = strtod(at + 1, &at), vacc = strtod(at + 1, &at);
+        else at += 2; /* no validation numbers: ",," */
+        lr = strtod(at + 1, &at), norm = strtod(at + 1, &at), scale = strtod(at + 1, &at);
+        skipped = strtoull(at + 1, &at, 10), sec = strtod(at + 1, &at), speed = strtod(at + 1, &at);
+        (void)samples, (void)sec;
+        same &= e->step == (uint64_t)(ceil(x) - 1) * 5 + steps_in && (float)x == (float)tb_value(e, "epoch") &&
+                (float)loss == (float)tb_value(e, "loss/train") && (float)acc == (float)tb_value(e, "accuracy/train") &&
+                (isnan(vloss) ? isnan(tb_value(e, "loss/validation")) && isnan(tb_value(e, "accuracy/validation"))
+                              : (float)vloss == (float)tb_value(e, "loss/validation") &&
+                                    (float)vacc == (float)tb_value(e, "accuracy/validation")) &&
+                (float)lr == (float)tb_value(e, "learning_rate") && (float)norm == (float)tb_value(e, "grad_norm") &&
+                (float)scale == (float)tb_value(e, "loss_scale") &&
+                (float)skipped == (float)tb_value(e, "skipped_steps") &&
+                fabs(speed - tb_value(e, "samples_per_s")) <= 0.06;
+    }
+    CHECK(i == 6 && same, "each history row's numbers, as floats, at its step (%d rows)", i);
+    free(csv);
+
+    /* A second fit: a file of its own, whose session starts after the model's step. */
+    steps = mirror_optimizer_steps(m);
+    fd.history = NULL, fd.curve_every = 0, fd.epochs = 1;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "a second fit: %s", mirror_model_error(m));
+    n = tb_file(tb_dir, 1, file, sizeof file) ? tb_read(file, ev, 16) : -1;
+    CHECK(n == 3 && ev[1].start && ev[1].step == steps + 1 && ev[2].step == steps + 5 && tb_value(&ev[2], "epoch") == 1,
+          "a second fit: a second file, its session starting at step %llu (%d events)", (unsigned long long)steps + 1,
+          n);
+
+    /* A write that fails mid-run: a notice, the bit, whole records; the next write goes on. */
+    remove_tree(tb_dir);
+    fd = fit_desc(3);
+    fd.tensorboard = tb_dir, fd.on_epoch = tb_limit_hook;
+    notices = 0;
+    memset(failed_at, 0, sizeof failed_at);
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "events failing at epoch 2 of 3: fit succeeds: %s",
+          mirror_model_error(m));
+    setrlimit(RLIMIT_FSIZE, &fsize_old);
+    n = tb_file(tb_dir, 0, file, sizeof file) ? tb_read(file, ev, 16) : -1;
+    CHECK(failed_at[1] == 0 && failed_at[2] == MIRROR_OUTPUT_TENSORBOARD && failed_at[3] == 0 && notices == 1 &&
+              strstr(notice_last, "TensorBoard"),
+          "the failure in the epoch log and one notice (%u %u %u; %d: %s)", failed_at[1], failed_at[2], failed_at[3],
+          notices, notice_last);
+    CHECK(n == 4 && tb_value(&ev[2], "epoch") == 1 && tb_value(&ev[3], "epoch") == 3,
+          "the part-written record cut away: whole records, epochs 1 and 3 (%d)", n);
+
+    /* Refused before the first step. */
+    steps = mirror_optimizer_steps(m);
+    path_in(notdir, "tb-file");
+    write_file(notdir, (const unsigned char *)"x", 1);
+    fd = fit_desc(1);
+    fd.tensorboard = notdir;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "not a directory") &&
+              mirror_optimizer_steps(m) == steps,
+          "a TensorBoard directory that is a file: refused before the first step (%s)", mirror_model_error(m));
+    path_in(notdir, "no-such/tb");
+    fd.tensorboard = notdir;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == steps,
+          "a TensorBoard directory whose parent is missing: refused before the first step (%s)",
+          mirror_model_error(m));
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* ---- calls from inside fit's hook ---- */
 
 typedef struct nested {
@@ -428,6 +654,7 @@ int main(void)
     test_refused();
     test_full();
     test_resume();
+    test_tensorboard();
     test_nested();
     CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);
     mirror_dataset_free(&data);
