@@ -1,7 +1,10 @@
 # mirror: make (examples), make labs (examples/labs), make run (train), make
 # test (everything that runs on this machine), make test-gpu (on a GPU),
 # make bench, make gpu-pack
-# (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR.
+# (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR,
+# make install PREFIX=/usr/local (the headers and pkg-config's mirror.pc and
+# mirror-cuda.pc; DESTDIR, INCLUDEDIR, PKGCONFIGDIR), make uninstall, make
+# test-install.
 # Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
 # NCCL_HOME, NO_CUDA=1, CUDA_ARCH.
@@ -252,6 +255,41 @@ fuzz: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
 test-crash: info $(BUILD)/train
 	@BUILD="$(BUILD)" sh tests/crash_test.sh
 
+# make install: the two headers into INCLUDEDIR, and pkg-config's mirror.pc
+# and mirror-cuda.pc into PKGCONFIGDIR, written from tools/*.pc.in with the
+# prefix, mirror.h's MIRROR_VERSION and (mirror-cuda.pc) CUDA_PATH,
+# NCCL_HOME and whether the probe found NCCL. The .pc files go to
+# share/pkgconfig, pkg-config's place for a package with nothing that
+# depends on the architecture: mirror is headers alone (both share/ and
+# lib/ are on pkg-config's default path). DESTDIR stages an install. make
+# uninstall removes those four files and nothing else; the directories
+# stay (install -d does not say which ones it made).
+PREFIX       ?= /usr/local
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(PREFIX)/share/pkgconfig
+INSTALL      ?= install
+MIRROR_VERSION = $(shell sed -n 's/^.define MIRROR_VERSION "\([^"]*\)"$$/\1/p' mirror.h)
+PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
+         -e 's|@VERSION@|$(MIRROR_VERSION)|g' -e 's|@CUDA_PATH@|$(CUDA_PATH)|g' -e 's|@NCCL_HOME@|$(NCCL_HOME)|g' \
+         -e 's|@NCCL_CFLAGS@|$(if $(HAVE_NCCL),, -DMIRROR_NO_NCCL)|g' -e 's|@NCCL_LIBS@|$(if $(HAVE_NCCL), -lnccl)|g'
+INSTALLED = $(DESTDIR)$(INCLUDEDIR)/mirror.h $(DESTDIR)$(INCLUDEDIR)/mirror_cuda.h \
+            $(DESTDIR)$(PKGCONFIGDIR)/mirror.pc $(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc
+install:
+	@test -n "$(MIRROR_VERSION)" || { echo "make install: no #define MIRROR_VERSION in mirror.h"; exit 1; }
+	$(INSTALL) -d '$(DESTDIR)$(INCLUDEDIR)' '$(DESTDIR)$(PKGCONFIGDIR)'
+	$(INSTALL) -m 644 mirror.h mirror_cuda.h '$(DESTDIR)$(INCLUDEDIR)'
+	sed $(PC_SED) tools/mirror.pc.in >'$(DESTDIR)$(PKGCONFIGDIR)/mirror.pc'
+	sed $(PC_SED) tools/mirror-cuda.pc.in >'$(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc'
+	chmod 644 '$(DESTDIR)$(PKGCONFIGDIR)/mirror.pc' '$(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc'
+
+uninstall:
+	rm -f $(foreach f,$(INSTALLED),'$(f)')
+
+# make install into a temporary prefix, a program built with pkg-config's
+# flags alone, make uninstall (make test runs it too, in the plain run).
+test-install:
+	@CUDA_PATH="$(CUDA_PATH)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" sh tests/install.sh
+
 # The GPU pack's script on this build's programs (GPU_SECONDS: its
 # deadline), with the CUDA + MPI trainer where it is built; the benchmarks
 # are make bench-gpu's.
@@ -373,5 +411,5 @@ clean:
 	rm -rf build
 
 .PHONY: all info labs run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
-        gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report
+        gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report install uninstall test-install
 .PRECIOUS: $(BUILD)/%

@@ -228,7 +228,8 @@
                   mirror_dataset_from_arrays, mirror_dataset_split,
                   mirror_dataset_free, mirror_permutation, mirror_num_batches
       fit         mirror_fit, mirror_evaluate
-      checkpoints mirror_checkpoint_save, mirror_checkpoint_load
+      checkpoints mirror_checkpoint_save, mirror_checkpoint_load,
+                  mirror_load_weights (from a safetensors file of any origin)
 
    OWNERSHIP
 
@@ -578,7 +579,7 @@
       allocation: that is MIRROR_ERR_NO_MEMORY too, and frees what the
       build took.
 
-   SIDE OUTPUTS (fit's history, plot and trace; mirror_trace_write)
+   SIDE OUTPUTS (fit's history, plot, trace and TensorBoard events; mirror_trace_write)
 
       They get a checkpoint's care. Each is written to a temporary file
       beside its path (named as a checkpoint's, PATH.tmp-mirror-...),
@@ -599,6 +600,13 @@
       epoch's log. (Before the first step, when nothing can be lost, it
       fails fit.) The example trainer then prints a warning naming the
       output, its final line, and exits with status 3.
+
+      TensorBoard's events (fit desc's tensorboard, a directory) are the
+      exception to the renaming: each fit appends records to a file of its
+      own there. A record whose write fails is cut away again, so the file
+      holds whole records, and the failure is the same notice and bit
+      (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, or a
+      path that is not a directory, fails fit before the first step.
 
    LIMITS
 
@@ -13925,11 +13933,19 @@ static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, co
 
 /* The directory (made when missing, its parent must exist) and a new event
    file in it, named as TensorBoard looks for them; its first records are
-   the version and the session's start. Rank 0, before the first step. */
+   the version and the session's start. TensorBoard reads a directory's
+   files in the order of their names, which start with the time in
+   seconds: a file's time is made later than every other file's there, so
+   that a fit started within the same second still comes after. Rank 0,
+   before the first step. */
 static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path, size_t size)
 {
+    static const char prefix[] = "events.out.tfevents.";
     char host[64];
     struct stat st;
+    long long now = (long long)time(NULL);
+    DIR *d;
+    struct dirent *e;
     size_t i;
     int k;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
@@ -13937,13 +13953,20 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
                             strerror(errno));
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the TensorBoard directory %s is not a directory", dir);
+    if ((d = opendir(dir)) != NULL) {
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, prefix, sizeof prefix - 1)) {
+                long long t = strtoll(e->d_name + sizeof prefix - 1, NULL, 10);
+                if (t >= now && t < now + 1000000) now = t + 1;
+            }
+        closedir(d);
+    }
     if (gethostname(host, sizeof host) != 0) strcpy(host, "host");
     host[sizeof host - 1] = '\0';
     for (i = 0; host[i]; i++)
         if (host[i] == '/') host[i] = '_';
     for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
-        snprintf(path, size, "%s/events.out.tfevents.%010lld.%s.%ld.%d", dir, (long long)time(NULL), host,
-                 (long)getpid(), k);
+        snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
         *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
         if (*fd < 0 && errno != EEXIST) break;
     }

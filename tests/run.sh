@@ -430,6 +430,15 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
     check "tools/gpu_report.sh (make gpu-report): the --cpu results made into a page with every check and figure" pack_report
 fi
 
+# make install into a temporary prefix, a program built with pkg-config's
+# flags alone, make uninstall (tests/install.sh; make test-install alone).
+# In the plain run only: it builds nothing under a sanitizer.
+if [ -z "$SAN" ]; then
+    BUILD="$BUILD" CC="$CC" NVCC="$NVCC" sh tests/install.sh >"$BUILD/install.out" 2>&1
+    tally install "$BUILD/install.out" $?
+    grep -E '^install: skipped' "$BUILD/install.out"
+fi
+
 # The labs (examples/labs): each exits 0 and prints every line of its
 # handout that reads "check: ...: ok", taken from the handout itself, so a
 # handout never goes stale. In the plain run only (a few seconds in all).
