@@ -13835,7 +13835,7 @@ static void mirror__curves_lost(const mirror_fit_desc *d, unsigned *failed)
    few fields written are encoded here by hand, field number and wire
    type first:
      Event      1 wall_time (double), 2 step (int64), 3 file_version
-                (string), 5 summary (Summary), 6 session_log (SessionLog)
+                (string), 5 summary (Summary), 7 session_log (SessionLog)
      Summary    1 value (a Value, repeated)
      Value      1 tag (string), 2 simple_value (float)
      SessionLog 1 status (enum; START is 1)
@@ -13914,7 +13914,7 @@ static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, co
     mirror__pb_varint(&e, step);
     if (version) mirror__pb_bytes(&e, 3, version, strlen(version));
     if (summary) mirror__pb_bytes(&e, 5, summary->p, summary->len);
-    if (start) mirror__pb_bytes(&e, 6, session_start, sizeof session_start);
+    if (start) mirror__pb_bytes(&e, 7, session_start, sizeof session_start);
     if (e.over || (summary && summary->over)) return errno = EOVERFLOW, -1;
     for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)e.len >> (8 * i));
     crc = mirror__masked_crc32c(head, 8);

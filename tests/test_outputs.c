@@ -410,7 +410,7 @@ static void tb_decode(const unsigned char *p, const unsigned char *end, tb_event
         len = varint(&p, end), q = p, p += len;
         if (p > end) break;
         if (key >> 3 == 3) snprintf(e->version, sizeof e->version, "%.*s", (int)len, (const char *)q);
-        if (key >> 3 == 6) e->start = len == 2 && q[0] == 0x08 && q[1] == 0x01;
+        if (key >> 3 == 7) e->start = len == 2 && q[0] == 0x08 && q[1] == 0x01; /* session_log: START */
         while (key >> 3 == 5 && q < p && e->n < 12) { /* Summary: Values */
             const unsigned char *v, *vend;
             uint64_t size;
@@ -538,7 +538,7 @@ static void test_tensorboard(void)
                 (float)lr == (float)tb_value(e, "learning_rate") && (float)norm == (float)tb_value(e, "grad_norm") &&
                 (float)scale == (float)tb_value(e, "loss_scale") &&
                 (float)skipped == (float)tb_value(e, "skipped_steps") &&
-                fabs(speed - tb_value(e, "samples_per_s")) <= 0.06;
+                fabs(speed - tb_value(e, "samples_per_s")) <= 0.05 + 1e-7 * speed; /* %.1f there, a float here */
     }
     CHECK(i == 6 && same, "each history row's numbers, as floats, at its step (%d rows)", i);
     free(csv);
