@@ -170,7 +170,8 @@ if [ -x "$BUILD/train" ]; then
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
         "--accumulate 2000000" "--dropout 1" "--dropout -0.5" "--crop-pad 2" "--crop-pad 65 --augment" \
-        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic" "--shard-update zero"; do
+        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic" "--shard-update zero" \
+        "--init-weights w.safetensors --resume w.ckpt"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
@@ -205,6 +206,8 @@ if [ -x "$BUILD/train" ]; then
         grep '^epoch 2/9223372036854775809 ' "$tmp/huge.out" | sed 's/.* lr \([^ ]*\) .*/\1/' | awk '{ ok = $1 > 0.00099 } END { exit !ok }'
     }
     check "build/train --epochs 9223372036854775809 --lr-schedule cosine: epoch 2 still at the full rate" huge_cosine
+    check "build/train --init-weights: a checkpoint's weights, a run from its first step; another model's named, exit 1" sh -c \
+        "$BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --save '$tmp/w.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/w.ckpt' >'$tmp/w.out' && grep -q '^init-weights: ' '$tmp/w.out' && grep -q '^epoch 1/1 ' '$tmp/w.out'; ok=\$?; $BUILD/train --model cnn --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/w.ckpt' >/dev/null 2>'$tmp/w.err'; test \$? -eq 1 && test \$ok -eq 0 && grep -q 'tensor layers.0.weight (or 0.weight) is missing' '$tmp/w.err'"
     check "build/train --resume with another --lr and --seed: one notice naming both, no longer bitwise" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --save '$tmp/chg.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --resume '$tmp/chg.ckpt' --lr 0.002 --seed 9 2>'$tmp/chg.err' >/dev/null && test \$(grep -c 'resumed with lr 0.00200000009 (the checkpoint.s: 0.00100000005), seed 9 (the checkpoint.s: 1): the run goes on, no longer bitwise' '$tmp/chg.err') -eq 1"
     # A build beyond the memory there is (here ulimit -v: 3.6 GiB of arenas
