@@ -4,7 +4,8 @@
 # (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR,
 # make install PREFIX=/usr/local (the headers and pkg-config's mirror.pc and
 # mirror-cuda.pc; DESTDIR, INCLUDEDIR, PKGCONFIGDIR), make uninstall, make
-# test-install.
+# test-install, make test-interop (ONNX, PyTorch and TensorBoard, with
+# packages from pip).
 # Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
 # NCCL_HOME, NO_CUDA=1, CUDA_ARCH.
@@ -396,6 +397,20 @@ bench-mpi: info $(BUILD)/bench_peers $(BUILD)/bench_peers_mpi
 $(BUILD)/bench_peers_mpi: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
+# Checkpoints out to ONNX Runtime and PyTorch (tools/mirror_model.py): the
+# exports' logits against mirror's; fit's TensorBoard events through the
+# tensorboard package's reader (tests/interop). Their packages come from
+# pip here, never in make test. The torch checks run where torch is.
+INTEROP_PACKAGES = numpy safetensors onnx onnxruntime tensorboard
+test-interop: info $(BUILD)/train $(BUILD)/interop_predict
+	@python3 -c 'import numpy, safetensors, onnx, onnxruntime, tensorboard' 2>/dev/null || \
+	 python3 -m pip install -q $(INTEROP_PACKAGES)
+	python3 tests/interop/test_export.py $(BUILD)
+	python3 tests/interop/test_tensorboard.py $(BUILD)
+
+$(BUILD)/interop_predict: tests/interop/predict.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
 # The guard against a collapse of the built-in GEMM (CI): below 0.3x
 # OpenBLAS at a layer shape fails.
 bench-guard: info $(BUILD)/bench_gemm
@@ -410,6 +425,6 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info labs run test test-crash test-gpu test-targets bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
+.PHONY: all info labs run test test-crash test-gpu test-targets test-interop bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
         gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report install uninstall test-install
 .PRECIOUS: $(BUILD)/%
