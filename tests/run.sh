@@ -492,6 +492,12 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
             test -n "$(final "$tmp/one2.out")" && test "$(final "$tmp/mpi2.out")" = "$(final "$tmp/one2.out")"
     }
     check "mpirun -np 2 build/train_mpi --replicas 1: one final: line, equal to build/train --replicas 2" mpi_same_as_one
+    mpi_tensorboard() {
+        rm -rf "$tmp/tbmpi"
+        $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --tensorboard "$tmp/tbmpi" >/dev/null 2>&1 &&
+            test "$(ls "$tmp/tbmpi" | grep -c tfevents)" -eq 1
+    }
+    check "mpirun -np 2 build/train_mpi --tensorboard: rank 0 alone writes events, one file" mpi_tensorboard
     mpi_resume_on_three() {
         $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --save "$tmp/p2.ckpt" >/dev/null 2>&1 &&
             $mpi -np 3 "$BUILD/train_mpi" $small --replicas 1 --epochs 2 --resume "$tmp/p2.ckpt" >"$tmp/p3.out" 2>&1 &&
@@ -614,6 +620,8 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
     check "ranks with another --synthetic size fail, each naming the data" mpi_disagree "--synthetic 700" \
         "the training data (its size or contents)"
     check "an output flag on one rank only fails every rank, naming it" mpi_disagree "--history $tmp/h.csv" \
+        "the checkpoint, side outputs or hooks"
+    check "--tensorboard on one rank only fails every rank, naming it" mpi_disagree "--tensorboard $tmp/tbd" \
         "the checkpoint, side outputs or hooks"
     check "the update sharded across processes on one rank only fails every rank, naming it" mpi_disagree \
         "--shard-update on" "the update's sharding across processes (shard_update on)"
