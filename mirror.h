@@ -13105,7 +13105,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     }
     /* Everything checked: now the model changes, and its run starts afresh. */
     if ((rc = mirror__upload_params(m, params))) goto done;
-    memcpy(m->running, running, m->nrunning * sizeof(float));
+    if (m->nrunning) memcpy(m->running, running, m->nrunning * sizeof(float)); /* none without batchnorm */
     m->bn_stale = 1;
     mirror__upload_state(m, state); /* zeros */
     m->steps = 0;

@@ -1266,6 +1266,18 @@ static void test_load_weights(void)
               err.message);
         free(text), free(rewritten);
     }
+    { /* a model without BatchNorm: no running statistics at all */
+        mirror_model *a = model(s, 1, MIRROR_OPT_ADAM), *b = model(s, 1, MIRROR_OPT_ADAM);
+        float *pa, *pb;
+        step(a, 0);
+        path_in(wpath, "plain.ckpt");
+        all = mirror_checkpoint_save(a, wpath, NULL, 1) == MIRROR_OK && mirror_load_weights(b, wpath, &err) == MIRROR_OK;
+        pa = params(a, 0), pb = params(b, 1);
+        CHECK(all && !memcmp(pa, pb, mirror_num_parameters(a) * sizeof(float)),
+              "load weights: a model without BatchNorm: %s", err.message);
+        free(pa), free(pb);
+        mirror_model_destroy(a), mirror_model_destroy(b);
+    }
     free(ckpt), free(ps), free(pv), free(victim_before);
     mirror_model_destroy(src), mirror_model_destroy(fresh), mirror_model_destroy(victim);
     mirror_strategy_destroy(s);
