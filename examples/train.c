@@ -214,7 +214,10 @@ static int warn_outputs(unsigned failed, const mirror_fit_desc *fd)
 {
     static const unsigned bits[4] = {MIRROR_OUTPUT_HISTORY, MIRROR_OUTPUT_PLOT, MIRROR_OUTPUT_TRACE,
                                      MIRROR_OUTPUT_TENSORBOARD};
-    const char *names[4] = {"history", "plot", "trace", "TensorBoard events in"}, *paths[4];
+    static const char *const names[4] = {"history", "plot", "trace", "TensorBoard events in"};
+    static const char *const kept[4] = {"it holds an earlier version", "it holds an earlier version",
+                                        "it holds an earlier version", "its file holds the points before"};
+    const char *paths[4];
     int i;
     paths[0] = fd->history;
     paths[1] = fd->plot;
@@ -222,8 +225,7 @@ static int warn_outputs(unsigned failed, const mirror_fit_desc *fd)
     paths[3] = fd->tensorboard;
     for (i = 0; i < 4; i++)
         if (failed & bits[i])
-            fprintf(stderr, "train: warning: the %s %s could not be written; it holds an earlier version\n", names[i],
-                    paths[i]);
+            fprintf(stderr, "train: warning: the %s %s could not be written; %s\n", names[i], paths[i], kept[i]);
     return failed ? 3 : 0;
 }
 
