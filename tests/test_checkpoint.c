@@ -1066,6 +1066,21 @@ static size_t weights_of(const unsigned char *ckpt, size_t n, weight *t)
     return nt;
 }
 
+/* The index of tensor name among t[0..nt); nt when it is not there. */
+static size_t weight_at(const weight *t, size_t nt, const char *name)
+{
+    size_t j;
+    for (j = 0; j < nt && strcmp(t[j].name, name); j++) {}
+    return j;
+}
+
+/* A tensor no model of these tests has: head.weight, 3 floats of values. */
+static void head_weight(weight *w, const float *values)
+{
+    snprintf(w->name, sizeof w->name, "head.weight"), w->dtype = "F32", w->rank = 1;
+    w->shape[0] = w->count = 3, w->v = values;
+}
+
 /* A model with every kind of tensor: convolutions, BatchNorm's four, a
    residual block's projection, a dense layer; seed picks its start. */
 static mirror_model *bn_model(mirror_strategy *s, uint64_t seed)
@@ -1190,37 +1205,35 @@ static void test_load_weights(void)
         CHECK(refused(file, fn, MIRROR_ERR_SHAPE, shape), "load weights: another shape: named, with both shapes");
         free(file);
         memcpy(u, t, nt * sizeof *t);
-        snprintf(u[nt].name, sizeof u[nt].name, "head.weight"), u[nt].dtype = "F32", u[nt].rank = 1;
-        u[nt].shape[0] = u[nt].count = 3, u[nt].v = t[0].v;
+        head_weight(&u[nt], t[0].v);
         u[0].shape[1] = 9, u[0].rank = 2;
         file = safetensors_of(u, nt + 1, &fn);
         CHECK(refused(file, fn, MIRROR_ERR_SHAPE, two), "load weights: two problems: both named");
         free(file);
-        for (j = 0; j < nt && strcmp(t[j].name, "layers.11.bias"); j++) {}
+        j = weight_at(t, nt, "layers.11.bias");
         memcpy(u, t, nt * sizeof *t);
         u[j] = u[nt - 1];
         file = safetensors_of(u, nt - 1, &fn);
         CHECK(j < nt && refused(file, fn, MIRROR_ERR_SHAPE, missing), "load weights: a tensor missing: named");
         free(file);
         memcpy(u, t, nt * sizeof *t);
-        snprintf(u[nt].name, sizeof u[nt].name, "head.weight"), u[nt].dtype = "F32", u[nt].rank = 1;
-        u[nt].shape[0] = u[nt].count = 3, u[nt].v = t[0].v;
+        head_weight(&u[nt], t[0].v);
         file = safetensors_of(u, nt + 1, &fn);
         CHECK(refused(file, fn, MIRROR_ERR_SHAPE, extra), "load weights: a tensor with no place: named");
         free(file);
-        for (j = 0; j < nt && strcmp(t[j].name, "layers.1.running_var"); j++) {}
+        j = weight_at(t, nt, "layers.1.running_var");
         memcpy(u, t, nt * sizeof *t);
         if (j < nt) u[j].dtype = "I32";
         file = safetensors_of(u, nt, &fn);
         CHECK(refused(file, fn, MIRROR_ERR_SHAPE, dtype), "load weights: an integer dtype: named");
         free(file);
-        for (j = 0; j < nt && strcmp(t[j].name, "layers.11.weight"); j++) {}
+        j = weight_at(t, nt, "layers.11.weight");
         memcpy(u, t, nt * sizeof *t);
         if (j < nt && u[j].count <= 1024) memcpy(bad, u[j].v, u[j].count * sizeof(float)), bad[3] = nan, u[j].v = bad;
         file = safetensors_of(u, nt, &fn);
         CHECK(refused(file, fn, MIRROR_ERR_SHAPE, nans), "load weights: a NaN: named, with its place");
         free(file);
-        for (j = 0; j < nt && strcmp(t[j].name, "layers.4.weight"); j++) {}
+        j = weight_at(t, nt, "layers.4.weight");
         memcpy(u, t, nt * sizeof *t);
         if (j < nt) u[j].dtype = "F64";
         file = safetensors_of(u, nt, &fn);
