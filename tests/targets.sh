@@ -12,18 +12,33 @@
 #                aarch64-linux-gnu-gcc and qemu-aarch64 are installed
 #
 # Prints each binary's result line, then "N passed, N failed".
+# The targets build and run side by side, as many at once as the machine
+# has cores (each target's tests one after another); their lines come out
+# in the order above.
 CC=${CC:-cc}
 BUILD=${BUILD:-build}/targets
 TESTS="test_layers test_replicas test_api"
 FLAGS="-O3 -ffp-contract=fast -fno-math-errno -std=c99 -Wall -Wextra -Wpedantic -Werror"
-passed=0
-failed=0
 mkdir -p "$BUILD"
 
-# run TARGET RUNNER COMPILER FLAGS...: builds and runs every test for one target.
-run() {
-    target=$1 runner=$2 cc=$3
-    shift 3
+# one TARGET: builds and runs every test for one target, printing a line
+# for each test and, last, "counts: PASSED FAILED".
+one() {
+    target=$1
+    case $target in
+    x86-64 | x86-64-v3) set -- "" "$CC" -march="$target" ;;
+    no-fma) set -- "" "$CC" -march=native -mno-fma ;;
+    clang) set -- "" clang -march=native -O2 ;;
+    native) set -- "" "$CC" ;;
+    plain-c) set -- "" "$CC" -DMIRROR_NO_SIMD ;;
+    # -O2: Debian's aarch64 gcc 12 stops with an internal error in the
+    # vectoriser on test_replicas.c at -O3
+    arm64) set -- qemu-aarch64 aarch64-linux-gnu-gcc -static -O2 ;;
+    *) echo "targets.sh: no target $target" && echo "counts: 0 1" && return ;;
+    esac
+    runner=$1 cc=$2
+    shift 2
+    passed=0 failed=0
     for t in $TESTS; do
         bin=$BUILD/$target-$t
         if ! $cc $FLAGS "$@" "tests/$t.c" -o "$bin" -lm -lpthread >"$bin.build" 2>&1; then
@@ -46,32 +61,53 @@ run() {
         passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
         failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed$/\1/')))
     done
+    echo "counts: $passed $failed"
 }
+if [ "${1:-}" = --one ]; then
+    one "$2" >"$BUILD/$2.result" 2>&1
+    exit 0
+fi
 
 case $(uname -m) in
 x86_64)
-    run x86-64 "" "$CC" -march=x86-64
+    targets="x86-64"
     if grep -q ' avx2 ' /proc/cpuinfo && grep -q ' fma ' /proc/cpuinfo; then
-        run x86-64-v3 "" "$CC" -march=x86-64-v3
+        targets="$targets x86-64-v3"
     else
         echo "x86-64-v3: skipped, this CPU has no AVX2 and FMA"
     fi
-    run no-fma "" "$CC" -march=native -mno-fma
-    if command -v clang >/dev/null; then run clang "" clang -march=native -O2; fi
+    targets="$targets no-fma"
+    if command -v clang >/dev/null; then targets="$targets clang"; fi
     ;;
 *)
-    run native "" "$CC"
+    targets=native
     ;;
 esac
-run plain-c "" "$CC" -DMIRROR_NO_SIMD
-
+targets="$targets plain-c"
 if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
-    # -O2: Debian's aarch64 gcc 12 stops with an internal error in the
-    # vectoriser on test_replicas.c at -O3
-    run arm64 qemu-aarch64 aarch64-linux-gnu-gcc -static -O2
+    targets="$targets arm64"
 else
     echo "arm64: skipped (apt-get install gcc-aarch64-linux-gnu qemu-user)"
 fi
+
+# the slowest (arm64 under qemu) first, so that it is not left alone at the end
+order=$(printf '%s\n' $targets | awk '$1 == "arm64" { print; next } { rest = rest $1 "\n" } END { printf "%s", rest }')
+for target in $targets; do rm -f "$BUILD/$target.result"; done
+printf '%s\n' $order | CC="$CC" BUILD="${BUILD%/targets}" xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh "$0" --one {}
+passed=0
+failed=0
+for target in $targets; do
+    r=$BUILD/$target.result
+    if [ ! -f "$r" ] || ! grep -q '^counts: ' "$r"; then
+        echo "$target: no result"
+        failed=$((failed + 1))
+        continue
+    fi
+    grep -v '^counts: ' "$r"
+    set -- $(sed -n 's/^counts: //p' "$r")
+    passed=$((passed + $1))
+    failed=$((failed + $2))
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
