@@ -10360,6 +10360,11 @@ static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
     double now = mirror__now();
     uint64_t state, bits;
     int tries, fd = -1;
+    /* never true, but without it gcc -O3 -fsanitize=undefined warns of a null snprintf */
+    if (!name || !size) {
+        errno = EINVAL;
+        return -1;
+    }
     memcpy(&bits, &now, sizeof bits);
     state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
     for (tries = 0; tries < 100; tries++) {
