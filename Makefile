@@ -6,7 +6,7 @@
 # mirror-cuda.pc; DESTDIR, INCLUDEDIR, PKGCONFIGDIR), make uninstall, make
 # test-install, make test-interop (ONNX, PyTorch and TensorBoard, with
 # packages from pip).
-# Variables: CC, OPT, ARCH, BUILD, SAN (address | thread | valgrind),
+# Variables: CC, OPT, DEBUG, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
 # NCCL_HOME, NO_CUDA=1, CUDA_ARCH.
 
