@@ -148,6 +148,8 @@
                             reducer        $MIRROR_REDUCER, else NCCL on distinct
                                            GPUs, else the copy reducer (NCCL on
                                            CPU replicas is an error)
+                            host_memory    $MIRROR_HOST_MEMORY, else what the
+                                           system says (MEMORY)
       mirror_model_desc     max_batch      256 (largest global batch)
                             loss           MIRROR_LOSS_SOFTMAX_CE
                             init           He uniform before a relu, Glorot
@@ -568,16 +570,27 @@
 
       Before it allocates anything, mirror_model_build adds up what the
       process's replicas will take (arenas, workspace, host buffers) and
-      compares it with the memory there is: the host's physical memory,
-      or the address-space or data limit (ulimit -v, ulimit -d) where
-      lower; on GPUs also each GPU's free memory (cudaMemGetInfo) against
-      the replicas on it. Beyond it the build fails with
-      MIRROR_ERR_NO_MEMORY, giving both figures and what to lower
+      compares it with the memory there is: on GPUs each GPU's free memory
+      (cudaMemGetInfo) against the replicas on it; on the host the limits
+      that would fail the allocations for real, the address-space and data
+      limits (ulimit -v, ulimit -d) and the memory limit of the process's
+      cgroup or an ancestor's (memory.max, v1's memory.limit_in_bytes),
+      and the physical memory (MemTotal). Beyond a limit the build fails
+      with MIRROR_ERR_NO_MEMORY, giving both figures and what to lower
       (max_batch, the replicas, the model), rather than growing until the
-      kernel's OOM killer ends the process. What the process holds already
-      is not counted, so a build that passes may still meet a failed
-      allocation: that is MIRROR_ERR_NO_MEMORY too, and frees what the
-      build took.
+      kernel's OOM killer ends the process. The physical memory refuses
+      only on a machine that says its memory cannot grow: where a
+      virtio-mem device or a Hyper-V balloon is bound, or a virtio balloon
+      that holds pages (a microVM whose MemTotal starts far below what it
+      can have, and grows as it is used), or where /sys cannot tell, it
+      gives a notice and the build goes on. The strategy desc's
+      host_memory, else $MIRROR_HOST_MEMORY, overrides it: a size ("64G")
+      stands in for the physical memory and refuses, "advisory" makes it
+      a notice on any machine (the GPU pack's run.sh sets it); the ulimits
+      and the cgroup refuse whatever it says. What the process holds
+      already is not counted, so a build that passes may still meet a
+      failed allocation: that is MIRROR_ERR_NO_MEMORY too, and frees what
+      the build took.
 
    SIDE OUTPUTS (fit's history, plot, trace and TensorBoard events; mirror_trace_write)
 
@@ -786,6 +799,15 @@ typedef struct mirror_strategy_desc {
        before it fails with MIRROR_ERR_TIMEOUT; 0: $MIRROR_TIMEOUT, else
        300. A negative, NaN or infinite one is MIRROR_ERR_ARGUMENT. */
     double timeout;
+    /* The host memory a model build plans on (see MEMORY in the manual).
+       NULL or "": $MIRROR_HOST_MEMORY, else what the system says. A size,
+       "64G", "512M", "1.5T" or bytes (K, M, G, T: powers of 1024), stands
+       in for the physical memory; "advisory" makes the physical memory a
+       warning, never a refusal (a machine whose memory grows as it is
+       used). The limits that would fail the allocations for real (ulimit
+       -v and -d, a cgroup's memory limit) refuse whatever it says. Anything
+       else is MIRROR_ERR_ARGUMENT. */
+    const char *host_memory;
 } mirror_strategy_desc;
 
 MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc,
@@ -2786,6 +2808,7 @@ struct mirror_strategy {
     size_t local_rank; /* among the processes on this machine */
     size_t local_size; /* the processes on this machine (1 without MPI) */
     double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
+    char host_memory[64]; /* the host memory override in force ("": none; mirror__host_override) */
 #ifdef MIRROR_MPI
     MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
     int broken;        /* a cross-process operation failed: every later one fails at once */
@@ -8023,16 +8046,47 @@ static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirro
     return MIRROR_OK;
 }
 
+/* A host memory override (see the desc's host_memory), `from` naming
+   where it came from: "advisory" sets *advisory, a size sets *bytes;
+   NULL or "" leaves both 0. */
+static int mirror__host_override(const char *text, const char *from, double *bytes, int *advisory,
+                                 mirror_error *err)
+{
+    static const char units[] = "KMGT";
+    const char *unit;
+    char *end = NULL;
+    double v;
+    *bytes = 0.0, *advisory = 0;
+    if (!text || !*text) return MIRROR_OK;
+    if (strcmp(text, "advisory") == 0) return *advisory = 1, MIRROR_OK;
+    v = strtod(text, &end);
+    if (end != text && *end && *end != ' ' && (unit = strchr(units, *end & ~0x20)) != NULL) { /* K, k, ... */
+        v *= pow(1024.0, (double)(unit - units + 1));
+        end += 1 + (end[1] == 'i' && end[2] == 'B') * 2 + (end[1] == 'B');
+    }
+    if (end == text || *end || strlen(text) >= 64 || !(v >= 1.0 && v <= 4e18))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "%s \"%.80s\": expected the bytes a build may plan on (\"64G\", \"512M\", \"1.5T\"; K, M, "
+                             "G, T are powers of 1024) or \"advisory\" (the physical memory only warns)", from, text);
+    *bytes = v;
+    return MIRROR_OK;
+}
+
 /* Defaults for a strategy desc's zero fields, in one place: the device
    list from $MIRROR_DEVICES (unless the desc counts replicas), the reducer
-   from $MIRROR_REDUCER, the timeout from $MIRROR_TIMEOUT, else 300 s. A bad
-   value, in the desc or the environment, is refused. The replica count
-   comes with the devices (mirror_strategy_create). */
+   from $MIRROR_REDUCER, the timeout from $MIRROR_TIMEOUT, else 300 s, the
+   host memory from $MIRROR_HOST_MEMORY. A bad value, in the desc or the
+   environment, is refused. The replica count comes with the devices
+   (mirror_strategy_create). */
 static int mirror__strategy_defaults(mirror_strategy_desc *d, mirror_error *err)
 {
-    int rc;
+    int rc, advisory;
+    double bytes;
+    const char *from = "host_memory";
     if (!d->devices && !d->num_replicas) d->devices = getenv("MIRROR_DEVICES");
     if ((rc = mirror__reducer_kind(d->reducer, &d->reducer, err))) return rc;
+    if (!d->host_memory || !*d->host_memory) d->host_memory = getenv("MIRROR_HOST_MEMORY"), from = "MIRROR_HOST_MEMORY";
+    if ((rc = mirror__host_override(d->host_memory, from, &bytes, &advisory, err))) return rc;
     return mirror__timeout(d, &d->timeout, err);
 }
 
@@ -8096,6 +8150,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     s->processes = s->local_size = 1;
     s->reducer_kind = d.reducer;
     s->timeout = d.timeout;
+    if (d.host_memory) snprintf(s->host_memory, sizeof s->host_memory, "%s", d.host_memory);
 #ifdef MIRROR_MPI
     s->comm = MPI_COMM_NULL; /* before anything can fail: the teardown reads it */
 #endif
@@ -8264,6 +8319,8 @@ MIRROR_API mirror_strategy_desc mirror_strategy_query_desc(const mirror_strategy
         d.devices = s->devices;
         d.num_replicas = s->replicas;
         d.reducer = s->reducer_kind;
+        d.timeout = s->timeout;
+        d.host_memory = s->host_memory;
     }
     return d;
 }
@@ -9679,32 +9736,163 @@ static double mirror__host_buffer_bytes(const mirror_model *m)
            (double)m->chunks_max * 2.0 * C * 8.0 + 2.0 * C * 4.0;
 }
 
-/* The host memory this process may take, and what sets it into *what: the
-   physical memory, or an address-space or data-segment limit (ulimit -v,
-   -d) below it; 0 when none is known. What the process holds already is
-   not taken off (POSIX has no call for it): a build that passes may still
-   find too little, and then fails with MIRROR_ERR_NO_MEMORY. */
-static double mirror__host_memory(const char **what)
+/* What the system says of the host's memory, read from the files under
+   `root` ("" on a live system; a test gives a tree of its own). */
+typedef struct mirror__host_facts {
+    double physical;             /* MemTotal, in bytes; 0: unknown */
+    double address_space, data; /* ulimit -v, -d; 0: none */
+    double cgroup;               /* the lowest memory limit of the process's cgroups and their ancestors; 0: none */
+    double balloon;              /* what a balloon holds now (/proc/vmstat's nr_balloon_pages), in bytes */
+    /* What lets the memory grow while the process runs ("a virtio-mem
+       device", "a virtio balloon"); "" where nothing does, so that
+       MemTotal is the machine's memory; NULL where it cannot tell (no
+       /sys to read). */
+    const char *grows;
+} mirror__host_facts;
+
+static FILE *mirror__open_under(const char *root, const char *path)
 {
+    char full[4096];
+    snprintf(full, sizeof full, "%s%s", root, path);
+    return fopen(full, "r");
+}
+
+/* The lowest memory limit (file `file`: memory.max, memory.limit_in_bytes)
+   of the cgroup at `path` in the hierarchy mounted at `mount`, and of its
+   ancestors up to the mount; 0 where none is set ("max", or cgroup v1's
+   2^63 rounded to pages). A container sees its own cgroup at the mount. */
+static double mirror__cgroup_limit(const char *root, const char *mount, const char *path, const char *file)
+{
+    char dir[2048], name[4096], line[64];
+    double low = 0.0, v;
+    char *cut;
+    FILE *f;
+    snprintf(dir, sizeof dir, "%s%s", mount, strcmp(path, "/") ? path : "");
+    for (;;) {
+        snprintf(name, sizeof name, "%s/%s", dir, file);
+        if ((f = mirror__open_under(root, name)) != NULL) {
+            if (fgets(line, sizeof line, f) && line[0] >= '0' && line[0] <= '9' &&
+                (v = strtod(line, NULL)) > 0.0 && v < 4e18 && (low == 0.0 || v < low))
+                low = v;
+            fclose(f);
+        }
+        if (strlen(dir) <= strlen(mount) || !(cut = strrchr(dir, '/'))) return low;
+        *cut = '\0';
+    }
+}
+
+/* Whether the directory root/path has an entry whose name holds `mark`
+   (a driver's bound device: virtio0, a Hyper-V GUID). */
+static int mirror__dir_has(const char *root, const char *path, const char *mark)
+{
+    char full[4096];
+    struct dirent *e;
+    DIR *d;
+    int found = 0;
+    snprintf(full, sizeof full, "%s%s", root, path);
+    if (!(d = opendir(full))) return 0;
+    while (!found && (e = readdir(d)) != NULL) found = strstr(e->d_name, mark) != NULL;
+    closedir(d);
+    return found;
+}
+
+static void mirror__host_facts_read(const char *root, mirror__host_facts *f)
+{
+    /* The devices through which a hypervisor gives a running machine more
+       memory: a microVM's MemTotal starts far below what it can have. A
+       virtio balloon counts while it holds pages: an empty one (most
+       cloud machines bind the driver) has nothing to give back. */
     static const struct {
-        int resource;
-        const char *name;
-    } limits[] = {{RLIMIT_AS, "address-space limit (ulimit -v)"}, {RLIMIT_DATA, "data-segment limit (ulimit -d)"}};
-    double have = 0.0;
+        const char *dir, *mark, *what;
+        int holding;
+    } growers[] = {{"/sys/bus/virtio/drivers/virtio_mem", "virtio", "a virtio-mem device", 0},
+                   {"/sys/bus/virtio/drivers/virtio_balloon", "virtio", "a virtio balloon", 1},
+                   {"/sys/bus/vmbus/drivers/hv_balloon", "-", "a Hyper-V balloon", 0}};
+    char line[4096];
     struct rlimit rl;
     size_t i;
-    *what = "memory";
+    FILE *file;
+    DIR *sys;
+    memset(f, 0, sizeof *f);
+    if ((file = mirror__open_under(root, "/proc/meminfo")) != NULL) {
+        while (fgets(line, sizeof line, file))
+            if (strncmp(line, "MemTotal:", 9) == 0) f->physical = strtod(line + 9, NULL) * 1024.0; /* kB */
+        fclose(file);
+    }
 #if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
-    {
+    if (f->physical <= 0.0 && !*root) {
         long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-        if (pages > 0 && size > 0) have = (double)pages * (double)size, *what = "physical memory";
+        if (pages > 0 && size > 0) f->physical = (double)pages * (double)size;
     }
 #endif
-    for (i = 0; i < sizeof limits / sizeof *limits; i++)
-        if (getrlimit(limits[i].resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-            (have == 0.0 || (double)rl.rlim_cur < have))
-            have = (double)rl.rlim_cur, *what = limits[i].name;
-    return have;
+    if ((file = mirror__open_under(root, "/proc/vmstat")) != NULL) {
+        long page = sysconf(_SC_PAGESIZE);
+        while (fgets(line, sizeof line, file))
+            if (strncmp(line, "nr_balloon_pages ", 17) == 0) f->balloon = strtod(line + 17, NULL) * (double)page;
+        fclose(file);
+    }
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) f->address_space = (double)rl.rlim_cur;
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) f->data = (double)rl.rlim_cur;
+    /* "0::/path" (cgroup v2), "4:memory:/path" (v1's memory controller) */
+    if ((file = mirror__open_under(root, "/proc/self/cgroup")) != NULL) {
+        while (fgets(line, sizeof line, file)) {
+            char *controllers = strchr(line, ':'), *path, list[256];
+            double v = 0.0;
+            if (!controllers || !(path = strchr(controllers + 1, ':'))) continue;
+            *controllers++ = '\0', *path++ = '\0';
+            path[strcspn(path, "\n")] = '\0';
+            snprintf(list, sizeof list, ",%s,", controllers);
+            if (strcmp(line, "0") == 0 && !*controllers)
+                v = mirror__cgroup_limit(root, "/sys/fs/cgroup", path, "memory.max");
+            else if (strstr(list, ",memory,"))
+                v = mirror__cgroup_limit(root, "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+            if (v > 0.0 && (f->cgroup == 0.0 || v < f->cgroup)) f->cgroup = v;
+        }
+        fclose(file);
+    }
+    f->grows = "";
+    for (i = 0; i < sizeof growers / sizeof *growers && !*f->grows; i++)
+        if ((!growers[i].holding || f->balloon > 0.0) && mirror__dir_has(root, growers[i].dir, growers[i].mark))
+            f->grows = growers[i].what;
+    snprintf(line, sizeof line, "%s/sys/devices/system", root);
+    if (!*f->grows && (sys = opendir(line)) == NULL) f->grows = NULL;
+    else if (!*f->grows) closedir(sys);
+}
+
+/* The host memory a build may plan on, from the facts and the override
+   (mirror__host_override: its size, or advisory): `hard` is what would
+   fail the allocations for real (ulimit -v, -d, a cgroup's limit), and
+   refuses; `soft`, the physical memory or the override's size, refuses
+   only where the memory cannot grow, and else (`advisory` set to why)
+   warns. 0: nothing known. */
+typedef struct mirror__host_budget {
+    double hard, soft;
+    const char *hard_what, *soft_what;
+    char advisory[96]; /* why soft only warns; "": it refuses */
+} mirror__host_budget;
+
+static mirror__host_budget mirror__host_plan(const mirror__host_facts *f, double override_bytes, int override_advisory)
+{
+    const double hard[] = {f->address_space, f->data, f->cgroup};
+    static const char *const hard_what[] = {"address-space limit (ulimit -v)", "data-segment limit (ulimit -d)",
+                                            "cgroup's memory limit"};
+    mirror__host_budget b;
+    size_t i;
+    memset(&b, 0, sizeof b);
+    for (i = 0; i < 3; i++)
+        if (hard[i] > 0.0 && (b.hard == 0.0 || hard[i] < b.hard)) b.hard = hard[i], b.hard_what = hard_what[i];
+    if (override_bytes > 0.0) {
+        b.soft = override_bytes, b.soft_what = "host memory given (host_memory, $MIRROR_HOST_MEMORY)";
+        return b;
+    }
+    b.soft = f->physical, b.soft_what = "physical memory";
+    if (override_advisory)
+        snprintf(b.advisory, sizeof b.advisory, "host_memory ($MIRROR_HOST_MEMORY) is advisory");
+    else if (!f->grows)
+        snprintf(b.advisory, sizeof b.advisory, "the system does not say whether its memory can grow");
+    else if (*f->grows)
+        snprintf(b.advisory, sizeof b.advisory, "%s lets this machine's memory grow", f->grows);
+    return b;
 }
 
 /* bytes as "341.2 MiB", "23.4 GiB" or "64.0 TiB" into buf. */
@@ -9742,9 +9930,12 @@ static int mirror__device_need(const mirror_model *m, size_t r, size_t workspace
 static int mirror__check_memory(mirror_model *m)
 {
     size_t R = m->s->replicas, r, n, workspace = m->be->workspace(m->format, mirror__largest(m));
-    double need, host = (double)R * sizeof(mirror__replica) + (double)m->nslots * sizeof(float), have;
+    double need, host = (double)R * sizeof(mirror__replica) + (double)m->nslots * sizeof(float), have, bytes;
     char a[32], b[32], c[32];
     const char *what;
+    mirror__host_facts facts;
+    mirror__host_budget plan;
+    int advisory;
     for (r = 0; m->be->device_memory && r < R; r++) {
         size_t free_bytes, total_bytes;
         int dev = m->be->device_memory(m->s, r, &free_bytes, &total_bytes);
@@ -9759,15 +9950,28 @@ static int mirror__check_memory(mirror_model *m)
     }
     for (r = 0; r < R; r++)
         host += mirror__host_buffer_bytes(m) + (m->be->device_memory ? 0.0 : mirror__replica_bytes(m, r, workspace));
-    have = mirror__host_memory(&what);
-    if (have == 0.0 || host <= have) return MIRROR_OK;
+    mirror__host_facts_read("", &facts);
+    mirror__host_override(m->s->host_memory, "host_memory", &bytes, &advisory, &mirror__silent); /* checked */
+    plan = mirror__host_plan(&facts, bytes, advisory);
+    if (plan.hard > 0.0 && host > plan.hard) what = plan.hard_what, have = plan.hard;
+    else if (plan.soft > 0.0 && host > plan.soft) what = plan.soft_what, have = plan.soft;
+    else return MIRROR_OK;
+    if (have == plan.soft && plan.advisory[0]) {
+        char notice[512];
+        snprintf(notice, sizeof notice,
+                 "mirror_model_build: %zu replica%s need %s of host memory, more than the %s (%s); going on, as %s",
+                 R, R == 1 ? "" : "s", mirror__bytes_text(host, a, sizeof a), what,
+                 mirror__bytes_text(have, c, sizeof c), plan.advisory);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+        return MIRROR_OK;
+    }
     return mirror__fail(m, MIRROR_ERR_NO_MEMORY,
-                        "mirror_model_build: %zu replica%s need %s of host memory (%s each, for shards of up to %zu "
-                        "samples) and the %s is %s: lower max_batch (%zu, the global batch), the replica count or "
-                        "the model's size",
+                        "mirror_model_build: %zu replica%s need %s of host memory (%s each) and the %s is %s: lower "
+                        "max_batch (%zu, the global batch), the replicas or the model%s",
                         R, R == 1 ? "" : "s", mirror__bytes_text(host, a, sizeof a),
-                        mirror__bytes_text(host / (double)R, b, sizeof b), m->shard_max, what,
-                        mirror__bytes_text(have, c, sizeof c), m->desc.max_batch);
+                        mirror__bytes_text(host / (double)R, b, sizeof b), what, mirror__bytes_text(have, c, sizeof c),
+                        m->desc.max_batch,
+                        have == plan.soft && bytes == 0.0 ? "; if memory grows as used: MIRROR_HOST_MEMORY=advisory" : "");
 }
 
 /* Replica r's buffers on its opened device: parameters, gradients and

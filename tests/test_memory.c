@@ -2,8 +2,10 @@
    allocations frees what it took and leaves a model that destroys cleanly
    or builds again; a build that would take more memory than the machine
    has, or than ulimit -v allows, is refused before it allocates anything,
-   naming both figures; a batch with fewer rows than samples is refused
-   before it is read. */
+   naming both figures; what the system says of its memory (MemTotal, a
+   cgroup's limit, a balloon that lets it grow), read from trees made
+   here, and the override (host_memory, $MIRROR_HOST_MEMORY); a batch with
+   fewer rows than samples is refused before it is read. */
 #define _POSIX_C_SOURCE 200809L /* setrlimit, sysconf; mirror.h is not the first include */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The errors the failures log would flood the output: counted instead. */
@@ -106,19 +109,6 @@ static void test_failed_builds(mirror_strategy *s, const config *c)
           c->name, points - 1);
 }
 
-/* What mirror.h names as the host's memory: the physical memory or a
-   lower limit. */
-static double host_memory(void)
-{
-    struct rlimit rl;
-    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < have)
-        have = (double)rl.rlim_cur;
-    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < have)
-        have = (double)rl.rlim_cur;
-    return have;
-}
-
 /* A dense model over 1024x32x32 inputs, max_batch samples. */
 static mirror_model *wide(mirror_strategy *s, size_t max_batch)
 {
@@ -126,22 +116,39 @@ static mirror_model *wide(mirror_strategy *s, size_t max_batch)
     return new_model(&d, NULL, "flatten, dense 2");
 }
 
+/* A strategy of 2 CPU replicas whose builds plan on host_memory. */
+static mirror_strategy *planned(const char *host_memory, mirror_error *err)
+{
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.devices = "cpu:2";
+    d.host_memory = host_memory;
+    return mirror_strategy_create(&d, &s, err) == MIRROR_OK ? s : NULL;
+}
+
 /* A build beyond the machine's memory (2^24 samples of 4 MiB: 64 TiB and
    more) is refused before it allocates a byte, with the need and the
    memory there is; the model stays destroyable. Before the check, malloc
    either failed (and the failed build crashed) or, overcommitted, the
-   zeroing of the arenas grew until the kernel killed the process. */
-static void test_beyond_the_machine(mirror_strategy *s)
+   zeroing of the arenas grew until the kernel killed the process. The
+   strategy plans on 16 GiB: whether this machine's physical memory
+   refuses or only warns depends on it (mirror__host_plan, tested below),
+   and a build that went on would ask malloc for 64 TiB. */
+static void test_beyond_the_machine(void)
 {
-    mirror_model *m = wide(s, (size_t)1 << 24);
-    char have[32], text[300];
+    mirror_error err = {0, ""};
+    mirror_strategy *s = planned("16G", &err);
+    mirror_model *m = s ? wide(s, (size_t)1 << 24) : NULL;
+    const char *have = "and the host memory given (host_memory, $MIRROR_HOST_MEMORY) is 16.0 GiB: lower";
+    char text[400];
     long live, total;
     int rc;
     if (!m) {
-        CHECK(0, "the wide model is created");
+        CHECK(0, "the wide model is created: %s", err.message);
+        mirror_strategy_destroy(s);
         return;
     }
-    mirror__bytes_text(host_memory(), have, sizeof have);
     live = live_allocs, total = total_allocs;
     rc = mirror_model_build(m);
     snprintf(text, sizeof text, "%s", mirror_model_error(m));
@@ -152,6 +159,166 @@ static void test_beyond_the_machine(mirror_strategy *s)
               strstr(text, "lower max_batch (16777216, the global batch)"),
           "the message gives the need, the memory there is (%s) and what to lower: %s", have, text);
     mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
+/* A file of the fake tree under root, its directories made. */
+static void put(const char *root, const char *path, const char *text)
+{
+    char full[512], *slash;
+    FILE *f;
+    snprintf(full, sizeof full, "%s%s", root, path);
+    for (slash = strchr(full + strlen(root) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        mkdir(full, 0755);
+        *slash = '/';
+    }
+    if (text && (f = fopen(full, "w")) != NULL) {
+        fputs(text, f);
+        fclose(f);
+    } else if (!text) {
+        mkdir(full, 0755);
+    }
+}
+
+/* What the system says of its memory, read from trees made here: a fixed
+   machine with a cgroup v2 limit above the process's own cgroup; a microVM
+   whose balloon (or virtio-mem) lets its memory grow; cgroup v1; a system
+   with nothing to read. Then the plan from each, with and without the
+   override: only the physical memory of a machine that says it cannot
+   grow refuses; ulimits and cgroups refuse whatever the override says. */
+static void test_host_facts(void)
+{
+    char root[] = "/tmp/mirror_host_XXXXXX", cmd[600];
+    mirror__host_facts f;
+    mirror__host_budget b;
+    struct rlimit as, data;
+    int limited;
+    if (!mkdtemp(root)) {
+        CHECK(0, "a temporary directory");
+        return;
+    }
+    limited = (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) ||
+              (getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY);
+
+    mirror__host_facts_read(root, &f);
+    CHECK(f.physical == 0.0 && f.cgroup == 0.0 && f.grows == NULL,
+          "an empty tree: no MemTotal, no cgroup, cannot tell whether memory grows (%g, %g, %s)", f.physical,
+          f.cgroup, f.grows ? f.grows : "NULL");
+    b = mirror__host_plan(&f, 0.0, 0);
+    CHECK(b.soft == 0.0 && strstr(b.advisory, "does not say"), "nothing to read: physical memory advice only (%s)",
+          b.advisory);
+
+    put(root, "/proc/meminfo", "MemTotal:        1048576 kB\nMemFree:          524288 kB\n");
+    put(root, "/proc/self/cgroup", "0::/user.slice/job\n");
+    put(root, "/sys/fs/cgroup/user.slice/memory.max", "3221225472\n");
+    put(root, "/sys/fs/cgroup/user.slice/job/memory.max", "max\n");
+    put(root, "/sys/devices/system/memory", NULL);
+    mirror__host_facts_read(root, &f);
+    CHECK(f.physical == 1073741824.0 && f.cgroup == 3221225472.0 && f.grows && !*f.grows,
+          "a fixed machine: MemTotal 1 GiB, the parent cgroup's 3 GiB (the job's own is max), nothing grows (%g, "
+          "%g, \"%s\")", f.physical, f.cgroup, f.grows ? f.grows : "NULL");
+    f.address_space = f.data = 0.0;
+    b = mirror__host_plan(&f, 0.0, 0);
+    CHECK(b.soft == 1073741824.0 && !b.advisory[0] && b.hard == 3221225472.0 && !strcmp(b.hard_what, "cgroup's memory limit"),
+          "fixed: the physical memory refuses (%g, \"%s\"), the cgroup too (%g, %s)", b.soft, b.advisory, b.hard,
+          b.hard_what ? b.hard_what : "NULL");
+    b = mirror__host_plan(&f, 0.0, 1);
+    CHECK(b.soft == 1073741824.0 && strstr(b.advisory, "is advisory") && b.hard == 3221225472.0,
+          "fixed, MIRROR_HOST_MEMORY=advisory: the physical memory warns, the cgroup still refuses (\"%s\")",
+          b.advisory);
+    b = mirror__host_plan(&f, 64.0 * 1073741824.0, 0);
+    CHECK(b.soft == 64.0 * 1073741824.0 && !b.advisory[0] && strstr(b.soft_what, "MIRROR_HOST_MEMORY") &&
+              b.hard == 3221225472.0,
+          "fixed, MIRROR_HOST_MEMORY=64G: 64 GiB in place of the physical memory, refusing; the cgroup too");
+    f.address_space = 1e9;
+    b = mirror__host_plan(&f, 0.0, 1);
+    CHECK(b.hard == 1e9 && strstr(b.hard_what, "ulimit -v"), "the lowest hard limit names itself: %s", b.hard_what);
+
+    put(root, "/sys/bus/virtio/drivers/virtio_balloon/bind", "");
+    mirror__host_facts_read(root, &f);
+    CHECK(f.grows && !*f.grows, "a balloon driver with no device bound: nothing grows (\"%s\")",
+          f.grows ? f.grows : "NULL");
+    put(root, "/sys/bus/virtio/drivers/virtio_balloon/virtio0", NULL);
+    put(root, "/proc/vmstat", "nr_free_pages 100\nnr_balloon_pages 0\n");
+    mirror__host_facts_read(root, &f);
+    CHECK(f.grows && !*f.grows && f.balloon == 0.0,
+          "a bound virtio balloon that holds nothing (a cloud machine's): nothing grows (\"%s\")",
+          f.grows ? f.grows : "NULL");
+    put(root, "/proc/vmstat", "nr_free_pages 100\nnr_balloon_pages 262144\n");
+    mirror__host_facts_read(root, &f);
+    f.address_space = f.data = 0.0;
+    b = mirror__host_plan(&f, 0.0, 0);
+    CHECK(f.grows && !strcmp(f.grows, "a virtio balloon") && b.soft == 1073741824.0 &&
+              strstr(b.advisory, "a virtio balloon lets this machine's memory grow"),
+          "a microVM's balloon holding pages (%g bytes): MemTotal warns only (\"%s\")", f.balloon, b.advisory);
+    put(root, "/sys/bus/virtio/drivers/virtio_mem/virtio3", NULL);
+    mirror__host_facts_read(root, &f);
+    CHECK(f.grows && !strcmp(f.grows, "a virtio-mem device"), "virtio-mem: %s", f.grows ? f.grows : "NULL");
+
+    put(root, "/proc/self/cgroup", "7:cpuacct,memory:/box\n3:pids:/box\n");
+    put(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "2147483648\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "9223372036854771712\n");
+    put(root, "/sys/fs/cgroup/pids/box/memory.limit_in_bytes", "1024\n");
+    mirror__host_facts_read(root, &f);
+    CHECK(f.cgroup == 2147483648.0, "cgroup v1: the memory controller's limits, v1's 'none' passed over (%g)",
+          f.cgroup);
+    if (!limited) {
+        mirror__host_facts_read("", &f);
+        CHECK(f.physical > 0.0 && f.address_space == 0.0 && f.data == 0.0,
+              "this machine: MemTotal read, no ulimit (%g)", f.physical);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0, "the tree removed");
+}
+
+/* host_memory and $MIRROR_HOST_MEMORY: sizes and "advisory" taken, the
+   desc's before the environment's, anything else refused naming it. */
+static void test_host_override(void)
+{
+    static const char *const good[] = {"advisory", "64G", "512M", "1.5T", "1048576", "8GiB", "300k", "2TB"};
+    static const char *const bad[] = {"lots", "12X", "-4G", "0", "1.5Q", "8 G", "nan", "inf", "1e30", "8Gi"};
+    mirror_error err = {0, ""};
+    mirror_strategy *s;
+    mirror_strategy_desc q;
+    double bytes;
+    int advisory;
+    size_t i;
+    for (i = 0; i < sizeof good / sizeof *good; i++)
+        CHECK(mirror__host_override(good[i], "host_memory", &bytes, &advisory, &err) == MIRROR_OK &&
+                  (advisory || bytes >= 1024.0),
+              "host_memory \"%s\" is taken: %s", good[i], err.message);
+    mirror__host_override("1.5T", "host_memory", &bytes, &advisory, &err);
+    CHECK(bytes == 1.5 * 1099511627776.0 && !advisory, "1.5T is 1.5 x 2^40 bytes (%g)", bytes);
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s = planned(bad[i], &err);
+        CHECK(!s && err.code == MIRROR_ERR_ARGUMENT && strstr(err.message, "host_memory \"") &&
+                  strstr(err.message, "advisory"),
+              "host_memory \"%s\" is refused, naming the field and the words it takes: %s", bad[i], err.message);
+        mirror_strategy_destroy(s);
+    }
+    s = planned("1.5T", &err);
+    q = mirror_strategy_query_desc(s);
+    CHECK(s && q.host_memory && !strcmp(q.host_memory, "1.5T"), "query_desc gives host_memory back: %s",
+          s ? q.host_memory : err.message);
+    mirror_strategy_destroy(s);
+    setenv("MIRROR_HOST_MEMORY", "12X", 1);
+    s = planned(NULL, &err);
+    CHECK(!s && err.code == MIRROR_ERR_ARGUMENT && strstr(err.message, "MIRROR_HOST_MEMORY \"12X\""),
+          "a bad $MIRROR_HOST_MEMORY is refused, naming it: %s", err.message);
+    mirror_strategy_destroy(s);
+    s = planned("advisory", &err);
+    q = mirror_strategy_query_desc(s);
+    CHECK(s && !strcmp(q.host_memory, "advisory"), "the desc's host_memory before the environment's: %s",
+          s ? q.host_memory : err.message);
+    mirror_strategy_destroy(s);
+    setenv("MIRROR_HOST_MEMORY", "advisory", 1);
+    s = planned(NULL, &err);
+    q = mirror_strategy_query_desc(s);
+    CHECK(s && !strcmp(q.host_memory, "advisory"), "$MIRROR_HOST_MEMORY where the desc has none: %s",
+          s ? q.host_memory : err.message);
+    mirror_strategy_destroy(s);
+    unsetenv("MIRROR_HOST_MEMORY");
 }
 
 /* Whether this runs under a sanitizer or valgrind: they reserve terabytes
@@ -267,7 +434,9 @@ int main(void)
     mirror_set_logger(quiet, NULL);
     if (!(s = checked_strategy("cpu", 2))) return check_done("test_memory");
     for (i = 0; i < sizeof configs / sizeof *configs; i++) test_failed_builds(s, &configs[i]);
-    test_beyond_the_machine(s);
+    test_beyond_the_machine();
+    test_host_facts();
+    test_host_override();
     test_address_limit(s);
     test_batch_rows(s);
     mirror_strategy_destroy(s);
