@@ -9745,8 +9745,8 @@ typedef struct mirror__host_facts {
     double balloon;              /* what a balloon holds now (/proc/vmstat's nr_balloon_pages), in bytes */
     /* What lets the memory grow while the process runs ("a virtio-mem
        device", "a virtio balloon"); "" where nothing does, so that
-       MemTotal is the machine's memory; NULL where it cannot tell (no
-       /sys to read). */
+       MemTotal is the machine's memory; NULL where it cannot tell (a
+       Linux with no /sys to read). Elsewhere: "". */
     const char *grows;
 } mirror__host_facts;
 
@@ -9813,8 +9813,10 @@ static void mirror__host_facts_read(const char *root, mirror__host_facts *f)
     size_t i;
     FILE *file;
     DIR *sys;
+    int proc = 0; /* a /proc/meminfo: Linux */
     memset(f, 0, sizeof *f);
     if ((file = mirror__open_under(root, "/proc/meminfo")) != NULL) {
+        proc = 1;
         while (fgets(line, sizeof line, file))
             if (strncmp(line, "MemTotal:", 9) == 0) f->physical = strtod(line + 9, NULL) * 1024.0; /* kB */
         fclose(file);
@@ -9855,8 +9857,8 @@ static void mirror__host_facts_read(const char *root, mirror__host_facts *f)
         if ((!growers[i].holding || f->balloon > 0.0) && mirror__dir_has(root, growers[i].dir, growers[i].mark))
             f->grows = growers[i].what;
     snprintf(line, sizeof line, "%s/sys/devices/system", root);
-    if (!*f->grows && (sys = opendir(line)) == NULL) f->grows = NULL;
-    else if (!*f->grows) closedir(sys);
+    if (proc && !*f->grows && (sys = opendir(line)) == NULL) f->grows = NULL;
+    else if (proc && !*f->grows) closedir(sys);
 }
 
 /* The host memory a build may plan on, from the facts and the override

@@ -202,14 +202,19 @@ static void test_host_facts(void)
               (getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY);
 
     mirror__host_facts_read(root, &f);
-    CHECK(f.physical == 0.0 && f.cgroup == 0.0 && f.grows == NULL,
-          "an empty tree: no MemTotal, no cgroup, cannot tell whether memory grows (%g, %g, %s)", f.physical,
-          f.cgroup, f.grows ? f.grows : "NULL");
-    b = mirror__host_plan(&f, 0.0, 0);
-    CHECK(b.soft == 0.0 && strstr(b.advisory, "does not say"), "nothing to read: physical memory advice only (%s)",
-          b.advisory);
-
+    CHECK(f.physical == 0.0 && f.cgroup == 0.0 && f.grows && !*f.grows,
+          "an empty tree (no /proc/meminfo: not a Linux): no MemTotal, no cgroup, nothing grows (%g, %g, %s)",
+          f.physical, f.cgroup, f.grows ? f.grows : "NULL");
     put(root, "/proc/meminfo", "MemTotal:        1048576 kB\nMemFree:          524288 kB\n");
+    mirror__host_facts_read(root, &f);
+    CHECK(f.physical == 1073741824.0 && f.grows == NULL,
+          "a Linux with no /sys: MemTotal read, cannot tell whether memory grows (%g, %s)", f.physical,
+          f.grows ? f.grows : "NULL");
+    f.address_space = f.data = 0.0;
+    b = mirror__host_plan(&f, 0.0, 0);
+    CHECK(b.soft == 1073741824.0 && strstr(b.advisory, "does not say"),
+          "no /sys: the physical memory is advice only (%s)", b.advisory);
+
     put(root, "/proc/self/cgroup", "0::/user.slice/job\n");
     put(root, "/sys/fs/cgroup/user.slice/memory.max", "3221225472\n");
     put(root, "/sys/fs/cgroup/user.slice/job/memory.max", "max\n");
