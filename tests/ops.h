@@ -41,7 +41,7 @@
      gemm                                   9 (1x1x1, one row, odd, past a tile, every transpose,
                                               alpha/beta, ld > cols, fp32 C of a gradient) x3
      gemm_bias                              6 (per column / per row, relu, transposes) x3
-     bias_add, bias_grad                    4 each x3
+     bias_add, bias_grad                    4 each (Inf and NaN in bias_add's y) x3
      relu_forward, relu_backward            4 each (1 to 4099, Inf and NaN) x3
      act_forward, act_backward              6 each (tanh, sigmoid, GELU; 1 to 1000) x3
      im2col, col2im                         5 each (1x1, padded, strided, 'same', wide) x3
@@ -55,8 +55,8 @@
      bn_forward                             3 x3
      bn_backward                            4 (dx NULL) x3
      add                                    4 (in place, b NULL) x3
-     softmax_ce                             5 (k 1 to 1000, scale NULL) x3
-     mse                                    4 x3
+     softmax_ce                             5 (k 1 to 1000, scale NULL, an Inf logit) x3
+     mse                                    4 (an Inf target) x3
      accumulate                             4 (1 to 4099 rows, correct NULL) x fp32
      check32                                5 (NaN, Inf, -Inf, already set) x fp32
      clip                                   4 (NaN, max_norm 0) x3 (fp32 g, or g16)
@@ -587,13 +587,21 @@ static void op_gemm_bias(ops_t *t, const ops_case *c)
 }
 
 /* ---- elementwise and per-channel ops --------------------------------------- */
+/* Inf and NaN at fixed places where n > 10. */
+static void ops_poison(float *x, size_t n)
+{
+    if (n > 10) x[3] = NAN, x[7] = INFINITY, x[n - 2] = -INFINITY;
+}
+
 /* a: rows channels inner */
 static void op_bias_add(ops_t *t, const ops_case *c)
 {
     size_t rows = c->a[0], ch = c->a[1], inner = c->a[2], n = rows * ch * inner, i;
     float *y = ops_rand(t, n, -2, 2), *bias = ops_rand(t, ch, -2, 2);
-    void *dy = ops_up(t, y, n);
+    void *dy;
     ops_out *o;
+    ops_poison(y, n);
+    dy = ops_up(t, y, n);
     t->be->bias_add(t->dev, dy, ops_up(t, bias, ch), rows, ch, inner);
     o = ops_get(t, "y", dy, n, OPS_ST, ops_tol_of(OPS_U32, 0.0));
     for (i = 0; i < n; i++) {
@@ -614,12 +622,6 @@ static void op_bias_grad(ops_t *t, const ops_case *c)
     o = ops_get(t, "db", ddb, ch, OPS_F32, ops_tol_of((double)(rows * inner + 4) * OPS_U32, 0.0));
     for (i = 0; i < ch; i++) o->want[i] = db[i], o->mag[i] = fabs(db[i]);
     for (i = 0; i < n; i++) o->want[(i / inner) % ch] += dy[i], o->mag[(i / inner) % ch] += fabs(dy[i]);
-}
-
-/* Inf and NaN at fixed places where n > 10. */
-static void ops_poison(float *x, size_t n)
-{
-    if (n > 10) x[3] = NAN, x[7] = INFINITY, x[n - 2] = -INFINITY;
 }
 
 static void op_relu_forward(ops_t *t, const ops_case *c)
@@ -1004,7 +1006,15 @@ static void op_add(ops_t *t, const ops_case *c)
 }
 
 /* ---- losses and metrics ------------------------------------------------------ */
-/* a: rows k scaled */
+/* A row whose loss is not finite: its whole gradient NaN (mirror_hd_poison). */
+static void ops_poisoned(ops_out *odz, const ops_out *ol, size_t r, size_t k)
+{
+    size_t j;
+    if (ol->want[r] == ol->want[r] && !isinf(ol->want[r])) return;
+    for (j = 0; j < k; j++) odz->want[r * k + j] = NAN;
+}
+
+/* a: rows k scaled infinite (a logit of +Inf in row 0) */
 static void op_softmax_ce(ops_t *t, const ops_case *c)
 {
     size_t rows = c->a[0], k = c->a[1], r, j;
@@ -1015,6 +1025,7 @@ static void op_softmax_ce(ops_t *t, const ops_case *c)
     ops_out *odz, *ol, *oc;
     for (r = 0; r < rows; r++) labels[r] = (int32_t)(ops_u(t) * k);
     if (rows > 1) z[k + (size_t)labels[1]] = 9.0f; /* a row it gets right */
+    if (c->a[3]) z[0] = INFINITY;
     t->be->softmax_ce(t->dev, dz, (float *)dloss, (int32_t *)dcorrect, ops_up(t, z, rows * k),
                       (const int32_t *)ops_upb(t, labels, rows * 4), rows, k, inv,
                       c->a[2] ? (const float *)ops_upb(t, &scale, 4) : NULL);
@@ -1036,10 +1047,11 @@ static void op_softmax_ce(ops_t *t, const ops_case *c)
         ol->want[r] = log(sum) - (zr[labels[r]] - top);
         ol->mag[r] = fabs(ol->want[r]) + fabs(zr[labels[r]] - top) + 1.0;
         oc->want[r] = arg == (size_t)labels[r];
+        ops_poisoned(odz, ol, r, k);
     }
 }
 
-/* a: rows d scaled */
+/* a: rows d scaled infinite (a target of +Inf in row 0) */
 static void op_mse(ops_t *t, const ops_case *c)
 {
     size_t rows = c->a[0], d = c->a[1], r, j;
@@ -1047,6 +1059,7 @@ static void op_mse(ops_t *t, const ops_case *c)
     void *dz = ops_dev(t, rows * d * ops_es(t)), *dloss = ops_dev(t, rows * 4);
     double f = c->a[2] ? (double)(inv * scale) : (double)inv;
     ops_out *odz, *ol;
+    if (c->a[3]) tg[0] = INFINITY;
     t->be->mse(t->dev, dz, (float *)dloss, ops_up(t, z, rows * d), (const float *)ops_upb(t, tg, rows * d * 4), rows, d, inv,
                c->a[2] ? (const float *)ops_upb(t, &scale, 4) : NULL);
     odz = ops_get(t, "dz", dz, rows * d, OPS_ST, ops_tol_of(6 * OPS_U32, 0.0));
@@ -1058,6 +1071,7 @@ static void op_mse(ops_t *t, const ops_case *c)
             odz->mag[r * d + j] = fabs(odz->want[r * d + j]);
             ol->want[r] += e * e / (double)d;
         }
+    for (r = 0; r < rows; r++) ops_poisoned(odz, ol, r, d);
 }
 
 /* a: rows with_correct */
@@ -1117,8 +1131,10 @@ static const void *ops_grad(ops_t *t, size_t n, size_t spoil, float scale, doubl
     }
     h = (uint16_t *)ops_hold(t, n * 2);
     for (i = 0; i < n; i++) h[i] = mirror_hd_narrow(g[i] * scale, t->format);
-    if (spoil) h[spoil == 1 ? 0 : spoil == 2 ? n - 1 : n / 2] = (uint16_t)(spoil == 3 ? 0xff80u : 0x7f80u) | (uint16_t)(spoil == 1 ? 1 : 0);
-    if (spoil && t->format == MIRROR_PRECISION_FP16) h[spoil == 1 ? 0 : spoil == 2 ? n - 1 : n / 2] = spoil == 1 ? 0x7e00u : spoil == 2 ? 0x7c00u : 0xfc00u;
+    if (spoil) /* where ops_spoil puts them: a NaN, Inf, -Inf */
+        h[spoil == 1 ? 0 : spoil == 2 ? n - 1 : n / 2] =
+            t->format == MIRROR_PRECISION_BF16 ? (spoil == 1 ? 0x7fc0u : spoil == 2 ? 0x7f80u : 0xff80u)
+                                              : (spoil == 1 ? 0x7e00u : spoil == 2 ? 0x7c00u : 0xfc00u);
     for (i = 0; i < n; i++) {
         double v = ops_decode16(h[i], t->format) / scale;
         *squares += v * v;
@@ -1616,12 +1632,12 @@ static const ops_case ops_cases[] = {
     /* rows k scaled */
     OPS_CASE("softmax_ce", op_softmax_ce, OPS_ALL, 1, 1, 0)
     OPS_CASE("softmax_ce", op_softmax_ce, OPS_ALL, 1, 10, 1)
-    OPS_CASE("softmax_ce", op_softmax_ce, OPS_ALL, 7, 33, 0)
+    OPS_CASE("softmax_ce", op_softmax_ce, OPS_ALL, 7, 33, 0, 1)
     OPS_CASE("softmax_ce", op_softmax_ce, OPS_ALL, 3, 1000, 1)
     OPS_CASE("softmax_ce", op_softmax_ce, OPS_ALL, 40, 10, 1)
     /* rows d scaled */
     OPS_CASE("mse", op_mse, OPS_ALL, 1, 1, 0)
-    OPS_CASE("mse", op_mse, OPS_ALL, 7, 3, 1)
+    OPS_CASE("mse", op_mse, OPS_ALL, 7, 3, 1, 1)
     OPS_CASE("mse", op_mse, OPS_ALL, 2, 257, 0)
     OPS_CASE("mse", op_mse, OPS_ALL, 33, 17, 1)
     /* rows with_correct */
