@@ -7,7 +7,7 @@
 
    A case is one function and a row of ops_cases[]: the members it
    exercises (space-separated), the precisions it runs in (OPS_ALL: fp32,
-   and fp16 and bf16 storage through set_precision; OPS_F32; OPS_16: the
+   and fp16 and bf16 storage through set_precision; OPS_F32ONLY; OPS_16: the
    16-bit formats alone, for the ops that take a format argument) and up to
    eight shape numbers. The function draws its inputs from t's seeded
    generator, runs the op through t->be and t->dev, and for each output
@@ -32,14 +32,14 @@
    hidden in padding. A new member: add it to OPS_MEMBER_LIST, write its
    case function, add its rows to ops_cases.
 
-   Cases per member (shapes x precisions; "*3": fp32, fp16, bf16):
+   Cases per member (shapes x precisions; "x3": fp32, fp16 and bf16 storage):
      open close bind status                 1 x fp32 (a second context: alloc, round trip, status)
      alloc release zero upload download     3 sizes (1, 37, 4099 bytes) x fp32
      host_alloc host_release host_wait      2 sizes x fp32
      stage upload_staged staged             2 sizes x fp32, both slots
      set                                    4 sizes (1-32 bytes) x fp32, in stream order
      gemm                                   9 (1x1x1, one row, odd, past a tile, every transpose,
-                                              alpha/beta, ld > cols, fp32 C of a gradient) x3
+                                              alpha/beta, ld > cols, fp32 C of a gradient, k = 0) x3
      gemm_bias                              6 (per column / per row, relu, transposes) x3
      bias_add, bias_grad                    4 each (Inf and NaN in bias_add's y) x3
      relu_forward, relu_backward            4 each (1 to 4099, Inf and NaN) x3
@@ -1858,6 +1858,8 @@ static int ops_coverage(const mirror__backend *be)
         memcpy(&fn, (const char *)be + m->offset, sizeof fn);
         if (m->kind == OPS_FN && !fn) fprintf(stderr, "ops.h: %s backend: required member %s is NULL\n", be->name, m->name), bad++;
     }
+    if (!be->name || !be->name[0] || be->param_align < 1) /* the fields every backend sets */
+        fprintf(stderr, "ops.h: a backend without a name or with param_align 0\n"), bad++;
     if ((end + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *) != sizeof(mirror__backend))
         fprintf(stderr, "ops.h: the listed members end at byte %zu of %zu: a member the list lacks\n", end,
                 sizeof(mirror__backend)),
