@@ -38,7 +38,7 @@
      host_alloc host_release host_wait      2 sizes x fp32
      stage upload_staged staged             2 sizes x fp32, both slots
      set                                    4 sizes (1-32 bytes) x fp32, in stream order
-     gemm                                   9 (1x1x1, one row, odd, past a tile, every transpose,
+     gemm                                  10 (1x1x1, one row, odd, past a tile in k and in n, every transpose,
                                               alpha/beta, ld > cols, fp32 C of a gradient, k = 0) x3
      gemm_bias                              6 (per column / per row, relu, transposes) x3
      bias_add, bias_grad                    4 each (Inf and NaN in bias_add's y) x3
@@ -46,7 +46,7 @@
      act_forward, act_backward              6 each (tanh, sigmoid, GELU; 1 to 1000) x3
      im2col, col2im                         5 each (1x1, padded, strided, 'same', wide) x3
      permute                                4 x3
-     maxpool_forward                        5 (overlapping, NaN) x3
+     maxpool_forward                        6 (overlapping, NaN, a wide plane) x3
      maxpool_backward                       3 x3
      maxpool_relu_backward (optional)       3 x3
      dropout                                4 (in place, p 0.1-0.9, row0) x3
@@ -1532,6 +1532,7 @@ static const ops_case ops_cases[] = {
     OPS_CASE("gemm", op_gemm, OPS_ALL, 10, 23, 31, 1, 0, 0, 1, 1)
     OPS_CASE("gemm", op_gemm, OPS_ALL, 3, 50, 270, 0, 1, 0, 0, 1)
     OPS_CASE("gemm", op_gemm, OPS_ALL, 5, 4, 0, 0, 0, 0, 2, 0)
+    OPS_CASE("gemm", op_gemm, OPS_ALL, 2, 2100, 5, 0, 0, 0, 0, 0)
     /* m n k ta tb per_row relu */
     OPS_CASE("gemm_bias", op_gemm_bias, OPS_ALL, 1, 1, 1, 0, 0, 0, 0)
     OPS_CASE("gemm_bias", op_gemm_bias, OPS_ALL, 1, 35, 19, 0, 1, 0, 1)
@@ -1592,6 +1593,7 @@ static const ops_case ops_cases[] = {
     OPS_CASE("maxpool_forward", op_maxpool_forward, OPS_ALL, 2, 7, 9, 3, 2, 0)
     OPS_CASE("maxpool_forward", op_maxpool_forward, OPS_ALL, 5, 8, 8, 2, 2, 1)
     OPS_CASE("maxpool_forward", op_maxpool_forward, OPS_ALL, 2, 9, 35, 3, 3, 1)
+    OPS_CASE("maxpool_forward", op_maxpool_forward, OPS_ALL, 2, 6, 70, 2, 2, 0)
     OPS_CASE("maxpool_backward", op_maxpool_backward, OPS_ALL, 1, 1, 1, 1, 1)
     OPS_CASE("maxpool_backward", op_maxpool_backward, OPS_ALL, 3, 6, 6, 2, 2)
     OPS_CASE("maxpool_backward", op_maxpool_backward, OPS_ALL, 2, 7, 9, 3, 2)
