@@ -126,7 +126,10 @@ template <size_t> struct ops_any {
 };
 template <class T, size_t... I> constexpr bool ops_inits(decltype(T{ops_any<I>()...}) *) { return true; }
 template <class T, size_t... I> constexpr bool ops_inits(...) { return false; }
-template <class T, size_t... I> constexpr bool ops_inits_n(std::index_sequence<I...>) { return ops_inits<T, I...>(nullptr); }
+template <class T, size_t... I> constexpr bool ops_inits_n(std::index_sequence<I...>)
+{
+    return ops_inits<T, I...>(nullptr);
+}
 static_assert(ops_inits_n<mirror__backend>(std::make_index_sequence<OPS_MEMBERS>()) &&
                   !ops_inits_n<mirror__backend>(std::make_index_sequence<OPS_MEMBERS + 1>()),
               "struct mirror__backend has a member that tests/ops.h's OPS_MEMBER_LIST lacks: add it and its cases");
@@ -222,7 +225,8 @@ static void *ops_up(ops_t *t, const float *x, size_t n)
 {
     uint16_t *h;
     size_t i;
-    if (n > OPS_LARGEST) snprintf(t->note, sizeof t->note, "an operand of %zu values (OPS_LARGEST %zu)", n, OPS_LARGEST);
+    if (n > OPS_LARGEST)
+        snprintf(t->note, sizeof t->note, "an operand of %zu values (OPS_LARGEST %zu)", n, OPS_LARGEST);
     if (!t->format) return ops_upb(t, x, n * sizeof(float));
     h = (uint16_t *)ops_hold(t, n * sizeof(uint16_t));
     for (i = 0; i < n; i++) h[i] = mirror_hd_narrow(x[i], t->format);
@@ -309,7 +313,8 @@ static void ops_state_values(double *v, const mirror_loss_scale_state *st)
     v[8] = st->grad_norm, v[9] = st->clip;
 }
 
-static ops_out *ops_get_state(ops_t *t, const char *name, const void *d, ops_tol tol, const mirror_loss_scale_state *want)
+static ops_out *ops_get_state(ops_t *t, const char *name, const void *d, ops_tol tol,
+                              const mirror_loss_scale_state *want)
 {
     ops_out *o = ops_new(t, name, OPS_STATE);
     mirror_loss_scale_state h;
@@ -354,7 +359,8 @@ static double ops_round_to(double x, int p, int emin, double max)
 
 static double ops_round16(double x, int format)
 {
-    return format == MIRROR_PRECISION_BF16 ? ops_round_to(x, 8, -126, ldexp(255.0, 120)) : ops_round_to(x, 11, -14, 65504.0);
+    return format == MIRROR_PRECISION_BF16 ? ops_round_to(x, 8, -126, ldexp(255.0, 120))
+                                           : ops_round_to(x, 11, -14, 65504.0);
 }
 
 /* A 16-bit value's bits decoded. */
@@ -455,7 +461,8 @@ static void op_staged(ops_t *t, const ops_case *c)
         t->be->upload_staged(t->dev, d, h, n * sizeof(float));
         t->be->staged(t->dev, slot);
         t->be->add(t->dev, y, d, NULL, n); /* y = the staged values, on the compute stream */
-        o = ops_get(t, slot ? "slot 1: the compute read the staged values" : "slot 0: the compute read the staged values",
+        o = ops_get(t,
+                    slot ? "slot 1: the compute read the staged values" : "slot 0: the compute read the staged values",
                     y, n, OPS_F32, OPS_EXACT);
         o->self = 1;
         for (i = 0; i < n; i++) o->want[i] = x[i];
@@ -471,7 +478,8 @@ static void op_set(ops_t *t, const ops_case *c)
     unsigned char v1[32], v2[32], before[32];
     void *p = ops_dev(t, 32), *q = ops_dev(t, 32);
     ops_out *o;
-    for (i = 0; i < 32; i++) before[i] = (unsigned char)(200 - i), v1[i] = (unsigned char)(i + 1), v2[i] = (unsigned char)(90 + i);
+    for (i = 0; i < 32; i++)
+        before[i] = (unsigned char)(200 - i), v1[i] = (unsigned char)(i + 1), v2[i] = (unsigned char)(90 + i);
     t->be->upload(t->dev, p, before, 32);
     t->be->set(t->dev, p, v1, n);
     memset(v1, 0xee, sizeof v1); /* taken at once */
@@ -529,7 +537,10 @@ static void op_set_precision(ops_t *t, const ops_case *c)
 
 /* ---- GEMMs ------------------------------------------------------------------ */
 /* op(A) [m, k] and op(B) [k, n] as stored, lda/ldb pad columns. */
-static double ops_a(const float *a, size_t lda, int ta, size_t i, size_t p) { return ta ? a[p * lda + i] : a[i * lda + p]; }
+static double ops_a(const float *a, size_t lda, int ta, size_t i, size_t p)
+{
+    return ta ? a[p * lda + i] : a[i * lda + p];
+}
 
 /* a: m n k ta tb pad (ld = cols + pad) alpha/beta (0: 1, 0; 1: 0.5, 1;
    2: -1.5, 0.25) grad (C fp32, beta adds). */
@@ -537,7 +548,8 @@ static void op_gemm(ops_t *t, const ops_case *c)
 {
     size_t m = c->a[0], n = c->a[1], k = c->a[2], pad = c->a[5], i, j, p;
     int ta = (int)c->a[3], tb = (int)c->a[4], grad = (int)c->a[7];
-    float alpha = c->a[6] == 0 ? 1.0f : c->a[6] == 1 ? 0.5f : -1.5f, beta = c->a[6] == 0 ? 0.0f : c->a[6] == 1 ? 1.0f : 0.25f;
+    float alpha = c->a[6] == 0 ? 1.0f : c->a[6] == 1 ? 0.5f : -1.5f;
+    float beta = c->a[6] == 0 ? 0.0f : c->a[6] == 1 ? 1.0f : 0.25f;
     size_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
     size_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
     float *a = ops_rand(t, na, -1, 1), *b = ops_rand(t, nb, -1, 1);
@@ -651,7 +663,9 @@ static void op_relu_backward(ops_t *t, const ops_case *c)
 
 static double ops_act(int kind, double x)
 {
-    return kind == MIRROR__TANH ? tanh(x) : kind == MIRROR__SIGMOID ? 1.0 / (1.0 + exp(-x)) : 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    if (kind == MIRROR__TANH) return tanh(x);
+    if (kind == MIRROR__SIGMOID) return 1.0 / (1.0 + exp(-x));
+    return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
 }
 
 static int ops_kind(size_t k) { return k == 0 ? MIRROR__TANH : k == 1 ? MIRROR__SIGMOID : MIRROR__GELU; }
@@ -698,7 +712,8 @@ static long ops_tap(const ops_case *c, size_t s, size_t ch, size_t ki, size_t kj
 {
     size_t C = c->a[1], h = c->a[2], w = c->a[3], stride = c->a[5], pad = c->a[6];
     long iy = (long)(oy * stride + ki) - (long)pad, ix = (long)(ox * stride + kj) - (long)pad;
-    return iy < 0 || ix < 0 || iy >= (long)h || ix >= (long)w ? -1 : (long)(((s * C + ch) * h + (size_t)iy) * w + (size_t)ix);
+    if (iy < 0 || ix < 0 || iy >= (long)h || ix >= (long)w) return -1;
+    return (long)(((s * C + ch) * h + (size_t)iy) * w + (size_t)ix);
 }
 
 static void op_im2col(ops_t *t, const ops_case *c)
@@ -816,7 +831,10 @@ static void op_maxpool_backward(ops_t *t, const ops_case *c)
     t->be->maxpool_backward(t->dev, dx, (const int32_t *)ops_upb(t, arg, ny * 4), ops_up(t, dy, ny), P, h, w, k,
                             stride, ho, wo);
     o = ops_get(t, "dx", dx, nx, OPS_ST, ops_tol_of((double)(k * k + 2) * OPS_U32, 0.0));
-    for (i = 0; i < ny; i++) o->want[(i / (ho * wo)) * h * w + (size_t)arg[i]] += dy[i], o->mag[(i / (ho * wo)) * h * w + (size_t)arg[i]] += fabs(dy[i]);
+    for (i = 0; i < ny; i++) {
+        size_t at = (i / (ho * wo)) * h * w + (size_t)arg[i];
+        o->want[at] += dy[i], o->mag[at] += fabs(dy[i]);
+    }
     o->gpu = OPS_EXACT; /* the terms added in one order */
 }
 
@@ -836,8 +854,8 @@ static void op_maxpool_relu_backward(ops_t *t, const ops_case *c)
     arg = ops_args(t, P, w, k, stride, ho, wo), dy = ops_rand(t, ny, -2, 2), y = ops_rand(t, ny, -1, 1);
     ops_poison(y, ny);
     dx = ops_up(t, ops_rand(t, nx, -9, 9), nx); /* overwritten */
-    t->be->maxpool_relu_backward(t->dev, dx, (const int32_t *)ops_upb(t, arg, ny * 4), ops_up(t, dy, ny), ops_up(t, y, ny),
-                                 P, h, w, ho, wo);
+    t->be->maxpool_relu_backward(t->dev, dx, (const int32_t *)ops_upb(t, arg, ny * 4), ops_up(t, dy, ny),
+                                 ops_up(t, y, ny), P, h, w, ho, wo);
     o = ops_get(t, "dx", dx, nx, OPS_ST, OPS_EXACT);
     for (i = 0; i < ny; i++) o->want[(i / (ho * wo)) * h * w + (size_t)arg[i]] = y[i] > 0 || y[i] != y[i] ? dy[i] : 0.0;
 }
@@ -851,11 +869,13 @@ static void op_dropout(ops_t *t, const ops_case *c)
     float *x = ops_rand(t, n, -3, 3);
     void *dx = ops_up(t, x, n), *dy = c->a[4] ? dx : ops_dev(t, n * ops_es(t));
     ops_out *o;
-    t->be->dropout(t->dev, dy, dx, rows, inner, seed, layer, (const mirror__tick *)ops_tick(t, step, c->a[3], 0.1f, 1, 1), p);
+    t->be->dropout(t->dev, dy, dx, rows, inner, seed, layer,
+                   (const mirror__tick *)ops_tick(t, step, c->a[3], 0.1f, 1, 1), p);
     o = ops_get(t, "y", dy, n, OPS_ST, ops_tol_of(2 * OPS_U32, 0.0));
     for (r = 0; r < rows; r++)
         for (e = 0; e < inner; e++)
-            o->want[r * inner + e] = mirror_hd_dropout(key, c->a[3] + r, e, p) == 0.0f ? 0.0 : x[r * inner + e] / (1.0 - (double)p);
+            o->want[r * inner + e] =
+                mirror_hd_dropout(key, c->a[3] + r, e, p) == 0.0f ? 0.0 : x[r * inner + e] / (1.0 - (double)p);
     o->gpu = OPS_EXACT; /* one product, rounded once */
 }
 
@@ -929,8 +949,8 @@ static void op_bn_sums(ops_t *t, const ops_case *c)
     float *a = ops_rand(t, n, -1, 3), *x = ops_rand(t, n, -2, 2), *stat = ops_stat(t, C);
     double *part = (double *)ops_dev(t, 2 * C * sizeof(double)), *mean = (double *)ops_hold(t, C * sizeof(double));
     ops_out *o;
-    t->be->bn_sums(t->dev, part, ops_up(t, a, n), back ? ops_up(t, x, n) : NULL, (const float *)ops_upb(t, stat, 2 * C * 4),
-                   rows, C, inner);
+    t->be->bn_sums(t->dev, part, ops_up(t, a, n), back ? ops_up(t, x, n) : NULL,
+                   (const float *)ops_upb(t, stat, 2 * C * 4), rows, C, inner);
     /* the forward's sums are doubles of floats; backward's terms are float products */
     o = ops_get(t, "part", part, 2 * C, OPS_F64, ops_tol_of(back ? 4 * OPS_U32 : 1e-12, 0.0));
     for (i = 0; i < n; i++) o->want[(i / inner) % C] += a[i], o->mag[(i / inner) % C] += fabs(a[i]);
@@ -946,7 +966,8 @@ static void op_bn_sums(ops_t *t, const ops_case *c)
 static void op_bn_forward(ops_t *t, const ops_case *c)
 {
     size_t rows = c->a[0], C = c->a[1], inner = c->a[2], n = rows * C * inner, i;
-    float *x = ops_rand(t, n, -2, 2), *stat = ops_stat(t, C), *gamma = ops_rand(t, C, 0.5, 1.5), *beta = ops_rand(t, C, -1, 1);
+    float *x = ops_rand(t, n, -2, 2), *stat = ops_stat(t, C), *gamma = ops_rand(t, C, 0.5, 1.5),
+          *beta = ops_rand(t, C, -1, 1);
     void *dy = ops_dev(t, n * ops_es(t));
     ops_out *o;
     t->be->bn_forward(t->dev, dy, ops_up(t, x, n), (const float *)ops_upb(t, stat, 2 * C * 4), ops_up(t, gamma, C),
@@ -965,7 +986,8 @@ static void op_bn_backward(ops_t *t, const ops_case *c)
 {
     size_t rows = c->a[0], C = c->a[1], inner = c->a[2], n = rows * C * inner, i;
     int no_dx = (int)c->a[3];
-    float *dy = ops_rand(t, n, -1, 1), *x = ops_rand(t, n, -2, 2), *stat = ops_stat(t, C), *gamma = ops_rand(t, C, 0.5, 1.5);
+    float *dy = ops_rand(t, n, -1, 1), *x = ops_rand(t, n, -2, 2), *stat = ops_stat(t, C),
+          *gamma = ops_rand(t, C, 0.5, 1.5);
     float *means = ops_rand32(t, 2 * C, -0.3, 0.3), *dg = ops_rand32(t, C, -1, 1), *dbt = ops_rand32(t, C, -1, 1);
     double *part = (double *)ops_hold(t, 2 * C * sizeof(double));
     void *ddx = no_dx ? NULL : ops_dev(t, n * ops_es(t)), *ddg = ops_upb(t, dg, C * 4), *ddb = ops_upb(t, dbt, C * 4);
@@ -1001,7 +1023,10 @@ static void op_add(ops_t *t, const ops_case *c)
     da = ops_up(t, a, n), dy = mode == 1 ? da : dy;
     t->be->add(t->dev, dy, da, mode == 2 ? NULL : ops_up(t, b, n), n);
     o = ops_get(t, "y", dy, n, OPS_ST, ops_tol_of(OPS_U32, 0.0));
-    for (i = 0; i < n; i++) o->want[i] = mode == 2 ? (double)a[i] : (double)a[i] + b[i], o->mag[i] = fabs(a[i]) + (mode == 2 ? 0 : fabs(b[i]));
+    for (i = 0; i < n; i++) {
+        o->want[i] = mode == 2 ? (double)a[i] : (double)a[i] + b[i];
+        o->mag[i] = fabs(a[i]) + (mode == 2 ? 0 : fabs(b[i]));
+    }
     o->gpu = OPS_EXACT; /* one addition, rounded once */
 }
 
@@ -1055,13 +1080,14 @@ static void op_softmax_ce(ops_t *t, const ops_case *c)
 static void op_mse(ops_t *t, const ops_case *c)
 {
     size_t rows = c->a[0], d = c->a[1], r, j;
-    float *z = ops_rand(t, rows * d, -3, 3), *tg = ops_rand32(t, rows * d, -3, 3), scale = 512.0f, inv = 1.0f / (float)(rows + 1);
+    float *z = ops_rand(t, rows * d, -3, 3), *tg = ops_rand32(t, rows * d, -3, 3), scale = 512.0f,
+          inv = 1.0f / (float)(rows + 1);
     void *dz = ops_dev(t, rows * d * ops_es(t)), *dloss = ops_dev(t, rows * 4);
     double f = c->a[2] ? (double)(inv * scale) : (double)inv;
     ops_out *odz, *ol;
     if (c->a[3]) tg[0] = INFINITY;
-    t->be->mse(t->dev, dz, (float *)dloss, ops_up(t, z, rows * d), (const float *)ops_upb(t, tg, rows * d * 4), rows, d, inv,
-               c->a[2] ? (const float *)ops_upb(t, &scale, 4) : NULL);
+    t->be->mse(t->dev, dz, (float *)dloss, ops_up(t, z, rows * d), (const float *)ops_upb(t, tg, rows * d * 4), rows, d,
+               inv, c->a[2] ? (const float *)ops_upb(t, &scale, 4) : NULL);
     odz = ops_get(t, "dz", dz, rows * d, OPS_ST, ops_tol_of(6 * OPS_U32, 0.0));
     ol = ops_get(t, "loss", dloss, rows, OPS_F32, ops_tol_of((double)(d + 4) * OPS_U32, 0.0));
     for (r = 0; r < rows; r++)
@@ -1109,7 +1135,8 @@ static void op_check32(ops_t *t, const ops_case *c)
     mirror_loss_scale_state st = ops_state(1.0f, (uint32_t)c->a[2], 0.0f), want;
     void *dst = ops_upb(t, &st, sizeof st);
     ops_spoil(g, n, c->a[1]);
-    t->be->check32(t->dev, (mirror_loss_scale_state *)dst, (const float *)ops_upb(t, g, n * 4), n, (const mirror__tick *)ops_tick(t, 7, 0, 0.1f, 1, 1));
+    t->be->check32(t->dev, (mirror_loss_scale_state *)dst, (const float *)ops_upb(t, g, n * 4), n,
+                   (const mirror__tick *)ops_tick(t, 7, 0, 0.1f, 1, 1));
     want = st;
     if (c->a[1] && !st.found_nonfinite) want.found_nonfinite = 1, want.applied = 6; /* the steps before step 7 */
     ops_get_state(t, "state", dst, OPS_EXACT, &want);
@@ -1158,7 +1185,8 @@ static void op_clip(ops_t *t, const ops_case *c)
     want = st;
     o = ops_get_state(t, "state", dst, ops_tol_of((double)(n / 8 + 16) * OPS_U32, 0.0), &want);
     o->want[8] = sqrt(sq);
-    o->want[9] = sq != sq || max_norm <= 0.0f || max_norm / (sqrt(sq) + 1e-6) >= 1.0 ? 1.0 : max_norm / (sqrt(sq) + 1e-6);
+    o->want[9] =
+        sq != sq || max_norm <= 0.0f || max_norm / (sqrt(sq) + 1e-6) >= 1.0 ? 1.0 : max_norm / (sqrt(sq) + 1e-6);
     o->mag[9] = 2.0 * o->want[9];
 }
 
@@ -1172,8 +1200,9 @@ static void op_slice_stats(ops_t *t, const ops_case *c)
     void *out = ops_dev(t, 8);
     const void *g = ops_grad(t, n, c->a[1], scale, &sq, &mag);
     ops_out *o;
-    t->be->slice_stats(t->dev, (float *)out, t->format ? NULL : (const float *)g, t->format ? (const uint16_t *)g : NULL, n,
-                       t->format, (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st), (int)c->a[2]);
+    t->be->slice_stats(t->dev, (float *)out, t->format ? NULL : (const float *)g,
+                       t->format ? (const uint16_t *)g : NULL, n, t->format,
+                       (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st), (int)c->a[2]);
     o = ops_get(t, "out", out, 2, OPS_F32, ops_tol_of((double)(n / 8 + 16) * OPS_U32, 0.0));
     o->want[0] = c->a[1] ? 1.0 : 0.0;
     o->want[1] = c->a[2] ? sq : 0.0;
@@ -1229,8 +1258,8 @@ static void op_sgd(ops_t *t, const ops_case *c)
     void *dw = ops_upb(t, w, n * 4), *dv = c->a[5] ? NULL : ops_upb(t, v, n * 4);
     ops_out *ow, *ov = NULL;
     t->be->sgd(t->dev, (float *)dw, (float *)dv, (const float *)ops_upb(t, g, n * 4), n,
-               (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st), (const mirror__tick *)ops_tick(t, 3, 0, lr, 1, 1),
-               m, wd, c->a[1] == 2);
+               (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st),
+               (const mirror__tick *)ops_tick(t, 3, 0, lr, 1, 1), m, wd, c->a[1] == 2);
     ow = ops_get(t, "w", dw, n, OPS_F32, ops_tol_of(6 * OPS_U32, 0.0));
     if (dv) ov = ops_get(t, "v", dv, n, OPS_F32, ops_tol_of(4 * OPS_U32, 0.0));
     for (i = 0; i < n; i++) {
@@ -1260,20 +1289,24 @@ static void ops_adam(double *w, double *m, double *v, double g, double lr, doubl
 static void op_adam(ops_t *t, const ops_case *c)
 {
     size_t n = c->a[0], i;
-    float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, lr = 0.01f, cl = c->a[2] ? 0.5f : 0.0f, bc1 = 0.271f, bc2 = 0.0547f;
-    float *w = ops_rand32(t, n, -1, 1), *m = ops_rand32(t, n, -0.1, 0.1), *v = ops_rand32(t, n, 0, 0.01), *g = ops_rand32(t, n, -1, 1);
+    float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, lr = 0.01f, cl = c->a[2] ? 0.5f : 0.0f, bc1 = 0.271f,
+          bc2 = 0.0547f;
+    float *w = ops_rand32(t, n, -1, 1), *m = ops_rand32(t, n, -0.1, 0.1), *v = ops_rand32(t, n, 0, 0.01),
+          *g = ops_rand32(t, n, -1, 1);
     mirror_loss_scale_state st = ops_state(1.0f, (uint32_t)c->a[3], cl);
     void *dw = ops_upb(t, w, n * 4), *dm = ops_upb(t, m, n * 4), *dv = ops_upb(t, v, n * 4);
     ops_out *ow, *om, *ov;
     t->be->adam(t->dev, (float *)dw, (float *)dm, (float *)dv, (const float *)ops_upb(t, g, n * 4), n,
-                (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st), (const mirror__tick *)ops_tick(t, 3, 0, lr, bc1, bc2),
-                b1, b2, eps, wd, (int)c->a[1]);
+                (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st),
+                (const mirror__tick *)ops_tick(t, 3, 0, lr, bc1, bc2), b1, b2, eps, wd, (int)c->a[1]);
     ow = ops_get(t, "w", dw, n, OPS_F32, ops_tol_of(16 * OPS_U32, 0.0));
     om = ops_get(t, "avg", dm, n, OPS_F32, ops_tol_of(4 * OPS_U32, 0.0));
     ov = ops_get(t, "avg_sq", dv, n, OPS_F32, ops_tol_of(4 * OPS_U32, 0.0));
     for (i = 0; i < n; i++) {
         double W = w[i], M = m[i], V = v[i], mag = fabs(W);
-        if (!c->a[3]) ops_adam(&W, &M, &V, (double)g[i] * (cl > 0 ? cl : 1.0f), lr, b1, b2, eps, wd, (int)c->a[1], bc1, bc2, &mag);
+        if (!c->a[3])
+            ops_adam(&W, &M, &V, (double)g[i] * (cl > 0 ? cl : 1.0f), lr, b1, b2, eps, wd, (int)c->a[1], bc1, bc2,
+                     &mag);
         ow->want[i] = W, ow->mag[i] = mag;
         om->want[i] = M, om->mag[i] = fabs(b1 * m[i]) + 2 * fabs(g[i]);
         ov->want[i] = V, ov->mag[i] = fabs(V) + fabs(v[i]);
@@ -1292,9 +1325,11 @@ static float *ops_wide(ops_t *t, size_t n)
         double u = ops_u(t), sign = ops_u(t) < 0.5 ? -1.0 : 1.0;
         int e = (int)(ops_u(t) * (bf ? 280 : 50)) - (bf ? 150 : 30);
         x[i] = (float)(sign * ldexp(1.0 + u, e));
-        if (i % 7 == 3) x[i] = (float)(sign * ldexp(1.0 + (double)(1 + 2 * (i % 5)) / (bf ? 256.0 : 2048.0), e)); /* a tie */
+        if (i % 7 == 3)
+            x[i] = (float)(sign * ldexp(1.0 + (double)(1 + 2 * (i % 5)) / (bf ? 256.0 : 2048.0), e)); /* a tie */
     }
-    if (n > 10) x[1] = NAN, x[2] = INFINITY, x[4] = -0.0f, x[5] = bf ? 3.4e38f : 65519.0f, x[6] = bf ? -3.4e38f : 65520.0f;
+    if (n > 10)
+        x[1] = NAN, x[2] = INFINITY, x[4] = -0.0f, x[5] = bf ? 3.4e38f : 65519.0f, x[6] = bf ? -3.4e38f : 65520.0f;
     return x;
 }
 
@@ -1344,7 +1379,8 @@ static const uint16_t *ops_grad16(ops_t *t, size_t n, float scale, double **gd)
     uint16_t *h = (uint16_t *)ops_hold(t, n * 2);
     size_t i;
     *gd = (double *)ops_hold(t, n * sizeof(double));
-    for (i = 0; i < n; i++) h[i] = mirror_hd_narrow(g[i] * scale, t->format), (*gd)[i] = ops_decode16(h[i], t->format) / scale;
+    for (i = 0; i < n; i++)
+        h[i] = mirror_hd_narrow(g[i] * scale, t->format), (*gd)[i] = ops_decode16(h[i], t->format) / scale;
     return (const uint16_t *)ops_upb(t, h, n * 2);
 }
 
@@ -1369,8 +1405,8 @@ static void op_sgd_mixed(ops_t *t, const ops_case *c)
     void *dw = ops_upb(t, w, n * 4), *dv = ops_upb(t, v, n * 4), *dw16 = ops_dev(t, n * 2);
     ops_out *ow, *ov;
     t->be->sgd_mixed(t->dev, (float *)dw, (float *)dv, (uint16_t *)dw16, g, n, t->format,
-                     (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st), (const mirror__tick *)ops_tick(t, 3, 0, lr, 1, 1),
-                     m, wd, c->a[1] == 2);
+                     (const mirror_loss_scale_state *)ops_upb(t, &st, sizeof st),
+                     (const mirror__tick *)ops_tick(t, 3, 0, lr, 1, 1), m, wd, c->a[1] == 2);
     ow = ops_get(t, "w", dw, n, OPS_F32, ops_tol_of(6 * OPS_U32, 0.0));
     ov = ops_get(t, "v", dv, n, OPS_F32, ops_tol_of(4 * OPS_U32, 0.0));
     for (i = 0; i < n; i++) {
@@ -1745,7 +1781,8 @@ static void ops_run(ops_t *t, const ops_case *c, int precision)
     size_t i, j;
     ops_clear(t);
     t->format = precision, t->absent = 0, t->note[0] = '\0';
-    t->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(c - ops_cases + 1) + (uint64_t)precision; /* the same on every backend */
+    /* the same inputs on every backend */
+    t->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(c - ops_cases + 1) + (uint64_t)precision;
     if (t->be->set_precision(t->dev, precision, OPS_LARGEST) != MIRROR_OK)
         snprintf(t->note, sizeof t->note, "set_precision(%d) failed", precision);
     else
@@ -1822,7 +1859,8 @@ static size_t ops_table(ops_t *t, ops_t *ref, const char *label, int print)
             missed_all += (size_t)missed;
             CHECK(!missed, "%s: %s: %s", label, ops_case_name(c, p, name, sizeof name), why);
             for (i = 0; i < OPS_MEMBERS; i++)
-                if (ops_names(c, ops_members[i].name)) runs[i]++, fails[i] += (size_t)missed, absent[i] += (size_t)t->absent;
+                if (ops_names(c, ops_members[i].name))
+                    runs[i]++, fails[i] += (size_t)missed, absent[i] += (size_t)t->absent;
         }
     ops_clear(t);
     if (ref) ops_clear(ref);
@@ -1847,7 +1885,8 @@ static int ops_coverage(const mirror__backend *be)
         size_t at = (end + align - 1) / align * align;
         void *fn;
         if (m->offset != at) {
-            fprintf(stderr, "ops.h: member %s at byte %zu, where the list before it ends at %zu: a member the list lacks\n",
+            fprintf(stderr,
+                    "ops.h: member %s at byte %zu, where the list before it ends at %zu: a member the list lacks\n",
                     m->name, m->offset, end);
             bad++;
         }
@@ -1858,7 +1897,8 @@ static int ops_coverage(const mirror__backend *be)
         if (m->kind == OPS_OPT) optional = 1;
         else if (optional) fprintf(stderr, "ops.h: required member %s after the optional ones\n", m->name), bad++;
         memcpy(&fn, (const char *)be + m->offset, sizeof fn);
-        if (m->kind == OPS_FN && !fn) fprintf(stderr, "ops.h: %s backend: required member %s is NULL\n", be->name, m->name), bad++;
+        if (m->kind == OPS_FN && !fn)
+            fprintf(stderr, "ops.h: %s backend: required member %s is NULL\n", be->name, m->name), bad++;
     }
     if (!be->name || !be->name[0] || be->param_align < 1) /* the fields every backend sets */
         fprintf(stderr, "ops.h: a backend without a name or with param_align 0\n"), bad++;
@@ -1870,9 +1910,13 @@ static int ops_coverage(const mirror__backend *be)
         const char *p = ops_cases[k].members;
         while (*p) {
             size_t len = strcspn(p, " ");
-            for (i = 0; i < OPS_MEMBERS && !(strlen(ops_members[i].name) == len && !strncmp(ops_members[i].name, p, len)); i++) {}
+            for (i = 0;
+                 i < OPS_MEMBERS && !(strlen(ops_members[i].name) == len && !strncmp(ops_members[i].name, p, len));
+                 i++) {
+            }
             if (i == OPS_MEMBERS || ops_members[i].kind == OPS_DATA)
-                fprintf(stderr, "ops.h: case %zu names \"%.*s\", not an operation of the backend\n", k, (int)len, p), bad++;
+                fprintf(stderr, "ops.h: case %zu names \"%.*s\", not an operation of the backend\n", k, (int)len, p),
+                    bad++;
             p += len;
             p += *p == ' ';
         }
