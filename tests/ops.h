@@ -652,10 +652,11 @@ static void op_relu_backward(ops_t *t, const ops_case *c)
 {
     size_t n = c->a[0], i;
     float *d = ops_rand(t, n, -3, 3), *y = ops_rand(t, n, -1, 2);
-    void *dd = ops_up(t, d, n);
+    void *dd;
     ops_out *o;
     ops_poison(y, n);
-    if (n > 10) d[5] = NAN, y[5] = 1.0f, dd = ops_up(t, d, n);
+    if (n > 10) d[5] = NAN, y[5] = 1.0f; /* a NaN gradient where it flows */
+    dd = ops_up(t, d, n);
     t->be->relu_backward(t->dev, dd, ops_up(t, y, n), n);
     o = ops_get(t, "d", dd, n, OPS_ST, OPS_EXACT);
     for (i = 0; i < n; i++) o->want[i] = y[i] > 0 || y[i] != y[i] ? d[i] : 0.0;
@@ -1017,10 +1018,10 @@ static void op_add(ops_t *t, const ops_case *c)
     size_t n = c->a[0], i;
     int mode = (int)c->a[1];
     float *a = ops_rand(t, n, -3, 3), *b = ops_rand(t, n, -3, 3);
-    void *da = ops_up(t, a, n), *dy = mode == 1 ? da : ops_dev(t, n * ops_es(t));
+    void *da, *dy;
     ops_out *o;
     ops_poison(a, n);
-    da = ops_up(t, a, n), dy = mode == 1 ? da : dy;
+    da = ops_up(t, a, n), dy = mode == 1 ? da : ops_dev(t, n * ops_es(t));
     t->be->add(t->dev, dy, da, mode == 2 ? NULL : ops_up(t, b, n), n);
     o = ops_get(t, "y", dy, n, OPS_ST, ops_tol_of(OPS_U32, 0.0));
     for (i = 0; i < n; i++) {
