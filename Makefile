@@ -201,6 +201,9 @@ labs: info $(LABS)
 $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
+# The table of backend op cases (test_ops here, test_cuda on a GPU).
+$(BUILD)/test_ops: tests/ops.h
+
 # The MPI trainer and tests: the same sources with MIRROR_MPI, through mpicc.
 $(BUILD)/train_mpi: examples/train.c examples/models.h examples/options.h mirror.h | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
@@ -225,7 +228,7 @@ $(BUILD)/train_cuda_mpi: examples/train.c examples/models.h examples/options.h $
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda_mpi.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
-$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h tests/helpers.h mirror_cuda.h mirror.h | $(BUILD)
+$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h tests/helpers.h tests/ops.h mirror_cuda.h mirror.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/test_cuda: $(BUILD)/test_cuda.o

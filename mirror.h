@@ -4187,13 +4187,6 @@ struct mirror__backend {
     void (*add)(void *dev, void *y, const void *a, const void *b, size_t n);
     void (*maxpool_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes, size_t h,
                              size_t w, size_t k, size_t stride, size_t ho, size_t wo);
-    /* The same and the backward of the relu before it, in one pass, where
-       no two windows overlap (k <= stride): dx is the scatter of dy, each
-       term through mirror_hd_relu_grad of the relu's output at its pixel,
-       which is the pooling's output y. NULL: the two ops, one after the
-       other. */
-    void (*maxpool_relu_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, const void *y,
-                                  size_t planes, size_t h, size_t w, size_t ho, size_t wo);
     /* Per row: loss[r], correct[r], dz[r, :]. dz is multiplied by *scale,
        the loss scale in device memory, unless scale is NULL. */
     void (*softmax_ce)(void *dev, void *dz, float *loss, int32_t *correct, const void *z, const int32_t *labels,
@@ -4270,6 +4263,13 @@ struct mirror__backend {
     size_t (*workspace)(int precision, size_t largest);
 
     /* ---- optional: NULL where the backend has none (the callers check) ---- */
+    /* maxpool_backward and the backward of the relu before it, in one
+       pass, where no two windows overlap (k <= stride): dx is the scatter
+       of dy, each term through mirror_hd_relu_grad of the relu's output at
+       its pixel, which is the pooling's output y. NULL: the two ops, one
+       after the other. */
+    void (*maxpool_relu_backward)(void *dev, void *dx, const int32_t *arg, const void *dy, const void *y,
+                                  size_t planes, size_t h, size_t w, size_t ho, size_t wo);
     /* The gradient all-reduced in buckets while backward runs (NULL: after
        it, by the reducer; used with the nccl reducer in one process).
        reduce_bucket: the n values at buf (format 0: fp32, else 16-bit)
@@ -5646,7 +5646,6 @@ static const mirror__backend mirror__cpu_backend = {
     .bn_backward = mirror__cpu_bn_backward,
     .add = mirror__cpu_add,
     .maxpool_backward = mirror__cpu_maxpool_backward,
-    .maxpool_relu_backward = mirror__cpu_maxpool_relu_backward,
     .softmax_ce = mirror__cpu_softmax_ce,
     .mse = mirror__cpu_mse,
     .accumulate = mirror__cpu_accumulate,
@@ -5666,6 +5665,7 @@ static const mirror__backend mirror__cpu_backend = {
     .mark = mirror__cpu_mark,
     .marks = mirror__cpu_marks,
     .workspace = mirror__cpu_workspace,
+    .maxpool_relu_backward = mirror__cpu_maxpool_relu_backward,
     .reduce_bucket = NULL, /* the CPU's update sums the gradient itself (mirror__sharded_host_update_job) */
     .buckets_done = NULL,
     .capture_begin = NULL, /* graphs: none (see mirror__graph_step for the emulation the tests build) */

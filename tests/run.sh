@@ -93,6 +93,11 @@ if command -v clang >/dev/null; then
 fi
 check "mirror.h compiles as C++ (-Wall -Wextra -Werror)" \
     $CXX -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.cpp" -o "$tmp/impl_cpp.o"
+# C++ counts an aggregate's fields: tests/ops.h's static_assert fails if
+# struct mirror__backend has a member its list (and so its cases) lacks,
+# even one that padding would hide from test_ops's offsets.
+check "tests/ops.h lists every member of the backend table (C++ counts its fields)" \
+    $CXX -std=c++17 -Wall -Wextra -Werror -DMIRROR_QUIET_O0 -I. -fsyntax-only -x c++ tests/test_ops.c
 check "mirror.h compiles with MIRROR_STATIC" \
     $CC -std=c99 -Wall -Wextra -Werror -Wno-unused-function -DMIRROR_STATIC -DMIRROR_QUIET_O0 -I. -c "$tmp/impl.c" -o "$tmp/static.o"
 if printf '#include <cblas.h>\n' | $CC -E -x c - >/dev/null 2>&1; then

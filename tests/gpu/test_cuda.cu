@@ -1,6 +1,8 @@
 /* test_cuda.cu - the CUDA backend against the CPU backend (make test-gpu;
    needs a GPU). Every backend operation on random inputs, NaN and Inf
-   included; whole training steps; 1, 2 and 4 replicas on one GPU against
+   included; the table of op cases (tests/ops.h: every member of the
+   backend table, several shapes, each precision) on every GPU against the
+   CPU backend; whole training steps; 1, 2 and 4 replicas on one GPU against
    one replica; NCCL with one rank; out-of-memory. Mixed precision: round,
    narrow, widen, check, the fused updates and the scaler against the CPU;
    the copy reducer's 16-bit and float all-reduce against the CPU reducer;
@@ -42,6 +44,7 @@
 #include "../../mirror_cuda.h"
 #include "../check.h"
 #include "../helpers.h"
+#include "../ops.h"
 
 #include <float.h>
 #include <math.h>
@@ -2072,6 +2075,46 @@ static void test_caller_device(void)
 }
 
 /* Closes what main opened and prints the counts. */
+/* The table of op cases (tests/ops.h) on every CUDA device against the CPU
+   backend: each case's inputs, from its seed, through both tables; each
+   output within the case's GPU tolerance of the CPU's (bitwise where the
+   op is exact or adds in the CPU's order), each property of a backend's own
+   results (round trips, marks, graphs, NCCL's buckets) on the GPU itself.
+   An optional member the GPU has not is counted, not failed. */
+static void test_ops_table(void)
+{
+    int visible = 0, v;
+    mirror_error err = {0, ""};
+    CHECK(ops_coverage(G) == 0, "the op table covers every member of the CUDA backend's table");
+    CHECK(cudaGetDeviceCount(&visible) == cudaSuccess && visible > 0, "visible GPUs for the op table");
+    for (v = 0; v < visible; v++) {
+        char devices[32], label[40];
+        size_t ws = 0;
+        mirror_strategy *s = NULL;
+        ops_t gt, ct;
+        snprintf(devices, sizeof devices, "cuda:%d", v);
+#ifndef MIRROR_NO_NCCL
+        s = strategy_with(devices, 1, MIRROR_REDUCER_NCCL, &err); /* reduce_bucket's NCCL, one rank */
+#endif
+        if (!s) s = strategy_with(devices, 1, MIRROR_REDUCER_DEFAULT, &err);
+        CHECK(s != NULL, "GPU %d: a strategy for the op table: %s", v, err.message);
+        if (!s) continue;
+        memset(&gt, 0, sizeof gt), memset(&ct, 0, sizeof ct);
+        gt.be = G, gt.s = s, gt.dev = G->open(s, 0, &ws, &err);
+        ct.be = C, ct.s = s, ct.dev = C->open(s, 0, &ws, &err);
+        CHECK(gt.dev && ct.dev, "GPU %d: contexts for the op table: %s", v, err.message);
+        snprintf(label, sizeof label, "GPU %d against the CPU", v);
+        if (gt.dev && ct.dev) printf("%s: the op table, %zu runs missed\n", label, ops_table(&gt, &ct, label, 1));
+        if (gt.dev) {
+            mirror_error st = {0, ""};
+            CHECK(G->status(gt.dev, &st) == MIRROR_OK, "GPU %d: no device error in the op table: %s", v, st.message);
+            G->close(gt.dev);
+        }
+        if (ct.dev) C->close(ct.dev);
+        mirror_strategy_destroy(s);
+    }
+}
+
 static int close_all(void)
 {
     G->close(gdev);
@@ -2082,14 +2125,15 @@ static int close_all(void)
 }
 
 /* "test_cuda ops": the operation tests alone (up to the check that they
-   left no device error), a short run for compute-sanitizer. */
+   left no device error), a short run for compute-sanitizer; "test_cuda
+   ops-table": the table of op cases (tests/ops.h) alone. */
 int main(int argc, char **argv)
 {
     mirror_error err = {0, ""};
     size_t ws;
-    int ops_only = argc == 2 && !strcmp(argv[1], "ops");
-    if (argc > 1 && !ops_only) {
-        fprintf(stderr, "usage: test_cuda [ops]\n");
+    int ops_only = argc == 2 && !strcmp(argv[1], "ops"), table_only = argc == 2 && !strcmp(argv[1], "ops-table");
+    if (argc > 1 && !ops_only && !table_only) {
+        fprintf(stderr, "usage: test_cuda [ops | ops-table]\n");
         return 2;
     }
     gpu1 = strategy("cuda:0", MIRROR_REDUCER_DEFAULT);
@@ -2100,6 +2144,10 @@ int main(int argc, char **argv)
     CHECK(gdev && cdev, "device contexts: %s", err.message);
     if (!gdev || !cdev) return check_done("test_cuda");
     mirror_dataset_synthetic_digits(&data, 150, 4, NULL);
+    if (table_only) {
+        test_ops_table();
+        return close_all();
+    }
     test_elementwise();
     test_bias_grad_spread();
     test_optimizers();
@@ -2118,6 +2166,7 @@ int main(int argc, char **argv)
     test_clip_norm();
     test_mixed_updates();
     test_scaler_update();
+    test_ops_table();
     {
         mirror_error st = {0, ""};
         CHECK(G->status(gdev, &st) == MIRROR_OK, "no device error in the operation tests: %s", st.message);
