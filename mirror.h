@@ -2206,6 +2206,30 @@ MIRROR_HD static inline float mirror_hd_mse_row(const void *z, const float *t, s
     return mirror_hd_poison(dz, d, loss / (float)d, f);
 }
 
+/* A step's metrics, summed in one order on every backend (a GPU block of
+   MIRROR_HD_LANES threads, the CPU's loop): lane j adds rows j, j + L,
+   j + 2L, ... of the per-sample losses (and correct flags, unless correct
+   is NULL) in double into s[0] (and s[1]); then a fixed tree over the
+   lanes, halving: while half >= 1, lane i < half adds lane i + half.
+   part holds the loss lanes at [0, L) and the correct lanes at [L, 2L). */
+#define MIRROR_HD_LANES 256
+MIRROR_HD static inline void mirror_hd_lane_sums(double *s, const float *loss, const int32_t *correct, size_t rows,
+                                                 size_t lane)
+{
+    size_t r;
+    s[0] = s[1] = 0.0;
+    for (r = lane; r < rows; r += MIRROR_HD_LANES) {
+        s[0] += (double)loss[r];
+        if (correct) s[1] += (double)correct[r];
+    }
+}
+
+MIRROR_HD static inline void mirror_hd_tree_add(double *part, size_t lane, size_t half)
+{
+    part[lane] += part[lane + half];
+    part[MIRROR_HD_LANES + lane] += part[MIRROR_HD_LANES + lane + half];
+}
+
 /* One SGD element (torch.optim.SGD, dampening 0): w, the momentum buffer v
    (unused when momentum is 0) and the gradient g. */
 MIRROR_HD static inline void mirror_hd_sgd(float *w, float *v, float g, float lr, float momentum,
@@ -4178,7 +4202,8 @@ struct mirror__backend {
     void (*mse)(void *dev, void *dz, float *loss, const void *z, const float *t, size_t rows, size_t d, float inv_count,
                 const float *scale);
     /* acc[0] += sum of loss[r], acc[1] += sum of correct[r] (correct may be
-       NULL), in row order: a step's metrics stay on the device. */
+       NULL), each sum in the lanes' order (mirror_hd_lane_sums) and then
+       added: a step's metrics stay on the device. */
     void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
                        size_t rows);
     /* fp32: one pass over the reduced gradient of step t->step:
@@ -5371,15 +5396,29 @@ static void mirror__cpu_mse(void *dev, void *dz, float *loss, const void *z, con
     mirror__cpu_put1(d, dz, fdz, rows * n);
 }
 
+/* The sums of loss (and correct) over rows into out[0] (and out[1]), in
+   the lanes' order (mirror_hd_lane_sums, then mirror_hd_tree_add). */
+static void mirror__lanes_total(double *out, const float *loss, const int32_t *correct, size_t rows)
+{
+    double part[2 * MIRROR_HD_LANES], s[2];
+    size_t j, half;
+    for (j = 0; j < MIRROR_HD_LANES; j++) {
+        mirror_hd_lane_sums(s, loss, correct, rows, j);
+        part[j] = s[0], part[MIRROR_HD_LANES + j] = s[1];
+    }
+    for (half = MIRROR_HD_LANES / 2; half > 0; half /= 2)
+        for (j = 0; j < half; j++) mirror_hd_tree_add(part, j, half);
+    out[0] = part[0], out[1] = part[MIRROR_HD_LANES];
+}
+
 static void mirror__cpu_accumulate(void *dev, double *acc, const float *loss, const int32_t *correct,
                                    size_t rows)
 {
-    size_t r;
+    double total[2];
     (void)dev;
-    for (r = 0; r < rows; r++) {
-        acc[0] += (double)loss[r];
-        if (correct) acc[1] += (double)correct[r];
-    }
+    mirror__lanes_total(total, loss, correct, rows);
+    acc[0] += total[0];
+    if (correct) acc[1] += total[1];
 }
 
 /* The sum of !finite over g, folded with AND so that the loop vectorises. */
@@ -7349,9 +7388,11 @@ static void mirror__take_loss(const mirror_model *m, mirror__replica *r)
 {
     size_t i, S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    double total[2];
     if (!S) return;
     m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
-    for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
+    mirror__lanes_total(total, r->host_loss, NULL, S); /* accumulate's order: the same sums either way */
+    r->loss_sum += total[0];
     if (!ce) return;
     m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
     for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];

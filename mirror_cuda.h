@@ -357,6 +357,9 @@ typedef struct mirror__cuda_dev {
     cublasLtHandle_t lt;  /* cuBLASLt (the same workspace) and its plans, the oldest replaced first */
     mirror__lt_plan plan[MIRROR__LT_PLANS];
     unsigned plans;
+    /* The tests' refusal: cuBLASLt's heuristic is taken to find no
+       algorithm, and its matmul to fail, as where cuBLASLt refuses. */
+    int lt_refuses;
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -733,18 +736,23 @@ __global__ void mirror__k_mse(void *dz, float *loss, const void *z, const float 
     loss[r] = mirror_hd_mse_row(mirror_hd_skip(z, r * d, f), t + r * d, d, inv_count, mirror_hd_skip(dz, r * d, f), f);
 }
 
-/* One thread, rows in order: the CPU backend's sum, on the device, kept
-   in registers and stored once. */
+/* One block of MIRROR_HD_LANES threads, a lane each (its rows' reads
+   side by side across the block), then the lanes' tree in shared memory:
+   the CPU backend's order (mirror__lanes_total), so the same bits. */
 __global__ void mirror__k_accumulate(double *acc, const float *loss, const int32_t *correct, size_t rows)
 {
-    double l = acc[0], c = acc[1];
-    size_t r;
-    for (r = 0; r < rows; r++) {
-        l += (double)loss[r];
-        if (correct) c += (double)correct[r];
+    __shared__ double part[2 * MIRROR_HD_LANES];
+    double s[2];
+    mirror_hd_lane_sums(s, loss, correct, rows, threadIdx.x);
+    part[threadIdx.x] = s[0], part[MIRROR_HD_LANES + threadIdx.x] = s[1];
+    __syncthreads();
+    for (unsigned half = MIRROR_HD_LANES / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) mirror_hd_tree_add(part, threadIdx.x, half);
+        __syncthreads();
     }
-    acc[0] = l;
-    if (correct) acc[1] = c;
+    if (threadIdx.x) return;
+    acc[0] += part[0];
+    if (correct) acc[1] += part[MIRROR_HD_LANES];
 }
 
 /* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
@@ -1421,7 +1429,7 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
         MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]) &&
         cublasLtMatmulAlgoGetHeuristic(d->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count) ==
             CUBLAS_STATUS_SUCCESS &&
-        count > 0;
+        count > 0 && !d->lt_refuses;
 #undef MIRROR__PREF
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     p->algo = found.algo;
@@ -1451,7 +1459,8 @@ static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n
                                                                sizeof bias),
                              "cublasLtMatmulDescSetAttribute"))
             return;
-        if (cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo, d->blas_ws,
+        if (!d->lt_refuses &&
+            cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo, d->blas_ws,
                            MIRROR__BLAS_WORKSPACE, d->stream) == CUBLAS_STATUS_SUCCESS)
             done = 1, bias = NULL;
         else { /* refused: this key runs the other way from now on */
@@ -1705,7 +1714,7 @@ static void mirror__cuda_accumulate(void *dev, double *acc, const float *loss, c
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
-    mirror__k_accumulate<<<1, 1, 0, d->stream>>>(acc, loss, correct, rows);
+    mirror__k_accumulate<<<1, MIRROR_HD_LANES, 0, d->stream>>>(acc, loss, correct, rows);
     MIRROR__LAUNCHED(d, "accumulate kernel");
 }
 

@@ -790,7 +790,8 @@ static const mirror__lt_plan *plan_of(const mirror__cuda_dev *d, size_t m, cudaD
    one shape (each its own plan), on views 256-byte aligned, at 64, 128
    and 32 bytes past (as activations, 16-bit weights and deterministic
    chunks are carved) and at 2 bytes past, against the CPU; a matmul
-   cuBLASLt refuses (no handle) and a key it has no algorithm for run the
+   cuBLASLt refuses and a key it has no algorithm for (the device's
+   lt_refuses, which leaves cuBLASLt's handle as it is) run the
    GEMM and the epilogue kernel without an error; split-K sums stay in fp32
    (the plans' reduction scheme, cuBLAS's math mode). */
 static void test_lt_plans(void)
@@ -834,10 +835,9 @@ static void test_lt_plans(void)
                       "%s, %s: split-K sums (if any) in fp32 (reduction scheme %u)", what, format_name(f), scheme);
         }
         {
-            cublasLtHandle_t lt = d->lt;
             mirror__lt_plan *p = (mirror__lt_plan *)plan_of(d, m, type, da, db, dc);
             int was = p && p->usable;
-            d->lt = NULL; /* cuBLASLt refuses every call */
+            d->lt_refuses = 1; /* cuBLASLt's answers read as refusals: its handle stays valid */
             G->upload(gdev, da, a, m * k * 2), G->upload(gdev, db, b, k * n * 2);
             G->zero(gdev, dc, m * n * 2);
             G->gemm_bias(gdev, 0, 1, m, n, k, da, k, db, k, dbias, 0, 1, dc, n);
@@ -849,7 +849,7 @@ static void test_lt_plans(void)
             check16(want, dc, (m - 1) * n, f, 0.02f, "a key cuBLASLt has no algorithm for");
             p = (mirror__lt_plan *)plan_of(d, m - 1, type, da, db, dc);
             CHECK(p && !p->usable, "%s: a key without an algorithm has an unusable plan", format_name(f));
-            d->lt = lt;
+            d->lt_refuses = 0;
             CHECK(G->status(gdev, &st) == MIRROR_OK, "%s: the fallbacks record no error: %s", format_name(f),
                   st.message);
         }
