@@ -540,7 +540,11 @@
       cuBLAS and a CBLAS (MIRROR_CBLAS) pick their kernels by shape, so
       there every GEMM over samples (a dense layer's forward and input
       gradient too) runs one chunk at a time: its shapes are the chunk's,
-      whatever the shard. On GPUs the chunks are added on the first GPU in
+      whatever the shard. cuBLASLt (a dense layer's forward) also picks by
+      the operands' alignment: it is told the alignment every chunk has
+      whatever the replica count (mirror__chunk_align: 64 bytes, or the
+      lowest bit of K rows of a dense layer's inputs or outputs), not the
+      one this count gives the chunk's place in the arena. On GPUs the chunks are added on the first GPU in
       chunk order (the copy reducer's sum; NCCL's order is its own, so the
       nccl reducer hands it over), in one process: GPU replicas across
       processes are refused (MIRROR_ERR_UNSUPPORTED). The cost: K = 16
@@ -4294,6 +4298,13 @@ struct mirror__backend {
        and total bytes (0 where it cannot tell), asked before a build
        allocates. NULL: the replicas' memory is the host's. */
     int (*device_memory)(mirror_strategy *s, size_t r, size_t *free_bytes, size_t *total_bytes);
+    /* The alignment in bytes (a power of two; 0: each operand's own) that
+       the GEMMs tell their choice of algorithm, whatever an operand's
+       address (mirror__gemm_key_align), set once after open: deterministic
+       mode's (mirror__chunk_align), so that a chunk's GEMM is chosen alike
+       wherever the replica count puts the chunk. NULL: the backend's GEMMs
+       do not choose by alignment. */
+    void (*gemm_align)(void *dev, size_t bytes);
 };
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -4326,6 +4337,22 @@ struct mirror__reducer {
     int (*reduce_scatter)(mirror_strategy *s, void *const *bufs, size_t slice, int format, mirror_error *err);
     int (*all_gather)(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err);
 };
+
+/* The largest power of two up to 256 that divides p's address. */
+static uint32_t mirror__align_of(const void *p)
+{
+    uint32_t k = 256;
+    while (k > 1 && (uintptr_t)p % k) k /= 2;
+    return k;
+}
+
+/* The alignment a GEMM's choice of algorithm is told for operand p: its
+   own, at most cap where cap is set (gemm_align). */
+static uint32_t mirror__gemm_key_align(const void *p, size_t cap)
+{
+    uint32_t k = mirror__align_of(p);
+    return cap && cap < k ? (uint32_t)cap : k;
+}
 
 /* The first failure any replica's device met since the last check. */
 static int mirror__device_status(mirror_model *m)
@@ -5689,6 +5716,7 @@ static const mirror__backend mirror__cpu_backend = {
     .graph_launch = NULL,
     .graph_free = NULL,
     .device_memory = NULL, /* the replicas' memory is the host's */
+    .gemm_align = NULL,    /* the built-in GEMM's order is one for every address (a CBLAS is not told) */
 };
 MIRROR__NAMED_END
 
@@ -5912,6 +5940,28 @@ static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r,
 {
     if (mirror__gemm_parts(m, r) == 1) return *at = 0, S;
     return mirror__chunk_rows(m, r, q, at);
+}
+
+/* Deterministic mode's alignment for the GEMMs' choice of algorithm
+   (gemm_align), in bytes; 0 outside it. A dense layer's GEMM over chunk q
+   of a shard reads and writes q K rows past the shard's start, and where
+   that start sits in the activation arena moves with the shard's size:
+   so the chunk's own alignment depends on the replica count, which must
+   not pick another algorithm. What every chunk has whatever the count:
+   the arena's 64 bytes (mirror__carve), the lowest bit of K rows of each
+   dense layer's inputs and outputs. The parameters sit alike for every
+   count (at 256 bytes on a GPU: param_align). */
+static size_t mirror__chunk_align(const mirror_model *m)
+{
+    size_t i, a = 64, e = mirror__esize(m);
+    if (!m->chunk) return 0;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        size_t in = m->chunk * l->c * e, out = m->chunk * l->oc * e;
+        if (l->kind != MIRROR__DENSE) continue;
+        a = MIRROR__MIN(a, MIRROR__MIN(in & (~in + 1), out & (~out + 1)));
+    }
+    return a;
 }
 
 /* Layer i's forward over the shard's rows [s0, s0 + S): all of them (s0
@@ -9852,6 +9902,7 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
     p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
     if (!p->scaler || !p->host_scaler) return 0;
+    if (m->be->gemm_align) m->be->gemm_align(p->dev, mirror__chunk_align(m));
     if (m->format) {
         if (m->be->set_precision(p->dev, m->format, mirror__largest(m))) return 0;
         p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));

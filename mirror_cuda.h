@@ -309,7 +309,10 @@ struct mirror__gpu;
 
 /* A cuBLASLt plan for a dense layer's forward GEMM, made at the first call
    of its key (shape, data type, and the operands' alignments, which the
-   heuristic must be told: it assumes 256 bytes): the descriptors, with the
+   heuristic must be told: it assumes 256 bytes; in deterministic mode at
+   most the device's gemm_align, which every chunk has whatever the
+   replica count, so that a chunk's algorithm is the same for every
+   count): the descriptors, with the
    bias as the epilogue, and the algorithm the heuristic picked (usable 0:
    none, or cuBLASLt refused it once, and the layer then runs the plain GEMM
    and the epilogue kernel). */
@@ -360,6 +363,7 @@ typedef struct mirror__cuda_dev {
     /* The tests' refusal: cuBLASLt's heuristic is taken to find no
        algorithm, and its matmul to fail, as where cuBLASLt refuses. */
     int lt_refuses;
+    size_t gemm_align;    /* the plans' alignment at most (gemm_align: deterministic mode's), 0: none */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -1370,14 +1374,6 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                     "cublasGemmEx");
 }
 
-/* The largest power of two up to 256 that divides p's address. */
-static uint32_t mirror__align_of(const void *p)
-{
-    uint32_t k = 256;
-    while (k > 1 && (uintptr_t)p % k) k /= 2;
-    return k;
-}
-
 /* The plan for C [m, n] = op(A) op(B) + bias, operands swapped as in
    mirror__cuda_gemm (cuBLASLt's D is C^T, whose rows are C's columns: the
    bias epilogue adds bias[j] to C's column j). Split-K partial sums stay
@@ -1389,7 +1385,8 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t type = mirror__storage_type(d);
-    uint32_t align[3] = {mirror__align_of(a), mirror__align_of(b), mirror__align_of(c)};
+    uint32_t align[3] = {mirror__gemm_key_align(a, d->gemm_align), mirror__gemm_key_align(b, d->gemm_align),
+                         mirror__gemm_key_align(c, d->gemm_align)};
     uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t found;
@@ -1803,6 +1800,8 @@ static int mirror__cuda_set_precision(void *dev, int precision, size_t largest)
     return MIRROR_OK;
 }
 
+static void mirror__cuda_gemm_align(void *dev, size_t bytes) { ((mirror__cuda_dev *)dev)->gemm_align = bytes; }
+
 static void mirror__cuda_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -2063,6 +2062,7 @@ static const mirror__backend mirror__cuda_backend = {
     .graph_launch = mirror__cuda_graph_launch,
     .graph_free = mirror__cuda_graph_free,
     .device_memory = mirror__cuda_device_memory,
+    .gemm_align = mirror__cuda_gemm_align,
 };
 MIRROR__NAMED_END
 
