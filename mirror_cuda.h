@@ -186,9 +186,14 @@
       normalisation's elementwise passes) split an index into coordinates by
       multiplying by a precomputed reciprocal (mirror_hd_divisor, in the
       shared math, tested against / and % on the CPU): a GPU has no integer
-      divider. The bias gradient is spread over the GPU: each channel's
-      elements are cut into spans of about 4096, one block a span, and a
-      second pass adds a channel's spans in order (the same bits every run).
+      divider. A convolution's bias gradient is spread over the GPU: each
+      channel's elements are cut into spans of about 4096, one block a
+      span, and a second pass adds a channel's spans in order (the same
+      bits every run). A dense layer's reads dy along its rows, a thread a
+      channel (a warp's reads side by side), the rows cut into runs of
+      about 32 added in row order, and a second pass adds a channel's runs
+      in order; a shard of up to 32 rows is one run, the CPU backend's
+      order and bits.
       The sum of squares (the norm for clipping, a slice's with the sharded
       update) is spread the same way: up to 1024 blocks each add a span in
       double, and one block adds their sums in order.
@@ -205,7 +210,9 @@
       algorithm cuBLASLt's heuristic picks, is made at a key's first call
       and kept, 16 a replica; the key is the shape, the data type and the
       alignment of each operand, which the heuristic is told, since it
-      assumes 256 bytes and activations are carved at 64); where cuBLASLt
+      assumes 256 bytes and activations are carved at 64; in deterministic
+      mode at most the alignment every chunk has, whatever the replica
+      count: see mirror.h, DETERMINISTIC MODE); where cuBLASLt
       has no algorithm for a key, or refuses a matmul (the key then takes
       this path from then on), the GEMM and one epilogue kernel. A convolution's bias is per row of
       its GEMM's output, which cuBLASLt's bias does not do: the GEMM and
@@ -216,6 +223,21 @@
       output is the layer's buffer. So a dense-relu pair is two launches
       and one pass over its output, a conv-relu pair one pass besides the
       permute (before: a bias pass and a relu pass, each a launch).
+      A step's loss and correct sums (accumulate) are one block of 256
+      threads: strided lanes and a fixed tree, the CPU backend's order.
+      NCCL's stream (the buckets' all-reduces) has the device's highest
+      priority, as PyTorch's has, so that a bucket ready during backward
+      is not queued behind backward's kernels.
+
+      Known remaining costs, one line each:
+      - a convolution's bias and relu are a pass of their own before the
+        permute, not folded into it (the backend's permute takes no bias);
+      - batch normalisation combines the replicas' statistics on the host,
+        twice per layer per step, and so turns graphs off for its models;
+      - the copy reducer's staging area, grown once (a first step), is
+        freed by cudaFree, which also waits, untimed, for the first GPU's
+        copy and NCCL streams (its compute streams are waited for first,
+        with the timeout).
 
    GRAPHS
 
@@ -354,7 +376,7 @@ typedef struct mirror__cuda_dev {
     size_t replica;
     cudaStream_t comm;
     cudaEvent_t made, summed;
-    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_BLOCKS floats) */
+    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_PARTS floats) */
     double *squares;      /* scratch: the sum of squares' parts (MIRROR__SQUARE_BLOCKS doubles) */
     void *blas_ws;        /* cuBLAS's workspace, its own: a recorded GEMM allocates nothing */
     cublasLtHandle_t lt;  /* cuBLASLt (the same workspace) and its plans, the oldest replaced first */
@@ -471,6 +493,10 @@ template <typename T> __device__ static T mirror__block_sum(T *part, T s)
    the replica's scratch of as many floats. */
 #define MIRROR__BIAS_SPAN 4096
 #define MIRROR__BIAS_BLOCKS 1024
+/* A dense layer's (inner 1): runs of about MIRROR__BIAS_RUN rows, their
+   parts in a scratch of MIRROR__BIAS_PARTS floats (256 KiB). */
+#define MIRROR__BIAS_RUN 32
+#define MIRROR__BIAS_PARTS ((size_t)1 << 16)
 /* cuBLAS's workspace per replica (cuBLAS's own advice for Hopper: 32 MiB). */
 #define MIRROR__BLAS_WORKSPACE ((size_t)32 << 20)
 
@@ -499,14 +525,32 @@ __global__ void mirror__k_bias_part(float *out, const void *dy, size_t rows, siz
     }
 }
 
-__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts)
+/* Channel c's parts at part[c * across + b * along], b in order. */
+__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts, size_t across,
+                                     size_t along)
 {
     MIRROR__FOR_EACH(c, channels)
     {
         float s = 0.0f;
-        for (size_t b = 0; b < parts; b++) s += part[c * parts + b];
+        for (size_t b = 0; b < parts; b++) s += part[c * across + b * along];
         db[c] += s;
     }
+}
+
+/* A dense layer's bias gradient, dy [rows, channels]: a thread a channel,
+   so that a warp reads consecutive addresses, the rows cut into `parts`
+   runs (blockIdx.y), each added in row order in fp32. One run adds onto
+   db[c] row by row as the CPU backend does (mirror__f32_bias_grad: the
+   same bits); more write part p of channel c at out[p * channels + c],
+   which bias_total adds in order. */
+__global__ void mirror__k_bias_rows(float *out, const void *dy, size_t rows, size_t channels, size_t parts, int f)
+{
+    size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x, p = blockIdx.y;
+    size_t lo = rows / parts * p + MIRROR__MIN(p, rows % parts), hi = lo + rows / parts + (p < rows % parts);
+    if (c >= channels) return;
+    float s = parts == 1 ? out[c] : 0.0f;
+    for (size_t r = lo; r < hi; r++) s += mirror_hd_load(dy, r * channels + c, f);
+    out[parts == 1 ? c : p * channels + c] = s;
 }
 
 /* The storage format f (0: floats, else 16-bit values) of every kernel's
@@ -1106,7 +1150,7 @@ static int mirror__cuda_events(mirror__cuda_dev *d, cudaEvent_t *e, int n, int m
 static size_t mirror__cuda_workspace(int precision, size_t largest)
 {
     (void)precision, (void)largest; /* the kernels read and write 16 bits themselves */
-    return MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
+    return MIRROR__BIAS_PARTS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
 }
 
 /* Replica r's GPU, and unless free_bytes is NULL its free and total
@@ -1126,6 +1170,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     mirror__cuda_dev *d = (mirror__cuda_dev *)mirror__zalloc(1, sizeof *d);
+    int least = 0, greatest = 0; /* stream priorities: the greatest is the most negative */
     if (!d) {
         mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: out of memory", r);
         return NULL;
@@ -1141,13 +1186,17 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         /* split-K partial sums in fp32 when C is 16-bit (cuBLASLt's: its plans' reduction scheme) */
         !mirror__blas_ok(d, cublasSetMathMode(d->blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
                          "cublasSetMathMode") ||
-        !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_BLOCKS * sizeof(float)), "cudaMalloc") ||
+        !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_PARTS * sizeof(float)), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->squares, MIRROR__SQUARE_BLOCKS * sizeof(double)), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->blas_ws, MIRROR__BLAS_WORKSPACE), "cudaMalloc") ||
         !mirror__blas_ok(d, cublasSetWorkspace(d->blas, d->blas_ws, MIRROR__BLAS_WORKSPACE), "cublasSetWorkspace") ||
         !mirror__blas_ok(d, cublasLtCreate(&d->lt), "cublasLtCreate") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate") ||
-        !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        /* NCCL's stream at the highest priority (as PyTorch's): a bucket's
+           all-reduce is not queued behind backward's kernels */
+        !mirror__cuda_ok(d, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange") ||
+        !mirror__cuda_ok(d, cudaStreamCreateWithPriority(&d->comm, cudaStreamNonBlocking, greatest),
+                         "cudaStreamCreateWithPriority") ||
         !mirror__cuda_events(d, &d->uploaded, 1, 1) || !mirror__cuda_events(d, d->freed, 2, 1) ||
         !mirror__cuda_events(d, d->copied, 2, 1) || !mirror__cuda_events(d, &d->made, 1, 1) ||
         !mirror__cuda_events(d, &d->summed, 1, 1)) {
@@ -1483,12 +1532,27 @@ static void mirror__cuda_bias_add(void *dev, void *y, const void *bias, size_t r
     MIRROR__LAUNCHED(d, "bias_add kernel");
 }
 
-/* One part per channel (a dense layer's bias at a small batch) takes one pass. */
+/* One part per channel (a dense layer's bias at a small batch) takes one
+   pass. A dense layer's (inner 1) reads dy along its rows (bias_rows);
+   a convolution's along each channel's planes (bias_part). */
 static void mirror__cuda_bias_grad(void *dev, float *db, const void *dy, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     size_t n = rows * inner, parts;
     if (!n || !channels) return;
+    if (inner == 1) {
+        parts = MIRROR__MIN(MIRROR__MIN((rows + MIRROR__BIAS_RUN - 1) / MIRROR__BIAS_RUN,
+                                        MIRROR__BIAS_PARTS / channels), (size_t)65535);
+        parts = parts ? parts : 1;
+        dim3 grid((unsigned)((channels + MIRROR__THREADS - 1) / MIRROR__THREADS), (unsigned)parts);
+        mirror__k_bias_rows<<<grid, MIRROR__THREADS, 0, d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels,
+                                                                     parts, d->precision);
+        if (!MIRROR__LAUNCHED(d, "bias_rows kernel") || parts == 1) return;
+        mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels,
+                                                                                        parts, 1, channels);
+        MIRROR__LAUNCHED(d, "bias_total kernel");
+        return;
+    }
     parts = MIRROR__MIN((n + MIRROR__BIAS_SPAN - 1) / MIRROR__BIAS_SPAN,
                         MIRROR__BIAS_BLOCKS / channels);
     parts = parts ? parts : 1;
@@ -1496,7 +1560,8 @@ static void mirror__cuda_bias_grad(void *dev, float *db, const void *dy, size_t 
     mirror__k_bias_part<<<grid, MIRROR__THREADS, 0, d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels,
                                                                  mirror_hd_divisor_of(inner), parts, d->precision);
     if (!MIRROR__LAUNCHED(d, "bias_part kernel") || parts == 1) return;
-    mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts);
+    mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts,
+                                                                                    parts, 1);
     MIRROR__LAUNCHED(d, "bias_total kernel");
 }
 
@@ -2240,10 +2305,19 @@ static int mirror__copy_scatter(mirror__gpu *g, void *const *bufs, size_t bytes,
 }
 
 /* The staging area on the first GPU, for buffers of other GPUs: at least
-   bytes, grown when short (a first step allocates). */
+   bytes, grown when short (a first step allocates). cudaFree waits for the
+   whole GPU, with no timeout: the first GPU's compute streams, which read
+   the staging area (and wait for the other GPUs'), are waited for first,
+   with the strategy's. */
 static int mirror__copy_stage(mirror__gpu *g, size_t bytes, mirror_error *err)
 {
+    char why[200];
+    size_t r;
+    int code = MIRROR_OK;
     if (bytes <= g->stage_bytes) return MIRROR_OK;
+    for (r = 0; g->stage && r < g->replicas && !code; r++)
+        if (g->device[r] == g->device[0]) code = mirror__gpu_wait(g, g->stream[r], NULL, why, sizeof why);
+    if (code) return mirror__error(err, code, "copy reducer: waiting before cudaFree: %s", why);
     if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
     g->stage = NULL;
     g->stage_bytes = 0;

@@ -174,10 +174,13 @@ static void test_elementwise(void)
 }
 
 /* The bias gradient spread over many blocks per channel (two passes), and
-   in one pass: against the CPU, and the same bits on a second run. */
+   in one pass: against the CPU, and the same bits on a second run; a
+   dense layer's (inner 1) in one run of rows (at most MIRROR__BIAS_RUN)
+   the CPU's bits. */
 static void test_bias_grad_spread(void)
 {
-    static const size_t shapes[][3] = {{256, 16, 784}, {300, 3, 5000}, {4096, 10, 1}, {64, 2000, 1}, {1, 1, 70001}};
+    static const size_t shapes[][3] = {{256, 16, 784}, {300, 3, 5000}, {4096, 10, 1}, {64, 2000, 1}, {1, 1, 70001},
+                                       {MIRROR__BIAS_RUN, 2000, 1}, {7, 257, 1}, {4099, 3001, 1}, {40, 70001, 1}};
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         size_t rows = shapes[s][0], ch = shapes[s][1], inner = shapes[s][2], n = rows * ch * inner, c, bad = 0;
@@ -193,6 +196,8 @@ static void test_bias_grad_spread(void)
         CHECK(bad == 0 && same_bits(first, again, ch),
               "bias gradient of [%zu, %zu, %zu]: within 1e-5 per element summed (%zu channels off), the same bits "
               "twice", rows, ch, inner, bad);
+        if (inner == 1 && rows <= MIRROR__BIAS_RUN)
+            CHECK(same_bits(first, cpu, ch), "bias gradient of [%zu, %zu]: the CPU's bits (rows in order)", rows, ch);
         free(dy), free(cpu), free(first), free(again);
         G->release(gdev, ddy), G->release(gdev, db);
     }
