@@ -797,8 +797,10 @@ static const mirror__lt_plan *plan_of(const mirror__cuda_dev *d, size_t m, cudaD
    chunks are carved) and at 2 bytes past, against the CPU; a matmul
    cuBLASLt refuses and a key it has no algorithm for (the device's
    lt_refuses, which leaves cuBLASLt's handle as it is) run the
-   GEMM and the epilogue kernel without an error; split-K sums stay in fp32
-   (the plans' reduction scheme, cuBLAS's math mode). */
+   GEMM and the epilogue kernel without an error; with gemm_align
+   (deterministic mode's) the key holds that alignment, not the views';
+   split-K sums stay in fp32 (the plans' reduction scheme, cuBLAS's math
+   mode). */
 static void test_lt_plans(void)
 {
     static const size_t views[3][3] = {{0, 0, 0}, {32, 64, 16}, {1, 3, 1}}; /* elements past A, B, C's start */
@@ -857,6 +859,19 @@ static void test_lt_plans(void)
             d->lt_refuses = 0;
             CHECK(G->status(gdev, &st) == MIRROR_OK, "%s: the fallbacks record no error: %s", format_name(f),
                   st.message);
+        }
+        { /* deterministic mode's keys: at most the device's gemm_align, whatever the operands' own */
+            unsigned i, keyed = 0;
+            d->gemm_align = 32;
+            G->zero(gdev, dc, m * n * 2);
+            G->gemm_bias(gdev, 0, 1, m, n, k, da, k, db, k, dbias, 0, 1, dc, n);
+            check16(want, dc, m * n, f, 0.02f, "gemm_bias keyed at 32 bytes on views at 256");
+            for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++)
+                keyed += d->plan[i].m == m && d->plan[i].type == type && d->plan[i].align[0] == 32 &&
+                         d->plan[i].align[1] == 32 && d->plan[i].align[2] == 32;
+            d->gemm_align = 0;
+            CHECK(keyed == 1, "%s: gemm_align 32: a plan of its own keyed at 32 bytes for views at 256 (%u)",
+                  format_name(f), keyed);
         }
         if (fi == 1)
             CHECK(plan_of(d, m, CUDA_R_16F, da, db, dc) && plan_of(d, m, CUDA_R_16BF, da, db, dc),
