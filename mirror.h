@@ -446,8 +446,10 @@
          Either way the parameters stay bitwise identical on every
          replica.
       7. Metrics (>>step; taken in >>inspection). The loss sum, correct
-         count and sample count are summed on each replica's device, and
-         across replicas and processes when they are read.
+         count and sample count are summed on each replica's device (a
+         step's rows in 256 strided lanes and a fixed tree over them, one
+         order on the CPU and the GPU: mirror_hd_lane_sums), and across
+         replicas and processes when they are read.
 
       mirror_fit (>>fit) runs these steps epoch by epoch through the same
       internal step (mirror__train), with the data of >>data and the
