@@ -561,6 +561,27 @@ static void test_losses(void)
     G->download(gdev, gacc_h, gacc, sizeof gacc_h);
     CHECK(!memcmp(gacc_h, acc, sizeof acc), "metrics added onto the sums so far: the CPU's bits (%.17g, %.17g)",
           gacc_h[0], acc[0]);
+    { /* the lanes' order (one block of 256 threads): the CPU's bits on either side of the lanes, correct or NULL */
+        static const size_t counts[] = {1, 255, 256, 257, 4099};
+        const size_t most = 4099;
+        float *many = random_floats(most, 100.0f), *gmany = to_gpu(many, most);
+        int32_t *flags = (int32_t *)malloc(most * 4), *gflags = (int32_t *)G->alloc(gdev, most * 4);
+        size_t c, j;
+        for (j = 0; j < most; j++) flags[j] = (int32_t)(j % 3 == 0);
+        G->upload(gdev, gflags, flags, most * 4);
+        for (c = 0; c < sizeof counts / sizeof *counts; c++)
+            for (j = 0; j < 2; j++) {
+                double sums[2] = {0.5, 2.0};
+                G->upload(gdev, gacc, sums, sizeof sums);
+                C->accumulate(cdev, sums, many, j ? flags : NULL, counts[c]);
+                G->accumulate(gdev, gacc, gmany, j ? gflags : NULL, counts[c]);
+                G->download(gdev, gacc_h, gacc, sizeof gacc_h);
+                CHECK(!memcmp(gacc_h, sums, sizeof sums), "accumulate over %zu rows (correct %s): the CPU's bits",
+                      counts[c], j ? "given" : "NULL");
+            }
+        free(many), free(flags);
+        G->release(gdev, gmany), G->release(gdev, gflags);
+    }
     gt = to_gpu(t, rows * k);
     C->mse(cdev, dz, loss, z + k, t, rows - 1, k, 0.5f, NULL);
     G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, NULL);
