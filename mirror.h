@@ -448,8 +448,10 @@
          Either way the parameters stay bitwise identical on every
          replica.
       7. Metrics (>>step; taken in >>inspection). The loss sum, correct
-         count and sample count are summed on each replica's device, and
-         across replicas and processes when they are read.
+         count and sample count are summed on each replica's device (a
+         step's rows in 256 strided lanes and a fixed tree over them, one
+         order on the CPU and the GPU: mirror_hd_lane_sums), and across
+         replicas and processes when they are read.
 
       mirror_fit (>>fit) runs these steps epoch by epoch through the same
       internal step (mirror__train), with the data of >>data and the
@@ -542,7 +544,11 @@
       cuBLAS and a CBLAS (MIRROR_CBLAS) pick their kernels by shape, so
       there every GEMM over samples (a dense layer's forward and input
       gradient too) runs one chunk at a time: its shapes are the chunk's,
-      whatever the shard. On GPUs the chunks are added on the first GPU in
+      whatever the shard. cuBLASLt (a dense layer's forward) also picks by
+      the operands' alignment: it is told the alignment every chunk has
+      whatever the replica count (mirror__chunk_align: 64 bytes, or the
+      lowest bit of K rows of a dense layer's inputs or outputs), not the
+      one this count gives the chunk's place in the arena. On GPUs the chunks are added on the first GPU in
       chunk order (the copy reducer's sum; NCCL's order is its own, so the
       nccl reducer hands it over), in one process: GPU replicas across
       processes are refused (MIRROR_ERR_UNSUPPORTED). The cost: K = 16
@@ -2226,6 +2232,30 @@ MIRROR_HD static inline float mirror_hd_mse_row(const void *z, const float *t, s
         mirror_hd_store(dz, j, scale * e, f);
     }
     return mirror_hd_poison(dz, d, loss / (float)d, f);
+}
+
+/* A step's metrics, summed in one order on every backend (a GPU block of
+   MIRROR_HD_LANES threads, the CPU's loop): lane j adds rows j, j + L,
+   j + 2L, ... of the per-sample losses (and correct flags, unless correct
+   is NULL) in double into s[0] (and s[1]); then a fixed tree over the
+   lanes, halving: while half >= 1, lane i < half adds lane i + half.
+   part holds the loss lanes at [0, L) and the correct lanes at [L, 2L). */
+#define MIRROR_HD_LANES 256
+MIRROR_HD static inline void mirror_hd_lane_sums(double *s, const float *loss, const int32_t *correct, size_t rows,
+                                                 size_t lane)
+{
+    size_t r;
+    s[0] = s[1] = 0.0;
+    for (r = lane; r < rows; r += MIRROR_HD_LANES) {
+        s[0] += (double)loss[r];
+        if (correct) s[1] += (double)correct[r];
+    }
+}
+
+MIRROR_HD static inline void mirror_hd_tree_add(double *part, size_t lane, size_t half)
+{
+    part[lane] += part[lane + half];
+    part[MIRROR_HD_LANES + lane] += part[MIRROR_HD_LANES + lane + half];
 }
 
 /* One SGD element (torch.optim.SGD, dampening 0): w, the momentum buffer v
@@ -4194,7 +4224,8 @@ struct mirror__backend {
     void (*mse)(void *dev, void *dz, float *loss, const void *z, const float *t, size_t rows, size_t d, float inv_count,
                 const float *scale);
     /* acc[0] += sum of loss[r], acc[1] += sum of correct[r] (correct may be
-       NULL), in row order: a step's metrics stay on the device. */
+       NULL), each sum in the lanes' order (mirror_hd_lane_sums) and then
+       added: a step's metrics stay on the device. */
     void (*accumulate)(void *dev, double *acc, const float *loss, const int32_t *correct,
                        size_t rows);
     /* fp32: one pass over the reduced gradient of step t->step:
@@ -4292,6 +4323,13 @@ struct mirror__backend {
        and total bytes (0 where it cannot tell), asked before a build
        allocates. NULL: the replicas' memory is the host's. */
     int (*device_memory)(mirror_strategy *s, size_t r, size_t *free_bytes, size_t *total_bytes);
+    /* The alignment in bytes (a power of two; 0: each operand's own) that
+       the GEMMs tell their choice of algorithm, whatever an operand's
+       address (mirror__gemm_key_align), set once after open: deterministic
+       mode's (mirror__chunk_align), so that a chunk's GEMM is chosen alike
+       wherever the replica count puts the chunk. NULL: the backend's GEMMs
+       do not choose by alignment. */
+    void (*gemm_align)(void *dev, size_t bytes);
 };
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -4324,6 +4362,22 @@ struct mirror__reducer {
     int (*reduce_scatter)(mirror_strategy *s, void *const *bufs, size_t slice, int format, mirror_error *err);
     int (*all_gather)(mirror_strategy *s, void *const *bufs, size_t slice, size_t size, mirror_error *err);
 };
+
+/* The largest power of two up to 256 that divides p's address. */
+static uint32_t mirror__align_of(const void *p)
+{
+    uint32_t k = 256;
+    while (k > 1 && (uintptr_t)p % k) k /= 2;
+    return k;
+}
+
+/* The alignment a GEMM's choice of algorithm is told for operand p: its
+   own, at most cap where cap is set (gemm_align). */
+static uint32_t mirror__gemm_key_align(const void *p, size_t cap)
+{
+    uint32_t k = mirror__align_of(p);
+    return cap && cap < k ? (uint32_t)cap : k;
+}
 
 /* The first failure any replica's device met since the last check. */
 static int mirror__device_status(mirror_model *m)
@@ -5394,15 +5448,29 @@ static void mirror__cpu_mse(void *dev, void *dz, float *loss, const void *z, con
     mirror__cpu_put1(d, dz, fdz, rows * n);
 }
 
+/* The sums of loss (and correct) over rows into out[0] (and out[1]), in
+   the lanes' order (mirror_hd_lane_sums, then mirror_hd_tree_add). */
+static void mirror__lanes_total(double *out, const float *loss, const int32_t *correct, size_t rows)
+{
+    double part[2 * MIRROR_HD_LANES], s[2];
+    size_t j, half;
+    for (j = 0; j < MIRROR_HD_LANES; j++) {
+        mirror_hd_lane_sums(s, loss, correct, rows, j);
+        part[j] = s[0], part[MIRROR_HD_LANES + j] = s[1];
+    }
+    for (half = MIRROR_HD_LANES / 2; half > 0; half /= 2)
+        for (j = 0; j < half; j++) mirror_hd_tree_add(part, j, half);
+    out[0] = part[0], out[1] = part[MIRROR_HD_LANES];
+}
+
 static void mirror__cpu_accumulate(void *dev, double *acc, const float *loss, const int32_t *correct,
                                    size_t rows)
 {
-    size_t r;
+    double total[2];
     (void)dev;
-    for (r = 0; r < rows; r++) {
-        acc[0] += (double)loss[r];
-        if (correct) acc[1] += (double)correct[r];
-    }
+    mirror__lanes_total(total, loss, correct, rows);
+    acc[0] += total[0];
+    if (correct) acc[1] += total[1];
 }
 
 /* The sum of !finite over g, folded with AND so that the loop vectorises. */
@@ -5673,6 +5741,7 @@ static const mirror__backend mirror__cpu_backend = {
     .graph_launch = NULL,
     .graph_free = NULL,
     .device_memory = NULL, /* the replicas' memory is the host's */
+    .gemm_align = NULL,    /* the built-in GEMM's order is one for every address (a CBLAS is not told) */
 };
 MIRROR__NAMED_END
 
@@ -5896,6 +5965,28 @@ static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r,
 {
     if (mirror__gemm_parts(m, r) == 1) return *at = 0, S;
     return mirror__chunk_rows(m, r, q, at);
+}
+
+/* Deterministic mode's alignment for the GEMMs' choice of algorithm
+   (gemm_align), in bytes; 0 outside it. A dense layer's GEMM over chunk q
+   of a shard reads and writes q K rows past the shard's start, and where
+   that start sits in the activation arena moves with the shard's size:
+   so the chunk's own alignment depends on the replica count, which must
+   not pick another algorithm. What every chunk has whatever the count:
+   the arena's 64 bytes (mirror__carve), the lowest bit of K rows of each
+   dense layer's inputs and outputs. The parameters sit alike for every
+   count (at 256 bytes on a GPU: param_align). */
+static size_t mirror__chunk_align(const mirror_model *m)
+{
+    size_t i, a = 64, e = mirror__esize(m);
+    if (!m->chunk) return 0;
+    for (i = 0; i < m->nlayers; i++) {
+        const mirror__layer *l = &m->layers[i];
+        size_t in = m->chunk * l->c * e, out = m->chunk * l->oc * e;
+        if (l->kind != MIRROR__DENSE) continue;
+        a = MIRROR__MIN(a, MIRROR__MIN(in & (~in + 1), out & (~out + 1)));
+    }
+    return a;
 }
 
 /* Layer i's forward over the shard's rows [s0, s0 + S): all of them (s0
@@ -7372,9 +7463,11 @@ static void mirror__take_loss(const mirror_model *m, mirror__replica *r)
 {
     size_t i, S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE;
+    double total[2];
     if (!S) return;
     m->be->download(r->dev, r->host_loss, r->loss, S * sizeof(float));
-    for (i = 0; i < S; i++) r->loss_sum += (double)r->host_loss[i];
+    mirror__lanes_total(total, r->host_loss, NULL, S); /* accumulate's order: the same sums either way */
+    r->loss_sum += total[0];
     if (!ce) return;
     m->be->download(r->dev, r->host_correct, r->correct, S * sizeof(int32_t));
     for (i = 0; i < S; i++) r->correct_sum += (size_t)r->host_correct[i];
@@ -10017,6 +10110,7 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     p->scaler = (mirror_loss_scale_state *)m->be->alloc(p->dev, sizeof *p->scaler);
     p->host_scaler = (mirror_loss_scale_state *)m->be->host_alloc(p->dev, sizeof *p->host_scaler);
     if (!p->scaler || !p->host_scaler) return 0;
+    if (m->be->gemm_align) m->be->gemm_align(p->dev, mirror__chunk_align(m));
     if (m->format) {
         if (m->be->set_precision(p->dev, m->format, mirror__largest(m))) return 0;
         p->work16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));

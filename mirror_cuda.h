@@ -186,9 +186,14 @@
       normalisation's elementwise passes) split an index into coordinates by
       multiplying by a precomputed reciprocal (mirror_hd_divisor, in the
       shared math, tested against / and % on the CPU): a GPU has no integer
-      divider. The bias gradient is spread over the GPU: each channel's
-      elements are cut into spans of about 4096, one block a span, and a
-      second pass adds a channel's spans in order (the same bits every run).
+      divider. A convolution's bias gradient is spread over the GPU: each
+      channel's elements are cut into spans of about 4096, one block a
+      span, and a second pass adds a channel's spans in order (the same
+      bits every run). A dense layer's reads dy along its rows, a thread a
+      channel (a warp's reads side by side), the rows cut into runs of
+      about 32 added in row order, and a second pass adds a channel's runs
+      in order; a shard of up to 32 rows is one run, the CPU backend's
+      order and bits.
       The sum of squares (the norm for clipping, a slice's with the sharded
       update) is spread the same way: up to 1024 blocks each add a span in
       double, and one block adds their sums in order.
@@ -205,7 +210,9 @@
       algorithm cuBLASLt's heuristic picks, is made at a key's first call
       and kept, 16 a replica; the key is the shape, the data type and the
       alignment of each operand, which the heuristic is told, since it
-      assumes 256 bytes and activations are carved at 64); where cuBLASLt
+      assumes 256 bytes and activations are carved at 64; in deterministic
+      mode at most the alignment every chunk has, whatever the replica
+      count: see mirror.h, DETERMINISTIC MODE); where cuBLASLt
       has no algorithm for a key, or refuses a matmul (the key then takes
       this path from then on), the GEMM and one epilogue kernel. A convolution's bias is per row of
       its GEMM's output, which cuBLASLt's bias does not do: the GEMM and
@@ -216,6 +223,21 @@
       output is the layer's buffer. So a dense-relu pair is two launches
       and one pass over its output, a conv-relu pair one pass besides the
       permute (before: a bias pass and a relu pass, each a launch).
+      A step's loss and correct sums (accumulate) are one block of 256
+      threads: strided lanes and a fixed tree, the CPU backend's order.
+      NCCL's stream (the buckets' all-reduces) has the device's highest
+      priority, as PyTorch's has, so that a bucket ready during backward
+      is not queued behind backward's kernels.
+
+      Known remaining costs, one line each:
+      - a convolution's bias and relu are a pass of their own before the
+        permute, not folded into it (the backend's permute takes no bias);
+      - batch normalisation combines the replicas' statistics on the host,
+        twice per layer per step, and so turns graphs off for its models;
+      - the copy reducer's staging area, grown once (a first step), is
+        freed by cudaFree, which also waits, untimed, for the first GPU's
+        copy and NCCL streams (its compute streams are waited for first,
+        with the timeout).
 
    GRAPHS
 
@@ -309,7 +331,10 @@ struct mirror__gpu;
 
 /* A cuBLASLt plan for a dense layer's forward GEMM, made at the first call
    of its key (shape, data type, and the operands' alignments, which the
-   heuristic must be told: it assumes 256 bytes): the descriptors, with the
+   heuristic must be told: it assumes 256 bytes; in deterministic mode at
+   most the device's gemm_align, which every chunk has whatever the
+   replica count, so that a chunk's algorithm is the same for every
+   count): the descriptors, with the
    bias as the epilogue, and the algorithm the heuristic picked (usable 0:
    none, or cuBLASLt refused it once, and the layer then runs the plain GEMM
    and the epilogue kernel). */
@@ -351,12 +376,16 @@ typedef struct mirror__cuda_dev {
     size_t replica;
     cudaStream_t comm;
     cudaEvent_t made, summed;
-    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_BLOCKS floats) */
+    float *part;          /* scratch: the bias gradient's parts (MIRROR__BIAS_PARTS floats) */
     double *squares;      /* scratch: the sum of squares' parts (MIRROR__SQUARE_BLOCKS doubles) */
     void *blas_ws;        /* cuBLAS's workspace, its own: a recorded GEMM allocates nothing */
     cublasLtHandle_t lt;  /* cuBLASLt (the same workspace) and its plans, the oldest replaced first */
     mirror__lt_plan plan[MIRROR__LT_PLANS];
     unsigned plans;
+    /* The tests' refusal: cuBLASLt's heuristic is taken to find no
+       algorithm, and its matmul to fail, as where cuBLASLt refuses. */
+    int lt_refuses;
+    size_t gemm_align;    /* the plans' alignment at most (gemm_align: deterministic mode's), 0: none */
     int precision;        /* the model's mirror_precision: the GEMM's compute type */
     /* Timing (mirror_timing), made by the first mark: an event per phase
        edge, and an origin event whose time on the host's clock is known. */
@@ -464,6 +493,10 @@ template <typename T> __device__ static T mirror__block_sum(T *part, T s)
    the replica's scratch of as many floats. */
 #define MIRROR__BIAS_SPAN 4096
 #define MIRROR__BIAS_BLOCKS 1024
+/* A dense layer's (inner 1): runs of about MIRROR__BIAS_RUN rows, their
+   parts in a scratch of MIRROR__BIAS_PARTS floats (256 KiB). */
+#define MIRROR__BIAS_RUN 32
+#define MIRROR__BIAS_PARTS ((size_t)1 << 16)
 /* cuBLAS's workspace per replica (cuBLAS's own advice for Hopper: 32 MiB). */
 #define MIRROR__BLAS_WORKSPACE ((size_t)32 << 20)
 
@@ -492,14 +525,32 @@ __global__ void mirror__k_bias_part(float *out, const void *dy, size_t rows, siz
     }
 }
 
-__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts)
+/* Channel c's parts at part[c * across + b * along], b in order. */
+__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts, size_t across,
+                                     size_t along)
 {
     MIRROR__FOR_EACH(c, channels)
     {
         float s = 0.0f;
-        for (size_t b = 0; b < parts; b++) s += part[c * parts + b];
+        for (size_t b = 0; b < parts; b++) s += part[c * across + b * along];
         db[c] += s;
     }
+}
+
+/* A dense layer's bias gradient, dy [rows, channels]: a thread a channel,
+   so that a warp reads consecutive addresses, the rows cut into `parts`
+   runs (blockIdx.y), each added in row order in fp32. One run adds onto
+   db[c] row by row as the CPU backend does (mirror__f32_bias_grad: the
+   same bits); more write part p of channel c at out[p * channels + c],
+   which bias_total adds in order. */
+__global__ void mirror__k_bias_rows(float *out, const void *dy, size_t rows, size_t channels, size_t parts, int f)
+{
+    size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x, p = blockIdx.y;
+    size_t lo = rows / parts * p + MIRROR__MIN(p, rows % parts), hi = lo + rows / parts + (p < rows % parts);
+    if (c >= channels) return;
+    float s = parts == 1 ? out[c] : 0.0f;
+    for (size_t r = lo; r < hi; r++) s += mirror_hd_load(dy, r * channels + c, f);
+    out[parts == 1 ? c : p * channels + c] = s;
 }
 
 /* The storage format f (0: floats, else 16-bit values) of every kernel's
@@ -733,18 +784,23 @@ __global__ void mirror__k_mse(void *dz, float *loss, const void *z, const float 
     loss[r] = mirror_hd_mse_row(mirror_hd_skip(z, r * d, f), t + r * d, d, inv_count, mirror_hd_skip(dz, r * d, f), f);
 }
 
-/* One thread, rows in order: the CPU backend's sum, on the device, kept
-   in registers and stored once. */
+/* One block of MIRROR_HD_LANES threads, a lane each (its rows' reads
+   side by side across the block), then the lanes' tree in shared memory:
+   the CPU backend's order (mirror__lanes_total), so the same bits. */
 __global__ void mirror__k_accumulate(double *acc, const float *loss, const int32_t *correct, size_t rows)
 {
-    double l = acc[0], c = acc[1];
-    size_t r;
-    for (r = 0; r < rows; r++) {
-        l += (double)loss[r];
-        if (correct) c += (double)correct[r];
+    __shared__ double part[2 * MIRROR_HD_LANES];
+    double s[2];
+    mirror_hd_lane_sums(s, loss, correct, rows, threadIdx.x);
+    part[threadIdx.x] = s[0], part[MIRROR_HD_LANES + threadIdx.x] = s[1];
+    __syncthreads();
+    for (unsigned half = MIRROR_HD_LANES / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) mirror_hd_tree_add(part, threadIdx.x, half);
+        __syncthreads();
     }
-    acc[0] = l;
-    if (correct) acc[1] = c;
+    if (threadIdx.x) return;
+    acc[0] += part[0];
+    if (correct) acc[1] += part[MIRROR_HD_LANES];
 }
 
 /* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
@@ -1094,7 +1150,7 @@ static int mirror__cuda_events(mirror__cuda_dev *d, cudaEvent_t *e, int n, int m
 static size_t mirror__cuda_workspace(int precision, size_t largest)
 {
     (void)precision, (void)largest; /* the kernels read and write 16 bits themselves */
-    return MIRROR__BIAS_BLOCKS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
+    return MIRROR__BIAS_PARTS * sizeof(float) + MIRROR__SQUARE_BLOCKS * sizeof(double) + MIRROR__BLAS_WORKSPACE;
 }
 
 /* Replica r's GPU, and unless free_bytes is NULL its free and total
@@ -1114,6 +1170,7 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
 {
     mirror__gpu *g = (mirror__gpu *)s->gpu;
     mirror__cuda_dev *d = (mirror__cuda_dev *)mirror__zalloc(1, sizeof *d);
+    int least = 0, greatest = 0; /* stream priorities: the greatest is the most negative */
     if (!d) {
         mirror__error(err, MIRROR_ERR_NO_MEMORY, "replica %zu: out of memory", r);
         return NULL;
@@ -1129,13 +1186,17 @@ static void *mirror__cuda_open(mirror_strategy *s, size_t r, size_t *workspace_b
         /* split-K partial sums in fp32 when C is 16-bit (cuBLASLt's: its plans' reduction scheme) */
         !mirror__blas_ok(d, cublasSetMathMode(d->blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
                          "cublasSetMathMode") ||
-        !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_BLOCKS * sizeof(float)), "cudaMalloc") ||
+        !mirror__cuda_ok(d, cudaMalloc(&d->part, MIRROR__BIAS_PARTS * sizeof(float)), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->squares, MIRROR__SQUARE_BLOCKS * sizeof(double)), "cudaMalloc") ||
         !mirror__cuda_ok(d, cudaMalloc(&d->blas_ws, MIRROR__BLAS_WORKSPACE), "cudaMalloc") ||
         !mirror__blas_ok(d, cublasSetWorkspace(d->blas, d->blas_ws, MIRROR__BLAS_WORKSPACE), "cublasSetWorkspace") ||
         !mirror__blas_ok(d, cublasLtCreate(&d->lt), "cublasLtCreate") ||
         !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate") ||
-        !mirror__cuda_ok(d, cudaStreamCreateWithFlags(&d->comm, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        /* NCCL's stream at the highest priority (as PyTorch's): a bucket's
+           all-reduce is not queued behind backward's kernels */
+        !mirror__cuda_ok(d, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange") ||
+        !mirror__cuda_ok(d, cudaStreamCreateWithPriority(&d->comm, cudaStreamNonBlocking, greatest),
+                         "cudaStreamCreateWithPriority") ||
         !mirror__cuda_events(d, &d->uploaded, 1, 1) || !mirror__cuda_events(d, d->freed, 2, 1) ||
         !mirror__cuda_events(d, d->copied, 2, 1) || !mirror__cuda_events(d, &d->made, 1, 1) ||
         !mirror__cuda_events(d, &d->summed, 1, 1)) {
@@ -1362,14 +1423,6 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                     "cublasGemmEx");
 }
 
-/* The largest power of two up to 256 that divides p's address. */
-static uint32_t mirror__align_of(const void *p)
-{
-    uint32_t k = 256;
-    while (k > 1 && (uintptr_t)p % k) k /= 2;
-    return k;
-}
-
 /* The plan for C [m, n] = op(A) op(B) + bias, operands swapped as in
    mirror__cuda_gemm (cuBLASLt's D is C^T, whose rows are C's columns: the
    bias epilogue adds bias[j] to C's column j). Split-K partial sums stay
@@ -1381,7 +1434,8 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t type = mirror__storage_type(d);
-    uint32_t align[3] = {mirror__align_of(a), mirror__align_of(b), mirror__align_of(c)};
+    uint32_t align[3] = {mirror__gemm_key_align(a, d->gemm_align), mirror__gemm_key_align(b, d->gemm_align),
+                         mirror__gemm_key_align(c, d->gemm_align)};
     uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t found;
@@ -1421,7 +1475,7 @@ static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb,
         MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]) &&
         cublasLtMatmulAlgoGetHeuristic(d->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count) ==
             CUBLAS_STATUS_SUCCESS &&
-        count > 0;
+        count > 0 && !d->lt_refuses;
 #undef MIRROR__PREF
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     p->algo = found.algo;
@@ -1451,7 +1505,8 @@ static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n
                                                                sizeof bias),
                              "cublasLtMatmulDescSetAttribute"))
             return;
-        if (cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo, d->blas_ws,
+        if (!d->lt_refuses &&
+            cublasLtMatmul(d->lt, p->op, &one, b, p->a, a, p->b, &zero, c, p->c, c, p->c, &p->algo, d->blas_ws,
                            MIRROR__BLAS_WORKSPACE, d->stream) == CUBLAS_STATUS_SUCCESS)
             done = 1, bias = NULL;
         else { /* refused: this key runs the other way from now on */
@@ -1477,12 +1532,27 @@ static void mirror__cuda_bias_add(void *dev, void *y, const void *bias, size_t r
     MIRROR__LAUNCHED(d, "bias_add kernel");
 }
 
-/* One part per channel (a dense layer's bias at a small batch) takes one pass. */
+/* One part per channel (a dense layer's bias at a small batch) takes one
+   pass. A dense layer's (inner 1) reads dy along its rows (bias_rows);
+   a convolution's along each channel's planes (bias_part). */
 static void mirror__cuda_bias_grad(void *dev, float *db, const void *dy, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     size_t n = rows * inner, parts;
     if (!n || !channels) return;
+    if (inner == 1) {
+        parts = MIRROR__MIN(MIRROR__MIN((rows + MIRROR__BIAS_RUN - 1) / MIRROR__BIAS_RUN,
+                                        MIRROR__BIAS_PARTS / channels), (size_t)65535);
+        parts = parts ? parts : 1;
+        dim3 grid((unsigned)((channels + MIRROR__THREADS - 1) / MIRROR__THREADS), (unsigned)parts);
+        mirror__k_bias_rows<<<grid, MIRROR__THREADS, 0, d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels,
+                                                                     parts, d->precision);
+        if (!MIRROR__LAUNCHED(d, "bias_rows kernel") || parts == 1) return;
+        mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels,
+                                                                                        parts, 1, channels);
+        MIRROR__LAUNCHED(d, "bias_total kernel");
+        return;
+    }
     parts = MIRROR__MIN((n + MIRROR__BIAS_SPAN - 1) / MIRROR__BIAS_SPAN,
                         MIRROR__BIAS_BLOCKS / channels);
     parts = parts ? parts : 1;
@@ -1490,7 +1560,8 @@ static void mirror__cuda_bias_grad(void *dev, float *db, const void *dy, size_t 
     mirror__k_bias_part<<<grid, MIRROR__THREADS, 0, d->stream>>>(parts > 1 ? d->part : db, dy, rows, channels,
                                                                  mirror_hd_divisor_of(inner), parts, d->precision);
     if (!MIRROR__LAUNCHED(d, "bias_part kernel") || parts == 1) return;
-    mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts);
+    mirror__k_bias_total<<<mirror__blocks(channels), MIRROR__THREADS, 0, d->stream>>>(db, d->part, channels, parts,
+                                                                                    parts, 1);
     MIRROR__LAUNCHED(d, "bias_total kernel");
 }
 
@@ -1705,7 +1776,7 @@ static void mirror__cuda_accumulate(void *dev, double *acc, const float *loss, c
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
-    mirror__k_accumulate<<<1, 1, 0, d->stream>>>(acc, loss, correct, rows);
+    mirror__k_accumulate<<<1, MIRROR_HD_LANES, 0, d->stream>>>(acc, loss, correct, rows);
     MIRROR__LAUNCHED(d, "accumulate kernel");
 }
 
@@ -1793,6 +1864,8 @@ static int mirror__cuda_set_precision(void *dev, int precision, size_t largest)
     ((mirror__cuda_dev *)dev)->precision = precision;
     return MIRROR_OK;
 }
+
+static void mirror__cuda_gemm_align(void *dev, size_t bytes) { ((mirror__cuda_dev *)dev)->gemm_align = bytes; }
 
 static void mirror__cuda_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
 {
@@ -2054,6 +2127,7 @@ static const mirror__backend mirror__cuda_backend = {
     .graph_launch = mirror__cuda_graph_launch,
     .graph_free = mirror__cuda_graph_free,
     .device_memory = mirror__cuda_device_memory,
+    .gemm_align = mirror__cuda_gemm_align,
 };
 MIRROR__NAMED_END
 
@@ -2231,10 +2305,19 @@ static int mirror__copy_scatter(mirror__gpu *g, void *const *bufs, size_t bytes,
 }
 
 /* The staging area on the first GPU, for buffers of other GPUs: at least
-   bytes, grown when short (a first step allocates). */
+   bytes, grown when short (a first step allocates). cudaFree waits for the
+   whole GPU, with no timeout: the first GPU's compute streams, which read
+   the staging area (and wait for the other GPUs'), are waited for first,
+   with the strategy's. */
 static int mirror__copy_stage(mirror__gpu *g, size_t bytes, mirror_error *err)
 {
+    char why[200];
+    size_t r;
+    int code = MIRROR_OK;
     if (bytes <= g->stage_bytes) return MIRROR_OK;
+    for (r = 0; g->stage && r < g->replicas && !code; r++)
+        if (g->device[r] == g->device[0]) code = mirror__gpu_wait(g, g->stream[r], NULL, why, sizeof why);
+    if (code) return mirror__error(err, code, "copy reducer: waiting before cudaFree: %s", why);
     if (g->stage && !mirror__gpu_ok(cudaFree(g->stage), "cudaFree", err)) return MIRROR_ERR_DEVICE;
     g->stage = NULL;
     g->stage_bytes = 0;

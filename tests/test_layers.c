@@ -1404,6 +1404,48 @@ static void test_bias_grad(void)
     free(dy);
 }
 
+/* A step's metrics (the backend's accumulate): the same bits as float64
+   lanes written out here, lane j the rows j, j + 256, ..., then pairs
+   halving (lane i + half onto lane i), added onto what acc held; within
+   n ulps of a long double row-order sum; correct summed exactly or, NULL,
+   left alone. From empty to thousands of rows, across the lanes' edges,
+   losses from 2^-31 to 2^30, so that another order shows in the bits. */
+static void test_accumulate(void)
+{
+    enum { L = 256 };
+    static const size_t sizes[] = {0, 1, 2, L - 1, L, L + 1, 2 * L + 3, 4099, 8192};
+    const mirror__backend *be = &mirror__cpu_backend;
+    uint64_t state = 0xACC0ull;
+    size_t si, r, n = 8192, j, half;
+    float *loss = (float *)xmalloc(n * sizeof(float));
+    int32_t *correct = (int32_t *)xmalloc(n * sizeof(int32_t));
+    for (r = 0; r < n; r++)
+        loss[r] = ldexpf(uniform_in(&state, 0.5f, 1.0f), (int)(mirror__next(&state) % 61) - 30),
+        correct[r] = (int32_t)(mirror__next(&state) & 1);
+    CHECK(MIRROR_HD_LANES == L, "accumulate: %d lanes, as this test's reference", (int)MIRROR_HD_LANES);
+    for (si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t rows = sizes[si], right = 0;
+        double lane[L], acc[2] = {0.25, 3.0}, bare[2] = {0.25, 7.0}, want;
+        long double plain = 0.0L;
+        for (j = 0; j < L; j++) lane[j] = 0.0;
+        for (r = 0; r < rows; r++) lane[r % L] += (double)loss[r], plain += (long double)loss[r], right += (size_t)correct[r];
+        for (half = L / 2; half > 0; half /= 2)
+            for (j = 0; j < half; j++) lane[j] += lane[j + half];
+        want = 0.25 + lane[0];
+        be->accumulate(NULL, acc, loss, correct, rows);
+        be->accumulate(NULL, bare, loss, NULL, rows);
+        CHECK(!memcmp(&acc[0], &want, sizeof want) && !memcmp(&bare[0], &want, sizeof want),
+              "accumulate, %zu rows: %.17g and %.17g (correct NULL), want the lanes' %.17g", rows, acc[0], bare[0],
+              want);
+        CHECK(fabsl((long double)acc[0] - 0.25L - plain) <= (long double)(rows + 1) * DBL_EPSILON * (plain + 1.0L),
+              "accumulate, %zu rows: %.17g within rounding of the plain sum %.17Lg", rows, acc[0] - 0.25, plain);
+        CHECK(acc[1] == 3.0 + (double)right && bare[1] == 7.0,
+              "accumulate, %zu rows: correct %.1f (want %zu), NULL leaves its sum (%.1f)", rows, acc[1] - 3.0, right,
+              bare[1]);
+    }
+    free(loss), free(correct);
+}
+
 // >>row groups -----------------------------------------------------------------
 
 /* One run of test_row_groups: three Adam steps on `batch`, then the
@@ -1515,6 +1557,7 @@ int main(void)
     test_gradient_replicas(1);
     test_dropout();
     test_bias_grad();
+    test_accumulate();
     test_row_groups();
     test_layout_math(); /* last: it draws from the generator the others' data comes from */
     return check_done("test_layers");

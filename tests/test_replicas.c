@@ -1213,6 +1213,131 @@ static void test_idle_threads(void)
     mirror_strategy_destroy(s);
 }
 
+/* The keys deterministic mode's GEMMs choose their algorithms by (a GPU's
+   cuBLASLt plans): a backend laid out as the GPU's (arenas from 256-byte
+   boundaries, parameters at 64 floats, the GEMMs a chunk at a time)
+   records each dense layer's gemm_bias with the alignments of A, B and C
+   that mirror__gemm_key_align gives under the model's gemm_align. */
+typedef struct gemm_key {
+    size_t layer, row, rows; /* the global batch's rows [row, row + rows) */
+    uint32_t key[3], own[3];
+} gemm_key;
+
+static struct {
+    mirror_model *m;
+    void *dev[8];
+    size_t cap[8], ndev, n, wrong, got[4], lost[4]; /* got, lost: each replica's own (its thread's) */
+    gemm_key k[128], mine[4][32];
+} keys;
+
+static void *keys_alloc(void *dev, size_t bytes)
+{
+    void *p = NULL;
+    (void)dev;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1)) return NULL;
+    return memset(p, 0, bytes ? bytes : 1);
+}
+
+static void keys_release(void *dev, void *p) { (void)dev, free(p); }
+
+static void keys_align(void *dev, size_t bytes)
+{
+    if (keys.ndev < 8) keys.dev[keys.ndev] = dev, keys.cap[keys.ndev++] = bytes;
+}
+
+static void keys_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
+                           const void *b, size_t ldb, const void *bias, int per_row, int relu, void *c, size_t ldc)
+{
+    mirror_model *M = keys.m;
+    size_t r, i, d;
+    mirror__cpu_backend.gemm_bias(dev, ta, tb, m, n, k, a, lda, b, ldb, bias, per_row, relu, c, ldc);
+    if (!M || per_row || !bias) return; /* a convolution's: no cuBLASLt */
+    for (d = 0; d < keys.ndev && keys.dev[d] != dev; d++) continue;
+    for (r = 0; r < M->s->replicas && M->rep[r].dev != dev; r++) continue;
+    if (r >= 4) return;
+    for (i = 0; d < keys.ndev && i < M->nlayers; i++) {
+        const mirror__layer *l = &M->layers[i];
+        const mirror__replica *p = &M->rep[r];
+        gemm_key *g = &keys.mine[r][keys.got[r]];
+        if (l->kind != MIRROR__DENSE || b != mirror__el(M, p->weights, l->w_off)) continue;
+        if (keys.got[r] == sizeof keys.mine[r] / sizeof *keys.mine[r]) break;
+        g->layer = i, g->rows = m;
+        g->row = p->begin +
+                 (size_t)((const char *)a - (const char *)mirror__layer_input(M, p, i)) / (l->c * mirror__esize(M));
+        g->key[0] = mirror__gemm_key_align(a, keys.cap[d]), g->own[0] = mirror__align_of(a);
+        g->key[1] = mirror__gemm_key_align(b, keys.cap[d]), g->own[1] = mirror__align_of(b);
+        g->key[2] = mirror__gemm_key_align(c, keys.cap[d]), g->own[2] = mirror__align_of(c);
+        keys.got[r]++;
+        return;
+    }
+    keys.lost[r]++;
+}
+
+static int key_order(const void *x, const void *y)
+{
+    const gemm_key *a = (const gemm_key *)x, *b = (const gemm_key *)y;
+    return a->layer != b->layer ? (a->layer < b->layer ? -1 : 1) : a->row < b->row ? -1 : a->row > b->row;
+}
+
+/* In deterministic mode every dense GEMM of a chunk is keyed alike on 1,
+   2, 3 and 4 replicas: a step of 53 samples (the last chunk short) in
+   chunks of 16 and of 5, through layers of 144, 16 and 10 values, in fp32
+   and fp16. The chunks' own alignments do differ between the counts (so
+   that the keys' sameness means something); the keys never exceed them. */
+static void test_gemm_keys(void)
+{
+    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    static const size_t chunks[2] = {16, 5};
+    mirror__backend be = mirror__cpu_backend;
+    gemm_key one[128];
+    size_t p, c, R, i, n1 = 0, moved = 0, perm[95];
+    be.alloc = keys_alloc, be.release = keys_release, be.gemm_bias = keys_gemm_bias, be.gemm_align = keys_align;
+    be.param_align = 64, be.gemm_rows_free = 0;
+    for (p = 0; p < 2; p++)
+        for (c = 0; c < 2; c++)
+            for (R = 1; R <= 4; R++) {
+                mirror_strategy *s = new_strategy("cpu", R);
+                mirror_model *m = NULL;
+                const char *what = mirror_precision_name(precisions[p]);
+                size_t differ = 0, over = 0, caps = 0;
+                memset(&keys, 0, sizeof keys);
+                if (s) s->backend = &be;
+                if (!s || !(m = model_with(s, 0, MIRROR_OPT_ADAM, 53, chunks[c], precisions[p]))) {
+                    CHECK(0, "gemm keys: the model");
+                    mirror_strategy_destroy(s);
+                    continue;
+                }
+                keys.m = m;
+                CHECK(step(m, 0, 53, perm) == MIRROR_OK, "gemm keys: the step: %s", mirror_model_error(m));
+                for (i = 0; i < R; i++) {
+                    memcpy(keys.k + keys.n, keys.mine[i], keys.got[i] * sizeof *keys.k);
+                    keys.n += keys.got[i], keys.wrong += keys.lost[i];
+                }
+                qsort(keys.k, keys.n, sizeof *keys.k, key_order);
+                for (i = 0; i < keys.ndev; i++) caps += keys.cap[i] != keys.cap[0] || !keys.cap[0];
+                for (i = 0; i < keys.n; i++)
+                    over += keys.k[i].key[0] > keys.k[i].own[0] || keys.k[i].key[1] > keys.k[i].own[1] ||
+                            keys.k[i].key[2] > keys.k[i].own[2];
+                if (R == 1) memcpy(one, keys.k, keys.n * sizeof *keys.k), n1 = keys.n;
+                for (i = 0; R > 1 && i < keys.n && keys.n == n1; i++) {
+                    differ += one[i].layer != keys.k[i].layer || one[i].row != keys.k[i].row ||
+                              one[i].rows != keys.k[i].rows || memcmp(one[i].key, keys.k[i].key, sizeof one[i].key);
+                    moved += memcmp(one[i].own, keys.k[i].own, sizeof one[i].own) != 0;
+                }
+                CHECK(keys.ndev == R && caps == 0 && keys.wrong == 0 && keys.n == 2 * ((53 + chunks[c] - 1) / chunks[c]),
+                      "gemm keys, %s, chunks of %zu, %zu replicas: each replica told one alignment (%zu of %zu, %zu "
+                      "apart), each chunk's dense GEMMs recorded (%zu, %zu unplaced)", what, chunks[c], R, keys.ndev,
+                      R, caps, keys.n, keys.wrong);
+                CHECK(keys.n == n1 && differ == 0 && over == 0,
+                      "gemm keys, %s, chunks of %zu: %zu replicas key %zu of %zu GEMMs otherwise than one replica "
+                      "(%zu keyed above their operands' alignment)", what, chunks[c], R, differ, keys.n, over);
+                keys.m = NULL;
+                mirror_model_destroy(m);
+                mirror_strategy_destroy(s);
+            }
+    CHECK(moved > 0, "gemm keys: the chunks' own alignments differ between replica counts (%zu GEMMs)", moved);
+}
+
 int main(void)
 {
     if (!make_root("replicas")) return 1;
@@ -1242,6 +1367,7 @@ int main(void)
     test_buckets();
     test_input_upload();
     test_fused_relu();
+    test_gemm_keys();
     test_idle_threads();
     mirror_dataset_free(&data);
     remove_tree(root);

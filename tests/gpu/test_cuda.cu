@@ -177,10 +177,13 @@ static void test_elementwise(void)
 }
 
 /* The bias gradient spread over many blocks per channel (two passes), and
-   in one pass: against the CPU, and the same bits on a second run. */
+   in one pass: against the CPU, and the same bits on a second run; a
+   dense layer's (inner 1) in one run of rows (at most MIRROR__BIAS_RUN)
+   the CPU's bits. */
 static void test_bias_grad_spread(void)
 {
-    static const size_t shapes[][3] = {{256, 16, 784}, {300, 3, 5000}, {4096, 10, 1}, {64, 2000, 1}, {1, 1, 70001}};
+    static const size_t shapes[][3] = {{256, 16, 784}, {300, 3, 5000}, {4096, 10, 1}, {64, 2000, 1}, {1, 1, 70001},
+                                       {MIRROR__BIAS_RUN, 2000, 1}, {7, 257, 1}, {4099, 3001, 1}, {40, 70001, 1}};
     size_t s;
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         size_t rows = shapes[s][0], ch = shapes[s][1], inner = shapes[s][2], n = rows * ch * inner, c, bad = 0;
@@ -196,6 +199,8 @@ static void test_bias_grad_spread(void)
         CHECK(bad == 0 && same_bits(first, again, ch),
               "bias gradient of [%zu, %zu, %zu]: within 1e-5 per element summed (%zu channels off), the same bits "
               "twice", rows, ch, inner, bad);
+        if (inner == 1 && rows <= MIRROR__BIAS_RUN)
+            CHECK(same_bits(first, cpu, ch), "bias gradient of [%zu, %zu]: the CPU's bits (rows in order)", rows, ch);
         free(dy), free(cpu), free(first), free(again);
         G->release(gdev, ddy), G->release(gdev, db);
     }
@@ -559,6 +564,27 @@ static void test_losses(void)
     G->download(gdev, gacc_h, gacc, sizeof gacc_h);
     CHECK(!memcmp(gacc_h, acc, sizeof acc), "metrics added onto the sums so far: the CPU's bits (%.17g, %.17g)",
           gacc_h[0], acc[0]);
+    { /* the lanes' order (one block of 256 threads): the CPU's bits on either side of the lanes, correct or NULL */
+        static const size_t counts[] = {1, 255, 256, 257, 4099};
+        const size_t most = 4099;
+        float *many = random_floats(most, 100.0f), *gmany = to_gpu(many, most);
+        int32_t *flags = (int32_t *)malloc(most * 4), *gflags = (int32_t *)G->alloc(gdev, most * 4);
+        size_t c, j;
+        for (j = 0; j < most; j++) flags[j] = (int32_t)(j % 3 == 0);
+        G->upload(gdev, gflags, flags, most * 4);
+        for (c = 0; c < sizeof counts / sizeof *counts; c++)
+            for (j = 0; j < 2; j++) {
+                double sums[2] = {0.5, 2.0};
+                G->upload(gdev, gacc, sums, sizeof sums);
+                C->accumulate(cdev, sums, many, j ? flags : NULL, counts[c]);
+                G->accumulate(gdev, gacc, gmany, j ? gflags : NULL, counts[c]);
+                G->download(gdev, gacc_h, gacc, sizeof gacc_h);
+                CHECK(!memcmp(gacc_h, sums, sizeof sums), "accumulate over %zu rows (correct %s): the CPU's bits",
+                      counts[c], j ? "given" : "NULL");
+            }
+        free(many), free(flags);
+        G->release(gdev, gmany), G->release(gdev, gflags);
+    }
     gt = to_gpu(t, rows * k);
     C->mse(cdev, dz, loss, z + k, t, rows - 1, k, 0.5f, NULL);
     G->mse(gdev, gdz, gloss, gz + k, gt, rows - 1, k, 0.5f, NULL);
@@ -793,9 +819,12 @@ static const mirror__lt_plan *plan_of(const mirror__cuda_dev *d, size_t m, cudaD
    one shape (each its own plan), on views 256-byte aligned, at 64, 128
    and 32 bytes past (as activations, 16-bit weights and deterministic
    chunks are carved) and at 2 bytes past, against the CPU; a matmul
-   cuBLASLt refuses (no handle) and a key it has no algorithm for run the
-   GEMM and the epilogue kernel without an error; split-K sums stay in fp32
-   (the plans' reduction scheme, cuBLAS's math mode). */
+   cuBLASLt refuses and a key it has no algorithm for (the device's
+   lt_refuses, which leaves cuBLASLt's handle as it is) run the
+   GEMM and the epilogue kernel without an error; with gemm_align
+   (deterministic mode's) the key holds that alignment, not the views';
+   split-K sums stay in fp32 (the plans' reduction scheme, cuBLAS's math
+   mode). */
 static void test_lt_plans(void)
 {
     static const size_t views[3][3] = {{0, 0, 0}, {32, 64, 16}, {1, 3, 1}}; /* elements past A, B, C's start */
@@ -837,10 +866,9 @@ static void test_lt_plans(void)
                       "%s, %s: split-K sums (if any) in fp32 (reduction scheme %u)", what, format_name(f), scheme);
         }
         {
-            cublasLtHandle_t lt = d->lt;
             mirror__lt_plan *p = (mirror__lt_plan *)plan_of(d, m, type, da, db, dc);
             int was = p && p->usable;
-            d->lt = NULL; /* cuBLASLt refuses every call */
+            d->lt_refuses = 1; /* cuBLASLt's answers read as refusals: its handle stays valid */
             G->upload(gdev, da, a, m * k * 2), G->upload(gdev, db, b, k * n * 2);
             G->zero(gdev, dc, m * n * 2);
             G->gemm_bias(gdev, 0, 1, m, n, k, da, k, db, k, dbias, 0, 1, dc, n);
@@ -852,9 +880,22 @@ static void test_lt_plans(void)
             check16(want, dc, (m - 1) * n, f, 0.02f, "a key cuBLASLt has no algorithm for");
             p = (mirror__lt_plan *)plan_of(d, m - 1, type, da, db, dc);
             CHECK(p && !p->usable, "%s: a key without an algorithm has an unusable plan", format_name(f));
-            d->lt = lt;
+            d->lt_refuses = 0;
             CHECK(G->status(gdev, &st) == MIRROR_OK, "%s: the fallbacks record no error: %s", format_name(f),
                   st.message);
+        }
+        { /* deterministic mode's keys: at most the device's gemm_align, whatever the operands' own */
+            unsigned i, keyed = 0;
+            d->gemm_align = 32;
+            G->zero(gdev, dc, m * n * 2);
+            G->gemm_bias(gdev, 0, 1, m, n, k, da, k, db, k, dbias, 0, 1, dc, n);
+            check16(want, dc, m * n, f, 0.02f, "gemm_bias keyed at 32 bytes on views at 256");
+            for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++)
+                keyed += d->plan[i].m == m && d->plan[i].type == type && d->plan[i].align[0] == 32 &&
+                         d->plan[i].align[1] == 32 && d->plan[i].align[2] == 32;
+            d->gemm_align = 0;
+            CHECK(keyed == 1, "%s: gemm_align 32: a plan of its own keyed at 32 bytes for views at 256 (%u)",
+                  format_name(f), keyed);
         }
         if (fi == 1)
             CHECK(plan_of(d, m, CUDA_R_16F, da, db, dc) && plan_of(d, m, CUDA_R_16BF, da, db, dc),
