@@ -8,7 +8,7 @@
 # packages from pip).
 # Variables: CC, OPT, DEBUG, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
-# NCCL_HOME, NO_CUDA=1, CUDA_ARCH.
+# NCCL_HOME, NO_CUDA=1, CUDA_ARCH, PACK_CUDA_ARCH (the GPU pack's).
 
 CC    ?= cc
 CXX   ?= c++
