@@ -118,7 +118,7 @@ peer() {
 # run_peer set (PyTorch, compute-sanitizer) the peer's, said as such, where
 # the function run_blame (default: every failure) finds it is the peer's
 # from the output file.
-run_peer= run_blame=anything
+run_peer='' run_blame=anything
 flunk() {
     if [ -n "$run_peer" ] && "$run_blame" "$r_file"; then
         peer "$1 ($run_peer failed, not mirror: $2)"
@@ -133,7 +133,7 @@ peer_run() {
     shift 2
     run "$@"
     pr_rc=$?
-    run_peer= run_blame=anything
+    run_peer='' run_blame=anything
     return $pr_rc
 }
 ending() { echo "$passed passed, $failed failed, $skipped skipped, $cut cut, $peers peer; $(($(date +%s) - start)) s of $total"; }
