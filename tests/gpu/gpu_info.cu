@@ -147,7 +147,7 @@ int main(int argc, char **argv)
     /* The runtime answers "insufficient driver" with no driver at all too:
        the driver's version tells the two apart. */
     if (driver == 0) {
-        printf("gpus: 0 (no NVIDIA driver: the CUDA runtime finds no libcuda.so.1; it says: %s)\n",
+        printf("gpus: 0 (no NVIDIA driver: the CUDA runtime finds no libcuda.so.1 (it says: %s))\n",
                cudaGetErrorString(e));
         return 1;
     }
