@@ -246,7 +246,8 @@ $(BUILD)/gpu_info: $(BUILD)/gpu_info.o
 # for x86-64-v3, the default build's GPU code (SASS for the first
 # architecture of each major from sm_75, PTX of the newest) and SASS for
 # sm_86 and sm_89 too (PACK_CUDA_ARCH; the RTX 30xx, L4 and RTX 4090 run
-# code compiled for them, not sm_80's), no MPI, the CUDA runtime and
+# code compiled for them, not sm_80's; 4.4 of the pack's 32 MiB, whose
+# limit is 48), no MPI, the CUDA runtime and
 # libstdc++ linked in (cuBLAS and NCCL stay shared: hundreds of MB; so does
 # libgcc_s, whose static unwinder would ask for glibc 2.35); a second
 # flavour without NCCL in nonccl/; the run script (tests/gpu/pack_run.sh)

@@ -83,6 +83,8 @@ nvcc=$(${NVCC:-${CUDA_PATH:-/usr/local/cuda}/bin/nvcc} --version 2>/dev/null | s
 codes=$(cat "$obj/nccl/codes.txt" 2>/dev/null)
 sass=$(echo "$codes" | tr ' ' '\n' | sed -n 's/^sm_//p' | tr '\n' ' ')
 ptx=$(echo "$codes" | tr ' ' '\n' | sed -n 's/^compute_//p' | tr '\n' ' ')
+device="device SASS for ${sass:-none }+ PTX for ${ptx:-none }(gpu_info prints the one a GPU takes)"
+[ -n "$codes" ] || device="device code unknown (built with -arch=... flags)"
 # the driver that the CUDA runtime linked in asks for (CUDA's minor version
 # compatibility: any driver of the runtime's major)
 major=${nvcc%%.*}
@@ -91,7 +93,7 @@ prev=$((${major:-13} - 1))
 {
     echo "commit: $commit"
     echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), nvcc ${nvcc:-unknown}, $(${CC:-cc} --version | head -n 1)"
-    echo "code: host x86-64-v3 (no AVX-512); device SASS for ${sass:-unknown }+ PTX for ${ptx:-none }(gpu_info prints the one a GPU takes); CUDA and C++ runtimes linked in; no MPI"
+    echo "code: host x86-64-v3 (no AVX-512); $device; CUDA and C++ runtimes linked in; no MPI"
     echo "driver: ${branch:-a driver for CUDA $major.0} or newer (the CUDA ${nvcc:-unknown} runtime is linked in); with an older one, gpu_info and run.sh say \"the driver (CUDA $prev.x) is older than this pack's CUDA ${nvcc:-unknown} runtime: driver ${branch:-for CUDA $major.0} or newer, or a pack built with CUDA $prev\" (make gpu-pack CUDA_PATH=a CUDA $prev toolkit)"
     echo "needs: glibc ${glibc:-unknown} or newer; $needed(nonccl/: no libnccl)"
     echo "host memory: run.sh sets MIRROR_HOST_MEMORY=advisory unless the caller set it: physical memory is advice to mirror's check, never a refusal (GPU microVMs start with a MemTotal far below what they can give)"
