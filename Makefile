@@ -8,7 +8,7 @@
 # packages from pip).
 # Variables: CC, OPT, DEBUG, ARCH, BUILD, SAN (address | thread | valgrind),
 # NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
-# NCCL_HOME, NO_CUDA=1, CUDA_ARCH.
+# NCCL_HOME, NO_CUDA=1, CUDA_ARCH, PACK_CUDA_ARCH (the GPU pack's).
 
 CC    ?= cc
 CXX   ?= c++
@@ -235,15 +235,22 @@ $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
 	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The versions a GPU run is recorded with, and one kernel launched.
+# The GPU code it is built with, as a list (sm_80 compute_120): the words
+# after code= in CUDA_GENCODE; empty for -arch=... flags.
+CUDA_CODES = $(filter sm_% compute_%,$(subst code=,,$(subst [,,$(subst ],,$(subst $(comma), ,$(CUDA_GENCODE))))))
 $(BUILD)/gpu_info.o: tests/gpu/gpu_info.cu | $(BUILD)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -DGPU_INFO_CODES='"$(CUDA_CODES)"' -c $< -o $@
 
 $(BUILD)/gpu_info: $(BUILD)/gpu_info.o
 	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU pack: the GPU programs built here for a GPU machine that may
 # have no compiler, no network, no MPI, no NCCL and no AVX-512: host code
-# for x86-64-v3, sm_90 SASS + compute_90 PTX, no MPI, the CUDA runtime and
+# for x86-64-v3, the default build's GPU code (SASS for the first
+# architecture of each major from sm_75, PTX of the newest) and SASS for
+# sm_86 and sm_89 too (PACK_CUDA_ARCH; the RTX 30xx, L4 and RTX 4090 run
+# code compiled for them, not sm_80's; 4.4 of the pack's 32 MiB, whose
+# limit is 48), no MPI, the CUDA runtime and
 # libstdc++ linked in (cuBLAS and NCCL stay shared: hundreds of MB; so does
 # libgcc_s, whose static unwinder would ask for glibc 2.35); a second
 # flavour without NCCL in nonccl/; the run script (tests/gpu/pack_run.sh)
@@ -252,20 +259,22 @@ $(BUILD)/gpu_info: $(BUILD)/gpu_info.o
 PACK          = build/gpu-pack
 PACK_OBJ      = build/gpu-pack-obj
 PACK_PROGRAMS = test_cuda train_cuda bench_gpu bench_fused_cuda gpu_info
+PACK_CUDA_ARCH = $(shell printf '%s\n' $(CUDA_ARCH_DEFAULT) 86 89 | sort -nu)
 PACK_MAKE     = $(MAKE) --no-print-directory NO_MPI=1 HAVE_MPI= SAN= OPT=-O3 ARCH=-march=x86-64-v3 \
-                CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" \
+                CUDA_ARCH="$(PACK_CUDA_ARCH)" \
                 CUDA_STDCXX="-static-libstdc++ -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic" \
                 HAVE_NVCC=1 HAVE_ZLIB=$(HAVE_ZLIB) HAVE_OPENBLAS= MIRROR_CBLAS=
 gpu-pack-nccl gpu-pack-nonccl:
 	@test -n "$(HAVE_NVCC)" || { echo "make gpu-pack: needs nvcc ($(NVCC) not found)"; exit 1; }
 	+@$(PACK_MAKE) BUILD=$(PACK_OBJ)/$(@:gpu-pack-%=%) HAVE_NCCL=$(if $(filter %nonccl,$@),,$(HAVE_NCCL)) gpu-pack-programs
 
-# (what the sub-make builds: quietly when nothing is to do)
+# (what the sub-make builds, quietly when nothing is to do, and the GPU
+# code it holds for PACK.txt)
 gpu-pack-programs: $(addprefix $(BUILD)/,$(PACK_PROGRAMS))
-	@:
+	@echo '$(CUDA_CODES)' >$(BUILD)/codes.txt
 
 gpu-pack: gpu-pack-nccl gpu-pack-nonccl
-	@sh tools/gpu_pack.sh $(PACK_OBJ) $(PACK)
+	@NVCC="$(NVCC)" CC="$(CC)" sh tools/gpu_pack.sh $(PACK_OBJ) $(PACK)
 
 # bench/GPU.md from a GPU run's results folder (RESULTS=DIR; GPU_MD=path
 # writes elsewhere).

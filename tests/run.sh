@@ -409,10 +409,12 @@ if [ -x "$BUILD/train_cuda" ]; then
 fi
 
 # The GPU pack (make gpu-pack, built for the plain run where nvcc is): its
-# programs fit any x86-64-v3 CPU and 48 MiB; its script, without a GPU,
-# writes the results header and fails within 10 s saying so; with --cpu it
-# runs every stage's logic on CPU replicas to a complete results file, from
-# which tools/gpu_report.sh makes the GPU page.
+# programs fit any x86-64-v3 CPU and 48 MiB; gpu_info picks the code each
+# GPU takes from the pack's list; its script, without a GPU, writes the
+# results header and fails within 10 s saying why (no driver where the
+# machine has none, else no GPU); with --cpu it runs every stage's logic on
+# CPU replicas to a complete results file, from which tools/gpu_report.sh
+# makes the GPU page.
 if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
     sh tools/gpu_pack.sh --check "$PACK" >"$tmp/pack-check.out" 2>&1
     check "the GPU pack's 10 programs: no AVX-512 instruction (objdump -d finds no zmm register)" \
@@ -420,6 +422,34 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
     check "the GPU pack's programs: the CUDA runtime linked in, no libnccl needed in nonccl/" \
         grep -q '^gpu-pack: 0 with a shared CUDA runtime, 0 in nonccl/ with libnccl$' "$tmp/pack-check.out"
     check "the GPU pack: at most 48 MiB" grep -q '^gpu-pack: [0-9.]* MiB in all: within 48$' "$tmp/pack-check.out"
+    # The SASS of the GPU's major at or below its minor, else the newest PTX
+    # at or below it, else none: what the driver takes from the pack.
+    pack_codes() {
+        want="6.1 none
+7.5 sm_75 SASS
+8.0 sm_80 SASS
+8.6 sm_86 SASS
+8.7 sm_86 SASS
+8.9 sm_89 SASS
+9.0 sm_90 SASS
+10.0 sm_100 SASS
+10.3 sm_100 SASS
+12.0 sm_120 SASS
+12.1 sm_120 SASS
+13.0 compute_120 PTX"
+        echo "$want" | while read -r cc code; do
+            line=$("$PACK/gpu_info" --code-for "$cc")
+            rc=$?
+            echo "$line (exit $rc)"
+            case $line in "code for $cc: $code"*) ;; *) exit 1 ;; esac
+            [ $rc -eq "$([ "$code" = none ] && echo 1 || echo 0)" ] || exit 1
+        done &&
+            "$PACK/gpu_info" --code-for 8.6 "sm_75 sm_80 sm_90 compute_90" | grep -q '^code for 8.6: sm_80 SASS$' &&
+            "$PACK/gpu_info" --code-for 9.0 "sm_80 compute_80" | grep -q '^code for 9.0: compute_80 PTX' &&
+            grep -q '^code: host x86-64-v3 (no AVX-512); device SASS for 75 80 86 89 90 [0-9 ]*+ PTX for [0-9]' "$PACK/PACK.txt"
+    }
+    check "the GPU pack's code: gpu_info --code-for 6.1 to 13.0 names the SASS or PTX the driver takes; PACK.txt lists it" \
+        pack_codes
     if ! gpu_here; then
         pack_no_gpu() {
             t0=$(date +%s)
@@ -427,12 +457,17 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
             rc=$?
             took=$(($(date +%s) - t0))
             r=$tmp/pack-nogpu/gpu-results.txt
-            echo "run.sh without a GPU: exit $rc after $took s"
-            test $rc -ne 0 && test $took -le 10 && test "$(grep -c '^no GPU: ' "$tmp/pack-nogpu.out")" -eq 1 &&
+            # no libcuda.so.1 and no kernel module: no driver, which the CUDA
+            # runtime reports as a driver too old ("insufficient")
+            want="no GPU"
+            ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' || [ -e /proc/driver/nvidia/version ] || want="no driver"
+            echo "run.sh without a GPU: exit $rc after $took s, expecting \"$want\""
+            test $rc -ne 0 && test $took -le 10 && test "$(grep -c "^$want: " "$tmp/pack-nogpu.out")" -eq 1 &&
                 grep -q '^date: ' "$r" && grep -q '^commit: [0-9a-f]' "$r" && grep -q '^cublas: [0-9]' "$r" &&
-                grep -q '^flavour: nccl' "$r" && grep -q '^== end: no GPU' "$r"
+                grep -q '^flavour: nccl' "$r" && grep -q "^== end: $want; " "$r" &&
+                grep -q '^host memory: MIRROR_HOST_MEMORY=advisory ' "$r"
         }
-        check "build/gpu-pack/run.sh without a GPU: the results header, one line saying so, non-zero within 10 s" pack_no_gpu
+        check "build/gpu-pack/run.sh without a GPU: the results header, one line saying why (no driver, or no GPU), non-zero within 10 s" pack_no_gpu
         # an ldd that finds no libnccl: the no-NCCL flavour takes over
         mkdir -p "$tmp/ldd"
         printf '#!/bin/sh\ncase $1 in */nonccl/*) ;; *) echo "\tlibnccl.so.2 => not found" ;; esac\n' >"$tmp/ldd/ldd"
@@ -454,12 +489,77 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
         pack_cpu
     pack_report() {
         sh tools/gpu_report.sh "$tmp/pack-cpu" "$tmp/GPU.md" || return 1
-        n=$(grep -cE '^(ok|FAILED|skipped|cut): ' "$tmp/pack-cpu/gpu-results.txt")
-        test "$n" -gt 40 && test "$(grep -cE '^\| (smoke|test_cuda|trainer|bench|sanitizer|mpi|compile) \| .* \| (ok|FAILED|skipped|cut) \|$' "$tmp/GPU.md")" -eq "$n" &&
+        n=$(grep -cE '^(ok|FAILED|skipped|cut|peer): ' "$tmp/pack-cpu/gpu-results.txt")
+        test "$n" -gt 40 && test "$(grep -cE '^\| (smoke|test_cuda|trainer|bench|sanitizer|mpi|compile) \| .* \| (ok|FAILED|skipped|cut|peer) \|$' "$tmp/GPU.md")" -eq "$n" &&
             grep -q '^| commit | [0-9a-f]' "$tmp/GPU.md" && grep -q '^| verdict | .* 0 failed' "$tmp/GPU.md" &&
             grep -q '^## mirror against PyTorch' "$tmp/GPU.md" && grep -q '^mirror mlp8192 ' "$tmp/GPU.md"
     }
     check "tools/gpu_report.sh (make gpu-report): the --cpu results made into a page with every check and figure" pack_report
+fi
+
+# The pack's script on stand-ins for its programs (tests/gpu/pack_run.sh
+# from the tree; no nvcc needed): a GPU that gpu_info reports, test_cuda's
+# result line, a python3 whose PyTorch imports but whose benchmarks and
+# torch.compile fail ("file too short", as Inductor's cache did) and a
+# compute-sanitizer that answers "Device not supported" (a gVisor-style
+# runtime): each a "peer:" line, none a failure of mirror's, exit 0. A
+# sanitizer that finds an error (exit 99) stays mirror's failure, and so
+# does test_cuda's own; gpu_info's "driver too old" and a GPU with no code
+# in the pack stop the run saying so.
+if [ -z "$SAN" ]; then
+    fake=$tmp/fake
+    mkdir -p "$fake"
+    printf '#!/bin/sh\ncat "%s/info.txt"\nexit $(cat "%s/info.rc")\n' "$fake" "$fake" >"$fake/gpu_info"
+    printf '#!/bin/sh\necho "test_cuda: 3 passed, $(cat "%s/test_cuda.failed") failed"\n' "$fake" >"$fake/test_cuda"
+    printf '#!/bin/sh\necho "mirror mlp 64 fp32 1000 1.0 0.1 eager"\n' >"$fake/bench_gpu"
+    printf '#!/bin/sh\necho "fused fp16 8 1.0 100 0.5"\n' >"$fake/bench_fused_cuda"
+    printf '#!/bin/sh\n[ "$1" != -c ] || { echo "torch: 2.9.0 CUDA 13.0 with a GPU"; exit 0; }\n%s\n' \
+        'echo "RuntimeError: file too short" >&2; exit 1' >"$fake/python3"
+    printf '#!/bin/sh\necho "========= Error: Device not supported"\nexit 1\n' >"$fake/compute-sanitizer"
+    chmod +x "$fake"/*
+    fake_info() { # RC [the "gpus:" line and the GPUs' lines]
+        printf 'cuda runtime: 13.0\ncuda driver: 13.0\ncublas: 13.1.0\nnccl: 2.28.9\ncode: sm_75 sm_80 sm_90 compute_90\n%s\n' \
+            "${2:-gpus: 1
+gpu 0: Stand-in, compute capability 9.0, 80.0 GiB, 132 SMs, code sm_90 SASS}" >"$fake/info.txt"
+        echo "$1" >"$fake/info.rc"
+    }
+    fake_run() { # OUTDIR GPU_SKIP
+        PATH=$fake:$PATH GPU_BIN=$fake GPU_SCRIPTS=bench GPU_SKIP=$2 sh tests/gpu/pack_run.sh "$tmp/$1" 120 >"$tmp/$1.out" 2>&1
+    }
+    pack_peers() {
+        fake_info 0
+        echo 0 >"$fake/test_cuda.failed"
+        fake_run peers "smoke trainer mpi" || return 1
+        r=$tmp/peers/gpu-results.txt
+        grep -q '^test_cuda: 3 passed, 0 failed' "$r" &&
+            grep -q '^peer: bench_torch.py --modes eager,graphs (PyTorch failed, not mirror: exit 1: RuntimeError: file too short)$' "$r" &&
+            grep -q '^peer: bench_torch_amp.py: .*(PyTorch failed, not mirror: exit 1: ' "$r" &&
+            grep -q '^peer: bench_torch.py --modes compile (PyTorch failed, not mirror: ' "$r" &&
+            grep -q '^peer: compute-sanitizer --tool memcheck .*(compute-sanitizer failed, not mirror: exit 1: ========= Error: Device not supported)$' "$r" &&
+            grep -q '^peer: compute-sanitizer --tool racecheck ' "$r" && ! grep -q '^FAILED' "$r" &&
+            grep -qE '^== end: 5 passed, 0 failed, 3 skipped, 0 cut, 5 peer; ' "$r"
+    }
+    check "run.sh: PyTorch's failures and a compute-sanitizer that cannot run here are peer: lines, not mirror's; exit 0" pack_peers
+    pack_mirror_fails() {
+        printf '#!/bin/sh\necho "========= Invalid __global__ read of size 4 bytes"\necho "========= ERROR SUMMARY: 1 error"\nexit 99\n' \
+            >"$fake/compute-sanitizer"
+        ! fake_run sanfound "smoke trainer bench mpi compile" &&
+            grep -q '^FAILED: compute-sanitizer --tool memcheck over test_cuda ops (exit 99: ' "$tmp/sanfound/gpu-results.txt" &&
+            echo 1 >"$fake/test_cuda.failed" && ! fake_run ownfail "smoke trainer bench sanitizer mpi compile" &&
+            grep -qE '^== end: 3 passed, 1 failed, 6 skipped, 0 cut, 0 peer; ' "$tmp/ownfail/gpu-results.txt"
+    }
+    check "run.sh: an error the sanitizer finds, and test_cuda's own failure, are mirror's: FAILED, exit 1" pack_mirror_fails
+    pack_stops() {
+        fake_info 3 "gpus: unusable (the driver (CUDA 12.4) is older than this pack's CUDA 13.0 runtime: driver 580 or newer, or a pack built with CUDA 12)"
+        ! fake_run oldriver "" &&
+            grep -q "^driver too old: the driver (CUDA 12.4) is older than this pack's CUDA 13.0 runtime: driver 580 or newer, or a pack built with CUDA 12$" "$tmp/oldriver.out" &&
+            grep -q '^== end: driver too old; 0 passed' "$tmp/oldriver/gpu-results.txt" &&
+            fake_info 2 "gpus: 1
+gpu 0: Stand-in, compute capability 6.1, 8.0 GiB, 20 SMs, code none (no SASS for 6.x, no PTX at or below 6.1)" &&
+            ! fake_run nocode "" && grep -q '^no code: GPU 0 takes none of the pack.s code (sm_75 sm_80 sm_90 compute_90): Stand-in, compute capability 6.1' "$tmp/nocode.out" &&
+            grep -q '^== end: no code; ' "$tmp/nocode/gpu-results.txt"
+    }
+    check "run.sh: a driver older than the pack's runtime, and a GPU the pack has no code for, stop the run saying so" pack_stops
 fi
 
 # make install into a temporary prefix, a program built with pkg-config's

@@ -2,7 +2,9 @@
 # tools/gpu_pack.sh OBJ PACK - the last step of make gpu-pack: the programs
 # of both flavours (OBJ/nccl, OBJ/nonccl) into PACK and PACK/nonccl,
 # stripped, beside the run script, the benchmarks' scripts and PACK.txt (the
-# commit and what the pack needs where it runs); then the checks below.
+# commit, the code in it, and what the pack needs where it runs: the
+# driver its CUDA runtime asks for, glibc, the shared libraries); then the
+# checks below.
 # tools/gpu_pack.sh --check PACK - the checks alone (make test): every
 # program present, none with an AVX-512 instruction (a zmm register: the
 # GPU machine's CPU is unknown), none that needs libcudart.so (the runtime
@@ -76,11 +78,25 @@ needed=$(objdump -p "$pack/train_cuda" "$pack/test_cuda" 2>/dev/null | awk '$1 =
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
 nvcc=$(${NVCC:-${CUDA_PATH:-/usr/local/cuda}/bin/nvcc} --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+# the GPU code (the sub-make's list of code= words): SASS, and PTX that the
+# driver compiles for a GPU newer than every SASS
+codes=$(cat "$obj/nccl/codes.txt" 2>/dev/null)
+sass=$(echo "$codes" | tr ' ' '\n' | sed -n 's/^sm_//p' | tr '\n' ' ')
+ptx=$(echo "$codes" | tr ' ' '\n' | sed -n 's/^compute_//p' | tr '\n' ' ')
+device="device SASS for ${sass:-none }+ PTX for ${ptx:-none }(gpu_info prints the one a GPU takes)"
+[ -n "$codes" ] || device="device code unknown (built with -arch=... flags)"
+# the driver that the CUDA runtime linked in asks for (CUDA's minor version
+# compatibility: any driver of the runtime's major)
+major=${nvcc%%.*}
+case $major in 11) branch=450 ;; 12) branch=525 ;; 13) branch=580 ;; *) branch= ;; esac
+prev=$((${major:-13} - 1))
 {
     echo "commit: $commit"
     echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), nvcc ${nvcc:-unknown}, $(${CC:-cc} --version | head -n 1)"
-    echo "code: host x86-64-v3 (no AVX-512), device sm_90 SASS + compute_90 PTX; CUDA and C++ runtimes linked in; no MPI"
+    echo "code: host x86-64-v3 (no AVX-512); $device; CUDA and C++ runtimes linked in; no MPI"
+    echo "driver: ${branch:-a driver for CUDA $major.0} or newer (the CUDA ${nvcc:-unknown} runtime is linked in); with an older one, gpu_info and run.sh say \"the driver (CUDA $prev.x) is older than this pack's CUDA ${nvcc:-unknown} runtime: driver ${branch:-for CUDA $major.0} or newer, or a pack built with CUDA $prev\" (make gpu-pack CUDA_PATH=a CUDA $prev toolkit)"
     echo "needs: glibc ${glibc:-unknown} or newer; $needed(nonccl/: no libnccl)"
+    echo "host memory: run.sh sets MIRROR_HOST_MEMORY=advisory unless the caller set it: physical memory is advice to mirror's check, never a refusal (GPU microVMs start with a MemTotal far below what they can give)"
 } >"$pack/PACK.txt"
 echo "gpu-pack: $pack, commit $commit"
 check "$pack"

@@ -30,7 +30,7 @@ awk -v src="$res" '
         else if (!(key in head)) head[key] = value($0)
         next
     }
-    /^(ok|FAILED|skipped|cut): / {
+    /^(ok|FAILED|skipped|cut|peer): / {
         kind = $1; sub(/:$/, "", kind)
         check[n] = value($0); result[n] = kind; where[n++] = stage
         count[kind]++
@@ -70,6 +70,7 @@ awk -v src="$res" '
         row("CUDA runtime (linked in)", head["cuda runtime"])
         row("cuBLAS", head["cublas"])
         row("NCCL", head["nccl"])
+        row("GPU code in the pack", head["code"])
         row("flavour", head["flavour"])
         row("libraries", head["libraries"])
         row("missing", head["missing"])
@@ -78,7 +79,11 @@ awk -v src="$res" '
         row("host", head["host"])
         row("mode", head["mode"])
         row("deadline", head["deadline"] != "" ? head["deadline"] : "")
+        row("host memory", head["host memory"])
+        row("no driver", head["no driver"])
         row("no GPU", head["no GPU"])
+        row("driver too old", head["driver too old"])
+        row("no code", head["no code"])
         row("cannot start", head["cannot start the pack'"'"'s programs"])
         if (end != "") row("verdict", end)
         else row("verdict", "cut short: the results end before their closing line")
@@ -87,8 +92,8 @@ awk -v src="$res" '
         print ""
         if (n == 0) print "None ran."
         else {
-            printf "%d ok, %d failed, %d skipped, %d cut by the deadline (test_cuda'"'"'s own checks are one row).\n\n",
-                count["ok"], count["FAILED"], count["skipped"], count["cut"]
+            printf "%d ok, %d failed, %d skipped, %d cut by the deadline, %d failures of a peer (PyTorch, compute-sanitizer; not counted as mirror'"'"'s); test_cuda'"'"'s own checks are one row.\n\n",
+                count["ok"], count["FAILED"], count["skipped"], count["cut"], count["peer"]
             print "| stage | check | result |"
             print "| --- | --- | --- |"
             for (i = 0; i < n; i++) printf "| %s | %s | %s |\n", where[i], cell(check[i]), cell(result[i])

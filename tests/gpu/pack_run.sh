@@ -7,7 +7,8 @@
 # ends: a run cut short keeps everything before the cut. Each program's
 # whole output stays in OUTDIR.
 #
-#   header     date, commit, GPU, driver, CUDA runtime, cuBLAS, NCCL, and the
+#   header     date, commit, GPU, driver, CUDA runtime, cuBLAS, NCCL, the
+#              GPU code built in and the one each GPU takes, and the
 #              flavour that runs (nonccl/ where libnccl is not found)
 #   smoke      the trainer in fp32, fp16 and bf16 on 1 and 2 replicas of
 #              the GPU (about 20 s)
@@ -23,10 +24,20 @@
 #              (make test-gpu; the pack has no MPI)
 #   compile    bench_torch.py's torch.compile (minutes), then the table again
 #
-# Result lines: "ok:", "FAILED:", "skipped:" and "cut:" (stopped by the
-# deadline); the last line is "== end: P passed, F failed, S skipped, C cut".
-# Exit 0 when nothing failed, 1 without a GPU (after the header) or when
-# something failed, 2 on bad arguments.
+# Result lines: "ok:", "FAILED:", "skipped:", "cut:" (stopped by the
+# deadline) and "peer:" (a peer's failure, not mirror's: PyTorch's programs,
+# torch.compile, or compute-sanitizer where it cannot run on the machine);
+# the last line is "== end: P passed, F failed, S skipped, C cut, E peer".
+# Exit 0 when none of mirror's checks failed (a peer's failure does not
+# count), 1 when one did, or after the header where the pack cannot run:
+# no NVIDIA driver, no GPU, a driver older than the pack's CUDA runtime
+# (each said so: "no driver:", "no GPU:", "driver too old:"), or a GPU
+# with no code in the pack ("no code:"); 2 on bad arguments.
+#
+# Host memory: MIRROR_HOST_MEMORY=advisory unless the caller set it (the
+# results header says which): GPU machines that are microVMs start with a
+# MemTotal far below the memory they can give, so physical memory is only
+# advice to mirror's check, never a refusal.
 #
 # --cpu: every stage's logic on CPU replicas (cpu:1, cpu:4 for cuda:0 and
 # cuda:0,0,0,0; the GPU-only programs skipped), the check make test runs.
@@ -66,7 +77,13 @@ deadline=$((start + total))
 # minute instead of its default 300 s.
 MIRROR_TIMEOUT=60
 export MIRROR_TIMEOUT
-passed=0 failed=0 skipped=0 cut=0
+# GPU machines that are microVMs grow their memory as it is used: MemTotal
+# at start is advice, not the limit (the header comment).
+host_memory="MIRROR_HOST_MEMORY=${MIRROR_HOST_MEMORY:-advisory} ($([ -n "${MIRROR_HOST_MEMORY:-}" ] && echo "the caller's" ||
+    echo "run.sh's: physical memory is advice, never a refusal"))"
+MIRROR_HOST_MEMORY=${MIRROR_HOST_MEMORY:-advisory}
+export MIRROR_HOST_MEMORY
+passed=0 failed=0 skipped=0 cut=0 peers=0
 rm -rf "$out/smoke" "$out/trainer"
 rm -f "$out"/bench_gpu.txt "$out"/bench_torch.txt "$out"/bench_torch_compile.txt "$out"/bench_fused_cuda.txt \
     "$out"/bench_torch_amp.txt "$out"/bench_digits.bin "$out"/bench-table.txt
@@ -93,6 +110,33 @@ cutshort() {
     cut=$((cut + 1))
     say "cut: $*"
 }
+peer() {
+    peers=$((peers + 1))
+    say "peer: $*"
+}
+# flunk CHECK WHY: the failure of what run() ran: mirror's, or with
+# run_peer set (PyTorch, compute-sanitizer) the peer's, said as such, where
+# the function run_blame (default: every failure) finds it is the peer's
+# from the output file.
+run_peer='' run_blame=anything
+flunk() {
+    if [ -n "$run_peer" ] && "$run_blame" "$r_file"; then
+        peer "$1 ($run_peer failed, not mirror: $2)"
+    else
+        failed "$1 ($2)"
+    fi
+}
+# peer_run PEER BLAME NAME CAP FILE VERIFY CMD...: run() for a program of
+# a peer's (PEER), or one run under it, whose failures BLAME sorts.
+peer_run() {
+    run_peer=$1 run_blame=$2
+    shift 2
+    run "$@"
+    pr_rc=$?
+    run_peer='' run_blame=anything
+    return $pr_rc
+}
+ending() { echo "$passed passed, $failed failed, $skipped skipped, $cut cut, $peers peer; $(($(date +%s) - start)) s of $total"; }
 left() { echo $((deadline - $(date +%s))); }
 # stage NAME [BUDGET]: a stage's heading; with BUDGET, its programs stop
 # when BUDGET seconds have gone (a stage that hangs on every run must not
@@ -157,16 +201,16 @@ run() {
         if [ $by_deadline -eq 1 ]; then
             cutshort "$r_name (stopped by the deadline after $took s)"
         else
-            failed "$r_name (no end in $r_cap s)"
+            flunk "$r_name" "no end in $r_cap s"
         fi
         return 1
     fi
     if [ $rc -ne 0 ]; then
-        failed "$r_name (exit $rc: $(last_words "$r_file"))"
+        flunk "$r_name" "exit $rc: $(last_words "$r_file")"
         return 1
     fi
     if ! "$r_verify" "$r_file"; then
-        failed "$r_name ($took s; ${r_file#"$out"/} lacks what was expected)"
+        flunk "$r_name" "$took s; ${r_file#"$out"/} lacks what was expected"
         return 1
     fi
     ok "$r_name ($took s)"
@@ -187,6 +231,7 @@ fi
 say "mode: $mode$([ $mode = cpu ] && echo ' (CPU replicas: the logic of every stage, no GPU asked for)')"
 say "host: $(uname -n), $(getconf _NPROCESSORS_ONLN 2>/dev/null) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1), $(getconf GNU_LIBC_VERSION 2>/dev/null)"
 say "deadline: $total s"
+say "host memory: $host_memory"
 
 # The programs need cuBLAS and (but for nonccl/) NCCL at start. Where the
 # rpath and the ld cache do not find them: the CUDA toolkit's lib64, then
@@ -255,17 +300,33 @@ fi
 bounded 20 "$out/gpu_info.txt" "$bin/gpu_info" --versions
 info_rc=$rc
 grep -E '^[a-z0-9 ]+: ' "$out/gpu_info.txt" | while IFS= read -r l; do say "$l"; done
-[ $mode = gpu ] || [ $info_rc -le 2 ] || say "gpu_info: exit $info_rc: $(last_words "$out/gpu_info.txt")"
+[ $mode = gpu ] || [ $info_rc -le 3 ] || say "gpu_info: exit $info_rc: $(last_words "$out/gpu_info.txt")"
 count=$(sed -n 's/^gpus: \([0-9]*\).*/\1/p' "$out/gpu_info.txt")
-if [ $mode = gpu ] && [ $info_rc -gt 2 ]; then
-    say "cannot start the pack's programs: $(last_words "$out/gpu_info.txt")"
-    say "== end: cannot start; $passed passed, $failed failed, $skipped skipped, $cut cut; $(($(date +%s) - start)) s of $total"
+# why the pack cannot run here: gpu_info's reason on its "gpus:" line
+reason=$(sed -n 's/^gpus: [0-9a-z]* (\(.*\))$/\1/p' "$out/gpu_info.txt")
+# stop WORDS LINE: the pack cannot run; LINE says why, the end line WORDS.
+stop() {
+    say "$2"
+    say "== end: $1; $(ending)"
     exit 1
-fi
-if [ $mode = gpu ] && [ "${count:-0}" -eq 0 ]; then
-    say "no GPU: $(sed -n 's/^gpus: 0 (\(.*\))$/\1/p' "$out/gpu_info.txt"); run.sh --cpu OUTDIR runs the same logic on CPU replicas"
-    say "== end: no GPU; $passed passed, $failed failed, $skipped skipped, $cut cut; $(($(date +%s) - start)) s of $total"
-    exit 1
+}
+cpu_hint="run.sh --cpu OUTDIR runs the same logic on CPU replicas"
+if [ $mode = gpu ]; then
+    case $info_rc in
+    0 | 2) ;;
+    1)
+        case $reason in
+        "no NVIDIA driver: "*) stop "no driver" "no driver: ${reason#no NVIDIA driver: }; $cpu_hint" ;;
+        *) stop "no GPU" "no GPU: ${reason#no NVIDIA GPU: }; $cpu_hint" ;;
+        esac
+        ;;
+    3) stop "driver too old" "driver too old: $reason" ;;
+    *) stop "cannot start" "cannot start the pack's programs: $(last_words "$out/gpu_info.txt")" ;;
+    esac
+    [ "${count:-0}" -gt 0 ] || stop "no GPU" "no GPU: ${reason:-gpu_info counts none}; $cpu_hint"
+    # the pack's code is for sm_75 and newer: an older GPU runs none of it
+    g0=$(grep '^gpu 0: .*, code none' "$out/gpu_info.txt")
+    [ -z "$g0" ] || stop "no code" "no code: GPU 0 takes none of the pack's code ($(sed -n 's/^code: //p' "$out/gpu_info.txt")): ${g0#gpu 0: }"
 fi
 [ $mode = cpu ] || [ $info_rc -eq 0 ] || failed "gpu_info: a kernel of the pack's own on GPU 0 ($(last_words "$out/gpu_info.txt"))"
 
@@ -394,7 +455,7 @@ if stage bench; then
     if [ $rc -eq 0 ]; then
         torch=1
         say "$(last_words "$out/torch_version.txt")"
-        run "bench_torch.py $targs" 240 "$out/bench_torch.txt" has_torch python3 "$scripts/bench_torch.py" $targs \
+        peer_run PyTorch anything "bench_torch.py $targs" 240 "$out/bench_torch.txt" has_torch python3 "$scripts/bench_torch.py" $targs \
             --dir "$out"
     else
         why=$(last_words "$out/torch_version.txt")
@@ -408,7 +469,7 @@ if stage bench; then
         run "bench_fused_cuda: the fused mixed-precision update against the copy" 120 "$out/bench_fused_cuda.txt" \
             has_fused "$bin/bench_fused_cuda"
         if [ -n "$torch" ]; then
-            run "bench_torch_amp.py: PyTorch's AMP update" 120 "$out/bench_torch_amp.txt" has_amp \
+            peer_run PyTorch anything "bench_torch_amp.py: PyTorch's AMP update" 120 "$out/bench_torch_amp.txt" has_amp \
                 python3 "$scripts/bench_torch_amp.py"
         else
             skipped "bench_torch_amp.py (PyTorch not importable)"
@@ -423,6 +484,17 @@ fi
 # sees races in shared memory only. MIRROR_TEST_SANITIZER skips the 17 GB
 # kernel over 2^31 elements.
 sanitized() { grep -qE '^test_cuda: [0-9]+ passed, 0 failed$' "$1"; }
+# A failure that is compute-sanitizer's own, not test_cuda's: it could not
+# start (exit 126, 127), or said it cannot run here ("Device not supported"
+# on a gVisor-style runtime, its injection library or its own error), or
+# test_cuda printed nothing under it. Found errors (exit 99) and test_cuda's
+# own result line are mirror's.
+sanitizer_own() {
+    case $rc in 126 | 127) return 0 ;; 99) return 1 ;; esac
+    ! grep -qE '^test_cuda: [0-9]+ passed, [0-9]+ failed$' "$1" || return 1
+    grep -qiE 'device not supported|internal sanitizer error|injection library' "$1" && return 0
+    ! grep -qv '^=========' "$1"
+}
 if stage sanitizer; then
     san=$(command -v compute-sanitizer 2>/dev/null)
     for d in ${CUDA_PATH:-} /usr/local/cuda; do
@@ -436,7 +508,7 @@ if stage sanitizer; then
         elif [ "$(room)" -lt 30 ]; then
             skipped "compute-sanitizer --tool $tool (under 30 s left)"
         else
-            run "compute-sanitizer --tool $tool over test_cuda ops" 300 "$out/sanitizer-$tool.txt" sanitized \
+            peer_run compute-sanitizer sanitizer_own "compute-sanitizer --tool $tool over test_cuda ops" 300 "$out/sanitizer-$tool.txt" sanitized \
                 env MIRROR_TEST_SANITIZER=1 "$san" --tool $tool --report-api-errors no --error-exitcode 99 \
                 "$bin/test_cuda" ops
         fi
@@ -478,7 +550,7 @@ if stage compile; then
         skipped "bench_torch.py --modes compile (under 60 s left)"
     else
         cargs=$([ $mode = cpu ] && echo "cpu --quick")
-        run "bench_torch.py${cargs:+ $cargs} --modes compile" 3600 "$out/bench_torch_compile.txt" has_torch \
+        peer_run PyTorch anything "bench_torch.py${cargs:+ $cargs} --modes compile" 3600 "$out/bench_torch_compile.txt" has_torch \
             python3 "$scripts/bench_torch.py" $cargs --modes compile --dir "$out"
         if grep -q '^torch ' "$out/bench_torch_compile.txt" 2>/dev/null; then
             say "the table again, with torch.compile:"
@@ -487,5 +559,5 @@ if stage compile; then
     fi
 fi
 
-say "== end: $passed passed, $failed failed, $skipped skipped, $cut cut; $(($(date +%s) - start)) s of $total"
+say "== end: $(ending)"
 [ $failed -eq 0 ]

@@ -9,8 +9,10 @@
 # $BUILD/gpu-run/gpu-results.txt (make gpu-report RESULTS=$BUILD/gpu-run).
 # Ends with "N passed, N failed"; on a machine with no GPU at all (the
 # driver lists none and the CUDA runtime counts none), one line that says
-# so, and exit 0. A GPU the driver lists but the programs cannot use (a
-# driver too old for the runtime, say) runs, and fails.
+# so ("no NVIDIA driver" where the runtime finds no driver, though it
+# answers "insufficient driver" then too), and exit 0. A GPU the driver
+# lists but the programs cannot use (a driver older than the runtime, say)
+# runs, and fails, saying which driver would do.
 BUILD=${BUILD:-build}
 if ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; }; then
     info=$(timeout 20 "$BUILD/gpu_info" 2>&1)
