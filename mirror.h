@@ -4372,8 +4372,9 @@ static uint32_t mirror__align_of(const void *p)
 }
 
 /* The alignment a GEMM's choice of algorithm is told for operand p: its
-   own, at most cap where cap is set (gemm_align). */
-static uint32_t mirror__gemm_key_align(const void *p, size_t cap)
+   own, at most cap where cap is set (gemm_align). The CUDA backend's;
+   CPU builds have no caller but the tests. */
+static MIRROR__MAYBE_UNUSED uint32_t mirror__gemm_key_align(const void *p, size_t cap)
 {
     uint32_t k = mirror__align_of(p);
     return cap && cap < k ? (uint32_t)cap : k;

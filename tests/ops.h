@@ -73,7 +73,8 @@
      workspace                              1 x fp32
      reduce_bucket buckets_done (optional)  2 sizes x3, where the reducer is NCCL
      capture_begin capture_end graph_launch graph_free (optional)  1 x fp32
-     device_memory (optional)               1 x fp32 */
+     device_memory (optional)               1 x fp32
+     gemm_align (optional)                  2 (gemm_bias's with plans keyed at 4 and 32 bytes) x3 */
 #ifndef OPS_H
 #define OPS_H
 #include <math.h>
@@ -101,7 +102,7 @@ enum { OPS_DATA, OPS_FN, OPS_OPT };
     X(adam_mixed, OPS_FN) X(scaler_update, OPS_FN) X(mark, OPS_FN) X(marks, OPS_FN) X(workspace, OPS_FN)        \
     X(maxpool_relu_backward, OPS_OPT) X(reduce_bucket, OPS_OPT) X(buckets_done, OPS_OPT)                         \
     X(capture_begin, OPS_OPT) X(capture_end, OPS_OPT) X(graph_launch, OPS_OPT) X(graph_free, OPS_OPT)            \
-    X(device_memory, OPS_OPT)
+    X(device_memory, OPS_OPT) X(gemm_align, OPS_OPT)
 
 typedef struct ops_member {
     const char *name;
@@ -1544,10 +1545,26 @@ static void op_device_memory(ops_t *t, const ops_case *c)
     ops_flag(t, "device_memory: the same device without the sizes", t->be->device_memory(t->s, 0, NULL, NULL) == dev);
 }
 
+/* gemm_bias's case (a[0..6]) with the GEMMs told every operand is aligned
+   to a[7] bytes at most (deterministic mode's cap): the same results, by
+   whatever algorithm that alignment allows; the cap is lifted after. */
+static void op_gemm_align(ops_t *t, const ops_case *c)
+{
+    if (!t->be->gemm_align) {
+        t->absent = 1;
+        return;
+    }
+    t->be->gemm_align(t->dev, c->a[7]);
+    op_gemm_bias(t, c);
+    t->be->gemm_align(t->dev, 0);
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 #define OPS_CASE(members, fn, precisions, ...) {members, fn, precisions, {__VA_ARGS__}},
 static const ops_case ops_cases[] = {
     OPS_CASE("open close bind status", op_lifecycle, OPS_F32ONLY, 0)
+    OPS_CASE("gemm_align", op_gemm_align, OPS_ALL, 37, 70, 300, 0, 1, 0, 1, 4)
+    OPS_CASE("gemm_align", op_gemm_align, OPS_ALL, 64, 32, 48, 0, 0, 0, 0, 32)
     OPS_CASE("alloc release zero upload download", op_memory, OPS_F32ONLY, 1)
     OPS_CASE("alloc release zero upload download", op_memory, OPS_F32ONLY, 37)
     OPS_CASE("alloc release zero upload download", op_memory, OPS_F32ONLY, 4099)
