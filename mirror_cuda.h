@@ -1810,6 +1810,45 @@ static void mirror__cuda_widen(void *dev, float *dst, const uint16_t *src, size_
     MIRROR__LAUNCHED(d, "widen kernel");
 }
 
+/* Data kept on the device: element e of n gathered rows of width values
+   (4 bytes each, or 2 where half), from row index[i] of src. Augmented,
+   each element draws its row's shift and flip itself (the CPU draws once a
+   row: the same function of the same arguments) and its source pixel in
+   its plane of h x w. */
+__global__ void mirror__k_gather(void *dst, const void *src, const int64_t *index, size_t n,
+                                 mirror_hd_divisor width, int half, uint64_t key, size_t pad, int flip,
+                                 mirror_hd_divisor plane, mirror_hd_divisor w, size_t h)
+{
+    MIRROR__FOR_EACH(e, n * width.d)
+    {
+        uint64_t i, j = mirror_hd_divmod(width, e, &i), row = (uint64_t)index[i];
+        long at = (long)j;
+        if (pad || flip) {
+            long dy, dx;
+            int flipped;
+            uint64_t p, y, x = mirror_hd_divmod(w, mirror_hd_divmod(plane, j, &p), &y);
+            mirror_hd_augment_draw(key, row, pad, flip, &dy, &dx, &flipped);
+            at = mirror_hd_augment_source(h, w.d, y, x, dy, dx, flipped);
+            at = at < 0 ? -1 : (long)(p * plane.d) + at;
+        }
+        if (half)
+            ((uint16_t *)dst)[e] = at < 0 ? (uint16_t)0 : ((const uint16_t *)src)[row * width.d + (uint64_t)at];
+        else
+            ((uint32_t *)dst)[e] = at < 0 ? 0u : ((const uint32_t *)src)[row * width.d + (uint64_t)at];
+    }
+}
+
+static void mirror__cuda_gather(void *dev, void *dst, const void *src, const int64_t *index, size_t n, size_t width,
+                                size_t size, uint64_t key, size_t pad, int flip, size_t h, size_t w)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n || !width) return;
+    mirror__k_gather<<<mirror__blocks(n * width), MIRROR__THREADS, 0, d->stream>>>(
+        dst, src, index, n, mirror_hd_divisor_of(width), size == 2, key, pad, flip, mirror_hd_divisor_of(h * w),
+        mirror_hd_divisor_of(w), h);
+    MIRROR__LAUNCHED(d, "gather kernel");
+}
+
 static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -2054,6 +2093,7 @@ static const mirror__backend mirror__cuda_backend = {
     .graph_launch = mirror__cuda_graph_launch,
     .graph_free = mirror__cuda_graph_free,
     .device_memory = mirror__cuda_device_memory,
+    .gather = mirror__cuda_gather,
 };
 MIRROR__NAMED_END
 
