@@ -1378,6 +1378,9 @@ typedef struct mirror_epoch_log {
        trains on, saves its checkpoint and returns MIRROR_OK for them. The
        writing process's (rank 0's); 0 elsewhere. */
     unsigned failed_outputs;
+    /* Where the training data lived (fit desc's data_on_device): 1 in
+       device memory, 0 gathered on the host. */
+    int data_on_device;
 } mirror_epoch_log;
 
 enum { MIRROR_OUTPUT_HISTORY = 1, MIRROR_OUTPUT_PLOT = 2, MIRROR_OUTPUT_TRACE = 4, MIRROR_OUTPUT_TENSORBOARD = 8 };
@@ -14855,6 +14858,7 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
     int rc;
     f->log.epoch = epoch + 1;
     f->log.epochs = d->epochs;
+    f->log.data_on_device = f->data != NULL;
     if ((rc = mirror__log_scaler(m, &f->log, 0))) return rc;
     skipped_before = f->log.skipped;
     f->log.skipped = 0;

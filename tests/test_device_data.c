@@ -115,6 +115,8 @@ static void test_same_bits(const mirror_dataset *train, const mirror_dataset *va
                     CHECK(dev->data[0].dev && dev->data[1].dev && dev->data[0].dev[0] != train->x,
                           "%s: on: the training and validation sets kept on the device, as copies", what);
                     CHECK(same_runs(host, dev, &lh, &lv, val), "%s: the same bits with the data on the device", what);
+                    CHECK(u.replicas == 1 || (dev->data[0].dev && dev->data[0].dev[4] == dev->data[0].dev[0]),
+                          "%s: replicas on one device (CPU replicas: the host) share one copy", what);
                     /* a second fit on the same data: the same copy, the same bits */
                     copy = dev->data[0].dev ? dev->data[0].dev[0] : NULL;
                     fh.initial_epoch = fv.initial_epoch = 3, fh.epochs = fv.epochs = 5;
