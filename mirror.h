@@ -186,6 +186,9 @@
                             shuffle_seed   the model's seed
                             checkpoint     none; checkpoint_keep 3, and
                                            checkpoint_every 0 (the end only)
+                            data_on_device MIRROR_DATA_AUTO: GPUs keep the
+                                           data in device memory where they
+                                           fit; CPU replicas gather in place
 
    API INDEX (each declaration below says more)
 
@@ -227,7 +230,8 @@
                   mirror_dataset_synthetic_digits,
                   mirror_dataset_from_arrays, mirror_dataset_split,
                   mirror_dataset_free, mirror_permutation, mirror_num_batches
-      fit         mirror_fit, mirror_evaluate
+      fit         mirror_fit, mirror_evaluate, mirror_keep_data (a
+                  dataset in device memory for the steps)
       checkpoints mirror_checkpoint_save, mirror_checkpoint_load,
                   mirror_load_weights (from a safetensors file of any origin)
 
@@ -1544,6 +1548,17 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
    out->count. */
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch,
                                mirror_metrics *out);
+/* The data of the steps that follow in each replica's device memory, as
+   fit's data_on_device keeps its own (place: MIRROR_DATA_AUTO, _ON or
+   _OFF): mirror_train_step(s) and mirror_evaluate_batch on a batch over
+   ds's arrays (x = ds->x, rows = ds->count, its labels or targets; index
+   picks the samples) then upload the rows' indices alone. *on_device (may
+   be NULL): 1 where the data are on the device now, 0 where the host
+   gathers (OFF, AUTO on CPU replicas, or they do not fit: a notice says
+   so). The copy is taken now: arrays changed later are seen at the next
+   call. ds NULL: the host gathers again. A fit on other data takes the
+   copy's place; mirror_model_destroy frees it. */
+MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device);
 
 // >>declarations: checkpoints -----------------------------------------------
 /* A checkpoint is a safetensors file: 8 bytes of little-endian header
@@ -2772,6 +2787,7 @@ struct mirror_model {
        and fit's data_on_device while it runs. */
     mirror__resident data[2];
     const mirror__resident *data_at;
+    const mirror__resident *data_kept; /* mirror_keep_data's, or NULL */
     int data_place;
 
     /* ---- timing: a ring of the last trace_steps steps' phases (off while trace_steps is 0) ---- */
@@ -7391,14 +7407,19 @@ static void mirror__augment_row(const mirror_model *m, const mirror__job *job, s
             for (x = 0; x < w; x++) *dst++ = mirror_hd_augment_pixel(src, h, w, y, x, dy, dx, flipped);
 }
 
+static int mirror__resident_over(const mirror__resident *d, const mirror_batch *b)
+{
+    return d && d->dev && b->x == d->x && b->rows == d->rows && b->labels == d->labels && b->targets == d->targets;
+}
+
 /* The data on the device that batch b reads: what fit or evaluate keeps
-   there (m->data_at) when b is over its very arrays, else NULL. */
+   there (m->data_at), or mirror_keep_data, when b is over its very arrays;
+   else NULL. */
 static const mirror__resident *mirror__resident_of(const mirror_model *m, const mirror_batch *b)
 {
-    const mirror__resident *d = m->data_at;
-    return d && d->dev && b->x == d->x && b->rows == d->rows && b->labels == d->labels && b->targets == d->targets
-               ? d
-               : NULL;
+    return mirror__resident_over(m->data_at, b)     ? m->data_at
+           : mirror__resident_over(m->data_kept, b) ? m->data_kept
+                                                    : NULL;
 }
 
 /* Copies replica r's shard of the job's chunk into its arenas: gathered
@@ -10429,6 +10450,7 @@ static void mirror__resident_free(mirror_model *m, mirror__resident *d)
 {
     size_t r;
     if (m->data_at == d) m->data_at = NULL;
+    if (m->data_kept == d) m->data_kept = NULL;
     for (r = 0; d->dev && r < m->s->replicas; r++)
         if (d->owner[r] == r && m->rep[r].dev) {
             m->be->release(m->rep[r].dev, d->dev[2 * r]);
@@ -13742,6 +13764,28 @@ static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t ba
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
 {
     MIRROR__LOCKED(m, "mirror_evaluate", mirror__evaluate(m, ds, batch, out));
+}
+
+static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
+{
+    int rc, fits = m ? m->data_place : 0;
+    if (on_device) *on_device = 0;
+    if ((rc = mirror__check_built(m, "mirror_keep_data"))) return rc;
+    m->data_kept = NULL;
+    if (!ds) return MIRROR_OK;
+    if ((int)place < 0 || place > MIRROR_DATA_OFF)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
+    if ((rc = mirror__check_dataset(m, ds, "mirror_keep_data"))) return rc;
+    m->data_place = place;
+    rc = mirror__resident_use(m, ds, 0, &m->data_kept);
+    m->data_place = fits; /* a fit's, when a hook keeps data */
+    if (on_device) *on_device = m->data_kept != NULL;
+    return rc;
+}
+
+MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
+{
+    MIRROR__LOCKED(m, "mirror_keep_data", mirror__keep_data(m, ds, place, on_device));
 }
 
 /* The terminal's width in columns (80 where it does not say). */

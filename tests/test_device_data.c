@@ -154,6 +154,52 @@ static void test_copy_is_read(const mirror_dataset *train, const mirror_dataset 
     mirror_strategy_destroy(s);
 }
 
+/* mirror_keep_data: steps on batches over the kept arrays (shuffled by an
+   index) give the bits of the host's gather; ds NULL ends it. */
+static void test_keep_data(const mirror_dataset *train, const mirror_dataset *val)
+{
+    mirror_strategy *s = checked_strategy("cpu", 3);
+    setup u = {3, MIRROR_PRECISION_BF16, MIRROR_LOSS_MSE, 0};
+    mirror_model *host = model_of(s, &u), *dev = model_of(s, &u);
+    mirror_epoch_log none;
+    mirror_metrics mh, mv;
+    size_t perm[COUNT], k;
+    int on = -1, same = 1;
+    mirror_batch b;
+    if (!host || !dev) return;
+    memset(&none, 0, sizeof none);
+    mirror_permutation(perm, COUNT, 5, 0);
+    memset(&b, 0, sizeof b);
+    b.x = train->x, b.targets = train->targets, b.labels = train->labels, b.rows = COUNT, b.n = 9;
+    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_AUTO, &on) == MIRROR_OK && on == 0 && !dev->data_kept,
+          "auto on CPU replicas: no copy (%d)", on);
+    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 1 && dev->data_kept,
+          "on: a copy (%d)", on);
+    for (k = 0; k < 4; k++) {
+        b.index = perm + 9 * k;
+        same &= mirror_train_step(host, &b, &mh) == MIRROR_OK && mirror_train_step(dev, &b, &mv) == MIRROR_OK &&
+                !memcmp(&mh.loss_sum, &mv.loss_sum, sizeof(double));
+    }
+    CHECK(same, "4 steps on the kept data: the host's losses, bit for bit");
+    b.index = NULL, b.n = COUNT;
+    CHECK(mirror_evaluate_batch(host, &b, &mh) == MIRROR_OK && mirror_evaluate_batch(dev, &b, &mv) == MIRROR_OK &&
+              !memcmp(&mh.loss_sum, &mv.loss_sum, sizeof(double)),
+          "evaluate_batch on the kept data: the host's loss");
+    CHECK(same_runs(host, dev, &none, &none, val), "the same parameters after the steps");
+    if (dev->data_kept) memset(dev->data_kept->dev[0], 0, COUNT * 2 * SIDE * SIDE * sizeof(uint16_t));
+    CHECK(mirror_evaluate_batch(host, &b, &mh) == MIRROR_OK && mirror_evaluate_batch(dev, &b, &mv) == MIRROR_OK &&
+              mh.loss_sum != mv.loss_sum,
+          "the steps read the copy (scribbled over: another loss)");
+    CHECK(mirror_keep_data(dev, NULL, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 0 && !dev->data_kept,
+          "ds NULL: the host gathers again");
+    CHECK(mirror_keep_data(dev, train, (mirror_data_place)-1, NULL) == MIRROR_ERR_ARGUMENT, "an unknown place: %s",
+          mirror_model_error(dev));
+    CHECK(mirror_keep_data(NULL, train, MIRROR_DATA_ON, NULL) != MIRROR_OK, "no model");
+    mirror_model_destroy(host);
+    mirror_model_destroy(dev);
+    mirror_strategy_destroy(s);
+}
+
 /* Changed data are copied again; data that do not fit stay on the host
    (a notice, once a set), with the same bits. */
 static void test_changed_and_too_big(mirror_dataset *train, const mirror_dataset *val)
@@ -231,6 +277,7 @@ int main(void)
     make_data(&val, VAL, 12, vx, vy, vt);
     test_same_bits(&train, &val);
     test_copy_is_read(&train, &val);
+    test_keep_data(&train, &val);
     test_changed_and_too_big(&train, &val);
     mirror_dataset_free(&train);
     mirror_dataset_free(&val);
