@@ -13775,7 +13775,13 @@ static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_d
     if (!ds) return MIRROR_OK;
     if ((int)place < 0 || place > MIRROR_DATA_OFF)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
-    if ((rc = mirror__check_dataset(m, ds, "mirror_keep_data"))) return rc;
+    /* the steps take batches of any layout of the model's input size: so does this */
+    if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->in_size)
+        return mirror__fail(m, MIRROR_ERR_SHAPE, "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values",
+                            ds->count, ds->channels, ds->height, ds->width, m->in_size);
+    if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->out_size : !ds->labels)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
+                            m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
     m->data_place = place;
     rc = mirror__resident_use(m, ds, 0, &m->data_kept);
     m->data_place = fits; /* a fit's, when a hook keeps data */
