@@ -400,7 +400,9 @@
       2. Shards (>>step, >>threads). The global batch of n samples is cut
          into contiguous shards, one per replica; shard sizes differ by at
          most one, a shard may be empty (mirror_shard). The replica threads
-         each copy their shard into their input arena (mirror__load_shard).
+         each copy their shard into their input arena (mirror__load_shard),
+         or, where the data are kept on the device, send its rows' indices
+         and gather it there (DATA ON THE DEVICE).
       3. Forward and backward (>>layers, through >>backend: >>cpu backend
          and >>gemm here, mirror_cuda.h on GPUs). Every replica runs its
          shard through the layers and back. The loss gradient is divided
@@ -457,6 +459,38 @@
       internal step (mirror__train), with the data of >>data and the
       checkpoints of >>checkpoints.
 
+   DATA ON THE DEVICE (mirror_fit_desc.data_on_device, mirror_keep_data)
+
+      Without it, each step's replica threads gather their shard's rows
+      (augmented: flip and crop-pad) into host buffers, pinned on a GPU,
+      which the GPU uploads in fp32 and narrows there in mixed precision.
+      On a GPU that is a memcpy of every sample every step by one host
+      thread a replica, often longer than the step's arithmetic. With it,
+      fit copies its training and validation sets into every replica's
+      device memory once, at its start (mirror_keep_data does so for the
+      steps a program runs itself); a step uploads its rows' indices
+      alone (int64), and each replica gathers its shard there, augmented
+      by the same functions (mirror_hd_augment_draw and
+      mirror_hd_augment_source; the backend's gather), into its input
+      buffers. In mixed precision the copy is stored narrowed, 16 bits a
+      value: half the memory, and the gather writes the 16-bit input
+      directly. That gives the same bits as the host's path: narrowing
+      is per value, so narrowing then gathering is gathering then
+      narrowing, and a crop's padding zero narrows to zero. Replicas on
+      one GPU share one copy. A copy is kept with its key, the host's
+      arrays, their rows and a hash of their contents: a second fit or
+      mirror_evaluate on the same unchanged dataset finds it; changed
+      contents are copied again. It is freed with the model, or when
+      another dataset takes its place (one for training, one evaluated).
+      Where the device's free memory, less a margin (a sixteenth of it, at
+      most 512 MiB), cannot hold a set, a notice says so, once a set, and
+      the host gathers. MIRROR_DATA_AUTO (the default) keeps data on GPUs;
+      CPU replicas gather in place (their device memory is the host's), and
+      MIRROR_DATA_ON makes them keep a copy too, which is how the tests
+      check the path: the same bits either way (tests/test_device_data.c).
+      fit's epoch log says where the training data lived
+      (data_on_device).
+
    NON-FINITE VALUES
 
       A NaN in the data is not lost on its way: relu(NaN) is NaN and a
@@ -486,7 +520,8 @@
       half the memory of fp32, and GEMMs on 16-bit operands (every op
       computes in fp32 and rounds what it stores once). In a step, on every
       replica: the input goes up in fp32 and the device narrows it to 16
-      bits (a GPU converts, not the host thread); the loss gradient is
+      bits (a GPU converts, not the host thread; data kept on the device
+      are stored narrowed, see DATA ON THE DEVICE); the loss gradient is
       multiplied by the loss scale S; the weight gradients, accumulated in
       fp32, are stored in 16 bits and all-reduced in 16 bits. Where fp32
       rounds nothing, two places round twice: a convolution's input gradient
