@@ -13788,7 +13788,8 @@ static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t ba
         (rc = mirror__check_dataset(m, ds, "mirror_evaluate")))
         return rc;
     mirror__batch_of(&b, ds, NULL, ds->count);
-    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1)) || (rc = mirror__resident_use(m, ds, 1, &m->data_at)))
+    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1)) ||
+        (rc = mirror__all_agree(m, mirror__resident_use(m, ds, 1, &m->data_at))))
         return rc;
     memset(out ? out : &sum, 0, sizeof sum);
     rc = mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
@@ -13812,8 +13813,9 @@ static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_d
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
     /* the steps take batches of any layout of the model's input size: so does this */
     if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->in_size)
-        return mirror__fail(m, MIRROR_ERR_SHAPE, "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values",
-                            ds->count, ds->channels, ds->height, ds->width, m->in_size);
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values", ds->count,
+                            ds->channels, ds->height, ds->width, m->in_size);
     if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->out_size : !ds->labels)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
                             m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
@@ -14784,7 +14786,8 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
     m->data_place = d->data_on_device;
-    if ((rc = mirror__resident_use(m, d->train, 0, &f->data))) goto fail;
+    /* the training data on the device where asked and they fit; a device's failure fails every process */
+    if ((rc = mirror__all_agree(m, mirror__resident_use(m, d->train, 0, &f->data)))) goto fail;
     m->stop = d->stop;
     m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
 #ifdef MIRROR_MPI

@@ -76,11 +76,12 @@ static int same_runs(mirror_model *a, mirror_model *b, const mirror_epoch_log *l
     size_t n = mirror_num_parameters(a);
     float *pa = (float *)malloc(n * sizeof(float)), *pb = (float *)malloc(n * sizeof(float));
     mirror_metrics ea, eb;
-    int same = pa && pb && mirror_get_parameters(a, 0, pa, n) == MIRROR_OK && mirror_get_parameters(b, 0, pb, n) == MIRROR_OK &&
-               !memcmp(pa, pb, n * sizeof(float));
+    int same = pa && pb && mirror_get_parameters(a, 0, pa, n) == MIRROR_OK &&
+               mirror_get_parameters(b, 0, pb, n) == MIRROR_OK && !memcmp(pa, pb, n * sizeof(float));
     same &= !memcmp(&la->train_loss, &lb->train_loss, sizeof(double)) &&
             !memcmp(&la->train_acc, &lb->train_acc, sizeof(double)) &&
-            !memcmp(&la->val_loss, &lb->val_loss, sizeof(double)) && !memcmp(&la->val_acc, &lb->val_acc, sizeof(double));
+            !memcmp(&la->val_loss, &lb->val_loss, sizeof(double)) &&
+            !memcmp(&la->val_acc, &lb->val_acc, sizeof(double));
     same &= mirror_evaluate(a, val, 0, &ea) == MIRROR_OK && mirror_evaluate(b, val, 0, &eb) == MIRROR_OK &&
             !memcmp(&ea.loss_sum, &eb.loss_sum, sizeof(double)) && ea.correct == eb.correct;
     free(pa);
@@ -102,15 +103,19 @@ static void test_same_bits(const mirror_dataset *train, const mirror_dataset *va
                 for (a = 0; a < 2; a++) {
                     setup u = {replicas[r], precisions[p], l ? MIRROR_LOSS_MSE : MIRROR_LOSS_SOFTMAX_CE, (int)a};
                     mirror_model *host = model_of(s, &u), *dev = model_of(s, &u);
-                    mirror_fit_desc fh = fit_of(train, val, &u, MIRROR_DATA_OFF), fv = fit_of(train, val, &u, MIRROR_DATA_ON);
+                    mirror_fit_desc fh = fit_of(train, val, &u, MIRROR_DATA_OFF);
+                    mirror_fit_desc fv = fit_of(train, val, &u, MIRROR_DATA_ON);
                     mirror_epoch_log lh, lv;
                     void *copy;
                     char what[128];
-                    snprintf(what, sizeof what, "%zu replicas, %s, %s, %s", u.replicas, mirror_precision_name(u.precision),
-                             l ? "MSE" : "softmax CE", a ? "flip and crop pad 2" : "no augmentation");
+                    snprintf(what, sizeof what, "%zu replicas, %s, %s, %s", u.replicas,
+                             mirror_precision_name(u.precision), l ? "MSE" : "softmax CE",
+                             a ? "flip and crop pad 2" : "no augmentation");
                     if (!host || !dev) continue;
-                    CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK, "%s: fit on the host: %s", what, mirror_model_error(host));
-                    CHECK(mirror_fit(dev, &fv, &lv) == MIRROR_OK, "%s: fit on the device: %s", what, mirror_model_error(dev));
+                    CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK, "%s: fit on the host: %s", what,
+                          mirror_model_error(host));
+                    CHECK(mirror_fit(dev, &fv, &lv) == MIRROR_OK, "%s: fit on the device: %s", what,
+                          mirror_model_error(dev));
                     CHECK(!host->data[0].dev && !host->data[1].dev, "%s: off: nothing kept on the device", what);
                     CHECK(dev->data[0].dev && dev->data[1].dev && dev->data[0].dev[0] != train->x,
                           "%s: on: the training and validation sets kept on the device, as copies", what);
