@@ -1275,7 +1275,8 @@ MIRROR_API int mirror_get_replica_metrics(mirror_model *m, size_t r, mirror_metr
    waits for them after each phase group, so with timing on it no longer
    queues ahead of the GPU. */
 typedef enum mirror_phase {
-    MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded */
+    MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded (data on the device: its
+                                indices uploaded, the shard gathered there) */
     MIRROR_PHASE_FORWARD,
     MIRROR_PHASE_BACKWARD,   /* the loss and backward */
     MIRROR_PHASE_ALLREDUCE,  /* the gradient sum (the sharded update: the reduce-scatter, each replica's
