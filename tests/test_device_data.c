@@ -4,8 +4,9 @@
    device and on the host gives bitwise the same parameters, losses and
    metrics, in fp32, fp16 and bf16, with and without augmentation, on 1 and
    3 replicas (odd shards), for softmax cross-entropy and MSE; a second fit
-   on the same data finds its copy, changed data are copied again; data
-   that do not fit stay on the host, said once. */
+   on the same data finds its copy, and the steps read it (a scribbled
+   copy changes them); changed data are copied again; data that do not fit
+   stay on the host, said once; mirror_keep_data's steps likewise. */
 #define MIRROR_IMPLEMENTATION
 #include "../mirror.h"
 #include "check.h"
