@@ -10596,9 +10596,16 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
         return MIRROR_OK;
     hash = mirror__hash(ds->count, ds->x, ds->count * m->in_size * sizeof(float));
     hash = mirror__hash(hash, ce ? (const void *)ds->labels : (const void *)ds->targets, ds->count * y * 4);
-    if (mirror__resident_holds(&m->data[!role], ds, hash) && m->data[!role].dev) { /* evaluating the training set */
-        *out = &m->data[!role];
+    if (role == 1 && mirror__resident_holds(&m->data[0], ds, hash) && m->data[0].dev) { /* the training set */
+        *out = &m->data[0];
         return MIRROR_OK;
+    }
+    if (role == 0 && mirror__resident_holds(&m->data[1], ds, hash) && m->data[1].dev) { /* evaluated before */
+        mirror__resident_free(m, d); /* the copy moves to training's place */
+        *d = m->data[1];
+        memset(&m->data[1], 0, sizeof m->data[1]);
+        if (m->data_at == &m->data[1]) m->data_at = d;
+        if (m->data_kept == &m->data[1]) m->data_kept = d;
     }
     if (mirror__resident_holds(d, ds, hash) && d->dev) {
         *out = d;
@@ -10652,7 +10659,7 @@ host:
     }
     MIRROR_FREE(d->dev);
     MIRROR_FREE(d->owner);
-    d->dev = NULL, d->owner = NULL; /* the key stays: this set is not tried again */
+    d->dev = NULL, d->owner = NULL; /* the key stays: trying this set again is quiet */
     snprintf(notice, sizeof notice, "%s (%zu samples) stay in host memory, each step gathering its shard there: %s",
              role ? "the evaluated data" : "the training data", ds->count, why);
     if (!quiet) mirror__log(MIRROR_LOG_NOTICE, notice);

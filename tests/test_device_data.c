@@ -160,6 +160,40 @@ static void test_copy_is_read(const mirror_dataset *train, const mirror_dataset 
     mirror_strategy_destroy(s);
 }
 
+/* One copy for each role, training and evaluation: a fit validating on
+   its training set reads the one copy; a set evaluated before and then
+   trained on moves to training's place, not copied again. */
+static void test_roles(const mirror_dataset *a, const mirror_dataset *b)
+{
+    mirror_strategy *s = checked_strategy("cpu", 3);
+    setup u = {3, MIRROR_PRECISION_FP32, MIRROR_LOSS_SOFTMAX_CE, 1};
+    mirror_model *host = model_of(s, &u), *dev = model_of(s, &u);
+    mirror_fit_desc fh = fit_of(a, a, &u, MIRROR_DATA_OFF), fv = fit_of(a, a, &u, MIRROR_DATA_ON);
+    mirror_epoch_log lh, lv;
+    void *copy;
+    if (host && dev) {
+        fh.epochs = fv.epochs = 1;
+        CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK,
+              "validating on the training set");
+        CHECK(dev->data[0].dev && !dev->data[1].dev, "one copy for both");
+        CHECK(same_runs(host, dev, &lh, &lv, b), "the same bits validating on the training set");
+        fh.train = fv.train = b, fh.initial_epoch = fv.initial_epoch = 1, fh.epochs = fv.epochs = 2;
+        CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "b, validated on a");
+        copy = dev->data[1].dev ? dev->data[1].dev[0] : NULL;
+        fh.train = fv.train = a, fh.validation = fv.validation = b;
+        fh.initial_epoch = fv.initial_epoch = 2, fh.epochs = fv.epochs = 3;
+        CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "a, validated on b");
+        CHECK(copy && dev->data[0].dev && dev->data[0].dev[0] == copy && dev->data[1].dev &&
+                  dev->data[1].dev[0] != copy,
+              "a's copy moved from evaluation's place to training's");
+        CHECK(lv.data_on_device == 1 && lh.data_on_device == 0, "the epoch logs say where the data lived");
+        CHECK(same_runs(host, dev, &lh, &lv, b), "the same bits after the move");
+    }
+    mirror_model_destroy(host);
+    mirror_model_destroy(dev);
+    mirror_strategy_destroy(s);
+}
+
 /* mirror_keep_data: steps on batches over the kept arrays (shuffled by an
    index) give the bits of the host's gather; ds NULL ends it. */
 static void test_keep_data(const mirror_dataset *train, const mirror_dataset *val)
@@ -284,6 +318,7 @@ int main(void)
     test_same_bits(&train, &val);
     test_copy_is_read(&train, &val);
     test_keep_data(&train, &val);
+    test_roles(&train, &val);
     test_changed_and_too_big(&train, &val);
     mirror_dataset_free(&train);
     mirror_dataset_free(&val);
