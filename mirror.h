@@ -10641,7 +10641,9 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
         m->be->upload(dev, d->dev[2 * r + 1], ce ? (const void *)ds->labels : (const void *)ds->targets,
                       ds->count * y * 4);
     }
-    if (r == n) {
+    if (r == n) { /* whole before a replica reads them: those on the owner's GPU read from streams of their own */
+        for (r = 0; r < n; r++)
+            if (d->owner[r] == r) m->be->host_wait(m->rep[r].dev);
         *out = d;
         return mirror__device_status(m);
     }
