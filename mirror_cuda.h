@@ -222,10 +222,10 @@
       permute (before: a bias pass and a relu pass, each a launch).
       A dataset that fits in device memory is copied there once (fit's
       data_on_device, mirror_keep_data; 16-bit in mixed precision), so a
-      step uploads its rows' indices, not its rows: bench_gpu's MLP
-      2048x4 at batch 4096 sent 12.8 MB a step through one host thread's
-      memcpy into pinned memory, its 8192-wide MLP 268 MB, in fp32 even
-      in fp16; now 32 KiB and 64 KiB. Data that do not fit still go
+      step uploads its rows' indices, not its rows: bench_gpu's mlp2048
+      at batch 4096 sent 12.8 MB a step through one host thread's memcpy
+      into pinned memory, its 8192-wide MLP 268 MB, in fp32 even in fp16;
+      now 32 KiB and 64 KiB. Data that do not fit still go
       through the host, one thread a replica (see mirror.h, DATA ON THE
       DEVICE).
 
