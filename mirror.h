@@ -603,7 +603,10 @@
       conv2d layer is that layer's GEMM epilogue (the bias too:
       mirror__epilogue, one pass over the output instead of three) and
       writes over the layer's output, which nothing else reads, so the
-      pair holds one activation buffer, not two.
+      pair holds one activation buffer, not two. Data kept on the device
+      (DATA ON THE DEVICE) take memory beside the arenas, from fit's start
+      (or mirror_keep_data's call) until the model goes: the report does
+      not count them.
 
       Before it allocates anything, mirror_model_build adds up what the
       process's replicas will take (arenas, workspace, host buffers) and
