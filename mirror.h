@@ -188,6 +188,9 @@
                             shuffle_seed   the model's seed
                             checkpoint     none; checkpoint_keep 3, and
                                            checkpoint_every 0 (the end only)
+                            data_on_device MIRROR_DATA_AUTO: GPUs keep the
+                                           data in device memory where they
+                                           fit; CPU replicas gather in place
 
    API INDEX (each declaration below says more)
 
@@ -229,7 +232,8 @@
                   mirror_dataset_synthetic_digits,
                   mirror_dataset_from_arrays, mirror_dataset_split,
                   mirror_dataset_free, mirror_permutation, mirror_num_batches
-      fit         mirror_fit, mirror_evaluate
+      fit         mirror_fit, mirror_evaluate, mirror_keep_data (a
+                  dataset in device memory for the steps)
       checkpoints mirror_checkpoint_save, mirror_checkpoint_load,
                   mirror_load_weights (from a safetensors file of any origin)
 
@@ -398,7 +402,9 @@
       2. Shards (>>step, >>threads). The global batch of n samples is cut
          into contiguous shards, one per replica; shard sizes differ by at
          most one, a shard may be empty (mirror_shard). The replica threads
-         each copy their shard into their input arena (mirror__load_shard).
+         each copy their shard into their input arena (mirror__load_shard),
+         or, where the data are kept on the device, send its rows' indices
+         and gather it there (DATA ON THE DEVICE).
       3. Forward and backward (>>layers, through >>backend: >>cpu backend
          and >>gemm here, mirror_cuda.h on GPUs). Every replica runs its
          shard through the layers and back. The loss gradient is divided
@@ -457,6 +463,38 @@
       internal step (mirror__train), with the data of >>data and the
       checkpoints of >>checkpoints.
 
+   DATA ON THE DEVICE (mirror_fit_desc.data_on_device, mirror_keep_data)
+
+      Without it, each step's replica threads gather their shard's rows
+      (augmented: flip and crop-pad) into host buffers, pinned on a GPU,
+      which the GPU uploads in fp32 and narrows there in mixed precision.
+      On a GPU that is a memcpy of every sample every step by one host
+      thread a replica, often longer than the step's arithmetic. With it,
+      fit copies its training and validation sets into every replica's
+      device memory once, at its start (mirror_keep_data does so for the
+      steps a program runs itself); a step uploads its rows' indices
+      alone (int64), and each replica gathers its shard there, augmented
+      by the same functions (mirror_hd_augment_draw and
+      mirror_hd_augment_source; the backend's gather), into its input
+      buffers. In mixed precision the copy is stored narrowed, 16 bits a
+      value: half the memory, and the gather writes the 16-bit input
+      directly. That gives the same bits as the host's path: narrowing
+      is per value, so narrowing then gathering is gathering then
+      narrowing, and a crop's padding zero narrows to zero. Replicas on
+      one GPU share one copy. A copy is kept with its key, the host's
+      arrays, their rows and a hash of their contents: a second fit or
+      mirror_evaluate on the same unchanged dataset finds it; changed
+      contents are copied again. It is freed with the model, or when
+      another dataset takes its place (one for training, one evaluated).
+      Where the device's free memory, less a margin (a sixteenth of it, at
+      most 512 MiB), cannot hold a set, a notice says so, once a set, and
+      the host gathers. MIRROR_DATA_AUTO (the default) keeps data on GPUs;
+      CPU replicas gather in place (their device memory is the host's), and
+      MIRROR_DATA_ON makes them keep a copy too, which is how the tests
+      check the path: the same bits either way (tests/test_device_data.c).
+      fit's epoch log says where the training data lived
+      (data_on_device).
+
    NON-FINITE VALUES
 
       A NaN in the data is not lost on its way: relu(NaN) is NaN and a
@@ -486,7 +524,8 @@
       half the memory of fp32, and GEMMs on 16-bit operands (every op
       computes in fp32 and rounds what it stores once). In a step, on every
       replica: the input goes up in fp32 and the device narrows it to 16
-      bits (a GPU converts, not the host thread); the loss gradient is
+      bits (a GPU converts, not the host thread; data kept on the device
+      are stored narrowed, see DATA ON THE DEVICE); the loss gradient is
       multiplied by the loss scale S; the weight gradients, accumulated in
       fp32, are stored in 16 bits and all-reduced in 16 bits. Where fp32
       rounds nothing, two places round twice: a convolution's input gradient
@@ -572,7 +611,10 @@
       conv2d layer is that layer's GEMM epilogue (the bias too:
       mirror__epilogue, one pass over the output instead of three) and
       writes over the layer's output, which nothing else reads, so the
-      pair holds one activation buffer, not two.
+      pair holds one activation buffer, not two. Data kept on the device
+      (DATA ON THE DEVICE) take memory beside the arenas, from fit's start
+      (or mirror_keep_data's call) until the model goes: the report does
+      not count them.
 
       Before it allocates anything, mirror_model_build adds up what the
       process's replicas will take (arenas, workspace, host buffers) and
@@ -1264,7 +1306,8 @@ MIRROR_API int mirror_get_replica_metrics(mirror_model *m, size_t r, mirror_metr
    waits for them after each phase group, so with timing on it no longer
    queues ahead of the GPU. */
 typedef enum mirror_phase {
-    MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded */
+    MIRROR_PHASE_GATHER = 0, /* the shard gathered into host buffers and uploaded (data on the device: its
+                                indices uploaded, the shard gathered there) */
     MIRROR_PHASE_FORWARD,
     MIRROR_PHASE_BACKWARD,   /* the loss and backward */
     MIRROR_PHASE_ALLREDUCE,  /* the gradient sum (the sharded update: the reduce-scatter, each replica's
@@ -1406,6 +1449,9 @@ typedef struct mirror_epoch_log {
        trains on, saves its checkpoint and returns MIRROR_OK for them. The
        writing process's (rank 0's); 0 elsewhere. */
     unsigned failed_outputs;
+    /* Where the training data lived (fit desc's data_on_device): 1 in
+       device memory, 0 gathered on the host. */
+    int data_on_device;
 } mirror_epoch_log;
 
 enum { MIRROR_OUTPUT_HISTORY = 1, MIRROR_OUTPUT_PLOT = 2, MIRROR_OUTPUT_TRACE = 4, MIRROR_OUTPUT_TENSORBOARD = 8 };
@@ -1431,6 +1477,18 @@ typedef struct mirror_step_log {
     double lr, seconds;    /* the last step's rate; this epoch's time so far */
 } mirror_step_log;
 typedef int (*mirror_step_fn)(void *user, const mirror_step_log *log);
+
+/* Where fit's data live while it trains (mirror_fit_desc.data_on_device).
+   On the device, each replica's device holds a copy of the dataset
+   (16-bit in mixed precision), uploaded once, and a step sends its rows'
+   indices alone: the replicas gather, augment and narrow their shards
+   there. On the host, each replica's thread gathers its shard into host
+   buffers every step, and a GPU replica uploads it. */
+typedef enum mirror_data_place {
+    MIRROR_DATA_AUTO = 0, /* GPUs: on the device where the data fit; CPU replicas: gathered in place */
+    MIRROR_DATA_ON,       /* on the device where the data fit, CPU replicas too (a copy in host memory) */
+    MIRROR_DATA_OFF       /* on the host */
+} mirror_data_place;
 
 typedef struct mirror_fit_desc {
     const mirror_dataset *train;      /* required */
@@ -1524,6 +1582,14 @@ typedef struct mirror_fit_desc {
        cannot be made or written fails fit before the first step; a write
        that fails later costs a notice (the file keeps its whole records). */
     const char *tensorboard;
+    /* Where the training and validation data live (mirror_data_place): on
+       the device they are copied once, at fit's start (a later fit or
+       mirror_evaluate on the same arrays, unchanged, finds them there), and
+       kept until the model is destroyed or another set takes their place.
+       They must fit in each device's free memory less a margin (a
+       sixteenth, at most 512 MiB); where they do not, a notice says so and
+       the host gathers. Either way the steps give the same bits. */
+    mirror_data_place data_on_device;
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
@@ -1549,6 +1615,17 @@ MIRROR_API int mirror_fit(mirror_model *m, const mirror_fit_desc *desc, mirror_e
    out->count. */
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch,
                                mirror_metrics *out);
+/* The data of the steps that follow in each replica's device memory, as
+   fit's data_on_device keeps its own (place: MIRROR_DATA_AUTO, _ON or
+   _OFF): mirror_train_step(s) and mirror_evaluate_batch on a batch over
+   ds's arrays (x = ds->x, rows = ds->count, its labels or targets; index
+   picks the samples) then upload the rows' indices alone. *on_device (may
+   be NULL): 1 where the data are on the device now, 0 where the host
+   gathers (OFF, AUTO on CPU replicas, or they do not fit: a notice says
+   so). The copy is taken now: arrays changed later are seen at the next
+   call. ds NULL: the host gathers again. A fit on other data takes the
+   copy's place; mirror_model_destroy frees it. */
+MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device);
 
 // >>declarations: checkpoints -----------------------------------------------
 /* A checkpoint is a safetensors file: 8 bytes of little-endian header
@@ -2098,13 +2175,23 @@ MIRROR_HD static inline void mirror_hd_augment_draw(uint64_t key, uint64_t row, 
     *flipped = flip && (z >> 63);
 }
 
-/* Pixel (y, x) of an augmented h x w plane: the crop, then the flip
-   (torchvision's RandomCrop(padding) then RandomHorizontalFlip). */
+/* Where pixel (y, x) of an augmented h x w plane comes from: the crop,
+   then the flip (torchvision's RandomCrop(padding) then
+   RandomHorizontalFlip). Its offset in the plane, or -1 on the padding,
+   whose zero is a zero in any storage: a sample augmented then narrowed
+   to 16 bits is the narrowed sample augmented, bit for bit. */
+MIRROR_HD static inline long mirror_hd_augment_source(size_t h, size_t w, size_t y, size_t x, long dy, long dx,
+                                                      int flipped)
+{
+    long sy = (long)y + dy, sx = (long)(flipped ? w - 1 - x : x) + dx;
+    return sy < 0 || sx < 0 || sy >= (long)h || sx >= (long)w ? -1 : sy * (long)w + sx;
+}
+
 MIRROR_HD static inline float mirror_hd_augment_pixel(const float *plane, size_t h, size_t w, size_t y, size_t x,
                                                       long dy, long dx, int flipped)
 {
-    long sy = (long)y + dy, sx = (long)(flipped ? w - 1 - x : x) + dx;
-    return sy < 0 || sx < 0 || sy >= (long)h || sx >= (long)w ? 0.0f : plane[sy * (long)w + sx];
+    long at = mirror_hd_augment_source(h, w, y, x, dy, dx, flipped);
+    return at < 0 ? 0.0f : plane[at];
 }
 
 /* The smooth activations and their gradients: tanh' = 1 - y^2 and
@@ -2665,6 +2752,10 @@ typedef struct mirror__replica {
     float *in_targets[2];
     int32_t *in_labels[2];
     int slot;
+    /* Data kept on the device (mirror__resident): the shard's rows, as
+       indices into it, in the two slots as the input (host_index pinned on
+       a GPU; on CPU replicas in_index itself). Made at its first use. */
+    int64_t *host_index[2], *in_index[2];
     double *host_acc;
     /* this step's shard and results; deterministic mode: the shard is
        chunks [chunk0, chunk0 + nchunks) of the batch, each chunk's
@@ -2679,6 +2770,25 @@ typedef struct mirror__replica {
 } mirror__replica;
 
 enum { MIRROR__TRAIN = 1, MIRROR__EVAL, MIRROR__PREDICT };
+
+/* A dataset kept in every replica's device memory (mirror__resident_use),
+   so that a step uploads its rows' indices alone and each replica gathers
+   its shard there (mirror__load_shard). Its key: the host's arrays it
+   copies, their rows and a hash of their contents (a second fit or
+   evaluate on the same dataset finds it; a changed one is copied again).
+   x is stored as the model's input is (16-bit in mixed precision: each
+   value narrowed once, as the host path narrows it after its gather; half
+   the memory). dev[2r] and dev[2r + 1]: replica r's x and its labels or
+   targets; replicas on one device share the copy of the first of them,
+   owner[r]. dev NULL with a key: it did not fit (said once, in a notice). */
+typedef struct mirror__resident {
+    const float *x, *targets;
+    const int32_t *labels;
+    size_t rows;
+    uint64_t hash;
+    void **dev;
+    size_t *owner;
+} mirror__resident;
 
 /* How the update is sharded (ZeRO stage 1: each replica updates a slice of
    the parameters), or 0: every replica updates them all. HOST: over the
@@ -2763,6 +2873,13 @@ struct mirror_model {
     size_t augment_pad;     /* off while pad and flip are 0 */
     int augment_flip;
     uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+    /* Data in device memory: fit's training set (0) and the set evaluated
+       (1), the one that the steps at hand read (NULL: the host gathers),
+       and fit's data_on_device while it runs. */
+    mirror__resident data[2];
+    const mirror__resident *data_at;
+    const mirror__resident *data_kept; /* mirror_keep_data's, or NULL */
+    int data_place;
 
     /* ---- timing: a ring of the last trace_steps steps' phases (off while trace_steps is 0) ---- */
     struct mirror__span *spans;
@@ -2793,6 +2910,7 @@ typedef struct mirror__job {
     uint64_t augment_key; /* fit's augmentation this epoch (off: pad 0, flip 0) */
     size_t augment_pad;
     int augment_flip;
+    const mirror__resident *data; /* the batch's arrays kept on the device, or NULL */
     float *predict_out;
     /* The pass at hand: training pauses at each batchnorm layer, forward
        and backward, for the host to combine the replicas' sums. The job
@@ -2858,6 +2976,8 @@ struct mirror_strategy {
     volatile sig_atomic_t *stop; /* fit's stop flag while it runs: a wait gives up MIRROR__STOP_GRACE s after it */
 #endif
 };
+
+static void mirror__resident_free(mirror_model *m, mirror__resident *d);
 
 /* What a CUDA build does without a device list, decided from what CUDA
    answered (mirror__cuda_verdict, in plain C so that the tests can fake
@@ -4330,6 +4450,15 @@ struct mirror__backend {
        wherever the replica count puts the chunk. NULL: the backend's GEMMs
        do not choose by alignment. */
     void (*gemm_align)(void *dev, size_t bytes);
+    /* Data kept in device memory (mirror__resident_use; NULL: the host
+       gathers every shard). Row i of dst = row index[i] of src, for i < n:
+       rows of `width` values of `size` bytes (4: floats or int32 labels;
+       2: 16-bit storage). With pad or flip, each row is planes of h x w,
+       augmented as the host's gather augments them: mirror_hd_augment_draw
+       of (key, index[i]), then mirror_hd_augment_source, zeros where it
+       falls on the padding. */
+    void (*gather)(void *dev, void *dst, const void *src, const int64_t *index, size_t n, size_t width, size_t size,
+                   uint64_t key, size_t pad, int flip, size_t h, size_t w);
 };
 
 /* The reducer sums n floats over the replicas' buffers (see
@@ -5644,6 +5773,35 @@ static void mirror__cpu_scaler_update(void *dev, mirror_loss_scale_state *st, co
     mirror_hd_scaler_update(st, d);
 }
 
+/* The rows of data kept in memory that a shard takes: a row's draws once,
+   then its pixels (the kernel draws per pixel: it has no row loop). */
+static void mirror__cpu_gather(void *dev, void *dst, const void *src, const int64_t *index, size_t n, size_t width,
+                               size_t size, uint64_t key, size_t pad, int flip, size_t h, size_t w)
+{
+    unsigned char *to = (unsigned char *)dst;
+    size_t i, j, y, x, row = width * size;
+    long dy, dx, at;
+    int flipped;
+    (void)dev;
+    for (i = 0; i < n; i++, to += row) {
+        const unsigned char *from = (const unsigned char *)src + (size_t)index[i] * row;
+        if (!pad && !flip) {
+            memcpy(to, from, row);
+            continue;
+        }
+        mirror_hd_augment_draw(key, (uint64_t)index[i], pad, flip, &dy, &dx, &flipped);
+        for (j = 0; j < width; j += h * w)
+            for (y = 0; y < h; y++)
+                for (x = 0; x < w; x++) {
+                    unsigned char *e = to + (j + y * w + x) * size;
+                    if ((at = mirror_hd_augment_source(h, w, y, x, dy, dx, flipped)) < 0)
+                        memset(e, 0, size);
+                    else
+                        memcpy(e, from + (j + (size_t)at) * size, size);
+                }
+    }
+}
+
 #ifndef MIRROR_CPU_CONV_CHUNK
 #define MIRROR_CPU_CONV_CHUNK 1
 #endif
@@ -5743,6 +5901,7 @@ static const mirror__backend mirror__cpu_backend = {
     .graph_free = NULL,
     .device_memory = NULL, /* the replicas' memory is the host's */
     .gemm_align = NULL,    /* the built-in GEMM's order is one for every address (a CBLAS is not told) */
+    .gather = mirror__cpu_gather, /* for fit's data_on_device = MIRROR_DATA_ON: by default they gather in place */
 };
 MIRROR__NAMED_END
 
@@ -7402,12 +7561,30 @@ static void mirror__augment_row(const mirror_model *m, const mirror__job *job, s
             for (x = 0; x < w; x++) *dst++ = mirror_hd_augment_pixel(src, h, w, y, x, dy, dx, flipped);
 }
 
+static int mirror__resident_over(const mirror__resident *d, const mirror_batch *b)
+{
+    return d && d->dev && b->x == d->x && b->rows == d->rows && b->labels == d->labels && b->targets == d->targets;
+}
+
+/* The data on the device that batch b reads: what fit or evaluate keeps
+   there (m->data_at), or mirror_keep_data, when b is over its very arrays;
+   else NULL. */
+static const mirror__resident *mirror__resident_of(const mirror_model *m, const mirror_batch *b)
+{
+    return mirror__resident_over(m->data_at, b)     ? m->data_at
+           : mirror__resident_over(m->data_kept, b) ? m->data_kept
+                                                    : NULL;
+}
+
 /* Copies replica r's shard of the job's chunk into its arenas: gathered
    row by row into the replica's host buffers, then one upload each. The
    buffers come in two slots, taken in turn: while a GPU still computes on
    the last shard's slot, this one's copies run beside it. The input goes
    up in fp32; in mixed precision the device narrows it into the 16-bit
-   input (the host gathers, the GPU converts). */
+   input (the host gathers, the GPU converts). Where the batch's data are
+   kept on the device (job->data), only the rows' indices go up, and the
+   device gathers them, augmented, into the same buffers (mixed precision:
+   from its 16-bit copy straight into the 16-bit input). */
 static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 {
     const mirror_model *m = job->m;
@@ -7417,6 +7594,24 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
     float *targets = r->host_targets[slot], *x = r->host_x[slot];
     int32_t *labels = r->host_labels[slot];
     m->be->stage(r->dev, slot);
+    if (job->data) {
+        void *const *dev = job->data->dev + 2 * (size_t)(r - m->rep);
+        for (i = 0; i < S; i++) {
+            size_t k = job->offset + r->begin + i;
+            r->host_index[slot][i] = (int64_t)(b->index ? b->index[k] : k);
+        }
+        if (S) m->be->upload_staged(r->dev, r->in_index[slot], r->host_index[slot], S * sizeof(int64_t));
+        m->be->staged(r->dev, slot);
+        r->labels = r->in_labels[slot], r->targets = r->in_targets[slot];
+        if (!m->format) r->input = r->in_x[slot];
+        if (!S) return;
+        m->be->gather(r->dev, r->input, dev[0], r->in_index[slot], S, in, m->format ? 2 : 4, job->augment_key,
+                      job->augment_pad, job->augment_flip, m->desc.height, m->desc.width);
+        if (with_y)
+            m->be->gather(r->dev, ce ? (void *)r->labels : (void *)r->targets, dev[1], r->in_index[slot], S,
+                          ce ? 1 : out, 4, 0, 0, 0, 1, 1);
+        return;
+    }
     for (i = 0; i < S; i++) {
         size_t k = job->offset + r->begin + i, row = b->index ? b->index[k] : k;
         if (job->augment_flip || job->augment_pad)
@@ -7942,6 +8137,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     job.augment_key = m->augment_key, job.augment_pad = m->augment_pad, job.augment_flip = m->augment_flip;
     for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
         job.batch = &micro[j];
+        job.data = mirror__resident_of(m, &micro[j]);
         job.n = micro[j].n;
         job.accumulate = j > 0, job.last = j + 1 == k;
         if ((rc = mirror__compute(m, &job)) == MIRROR_OK) {
@@ -9674,6 +9870,7 @@ static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
 static void mirror__free_replicas(mirror_model *m)
 {
     size_t r, k;
+    for (k = 0; m->rep && k < 2; k++) mirror__resident_free(m, &m->data[k]);
     for (r = 0; m->rep && r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         if (!p->dev) continue;
@@ -9694,6 +9891,10 @@ static void mirror__free_replicas(mirror_model *m)
             m->be->host_release(p->dev, p->host_x[k]);
             m->be->host_release(p->dev, p->host_labels[k]);
             m->be->host_release(p->dev, p->host_targets[k]);
+        }
+        for (k = 0; k < 2; k++) {
+            if (!m->be->host_is_device) m->be->host_release(p->dev, p->host_index[k]);
+            m->be->release(p->dev, p->in_index[k]);
         }
         m->be->host_release(p->dev, p->host_loss);
         m->be->host_release(p->dev, p->host_correct);
@@ -10579,6 +10780,198 @@ MIRROR_API int mirror_memory_report_get(const mirror_model *m, size_t r, mirror_
     return MIRROR_OK;
 }
 
+/* ---- data kept in device memory (mirror__resident, read by mirror__load_shard) ---- */
+
+/* The tests' stand-in for a device's free memory on CPU replicas, whose
+   memory is the host's (0: unbounded): a dataset beyond it does not fit. */
+static size_t mirror__cpu_free_bytes;
+
+static void mirror__resident_free(mirror_model *m, mirror__resident *d)
+{
+    size_t r;
+    if (m->data_at == d) m->data_at = NULL;
+    if (m->data_kept == d) m->data_kept = NULL;
+    for (r = 0; d->dev && r < m->s->replicas; r++)
+        if (d->owner[r] == r && m->rep[r].dev) {
+            m->be->release(m->rep[r].dev, d->dev[2 * r]);
+            m->be->release(m->rep[r].dev, d->dev[2 * r + 1]);
+        }
+    MIRROR_FREE(d->dev);
+    MIRROR_FREE(d->owner);
+    memset(d, 0, sizeof *d);
+}
+
+/* n floats of x into replica r's dst: as they are, or narrowed to the
+   model's 16 bits a piece at a time through a scratch buffer on the
+   device, which never holds the whole set in fp32. 0: out of memory. */
+#define MIRROR__RESIDENT_PIECE ((size_t)1 << 22) /* floats */
+static int mirror__resident_copy(mirror_model *m, size_t r, void *dst, const float *x, size_t n)
+{
+    void *dev = m->rep[r].dev;
+    size_t at, piece = MIRROR__MIN(n, MIRROR__RESIDENT_PIECE);
+    float *scratch;
+    if (!m->format) {
+        m->be->upload(dev, dst, x, n * sizeof(float));
+        return 1;
+    }
+    if (!(scratch = (float *)m->be->alloc(dev, piece * sizeof(float)))) return 0;
+    for (at = 0; at < n; at += piece) {
+        size_t k = MIRROR__MIN(piece, n - at);
+        m->be->upload(dev, scratch, x + at, k * sizeof(float));
+        m->be->narrow(dev, (uint16_t *)dst + at, scratch, k, m->format);
+    }
+    m->be->release(dev, scratch);
+    return 1;
+}
+
+/* Whether a copy of `bytes` (and each replica's index buffers, `index`
+   bytes, where not made yet) fits on every replica's device beside what
+   is there, less a margin: a sixteenth of the device, at most 512 MiB (the
+   libraries' workspaces, the graphs). Replicas on one device share a copy:
+   owner[r] is the first of them. Else why not, into notice. */
+static int mirror__resident_fits(mirror_model *m, double bytes, double index, size_t *owner, char *notice,
+                                 size_t size)
+{
+    size_t r, q, n = m->s->replicas;
+    int *device = (int *)mirror__alloc(n, sizeof(int));
+    if (!device) return snprintf(notice, size, "out of memory"), 0;
+    for (r = 0; r < n; r++) {
+        device[r] = m->be->device_memory ? m->be->device_memory(m->s, r, NULL, NULL) : 0;
+        for (owner[r] = r, q = 0; q < r && owner[r] == r; q++)
+            if (device[q] == device[r]) owner[r] = q;
+    }
+    MIRROR_FREE(device);
+    for (r = 0; r < n; r++) {
+        size_t free_bytes = 0, total = 0, margin;
+        double need = bytes;
+        char a[32], b[32], c[32];
+        if (owner[r] != r) continue;
+        for (q = r; q < n; q++) need += owner[q] == r ? index : 0.0;
+        if (m->be->device_memory)
+            m->be->device_memory(m->s, r, &free_bytes, &total);
+        else if (!mirror__cpu_free_bytes)
+            continue; /* the host's memory: an allocation that fails says so */
+        else
+            free_bytes = total = mirror__cpu_free_bytes;
+        margin = MIRROR__MIN(total / 16, (size_t)512 << 20);
+        if (need + (double)margin <= (double)free_bytes) continue;
+        snprintf(notice, size, "%s on replica %zu's device, which has %s free and keeps a margin of %s",
+                 mirror__bytes_text(need, a, sizeof a), r, mirror__bytes_text((double)free_bytes, b, sizeof b),
+                 mirror__bytes_text((double)margin, c, sizeof c));
+        return 0;
+    }
+    return 1;
+}
+
+/* Replica r's two index buffers (see mirror__replica.host_index). */
+static int mirror__resident_index(mirror_model *m, size_t r)
+{
+    mirror__replica *p = &m->rep[r];
+    size_t k, bytes = m->shard_max * sizeof(int64_t);
+    for (k = 0; k < 2 && !p->in_index[k]; k++) {
+        if (!(p->in_index[k] = (int64_t *)m->be->alloc(p->dev, bytes))) return 0;
+        p->host_index[k] = m->be->host_is_device ? p->in_index[k] : (int64_t *)m->be->host_alloc(p->dev, bytes);
+        if (!p->host_index[k]) return 0;
+    }
+    return 1;
+}
+
+static int mirror__resident_holds(const mirror__resident *d, const mirror_dataset *ds, uint64_t hash)
+{
+    return d->rows == ds->count && d->x == ds->x && d->labels == ds->labels && d->targets == ds->targets &&
+           d->hash == hash;
+}
+
+/* Where the steps that follow read dataset ds from, as fit's data_on_device
+   (m->data_place) asks: its copy in every replica's device memory (role 0:
+   fit's training set, 1: the set evaluated), made now or found there from
+   before, or *out NULL: the host gathers each shard, as it does where the
+   backend has no gather, or the set does not fit (a notice says so, once
+   for a set). A failure of the devices after the copy is an error. */
+static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int role, const mirror__resident **out)
+{
+    mirror__resident *d = &m->data[role];
+    int ce = m->desc.loss != MIRROR_LOSS_MSE, place = m->data_place, quiet;
+    size_t r, n = m->s->replicas, e = m->format ? sizeof(uint16_t) : sizeof(float), y = ce ? 1 : m->out_size;
+    uint64_t hash;
+    char why[300] = "", notice[500];
+    *out = NULL;
+    if (!m->be->gather || place == MIRROR_DATA_OFF || (place == MIRROR_DATA_AUTO && m->be->host_is_device))
+        return MIRROR_OK;
+    hash = mirror__hash(ds->count, ds->x, ds->count * m->in_size * sizeof(float));
+    hash = mirror__hash(hash, ce ? (const void *)ds->labels : (const void *)ds->targets, ds->count * y * 4);
+    if (role == 1 && mirror__resident_holds(&m->data[0], ds, hash) && m->data[0].dev) { /* the training set */
+        *out = &m->data[0];
+        return MIRROR_OK;
+    }
+    if (role == 0 && mirror__resident_holds(&m->data[1], ds, hash) && m->data[1].dev) { /* evaluated before */
+        mirror__resident_free(m, d); /* the copy moves to training's place */
+        *d = m->data[1];
+        memset(&m->data[1], 0, sizeof m->data[1]);
+        if (m->data_at == &m->data[1]) m->data_at = d;
+        if (m->data_kept == &m->data[1]) m->data_kept = d;
+    }
+    if (mirror__resident_holds(d, ds, hash) && d->dev) {
+        *out = d;
+        return MIRROR_OK;
+    }
+    quiet = mirror__resident_holds(d, ds, hash); /* it did not fit before: tried again, said once */
+    mirror__resident_free(m, d);
+    d->x = ds->x, d->labels = ds->labels, d->targets = ds->targets, d->rows = ds->count, d->hash = hash;
+    if (!(d->owner = (size_t *)mirror__alloc(n, sizeof(size_t))) ||
+        !(d->dev = (void **)mirror__zalloc(2 * n, sizeof(void *)))) {
+        snprintf(why, sizeof why, "out of memory");
+        goto host;
+    }
+    if (!mirror__resident_fits(m, (double)ds->count * ((double)m->in_size * (double)e + 4.0 * (double)y) +
+                                      (m->format ? 4.0 * (double)MIRROR__MIN(ds->count * m->in_size,
+                                                                             MIRROR__RESIDENT_PIECE)
+                                                 : 0.0),
+                               m->rep[0].in_index[0] ? 0.0 : 2.0 * (double)m->shard_max * sizeof(int64_t), d->owner,
+                               why, sizeof why))
+        goto host;
+    for (r = 0; r < n; r++) {
+        void *dev = m->rep[r].dev;
+        m->be->bind(dev);
+        if (!mirror__resident_index(m, r)) break;
+        if (d->owner[r] != r) {
+            d->dev[2 * r] = d->dev[2 * d->owner[r]], d->dev[2 * r + 1] = d->dev[2 * d->owner[r] + 1];
+            continue;
+        }
+        if (!(d->dev[2 * r] = m->be->alloc(dev, ds->count * m->in_size * e)) ||
+            !(d->dev[2 * r + 1] = m->be->alloc(dev, ds->count * y * 4)) ||
+            !mirror__resident_copy(m, r, d->dev[2 * r], ds->x, ds->count * m->in_size))
+            break;
+        m->be->upload(dev, d->dev[2 * r + 1], ce ? (const void *)ds->labels : (const void *)ds->targets,
+                      ds->count * y * 4);
+    }
+    if (r == n) { /* whole before a replica reads them: those on the owner's GPU read from streams of their own */
+        for (r = 0; r < n; r++)
+            if (d->owner[r] == r) m->be->host_wait(m->rep[r].dev);
+        *out = d;
+        return mirror__device_status(m);
+    }
+    snprintf(why, sizeof why, "out of device memory");
+    for (r = 0; r < n; r++) { /* a device that ran out of memory says so in its status: taken, into the notice */
+        mirror_error err = {0, ""};
+        if (m->be->status(m->rep[r].dev, &err)) snprintf(why, sizeof why, "%.290s", err.message);
+    }
+host:
+    for (r = 0; d->dev && r < n; r++) /* what was made: its owners' copies */
+        if (d->owner[r] != r) d->dev[2 * r] = d->dev[2 * r + 1] = NULL;
+    for (r = 0; d->dev && r < n; r++) {
+        m->be->release(m->rep[r].dev, d->dev[2 * r]);
+        m->be->release(m->rep[r].dev, d->dev[2 * r + 1]);
+    }
+    MIRROR_FREE(d->dev);
+    MIRROR_FREE(d->owner);
+    d->dev = NULL, d->owner = NULL; /* the key stays: trying this set again is quiet */
+    snprintf(notice, sizeof notice, "%s (%zu samples) stay in host memory, each step gathering its shard there: %s",
+             role ? "the evaluated data" : "the training data", ds->count, why);
+    if (!quiet) mirror__log(MIRROR_LOG_NOTICE, notice);
+    return MIRROR_OK;
+}
+
 // >>inspection --------------------------------------------------------------
 /* Looking at a model without training it: side outputs written safely,
    the timing of the step's phases and its Chrome trace, the check that
@@ -11041,6 +11434,7 @@ static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t
     job.m = m;
     job.mode = mode;
     job.batch = b;
+    job.data = mirror__resident_of(m, b);
     job.metrics_now = 1;
     job.predict_out = pred;
     for (job.offset = 0; job.offset < b->n; job.offset += chunk) {
@@ -13708,14 +14102,47 @@ static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t ba
         (rc = mirror__check_dataset(m, ds, "mirror_evaluate")))
         return rc;
     mirror__batch_of(&b, ds, NULL, ds->count);
-    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1))) return rc;
+    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1)) ||
+        (rc = mirror__all_agree(m, mirror__resident_use(m, ds, 1, &m->data_at))))
+        return rc;
     memset(out ? out : &sum, 0, sizeof sum);
-    return mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
+    rc = mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
+    m->data_at = NULL;
+    return rc;
 }
 
 MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
 {
     MIRROR__LOCKED(m, "mirror_evaluate", mirror__evaluate(m, ds, batch, out));
+}
+
+static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
+{
+    int rc, fits = m ? m->data_place : 0;
+    if (on_device) *on_device = 0;
+    if ((rc = mirror__check_built(m, "mirror_keep_data"))) return rc;
+    m->data_kept = NULL;
+    if (!ds) return MIRROR_OK;
+    if ((int)place < 0 || place > MIRROR_DATA_OFF)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
+    /* the steps take batches of any layout of the model's input size: so does this */
+    if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->in_size)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values", ds->count,
+                            ds->channels, ds->height, ds->width, m->in_size);
+    if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->out_size : !ds->labels)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
+                            m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
+    m->data_place = place;
+    rc = mirror__resident_use(m, ds, 0, &m->data_kept);
+    m->data_place = fits; /* a fit's, when a hook keeps data */
+    if (on_device) *on_device = m->data_kept != NULL;
+    return rc;
+}
+
+MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
+{
+    MIRROR__LOCKED(m, "mirror_keep_data", mirror__keep_data(m, ds, place, on_device));
 }
 
 /* The terminal's width in columns (80 where it does not say). */
@@ -14501,6 +14928,8 @@ static int mirror__fit_check(mirror_model *m, const mirror_fit_desc *d, size_t *
                             d->accumulate, d->batch);
     if ((int)d->progress < 0 || d->progress > MIRROR_PROGRESS_NONE)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
+    if ((int)d->data_on_device < 0 || d->data_on_device > MIRROR_DATA_OFF)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown data_on_device %d", (int)d->data_on_device);
     *steps = mirror_num_batches(d->train->count, per_step, d->drop_remainder);
     if (!*steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
@@ -14572,6 +15001,7 @@ typedef struct mirror__fit_run {
     size_t ran;             /* steps this fit ran */
     size_t *perm;           /* the epoch's permutation */
     mirror_batch *micro;    /* a step's micro-batches */
+    const mirror__resident *data; /* the training set on the device, or NULL */
     mirror_epoch_log log;   /* the epoch at hand */
     mirror__curve_point *logs; /* history and plot: the points so far */
     size_t nlogs, logs_cap;
@@ -14599,6 +15029,7 @@ static void mirror__fit_unhold(mirror_model *m)
     m->s->stop = NULL;
 #endif
     m->augment_flip = 0, m->augment_pad = 0;
+    m->data_at = NULL, m->data_place = MIRROR_DATA_AUTO;
 }
 
 /* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
@@ -14668,6 +15099,9 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
         mirror__fit_release(m, f);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
+    m->data_place = d->data_on_device;
+    /* the training data on the device where asked and they fit; a device's failure fails every process */
+    if ((rc = mirror__all_agree(m, mirror__resident_use(m, d->train, 0, &f->data)))) goto fail;
     m->stop = d->stop;
     m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
 #ifdef MIRROR_MPI
@@ -14758,6 +15192,7 @@ static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, 
         for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
             mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
         /* metrics stay on the device */
+        m->data_at = f->data;
         if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc;
         f->ran++, f->at_step = step + 1;
         if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown, skipped_before))) return rc;
@@ -14825,6 +15260,7 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
     int rc;
     f->log.epoch = epoch + 1;
     f->log.epochs = d->epochs;
+    f->log.data_on_device = f->data != NULL;
     if ((rc = mirror__log_scaler(m, &f->log, 0))) return rc;
     skipped_before = f->log.skipped;
     f->log.skipped = 0;

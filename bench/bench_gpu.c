@@ -9,8 +9,11 @@
 
    then the CNN's step time with K = 1, 2, 4 and 8 replicas on the one GPU at
    a fixed global batch of 512, with every replica updating every parameter
-   and with the sharded update (each replica a slice). Every step uploads its batch from host
-   memory. Medians of ROUNDS timings of a run of steps, after a warm-up run.
+   and with the sharded update (each replica a slice). The data sit in device memory where they
+   fit (mirror_keep_data; as PyTorch's benchmark keeps its data on the device): a step uploads
+   its rows' indices alone and the GPU gathers them; where they do not fit, or on CPU replicas,
+   each step gathers its batch on the host (and a GPU uploads it). Medians of ROUNDS timings of
+   a run of steps, after a warm-up run.
    Writes the synthetic digits to DIR/bench_digits.bin (--out DIR, else
    $BENCH_DIR, else build) for bench/bench_torch.py, which trains the same
    models on the same data.
@@ -18,8 +21,9 @@
    Each workload runs as queued and with CUDA graphs (desc.graphs).
 
    Output: "mirror <workload> <batch> <precision> <samples/s> <ms/step>
-   <TFLOP/s> <eager|graphs>" (the MLPs' 6 x batch x parameters flops a
-   step; "-" for the CNN) and "replicas <K> <ms/step> <ms/step sharded>".
+   <TFLOP/s> <eager|graphs> data=<device|host>" (the MLPs' 6 x batch x
+   parameters flops a step; "-" for the CNN; where the data lived) and
+   "replicas <K> <ms/step> <ms/step sharded> data=<device|host>".
 
    bench_gpu [--quick] [--devices LIST] [--out DIR]: --quick shrinks every workload
    (batches / 16, widths / 16) for a try on CPU replicas, say with
@@ -63,21 +67,27 @@ static void fail(const char *what)
 }
 
 /* Median seconds per step over ROUNDS runs of `steps` steps; the last
-   step's metrics are read, which waits for the GPU to finish them all. */
-static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch, size_t steps)
+   step's metrics are read, which waits for the GPU to finish them all.
+   Step k takes the dataset's k-th run of `batch` rows (through an index,
+   so that the batch is over the dataset's arrays, which mirror_keep_data
+   keeps on the device where they fit: *on_device says whether). */
+static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch, size_t steps, int *on_device)
 {
     double t[ROUNDS];
-    size_t round, k, per = ds->count / batch, in = ds->channels * ds->height * ds->width;
+    size_t round, k, i, per = ds->count / batch, *index = (size_t *)malloc(ds->count * sizeof(size_t));
     mirror_metrics out;
+    if (!index) fail("out of memory");
+    for (i = 0; i < ds->count; i++) index[i] = i;
+    if (mirror_keep_data(m, ds, MIRROR_DATA_AUTO, on_device)) fail(mirror_model_error(m));
     for (round = 0; round <= ROUNDS; round++) { /* round 0 warms up */
         double t0 = now();
         for (k = 0; k < steps; k++) {
-            mirror_batch b = example_bench_batch(ds, NULL, batch);
-            b.x += (k % per) * batch * in, b.labels += (k % per) * batch;
+            mirror_batch b = example_bench_batch(ds, index + (k % per) * batch, batch);
             if (mirror_train_step(m, &b, k + 1 == steps ? &out : NULL)) fail(mirror_model_error(m));
         }
         if (round) t[round - 1] = (now() - t0) / (double)steps;
     }
+    free(index);
     qsort(t, ROUNDS, sizeof *t, cmp);
     return t[ROUNDS / 2];
 }
@@ -176,19 +186,22 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "bench_gpu: cannot write %s: bench_torch.py will lack its data\n", path);
     }
-    printf("# %s; every step uploads its batch; fp32 GEMMs strict (no TF32)\n", mirror_strategy_describe(s));
+    printf("# %s; data in device memory where they fit (data=device: a step uploads its rows' indices; data=host: its "
+           "batch); fp32 GEMMs strict (no TF32)\n",
+           mirror_strategy_describe(s));
     for (i = 0; i < sizeof loads / sizeof *loads; i++) {
         const workload *w = &loads[i];
         mirror_dataset own, *ds = &digits;
         if (w->in == 8192 || (quick && w->in == 512)) random_data(&own, w->batch, w->in), ds = &own;
         for (p = 0; p < 4; p++) {
             mirror_model *m = build(s, w, precisions[p / 2], MIRROR_SHARD_AUTO, (int)(p % 2));
-            double t = time_steps(m, ds, w->batch, w->steps);
+            int on_device = 0;
+            double t = time_steps(m, ds, w->batch, w->steps, &on_device);
             printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precisions[p / 2]),
                    (double)w->batch / t, 1e3 * t);
             if (w->in) printf("%.1f", 6.0 * (double)w->batch * (double)mirror_num_parameters(m) / t / 1e12);
             else printf("-");
-            printf(" %s\n", p % 2 ? "graphs" : "eager");
+            printf(" %s data=%s\n", p % 2 ? "graphs" : "eager", on_device ? "device" : "host");
             fflush(stdout);
             mirror_model_destroy(m);
         }
@@ -202,6 +215,7 @@ int main(int argc, char **argv)
         const workload *cnn = &loads[3];
         mirror_model *m;
         double t[2];
+        int on_device = 0;
         snprintf(first, sizeof first, "%.*s", (int)strcspn(devices, ","), devices);
         id = strchr(first, ':') ? strchr(first, ':') + 1 : "0";
         if (!strncmp(first, "cpu", 3)) {
@@ -213,10 +227,11 @@ int main(int argc, char **argv)
         s = strategy(list);
         for (r = 0; r < 2; r++) {
             m = build(s, cnn, MIRROR_PRECISION_FP32, r ? MIRROR_SHARD_ON : MIRROR_SHARD_OFF, 0);
-            t[r] = time_steps(m, &digits, cnn->batch, cnn->steps);
+            t[r] = time_steps(m, &digits, cnn->batch, cnn->steps, &on_device);
             mirror_model_destroy(m);
         }
-        printf("replicas %zu %.3f %.3f\n", mirror_num_replicas(s), 1e3 * t[0], 1e3 * t[1]);
+        printf("replicas %zu %.3f %.3f data=%s\n", mirror_num_replicas(s), 1e3 * t[0], 1e3 * t[1],
+               on_device ? "device" : "host");
         fflush(stdout);
         mirror_strategy_destroy(s);
     }

@@ -5,8 +5,10 @@ The same models (Adam) and shapes as bench_gpu.c: mlp (784-256-128-10, batch
 batch 8192) and cnn (the trainer's CNN, batch 512); the digits from
 DIR/bench_digits.bin (written by bench_gpu; DIR from --dir, else $BENCH_DIR,
 else build), random data for mlp8192. The
-data sits on the device before timing (PyTorch's fastest loop; mirror uploads
-every batch). Each workload in three modes and three precisions:
+data sits on the device before timing (PyTorch's fastest loop; mirror keeps
+its data on the device too where they fit, mirror_keep_data), and each line
+ends with data=device (data=host on the CPU). Each workload in three modes
+and three precisions:
 
   modes       eager; graphs (the whole step captured once in a CUDA graph and
               replayed: Adam(capturable=True), static input tensors);
@@ -179,6 +181,7 @@ def main():
         else:
             x, y = digits_x, digits_y
         x, y = x.to(dev), y.to(dev)
+        lived = "host" if x.device.type == "cpu" else "device"  # each step slices x and y where they lie
         params = sum(p.numel() for p in model(wname, shape).parameters())
         for precision in ("fp32", "tf32", "amp"):
             for mode in modes:
@@ -186,7 +189,8 @@ def main():
                 if t is None:
                     continue
                 tflops = f"{6.0 * batch * params / t / 1e12:.1f}" if shape else "-"
-                print(f"torch {wname} {batch} {precision} {mode} {batch / t:.0f} {1e3 * t:.3f} {tflops}", flush=True)
+                print(f"torch {wname} {batch} {precision} {mode} {batch / t:.0f} {1e3 * t:.3f} {tflops} data={lived}",
+                      flush=True)
     for precision in ("fp32", "tf32", "amp"):
         print(f"cublas {precision} {gemm_rate(dev, precision, 512 if quick else 8192):.1f}", flush=True)
     return 0

@@ -23,11 +23,12 @@ typedef struct options {
     mirror_fit_desc fd;      /* --epochs, --batch, --accumulate, --save (checkpoint),
                                 --checkpoint-every, --resume (resumed_from), --history, --plot,
                                 --curve-every, --trace, --tensorboard, --phases, --progress, --augment,
-                                --crop-pad */
+                                --crop-pad, --data-on-device */
     /* The flags that are no desc's field, as given: names, the data, and
        the numbers that options_check turns into the descs' */
     const char *data, *model, *optimizer, *precision, *loss_scale, *lr_schedule;
     const char *shard_update; /* --shard-update auto|on|off */
+    const char *data_on_device; /* --data-on-device auto|on|off */
     const char *init_weights; /* --init-weights FILE: parameters from a safetensors file (mirror_load_weights) */
     const char *progress;     /* --progress bar|lines|none */
     size_t synthetic, lr_step;
@@ -135,6 +136,7 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--trace")) return options_text(o, a, v, &fd->trace);
     if (!strcmp(a, "--tensorboard")) return options_text(o, a, v, &fd->tensorboard);
     if (!strcmp(a, "--shard-update")) return options_text(o, a, v, &o->shard_update);
+    if (!strcmp(a, "--data-on-device")) return options_text(o, a, v, &o->data_on_device);
     if (!strcmp(a, "--progress")) return options_text(o, a, v, &o->progress);
     if (!strcmp(a, "--lr-step")) return options_count(o, a, v, &o->lr_step);
     if (!strcmp(a, "--chunk")) return options_count(o, a, v, &md->chunk);
@@ -245,6 +247,10 @@ static int options_check(options *o)
     else if (!strcmp(o->shard_update, "on")) md->shard_update = MIRROR_SHARD_ON;
     else if (!strcmp(o->shard_update, "off")) md->shard_update = MIRROR_SHARD_OFF;
     else return options_bad(o, "--shard-update", "auto, on or off", o->shard_update);
+    if (!o->data_on_device || !strcmp(o->data_on_device, "auto")) fd->data_on_device = MIRROR_DATA_AUTO;
+    else if (!strcmp(o->data_on_device, "on")) fd->data_on_device = MIRROR_DATA_ON;
+    else if (!strcmp(o->data_on_device, "off")) fd->data_on_device = MIRROR_DATA_OFF;
+    else return options_bad(o, "--data-on-device", "auto, on or off", o->data_on_device);
     if (!o->progress) fd->progress = MIRROR_PROGRESS_AUTO;
     else if (!strcmp(o->progress, "bar")) fd->progress = MIRROR_PROGRESS_BAR;
     else if (!strcmp(o->progress, "lines")) fd->progress = MIRROR_PROGRESS_LINES;

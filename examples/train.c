@@ -97,6 +97,9 @@ static void usage(FILE *f)
                "  --no-deterministic  sums in each split's own order: equal within float32 rounding, a little faster\n"
                "  --chunk K           deterministic mode's chunk: K samples, whole chunks per replica (default 16)\n"
                "  --graphs            GPUs: record each replica's pass and update as CUDA graphs, replay them\n"
+               "  --data-on-device M  auto | on | off: keep the data in each replica's device memory, uploaded once,\n"
+               "                      and send a step's row indices alone (auto: GPUs, where the data fit; CPU\n"
+               "                      replicas gather in place; on: CPU replicas too, a copy)\n"
                "  --shard-update M    auto | on | off: each replica updates a slice and keeps its optimizer state\n"
                "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs); on, with CPU\n"
                "                      replicas under mpirun: across the processes too (see the README)\n"
@@ -478,7 +481,7 @@ static int report(const run *r)
     if (mirror_model_query_desc(r->m).precision != MIRROR_PRECISION_FP32 &&
         mirror_loss_scale_get(r->m, &scaler) == MIRROR_OK)
         say(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
-    say("\n");
+    say(" data=%s\n", log->data_on_device ? "device" : "host"); /* where the training data lived */
     return warn_outputs(log->failed_outputs, &o->fd);
 }
 

@@ -74,7 +74,9 @@
      reduce_bucket buckets_done (optional)  2 sizes x3, where the reducer is NCCL
      capture_begin capture_end graph_launch graph_free (optional)  1 x fp32
      device_memory (optional)               1 x fp32
-     gemm_align (optional)                  2 (gemm_bias's with plans keyed at 4 and 32 bytes) x3 */
+     gemm_align (optional)                  2 (gemm_bias's with plans keyed at 4 and 32 bytes) x3
+     gather (optional)                      6 (plain rows, one row, flip, crop pad and both on odd planes,
+                                              several channels, int32 labels) x3 */
 #ifndef OPS_H
 #define OPS_H
 #include <math.h>
@@ -102,7 +104,7 @@ enum { OPS_DATA, OPS_FN, OPS_OPT };
     X(adam_mixed, OPS_FN) X(scaler_update, OPS_FN) X(mark, OPS_FN) X(marks, OPS_FN) X(workspace, OPS_FN)        \
     X(maxpool_relu_backward, OPS_OPT) X(reduce_bucket, OPS_OPT) X(buckets_done, OPS_OPT)                         \
     X(capture_begin, OPS_OPT) X(capture_end, OPS_OPT) X(graph_launch, OPS_OPT) X(graph_free, OPS_OPT)            \
-    X(device_memory, OPS_OPT) X(gemm_align, OPS_OPT)
+    X(device_memory, OPS_OPT) X(gemm_align, OPS_OPT) X(gather, OPS_OPT)
 
 typedef struct ops_member {
     const char *name;
@@ -1559,10 +1561,55 @@ static void op_gemm_align(ops_t *t, const ops_case *c)
     t->be->gemm_align(t->dev, 0);
 }
 
+/* Rows of a dataset in device memory by index, augmented as fit augments
+   them; a: rows of the dataset, n gathered, width (values a row), pad,
+   flip, h, w (a row's planes), labels (1: int32 rows of one value, the
+   labels' gather; else storage values). The reference takes each value
+   from where mirror_hd_augment_draw and mirror_hd_augment_source (the
+   definition) say, zero on the padding: every value exact. */
+static void op_gather(ops_t *t, const ops_case *c)
+{
+    size_t rows = c->a[0], n = c->a[1], width = c->a[2], pad = c->a[3], h = c->a[5], w = c->a[6], i, j, y, x;
+    int flip = (int)c->a[4], labels = (int)c->a[7];
+    size_t size = labels ? sizeof(int32_t) : ops_es(t);
+    uint64_t key = 0x9e3779b97f4a7c15u ^ (uint64_t)(rows * 131 + n);
+    float *src = labels ? NULL : ops_rand(t, rows * width, -2, 2);
+    int32_t *lab = labels ? (int32_t *)ops_hold(t, rows * sizeof(int32_t)) : NULL;
+    int64_t *index = (int64_t *)ops_hold(t, n * sizeof(int64_t));
+    void *dsrc, *dindex, *ddst = ops_dev(t, n * width * size);
+    ops_out *o;
+    if (!index || !ddst || (labels ? !lab : !src)) return;
+    for (i = 0; i < rows && labels; i++) lab[i] = (int32_t)(i * 7 % 1000) - 500;
+    for (i = 0; i < n; i++) index[i] = i == 0 ? (int64_t)(rows - 1) : (int64_t)(ops_u(t) * (double)rows) % (int64_t)rows;
+    dsrc = labels ? ops_upb(t, lab, rows * sizeof(int32_t)) : ops_up(t, src, rows * width);
+    dindex = ops_upb(t, index, n * sizeof(int64_t));
+    t->be->gather(t->dev, ddst, dsrc, (const int64_t *)dindex, n, width, size, key, pad, flip, h, w);
+    o = ops_get(t, labels ? "labels" : "rows", ddst, n * width, labels ? OPS_I32 : OPS_ST, OPS_EXACT);
+    for (i = 0; i < n; i++) {
+        const size_t r = (size_t)index[i];
+        long dy = 0, dx = 0, at;
+        int flipped = 0;
+        if (pad || flip) mirror_hd_augment_draw(key, (uint64_t)r, pad, flip, &dy, &dx, &flipped);
+        for (j = 0; j < width; j += (pad || flip) ? h * w : width)
+            for (y = 0; y < ((pad || flip) ? h : 1); y++)
+                for (x = 0; x < ((pad || flip) ? w : width); x++) {
+                    size_t e = (pad || flip) ? j + y * w + x : x;
+                    at = (pad || flip) ? mirror_hd_augment_source(h, w, y, x, dy, dx, flipped) : (long)x;
+                    o->want[i * width + e] = at < 0 ? 0.0 : labels ? (double)lab[r] : src[r * width + j + (size_t)at];
+                }
+    }
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 #define OPS_CASE(members, fn, precisions, ...) {members, fn, precisions, {__VA_ARGS__}},
 static const ops_case ops_cases[] = {
     OPS_CASE("open close bind status", op_lifecycle, OPS_F32ONLY, 0)
+    OPS_CASE("gather", op_gather, OPS_ALL, 50, 37, 13, 0, 0, 0, 0, 0)
+    OPS_CASE("gather", op_gather, OPS_ALL, 1, 1, 1, 0, 0, 0, 0, 0)
+    OPS_CASE("gather", op_gather, OPS_ALL, 40, 33, 35, 0, 1, 5, 7, 0)
+    OPS_CASE("gather", op_gather, OPS_ALL, 40, 29, 35, 2, 0, 5, 7, 0)
+    OPS_CASE("gather", op_gather, OPS_ALL, 40, 50, 2 * 28 * 28, 4, 1, 28, 28, 0)
+    OPS_CASE("gather", op_gather, OPS_ALL, 300, 257, 1, 0, 0, 0, 0, 1)
     OPS_CASE("gemm_align", op_gemm_align, OPS_ALL, 37, 70, 300, 0, 1, 0, 1, 4)
     OPS_CASE("gemm_align", op_gemm_align, OPS_ALL, 64, 32, 48, 0, 0, 0, 0, 32)
     OPS_CASE("alloc release zero upload download", op_memory, OPS_F32ONLY, 1)

@@ -175,14 +175,14 @@ if [ -x "$BUILD/train" ]; then
         "--devices ''" "--model rnn" "--optimizer lamb" "--lr-schedule exp" "--warmup -1" "--lr-step 0" \
         "--lr-step 5 --lr-schedule cosine" "--clip-norm 0" "--clip-norm -1" "--clip-norm inf" "--accumulate 0" \
         "--accumulate 2000000" "--dropout 1" "--dropout -0.5" "--crop-pad 2" "--crop-pad 65 --augment" \
-        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic" "--shard-update zero" \
+        "--chunk 8 --no-deterministic" "--chunk 0 --deterministic" "--shard-update zero" "--data-on-device gpu" \
         "--init-weights w.safetensors --resume w.ckpt"; do
         flag=$(echo "$bad" | cut -d' ' -f1)
         check "build/train $bad: exit 2 naming $flag" sh -c \
             "eval \"$BUILD/train $bad\" >/dev/null 2>'$tmp/num.err'; test \$? -eq 2 && grep -q -- '$flag' '$tmp/num.err'"
     done
     check "build/train --precision fp16: the loss scale on the final: line" sh -c \
-        "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0\$'"
+        "$TEST_RUNNER $BUILD/train --model mlp --epochs 1 --synthetic 600 --replicas 2 --batch 50 --precision fp16 | grep -E '^final: .* precision=fp16 loss_scale=65536 skipped=0 data=host\$'"
     for d in "--no-deterministic" "--deterministic"; do
         check "build/train --report-nonfinite 1 $d: an overflowing step names its layer and replica" sh -c \
             "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --precision fp16 --loss-scale 1e30 --max-skips 2 --report-nonfinite 1 $d 2>&1 >/dev/null | grep -q 'step 1 skipped: the gradient of layer 5 (dense) on replica 0 is not finite'"
@@ -267,6 +267,10 @@ if [ -x "$BUILD/train" ]; then
         same_runs "--model cnn-bn --optimizer adamw --clip-norm 100 $det --replicas 3" "--model cnn-bn --optimizer adamw --clip-norm 100 $det --replicas 3 --shard-update off"
     check "build/train --deterministic --batch 25 --accumulate 4 = --batch 100 (final: line and checkpoint, byte for byte)" \
         same_runs "--model mlp $det --chunk 25 --batch 100 --replicas 2" "--model mlp $det --chunk 25 --batch 25 --accumulate 4 --replicas 3"
+    check "build/train --data-on-device on = off on 3 CPU replicas, fp16, augmented (final: line and checkpoint, byte for byte)" \
+        same_runs "--model cnn --precision fp16 --augment --crop-pad 2 --epochs 2 --synthetic 301 --batch 50 --replicas 3 --data-on-device on" "--model cnn --precision fp16 --augment --crop-pad 2 --epochs 2 --synthetic 301 --batch 50 --replicas 3 --data-on-device off"
+    check "build/train --data-on-device on: data=device on the final: line; CPU replicas by default: data=host" sh -c \
+        "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --data-on-device on | grep -q '^final: .* data=device\$' && $BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 | grep -q '^final: .* data=host\$'"
     reps="2 3 4" models="mlp cnn cnn-bn resnet"
     # the sanitizer builds' trainers are slow: one replica count, two models
     # (test_norm compares a deterministic ResNet there)

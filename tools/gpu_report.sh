@@ -128,8 +128,9 @@ if [ -n "$raw" ]; then
         echo "## Every figure"
         echo ""
         echo "The benchmarks' own lines: \`mirror <workload> <batch> <precision> <samples/s> <ms/step> <TFLOP/s>"
-        echo "<mode>\`, \`replicas <K> <ms/step> <ms/step sharded>\`, \`torch <workload> <batch> <precision> <mode>"
-        echo "<samples/s> <ms/step> <TFLOP/s>\`, \`cublas <precision> <TFLOP/s>\`, and the fused update's"
+        echo "<mode> data=<device|host>\`, \`replicas <K> <ms/step> <ms/step sharded> data=<device|host>\`,"
+        echo "\`torch <workload> <batch> <precision> <mode> <samples/s> <ms/step> <TFLOP/s> data=<device|host>\`"
+        echo "(data: where the training data lived), \`cublas <precision> <TFLOP/s>\`, and the fused update's"
         echo "\`<what> <B/param> <ms> <GB/s> <of copy>\`."
         for f in $raw; do
             echo ""
