@@ -10256,16 +10256,16 @@ static int mirror__check_memory(mirror_model *m)
     if (have == plan.soft && plan.advisory[0]) {
         char notice[512];
         snprintf(notice, sizeof notice,
-                 "mirror_model_build: %zu replica%s need %s of host memory, more than the %s (%s); going on, as %s",
-                 R, R == 1 ? "" : "s", mirror__bytes_text(host, a, sizeof a), what,
+                 "mirror_model_build: %zu replica%s need%s %s of host memory, more than the %s (%s); going on, as %s",
+                 R, R == 1 ? "" : "s", R == 1 ? "s" : "", mirror__bytes_text(host, a, sizeof a), what,
                  mirror__bytes_text(have, c, sizeof c), plan.advisory);
         mirror__log(MIRROR_LOG_NOTICE, notice);
         return MIRROR_OK;
     }
     return mirror__fail(m, MIRROR_ERR_NO_MEMORY,
-                        "mirror_model_build: %zu replica%s need %s of host memory (%s each) and the %s is %s: lower "
-                        "max_batch (%zu, the global batch), the replicas or the model%s",
-                        R, R == 1 ? "" : "s", mirror__bytes_text(host, a, sizeof a),
+                        "mirror_model_build: %zu replica%s need%s %s of host memory (%s each) and the %s is %s: "
+                        "lower max_batch (%zu, the global batch), the replicas or the model%s",
+                        R, R == 1 ? "" : "s", R == 1 ? "s" : "", mirror__bytes_text(host, a, sizeof a),
                         mirror__bytes_text(host / (double)R, b, sizeof b), what, mirror__bytes_text(have, c, sizeof c),
                         m->desc.max_batch,
                         have == plan.soft && bytes == 0.0 ? "; if memory grows as used: MIRROR_HOST_MEMORY=advisory" : "");

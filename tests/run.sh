@@ -380,7 +380,7 @@ fi
 # line; an explicit cuda: device must fail cleanly. With a GPU it must
 # train on it.
 if [ -n "$NVCC" ] && [ -z "$SAN" ]; then
-    check "tests/gpu/test_cuda.cu builds (make test-gpu runs it on a GPU)" test -x "$BUILD/test_cuda"
+    check "tests/gpu/test_cuda.cu builds, in the GPU pack (make test-gpu runs it on a GPU)" test -x "${PACK:-$BUILD}/test_cuda"
 fi
 # Whether this machine has a GPU, found without the trainer: the driver's
 # own list (nvidia-smi, or /proc where the driver is loaded).
@@ -479,22 +479,22 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
         check "build/gpu-pack/run.sh where libnccl is not found: the nonccl/ flavour, said in the results" sh -c \
             "PATH='$tmp/ldd':\$PATH '$PACK/run.sh' '$tmp/pack-nonccl' >'$tmp/pack-nonccl.out' 2>&1; grep -q '^flavour: nonccl (libnccl.so.2 not found' '$tmp/pack-nonccl/gpu-results.txt' && grep -q '^nccl: none (built without NCCL)' '$tmp/pack-nonccl/gpu-results.txt'"
     fi
-    # On a machine that says it has 64 MiB and cannot grow (tests/fake_memory.sh,
-    # as root): the host memory check is active and refuses all but the
-    # smallest model, and run.sh's MIRROR_HOST_MEMORY=advisory lets every
-    # stage run with a notice, as on a microVM whose MemTotal starts low.
+    # On a machine that says it has 16 MiB and cannot grow (tests/fake_memory.sh,
+    # as root): the host memory check is active (it would refuse the smoke
+    # stage's trainer, 27 MiB, and more), and run.sh's MIRROR_HOST_MEMORY=advisory
+    # lets every stage run with a notice, as on a microVM whose MemTotal starts low.
     if unshare -m true 2>/dev/null; then
-        small="sh tests/fake_memory.sh 65536 fixed --"
+        small="sh tests/fake_memory.sh 16384 fixed --"
     else
         small=
-        echo "the pack's --cpu run on a 64 MiB machine: skipped, unshare -m needs root (run as it is)"
+        echo "the pack's --cpu run on a 16 MiB machine: skipped, unshare -m needs root (run as it is)"
     fi
     pack_cpu() {
         $small "$PACK/run.sh" --cpu "$tmp/pack-cpu" 150 >"$tmp/pack-cpu.out" 2>&1 || return 1
         r=$tmp/pack-cpu/gpu-results.txt
         if [ -n "$small" ]; then
-            grep -rq 'more than the physical memory (64.0 MiB); going on, as host_memory (\$MIRROR_HOST_MEMORY) is advisory$' \
-                "$tmp/pack-cpu" || { echo "no notice of the 64 MiB machine in $tmp/pack-cpu"; return 1; }
+            grep -rq 'more than the physical memory (16.0 MiB); going on, as host_memory (\$MIRROR_HOST_MEMORY) is advisory$' \
+                "$tmp/pack-cpu/smoke" || { echo "no notice of the 16 MiB machine in $tmp/pack-cpu/smoke"; return 1; }
         fi
         for s in smoke test_cuda trainer bench sanitizer mpi compile; do
             grep -q "^== $s\$" "$r" || { echo "no stage $s in $r"; return 1; }
@@ -503,7 +503,7 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
             test "$(grep -c '^ok: train_cuda ' "$r")" -eq 30 && test "$(grep -c '^ok: .*, bit for bit$' "$r")" -eq 12 &&
             grep -q '^ok: bench_gpu ' "$r" && grep -q '^mlp8192 ' "$r" && grep -q '^skipped: test_cuda (GPU only)' "$r"
     }
-    check "build/gpu-pack/run.sh --cpu${small:+ on a 64 MiB machine}: every stage on CPU replicas, 30 trainer runs and 12 equalities, a complete results file" \
+    check "build/gpu-pack/run.sh --cpu${small:+ on a 16 MiB machine}: every stage on CPU replicas, 30 trainer runs and 12 equalities, a complete results file" \
         pack_cpu
     pack_report() {
         sh tools/gpu_report.sh "$tmp/pack-cpu" "$tmp/GPU.md" || return 1
