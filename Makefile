@@ -246,11 +246,11 @@ $(BUILD)/gpu_info: $(BUILD)/gpu_info.o
 
 # The GPU pack: the GPU programs built here for a GPU machine that may
 # have no compiler, no network, no MPI, no NCCL and no AVX-512: host code
-# for x86-64-v3, the default build's GPU code (SASS for the first
-# architecture of each major from sm_75, PTX of the newest) and SASS for
-# sm_86 and sm_89 too (PACK_CUDA_ARCH; the RTX 30xx, L4 and RTX 4090 run
-# code compiled for them, not sm_80's; 4.4 of the pack's 32 MiB, whose
-# limit is 48), no MPI, the CUDA runtime and
+# for x86-64-v3, the default build's GPU code (PACK_CUDA_ARCH: SASS for
+# the first architecture of each major from sm_75, whose sm_80 SASS also
+# runs on 8.6 and 8.9, and PTX of the newest; SASS of sm_86 and sm_89
+# would add 4.4 MiB and a minute and a half of CPU to every make test,
+# which builds the pack), no MPI, the CUDA runtime and
 # libstdc++ linked in (cuBLAS and NCCL stay shared: hundreds of MB; so does
 # libgcc_s, whose static unwinder would ask for glibc 2.35); a second
 # flavour without NCCL in nonccl/; the run script (tests/gpu/pack_run.sh)
@@ -259,7 +259,7 @@ $(BUILD)/gpu_info: $(BUILD)/gpu_info.o
 PACK          = build/gpu-pack
 PACK_OBJ      = build/gpu-pack-obj
 PACK_PROGRAMS = test_cuda train_cuda bench_gpu bench_fused_cuda gpu_info
-PACK_CUDA_ARCH = $(shell printf '%s\n' $(CUDA_ARCH_DEFAULT) 86 89 | sort -nu)
+PACK_CUDA_ARCH = $(CUDA_ARCH_DEFAULT)
 PACK_MAKE     = $(MAKE) --no-print-directory NO_MPI=1 HAVE_MPI= SAN= OPT=-O3 ARCH=-march=x86-64-v3 \
                 CUDA_ARCH="$(PACK_CUDA_ARCH)" \
                 CUDA_STDCXX="-static-libstdc++ -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic" \
@@ -371,7 +371,7 @@ run: info $(BUILD)/$(TRAINER)
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
 # The plain run where nvcc is also builds the GPU pack, whose programs
 # are the GPU programs compiled for every architecture the pack holds
-# (more than the default CUDA_ARCH: every major, and sm_86 and sm_89), and
+# (the default CUDA_ARCH: every major), and
 # runs the pack's script on CPU replicas; the CUDA trainer is built for
 # the default CUDA_ARCH as an example. The sanitizer runs build none of
 # the GPU programs (nothing runs them there: the CUDA trainer's fallback

@@ -432,9 +432,9 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
         want="6.1 none
 7.5 sm_75 SASS
 8.0 sm_80 SASS
-8.6 sm_86 SASS
-8.7 sm_86 SASS
-8.9 sm_89 SASS
+8.6 sm_80 SASS
+8.7 sm_80 SASS
+8.9 sm_80 SASS
 9.0 sm_90 SASS
 10.0 sm_100 SASS
 10.3 sm_100 SASS
@@ -450,7 +450,7 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
         done &&
             "$PACK/gpu_info" --code-for 8.6 "sm_75 sm_80 sm_90 compute_90" | grep -q '^code for 8.6: sm_80 SASS$' &&
             "$PACK/gpu_info" --code-for 9.0 "sm_80 compute_80" | grep -q '^code for 9.0: compute_80 PTX' &&
-            grep -q '^code: host x86-64-v3 (no AVX-512); device SASS for 75 80 86 89 90 [0-9 ]*+ PTX for [0-9]' "$PACK/PACK.txt"
+            grep -q '^code: host x86-64-v3 (no AVX-512); device SASS for 75 80 90 [0-9 ]*+ PTX for [0-9]' "$PACK/PACK.txt"
     }
     check "the GPU pack's code: gpu_info --code-for 6.1 to 13.0 names the SASS or PTX the driver takes; PACK.txt lists it" \
         pack_codes
