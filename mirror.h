@@ -587,10 +587,11 @@
       the operands' alignment: it is told the alignment every chunk has
       whatever the replica count (mirror__chunk_align: 64 bytes, or the
       lowest bit of K rows of a dense layer's inputs or outputs), not the
-      one this count gives the chunk's place in the arena. On GPUs the chunks are added on the first GPU in
-      chunk order (the copy reducer's sum; NCCL's order is its own, so the
-      nccl reducer hands it over), in one process: GPU replicas across
-      processes are refused (MIRROR_ERR_UNSUPPORTED). The cost: K = 16
+      one this count gives the chunk's place in the arena. On GPUs the
+      chunks are added on the first GPU in chunk order (the copy reducer's
+      sum; NCCL's order is its own, so the nccl reducer hands it over), in
+      one process: GPU replicas across processes are refused
+      (MIRROR_ERR_UNSUPPORTED). The cost: K = 16
       makes the weight-gradient GEMMs 16 samples deep and keeps ceil(chunks
       / replicas) gradient arenas per replica (the memory report counts them
       under gradients); bench/RESULTS.md has the measured time and memory.
@@ -10268,7 +10269,8 @@ static int mirror__check_memory(mirror_model *m)
                         R, R == 1 ? "" : "s", R == 1 ? "s" : "", mirror__bytes_text(host, a, sizeof a),
                         mirror__bytes_text(host / (double)R, b, sizeof b), what, mirror__bytes_text(have, c, sizeof c),
                         m->desc.max_batch,
-                        have == plan.soft && bytes == 0.0 ? "; if memory grows as used: MIRROR_HOST_MEMORY=advisory" : "");
+                        have == plan.soft && bytes == 0.0 ? "; if memory grows as used: MIRROR_HOST_MEMORY=advisory"
+                                                          : "");
 }
 
 /* Replica r's buffers on its opened device: parameters, gradients and
