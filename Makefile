@@ -305,18 +305,40 @@ test-crash: info $(BUILD)/train
 # lib/ are on pkg-config's default path). DESTDIR stages an install. make
 # uninstall removes those four files and nothing else; the directories
 # stay (install -d does not say which ones it made).
+# Paths may hold spaces, & and |: the recipes single-quote them, sed's
+# replacements escape & and |, and the .pc files write a space as "\ ",
+# pkg-config's escape (its --cflags then prints -I/my\ prefix/include). A
+# ' " \ # $ or tab is refused by both targets before they touch a file:
+# the quotes, sed or a .pc file (where # starts a comment) cannot hold it.
 PREFIX       ?= /usr/local
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(PREFIX)/share/pkgconfig
 INSTALL      ?= install
 MIRROR_VERSION = $(shell sed -n 's/^.define MIRROR_VERSION "\([^"]*\)"$$/\1/p' mirror.h)
-PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
-         -e 's|@VERSION@|$(MIRROR_VERSION)|g' -e 's|@CUDA_PATH@|$(CUDA_PATH)|g' -e 's|@NCCL_HOME@|$(NCCL_HOME)|g' \
+mirror__empty :=
+mirror__space := $(mirror__empty) $(mirror__empty)
+mirror__tab   := $(mirror__empty)	$(mirror__empty)
+mirror__hash  := \#
+# The characters refused in a path, and the paths that may hold none.
+mirror__odd = $(or $(findstring ',$(1)),$(findstring ",$(1)),$(findstring \,$(1)),$(findstring $(mirror__hash),$(1)),$(findstring $$,$(1)),$(findstring $(mirror__tab),$(1)))
+INSTALL_PATHS = DESTDIR PREFIX INCLUDEDIR PKGCONFIGDIR CUDA_PATH NCCL_HOME
+INSTALL_CHECK = $(foreach v,$(INSTALL_PATHS),$(if $(call mirror__odd,$($(v))),$(error make $@: $(v) holds a \
+                ' " \ $(mirror__hash) $$ or tab, which the install's quoting and the .pc files cannot hold; nothing done)))
+# A value for the .pc file through sed: the space escaped for pkg-config,
+# then \ & | escaped for sed's replacement.
+mirror__pc = $(subst |,\|,$(subst &,\&,$(subst $(mirror__space),\\ ,$(1))))
+# INCLUDEDIR under PREFIX as ${prefix}/...: make's word functions see a path
+# with spaces whole once its spaces are a refused character ("), % quoted.
+mirror__word = $(subst $(mirror__space),",$(1))
+PC_INCLUDEDIR = $(subst ",$(mirror__space),$(patsubst $(subst %,\%,$(call mirror__word,$(PREFIX)))/%,$${prefix}/%,$(call mirror__word,$(INCLUDEDIR))))
+PC_SED = -e 's|@PREFIX@|$(call mirror__pc,$(PREFIX))|g' -e 's|@INCLUDEDIR@|$(call mirror__pc,$(PC_INCLUDEDIR))|g' \
+         -e 's|@VERSION@|$(MIRROR_VERSION)|g' -e 's|@CUDA_PATH@|$(call mirror__pc,$(CUDA_PATH))|g' \
+         -e 's|@NCCL_HOME@|$(call mirror__pc,$(NCCL_HOME))|g' \
          -e 's|@NCCL_CFLAGS@|$(if $(HAVE_NCCL),, -DMIRROR_NO_NCCL)|g' -e 's|@NCCL_LIBS@|$(if $(HAVE_NCCL), -lnccl)|g'
-INSTALLED = $(DESTDIR)$(INCLUDEDIR)/mirror.h $(DESTDIR)$(INCLUDEDIR)/mirror_cuda.h \
-            $(DESTDIR)$(PKGCONFIGDIR)/mirror.pc $(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc
+INSTALLED = '$(DESTDIR)$(INCLUDEDIR)/mirror.h' '$(DESTDIR)$(INCLUDEDIR)/mirror_cuda.h' \
+            '$(DESTDIR)$(PKGCONFIGDIR)/mirror.pc' '$(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc'
 install:
-	@test -n "$(MIRROR_VERSION)" || { echo "make install: no #define MIRROR_VERSION in mirror.h"; exit 1; }
+	@$(INSTALL_CHECK)test -n "$(MIRROR_VERSION)" || { echo "make install: no #define MIRROR_VERSION in mirror.h"; exit 1; }
 	$(INSTALL) -d '$(DESTDIR)$(INCLUDEDIR)' '$(DESTDIR)$(PKGCONFIGDIR)'
 	$(INSTALL) -m 644 mirror.h mirror_cuda.h '$(DESTDIR)$(INCLUDEDIR)'
 	sed $(PC_SED) tools/mirror.pc.in >'$(DESTDIR)$(PKGCONFIGDIR)/mirror.pc'
@@ -324,7 +346,7 @@ install:
 	chmod 644 '$(DESTDIR)$(PKGCONFIGDIR)/mirror.pc' '$(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc'
 
 uninstall:
-	rm -f $(foreach f,$(INSTALLED),'$(f)')
+	$(INSTALL_CHECK)rm -f $(INSTALLED)
 
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (make test runs it too, in the plain run).

@@ -5,7 +5,8 @@
 # pkg-config's flags alone, warning-free, and run; mirror-cuda's flags name
 # CUDA_PATH, and where nvcc is, the CUDA build of the library compiles with
 # them and hello.c links against it and runs; DESTDIR and INCLUDEDIR; make
-# uninstall removes what install put there and nothing else.
+# uninstall removes what install put there and nothing else; paths with a
+# space, & or | installed and uninstalled exactly, a ' or # refused.
 #
 # Run from the repository root by tests/run.sh (the plain make test only)
 # and make test-install; the last line is "install: N passed, N failed".
@@ -146,6 +147,37 @@ unstaged() {
         no_files_but "$stage" "$stage/opt/mirror/include/ml/other.h"
 }
 check "make uninstall DESTDIR=<tmp> ...: only its own files go (another header in the directory stays)" unstaged
+
+# Paths with a space, & or |: installed whole, written into both .pc files
+# with the space escaped as pkg-config reads it, and uninstalled exactly; a
+# file named as the path's first word (what a split path would remove)
+# stays. A ' or # is refused by install and uninstall alike, touching
+# nothing.
+odd=$tmp/odd
+odd_path() {
+    rm -rf "$odd" && mkdir "$odd" && : >"$odd/my" && : >"$odd/R" || return 1
+    root=$1
+    shift
+    "$MAKE" install "$@" || return 1
+    want=$(printf '%s' "$prefix" | sed 's/ /\\ /g')
+    for f in mirror.pc mirror-cuda.pc; do
+        grep -qxF "prefix=$want" "$root$prefix/share/pkgconfig/$f" || { echo "$f:"; cat "$root$prefix/share/pkgconfig/$f"; return 1; }
+    done
+    no_files_but "$odd" "$odd/my" "$odd/R" "$root$prefix/include/mirror.h" "$root$prefix/include/mirror_cuda.h" \
+        "$root$prefix/share/pkgconfig/mirror.pc" "$root$prefix/share/pkgconfig/mirror-cuda.pc" || return 1
+    "$MAKE" uninstall "$@" && no_files_but "$odd" "$odd/my" "$odd/R"
+}
+for prefix in "$odd/my prefix" "$odd/R&D" "$odd/R|D"; do
+    check "make install, uninstall PREFIX='$prefix'" odd_path "" PREFIX="$prefix"
+done
+prefix=/opt/mirror
+check "make install, uninstall DESTDIR='$odd/my stage'" odd_path "$odd/my stage" DESTDIR="$odd/my stage" PREFIX="$prefix"
+refused_path() {
+    rm -rf "$odd" && mkdir "$odd" && : >"$odd/my" || return 1
+    ! "$MAKE" install "$@" && ! "$MAKE" uninstall "$@" && no_files_but "$odd" "$odd/my"
+}
+check "make install and uninstall refuse PREFIX='$odd/it's'" refused_path PREFIX="$odd/it's"
+check "make install and uninstall refuse DESTDIR='$odd/a#b'" refused_path DESTDIR="$odd/a#b"
 
 echo "install: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
