@@ -461,14 +461,17 @@ $(BUILD)/bench_peers_mpi: bench/bench_peers.c bench/fma_chains.h examples/models
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
 # Checkpoints out to ONNX Runtime and PyTorch (tools/mirror_model.py): the
-# exports' logits against mirror's; fit's TensorBoard events through the
-# tensorboard package's reader (tests/interop). Their packages come from
-# pip here, never in make test. The torch checks run where torch is.
+# exports' logits against mirror's; the tool's checks of descriptions,
+# files and outputs (test_tool.py, in make test too); fit's TensorBoard
+# events through the tensorboard package's reader (tests/interop). Their
+# packages come from pip here, never in make test. The torch checks run
+# where torch is.
 INTEROP_PACKAGES = numpy safetensors onnx onnxruntime tensorboard
 test-interop: info $(BUILD)/train $(BUILD)/interop_predict
 	@python3 -c 'import numpy, safetensors, onnx, onnxruntime, tensorboard' 2>/dev/null || \
 	 python3 -m pip install -q $(INTEROP_PACKAGES)
 	python3 tests/interop/test_export.py $(BUILD)
+	python3 tests/interop/test_tool.py
 	python3 tests/interop/test_tensorboard.py $(BUILD)
 
 $(BUILD)/interop_predict: tests/interop/predict.c mirror.h | $(BUILD)

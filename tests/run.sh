@@ -589,6 +589,21 @@ if [ -z "$SAN" ]; then
     grep -E '^install: skipped' "$BUILD/install.out"
 fi
 
+# tools/mirror_model.py without its exports' packages: every argument of a
+# model description held to mirror.h's ranges, one line per error, outputs
+# that would destroy a file refused, writes that replace a file whole
+# (tests/interop/test_tool.py; needs the tool's numpy and safetensors). The
+# exports against mirror's logits: make test-interop.
+if [ -z "$SAN" ]; then
+    if python3 -c 'import numpy, safetensors' 2>/dev/null; then
+        python3 tests/interop/test_tool.py >"$BUILD/tool.out" 2>&1
+        tally tool "$BUILD/tool.out" $?
+        grep -E 'not installed' "$BUILD/tool.out"
+    else
+        echo "tool: skipped: tools/mirror_model.py's checks need python3 with numpy and safetensors (python3 -m pip install numpy safetensors)"
+    fi
+fi
+
 # The labs (examples/labs): each exits 0 and prints every line of its
 # handout that reads "check: ...: ok", taken from the handout itself, so a
 # handout never goes stale. In the plain run only (a few seconds in all).

@@ -29,9 +29,14 @@ The outputs are the last layer's (logits: no softmax). Needs numpy and
 safetensors; torch and onnx are imported only by what uses them.
 """
 import argparse
+import contextlib
 import importlib
+import json
+import os
 import re
+import stat
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 
@@ -55,6 +60,18 @@ ARITY = {"dense": 1, "conv2d": 4, "maxpool2d": 2, "avgpool2d": 2, "dropout": 1, 
          "residual": 0, "residual_end": 0}
 # Layers that work on planes [N, C, H, W]; a flat [N, F] input becomes [N, F, 1, 1].
 PLANE = {"conv2d", "maxpool2d", "avgpool2d", "global_avgpool"}
+# mirror.h's limits, which a description is held to as mirror_model_from_checkpoint holds it: every
+# argument in [0, 1e9]; the sizes each layer takes (mirror_dense, mirror_conv2d, ...); at most 2^28
+# values in the input and in any layer's output per sample, 2^30 weights in a layer, 64 layers.
+ARG_MAX = 1e9
+SIZE_MAX = {"dense": (1 << 24,), "conv2d": (1 << 16, 64, 64), "maxpool2d": (64, 64), "avgpool2d": (64, 64)}
+SIZE_NAMES = {"dense": ("units",), "conv2d": ("filters", "kernel", "stride"), "maxpool2d": ("window", "stride"),
+              "avgpool2d": ("window", "stride")}
+VALUES_MAX, WEIGHTS_MAX, LAYERS_MAX = 1 << 28, 1 << 30, 64
+# A number as mirror's parser (strtod after a digit) reads one: decimal or hexadecimal, no sign.
+NUMBER = r"0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
+# --torch traces the network on 2 samples: the activations that trace may take.
+TRACE_BYTES = 1 << 30
 
 
 @dataclass
@@ -92,23 +109,47 @@ class Checkpoint:
 def _entries(model, path):
     """The description's entries as (name, args): "conv2d(16,3,1,1)" -> ("conv2d", [16.0, 3.0, 1.0, 1.0])."""
     for text in model.split(";"):
-        m = re.fullmatch(r"([a-z_0-9]+)(?:\(([^()]*)\))?", text)
-        try:
-            args = [float(a) for a in m.group(2).split(",")] if m and m.group(2) is not None else []
-        except ValueError:
-            m = None
+        m = re.fullmatch(rf"([a-z_0-9]+)(?:\(((?:{NUMBER})(?:,(?:{NUMBER})){{0,3}})\))?", text)
         if not m:
             raise MirrorModelError(f'{path}: malformed layer "{text}" in the model description')
+        args = [float.fromhex(a) if a[1:2] in ("x", "X") else float(a) for a in m.group(2).split(",")] \
+            if m.group(2) is not None else []
         yield m.group(1), args
 
 
 def _f32(a):
     """A float as mirror holds it (batchnorm's eps "9.99999975e-06" is float32's 1e-5)."""
-    return float(np.float32(a))
+    with np.errstate(over="ignore"):
+        return float(np.float32(a))
+
+
+def _check_args(kind, args, where):
+    """A layer's arguments checked as mirror_dense, mirror_conv2d, ... check them; the sizes as ints."""
+    if kind in SIZE_MAX:
+        sizes = [int(a) for a in args]  # (size_t) in C: the fraction dropped
+        for name, v, top in zip(SIZE_NAMES[kind], sizes, SIZE_MAX[kind]):
+            if not 1 <= v <= top:
+                raise MirrorModelError(f"{where}: {name} {v} is out of range [1, {top}]")
+        return tuple(sizes)
+    if kind == "dropout":
+        p = _f32(args[0])
+        if not 0 <= p < 1:
+            raise MirrorModelError(f"{where}: p {p:g}: a probability in [0, 1)")
+        return (p,)
+    if kind == "batchnorm":
+        momentum, eps = _f32(args[0]), _f32(args[1])
+        if not (0 < momentum <= 1 and 0 < eps <= 1):
+            raise MirrorModelError(f"{where}: momentum {momentum:g} and eps {eps:g}: each in (0, 1]")
+        if args[2] > 1:
+            raise MirrorModelError(f"{where}: its third argument {args[2]:g} is 1 (local statistics) or 0 "
+                                   "(synchronised)")
+        return (momentum, eps, args[2])
+    return tuple(args)
 
 
 def parse_model(model, path="checkpoint"):
-    """The layers of a model description, each with its shapes and tensors; the loss."""
+    """The layers of a model description, each with its shapes and tensors; the loss. Every argument,
+    shape and size is checked as mirror checks it when it rebuilds the model."""
     head, _, tail = model.rpartition(";")
     loss = re.fullmatch(r"loss\((softmax_ce|mse)\)", tail)
     if not loss:
@@ -116,18 +157,24 @@ def parse_model(model, path="checkpoint"):
                                'loss(mse): truncated?')
     entries = list(_entries(head, path))
     name, args = entries[0]
-    if name != "input" or len(args) != 3 or min(args) < 1:
+    if name != "input" or len(args) != 3:
         raise MirrorModelError(f'{path}: the model description starts with "{name}", not input(C,H,W)')
+    if not all(1 <= a <= ARG_MAX for a in args):
+        raise MirrorModelError(f"{path}: input({','.join(f'{a:g}' for a in args)}) out of range: each in [1, 1e9]")
     shape, flat, block = tuple(int(a) for a in args), False, None
+    if np.prod(shape, dtype=np.float64) > VALUES_MAX:
+        raise MirrorModelError(f"{path}: input {'x'.join(map(str, shape))} is too large (at most 2^28 values)")
+    if len(entries) - 1 > LAYERS_MAX:
+        raise MirrorModelError(f"{path}: {len(entries) - 1} layers, more than {LAYERS_MAX}")
     input_shape, layers = shape, []
     for i, (kind, args) in enumerate(entries[1:]):
         where = f"{path}: layer {i}, {kind}"
         if kind not in ARITY or len(args) != ARITY[kind]:
             raise MirrorModelError(f'{path}: unknown layer "{kind}" with {len(args)} arguments (layer {i})')
-        if kind not in ("dropout", "batchnorm"):
-            args = [int(a) for a in args]
-        else:
-            args = [_f32(a) for a in args]
+        if not all(0 <= a <= ARG_MAX for a in args):
+            raise MirrorModelError(f"{where}({','.join(f'{a:g}' for a in args)}) out of range: each "
+                                   "argument in [0, 1e9]")
+        args = _check_args(kind, args, where)
         c, h, w = shape
         layer = Layer(i, kind, tuple(args), shape, shape, flat)
         p = f"layers.{i}."
@@ -138,13 +185,15 @@ def parse_model(model, path="checkpoint"):
             layer.tensors = {p + "weight": (args[0], c), p + "bias": (args[0],)}
         elif kind == "conv2d":
             o, k, s, pad = args
-            if pad >= k or k > h + 2 * pad or k > w + 2 * pad or s < 1:
+            if pad >= k:
+                raise MirrorModelError(f"{where}: padding {pad} must be below the kernel size {k}")
+            if k > h + 2 * pad or k > w + 2 * pad:
                 raise MirrorModelError(f"{where}: kernel {k}, padding {pad} do not fit the input {c}x{h}x{w}")
             layer.out_shape = (o, (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1)
             layer.tensors = {p + "weight": (o, c, k, k), p + "bias": (o,)}
         elif kind in ("maxpool2d", "avgpool2d"):
             k, s = args
-            if k > h or k > w or s < 1:
+            if k > h or k > w:
                 raise MirrorModelError(f"{where}: window {k} larger than the input {h}x{w}")
             layer.out_shape = (c, (h - k) // s + 1, (w - k) // s + 1)
         elif kind == "flatten":
@@ -169,40 +218,68 @@ def parse_model(model, path="checkpoint"):
                 layer.stride = s
                 layer.tensors = {p + "weight": (c, ic, 1, 1), p + "bias": (c,)}
             layer.start, block = block.index, None
+        weights = max((int(np.prod(t, dtype=np.float64)) for t in layer.tensors.values()), default=0)
+        if np.prod(layer.out_shape, dtype=np.float64) > VALUES_MAX or weights > WEIGHTS_MAX:
+            raise MirrorModelError(f"{where}: too large (an output of {'x'.join(map(str, layer.out_shape))}, "
+                                   f"{weights} weights; at most 2^28 and 2^30)")
         layers.append(layer)
         shape = layer.out_shape
         # Flat after flatten and dense; planes again after the layers of PLANE.
         flat = kind in ("flatten", "dense") or (flat and kind not in PLANE)
+    if not layers:
+        raise MirrorModelError(f"{path}: the model description has no layers")
     if block is not None:
         raise MirrorModelError(f"{path}: the residual block opened at layer {block.index} is never closed")
+    if loss.group(1) == "softmax_ce" and np.prod(shape) < 2:
+        raise MirrorModelError(f"{path}: softmax cross-entropy needs at least 2 outputs, the last layer gives "
+                               f"{int(np.prod(shape))}")
     return input_shape, layers, loss.group(1)
 
 
-def load(path):
-    """Reads and checks a mirror checkpoint: its layers and every tensor they need."""
+def _safetensors(path, read):
+    """read(f) on the safetensors file at path, whose header safetensors checks against the file's size
+    (every tensor inside the file, nothing else in it); its errors said in one line."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise MirrorModelError(f"{path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MirrorModelError(f"{path}: not a regular file")
     try:
         with safe_open(path, framework="numpy") as f:
-            meta, names = f.metadata() or {}, set(f.keys())
-            if meta.get("format") != "mirror" or "model" not in meta:
-                raise MirrorModelError(f"{path}: not a mirror checkpoint (no \"format\": \"mirror\" and model)")
-            input_shape, layers, loss = parse_model(meta["model"], path)
-            tensors = {}
-            for layer in layers:
-                for name, shape in layer.tensors.items():
-                    if name not in names:
-                        raise MirrorModelError(f"{path}: tensor {name} {list(shape)} of {layer.name} is missing")
-                    t = f.get_tensor(name)
-                    if t.shape != shape:
-                        raise MirrorModelError(f"{path}: tensor {name} has shape {list(t.shape)}, "
-                                               f"{layer.name} needs {list(shape)}")
-                    tensors[name] = t.astype(np.float32)
-    except MirrorModelError:
-        raise
+            return read(f)
     except Exception as e:  # OSError, or safetensors' own error
         raise MirrorModelError(f"{path}: cannot be read as safetensors ({e})") from None
-    extra = sorted(n for n in names if n.startswith("layers.") and n not in tensors)
+
+
+def load(path):
+    """Reads and checks a mirror checkpoint: its layers and every tensor they need, each tensor's dtype and
+    shape checked against the description before any is read, then its values."""
+    meta, found = _safetensors(path, lambda f: (f.metadata() or {}, {
+        n: (f.get_slice(n).get_dtype(), tuple(f.get_slice(n).get_shape())) for n in f.keys()}))
+    if meta.get("format") != "mirror" or "model" not in meta:
+        raise MirrorModelError(f"{path}: not a mirror checkpoint (no \"format\": \"mirror\" and model)")
+    input_shape, layers, loss = parse_model(meta["model"], path)
+    for layer in layers:
+        for name, shape in layer.tensors.items():
+            if name not in found:
+                raise MirrorModelError(f"{path}: tensor {name} {list(shape)} of {layer.name} is missing")
+            dtype, got = found[name]
+            if got != shape:
+                raise MirrorModelError(f"{path}: tensor {name} has shape {list(got)}, {layer.name} needs "
+                                       f"{list(shape)}")
+            if dtype != "F32":
+                raise MirrorModelError(f"{path}: tensor {name} is {dtype}, a checkpoint's are F32")
+    needed = [n for layer in layers for n in layer.tensors]
+    extra = sorted(n for n in found if n.startswith("layers.") and n not in needed)
     if extra:
         raise MirrorModelError(f"{path}: tensor {extra[0]} belongs to no layer of the model")
+    tensors = _safetensors(path, lambda f: {n: f.get_tensor(n).astype(np.float32) for n in needed})
+    for name, t in tensors.items():
+        if not np.isfinite(t).all():
+            raise MirrorModelError(f"{path}: tensor {name} holds a value that is not finite")
+        if name.endswith(".running_var") and (t < 0).any():
+            raise MirrorModelError(f"{path}: tensor {name} holds a negative variance")
     return Checkpoint(path, input_shape, layers, loss, meta.get("precision", "fp32"), tensors)
 
 
@@ -213,6 +290,83 @@ def _need(package, what):
     except ImportError:
         raise MirrorModelError(f"{what} needs {package}, which is not installed: "
                                f"python3 -m pip install {package}") from None
+
+
+# ---- outputs -----------------------------------------------------------------
+
+def _header_metadata(path):
+    """The __metadata__ of a safetensors file's header, or None (not one, unreadable): read from its first
+    bytes only, the length bounded as mirror bounds a checkpoint's."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= 1 << 26:
+                return None
+            meta = json.loads(f.read(n)).get("__metadata__")
+            return meta if isinstance(meta, dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_outputs(ckpt_path, outputs):
+    """Refuses outputs (option -> path) that would destroy a file that is not theirs: the checkpoint itself
+    (by path, or by device and inode: a symlink or hard link to it), another mirror checkpoint (its kept
+    copies PATH.1, ...), something not a regular file, or one file named by two outputs; and an output whose
+    directory does not exist. Nothing is written before all of them pass."""
+    try:
+        ckpt = os.stat(ckpt_path)
+    except OSError as e:
+        raise MirrorModelError(f"{ckpt_path}: {e.strerror}") from None
+    seen = {}
+    for option, path in outputs.items():
+        where = f"{option} {path}"
+        if not path:
+            raise MirrorModelError(f"{option}: an empty path")
+        real, folder = os.path.realpath(path), os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise MirrorModelError(f"{where}: the directory {folder} does not exist")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            raise MirrorModelError(f"{where}: {e.strerror}") from None
+        if real == os.path.realpath(ckpt_path) or (st and (st.st_dev, st.st_ino) == (ckpt.st_dev, ckpt.st_ino)):
+            raise MirrorModelError(f"{where}: that is the checkpoint {ckpt_path}, which an export never replaces")
+        if st and not stat.S_ISREG(st.st_mode):
+            raise MirrorModelError(f"{where}: exists and is not a regular file")
+        if st and (_header_metadata(path) or {}).get("format") == "mirror":
+            raise MirrorModelError(f"{where}: that is a mirror checkpoint, which an export never replaces")
+        for key in [real] + ([(st.st_dev, st.st_ino)] if st else []):
+            if key in seen:
+                raise MirrorModelError(f"{where}: {seen[key]} names the same file")
+            seen[key] = option
+
+
+def _replace(path, write):
+    """write(tmp) into a temporary file beside path, then renamed onto it: path is the whole new file or
+    what it was before, never a part. The file gets the mode a new file would (0666 less the umask)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself on disk
+        d = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(d)
+        finally:
+            os.close(d)
 
 
 # ---- PyTorch -----------------------------------------------------------------
@@ -316,21 +470,35 @@ def to_torch(ckpt):
     return net.eval()
 
 
+def trace_bytes(ckpt):
+    """What the trace's 2 samples take at most: the input and every layer's output, in float32."""
+    values = np.prod(ckpt.input_shape, dtype=np.float64) + sum(np.prod(l.out_shape, dtype=np.float64)
+                                                              for l in ckpt.layers)
+    return int(2 * 4 * values)
+
+
 def save_torchscript(ckpt, path):
     """The module traced to TorchScript: torch.jit.load(path) runs it without this file."""
+    need = trace_bytes(ckpt)
+    if need > TRACE_BYTES:  # before torch allocates: a small file may describe huge activations
+        raise MirrorModelError(f"{ckpt.path}: --torch traces the network on 2 samples, whose activations take "
+                               f"up to {need / 2**20:.0f} MiB, over the {TRACE_BYTES >> 20} MiB allowed "
+                               "(--onnx and --state-dict run nothing)")
     torch = _torch_modules()[0]
     net = to_torch(ckpt)
     example = torch.rand(2, *ckpt.input_shape)  # any batch size runs the traced module
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # newer torch deprecates TorchScript, still loads it
-        torch.jit.save(torch.jit.trace(net, example), path)
+        traced = torch.jit.trace(net, example)
+        _replace(path, lambda tmp: torch.jit.save(traced, tmp))
 
 
 def save_state_dict(ckpt, path):
     """The module's state_dict as safetensors, under mirror's names (mirror_load_weights reads it)."""
     _torch_modules()
     st = _need("safetensors.torch", "--state-dict")
-    st.save_file({n: t.contiguous() for n, t in to_torch(ckpt).state_dict().items()}, path)
+    state = {n: t.contiguous() for n, t in to_torch(ckpt).state_dict().items()}
+    _replace(path, lambda tmp: st.save_file(state, tmp))
 
 
 # ---- ONNX --------------------------------------------------------------------
@@ -404,7 +572,7 @@ def to_onnx(ckpt, path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="mirror")
     model.ir_version = 8  # opset 17's own IR version: older runtimes load it too
     onnx.checker.check_model(model)
-    onnx.save(model, path)
+    _replace(path, lambda tmp: onnx.save(model, tmp))
     return model
 
 
@@ -440,27 +608,35 @@ def main(argv=None):
     ex.add_argument("--torch", metavar="OUT.pt", help="TorchScript (torch.jit.trace)")
     ex.add_argument("--state-dict", metavar="OUT.safetensors", help="the torch module's state_dict")
     args = parser.parse_args(argv)
+    step = "reading"
     try:
         ckpt = load(args.ckpt)
         if args.command == "info":
             print("\n".join(info(ckpt)))
             return 0
-        if not (args.onnx or args.torch or args.state_dict):
+        outputs = {o: p for o, p in (("--onnx", args.onnx), ("--torch", args.torch),
+                                     ("--state-dict", args.state_dict)) if p is not None}
+        if not outputs:
             raise MirrorModelError("export: nothing to write (give --onnx, --torch or --state-dict)")
-        if args.onnx:
-            to_onnx(ckpt, args.onnx)
-            print(f"wrote {args.onnx}")
-        if args.torch:
-            save_torchscript(ckpt, args.torch)
-            print(f"wrote {args.torch}")
-        if args.state_dict:
-            save_state_dict(ckpt, args.state_dict)
-            print(f"wrote {args.state_dict}")
-    except (MirrorModelError, OSError) as e:
+        check_outputs(args.ckpt, outputs)
+        for option, path in outputs.items():
+            step = f"{option} {path}"
+            {"--onnx": to_onnx, "--torch": save_torchscript, "--state-dict": save_state_dict}[option](ckpt, path)
+            print(f"wrote {path}")
+    except MirrorModelError as e:
         print(f"mirror_model: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"mirror_model: {step}: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mirror_model: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # what onnx or torch refuse, still one line
+        text = " ".join(str(e).split())
+        print(f"mirror_model: {step}: {type(e).__name__}: {text[:500]}", file=sys.stderr)
+        return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
