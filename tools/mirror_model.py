@@ -27,6 +27,14 @@ As a module (tools/ on sys.path):
 
 The outputs are the last layer's (logits: no softmax). Needs numpy and
 safetensors; torch and onnx are imported only by what uses them.
+
+A checkpoint is untrusted input: its description is held to mirror.h's
+limits (mirror_model_from_checkpoint's parser, each layer's ranges), its
+tensors to the description and the file's size, before anything is built.
+An export never replaces the checkpoint, another mirror checkpoint or
+another output of the same command (by path, device and inode), and goes
+to a temporary file beside its place, renamed there when whole. Every
+error is one line on stderr, exit 1 (argparse's usage errors: 2).
 """
 import argparse
 import contextlib
