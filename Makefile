@@ -345,8 +345,19 @@ install:
 	sed $(PC_SED) tools/mirror-cuda.pc.in >'$(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc'
 	chmod 644 '$(DESTDIR)$(PKGCONFIGDIR)/mirror.pc' '$(DESTDIR)$(PKGCONFIGDIR)/mirror-cuda.pc'
 
+# uninstall removes a file only where its first line is the one install
+# wrote there (another package's mirror.h under a mistaken PREFIX stays,
+# named, and make fails).
 uninstall:
-	$(INSTALL_CHECK)rm -f $(INSTALLED)
+	@$(INSTALL_CHECK)kept=0; for f in $(INSTALLED); do \
+	    test -e "$$f" || continue; \
+	    name=$$(basename "$$f"); \
+	    case $$name in *.pc) mark="# $$name - written by make install";; *) mark="/* $$name - ";; esac; \
+	    case $$(head -n 1 "$$f") in \
+	    "$$mark"*) echo "rm -f '$$f'"; rm -f "$$f" || kept=1;; \
+	    *) echo "make uninstall: $$f is not the file make install writes (its first line is not mirror's): left"; kept=1;; \
+	    esac; \
+	done; exit $$kept
 
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (make test runs it too, in the plain run).

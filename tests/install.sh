@@ -6,7 +6,8 @@
 # CUDA_PATH, and where nvcc is, the CUDA build of the library compiles with
 # them and hello.c links against it and runs; DESTDIR and INCLUDEDIR; make
 # uninstall removes what install put there and nothing else; paths with a
-# space, & or | installed and uninstalled exactly, a ' or # refused.
+# space, & or | installed and uninstalled exactly, a ' or # refused; a
+# file install did not write left by uninstall.
 #
 # Run from the repository root by tests/run.sh (the plain make test only)
 # and make test-install; the last line is "install: N passed, N failed".
@@ -167,6 +168,17 @@ odd_path() {
         "$root$prefix/share/pkgconfig/mirror.pc" "$root$prefix/share/pkgconfig/mirror-cuda.pc" || return 1
     "$MAKE" uninstall "$@" && no_files_but "$odd" "$odd/my" "$odd/R"
 }
+# Another package's mirror.h where uninstall looks: left, named, a failure;
+# the files install wrote beside it go.
+others() {
+    rm -rf "$odd" && mkdir -p "$odd/include" && echo 'int other;' >"$odd/include/mirror.h" || return 1
+    "$MAKE" install PREFIX="$odd" INCLUDEDIR="$odd/inc" || return 1
+    ! "$MAKE" uninstall PREFIX="$odd" >"$tmp/others.out" 2>&1 && cat "$tmp/others.out" &&
+        grep -q "make uninstall: $odd/include/mirror.h is not the file make install writes" "$tmp/others.out" &&
+        no_files_but "$odd" "$odd/include/mirror.h" "$odd/inc/mirror.h" "$odd/inc/mirror_cuda.h" &&
+        "$MAKE" uninstall PREFIX="$odd" INCLUDEDIR="$odd/inc" && no_files_but "$odd" "$odd/include/mirror.h"
+}
+check "make uninstall leaves a mirror.h that is not mirror's, says so and fails; removes what install wrote" others
 for prefix in "$odd/my prefix" "$odd/R&D" "$odd/R|D"; do
     check "make install, uninstall PREFIX='$prefix'" odd_path "" PREFIX="$prefix"
 done
