@@ -480,8 +480,8 @@ def to_torch(ckpt):
 
 def trace_bytes(ckpt):
     """What the trace's 2 samples take at most: the input and every layer's output, in float32."""
-    values = np.prod(ckpt.input_shape, dtype=np.float64) + sum(np.prod(l.out_shape, dtype=np.float64)
-                                                              for l in ckpt.layers)
+    values = np.prod(ckpt.input_shape, dtype=np.float64) + sum(np.prod(layer.out_shape, dtype=np.float64)
+                                                              for layer in ckpt.layers)
     return int(2 * 4 * values)
 
 
