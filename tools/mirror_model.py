@@ -77,7 +77,8 @@ SIZE_NAMES = {"dense": ("units",), "conv2d": ("filters", "kernel", "stride"), "m
               "avgpool2d": ("window", "stride")}
 VALUES_MAX, WEIGHTS_MAX, LAYERS_MAX = 1 << 28, 1 << 30, 64
 # A number as mirror's parser (strtod after a digit) reads one: decimal or hexadecimal, no sign.
-NUMBER = r"0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
+NUMBER = (r"0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?"
+          r"|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
 # --torch traces the network on 2 samples: the activations that trace may take.
 TRACE_BYTES = 1 << 30
 

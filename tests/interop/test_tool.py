@@ -118,7 +118,8 @@ def descriptions(tmp):
         shapes = [layer.out_shape for layer in mirror_model.parse_model(flat + "dense(0x10);dense(2.9);loss(mse)")[1]]
     except mirror_model.MirrorModelError as e:
         shapes = str(e)
-    check(shapes == [(16, 1, 1), (16, 1, 1), (2, 1, 1)], f"dense(0x10);dense(2.9): strtod's hexadecimal and the fraction dropped as (size_t) does: {shapes}")
+    check(shapes == [(16, 1, 1), (16, 1, 1), (2, 1, 1)],
+          f"dense(0x10);dense(2.9): strtod's hexadecimal, and the fraction dropped as (size_t) does: {shapes}")
     refused = [
         (planes + "maxpool2d(0,1);flatten;dense(2)", "window 0 is out of range [1, 64]"),
         (planes + "maxpool2d(65,1);flatten;dense(2)", "window 65 is out of range [1, 64]"),
@@ -179,15 +180,15 @@ def tensors(tmp):
     def changed(name, value):
         return {**good, name: value}
     cases = [
-        ({k: v for k, v in good.items() if k != "layers.2.weight"}, {}, "tensor layers.2.weight [3, 16] of dense(3) is missing"),
-        (changed("layers.2.weight", np.ones((16, 3), np.float32)), {}, "has shape [16, 3], dense(3) needs [3, 16]"),
-        (changed("layers.2.bias", np.array([1, np.nan, 1], np.float32)), {}, "layers.2.bias holds a value that is not finite"),
-        (changed("layers.1.weight", np.full(16, np.inf, np.float32)), {}, "layers.1.weight holds a value that is not finite"),
-        (changed("layers.1.running_var", -np.ones(16, np.float32)), {}, "layers.1.running_var holds a negative variance"),
-        ({**good, "layers.7.weight": np.ones(2, np.float32)}, {}, "layers.7.weight belongs to no layer"),
+        ({k: v for k, v in good.items() if k != "layers.2.weight"}, "layers.2.weight [3, 16] of dense(3) is missing"),
+        (changed("layers.2.weight", np.ones((16, 3), np.float32)), "has shape [16, 3], dense(3) needs [3, 16]"),
+        (changed("layers.2.bias", np.array([1, np.nan, 1], np.float32)), "layers.2.bias holds a value that is not"),
+        (changed("layers.1.weight", np.full(16, np.inf, np.float32)), "layers.1.weight holds a value that is not"),
+        (changed("layers.1.running_var", -np.ones(16, np.float32)), "layers.1.running_var holds a negative variance"),
+        ({**good, "layers.7.weight": np.ones(2, np.float32)}, "layers.7.weight belongs to no layer"),
     ]
-    for t, declared, says in cases:
-        one_line(f"a checkpoint whose {says}", ("info", write(path, model, t, declared=declared)), says)
+    for t, says in cases:
+        one_line(f"a checkpoint whose {says}", ("info", write(path, model, t)), says)
     one_line("F64 tensors", ("info", write(path, model, {k: v.astype(np.float64) for k, v in good.items()},
                                           dtype="F64")), "is F64, a checkpoint's are F32")
     # A header that claims 2^28 weights (1 GiB) over a file of a few hundred bytes: refused by its size,
