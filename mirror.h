@@ -652,10 +652,10 @@
       (a directory, a FIFO, a device, a symbolic link) is refused with
       MIRROR_ERR_ARGUMENT before anything is opened, so a FIFO never
       blocks. Before its first step fit refuses (MIRROR_ERR_ARGUMENT) an
-      output that names a checkpoint: its checkpoint PATH, the kept
-      PATH.1 ... PATH.(keep - 1), PATH.lock, or those of resumed_from,
-      by name or as the same file (device and inode); and two outputs
-      that name one file. Once training has begun, a write that fails (no
+      output (the TensorBoard directory too) that names a checkpoint: its
+      checkpoint PATH, the kept PATH.1 ... PATH.(keep - 1), PATH.lock, or
+      those of resumed_from, by name or as the same file (device and
+      inode); and two outputs that name one path. Once training has begun, a write that fails (no
       space, an I/O error) is a notice, not an error: fit trains on,
       saves its checkpoints, tries again at the next epoch, and returns
       MIRROR_OK with the output's bit in failed_outputs of the last
@@ -667,8 +667,20 @@
       exception to the renaming: each fit appends records to a file of its
       own there. A record whose write fails is cut away again, so the file
       holds whole records, and the failure is the same notice and bit
-      (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, or a
-      path that is not a directory, fails fit before the first step.
+      (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, a path
+      that is not a directory, or one that names a checkpoint's file or
+      another output (above: made where a save goes, it would fail that
+      save after the whole run) fails fit before the first step.
+
+   PATHS
+
+      Any length the system opens (PATH_MAX: 4095 bytes on Linux). mirror
+      joins names to some: a checkpoint's PATH.lock, PATH.N and temporary
+      files (39 bytes at most), a side output's temporary file (37), a
+      TensorBoard event file (129 at most), MNIST's file names (27). A
+      path whose joined names would pass PATH_MAX is refused with
+      MIRROR_ERR_ARGUMENT naming the limit, before anything is written;
+      no path is ever cut short.
 
    LIMITS
 
@@ -1517,7 +1529,8 @@ typedef struct mirror_fit_desc {
        last epoch and when stopped, keeping checkpoint_keep (0: 3). Before
        its first step fit checks that the path can be saved to and takes
        its lock for the whole fit: a missing directory, a target that is
-       not a regular file, or another process saving there fails at once. */
+       not a regular file or not a checkpoint (a user's file there), or
+       another process saving there fails at once. */
     const char *checkpoint;
     size_t checkpoint_every, checkpoint_keep;
     /* When *stop becomes non-zero (a signal handler may set it), fit saves
@@ -1566,9 +1579,9 @@ typedef struct mirror_fit_desc {
     int phases;
     size_t curve_every;
     /* The checkpoint this run was loaded from (may be NULL; fit does not
-       read it): history, plot and trace must not name it, nor its kept
-       copies PATH.1, PATH.2, ... and PATH.lock, as they must not name
-       `checkpoint`'s. */
+       read it): history, plot, trace and tensorboard must not name it,
+       nor its kept copies PATH.1, PATH.2, ... and PATH.lock, as they must
+       not name `checkpoint`'s. */
     const char *resumed_from;
     /* TensorBoard's event files in this directory (made when missing; NULL:
        none), by rank 0, without dependencies: a scalar of each curve point
@@ -1668,7 +1681,17 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
-   MIRROR_ERR_ARGUMENT. It holds a POSIX record lock on PATH.lock, a file
+   MIRROR_ERR_ARGUMENT. And only its own checkpoints: PATH, and PATH.1 ..
+   as far as the rotation reaches (the first missing one, or
+   PATH.(keep - 1), which it replaces), must each start as a checkpoint
+   does (the header's 8-byte length, then {"__metadata__":{"format":
+   "mirror",); any other file (a user's notes.txt, an empty file) is
+   refused with MIRROR_ERR_ARGUMENT naming it, and left as it was; fit
+   finds it before its first step. A crash never leaves PATH or PATH.N
+   empty or cut short (the new file is renamed into place whole), so
+   such a file is not a save's; a checkpoint cut short by something else
+   after its first bytes (a copy, say) still counts, and is replaced.
+   PATH.N at or beyond keep is never touched. It holds a POSIX record lock on PATH.lock, a file
    it makes beside PATH and leaves there: a second process saving to the
    same path gets MIRROR_ERR_IO saying so, instead of the two removing
    each other's files. Temporary files of saves that crashed are removed

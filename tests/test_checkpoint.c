@@ -774,8 +774,9 @@ static void test_targets(void)
         put_file(path, "notes\n", 6);
         rc = mirror_checkpoint_save(m, path, NULL, 3);
         now = slurp(path, &n);
-        CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "notes.txt exists and is not a mirror checkpoint") &&
-                  now && n == 6 && !memcmp(now, "notes\n", 6),
+        CHECK(rc == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m), "notes.txt exists and is not a mirror checkpoint") && now && n == 6 &&
+                  !memcmp(now, "notes\n", 6),
               "a save onto a user's notes.txt: refused, naming it, the file intact (%s)", mirror_model_error(m));
         free(now);
         memset(&nf, 0, sizeof nf);
@@ -799,7 +800,8 @@ static void test_targets(void)
                   strstr(mirror_model_error(m), "it is empty") && stat(path, &st) == 0 && st.st_size == 0,
               "a save onto an empty file: refused, the file left (%s)", mirror_model_error(m));
         path_in(path, "kept.ckpt");
-        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK && mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK,
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK &&
+                  mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK,
               "two saves: PATH and PATH.1 (%s)", mirror_model_error(m));
         snprintf(name, sizeof name, "%s.2", path);
         put_file(name, "notes\n", 6);
@@ -807,8 +809,8 @@ static void test_targets(void)
         a0 = slurp(path, &n0), a1 = slurp(other, &n1);
         rc = mirror_checkpoint_save(m, path, NULL, 3);
         now = slurp(name, &n);
-        CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "kept.ckpt.2 exists and is not a mirror checkpoint") &&
-                  now && n == 6,
+        CHECK(rc == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m), "kept.ckpt.2 exists and is not a mirror checkpoint") && now && n == 6,
               "a user's file at PATH.2, which the rotation would replace (keep 3): refused, the file intact (%s)",
               mirror_model_error(m));
         free(now);
@@ -820,8 +822,8 @@ static void test_targets(void)
         free(now), free(a0), free(a1);
         rc = mirror_checkpoint_save(m, path, NULL, 2);
         now = slurp(name, &n);
-        CHECK(rc == MIRROR_OK && now && n == 6, "keep 2: the save goes ahead, the user's PATH.2 beyond it untouched (%s)",
-              mirror_model_error(m));
+        CHECK(rc == MIRROR_OK && now && n == 6,
+              "keep 2: the save goes ahead, the user's PATH.2 beyond it untouched (%s)", mirror_model_error(m));
         free(now);
         put_file(other, "notes\n", 6);
         CHECK(mirror_checkpoint_save(m, path, NULL, 2) == MIRROR_ERR_ARGUMENT &&
@@ -832,7 +834,8 @@ static void test_targets(void)
         path_in(path, "cut.ckpt");
         put_file(path, (const char *)a0, a0 && n0 > 100 ? 100 : 0);
         free(a0);
-        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK && mirror_checkpoint_load(m, path, 0, NULL) == MIRROR_OK,
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK &&
+                  mirror_checkpoint_load(m, path, 0, NULL) == MIRROR_OK,
               "a checkpoint cut short after its first 100 bytes: replaced (%s)", mirror_model_error(m));
     }
 
