@@ -3,7 +3,8 @@
    FIFO or a directory is refused before the first step and overwrites
    nothing; a write that fails mid-run (the file size limit, as on a full
    disk) keeps the previous complete file, the training and the checkpoint;
-   a resumed fit continues its history; and a fit inside fit's hook on the
+   a resumed fit continues its history; a path of any length is joined
+   whole or refused naming PATH_MAX; and a fit inside fit's hook on the
    same model is refused. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, mkfifo, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
