@@ -643,25 +643,24 @@
 
    SIDE OUTPUTS (fit's history, plot, trace and TensorBoard events; mirror_trace_write)
 
-      They get a checkpoint's care. Each is written to a temporary file
-      beside its path (named as a checkpoint's, PATH.tmp-mirror-...),
-      flushed to disk and renamed over PATH, so that PATH holds its last
-      complete version whatever happens (a full disk, a crash; a crash
-      leaves the temporary file, which no later run removes: no lock says
-      that its writer is gone). A PATH that exists and is not a regular file
-      (a directory, a FIFO, a device, a symbolic link) is refused with
-      MIRROR_ERR_ARGUMENT before anything is opened, so a FIFO never
-      blocks. Before its first step fit refuses (MIRROR_ERR_ARGUMENT) an
-      output (the TensorBoard directory too) that names a checkpoint: its
-      checkpoint PATH, the kept PATH.1 ... PATH.(keep - 1), PATH.lock, or
-      those of resumed_from, by name or as the same file (device and
-      inode); and two outputs that name one path. Once training has begun, a write that fails (no
-      space, an I/O error) is a notice, not an error: fit trains on,
-      saves its checkpoints, tries again at the next epoch, and returns
-      MIRROR_OK with the output's bit in failed_outputs of the last
-      epoch's log. (Before the first step, when nothing can be lost, it
-      fails fit.) The example trainer then prints a warning naming the
-      output, its final line, and exits with status 3.
+      They get a checkpoint's care. Each is written to a temporary file beside
+      its path (named as a checkpoint's, PATH.tmp-mirror-...), flushed to disk
+      and renamed over PATH, so that PATH holds its last complete version
+      whatever happens (a full disk, a crash; a crash leaves the temporary
+      file, which no later run removes: no lock says that its writer is gone).
+      A PATH that exists and is not a regular file (a directory, a FIFO, a
+      device, a symbolic link) is refused with MIRROR_ERR_ARGUMENT before
+      anything is opened, so a FIFO never blocks. Before its first step fit
+      refuses (MIRROR_ERR_ARGUMENT) an output (the TensorBoard directory too)
+      that names a checkpoint: its checkpoint PATH, the kept PATH.1 ...
+      PATH.(keep - 1), PATH.lock, or those of resumed_from, by name or as the
+      same file (device and inode); and two outputs that name one path. Once
+      training has begun, a write that fails (no space, an I/O error) is a
+      notice, not an error: fit trains on, saves its checkpoints, tries again
+      at the next epoch, and returns MIRROR_OK with the output's bit in
+      failed_outputs of the last epoch's log. (Before the first step, when
+      nothing can be lost, it fails fit.) The example trainer then prints a
+      warning naming the output, its final line, and exits with status 3.
 
       TensorBoard's events (fit desc's tensorboard, a directory) are the
       exception to the renaming: each fit appends records to a file of its
@@ -1681,25 +1680,24 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
-   MIRROR_ERR_ARGUMENT. And only its own checkpoints: PATH, and PATH.1 ..
-   as far as the rotation reaches (the first missing one, or
-   PATH.(keep - 1), which it replaces), must each start as a checkpoint
-   does (the header's 8-byte length, then {"__metadata__":{"format":
-   "mirror",); any other file (a user's notes.txt, an empty file) is
-   refused with MIRROR_ERR_ARGUMENT naming it, and left as it was; fit
-   finds it before its first step. A crash never leaves PATH or PATH.N
-   empty or cut short (the new file is renamed into place whole), so
-   such a file is not a save's; a checkpoint cut short by something else
-   after its first bytes (a copy, say) still counts, and is replaced.
-   PATH.N at or beyond keep is never touched. It holds a POSIX record lock on PATH.lock, a file
-   it makes beside PATH and leaves there: a second process saving to the
-   same path gets MIRROR_ERR_IO saying so, instead of the two removing
-   each other's files. Temporary files of saves that crashed are removed
-   by the next save to PATH, holding the lock: files named exactly as
-   above (or PATH.1.tmp-mirror-.. and so on, a rotation's copy), whatever
-   they hold; nothing else (a user's PATH.tmp.backup stays, even empty).
-   Record locks belong to a process: within one process, save one path
-   from one thread at a time. */
+   MIRROR_ERR_ARGUMENT. And only its own checkpoints: PATH, and PATH.1 .. as
+   far as the rotation reaches (the first missing one, or PATH.(keep - 1),
+   which it replaces), must each start as a checkpoint does (the header's
+   8-byte length, then {"__metadata__":{"format":"mirror",); any other file
+   (a user's notes.txt, an empty file) is refused with MIRROR_ERR_ARGUMENT
+   naming it, and left as it was; fit finds it before its first step. A crash
+   never leaves PATH or PATH.N empty or cut short (the new file is renamed
+   into place whole), so such a file is not a save's; a checkpoint cut short
+   by something else after its first bytes (a copy, say) still counts, and is
+   replaced. PATH.N at or beyond keep is never touched. It holds a POSIX
+   record lock on PATH.lock, a file it makes beside PATH and leaves there: a
+   second process saving to the same path gets MIRROR_ERR_IO saying so,
+   instead of the two removing each other's files. Temporary files of saves
+   that crashed are removed by the next save to PATH, holding the lock: files
+   named exactly as above (or PATH.1.tmp-mirror-.. and so on, a rotation's
+   copy), whatever they hold; nothing else (a user's PATH.tmp.backup stays,
+   even empty). Record locks belong to a process: within one process, save one
+   path from one thread at a time. */
 
 typedef struct mirror_checkpoint_info {
     uint64_t step;         /* optimizer steps taken (saving: the model's count) */
@@ -14806,8 +14804,10 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
     for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
         int n = snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
         if (n < 0 || (size_t)n >= size) /* mirror__check_outputs saw to it; never a name cut short */
-            return mirror__path_fits(&m->err, "mirror_fit: the TensorBoard directory", dir,
-                                     n < 0 ? MIRROR__TB_NAME : (size_t)n - strlen(dir), "an event file's name");
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
+                                "system's limit of %d bytes for a path (PATH_MAX)",
+                                dir, MIRROR__PATH_MAX - 1);
         *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
         if (*fd < 0 && errno != EEXIST) break;
     }
