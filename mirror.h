@@ -643,32 +643,43 @@
 
    SIDE OUTPUTS (fit's history, plot, trace and TensorBoard events; mirror_trace_write)
 
-      They get a checkpoint's care. Each is written to a temporary file
-      beside its path (named as a checkpoint's, PATH.tmp-mirror-...),
-      flushed to disk and renamed over PATH, so that PATH holds its last
-      complete version whatever happens (a full disk, a crash; a crash
-      leaves the temporary file, which no later run removes: no lock says
-      that its writer is gone). A PATH that exists and is not a regular file
-      (a directory, a FIFO, a device, a symbolic link) is refused with
-      MIRROR_ERR_ARGUMENT before anything is opened, so a FIFO never
-      blocks. Before its first step fit refuses (MIRROR_ERR_ARGUMENT) an
-      output that names a checkpoint: its checkpoint PATH, the kept
-      PATH.1 ... PATH.(keep - 1), PATH.lock, or those of resumed_from,
-      by name or as the same file (device and inode); and two outputs
-      that name one file. Once training has begun, a write that fails (no
-      space, an I/O error) is a notice, not an error: fit trains on,
-      saves its checkpoints, tries again at the next epoch, and returns
-      MIRROR_OK with the output's bit in failed_outputs of the last
-      epoch's log. (Before the first step, when nothing can be lost, it
-      fails fit.) The example trainer then prints a warning naming the
-      output, its final line, and exits with status 3.
+      They get a checkpoint's care. Each is written to a temporary file beside
+      its path (named as a checkpoint's, PATH.tmp-mirror-...), flushed to disk
+      and renamed over PATH, so that PATH holds its last complete version
+      whatever happens (a full disk, a crash; a crash leaves the temporary
+      file, which no later run removes: no lock says that its writer is gone).
+      A PATH that exists and is not a regular file (a directory, a FIFO, a
+      device, a symbolic link) is refused with MIRROR_ERR_ARGUMENT before
+      anything is opened, so a FIFO never blocks. Before its first step fit
+      refuses (MIRROR_ERR_ARGUMENT) an output (the TensorBoard directory too)
+      that names a checkpoint: its checkpoint PATH, the kept PATH.1 ...
+      PATH.(keep - 1), PATH.lock, or those of resumed_from, by name or as the
+      same file (device and inode); and two outputs that name one path. Once
+      training has begun, a write that fails (no space, an I/O error) is a
+      notice, not an error: fit trains on, saves its checkpoints, tries again
+      at the next epoch, and returns MIRROR_OK with the output's bit in
+      failed_outputs of the last epoch's log. (Before the first step, when
+      nothing can be lost, it fails fit.) The example trainer then prints a
+      warning naming the output, its final line, and exits with status 3.
 
       TensorBoard's events (fit desc's tensorboard, a directory) are the
       exception to the renaming: each fit appends records to a file of its
       own there. A record whose write fails is cut away again, so the file
       holds whole records, and the failure is the same notice and bit
-      (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, or a
-      path that is not a directory, fails fit before the first step.
+      (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, a path
+      that is not a directory, or one that names a checkpoint's file or
+      another output (above: made where a save goes, it would fail that
+      save after the whole run) fails fit before the first step.
+
+   PATHS
+
+      Any length the system opens (PATH_MAX: 4095 bytes on Linux). mirror
+      joins names to some: a checkpoint's PATH.lock, PATH.N and temporary
+      files (39 bytes at most), a side output's temporary file (37), a
+      TensorBoard event file (129 at most), MNIST's file names (27). A
+      path whose joined names would pass PATH_MAX is refused with
+      MIRROR_ERR_ARGUMENT naming the limit, before anything is written;
+      no path is ever cut short.
 
    LIMITS
 
@@ -1517,7 +1528,8 @@ typedef struct mirror_fit_desc {
        last epoch and when stopped, keeping checkpoint_keep (0: 3). Before
        its first step fit checks that the path can be saved to and takes
        its lock for the whole fit: a missing directory, a target that is
-       not a regular file, or another process saving there fails at once. */
+       not a regular file or not a checkpoint (a user's file there), or
+       another process saving there fails at once. */
     const char *checkpoint;
     size_t checkpoint_every, checkpoint_keep;
     /* When *stop becomes non-zero (a signal handler may set it), fit saves
@@ -1566,9 +1578,9 @@ typedef struct mirror_fit_desc {
     int phases;
     size_t curve_every;
     /* The checkpoint this run was loaded from (may be NULL; fit does not
-       read it): history, plot and trace must not name it, nor its kept
-       copies PATH.1, PATH.2, ... and PATH.lock, as they must not name
-       `checkpoint`'s. */
+       read it): history, plot, trace and tensorboard must not name it,
+       nor its kept copies PATH.1, PATH.2, ... and PATH.lock, as they must
+       not name `checkpoint`'s. */
     const char *resumed_from;
     /* TensorBoard's event files in this directory (made when missing; NULL:
        none), by rank 0, without dependencies: a scalar of each curve point
@@ -1668,15 +1680,24 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
-   MIRROR_ERR_ARGUMENT. It holds a POSIX record lock on PATH.lock, a file
-   it makes beside PATH and leaves there: a second process saving to the
-   same path gets MIRROR_ERR_IO saying so, instead of the two removing
-   each other's files. Temporary files of saves that crashed are removed
-   by the next save to PATH, holding the lock: files named exactly as
-   above (or PATH.1.tmp-mirror-.. and so on, a rotation's copy), whatever
-   they hold; nothing else (a user's PATH.tmp.backup stays, even empty).
-   Record locks belong to a process: within one process, save one path
-   from one thread at a time. */
+   MIRROR_ERR_ARGUMENT. And only its own checkpoints: PATH, and PATH.1 .. as
+   far as the rotation reaches (the first missing one, or PATH.(keep - 1),
+   which it replaces), must each start as a checkpoint does (the header's
+   8-byte length, then {"__metadata__":{"format":"mirror",); any other file
+   (a user's notes.txt, an empty file) is refused with MIRROR_ERR_ARGUMENT
+   naming it, and left as it was; fit finds it before its first step. A crash
+   never leaves PATH or PATH.N empty or cut short (the new file is renamed
+   into place whole), so such a file is not a save's; a checkpoint cut short
+   by something else after its first bytes (a copy, say) still counts, and is
+   replaced. PATH.N at or beyond keep is never touched. It holds a POSIX
+   record lock on PATH.lock, a file it makes beside PATH and leaves there: a
+   second process saving to the same path gets MIRROR_ERR_IO saying so,
+   instead of the two removing each other's files. Temporary files of saves
+   that crashed are removed by the next save to PATH, holding the lock: files
+   named exactly as above (or PATH.1.tmp-mirror-.. and so on, a rotation's
+   copy), whatever they hold; nothing else (a user's PATH.tmp.backup stays,
+   even empty). Record locks belong to a process: within one process, save one
+   path from one thread at a time. */
 
 typedef struct mirror_checkpoint_info {
     uint64_t step;         /* optimizer steps taken (saving: the model's count) */
@@ -10049,7 +10070,7 @@ typedef struct mirror__host_facts {
 static FILE *mirror__open_under(const char *root, const char *path)
 {
     char full[4096];
-    snprintf(full, sizeof full, "%s%s", root, path);
+    if (snprintf(full, sizeof full, "%s%s", root, path) >= (int)sizeof full) return NULL; /* never a cut name */
     return fopen(full, "r");
 }
 
@@ -10063,10 +10084,10 @@ static double mirror__cgroup_limit(const char *root, const char *mount, const ch
     double low = 0.0, v;
     char *cut;
     FILE *f;
-    snprintf(dir, sizeof dir, "%s%s", mount, strcmp(path, "/") ? path : "");
+    if (snprintf(dir, sizeof dir, "%s%s", mount, strcmp(path, "/") ? path : "") >= (int)sizeof dir) return 0.0;
     for (;;) {
-        snprintf(name, sizeof name, "%s/%s", dir, file);
-        if ((f = mirror__open_under(root, name)) != NULL) {
+        if (snprintf(name, sizeof name, "%s/%s", dir, file) < (int)sizeof name &&
+            (f = mirror__open_under(root, name)) != NULL) {
             if (fgets(line, sizeof line, f) && line[0] >= '0' && line[0] <= '9' &&
                 (v = strtod(line, NULL)) > 0.0 && v < 4e18 && (low == 0.0 || v < low))
                 low = v;
@@ -10085,8 +10106,7 @@ static int mirror__dir_has(const char *root, const char *path, const char *mark)
     struct dirent *e;
     DIR *d;
     int found = 0;
-    snprintf(full, sizeof full, "%s%s", root, path);
-    if (!(d = opendir(full))) return 0;
+    if (snprintf(full, sizeof full, "%s%s", root, path) >= (int)sizeof full || !(d = opendir(full))) return 0;
     while (!found && (e = readdir(d)) != NULL) found = strstr(e->d_name, mark) != NULL;
     closedir(d);
     return found;
@@ -10152,9 +10172,12 @@ static void mirror__host_facts_read(const char *root, mirror__host_facts *f)
     for (i = 0; i < sizeof growers / sizeof *growers && !*f->grows; i++)
         if ((!growers[i].holding || f->balloon > 0.0) && mirror__dir_has(root, growers[i].dir, growers[i].mark))
             f->grows = growers[i].what;
-    snprintf(line, sizeof line, "%s/sys/devices/system", root);
-    if (proc && !*f->grows && (sys = opendir(line)) == NULL) f->grows = NULL;
-    else if (proc && !*f->grows) closedir(sys);
+    if (proc && !*f->grows) {
+        if (snprintf(line, sizeof line, "%s/sys/devices/system", root) >= (int)sizeof line || !(sys = opendir(line)))
+            f->grows = NULL;
+        else
+            closedir(sys);
+    }
 }
 
 /* The host memory a build may plan on, from the facts and the override
@@ -10983,6 +11006,28 @@ host:
    checkpoint is, to a temporary file beside PATH renamed over it, so that
    PATH is always a complete file (see SIDE OUTPUTS) ---- */
 
+/* The longest path the system opens, its NUL included (PATH_MAX). The
+   library joins names onto a user's path (PATH.lock, PATH.3, a temporary
+   file's 37 characters, DIR/FILE) and never cuts one short: a path whose
+   names would pass the limit is refused before anything is written. */
+#if defined(PATH_MAX) && PATH_MAX > 0
+#define MIRROR__PATH_MAX PATH_MAX
+#else
+#define MIRROR__PATH_MAX 4096
+#endif
+
+/* Whether path with `extra` bytes joined to it (`added`: what they are)
+   stays within MIRROR__PATH_MAX; else MIRROR_ERR_ARGUMENT naming the limit. */
+static int mirror__path_fits(mirror_error *err, const char *what, const char *path, size_t extra, const char *added)
+{
+    size_t n = strlen(path);
+    if (n + extra < (size_t)MIRROR__PATH_MAX) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                         "%s: the path is %zu bytes long, and with the %zu of %s it would pass the system's limit "
+                         "of %d bytes for a path (PATH_MAX); name a shorter one",
+                         what, n, extra, added, MIRROR__PATH_MAX - 1);
+}
+
 /* What a file that is not a regular file is, for messages. */
 static const char *mirror__file_kind(mode_t mode)
 {
@@ -10990,13 +11035,22 @@ static const char *mirror__file_kind(mode_t mode)
                                                                                             : "a device or socket";
 }
 
+/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
+   the writer's process id and 64 random bits, in lowercase hexadecimal. No
+   user picks such a name, so a save (holding PATH.lock) removes the ones a
+   crash left by their name alone, never by what they hold. */
+#define MIRROR__TMP_MARK ".tmp-mirror-"
+#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
+#define MIRROR__TMP_NAME (sizeof MIRROR__TMP_MARK - 1 + MIRROR__TMP_TAIL) /* what it adds to PATH */
+
 /* A side output's PATH: not empty, not too long for its temporary name, and
    a regular file if it exists. lstat, never open: a FIFO cannot block. */
 static int mirror__output_path(mirror_model *m, const char *what, const char *path)
 {
     struct stat st;
-    if (!path || !*path || strlen(path) > 900)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL, empty or too long", what);
+    int rc;
+    if (!path || !*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL or empty", what);
+    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TMP_NAME, "its temporary file's name"))) return rc;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                             "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
@@ -11008,7 +11062,7 @@ static int mirror__output_path(mirror_model *m, const char *what, const char *pa
    mirror__output_path fits in tmp). */
 typedef struct mirror__output {
     FILE *f;
-    char tmp[1024];
+    char tmp[MIRROR__PATH_MAX];
 } mirror__output;
 
 /* write(2) all of it, through short writes and EINTR. */
@@ -11028,11 +11082,11 @@ static int mirror__write_all(int fd, const void *p, size_t n)
 /* fsync of the directory holding path, so that a rename survives a crash. */
 static int mirror__sync_dir(const char *path)
 {
-    char dir[1024];
+    char dir[MIRROR__PATH_MAX];
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
     int fd, rc;
-    if (n >= sizeof dir) return -1;
+    if (n >= sizeof dir) return errno = ENAMETOOLONG, -1;
     if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
     else dir[0] = '.', dir[1] = '\0';
     if ((fd = open(dir, O_RDONLY)) < 0) return -1;
@@ -11040,13 +11094,6 @@ static int mirror__sync_dir(const char *path)
     close(fd);
     return rc;
 }
-
-/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
-   the writer's process id and 64 random bits, in lowercase hexadecimal. No
-   user picks such a name, so a save (holding PATH.lock) removes the ones a
-   crash left by their name alone, never by what they hold. */
-#define MIRROR__TMP_MARK ".tmp-mirror-"
-#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
 
 /* Creates a new temporary file for path (mode: as open's, less the umask),
    its name in name[size]; returns its descriptor, or -1 with errno set. */
@@ -11931,7 +11978,7 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
     static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
     mirror_dataset *out[2];
-    char img[1024], lab[1024];
+    char img[MIRROR__PATH_MAX], lab[MIRROR__PATH_MAX];
     struct stat st;
     int i, rc;
     out[0] = train;
@@ -11943,8 +11990,9 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
     if (!dir[0])
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_dataset_load_mnist: an empty directory name (\".\" is the current directory)");
-    if (strlen(dir) > 900)
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_load_mnist: directory name too long");
+    if ((rc = mirror__path_fits(err, "mirror_dataset_load_mnist", dir, sizeof "/train-images-idx3-ubyte.gz" - 1,
+                                "a file's name in it")))
+        return rc;
     if (stat(dir, &st) != 0)
         return mirror__error(err, MIRROR_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
@@ -12788,6 +12836,10 @@ static void mirror__run_settings(const mirror_model *m, mirror__text *h)
         mirror__printf(h, ",\"replicas\":\"%zu\"", m->s->world);
 }
 
+/* How every checkpoint this library writes starts, after the header's
+   length: how a save tells its own files from a user's (mirror__ours). */
+#define MIRROR__CKPT_START "{\"__metadata__\":{\"format\":\"mirror\","
+
 /* The header JSON, padded with spaces to a multiple of 8 bytes (safetensors'
    alignment); crc32.header is computed over the text with its own value as
    "00000000", then written in place. */
@@ -12798,7 +12850,7 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
     uint64_t offset = 0;
     size_t i, j;
     char *crc_at;
-    mirror__printf(h, "{\"__metadata__\":{\"format\":\"mirror\",\"version\":\"1\",\"model\":\"");
+    mirror__printf(h, MIRROR__CKPT_START "\"version\":\"1\",\"model\":\"");
     mirror__describe_model(m, h);
     mirror__printf(h, "\",\"optimizer\":\"%s\",", mirror__opt_names[m->desc.optimizer.kind]);
     mirror__run_settings(m, h);
@@ -12853,6 +12905,11 @@ static int mirror__is_our_tmp(const char *suffix, size_t keep)
     }
     return suffix[MIRROR__TMP_TAIL] == '\0';
 }
+
+/* The most a save joins to PATH: PATH.1's temporary file (a rotation's
+   copy); PATH.lock and PATH.N (N below keep, 20 digits at most) are shorter. */
+#define MIRROR__CKPT_NAMES (sizeof ".1" - 1 + MIRROR__TMP_NAME)
+#define MIRROR__CKPT_NAMES_ARE "the names made beside it (PATH.lock, PATH.1 .., their temporary files)"
 
 /* Copies file from to file to through a temporary file and a rename (for
    file systems without hard links). */
@@ -12918,13 +12975,43 @@ static void mirror__remove_stale(const char *path, size_t keep, char *buf, char 
     closedir(d);
 }
 
+/* Whether the regular file at path is one of this library's checkpoints:
+   its first bytes are a header's length (8 bytes) and MIRROR__CKPT_START.
+   A save writes a temporary file, flushes it and renames it into place, so
+   a crash leaves PATH and PATH.N whole or as they were, never empty or cut
+   short: what does not start so (an empty file too) is a user's. A file
+   cut short by something else after those bytes still counts. *why: what
+   the file is otherwise. */
+static int mirror__ours(const char *path, const char **why)
+{
+    unsigned char head[8 + sizeof MIRROR__CKPT_START - 1];
+    size_t got = 0;
+    ssize_t n = 1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0) return *why = "it cannot be read, so it cannot be told from a user's file", 0;
+    while (got < sizeof head && (n = read(fd, head + got, sizeof head - got)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (n < 0) return *why = "it cannot be read, so it cannot be told from a user's file", 0;
+    if (!got) return *why = "it is empty", 0;
+    if (got < sizeof head || memcmp(head + 8, MIRROR__CKPT_START, sizeof MIRROR__CKPT_START - 1) != 0)
+        return *why = "it does not start as one", 0;
+    return 1;
+}
+
 /* A save replaces PATH and renames PATH.1, PATH.2 .. along (up to the
-   first that is missing, below keep): each of them must be a regular file,
-   never a directory, a device, a FIFO, a socket or a symbolic link (which
-   a rename would replace). */
+   first that is missing, below keep), the last of them over the one
+   after: each of them must be a regular file, never a directory, a device,
+   a FIFO, a socket or a symbolic link (which a rename would replace), and
+   a checkpoint of this library's, never a user's file that happens to
+   have the name. */
 static int mirror__check_targets(mirror_model *m, const char *path, size_t keep, char *name, size_t size)
 {
     struct stat st;
+    const char *why;
     size_t i;
     for (i = 0; i == 0 || i < keep; i++) {
         if (i) snprintf(name, size, "%s.%zu", path, i);
@@ -12936,6 +13023,11 @@ static int mirror__check_targets(mirror_model *m, const char *path, size_t keep,
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "%s exists and is not a regular file (%s); a checkpoint only replaces a regular file",
                                 i ? name : path, mirror__file_kind(st.st_mode));
+        if (!mirror__ours(i ? name : path, &why))
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "%s exists and is not a mirror checkpoint (%s); a save replaces or rotates away only "
+                                "the checkpoints it wrote: move the file or name another path",
+                                i ? name : path, why);
     }
     return MIRROR_OK;
 }
@@ -12982,9 +13074,11 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
     char *name = (char *)MIRROR_MALLOC(size);
     int rc = MIRROR_OK, fd, probe;
     if (!name) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
-    if (strlen(path) > 900 || !*path) {
-        rc = mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the checkpoint path is empty or too long");
-    } else if ((rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
+    if (!*path) {
+        rc = mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the checkpoint path is empty");
+    } else if ((rc = mirror__path_fits(&m->err, "mirror_fit: the checkpoint", path, MIRROR__CKPT_NAMES,
+                                       MIRROR__CKPT_NAMES_ARE)) == MIRROR_OK &&
+               (rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
         m->fit_lock = fd + 1;
         if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
@@ -13033,8 +13127,10 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     /* fp32 after a non-finite step the host has not yet seen: not saved,
        so that it cannot rotate a good checkpoint away */
     if (!m->format && (rc = mirror__guard_verdict(m, "mirror_checkpoint_save"))) return rc;
-    if (!path || !*path || (plen = strlen(path)) > 900)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_save: path is NULL, empty or too long");
+    if (!path || !*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_save: path is NULL or empty");
+    if ((rc = mirror__path_fits(&m->err, "mirror_checkpoint_save", path, MIRROR__CKPT_NAMES, MIRROR__CKPT_NAMES_ARE)))
+        return rc;
+    plen = strlen(path);
     memset(&c, 0, sizeof c);
     if (cursor) c = *cursor;
     if (!keep) keep = 3;
@@ -14673,6 +14769,11 @@ static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, co
    seconds: a file's time is made later than every other file's there, so
    that a fit started within the same second still comes after. Rank 0,
    before the first step. */
+/* The most an event file's name adds to its directory: a slash, the
+   prefix, the time, the host's name (63 bytes at most), the process id and
+   a count. */
+#define MIRROR__TB_NAME (sizeof "/events.out.tfevents." - 1 + 20 + 1 + 63 + 1 + 20 + 1 + 2)
+
 static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path, size_t size)
 {
     static const char prefix[] = "events.out.tfevents.";
@@ -14701,7 +14802,12 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
     for (i = 0; host[i]; i++)
         if (host[i] == '/') host[i] = '_';
     for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
-        snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
+        int n = snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
+        if (n < 0 || (size_t)n >= size) /* mirror__check_outputs saw to it; never a name cut short */
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
+                                "system's limit of %d bytes for a path (PATH_MAX)",
+                                dir, MIRROR__PATH_MAX - 1);
         *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
         if (*fd < 0 && errno != EEXIST) break;
     }
@@ -14754,7 +14860,7 @@ static int mirror__split_path(const char *path, char *dir, size_t size, const ch
    where it does not exist, the same text); *na and *nb get their names. */
 static int mirror__same_dir(const char *a, const char *b, const char **na, const char **nb)
 {
-    char da[1024], db[1024];
+    char da[MIRROR__PATH_MAX], db[MIRROR__PATH_MAX];
     struct stat sa, sb;
     if (!mirror__split_path(a, da, sizeof da, na) || !mirror__split_path(b, db, sizeof db, nb)) return 0;
     if (stat(da, &sa) != 0 || stat(db, &sb) != 0) return !strcmp(da, db);
@@ -14777,7 +14883,7 @@ static int mirror__same_file(const char *a, const char *b)
    same file as one of them that exists. */
 static int mirror__names_checkpoint(const char *out, const char *path, size_t keep)
 {
-    char name[1024];
+    char name[MIRROR__PATH_MAX];
     const char *no, *np, *rest;
     struct stat so, sp;
     size_t i;
@@ -14787,12 +14893,13 @@ static int mirror__names_checkpoint(const char *out, const char *path, size_t ke
         if (rest[0] == '.' && rest[1] >= '1' && rest[1] <= '9' && !rest[1 + strspn(rest + 1, "0123456789")])
             return !keep || strtoull(rest + 1, NULL, 10) < keep; /* PATH.k (too many digits: the largest value) */
     }
-    if (lstat(out, &so) != 0 || strlen(path) > 1000) return 0;
+    if (lstat(out, &so) != 0) return 0;
     for (i = 0; !keep || i < keep + 1; i++) { /* PATH.lock, PATH, PATH.1, ... as far as they exist */
-        if (i == 0) snprintf(name, sizeof name, "%s.lock", path);
-        else if (i == 1) snprintf(name, sizeof name, "%s", path);
-        else snprintf(name, sizeof name, "%s.%zu", path, i - 1);
-        if (lstat(name, &sp) != 0) {
+        int n;
+        if (i == 0) n = snprintf(name, sizeof name, "%s.lock", path);
+        else if (i == 1) n = snprintf(name, sizeof name, "%s", path);
+        else n = snprintf(name, sizeof name, "%s.%zu", path, i - 1);
+        if (n < 0 || (size_t)n >= sizeof name || lstat(name, &sp) != 0) { /* missing, or too long to be a file's */
             if (i >= 2) break;
             continue;
         }
@@ -14803,31 +14910,35 @@ static int mirror__names_checkpoint(const char *out, const char *path, size_t ke
 
 /* Before the first step (rank 0): each side output has a usable path that
    names no checkpoint file (fit's, or the one it resumed from) and no
-   other output. */
+   other output. The TensorBoard directory too: made where a checkpoint
+   will be saved, it would fail that save after the whole run. */
 static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
 {
-    const char *paths[3], *names[3] = {"history", "plot", "trace"};
+    const char *paths[4], *names[4] = {"history", "plot", "trace", "TensorBoard directory"};
     char what[64];
     size_t i, j, keep = d->checkpoint_keep ? d->checkpoint_keep : 3;
     int rc;
-    paths[0] = d->history, paths[1] = d->plot, paths[2] = d->trace;
-    for (i = 0; i < 3; i++) {
+    paths[0] = d->history, paths[1] = d->plot, paths[2] = d->trace, paths[3] = d->tensorboard;
+    for (i = 0; i < 4; i++) {
         if (!paths[i]) continue;
         snprintf(what, sizeof what, "mirror_fit: the %s", names[i]);
-        if ((rc = mirror__output_path(m, what, paths[i]))) return rc;
+        if (i < 3 && (rc = mirror__output_path(m, what, paths[i]))) return rc;
+        if (i == 3 && !*paths[i]) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is empty", what);
+        if (i == 3 && (rc = mirror__path_fits(&m->err, what, paths[i], MIRROR__TB_NAME, "an event file's name in it")))
+            return rc;
         if (d->checkpoint && mirror__names_checkpoint(paths[i], d->checkpoint, keep))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "mirror_fit: the %s %s would overwrite the checkpoint %s or one kept beside it; name "
-                                "another file",
+                                "another path",
                                 names[i], paths[i], d->checkpoint);
         if (d->resumed_from && mirror__names_checkpoint(paths[i], d->resumed_from, 0))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
-                                "one kept beside it; name another file",
+                                "one kept beside it; name another path",
                                 names[i], paths[i], d->resumed_from);
         for (j = 0; j < i; j++)
             if (paths[j] && mirror__same_file(paths[i], paths[j]))
-                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two files",
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
                                     names[j], names[i], paths[i]);
     }
     return MIRROR_OK;
@@ -15015,7 +15126,7 @@ typedef struct mirror__fit_run {
     int bar, timed, shows_lr, classify;
     int timed_here;         /* fit turned timing on, and turns it off */
     int tb;                 /* rank 0's TensorBoard event file (-1: none) */
-    char tb_path[1200];
+    char tb_path[MIRROR__PATH_MAX];
 } mirror__fit_run;
 
 /* What rank 0 alone does, with the result on every process. */
@@ -15087,7 +15198,8 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     /* The side outputs' paths (no checkpoint's, no FIFO), a resumed run's
        history, then the curves' files and the trace's too (empty until
        there is more). */
-    if (((d->history || d->plot || d->trace) && (rc = MIRROR__BY_LEADER(m, mirror__check_outputs(m, d)))) ||
+    if (((d->history || d->plot || d->trace || d->tensorboard) &&
+         (rc = MIRROR__BY_LEADER(m, mirror__check_outputs(m, d)))) ||
         (d->history && (d->initial_epoch || d->initial_step) &&
          (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, &f->logs, &f->nlogs, &f->logs_cap)))) ||
         ((d->history || d->plot) && (rc = MIRROR__BY_LEADER(m, mirror__write_curves(m, d, f->logs, f->nlogs)))) ||

@@ -176,7 +176,8 @@ int main(int argc, char **argv)
     }
     s = strategy(devices);
     mirror_dataset_synthetic_digits(&digits, 8192, 1, NULL);
-    snprintf(path, sizeof path, "%s/bench_digits.bin", dir);
+    if (snprintf(path, sizeof path, "%s/bench_digits.bin", dir) >= (int)sizeof path) /* never a path cut short */
+        fail("--out DIR is too long for a path (4095 bytes with bench_digits.bin)");
     if ((f = fopen(path, "wb")) != NULL) { /* count, then x, then int32 labels */
         int32_t n = (int32_t)digits.count;
         fwrite(&n, 4, 1, f);

@@ -105,7 +105,8 @@ static void usage(FILE *f)
                "                      replicas under mpirun: across the processes too (see the README)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
-               "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM)\n"
+               "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM), the two\n"
+               "                      before it kept as PATH.1, PATH.2; a file there that is not one is refused\n"
                "  --checkpoint-every N  also every N steps (needs --save)\n"
                "  --resume PATH       continue from a checkpoint; --epochs counts the total\n"
                "  --init-weights FILE start from the weights of a safetensors file (a state_dict saved from\n"
@@ -142,14 +143,25 @@ static void complain(int rc, const char *message)
         fprintf(stderr, "train: %s\n", message);
 }
 
+/* DIR/NAME in memory of its own: a path is never cut short (a cut one
+   could name another directory's files). NULL: out of memory. */
+static char *joined(const char *dir, const char *name)
+{
+    size_t size = strlen(dir) + strlen(name) + 2;
+    char *path = (char *)malloc(size);
+    if (path) snprintf(path, size, "%s/%s", dir, name);
+    return path;
+}
+
 /* Whether DIR/NAME is there, whatever it is (a link to nothing too: the
    loader then says what is wrong with it). */
 static int there(const char *dir, const char *name)
 {
-    char path[1100];
+    char *path = joined(dir, name);
     struct stat st;
-    snprintf(path, sizeof path, "%.1000s/%s", dir, name);
-    return lstat(path, &st) == 0;
+    int found = path && lstat(path, &st) == 0;
+    free(path);
+    return found;
 }
 
 /* --data DIR: CIFAR-10's binary batches when DIR holds data_batch_1.bin
@@ -158,12 +170,13 @@ static int there(const char *dir, const char *name)
    gets a message naming both. */
 static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test, mirror_error *err)
 {
-    char paths[6][1100];
+    static const char *const names[6] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                                         "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
+    char *paths[6];
     const char *batches[5];
     struct stat st;
-    int i, rc;
-    snprintf(paths[0], sizeof paths[0], "%.1000s/data_batch_1.bin", dir);
-    if (!there(dir, "data_batch_1.bin")) {
+    int i, rc = MIRROR_OK;
+    if (!there(dir, names[0])) {
         if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && !there(dir, "train-images-idx3-ubyte") &&
             !there(dir, "train-images-idx3-ubyte.gz")) {
             err->code = MIRROR_ERR_IO;
@@ -175,14 +188,19 @@ static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test
         }
         return mirror_dataset_load_mnist(train, test, dir, err);
     }
-    for (i = 0; i < 5; i++) {
-        snprintf(paths[i], sizeof paths[i], "%.1000s/data_batch_%d.bin", dir, i + 1);
-        batches[i] = paths[i];
+    for (i = 0; i < 6; i++)
+        if (!(paths[i] = joined(dir, names[i]))) rc = MIRROR_ERR_NO_MEMORY;
+    if (rc) {
+        err->code = rc;
+        snprintf(err->message, sizeof err->message, "out of memory");
+    } else {
+        for (i = 0; i < 5; i++) batches[i] = paths[i];
+        if ((rc = mirror_dataset_load_cifar10(train, batches, 5, err)) == MIRROR_OK) {
+            batches[0] = paths[5];
+            if ((rc = mirror_dataset_load_cifar10(test, batches, 1, err))) mirror_dataset_free(train);
+        }
     }
-    snprintf(paths[5], sizeof paths[5], "%.1000s/test_batch.bin", dir);
-    if ((rc = mirror_dataset_load_cifar10(train, batches, 5, err))) return rc;
-    batches[0] = paths[5];
-    if ((rc = mirror_dataset_load_cifar10(test, batches, 1, err))) mirror_dataset_free(train);
+    for (i = 0; i < 6; i++) free(paths[i]);
     return rc;
 }
 

@@ -67,16 +67,20 @@ static void remove_tree(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
-    char sub[512];
+    char *sub;
+    size_t size;
     struct stat st;
     if (!d) return;
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        size = strlen(dir) + strlen(e->d_name) + 2; /* whatever its length: the tests make paths near PATH_MAX */
+        if (!(sub = (char *)malloc(size))) continue;
+        snprintf(sub, size, "%s/%s", dir, e->d_name);
         if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
             remove_tree(sub);
         else
             unlink(sub);
+        free(sub);
     }
     closedir(d);
     rmdir(dir);

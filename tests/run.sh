@@ -335,6 +335,40 @@ if [ -x "$BUILD/train" ]; then
         done
     }
     check "build/train: a FIFO as --history, --plot or --trace is refused at once (exit 1), no hang" outputs_fifo
+    # --tensorboard where the checkpoint or a kept copy will be: refused before
+    # training (the directory would fail the save after the whole run).
+    tensorboard_refused() {
+        for args in "--save $tmp/tbs.ckpt --tensorboard $tmp/tbs.ckpt" "--save $tmp/tbs.ckpt --tensorboard $tmp/tbs.ckpt.1"; do
+            $BUILD/train $small --epochs 1 $args >"$tmp/tbs.out" 2>&1
+            test $? -eq 1 && grep -q 'TensorBoard directory .* would overwrite the checkpoint' "$tmp/tbs.out" &&
+                ! grep -q '^epoch' "$tmp/tbs.out" && ! test -e "$tmp/tbs.ckpt" && ! test -e "$tmp/tbs.ckpt.1" ||
+                { echo "not refused: $args"; return 1; }
+        done
+    }
+    check "build/train: --tensorboard naming the --save path or PATH.1: exit 1 before training, no directory made" tensorboard_refused
+    # --save onto a user's file: refused before training, never rotated away.
+    save_notes() {
+        echo notes >"$tmp/n.txt"
+        $BUILD/train $small --epochs 1 --save "$tmp/n.txt" --checkpoint-every 1 >"$tmp/n.out" 2>&1
+        test $? -eq 1 && grep -q 'n.txt exists and is not a mirror checkpoint' "$tmp/n.out" && ! grep -q '^epoch' "$tmp/n.out" &&
+            test "$(cat "$tmp/n.txt")" = notes && ! test -e "$tmp/n.txt.1"
+    }
+    check "build/train --save notes.txt --checkpoint-every 1: refused before training (exit 1), notes.txt intact" save_notes
+    # --data over 1000 bytes: its own files, never those of the directory
+    # that its first 1000 bytes name (A, and B = A + "x/...").
+    data_long() {
+        a=$tmp
+        while [ ${#a} -lt 900 ]; do a=$a/$(printf '%0100d' 0) && mkdir "$a" || return 1; done
+        a=$a/$(printf "%0$((999 - ${#a}))d" 0)
+        b=${a}x/$(printf '%0200d' 0)
+        mkdir -p "$a" "$b" || return 1
+        for f in data_batch_1 data_batch_2 data_batch_3 data_batch_4 data_batch_5 test_batch; do
+            dd if=/dev/zero of="$a/$f.bin" bs=3073 count=20 2>/dev/null && dd if=/dev/zero of="$b/$f.bin" bs=3073 count=40 2>/dev/null || return 1
+        done
+        test ${#a} -eq 1000 && $BUILD/train --data "$b" --model mlp --epochs 1 --batch 50 >"$tmp/long.out" 2>&1 &&
+            grep -q 'data: .*, 200 train and 40 test samples of 32x32' "$tmp/long.out"
+    }
+    check "build/train --data DIR of 1202 bytes: its own CIFAR-10 batches, not those of the directory its first 1000 bytes name" data_long
     # --resume with the same --history: the history of the whole run, the
     # rows of the straight run's (times aside).
     history_resumed() {

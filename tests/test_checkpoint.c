@@ -762,6 +762,83 @@ static void test_targets(void)
               strstr(mirror_model_error(m), ".1"),
           "a FIFO where the rotation would rename PATH.1: refused (%s)", mirror_model_error(m));
 
+    /* A user's file where a save would replace it or rotate it away (an
+       empty one too): refused, named, left as it was; PATH.N beyond keep
+       is never touched; a checkpoint cut short after its first bytes is
+       still this library's. */
+    {
+        mirror_fit_desc nf;
+        unsigned char *a0, *a1, *now;
+        size_t n0, n1, n;
+        path_in(path, "notes.txt");
+        put_file(path, "notes\n", 6);
+        rc = mirror_checkpoint_save(m, path, NULL, 3);
+        now = slurp(path, &n);
+        CHECK(rc == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m), "notes.txt exists and is not a mirror checkpoint") && now && n == 6 &&
+                  !memcmp(now, "notes\n", 6),
+              "a save onto a user's notes.txt: refused, naming it, the file intact (%s)", mirror_model_error(m));
+        free(now);
+        memset(&nf, 0, sizeof nf);
+        nf.train = &data, nf.epochs = 2, nf.batch = 12, nf.progress = MIRROR_PROGRESS_NONE;
+        nf.checkpoint = path, nf.checkpoint_every = 1;
+        {
+            mirror_model *fresh = model(s, 0, MIRROR_OPT_SGD); /* m stays untrained for what follows */
+            rc = mirror_fit(fresh, &nf, NULL);
+            now = slurp(path, &n);
+            snprintf(name, sizeof name, "%s.1", path);
+            CHECK(rc == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(fresh) == 0 && now && n == 6 &&
+                      access(name, F_OK) != 0,
+                  "fit saving every step to notes.txt: refused before the first step, nothing rotated (%s)",
+                  mirror_model_error(fresh));
+            free(now);
+            mirror_model_destroy(fresh);
+        }
+        path_in(path, "empty.ckpt");
+        put_file(path, "", 0);
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m), "it is empty") && stat(path, &st) == 0 && st.st_size == 0,
+              "a save onto an empty file: refused, the file left (%s)", mirror_model_error(m));
+        path_in(path, "kept.ckpt");
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK &&
+                  mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK,
+              "two saves: PATH and PATH.1 (%s)", mirror_model_error(m));
+        snprintf(name, sizeof name, "%s.2", path);
+        put_file(name, "notes\n", 6);
+        snprintf(other, sizeof other, "%s.1", path);
+        a0 = slurp(path, &n0), a1 = slurp(other, &n1);
+        rc = mirror_checkpoint_save(m, path, NULL, 3);
+        now = slurp(name, &n);
+        CHECK(rc == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m), "kept.ckpt.2 exists and is not a mirror checkpoint") && now && n == 6,
+              "a user's file at PATH.2, which the rotation would replace (keep 3): refused, the file intact (%s)",
+              mirror_model_error(m));
+        free(now);
+        now = slurp(path, &n);
+        CHECK(now && a0 && n == n0 && !memcmp(now, a0, n), "PATH unchanged by the refused save");
+        free(now);
+        now = slurp(other, &n);
+        CHECK(now && a1 && n == n1 && !memcmp(now, a1, n), "PATH.1 unchanged by the refused save");
+        free(now), free(a0), free(a1);
+        rc = mirror_checkpoint_save(m, path, NULL, 2);
+        now = slurp(name, &n);
+        CHECK(rc == MIRROR_OK && now && n == 6,
+              "keep 2: the save goes ahead, the user's PATH.2 beyond it untouched (%s)", mirror_model_error(m));
+        free(now);
+        put_file(other, "notes\n", 6);
+        CHECK(mirror_checkpoint_save(m, path, NULL, 2) == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m), "kept.ckpt.1 exists"),
+              "a user's file at PATH.1, which the rotation would move away: refused (%s)", mirror_model_error(m));
+        unlink(other);
+        a0 = slurp(path, &n0);
+        path_in(path, "cut.ckpt");
+        put_file(path, (const char *)a0, a0 && n0 > 100 ? 100 : 0);
+        free(a0);
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK &&
+                  mirror_checkpoint_load(m, path, 0, NULL) == MIRROR_OK,
+              "a checkpoint cut short after its first 100 bytes: replaced (%s)", mirror_model_error(m));
+    }
+
     /* Temporary files: a save removes those its name pattern gives, as a
        crash leaves them, whatever they hold; never a user's file, whatever
        it holds (a checkpoint's start, nothing) or however close its name. */

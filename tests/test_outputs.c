@@ -3,7 +3,8 @@
    FIFO or a directory is refused before the first step and overwrites
    nothing; a write that fails mid-run (the file size limit, as on a full
    disk) keeps the previous complete file, the training and the checkpoint;
-   a resumed fit continues its history; and a fit inside fit's hook on the
+   a resumed fit continues its history; a path of any length is joined
+   whole or refused naming PATH_MAX; and a fit inside fit's hook on the
    same model is refused. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, mkfifo, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
@@ -15,6 +16,7 @@
 #include "files.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -101,8 +103,9 @@ static int files_with(const char *part)
 
 /* ---- paths refused before the first step ---- */
 
-/* fit with the output `which` (0 history, 1 plot, 2 trace) at out: refused
-   with MIRROR_ERR_ARGUMENT, no step taken, and `keep` (a file) unchanged. */
+/* fit with the output `which` (0 history, 1 plot, 2 trace, 3 TensorBoard)
+   at out: refused with MIRROR_ERR_ARGUMENT, no step taken, and `keep` (a
+   file) unchanged. */
 static void refused(mirror_model *m, mirror_fit_desc fd, int which, const char *out, const char *keep,
                     const char *what)
 {
@@ -112,6 +115,7 @@ static void refused(mirror_model *m, mirror_fit_desc fd, int which, const char *
     if (which == 0) fd.history = out;
     if (which == 1) fd.plot = out;
     if (which == 2) fd.trace = out;
+    if (which == 3) fd.tensorboard = out;
     rc = mirror_fit(m, &fd, NULL);
     CHECK(rc == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(m) == steps,
           "%s: refused before the first step (rc %d: %s)", what, rc, mirror_model_error(m));
@@ -142,6 +146,29 @@ static void test_refused(void)
     CHECK(link(ckpt, other) == 0, "a hard link to run.ckpt");
     refused(m, fd, 0, other, ckpt, "history = a second name of the checkpoint");
     unlink(other);
+
+    /* The TensorBoard directory, made before the first step where a save
+       would then fail after the whole run: the checkpoint, a kept copy to
+       come, the lock, the one a run resumed from, another output. */
+    refused(m, fd, 3, ckpt, ckpt, "TensorBoard = the checkpoint");
+    snprintf(name, sizeof name, "%s.2", ckpt);
+    refused(m, fd, 3, name, NULL, "TensorBoard = run.ckpt.2, kept by the next save (keep 3)");
+    CHECK(access(name, F_OK) != 0, "no directory made at run.ckpt.2");
+    snprintf(name, sizeof name, "%s.lock", ckpt);
+    refused(m, fd, 3, name, name, "TensorBoard = run.ckpt.lock");
+    path_in(other, "fresh.ckpt");
+    fd.checkpoint = other;
+    refused(m, fd, 3, other, NULL, "TensorBoard = a checkpoint path not yet saved");
+    CHECK(access(other, F_OK) != 0, "no directory made at the checkpoint's path");
+    fd.checkpoint = NULL, fd.resumed_from = ckpt;
+    snprintf(name, sizeof name, "%s.7", ckpt);
+    refused(m, fd, 3, name, NULL, "TensorBoard = resumed_from.7");
+    fd.resumed_from = NULL;
+    path_in(other, "tb-or-history");
+    fd.history = other;
+    refused(m, fd, 3, other, NULL, "TensorBoard and history on one path");
+    fd.history = NULL, fd.checkpoint = ckpt;
+    CHECK(access(name, F_OK) != 0 && access(other, F_OK) != 0, "no directory made at run.ckpt.7 or the history's");
 
     /* The checkpoint a run resumed from, and its kept copies, whatever keep. */
     fd.checkpoint = NULL;
@@ -587,6 +614,145 @@ static void test_tensorboard(void)
     mirror_strategy_destroy(s);
 }
 
+/* ---- paths of any length: joined whole, or refused naming the limit ---- */
+
+/* root/xxx.../xxx... made as nested directories of the letter x, `length`
+   bytes in all, into out; 0 on failure. */
+static int deep_dir(char *out, size_t length, char x)
+{
+    size_t n = strlen(root);
+    strcpy(out, root);
+    while (n < length) {
+        size_t left = length - n, part = left > 201 ? (left - 201 == 1 ? 199 : 200) : left - 1;
+        out[n++] = '/';
+        memset(out + n, x, part), n += part, out[n] = '\0';
+        if (mkdir(out, 0700) != 0 && errno != EEXIST) return 0;
+    }
+    return 1;
+}
+
+/* Two 2x2 images of MNIST's IDX files in dir. */
+static int put_mnist(const char *dir)
+{
+    static const unsigned char img[24] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    static const unsigned char lab[10] = {0, 0, 8, 1, 0, 0, 0, 2, 3, 7};
+    static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                                         "t10k-labels-idx1-ubyte"};
+    static char path[4400];
+    int i, ok = 1;
+    for (i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        ok &= write_file(path, i % 2 ? lab : img, i % 2 ? sizeof lab : sizeof img);
+    }
+    return ok;
+}
+
+/* Whether the last error names the limit of a path's length. */
+static int names_limit(const char *message)
+{
+    char limit[64];
+    snprintf(limit, sizeof limit, "limit of %d bytes for a path (PATH_MAX)", MIRROR__PATH_MAX - 1);
+    return strstr(message, limit) != NULL;
+}
+
+/* A directory of 1300 bytes holds every output at its full name (the
+   event file's too, which a fixed buffer once cut to "events.out.tfeven"),
+   and MNIST's files; one of 4000 bytes holds a checkpoint, while what would
+   pass PATH_MAX with the names joined to it is refused before the first
+   step, naming the limit. */
+static void test_long_paths(void)
+{
+    static char dir[4200], ckpt[4300], name[4400], hist[4300], plot[4300], trace[4300], tb[4300], file[4600];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s);
+    mirror_fit_desc fd = fit_desc(2);
+    mirror_dataset tr, te;
+    mirror_error err = {0, ""};
+    tb_event ev[8];
+    struct dirent *e;
+    char tail[64];
+    uint64_t steps;
+    int rc, events = 0, whole = 0, n = -1;
+    DIR *d;
+
+    CHECK(deep_dir(dir, 1300, 'a') && strlen(dir) == 1300, "a directory 1300 bytes long");
+    snprintf(ckpt, sizeof ckpt, "%s/run.ckpt", dir), snprintf(hist, sizeof hist, "%s/h.csv", dir);
+    snprintf(plot, sizeof plot, "%s/c.svg", dir), snprintf(trace, sizeof trace, "%s/t.json", dir);
+    snprintf(tb, sizeof tb, "%s/tb", dir);
+    fd.checkpoint = ckpt, fd.checkpoint_every = 5, fd.history = hist, fd.plot = plot, fd.trace = trace;
+    fd.tensorboard = tb;
+    rc = mirror_fit(m, &fd, NULL);
+    snprintf(name, sizeof name, "%s.1", ckpt);
+    CHECK(rc == MIRROR_OK && access(ckpt, F_OK) == 0 && access(name, F_OK) == 0 && lines_of(hist) == 3 &&
+              access(plot, F_OK) == 0 && access(trace, F_OK) == 0,
+          "1300 bytes: the checkpoint, its kept copy, the history, the plot and the trace (%s)", mirror_model_error(m));
+    snprintf(tail, sizeof tail, ".%ld.0", (long)getpid());
+    if ((d = opendir(tb)) != NULL) {
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                size_t len = strlen(e->d_name);
+                events++;
+                whole = !strncmp(e->d_name, "events.out.tfevents.", 20) && len > strlen(tail) &&
+                        !strcmp(e->d_name + len - strlen(tail), tail);
+                snprintf(file, sizeof file, "%s/%s", tb, e->d_name);
+            }
+        closedir(d);
+    }
+    if (events == 1) n = tb_read(file, ev, 8);
+    CHECK(events == 1 && whole && n >= 4 && !strcmp(ev[0].version, "brain.Event:2"),
+          "1300 bytes: one event file, named events.out.tfevents.TIME.HOST%s in full, of whole records (%d files, "
+          "%d events)", tail, events, n);
+    /* a resumed run's kept copy found by name at that length */
+    fd = fit_desc(1);
+    fd.resumed_from = ckpt;
+    refused(m, fd, 0, name, name, "1300 bytes: history = resumed_from.1");
+    CHECK(put_mnist(dir) && mirror_dataset_load_mnist(&tr, &te, dir, &err) == MIRROR_OK && tr.count == 2 &&
+              te.count == 2,
+          "1300 bytes: MNIST's files load (%s)", err.message);
+    mirror_dataset_free(&tr), mirror_dataset_free(&te);
+
+    /* Near PATH_MAX: 4000 bytes and the names beside them fit; more do not. */
+    CHECK(deep_dir(dir, 4000, 'b') && strlen(dir) == 4000, "a directory 4000 bytes long");
+    snprintf(ckpt, sizeof ckpt, "%s/run.ckpt", dir), snprintf(hist, sizeof hist, "%s/h.csv", dir);
+    snprintf(tb, sizeof tb, "%s/tb", dir);
+    fd = fit_desc(2);
+    fd.checkpoint = ckpt, fd.checkpoint_every = 5, fd.history = hist;
+    rc = mirror_fit(m, &fd, NULL);
+    snprintf(name, sizeof name, "%s.1", ckpt);
+    CHECK(rc == MIRROR_OK && access(ckpt, F_OK) == 0 && access(name, F_OK) == 0 && lines_of(hist) == 3,
+          "4000 bytes: the checkpoint, its kept copy and the history (%s)", mirror_model_error(m));
+    CHECK(put_mnist(dir) && mirror_dataset_load_mnist(&tr, &te, dir, &err) == MIRROR_OK && tr.count == 2,
+          "4000 bytes: MNIST's files load (%s)", err.message);
+    mirror_dataset_free(&tr), mirror_dataset_free(&te);
+    steps = mirror_optimizer_steps(m);
+    fd.tensorboard = tb;
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && names_limit(mirror_model_error(m)) && mirror_optimizer_steps(m) == steps &&
+              access(tb, F_OK) != 0,
+          "4000 bytes: a TensorBoard directory whose event file's name would pass PATH_MAX: refused before the first "
+          "step, naming the limit, nothing made (%s)", mirror_model_error(m));
+    memset(name, 0, sizeof name);
+    snprintf(name, sizeof name, "%s/", dir);
+    memset(name + 4001, 'c', 4060 - 4001); /* 4060 bytes: its temporary files' names would not fit */
+    fd.tensorboard = NULL, fd.checkpoint = name;
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && names_limit(mirror_model_error(m)) && mirror_optimizer_steps(m) == steps,
+          "4060 bytes: a checkpoint path refused by fit before the first step, naming the limit (%s)",
+          mirror_model_error(m));
+    CHECK(mirror_checkpoint_save(m, name, NULL, 3) == MIRROR_ERR_ARGUMENT && names_limit(mirror_model_error(m)) &&
+              access(name, F_OK) != 0,
+          "4060 bytes: mirror_checkpoint_save refuses it, naming the limit (%s)", mirror_model_error(m));
+    fd.checkpoint = NULL, fd.history = name;
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && names_limit(mirror_model_error(m)) && mirror_optimizer_steps(m) == steps,
+          "4060 bytes: a history refused, naming the limit (%s)", mirror_model_error(m));
+    CHECK(deep_dir(dir, 4080, 'd') &&
+              mirror_dataset_load_mnist(&tr, &te, dir, &err) == MIRROR_ERR_ARGUMENT && names_limit(err.message),
+          "4080 bytes: MNIST's directory refused, naming the limit (%s)", err.message);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* ---- calls from inside fit's hook ---- */
 
 typedef struct nested {
@@ -655,6 +821,7 @@ int main(void)
     test_full();
     test_resume();
     test_tensorboard();
+    test_long_paths();
     test_nested();
     CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);
     mirror_dataset_free(&data);
