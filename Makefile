@@ -478,14 +478,18 @@ $(BUILD)/bench_peers_mpi: bench/bench_peers.c bench/fma_chains.h examples/models
 # packages come from pip here, never in make test. The torch checks run
 # where torch is.
 INTEROP_PACKAGES = numpy safetensors onnx onnxruntime tensorboard
-test-interop: info $(BUILD)/train $(BUILD)/interop_predict
+test-interop: info $(BUILD)/train $(BUILD)/interop_predict $(BUILD)/interop_resnet
 	@python3 -c 'import numpy, safetensors, onnx, onnxruntime, tensorboard' 2>/dev/null || \
 	 python3 -m pip install -q $(INTEROP_PACKAGES)
 	python3 tests/interop/test_export.py $(BUILD)
 	python3 tests/interop/test_tool.py
 	python3 tests/interop/test_tensorboard.py $(BUILD)
+	python3 tests/interop/test_resnet.py $(BUILD)
 
 $(BUILD)/interop_predict: tests/interop/predict.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/interop_resnet: tests/interop/resnet.c tests/digits.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # The guard against a collapse of the built-in GEMM (CI): below 0.3x

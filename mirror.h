@@ -556,8 +556,12 @@
       as one replica does, but add it up in another order (each replica its
       shard, then the replicas), so the parameters agree within float32
       rounding, and over hundreds of steps drift apart in their last
-      digits. With it they are bitwise the same for any replica count, any
-      number of processes and, with accumulation, any cut into micro-batches
+      digits; sooner and by more where a relu's input lies within rounding
+      of 0 and one order puts it on the other side: its gradient passes in
+      one run and not in the other (a ResNet 5e-4 apart 11 steps after
+      such a tie: tests/test_norm.c). With it they are bitwise the same
+      for any replica count, any number of processes and, with
+      accumulation, any cut into micro-batches
       of whole chunks. Each global batch is cut into chunks of K samples
       (0: 16; the last may be short); each replica takes a run of whole
       chunks (mirror_shard over the chunks), so its shard may be a chunk
