@@ -3198,6 +3198,12 @@ static uint64_t mirror__hash(uint64_t h, const void *p, size_t n)
             lane[j] = (lane[j] ^ w) * 0xBF58476D1CE4E5B9ull;
             lane[j] ^= lane[j] >> 29;
         }
+    for (; i + 8 <= n; i += 8) { /* the tail's words, each into a lane: the loop of bytes keeps 8 at most */
+        memcpy(&w, b + i, 8);
+        j = (i / 8) % 4;
+        lane[j] = (lane[j] ^ w) * 0xBF58476D1CE4E5B9ull;
+        lane[j] ^= lane[j] >> 29;
+    }
     for (w = 0; i < n; i++) w = (w << 8 | b[i]) * 0x94D049BB133111EBull;
     for (state = w ^ n, j = 0; j < 4; j++) {
         state ^= lane[j];
