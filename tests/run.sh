@@ -326,6 +326,22 @@ if [ -x "$BUILD/train" ]; then
         done
     }
     check "build/train: --history, --plot or --trace naming the checkpoint, PATH.1 or the --resume file: exit 1, the checkpoints unchanged" outputs_refused
+    # The file --init-weights read gets the same care, the library knowing it
+    # untold (mirror_weights_source); --tensorboard, a directory, refuses it too.
+    weights_spared() {
+        $BUILD/train $small --epochs 1 --save "$tmp/iw.safetensors" >/dev/null 2>&1 &&
+            cp "$tmp/iw.safetensors" "$tmp/iw.copy" || return 1
+        for flag in --history --plot --trace --tensorboard; do
+            $BUILD/train $small --epochs 2 --init-weights "$tmp/iw.safetensors" $flag "$tmp/iw.safetensors" \
+                >"$tmp/o.out" 2>&1
+            test $? -eq 1 && ! grep -q '^epoch' "$tmp/o.out" && cmp -s "$tmp/iw.safetensors" "$tmp/iw.copy" &&
+                { [ $flag = --tensorboard ] ||
+                    grep -q "would overwrite $tmp/iw.safetensors, the weights file the model's parameters were loaded from" \
+                        "$tmp/o.out"; } || { echo "not refused: $flag"; cat "$tmp/o.out"; return 1; }
+        done
+    }
+    check "build/train --init-weights W with --history, --plot, --trace or --tensorboard W: exit 1 before training, W unchanged" \
+        weights_spared
     # A FIFO is refused, never opened (open would block until a reader came).
     outputs_fifo() {
         mkfifo "$tmp/o.fifo" || return 1
