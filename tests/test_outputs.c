@@ -246,7 +246,8 @@ static void test_loaded_from(void)
     while (in && out && (c = getc(in)) != EOF) putc(c, out);
     if (in) fclose(in);
     if (out) fclose(out);
-    CHECK(mirror_load_weights(fresh, weights, NULL) == MIRROR_OK, "w.safetensors loaded: %s", mirror_model_error(fresh));
+    CHECK(mirror_load_weights(fresh, weights, NULL) == MIRROR_OK, "w.safetensors loaded: %s",
+          mirror_model_error(fresh));
     src = mirror_model_weights_source(fresh);
     CHECK(src.path && !strcmp(src.path, weights) && src.checkpoint == 0 && src.crc32 == crc && src.size == size,
           "the source: w.safetensors, weights, the same bytes");

@@ -403,8 +403,9 @@ static void test_loads(size_t local)
         rc = last ? mirror_checkpoint_load(m, a, 1, NULL) : mirror_fit(m, &fd, NULL);
         snprintf(want, sizeof want, "rank %zu in mirror_checkpoint_load, parameters from the checkpoint %s (crc32",
                  info.processes - 1, a);
-        CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "the processes are in different calls: "
-                                                                       "rank 0 in mirror_fit, parameters from no file") &&
+        CHECK(rc == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m),
+                         "the processes are in different calls: rank 0 in mirror_fit, parameters from no file") &&
                   strstr(mirror_model_error(m), want),
               "a checkpoint loaded by the last process alone fails %s there and fit elsewhere, naming both: %s",
               "the load", mirror_model_error(m));
