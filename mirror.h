@@ -235,7 +235,8 @@
       fit         mirror_fit, mirror_evaluate, mirror_keep_data (a
                   dataset in device memory for the steps)
       checkpoints mirror_checkpoint_save, mirror_checkpoint_load,
-                  mirror_load_weights (from a safetensors file of any origin)
+                  mirror_load_weights (from a safetensors file of any origin),
+                  mirror_model_weights_source (the file they came from)
 
    OWNERSHIP
 
@@ -341,10 +342,18 @@
       deterministic mode and the seed; mirror_fit, before its first step,
       the batch and accumulation, the data (sizes and a hash of the
       contents), the shuffle seed, the augmentation, the epochs and the
-      start, and which outputs and hooks it has. One that differs fails
-      every process with MIRROR_ERR_ARGUMENT and one message naming it and
-      the first rank that differs. A check of the build or of fit that
-      fails in one process fails them all at once.
+      start, which outputs and hooks it has, and the file the parameters
+      were loaded from (mirror_weights_source: its kind, CRC-32 and size,
+      not its path). One that differs fails every process with
+      MIRROR_ERR_ARGUMENT and one message naming it and the first rank
+      that differs (for the file, each one's path and CRC-32). A check of
+      the build or of fit that fails in one process fails them all at
+      once. Each such exchange starts with the public call each process
+      is in: processes in different calls (a checkpoint loaded, or
+      weights, in one process only, while another has gone on to fit)
+      all fail there, naming both calls and each one's file, instead of
+      meeting in exchanges of other shapes (Open MPI's MPI_ERR_TRUNCATE
+      abort). Make the same calls in every process.
 
       Never a hang: every MPI operation is non-blocking and waited for
       with a deadline (desc.timeout, else $MIRROR_TIMEOUT, else 300 s). A
@@ -658,13 +667,15 @@
       refuses (MIRROR_ERR_ARGUMENT) an output (the TensorBoard directory too)
       that names a checkpoint: its checkpoint PATH, the kept PATH.1 ...
       PATH.(keep - 1), PATH.lock, or those of resumed_from, by name or as the
-      same file (device and inode); and two outputs that name one path. Once
-      training has begun, a write that fails (no space, an I/O error) is a
-      notice, not an error: fit trains on, saves its checkpoints, tries again
-      at the next epoch, and returns MIRROR_OK with the output's bit in
-      failed_outputs of the last epoch's log. (Before the first step, when
-      nothing can be lost, it fails fit.) The example trainer then prints a
-      warning naming the output, its final line, and exits with status 3.
+      same file (device and inode); the file the model's parameters were
+      loaded from, which fit knows untold (mirror_weights_source: a checkpoint
+      with its kept files, or a weights file); and two outputs that name one
+      path. Once training has begun, a write that fails (no space, an I/O
+      error) is a notice, not an error: fit trains on, saves its checkpoints,
+      tries again at the next epoch, and returns MIRROR_OK with the output's
+      bit in failed_outputs of the last epoch's log. (Before the first step,
+      when nothing can be lost, it fails fit.) The example trainer then prints
+      a warning naming the output, its final line, and exits with status 3.
 
       TensorBoard's events (fit desc's tensorboard, a directory) are the
       exception to the renaming: each fit appends records to a file of its
@@ -1584,7 +1595,8 @@ typedef struct mirror_fit_desc {
     /* The checkpoint this run was loaded from (may be NULL; fit does not
        read it): history, plot, trace and tensorboard must not name it,
        nor its kept copies PATH.1, PATH.2, ... and PATH.lock, as they must
-       not name `checkpoint`'s. */
+       not name `checkpoint`'s. The file the parameters were loaded from is
+       spared untold (mirror_weights_source). */
     const char *resumed_from;
     /* TensorBoard's event files in this directory (made when missing; NULL:
        none), by rank 0, without dependencies: a scalar of each curve point
@@ -1760,6 +1772,21 @@ MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_err
    constant lr (a notice says so). On failure *out is NULL. */
 MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
                                             mirror_checkpoint_info *info, mirror_error *err);
+/* The file the model's parameters were last loaded from, by
+   mirror_checkpoint_load (mirror_model_from_checkpoint too) or
+   mirror_load_weights: path NULL when none was (the seed's parameters).
+   fit refuses side outputs that name it (and, for a checkpoint, its kept
+   PATH.1, PATH.2, ... and PATH.lock), and processes compare it (kind,
+   checksum and size; not the path, which may differ between machines)
+   before they train. path stays valid until the next load or
+   mirror_model_destroy. */
+typedef struct mirror_weights_source {
+    const char *path; /* as given to the load; NULL: none */
+    int checkpoint;   /* 1: a checkpoint (mirror_checkpoint_load), 0: weights (mirror_load_weights) */
+    uint32_t crc32;   /* CRC-32 (zlib's) of the file's bytes as read */
+    uint64_t size;    /* the bytes read */
+} mirror_weights_source;
+MIRROR_API mirror_weights_source mirror_model_weights_source(const mirror_model *m);
 
 
 // >>shared math =============================================================
@@ -2899,6 +2926,13 @@ struct mirror_model {
     size_t augment_pad;     /* off while pad and flip are 0 */
     int augment_flip;
     uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+    /* The file the parameters were last loaded from (mirror_weights_source;
+       path NULL: none), and which file it is (device and inode; has_file 0:
+       not known), for fit's outputs to spare it. */
+    mirror_weights_source source;
+    char *source_path;
+    uint64_t source_dev, source_ino;
+    int source_has_file;
     /* Data in device memory: fit's training set (0) and the set evaluated
        (1), the one that the steps at hand read (NULL: the host gathers),
        and fit's data_on_device while it runs. */
@@ -2974,6 +3008,7 @@ struct mirror_strategy {
     size_t models;
     int destroyed;
     int depth;         /* calls inside calls (fit's), under the call lock */
+    const char *call_name; /* the outermost public call in progress (processes compare it as they agree) */
     int caller_device; /* GPU replicas: the caller's current GPU, put back when the outer call returns */
     /* Processes (see >>processes): this one is rank `rank` of `processes`;
        its replicas are global replicas [first, first + replicas) of
@@ -3038,6 +3073,7 @@ static void mirror__cuda_restore(int device);
 typedef struct mirror__agreed {
     const char *what;
     uint64_t hash;
+    const char *told; /* its value in words, for the message when it differs (NULL: not told) */
 } mirror__agreed;
 
 #ifdef MIRROR_MPI
@@ -3056,10 +3092,10 @@ static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uin
                                      int format, mirror_error *err);
 static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err);
 static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err);
-static int mirror__mpi_agree(mirror_strategy *s, int result, mirror_error *err);
+static int mirror__mpi_agree(mirror_strategy *s, int result, const char *note, mirror_error *err);
 static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err);
 static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
-                               mirror_error *err);
+                               const char *note, mirror_error *err);
 static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, size_t size, int parts, mirror_error *err);
 #ifdef MIRROR_CUDA
 /* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
@@ -3223,6 +3259,12 @@ static uint64_t mirror__hash(uint64_t h, const void *p, size_t n)
             lane[j] = (lane[j] ^ w) * 0xBF58476D1CE4E5B9ull;
             lane[j] ^= lane[j] >> 29;
         }
+    for (; i + 8 <= n; i += 8) { /* the tail's words, each into a lane: the loop of bytes keeps 8 at most */
+        memcpy(&w, b + i, 8);
+        j = (i / 8) % 4;
+        lane[j] = (lane[j] ^ w) * 0xBF58476D1CE4E5B9ull;
+        lane[j] ^= lane[j] >> 29;
+    }
     for (w = 0; i < n; i++) w = (w << 8 | b[i]) * 0x94D049BB133111EBull;
     for (state = w ^ n, j = 0; j < 4; j++) {
         state ^= lane[j];
@@ -3499,6 +3541,7 @@ static int mirror__enter(mirror_strategy *s, mirror_error *err, const char *what
 #ifdef MIRROR_CUDA
         if (s->depth == 0 && s->gpu) s->caller_device = mirror__cuda_current();
 #endif
+        if (s->depth == 0) s->call_name = what;
         s->depth++;
         return MIRROR_OK;
     }
@@ -3515,6 +3558,7 @@ static void mirror__leave(mirror_strategy *s)
     if (s->depth == 1 && s->gpu) mirror__cuda_restore(s->caller_device);
 #endif
     s->depth--;
+    if (s->depth == 0) s->call_name = NULL;
     pthread_mutex_unlock(&s->call);
 }
 
@@ -6749,12 +6793,27 @@ static int mirror__from_leader(mirror_model *m, int rc)
     return rc;
 }
 
+/* The file m's parameters were loaded from (mirror_weights_source), in
+   words, for messages that compare processes. */
+static const char *mirror__source_words(const mirror_model *m, char *words, size_t size)
+{
+    if (!m->source.path) snprintf(words, size, "no file");
+    else
+        snprintf(words, size, "the %s %s (crc32 %08lx)", m->source.checkpoint ? "checkpoint" : "weights file",
+                 m->source.path, (unsigned long)m->source.crc32);
+    return words;
+}
+
 /* What every process does that may fail in one (loading a checkpoint):
    failed anywhere, it fails everywhere. */
 static int mirror__all_agree(mirror_model *m, int rc)
 {
 #ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_agree(m->s, rc, &m->err);
+    char note[200], words[180];
+    if (m->s->processes > 1) {
+        snprintf(note, sizeof note, "parameters from %s", mirror__source_words(m, words, sizeof words));
+        return mirror__mpi_agree(m->s, rc, note, &m->err);
+    }
 #endif
     (void)m;
     return rc;
@@ -6766,7 +6825,11 @@ static int mirror__all_agree(mirror_model *m, int rc)
 static int mirror__processes_agree(mirror_model *m, const mirror__agreed *items, size_t n, const char *what)
 {
 #ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_compare(m->s, items, n, what, &m->err);
+    char note[200], words[180];
+    if (m->s->processes > 1) {
+        snprintf(note, sizeof note, "parameters from %s", mirror__source_words(m, words, sizeof words));
+        return mirror__mpi_compare(m->s, items, n, what, note, &m->err);
+    }
 #endif
     (void)m, (void)items, (void)n, (void)what;
     return MIRROR_OK;
@@ -6777,6 +6840,7 @@ static void mirror__agree_on(mirror__agreed *a, const char *what)
 {
     a->what = what;
     a->hash = 0;
+    a->told = NULL;
 }
 
 static void mirror__agree_add(mirror__agreed *a, const void *v, size_t size)
@@ -9167,24 +9231,76 @@ static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror
     return MIRROR_OK;
 }
 
+/* The first exchange of every agreement (mirror__mpi_agree and _compare),
+   of one shape: each process's public call (a hash of its name) and
+   result. Processes in different calls (one loading a checkpoint or
+   weights that another did not) find it out here and fail alike, each
+   message naming the calls and what each model's parameters came from
+   (note, may be NULL), instead of going on into exchanges of other shapes
+   (Open MPI's MPI_ERR_TRUNCATE abort, or one process's hashes read as
+   another's results). *all (the caller frees it) gets each process's
+   result. */
+static int mirror__mpi_meet(mirror_strategy *s, int result, const char *note, const char *what, int64_t **all,
+                            mirror_error *err)
+{
+    enum { SAID = 200 };
+    const char *call = s->call_name ? s->call_name : what;
+    int64_t mine[2], *got;
+    char *said;
+    MPI_Request req;
+    size_t p, other = 0, differ = 0;
+    int rc;
+    *all = NULL;
+    if ((rc = mirror__mpi_usable(s, 2 * s->processes, what, err))) return rc;
+    if (!(got = (int64_t *)mirror__alloc(2 * s->processes, sizeof(int64_t))))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+    mine[0] = (int64_t)(mirror__hash(0, call, strlen(call)) >> 1), mine[1] = result;
+    rc = mirror__mpi_done(s, MPI_Iallgather(mine, 2, MPI_INT64_T, got, 2, MPI_INT64_T, s->comm, &req), &req, what,
+                          err);
+    for (p = 1; rc == MIRROR_OK && p < s->processes; p++)
+        if (got[2 * p] != got[0] && !differ++) other = p;
+    if (rc || !other) {
+        if (rc) MIRROR_FREE(got);
+        else *all = got;
+        return rc;
+    }
+    MIRROR_FREE(got);
+    /* Every process saw the same difference: each one's words, to all. */
+    if (!(said = (char *)mirror__zalloc(s->processes + 1, SAID)))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+    snprintf(said + s->processes * SAID, SAID, "%s%s%s%s%s", call, result ? " (failed: " : "",
+             result ? mirror_result_string(result) : "", result ? ")" : "", note ? ", " : "");
+    if (note) snprintf(said + s->processes * SAID + strlen(said + s->processes * SAID),
+                       SAID - strlen(said + s->processes * SAID), "%s", note);
+    rc = mirror__mpi_done(s, MPI_Iallgather(said + s->processes * SAID, SAID, MPI_CHAR, said, SAID, MPI_CHAR, s->comm,
+                                            &req),
+                          &req, what, err);
+    if (rc == MIRROR_OK) {
+        said[SAID - 1] = said[other * SAID + SAID - 1] = '\0';
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT,
+                           "%s: the processes are in different calls: rank 0 in %s; rank %zu in %s%s; make the same "
+                           "calls in each",
+                           call, said, other, said + other * SAID, differ > 1 ? " (and others)" : "");
+    }
+    MIRROR_FREE(said);
+    return rc;
+}
+
 /* Every process's result; the first failure's message from its process. */
-static int mirror__mpi_agree(mirror_strategy *s, int result, mirror_error *err)
+static int mirror__mpi_agree(mirror_strategy *s, int result, const char *note, mirror_error *err)
 {
     struct {
         int code;
         char message[sizeof err->message];
     } word;
     MPI_Request req;
-    int *all, rc;
+    int64_t *all;
+    int rc;
     size_t p;
-    if ((rc = mirror__mpi_usable(s, s->processes, "mirror_agree", err))) return rc;
-    if (!(all = (int *)mirror__alloc(s->processes, sizeof(int))))
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_agree: out of memory");
-    rc = mirror__mpi_done(s, MPI_Iallgather(&result, 1, MPI_INT, all, 1, MPI_INT, s->comm, &req), &req,
-                          "mirror_agree", err);
-    for (p = 0; rc == MIRROR_OK && p < s->processes && all[p] == MIRROR_OK; p++) {}
+    if ((rc = mirror__mpi_meet(s, result, note, "mirror_agree", &all, err))) return rc;
+    for (p = 0; p < s->processes && all[2 * p + 1] == MIRROR_OK; p++) {}
     MIRROR_FREE(all);
-    if (rc || p == s->processes) return rc;
+    if (p == s->processes) return MIRROR_OK;
     memset(&word, 0, sizeof word);
     word.code = result;
     if (err && p == s->rank) memcpy(word.message, err->message, sizeof word.message);
@@ -9222,13 +9338,17 @@ static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err)
 /* Every process's items against rank 0's: each one that differs named,
    with the first ranks that differ, in one message on every process. */
 static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
-                               mirror_error *err)
+                               const char *note, mirror_error *err)
 {
-    char list[sizeof err->message];
+    enum { TOLD = 160 };
+    char list[sizeof err->message], *told;
     uint64_t *all;
+    int64_t *met;
     MPI_Request req;
-    size_t i, p, differ, len = 0;
+    size_t i, p, differ, len = 0, told_item = n, told_rank = 0;
     int rc;
+    if ((rc = mirror__mpi_meet(s, MIRROR_OK, note, what, &met, err))) return rc;
+    MIRROR_FREE(met);
     if ((rc = mirror__mpi_usable(s, n * s->processes, what, err))) return rc;
     if (!(all = (uint64_t *)mirror__alloc(n * (s->processes + 1), sizeof(uint64_t))))
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
@@ -9244,9 +9364,25 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
         if (differ && len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s (on rank %zu%s)", len ? "; " : "",
                                     items[i].what, first, differ > 1 ? " and others" : "");
+        if (differ && items[i].told && told_item == n) told_item = i, told_rank = first;
     }
     MIRROR_FREE(all);
     if (rc || !list[0]) return rc;
+    /* The first item that differs and can be told: each process's words, to all. */
+    if (told_item < n && len < sizeof list) {
+        if (!(told = (char *)mirror__zalloc(s->processes + 1, TOLD)))
+            return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+        snprintf(told + s->processes * TOLD, TOLD, "%s", items[told_item].told);
+        rc = mirror__mpi_done(s, MPI_Iallgather(told + s->processes * TOLD, TOLD, MPI_CHAR, told, TOLD, MPI_CHAR,
+                                                s->comm, &req),
+                              &req, what, err);
+        told[TOLD - 1] = told[told_rank * TOLD + TOLD - 1] = '\0';
+        if (rc == MIRROR_OK)
+            snprintf(list + len, sizeof list - len, ": rank 0's is %s, rank %zu's %s", told, told_rank,
+                     told + told_rank * TOLD);
+        MIRROR_FREE(told);
+        if (rc) return rc;
+    }
     return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the processes differ from rank 0 in %s: they must be started "
                          "alike to train together", what, list);
 }
@@ -9258,7 +9394,7 @@ MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err)
     int rc;
     if (s && s->processes > 1) {
         if ((rc = mirror__enter(s, err, "mirror_agree"))) return rc;
-        rc = mirror__mpi_agree(s, result, err);
+        rc = mirror__mpi_agree(s, result, NULL, err);
         mirror__leave(s);
         return rc;
     }
@@ -9975,6 +10111,7 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
     s = m->s;
     mirror__free_replicas(m);
     MIRROR_FREE(m->spans);
+    MIRROR_FREE(m->source_path);
     MIRROR_FREE(m);
     mirror__strategy_models(s, -1);
 }
@@ -13670,6 +13807,34 @@ static void mirror__resume_split(mirror_model *m, const mirror_fit_desc *d)
     mirror__log(MIRROR_LOG_NOTICE, notice);
 }
 
+/* The file the parameters come from now (mirror_weights_source): taken
+   before the model changes, so that running out of memory leaves it as
+   it was. The checksum is of buf, the bytes the load read. */
+static int mirror__remember_source(mirror_model *m, const char *path, int checkpoint, const unsigned char *buf,
+                                   size_t size)
+{
+    size_t n = strlen(path) + 1;
+    char *copy = (char *)MIRROR_MALLOC(n);
+    struct stat st;
+    if (!copy) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    memcpy(copy, path, n);
+    MIRROR_FREE(m->source_path);
+    m->source_path = copy;
+    m->source.path = copy, m->source.checkpoint = checkpoint;
+    m->source.crc32 = mirror__crc32(0, buf, size), m->source.size = size;
+    m->source_has_file = stat(path, &st) == 0;
+    m->source_dev = m->source_has_file ? (uint64_t)st.st_dev : 0;
+    m->source_ino = m->source_has_file ? (uint64_t)st.st_ino : 0;
+    return MIRROR_OK;
+}
+
+MIRROR_API mirror_weights_source mirror_model_weights_source(const mirror_model *m)
+{
+    mirror_weights_source none;
+    memset(&none, 0, sizeof none);
+    return m ? m->source : none;
+}
+
 static int mirror__checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                    mirror_checkpoint_info *info)
 {
@@ -13696,7 +13861,9 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
         goto done;
     }
-    if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got, &st, &has_st))) goto done;
+    if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got, &st, &has_st)) ||
+        (rc = mirror__remember_source(m, path, 1, buf, size)))
+        goto done;
     /* Everything checked: now, and only now, the model changes. */
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
@@ -13906,7 +14073,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
         goto done;
     }
     /* Everything checked: now the model changes, and its run starts afresh. */
-    if ((rc = mirror__upload_params(m, params))) goto done;
+    if ((rc = mirror__remember_source(m, path, 0, buf, size)) || (rc = mirror__upload_params(m, params))) goto done;
     if (m->nrunning) memcpy(m->running, running, m->nrunning * sizeof(float)); /* none without batchnorm */
     m->bn_stale = 1;
     mirror__upload_state(m, state); /* zeros */
@@ -14912,10 +15079,25 @@ static int mirror__names_checkpoint(const char *out, const char *path, size_t ke
     return 0;
 }
 
+/* Whether out names the file the model's parameters were loaded from
+   (mirror_weights_source): as the same file, or by name (a checkpoint's
+   kept files too). */
+static int mirror__names_source(const mirror_model *m, const char *out)
+{
+    struct stat so;
+    if (!m->source.path) return 0;
+    if (m->source_has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source_dev &&
+        (uint64_t)so.st_ino == m->source_ino)
+        return 1;
+    return m->source.checkpoint ? mirror__names_checkpoint(out, m->source.path, 0)
+                                : mirror__same_file(out, m->source.path);
+}
+
 /* Before the first step (rank 0): each side output has a usable path that
-   names no checkpoint file (fit's, or the one it resumed from) and no
-   other output. The TensorBoard directory too: made where a checkpoint
-   will be saved, it would fail that save after the whole run. */
+   names no checkpoint file (fit's, or the one it resumed from), not the
+   file the parameters were loaded from, and no other output. The
+   TensorBoard directory too: made where a checkpoint will be saved, it
+   would fail that save after the whole run. */
 static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
 {
     const char *paths[4], *names[4] = {"history", "plot", "trace", "TensorBoard directory"};
@@ -14940,6 +15122,12 @@ static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
                                 "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
                                 "one kept beside it; name another path",
                                 names[i], paths[i], d->resumed_from);
+        if (mirror__names_source(m, paths[i]))
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "mirror_fit: the %s %s would overwrite %s, the %s the model's parameters were loaded "
+                                "from; name another path",
+                                names[i], paths[i], m->source.path,
+                                m->source.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
         for (j = 0; j < i; j++)
             if (paths[j] && mirror__same_file(paths[i], paths[j]))
                 return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
@@ -15078,13 +15266,15 @@ static void mirror__agree_dataset(mirror__agreed *a, const mirror_dataset *ds, s
 
 /* What every process's fit must have alike, compared before the first
    step: the batch, the data (its size and a hash of its contents), the
-   shuffle seed, the augmentation, the epochs and where they start, and
+   shuffle seed, the augmentation, the epochs and where they start,
    which outputs and hooks it has (rank 0 writes and calls them, but every
-   process takes part in their results). */
+   process takes part in their results), and the file the parameters were
+   loaded from (by its bytes: the path may differ between machines). */
 static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
 {
-    mirror__agreed it[7];
+    mirror__agreed it[8];
     uint64_t v[11];
+    char words[160];
     if (m->s->processes == 1) return MIRROR_OK;
     mirror__agree_on(&it[0], "the batch and accumulation");
     mirror__agree_count(&it[0], d->batch), mirror__agree_count(&it[0], d->accumulate);
@@ -15106,7 +15296,11 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     v[4] = d->curve_every, v[5] = d->trace != NULL, v[6] = d->log_every, v[7] = d->check_replicas_every;
     v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL, v[10] = d->tensorboard != NULL;
     mirror__agree_add(&it[6], v, sizeof v);
-    return mirror__processes_agree(m, it, 7, "mirror_fit");
+    mirror__agree_on(&it[7], "the file the parameters were loaded from");
+    v[0] = m->source.path ? 1 + (uint64_t)m->source.checkpoint : 0, v[1] = m->source.crc32, v[2] = m->source.size;
+    mirror__agree_add(&it[7], v, 3 * sizeof v[0]);
+    it[7].told = mirror__source_words(m, words, sizeof words);
+    return mirror__processes_agree(m, it, 8, "mirror_fit");
 }
 
 /* A fit in progress: its desc (defaults applied), what its epochs share,

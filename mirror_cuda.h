@@ -2853,7 +2853,7 @@ static int mirror__cuda_distinct_gpus(mirror_strategy *s, mirror_error *err)
                             "cudaDeviceGetPCIBusId", err))
             rc = MIRROR_ERR_DEVICE;
     }
-    if ((rc = mirror__mpi_agree(s, rc, err)) == MIRROR_OK) {
+    if ((rc = mirror__mpi_agree(s, rc, NULL, err)) == MIRROR_OK) {
         displs = counts + s->processes;
         for (p = 0; p < s->processes; p++) {
             counts[p] = (int)(s->counts[p] * rec), displs[p] = (int)at;
@@ -2889,7 +2889,7 @@ static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err)
     if (s->rank == 0 && !mirror__nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId", err))
         rc = MIRROR_ERR_DEVICE;
     /* every process ready before NCCL waits for all of them */
-    if ((rc = mirror__mpi_agree(s, rc, err))) return rc;
+    if ((rc = mirror__mpi_agree(s, rc, NULL, err))) return rc;
     if ((rc = mirror__mpi_done(s, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, s->comm, &req), &req,
                                "strategy: NCCL's unique id", err)))
         return rc;
@@ -2924,7 +2924,7 @@ static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err)
     return mirror__mpi_agree(s,
                              mirror__error(err, MIRROR_ERR_UNSUPPORTED,
                                            "strategy: GPU replicas across processes need NCCL; this build has none"),
-                             err);
+                             NULL, err);
 }
 #endif
 #endif

@@ -326,6 +326,22 @@ if [ -x "$BUILD/train" ]; then
         done
     }
     check "build/train: --history, --plot or --trace naming the checkpoint, PATH.1 or the --resume file: exit 1, the checkpoints unchanged" outputs_refused
+    # The file --init-weights read gets the same care, the library knowing it
+    # untold (mirror_weights_source); --tensorboard, a directory, refuses it too.
+    weights_spared() {
+        $BUILD/train $small --epochs 1 --save "$tmp/iw.safetensors" >/dev/null 2>&1 &&
+            cp "$tmp/iw.safetensors" "$tmp/iw.copy" || return 1
+        for flag in --history --plot --trace --tensorboard; do
+            $BUILD/train $small --epochs 2 --init-weights "$tmp/iw.safetensors" $flag "$tmp/iw.safetensors" \
+                >"$tmp/o.out" 2>&1
+            test $? -eq 1 && ! grep -q '^epoch' "$tmp/o.out" && cmp -s "$tmp/iw.safetensors" "$tmp/iw.copy" &&
+                { [ $flag = --tensorboard ] ||
+                    grep -q "would overwrite $tmp/iw.safetensors, the weights file the model's parameters were loaded from" \
+                        "$tmp/o.out"; } || { echo "not refused: $flag"; cat "$tmp/o.out"; return 1; }
+        done
+    }
+    check "build/train --init-weights W with --history, --plot, --trace or --tensorboard W: exit 1 before training, W unchanged" \
+        weights_spared
     # A FIFO is refused, never opened (open would block until a reader came).
     outputs_fifo() {
         mkfifo "$tmp/o.fifo" || return 1
@@ -821,6 +837,33 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
         "the checkpoint, side outputs or hooks"
     check "the update sharded across processes on one rank only fails every rank, naming it" mpi_disagree \
         "--shard-update on" "the update's sharding across processes (shard_update on)"
+    # --resume or --init-weights on one rank only: the rank that loads and
+    # the one that went on to fit meet in the same first exchange, and each
+    # fails at once naming both calls and the file each one's parameters
+    # came from, never Open MPI's MPI_ERR_TRUNCATE; ranks resumed from two
+    # checkpoints name both files (by their bytes: the paths may differ).
+    mpi_loads() {
+        MIRROR_TIMEOUT=20 $mpi -np 1 "$BUILD/train_mpi" $small --replicas 1 --epochs 2 $1 : -np 1 "$BUILD/train_mpi" \
+            $small --replicas 1 --epochs 2 $2 >"$tmp/loads.out" 2>&1
+        rc=$?
+        test $rc -ne 0 && test $rc -ne 124 && ! grep -q 'MPI_ERR_TRUNCATE' "$tmp/loads.out" &&
+            ! grep -q '^epoch' "$tmp/loads.out" && grep -q "train (rank 0): .*$3" "$tmp/loads.out" &&
+            grep -q "train (rank 1): .*$3" "$tmp/loads.out" && return 0
+        cat "$tmp/loads.out"
+        return 1
+    }
+    $BUILD/train $small --replicas 1 --epochs 1 --save "$tmp/l1.ckpt" >/dev/null 2>&1
+    $BUILD/train $small --replicas 1 --epochs 1 --lr 0.01 --save "$tmp/l2.ckpt" >/dev/null 2>&1
+    crc='(crc32 [0-9a-f]\{8\})'
+    check "--resume on one rank only: every rank fails at once, naming both calls and the checkpoint" mpi_loads "" \
+        "--resume $tmp/l1.ckpt" "in different calls: rank 0 in mirror_fit, parameters from no file; rank 1 in \
+mirror_checkpoint_load, parameters from the checkpoint $tmp/l1.ckpt $crc"
+    check "--init-weights on one rank only: every rank fails at once, naming both calls and the file" mpi_loads "" \
+        "--init-weights $tmp/l1.ckpt" "in different calls: rank 0 in mirror_fit, parameters from no file; rank 1 in \
+mirror_load_weights, parameters from the weights file $tmp/l1.ckpt $crc"
+    check "ranks resumed from two checkpoints fail, each naming both" mpi_loads "--resume $tmp/l1.ckpt" \
+        "--resume $tmp/l2.ckpt" "differ from rank 0 in the file the parameters were loaded from (on rank 1): rank 0's \
+is the checkpoint $tmp/l1.ckpt $crc, rank 1's the checkpoint $tmp/l2.ckpt $crc"
     # Once in a make test the job ended after 2 s, non-zero, without the
     # message (Open MPI ended it first, racing the rank that left): the
     # output goes into the log, and the check tries once more.

@@ -211,6 +211,94 @@ static void test_refused(void)
     mirror_strategy_destroy(s);
 }
 
+/* The CRC-32 and size of a file's bytes (0 and 0 when it cannot be read). */
+static uint32_t file_crc(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[4096];
+    uint32_t crc = 0;
+    size_t n;
+    *size = 0;
+    if (!f) return 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) crc = mirror__crc32(crc, buf, n), *size += n;
+    fclose(f);
+    return crc;
+}
+
+/* The file the parameters were loaded from, which fit knows without being
+   told (as it is told resumed_from): mirror_weights_source names it, and
+   an output that names it is refused, the file unchanged; for a
+   checkpoint its kept copies too. */
+static void test_loaded_from(void)
+{
+    char ckpt[256], weights[256], name[300];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s), *fresh = model(s);
+    mirror_fit_desc fd = fit_desc(1);
+    mirror_weights_source src = mirror_model_weights_source(fresh);
+    uint32_t crc;
+    size_t size, now;
+    FILE *in, *out;
+    int c;
+    CHECK(!src.path && !src.checkpoint && !src.crc32 && !src.size && !mirror_model_weights_source(NULL).path,
+          "a model built from its seed, or none: no file");
+    path_in(ckpt, "src.ckpt");
+    fd.checkpoint = ckpt;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "a fit saving src.ckpt: %s", mirror_model_error(m));
+    fd.checkpoint = NULL;
+    CHECK(!mirror_model_weights_source(m).path, "saving a checkpoint is not loading one");
+    crc = file_crc(ckpt, &size);
+    CHECK(mirror_checkpoint_load(fresh, ckpt, 0, NULL) == MIRROR_OK, "src.ckpt loaded: %s", mirror_model_error(fresh));
+    src = mirror_model_weights_source(fresh);
+    CHECK(src.path && !strcmp(src.path, ckpt) && src.checkpoint == 1 && src.crc32 == crc && src.size == size && size,
+          "the source: src.ckpt, a checkpoint, its CRC-32 %08lx and %zu bytes (got %s, %d, %08lx, %llu)",
+          (unsigned long)crc, size, src.path ? src.path : "(none)", src.checkpoint, (unsigned long)src.crc32,
+          (unsigned long long)src.size);
+    {
+        mirror_model *rebuilt = NULL;
+        CHECK(mirror_model_from_checkpoint(s, ckpt, 0, &rebuilt, NULL, NULL) == MIRROR_OK &&
+                  mirror_model_weights_source(rebuilt).checkpoint == 1 &&
+                  mirror_model_weights_source(rebuilt).crc32 == crc,
+              "a model rebuilt from src.ckpt has it as its source");
+        mirror_model_destroy(rebuilt);
+    }
+    refused(fresh, fd, 0, ckpt, NULL, "history = the checkpoint loaded");
+    snprintf(name, sizeof name, "%s.1", ckpt);
+    refused(fresh, fd, 1, name, NULL, "plot = the loaded checkpoint's PATH.1");
+    CHECK(file_crc(ckpt, &now) == crc && now == size, "src.ckpt is unchanged");
+
+    /* A weights file (a copy of the checkpoint, read as weights), then a second name of it. */
+    path_in(weights, "w.safetensors");
+    in = fopen(ckpt, "rb"), out = fopen(weights, "wb");
+    while (in && out && (c = getc(in)) != EOF) putc(c, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+    CHECK(mirror_load_weights(fresh, weights, NULL) == MIRROR_OK, "w.safetensors loaded: %s",
+          mirror_model_error(fresh));
+    src = mirror_model_weights_source(fresh);
+    CHECK(src.path && !strcmp(src.path, weights) && src.checkpoint == 0 && src.crc32 == crc && src.size == size,
+          "the source: w.safetensors, weights, the same bytes");
+    refused(fresh, fd, 2, weights, NULL, "trace = the weights file loaded");
+    path_in(name, "w.link");
+    CHECK(link(weights, name) == 0, "a hard link to w.safetensors");
+    refused(fresh, fd, 0, name, NULL, "history = a second name of the weights file");
+    CHECK(file_crc(weights, &now) == crc && now == size, "w.safetensors is unchanged");
+    unlink(name);
+    /* A weights file keeps no copies: W.1 is any file. */
+    snprintf(name, sizeof name, "%s.1", weights);
+    fd.history = name;
+    CHECK(mirror_fit(fresh, &fd, NULL) == MIRROR_OK && lines_of(name) == 2, "history w.safetensors.1 is written: %s",
+          mirror_model_error(fresh));
+    /* A failed load leaves the source as it was. */
+    path_in(name, "missing.safetensors");
+    CHECK(mirror_load_weights(fresh, name, NULL) != MIRROR_OK && mirror_model_weights_source(fresh).path &&
+              !strcmp(mirror_model_weights_source(fresh).path, weights),
+          "a load that failed: the source stays w.safetensors");
+    mirror_model_destroy(fresh);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* ---- a failed write mid-run costs nothing but that output ---- */
 
 static struct rlimit fsize_old;
@@ -818,6 +906,7 @@ int main(void)
     small_digits(&data, 50, 5, 8, 3);
     live = live_allocs;
     test_refused();
+    test_loaded_from();
     test_full();
     test_resume();
     test_tensorboard();

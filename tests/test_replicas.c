@@ -936,6 +936,27 @@ static void test_graphs(void)
 /* mirror_check_replicas: equal replicas pass, in fit too; one parameter of
    replica 2 changed by hand is found and named. One process here; tests/mpi
    checks it across processes. */
+/* The hash that replicas and processes compare tells every byte: one
+   changed anywhere in 1 to 100 bytes (each length's tail after the
+   32-byte blocks too) changes it. */
+static void test_hash(void)
+{
+    unsigned char b[100];
+    size_t n, k, missed = 0, first_n = 0, first_k = 0;
+    uint64_t h;
+    for (k = 0; k < sizeof b; k++) b[k] = (unsigned char)(k * 37 + 11);
+    for (n = 1; n <= sizeof b; n++) {
+        h = mirror__hash(7, b, n);
+        for (k = 0; k < n; k++) {
+            b[k] ^= 0x40;
+            if (mirror__hash(7, b, n) == h && !missed++) first_n = n, first_k = k;
+            b[k] ^= 0x40;
+        }
+    }
+    CHECK(missed == 0, "a changed byte changes the hash (%zu missed, the first: byte %zu of %zu)", missed, first_k,
+          first_n);
+}
+
 static void test_check_replicas(void)
 {
     mirror_strategy *s = new_strategy("cpu", 3);
@@ -1350,6 +1371,7 @@ int main(void)
     test_deterministic(0, MIRROR_OPT_SGD, MIRROR_PRECISION_FP16, 3);
     test_deterministic_more();
     test_model_shard();
+    test_hash();
     test_check_replicas();
     test_all_reduce();
     test_equivalence(1, MIRROR_OPT_SGD);

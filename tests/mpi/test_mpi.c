@@ -14,7 +14,8 @@
    owners are the reference's. Each replica's own gradient and metrics
    (replica_values) are those of the reference's replica of the same
    global index. Then mirror_check_replicas finding a
-   replica changed by hand, and mirror_agree with one process failing.
+   replica changed by hand, mirror_agree with one process failing, and a
+   checkpoint loaded by one process only, or another one there.
    Rank 0 prints the checks of every process: "test_mpi_PxL: ...". */
 #define MIRROR_IMPLEMENTATION
 #include "../../mirror.h"
@@ -374,6 +375,57 @@ static void test_disagree(size_t local)
     mirror_strategy_destroy(s);
 }
 
+/* A checkpoint loaded by the last process only, while the others go on to
+   fit: every process fails in the first exchange of both calls, each
+   naming the calls and the file (not in exchanges of other shapes, which
+   Open MPI ends with MPI_ERR_TRUNCATE). Then every process loads a
+   checkpoint, the last another one: fit fails everywhere, naming both. */
+static void test_loads(size_t local)
+{
+    mirror_strategy *s = strategy(NULL, local);
+    mirror_process_info info = mirror_strategy_process(s);
+    mirror_model *m = s ? model(s, MIRROR_PRECISION_FP32, 0) : NULL;
+    mirror_fit_desc fd;
+    mirror_metrics out;
+    char a[64], b[64], want[200];
+    int last, rc, pid = (int)getpid();
+    if (!m) return;
+    last = info.rank + 1 == info.processes;
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD); /* rank 0's names for every process */
+    snprintf(a, sizeof a, "/tmp/test_mpi_%d_a.ckpt", pid);
+    snprintf(b, sizeof b, "/tmp/test_mpi_%d_b.ckpt", pid);
+    CHECK(mirror_checkpoint_save(m, a, NULL, 1) == MIRROR_OK && step(m, 0, &out) == MIRROR_OK &&
+              mirror_checkpoint_save(m, b, NULL, 1) == MIRROR_OK,
+          "two checkpoints, a step apart: %s", mirror_model_error(m));
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
+    if (info.processes > 1) {
+        rc = last ? mirror_checkpoint_load(m, a, 1, NULL) : mirror_fit(m, &fd, NULL);
+        snprintf(want, sizeof want, "rank %zu in mirror_checkpoint_load, parameters from the checkpoint %s (crc32",
+                 info.processes - 1, a);
+        CHECK(rc == MIRROR_ERR_ARGUMENT &&
+                  strstr(mirror_model_error(m),
+                         "the processes are in different calls: rank 0 in mirror_fit, parameters from no file") &&
+                  strstr(mirror_model_error(m), want),
+              "a checkpoint loaded by the last process alone fails %s there and fit elsewhere, naming both: %s",
+              "the load", mirror_model_error(m));
+    }
+    rc = mirror_checkpoint_load(m, last ? b : a, 1, NULL);
+    CHECK(rc == MIRROR_OK, "each process loads a checkpoint: %s", mirror_model_error(m));
+    rc = mirror_fit(m, &fd, NULL);
+    snprintf(want, sizeof want, "the file the parameters were loaded from (on rank %zu): rank 0's is the checkpoint %s "
+             "(crc32", info.processes - 1, a);
+    CHECK(info.processes == 1 ? rc == MIRROR_OK : rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), want) &&
+                                                      strstr(mirror_model_error(m), b),
+          "the last process's other checkpoint fails the fit everywhere, naming both: %s", mirror_model_error(m));
+    if (info.rank == 0) {
+        snprintf(want, sizeof want, "%s.lock", a), remove(want), remove(a);
+        snprintf(want, sizeof want, "%s.lock", b), remove(want), remove(b);
+    }
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* A result that fails on the last process only reaches every process. */
 static void test_agree(size_t local)
 {
@@ -428,6 +480,7 @@ int main(int argc, char **argv)
     test_check_replicas(local);
     test_agree(local);
     test_disagree(local);
+    test_loads(local);
     mirror_dataset_free(&data);
     counts[0] = check_passed, counts[1] = check_failed;
     MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
