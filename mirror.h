@@ -513,7 +513,11 @@
       steps). The model stays usable: the next step starts from the
       parameters of the last finite step. mirror_fit stops at that step
       and saves no checkpoint, so a run that diverges keeps its good
-      checkpoints. Mixed precision skips such steps instead (below).
+      checkpoints. Mixed precision skips such steps instead (below). An
+      update can still make Inf or NaN of a finite gradient (overflow):
+      no checkpoint is saved that holds one, in parameters or optimizer
+      state (MIRROR_ERR_NOT_FINITE naming the tensor), so fit fails at
+      its next save and the previous checkpoint stays.
 
    MIXED PRECISION (mirror_model_desc.precision = MIRROR_PRECISION_FP16 or _BF16)
 
@@ -1698,7 +1702,9 @@ typedef struct mirror_checkpoint_info {
    NULL: zeros), to path; keep (0: 3) checkpoints in all. A failed save
    leaves a loadable PATH: the previous checkpoint. An fp32 model whose
    last step was not finite, and not yet reported, is not saved
-   (MIRROR_ERR_NOT_FINITE). */
+   (MIRROR_ERR_NOT_FINITE); nor is a model whose parameters or optimizer
+   state hold an Inf or NaN (an update that diverged on a finite
+   gradient): the message names the tensor. */
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                       size_t keep);
 /* Loads path into every replica of m, which must have the same layers; it
@@ -3119,6 +3125,10 @@ MIRROR_API const char *mirror_model_error(const mirror_model *m)
 }
 
 static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
+/* [lo, hi) and (lo, hi]: the open end is compared with the bound itself,
+   never with a float written just inside it (0.99999999f is 1.0f). */
+static int mirror__bad_float_co(float v, float lo, float hi) { return !(v >= lo && v < hi); }
+static int mirror__bad_float_oc(float v, float lo, float hi) { return !(v > lo && v <= hi); }
 
 static int mirror__check_built(mirror_model *m, const char *what)
 {
@@ -6799,11 +6809,11 @@ static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *er
            it would train nothing, without an error */
         (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, ls->min_scale, 1e30f)
                                          : mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale)) ||
-        mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
-        mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
+        mirror__bad_float_oc(ls->growth_factor, 1.0f, 1e6f) ||
+        !(ls->backoff_factor > 0.0f && ls->backoff_factor < 1.0f))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: loss scale settings out of range (%s scaling, "
-                             "init %g in [min %g, max %g], growth %g > 1, backoff %g in (0, 1))",
+                             "init %.9g in [min %.9g, max %.9g], growth %.9g in (1, 1e6], backoff %.9g in (0, 1))",
                              mirror_loss_scaling_name(ls->kind), (double)ls->init_scale,
                              (double)ls->min_scale, (double)ls->max_scale, (double)ls->growth_factor,
                              (double)ls->backoff_factor);
@@ -6975,7 +6985,7 @@ static int mirror__check_schedule(const mirror_optimizer_desc *o, mirror_error *
         why = "unknown schedule";
     else if (o->schedule == MIRROR_LR_STEP && !o->step_size)
         why = "MIRROR_LR_STEP needs step_size >= 1";
-    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float(o->gamma, 1e-30f, 1.0f))
+    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float_oc(o->gamma, 0.0f, 1.0f))
         why = "MIRROR_LR_STEP needs gamma in (0, 1]";
     else if (o->schedule == MIRROR_LR_COSINE && o->total_steps <= o->warmup)
         why = "MIRROR_LR_COSINE needs total_steps beyond the warmup";
@@ -9320,16 +9330,17 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: unknown loss, init or optimizer kind");
     if (mirror__bad_float(o->lr, 0.0f, 1e6f) || mirror__bad_float(o->momentum, 0.0f, 1.0f) ||
-        mirror__bad_float(o->weight_decay, 0.0f, 1e6f) || mirror__bad_float(o->beta1, 0.0f, 0.999999f) ||
-        mirror__bad_float(o->beta2, 0.0f, 0.99999999f) || mirror__bad_float(o->eps, 0.0f, 1.0f) ||
+        mirror__bad_float(o->weight_decay, 0.0f, 1e6f) || mirror__bad_float_co(o->beta1, 0.0f, 1.0f) ||
+        mirror__bad_float_co(o->beta2, 0.0f, 1.0f) || mirror__bad_float_oc(o->eps, 0.0f, 1.0f) ||
         (o->nesterov && o->momentum == 0.0f))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: optimizer hyper-parameters out of range "
-                             "(lr %g, momentum %g, weight decay %g, betas %g %g, eps %g, nesterov %d)",
+                             "(lr %.9g in [0, 1e6], momentum %.9g in [0, 1], weight decay %.9g in [0, 1e6], betas "
+                             "%.9g %.9g in [0, 1), eps %.9g in (0, 1], nesterov %d with momentum > 0)",
                              (double)o->lr, (double)o->momentum, (double)o->weight_decay,
                              (double)o->beta1, (double)o->beta2, (double)o->eps, o->nesterov);
     if ((rc = mirror__check_schedule(o, err))) return rc;
-    if (mirror__bad_float(o->clip_norm, 0.0f, 3.4e38f))
+    if (mirror__bad_float(o->clip_norm, 0.0f, FLT_MAX))
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: clip_norm %g: a finite norm >= 0 (0: off)",
                              (double)o->clip_norm);
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
@@ -13017,6 +13028,25 @@ static int mirror__holds_lock(mirror_model *m, const char *path, char *name, siz
            held.st_ino == st.st_ino;
 }
 
+/* A checkpoint is the run's result: never one of Inf or NaN. fp32's guard
+   checks the reduced gradient, not what the update makes of it, and an
+   update can turn a finite gradient into NaN (Adam's 0/0 where nothing
+   bounds beta2 below 1) or overflow; a model that then saves it would
+   rotate the good checkpoints away. */
+static int mirror__saved_finite(mirror_model *m, const char *path, const mirror__tensor *t, size_t nt)
+{
+    size_t i, k;
+    for (i = 0; i < nt; i++)
+        for (k = 0; k < t[i].count; k++)
+            if (!mirror_hd_finite(t[i].host[k]))
+                return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                                    "mirror_checkpoint_save: %s: not saved: after step %llu tensor %s holds %g (element "
+                                    "%zu), though the gradients were finite: an update diverged (the learning rate, "
+                                    "weight decay or another hyper-parameter); the previous checkpoint is intact",
+                                    path, (unsigned long long)m->steps, t[i].name, (double)t[i].host[k], k);
+    return MIRROR_OK;
+}
+
 static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                    size_t keep)
 {
@@ -13057,6 +13087,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     if (m->format && (rc = mirror__get_scaler(m, &st))) goto done;
     nt = mirror__tensors(m, params, state, m->running, t);
+    if ((rc = mirror__saved_finite(m, path, t, nt))) goto done;
     if ((rc = mirror__checkpoint_header(m, &c, m->format ? &st : NULL, t, nt, &h))) {
         rc = mirror__fail(m, rc, "mirror_checkpoint_save: out of memory for the header");
         goto done;

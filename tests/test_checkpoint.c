@@ -3,7 +3,7 @@
    only, atomic saves that survive a failed write, the kept files, and
    hostile files (truncations at every byte, single bit flips, wrong types,
    wrong shapes, bad offsets, unknown versions): an error every time and an
-   unchanged model. */
+   unchanged model; and no checkpoint of a model holding NaN. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
@@ -1296,6 +1296,54 @@ static void test_load_weights(void)
     mirror_strategy_destroy(s);
 }
 
+/* An update that makes NaN of a finite gradient: Adam with beta2 = 1 (which
+   mirror_model_create refuses; set here behind its back), where every
+   update is 0/0 after fp32's guard has passed the gradient. No checkpoint
+   of it is saved, by fit (after a step, or at its end) or by hand:
+   MIRROR_ERR_NOT_FINITE names the tensor, and the checkpoint before stays
+   as it was, nothing rotated. */
+static void test_not_finite_save(void)
+{
+    char path[256], one[270], fresh[256];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s, 0, MIRROR_OPT_ADAM), *f = model(s, 0, MIRROR_OPT_ADAM);
+    mirror_dataset few = data;
+    mirror_fit_desc fd;
+    unsigned char *before, *after;
+    size_t nb = 0, na = 0;
+    int rc;
+    path_in(path, "nan.ckpt");
+    path_in(fresh, "nan-fresh.ckpt");
+    snprintf(one, sizeof one, "%s.1", path);
+    CHECK(mirror_checkpoint_save(m, path, NULL, 0) == MIRROR_OK, "the initial parameters saved");
+    before = slurp(path, &nb);
+    m->desc.optimizer.beta2 = 1.0f; /* the first update divides a zero second moment by sqrt(1 - 1^1) */
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE, fd.checkpoint = path;
+    fd.checkpoint_every = 1; /* a save right after the update */
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_NOT_FINITE && strstr(mirror_model_error(m), "tensor layers.1.weight holds") &&
+              strstr(mirror_model_error(m), "nan"),
+          "a save after an update that made NaN: refused, naming the tensor (%d: %s)", rc, mirror_model_error(m));
+    after = slurp(path, &na);
+    CHECK(before && after && na == nb && !memcmp(before, after, nb) && access(one, F_OK) != 0,
+          "the checkpoint before is intact, nothing rotated");
+    free(before), free(after);
+
+    /* One step, the fit's last: the save at its end. */
+    f->desc.optimizer.beta2 = 1.0f;
+    few.count = 12;
+    fd.train = &few, fd.checkpoint_every = 0, fd.checkpoint = fresh;
+    rc = mirror_fit(f, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_NOT_FINITE && access(fresh, F_OK) != 0,
+          "a fit whose last update made NaN fails and saves nothing (%d: %s)", rc, mirror_model_error(f));
+    rc = mirror_checkpoint_save(f, fresh, NULL, 0);
+    CHECK(rc == MIRROR_ERR_NOT_FINITE && access(fresh, F_OK) != 0 && strstr(mirror_model_error(f), "layers.1.weight"),
+          "mirror_checkpoint_save refuses it too (%d: %s)", rc, mirror_model_error(f));
+    mirror_model_destroy(m), mirror_model_destroy(f);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -1303,6 +1351,7 @@ int main(void)
     test_exact_resume(1, MIRROR_OPT_ADAMW, 2);
     test_exact_resume(0, MIRROR_OPT_SGD, 3);
     test_fit_resume();
+    test_not_finite_save();
     test_resume_changes();
     test_replicas_and_weights_only();
     test_durability();
