@@ -13069,9 +13069,10 @@ static int mirror__saved_finite(mirror_model *m, const char *path, const mirror_
         for (k = 0; k < t[i].count; k++)
             if (!mirror_hd_finite(t[i].host[k]))
                 return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
-                                    "mirror_checkpoint_save: %s: not saved: after step %llu tensor %s holds %g (element "
-                                    "%zu), though the gradients were finite: an update diverged (the learning rate, "
-                                    "weight decay or another hyper-parameter); the previous checkpoint is intact",
+                                    "mirror_checkpoint_save: %s: not saved, the previous checkpoint is intact: after "
+                                    "step %llu, tensor %s holds %g (element %zu); the gradients were finite, so an "
+                                    "update made it (a learning rate or weight decay too large?), unless the "
+                                    "parameters were set so",
                                     path, (unsigned long long)m->steps, t[i].name, (double)t[i].host[k], k);
     return MIRROR_OK;
 }
