@@ -406,6 +406,52 @@ static void test_resume(void)
     mirror_strategy_destroy(s);
 }
 
+/* Column k (from 0) of the first row of text that starts with row (its
+   newline included); -1 where there is none. */
+static double column(const char *text, const char *row, int k)
+{
+    const char *p = strstr(text, row);
+    int i;
+    if (!p) return -1.0;
+    for (p++, i = 0; i < k; i++)
+        if (!(p = strchr(p, ','))) return -1.0;
+        else p++;
+    return atof(p);
+}
+
+/* fp16 from a loss scale that overflows at first: the steps skipped
+   before a mid-epoch checkpoint count in the resumed epoch's row too. */
+static void test_resume_skipped(void)
+{
+    char ckpt[256], mid[270], hist[256], *a, *b;
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 3);
+    mirror_model *m, *r;
+    mirror_fit_desc fd = fit_desc(2);
+    mirror_checkpoint_info at;
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.0f);
+    d.precision = MIRROR_PRECISION_FP16, d.loss_scale.init_scale = 16777216.0f;
+    m = build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
+    r = build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
+    path_in(ckpt, "skipped.ckpt");
+    path_in(hist, "skipped.csv");
+    fd.history = hist, fd.curve_every = 2, fd.checkpoint = ckpt, fd.checkpoint_every = 4, fd.checkpoint_keep = 5;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fp16, 2 epochs: %s", mirror_model_error(m));
+    a = untimed(hist);
+    snprintf(mid, sizeof mid, "%s.2", ckpt); /* after step 4 of epoch 1 */
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK && at.epoch == 0 && at.epoch_step == 4, "after step 4");
+    fd.checkpoint = NULL, fd.initial_epoch = 0, fd.initial_step = 4, fd.shuffle_seed = at.shuffle_seed;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed: %s", mirror_model_error(r));
+    b = untimed(hist);
+    CHECK(a && b && !strcmp(a, b), "fp16 resumed mid-epoch: the whole run's history, skipped steps too:\n%s---\n%s",
+          a ? a : "", b ? b : "");
+    CHECK(a && column(a, "\n1,5,50,", 10) > 0, "steps were skipped in epoch 1 (%g)",
+          a ? column(a, "\n1,5,50,", 10) : -1.0);
+    free(a), free(b);
+    mirror_model_destroy(m), mirror_model_destroy(r);
+    mirror_strategy_destroy(s);
+}
+
 /* ---- TensorBoard's event files ---- */
 
 /* An Event as far as fit writes them. */
@@ -697,6 +743,7 @@ int main(void)
     test_refused();
     test_full();
     test_resume();
+    test_resume_skipped();
     test_tensorboard();
     test_nested();
     CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);
