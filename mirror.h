@@ -522,7 +522,11 @@
       steps). The model stays usable: the next step starts from the
       parameters of the last finite step. mirror_fit stops at that step
       and saves no checkpoint, so a run that diverges keeps its good
-      checkpoints. Mixed precision skips such steps instead (below).
+      checkpoints. Mixed precision skips such steps instead (below). An
+      update can still make Inf or NaN of a finite gradient (overflow):
+      no checkpoint is saved that holds one, in parameters or optimizer
+      state (MIRROR_ERR_NOT_FINITE naming the tensor), so fit fails at
+      its next save and the previous checkpoint stays.
 
    MIXED PRECISION (mirror_model_desc.precision = MIRROR_PRECISION_FP16 or _BF16)
 
@@ -1570,19 +1574,23 @@ typedef struct mirror_fit_desc {
        samples_per_s); plot an SVG of loss and accuracy, training and
        validation, by epoch, that a browser shows. NULL: none. With
        curve_every (steps; 0: none), both also get a point every
-       curve_every steps within an epoch, for long epochs: the epoch's
+       curve_every steps of the run (the model's steps, which a resumed
+       run continues) within an epoch, for long epochs: the epoch's
        training loss and accuracy so far, at epoch (e - 1) + s / S after step
        s of S of epoch e (the CSV's epoch column then has fractions; the
        epoch's own row stays at e); the plot draws each epoch's running
        mean as a line of its own. A resumed fit (initial_epoch or
        initial_step) continues the history it finds at that path: it keeps
-       the rows up to epoch initial_epoch, drops those after, and appends;
-       the plot is drawn from them too. A history that is missing or not
+       the rows up to its cursor (the points of the epoch in progress
+       before initial_step too), drops those after, and appends; the plot
+       is drawn from them too. A checkpoint saved mid-epoch rewrites both
+       with the epoch's points so far. A history that is missing or not
        one that fit wrote starts afresh, with a notice. */
     const char *history, *plot;
-    /* Every log_every steps (0: never) on_step gets the epoch's running
-       numbers (the metrics are read from the device then: a GPU waits); a
-       non-zero return stops fit as the epoch hook does. */
+    /* Every log_every steps of the run (the model's steps; 0: never)
+       on_step gets the epoch's running numbers (the metrics are read from
+       the device then: a GPU waits); a non-zero return stops fit as the
+       epoch hook does. */
     mirror_step_fn on_step;
     size_t log_every;
     /* trace: a Chrome trace of the last 256 steps, written when fit ends,
@@ -1622,8 +1630,11 @@ typedef struct mirror_fit_desc {
 } mirror_fit_desc;
 
 /* model.fit: epochs of shuffled global batches, then validation. last (may
-   be NULL) receives the final epoch's log. A run resumed mid-epoch logs
-   that epoch's metrics over its remaining steps only. Training and
+   be NULL) receives the final epoch's log. A run resumed mid-epoch from
+   a checkpoint that fit saved logs that epoch whole, as the run that was
+   not stopped does: the checkpoint keeps the epoch's running sums; from
+   another (saved outside fit, or by an older mirror) the epoch's log
+   counts its remaining steps only, and a notice says so. Training and
    validation samples must have the model's channels, height and width,
    each (a model of flat input takes any layout of its size): channels-last
    data is refused with MIRROR_ERR_SHAPE. Metrics left on the
@@ -1671,7 +1682,9 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
    ("fp32", "fp16", "bf16"), the seed, how the gradients were added up
    (deterministic, chunk, replicas in all, backend), the step (steps run),
    the data cursor (epoch, epoch_step, batch, samples, drop_remainder,
-   micro_batch) and the shuffle seed, the loss scaler ("none" in fp32, else
+   micro_batch) and the shuffle seed, saved by fit mid-epoch the epoch's
+   running numbers (epoch_loss_sum, epoch_correct, epoch_samples,
+   epoch_skipped, epoch_seconds), the loss scaler ("none" in fp32, else
    "dynamic", "static" or "none") and in fp16 and bf16 its state
    (loss_scale, scaler_good_steps, scaler_consecutive_skips,
    scaler_skipped, optimizer_steps), and a CRC-32 of every tensor and of
@@ -1735,7 +1748,9 @@ typedef struct mirror_checkpoint_info {
    NULL: zeros), to path; keep (0: 3) checkpoints in all. A failed save
    leaves a loadable PATH: the previous checkpoint. An fp32 model whose
    last step was not finite, and not yet reported, is not saved
-   (MIRROR_ERR_NOT_FINITE). */
+   (MIRROR_ERR_NOT_FINITE); nor is a model whose parameters or optimizer
+   state hold an Inf or NaN (an update that diverged on a finite
+   gradient): the message names the tensor. */
 MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                       size_t keep);
 /* Loads path into every replica of m, which must have the same layers; it
@@ -2851,6 +2866,18 @@ typedef struct mirror__resident {
    (mirror__sharded_devices_update). */
 enum { MIRROR__SHARDED_HOST = 1, MIRROR__SHARDED_DEVICES };
 
+/* fit's running numbers of an epoch in progress, which a checkpoint saved
+   mid-epoch keeps (epoch_loss_sum, epoch_correct, epoch_samples,
+   epoch_skipped, epoch_seconds) so that the fit resumed from it logs the
+   whole epoch; with the cursor they belong to (step, epoch, epoch_step). */
+typedef struct mirror__epoch_sums {
+    mirror_metrics acc; /* the loss sum, correct predictions and samples so far */
+    uint64_t skipped;   /* steps the loss scaler skipped so far */
+    double seconds;     /* the epoch's training time so far */
+    uint64_t step, epoch, epoch_step;
+    int kept;           /* loaded: a checkpoint held them */
+} mirror__epoch_sums;
+
 /* A model: what its layers make at build, its replicas, how its step runs,
    and what a fit, the timing and batch normalisation keep between steps. */
 struct mirror_model {
@@ -2933,6 +2960,8 @@ struct mirror_model {
     char *source_path;
     uint64_t source_dev, source_ino;
     int source_has_file;
+    const mirror__epoch_sums *saving_sums; /* fit's, while it saves a checkpoint mid-epoch (else NULL) */
+    mirror__epoch_sums resumed_sums;       /* the checkpoint just loaded's, for the next fit (kept 0: none) */
     /* Data in device memory: fit's training set (0) and the set evaluated
        (1), the one that the steps at hand read (NULL: the host gathers),
        and fit's data_on_device while it runs. */
@@ -3180,6 +3209,10 @@ MIRROR_API const char *mirror_model_error(const mirror_model *m)
 }
 
 static int mirror__bad_float(float v, float lo, float hi) { return !(v >= lo && v <= hi); }
+/* [lo, hi) and (lo, hi]: the open end is compared with the bound itself,
+   never with a float written just inside it (0.99999999f is 1.0f). */
+static int mirror__bad_float_co(float v, float lo, float hi) { return !(v >= lo && v < hi); }
+static int mirror__bad_float_oc(float v, float lo, float hi) { return !(v > lo && v <= hi); }
 
 static int mirror__check_built(mirror_model *m, const char *what)
 {
@@ -6888,11 +6921,11 @@ static int mirror__check_loss_scale(const mirror_model_desc *d, mirror_error *er
            it would train nothing, without an error */
         (ls->kind == MIRROR_SCALE_STATIC ? mirror__bad_float(ls->init_scale, ls->min_scale, 1e30f)
                                          : mirror__bad_float(ls->init_scale, ls->min_scale, ls->max_scale)) ||
-        mirror__bad_float(ls->growth_factor, 1.0f + 1e-6f, 1e6f) ||
-        mirror__bad_float(ls->backoff_factor, 1e-6f, 1.0f - 1e-6f))
+        mirror__bad_float_oc(ls->growth_factor, 1.0f, 1e6f) ||
+        !(ls->backoff_factor > 0.0f && ls->backoff_factor < 1.0f))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: loss scale settings out of range (%s scaling, "
-                             "init %g in [min %g, max %g], growth %g > 1, backoff %g in (0, 1))",
+                             "init %.9g in [min %.9g, max %.9g], growth %.9g in (1, 1e6], backoff %.9g in (0, 1))",
                              mirror_loss_scaling_name(ls->kind), (double)ls->init_scale,
                              (double)ls->min_scale, (double)ls->max_scale, (double)ls->growth_factor,
                              (double)ls->backoff_factor);
@@ -7064,7 +7097,7 @@ static int mirror__check_schedule(const mirror_optimizer_desc *o, mirror_error *
         why = "unknown schedule";
     else if (o->schedule == MIRROR_LR_STEP && !o->step_size)
         why = "MIRROR_LR_STEP needs step_size >= 1";
-    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float(o->gamma, 1e-30f, 1.0f))
+    else if (o->schedule == MIRROR_LR_STEP && mirror__bad_float_oc(o->gamma, 0.0f, 1.0f))
         why = "MIRROR_LR_STEP needs gamma in (0, 1]";
     else if (o->schedule == MIRROR_LR_COSINE && o->total_steps <= o->warmup)
         why = "MIRROR_LR_COSINE needs total_steps beyond the warmup";
@@ -9481,16 +9514,17 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: unknown loss, init or optimizer kind");
     if (mirror__bad_float(o->lr, 0.0f, 1e6f) || mirror__bad_float(o->momentum, 0.0f, 1.0f) ||
-        mirror__bad_float(o->weight_decay, 0.0f, 1e6f) || mirror__bad_float(o->beta1, 0.0f, 0.999999f) ||
-        mirror__bad_float(o->beta2, 0.0f, 0.99999999f) || mirror__bad_float(o->eps, 0.0f, 1.0f) ||
+        mirror__bad_float(o->weight_decay, 0.0f, 1e6f) || mirror__bad_float_co(o->beta1, 0.0f, 1.0f) ||
+        mirror__bad_float_co(o->beta2, 0.0f, 1.0f) || mirror__bad_float_oc(o->eps, 0.0f, 1.0f) ||
         (o->nesterov && o->momentum == 0.0f))
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
                              "mirror_model_create: optimizer hyper-parameters out of range "
-                             "(lr %g, momentum %g, weight decay %g, betas %g %g, eps %g, nesterov %d)",
+                             "(lr %.9g in [0, 1e6], momentum %.9g in [0, 1], weight decay %.9g in [0, 1e6], betas "
+                             "%.9g %.9g in [0, 1), eps %.9g in (0, 1], nesterov %d with momentum > 0)",
                              (double)o->lr, (double)o->momentum, (double)o->weight_decay,
                              (double)o->beta1, (double)o->beta2, (double)o->eps, o->nesterov);
     if ((rc = mirror__check_schedule(o, err))) return rc;
-    if (mirror__bad_float(o->clip_norm, 0.0f, 3.4e38f))
+    if (mirror__bad_float(o->clip_norm, 0.0f, FLT_MAX))
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_model_create: clip_norm %g: a finite norm >= 0 (0: off)",
                              (double)o->clip_norm);
     if ((rc = mirror__check_loss_scale(&d, err))) return rc;
@@ -13000,6 +13034,12 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
                    (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
                    (unsigned long long)c->shuffle_seed, (unsigned long long)c->batch, (unsigned long long)c->samples,
                    (unsigned long long)c->drop_remainder, (unsigned long long)c->micro_batch);
+    if (m->saving_sums && c->epoch_step) /* fit's epoch so far; the doubles with digits to read back exactly */
+        mirror__printf(h, ",\"epoch_loss_sum\":\"%.17g\",\"epoch_correct\":\"%llu\",\"epoch_samples\":\"%llu\","
+                          "\"epoch_skipped\":\"%llu\",\"epoch_seconds\":\"%.17g\"",
+                       m->saving_sums->acc.loss_sum, (unsigned long long)m->saving_sums->acc.correct,
+                       (unsigned long long)m->saving_sums->acc.count, (unsigned long long)m->saving_sums->skipped,
+                       m->saving_sums->seconds);
     if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
         mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
                           "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
@@ -13252,6 +13292,26 @@ static int mirror__holds_lock(mirror_model *m, const char *path, char *name, siz
            held.st_ino == st.st_ino;
 }
 
+/* A checkpoint is the run's result: never one of Inf or NaN. fp32's guard
+   checks the reduced gradient, not what the update makes of it, and an
+   update can turn a finite gradient into NaN (Adam's 0/0 where nothing
+   bounds beta2 below 1) or overflow; a model that then saves it would
+   rotate the good checkpoints away. */
+static int mirror__saved_finite(mirror_model *m, const char *path, const mirror__tensor *t, size_t nt)
+{
+    size_t i, k;
+    for (i = 0; i < nt; i++)
+        for (k = 0; k < t[i].count; k++)
+            if (!mirror_hd_finite(t[i].host[k]))
+                return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                                    "mirror_checkpoint_save: %s: not saved, the previous checkpoint is intact: after "
+                                    "step %llu, tensor %s holds %g (element %zu); the gradients were finite, so an "
+                                    "update made it (a learning rate or weight decay too large?), unless the "
+                                    "parameters were set so",
+                                    path, (unsigned long long)m->steps, t[i].name, (double)t[i].host[k], k);
+    return MIRROR_OK;
+}
+
 static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirror_checkpoint_info *cursor,
                                    size_t keep)
 {
@@ -13294,6 +13354,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     if (m->format && (rc = mirror__get_scaler(m, &st))) goto done;
     nt = mirror__tensors(m, params, state, m->running, t);
+    if ((rc = mirror__saved_finite(m, path, t, nt))) goto done;
     if ((rc = mirror__checkpoint_header(m, &c, m->format ? &st : NULL, t, nt, &h))) {
         rc = mirror__fail(m, rc, "mirror_checkpoint_save: out of memory for the header");
         goto done;
@@ -13835,6 +13896,41 @@ MIRROR_API mirror_weights_source mirror_model_weights_source(const mirror_model 
     return m ? m->source : none;
 }
 
+/* A double of the header into *v; 0 when missing or not a number. */
+static int mirror__meta_double(const mirror__header *h, const char *key, double *v)
+{
+    const char *s = mirror__meta(h, key);
+    char *end;
+    if (!s) return 0;
+    *v = strtod(s, &end);
+    return end != s && !*end;
+}
+
+/* fit's running numbers of the epoch in progress, where a checkpoint saved
+   mid-epoch by fit holds them, into *e (kept 0 where it holds none: saved
+   at an epoch's start, outside fit, or by an older mirror). Numbers that
+   no run could give (more samples than the data, more correct than
+   samples, a negative loss or time) are refused. */
+static int mirror__epoch_sums_of(mirror_model *m, const char *path, const mirror__header *h,
+                                 const mirror_checkpoint_info *c, mirror__epoch_sums *e)
+{
+    uint64_t correct = 0, count = 0, skipped = 0;
+    memset(e, 0, sizeof *e);
+    if (!mirror__meta(h, "epoch_loss_sum") && !mirror__meta(h, "epoch_samples")) return MIRROR_OK;
+    if (!mirror__meta_double(h, "epoch_loss_sum", &e->acc.loss_sum) ||
+        !mirror__meta_double(h, "epoch_seconds", &e->seconds) || !mirror__meta_u64(h, "epoch_correct", &correct) ||
+        !mirror__meta_u64(h, "epoch_samples", &count) || !mirror__meta_u64(h, "epoch_skipped", &skipped) ||
+        !c->epoch_step || e->acc.loss_sum < 0.0 || !(e->seconds >= 0.0 && e->seconds < 1e300) || !count ||
+        correct > count || (c->samples && count > c->samples) || skipped > c->epoch_step)
+        return mirror__fail(m, MIRROR_ERR_FORMAT,
+                            "%s: the epoch's running numbers (epoch_loss_sum, epoch_correct, epoch_samples, "
+                            "epoch_skipped, epoch_seconds) are not a run's: not a checkpoint this library wrote",
+                            path);
+    e->acc.correct = (size_t)correct, e->acc.count = (size_t)count, e->skipped = skipped;
+    e->epoch = c->epoch, e->epoch_step = c->epoch_step, e->kept = 1;
+    return MIRROR_OK;
+}
+
 static int mirror__checkpoint_load(mirror_model *m, const char *path, int weights_only,
                                    mirror_checkpoint_info *info)
 {
@@ -13844,6 +13940,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     mirror__header *h = NULL;
     mirror_checkpoint_info got;
     mirror_loss_scale_state st;
+    mirror__epoch_sums sums;
     double most;
     int rc, has_st = 0;
     if ((rc = mirror__check_built(m, "mirror_checkpoint_load"))) return rc;
@@ -13862,6 +13959,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         goto done;
     }
     if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got, &st, &has_st)) ||
+        (!weights_only && (rc = mirror__epoch_sums_of(m, path, h, &got, &sums))) ||
         (rc = mirror__remember_source(m, path, 1, buf, size)))
         goto done;
     /* Everything checked: now, and only now, the model changes. */
@@ -13896,7 +13994,10 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         st.scale = st.last_scale = 1.0f;
         if ((rc = mirror__set_scaler(m, &st))) goto done;
     }
-    if (!weights_only) mirror__resume_changes(m, path, h);
+    if (!weights_only) {
+        mirror__resume_changes(m, path, h);
+        m->resumed_sums = sums, m->resumed_sums.step = m->steps;
+    }
     if (info) *info = got;
 done:
     MIRROR_FREE(buf);
@@ -14522,12 +14623,6 @@ static mirror_checkpoint_info mirror__fit_cursor(mirror_model *m, const mirror_f
     return at;
 }
 
-/* A checkpoint at the cursor, saved by rank 0 with every process told. */
-static int mirror__fit_save(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps)
-{
-    mirror_checkpoint_info at = mirror__fit_cursor(m, d, epoch, step, steps);
-    return mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
-}
 
 /* ---- fit's curves: a CSV history and an SVG plot of the epoch logs ---- */
 
@@ -14733,13 +14828,16 @@ static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, 
 }
 
 /* A resumed fit continues its history (rank 0): the rows of the file at
-   d->history up to epoch initial_epoch into *pts; those after it (the
-   epoch in progress, and later ones) are dropped, as the run redoes them.
-   A file that is missing, or that is not a history fit wrote, gives none
-   and a notice. Only running out of memory fails. */
-static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, mirror__curve_point **pts, size_t *n,
-                                size_t *cap)
+   d->history up to its cursor, step initial_step of epoch initial_epoch
+   (of `steps`), into *pts; those after it (the rest of the epoch in
+   progress, and later ones) are dropped, as the run redoes them. A file
+   that is missing, or that is not a history fit wrote, gives none and a
+   notice. Only running out of memory fails. */
+static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, size_t steps, mirror__curve_point **pts,
+                                size_t *n, size_t *cap)
 {
+    /* points lie at whole steps, epoch - 1 + s / steps: half a step beyond the cursor tells them apart */
+    double cursor = (double)d->initial_epoch + ((double)d->initial_step + 0.5) / (double)steps;
     char line[1024], notice[1200];
     mirror__curve_point p;
     struct stat st;
@@ -14757,7 +14855,7 @@ static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, mirro
     while (good && fgets(line, sizeof line, f)) {
         row++;
         if (!(good = mirror__history_row(line, &p))) break;
-        if (p.x > (double)d->initial_epoch) continue; /* the epoch resumed, or one after it */
+        if (p.x > cursor) continue; /* after the step resumed at */
         p.log.epochs = d->epochs;
         if (!mirror__curve_add(pts, n, cap, p.x, &p.log)) {
             fclose(f);
@@ -15173,16 +15271,6 @@ static int mirror__fit_stop_asked(const mirror_model *m, const mirror_fit_desc *
     return d->stop && *d->stop;
 }
 
-/* Stopping (the stop flag, or the epoch hook): save at the cursor, say where. */
-static int mirror__fit_stop(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step, size_t steps, int bar)
-{
-    int rc;
-    if (bar) printf("\n");
-    if (d->checkpoint && (rc = mirror__fit_save(m, d, epoch, step, steps))) return rc;
-    return mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped before step %zu of epoch %zu%s%s", step + 1,
-                        epoch + 1, d->checkpoint ? "; checkpoint saved to " : "", d->checkpoint ? d->checkpoint : "");
-}
-
 /* Whether standard output is a terminal that a person reads: not one
    that mpirun made (Open MPI gives rank 0 a pseudo-terminal, which a
    redrawn bar would fill with carriage returns in a log). */
@@ -15314,6 +15402,10 @@ typedef struct mirror__fit_run {
     mirror_batch *micro;    /* a step's micro-batches */
     const mirror__resident *data; /* the training set on the device, or NULL */
     mirror_epoch_log log;   /* the epoch at hand */
+    mirror_metrics *acc;    /* its running sums (NULL between epochs), */
+    double t0;              /* its start (less the time before a resume) */
+    uint64_t skipped_before; /* and the scaler's skipped steps before it */
+    int partial;            /* its sums lack the steps before a resume: a checkpoint does not keep them */
     mirror__curve_point *logs; /* history and plot: the points so far */
     size_t nlogs, logs_cap;
     int curves_lost;        /* rank 0 ran out of memory for them */
@@ -15399,7 +15491,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     if (((d->history || d->plot || d->trace || d->tensorboard) &&
          (rc = MIRROR__BY_LEADER(m, mirror__check_outputs(m, d)))) ||
         (d->history && (d->initial_epoch || d->initial_step) &&
-         (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, &f->logs, &f->nlogs, &f->logs_cap)))) ||
+         (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, f->steps, &f->logs, &f->nlogs, &f->logs_cap)))) ||
         ((d->history || d->plot) && (rc = MIRROR__BY_LEADER(m, mirror__write_curves(m, d, f->logs, f->nlogs)))) ||
         (d->trace && (rc = MIRROR__BY_LEADER(m, mirror__trace_write(m, d->trace)))) ||
         (d->tensorboard &&
@@ -15441,6 +15533,52 @@ static void mirror__add_point(mirror_model *m, mirror__fit_run *f, double x, con
         mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
 }
 
+/* The metrics of the steps since the last take into the epoch's sums, and
+   the scaler's numbers into its log. */
+static int mirror__fit_take(mirror_model *m, mirror__fit_run *f)
+{
+    mirror_metrics taken;
+    int rc;
+    if ((rc = mirror__take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &f->log, f->skipped_before))) return rc;
+    mirror__metrics_add(f->acc, taken.loss_sum, taken.correct, taken.count);
+    return MIRROR_OK;
+}
+
+/* A checkpoint at the cursor, saved by rank 0 with every process told.
+   Mid-epoch it keeps the epoch's running sums, every step's metrics taken
+   first (at the same steps in a run that is not stopped, so that both add
+   them up alike), and the history and the plot are rewritten with the
+   epoch's points so far: a fit resumed from it logs the whole epoch. */
+static int mirror__fit_save(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step)
+{
+    const mirror_fit_desc *d = &f->d;
+    mirror_checkpoint_info at = mirror__fit_cursor(m, d, epoch, step, f->steps);
+    mirror__epoch_sums sums;
+    int rc;
+    if (at.epoch_step && f->acc && !f->partial) {
+        if ((rc = mirror__fit_take(m, f))) return rc;
+        memset(&sums, 0, sizeof sums);
+        sums.acc = *f->acc, sums.skipped = f->log.skipped, sums.seconds = mirror__now() - f->t0;
+        m->saving_sums = &sums;
+    }
+    rc = mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
+    m->saving_sums = NULL;
+    if (rc == MIRROR_OK && at.epoch_step && (d->history || d->plot) && !f->curves_lost && mirror__leads(m))
+        mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+    return rc;
+}
+
+/* Stopping (the stop flag, or the epoch hook): save at the cursor, say where. */
+static int mirror__fit_stop(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step, int bar)
+{
+    const mirror_fit_desc *d = &f->d;
+    int rc;
+    if (bar) printf("\n");
+    if (d->checkpoint && (rc = mirror__fit_save(m, f, epoch, step))) return rc;
+    return mirror__fail(m, MIRROR_ERR_STOPPED, "mirror_fit: stopped before step %zu of epoch %zu%s%s", step + 1,
+                        epoch + 1, d->checkpoint ? "; checkpoint saved to " : "", d->checkpoint ? d->checkpoint : "");
+}
+
 /* The epoch log so far (its end is the epoch's own), as a curve point
    within the epoch. */
 static void mirror__fit_curve_point(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step,
@@ -15459,39 +15597,38 @@ static void mirror__fit_curve_point(mirror_model *m, mirror__fit_run *f, size_t 
    the step hook. Metrics come at the epoch's end and for the bar; also
    every `verdict` steps, where the scaler or the fp32 guard is read, so
    that a run that skips every step, or has stopped applying them, stops
-   soon. */
+   soon. Those counts are the model's steps, which a resumed run continues:
+   its points and its metrics' sums fall where the run not stopped has them. */
 static int mirror__fit_after_step(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t step,
-                                  mirror_metrics *acc, double t0, double *shown, uint64_t skipped_before)
+                                  mirror_metrics *acc, double t0, double *shown)
 {
     const mirror_fit_desc *d = &f->d;
-    mirror_metrics taken;
     int rc;
-    if (!(step + 1 == f->steps || (f->timed && mirror__now() - *shown > 0.1) || f->ran % f->verdict == 0 ||
-          (d->log_every && f->ran % d->log_every == 0) || (d->curve_every && f->ran % d->curve_every == 0)))
+    if (!(step + 1 == f->steps || (f->timed && mirror__now() - *shown > 0.1) || m->steps % f->verdict == 0 ||
+          (d->log_every && m->steps % d->log_every == 0) || (d->curve_every && m->steps % d->curve_every == 0)))
         return MIRROR_OK;
-    if ((rc = mirror__take_metrics(m, &taken)) || (rc = mirror__log_scaler(m, &f->log, skipped_before))) return rc;
-    mirror__metrics_add(acc, taken.loss_sum, taken.correct, taken.count);
+    if ((rc = mirror__fit_take(m, f))) return rc;
     *shown = mirror__now();
     f->log.lr = m->lr;
     if (f->bar) mirror__progress_bar(&f->log, step + 1, f->steps, acc, *shown - t0, f->shows_lr, f->classify, NULL);
-    if ((d->history || d->plot || d->tensorboard) && d->curve_every && f->ran % d->curve_every == 0 &&
+    if ((d->history || d->plot || d->tensorboard) && d->curve_every && m->steps % d->curve_every == 0 &&
         step + 1 < f->steps && mirror__leads(m))
         mirror__fit_curve_point(m, f, epoch, step, acc, *shown - t0);
-    if (d->on_step && d->log_every && f->ran % d->log_every == 0) {
+    if (d->on_step && d->log_every && m->steps % d->log_every == 0) {
         mirror_step_log sl;
         sl.epoch = epoch + 1, sl.epochs = d->epochs, sl.step = step + 1, sl.steps = f->steps;
         sl.global_step = m->steps, sl.samples = acc->count, sl.lr = m->lr, sl.seconds = *shown - t0;
         sl.loss = acc->count ? acc->loss_sum / (double)acc->count : 0.0;
         sl.acc = acc->count ? (double)acc->correct / (double)acc->count : 0.0;
         if (mirror__hook_stops(m, d->on_step(d->user, &sl)))
-            return mirror__fit_stop(m, d, epoch, step + 1, f->steps, f->bar);
+            return mirror__fit_stop(m, f, epoch, step + 1, f->bar);
     }
     return MIRROR_OK;
 }
 
 /* An epoch's steps, from `first`, with their metrics into acc. */
 static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t first, mirror_metrics *acc,
-                             double t0, uint64_t skipped_before)
+                             double t0)
 {
     const mirror_fit_desc *d = &f->d;
     double shown = t0;
@@ -15500,16 +15637,16 @@ static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, 
     for (step = first; step < f->steps; step++) {
         f->at_epoch = epoch, f->at_step = step;
         if (mirror__fit_stop_asked(m, d)) /* before the step: it is the one to resume at */
-            return mirror__fit_stop(m, d, epoch, step, f->steps, f->bar);
+            return mirror__fit_stop(m, f, epoch, step, f->bar);
         for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
             mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
         /* metrics stay on the device */
         m->data_at = f->data;
         if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc;
         f->ran++, f->at_step = step + 1;
-        if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown, skipped_before))) return rc;
+        if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown))) return rc;
         if (d->checkpoint && d->checkpoint_every && m->steps % d->checkpoint_every == 0) {
-            if ((rc = mirror__fit_save(m, d, epoch, step + 1, f->steps))) return rc;
+            if ((rc = mirror__fit_save(m, f, epoch, step + 1))) return rc;
             f->saved = m->steps;
         }
         if (d->check_replicas_every && m->steps % d->check_replicas_every == 0 && (rc = mirror__check_replicas(m)))
@@ -15558,8 +15695,31 @@ static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epo
     /* Several processes: their replicas compared after every epoch, so that a divergence cannot go unseen */
     if (m->s->processes > 1 && (rc = mirror__check_replicas(m))) return rc;
     if (d->on_epoch && mirror__hook_stops(m, d->on_epoch(d->user, log)))
-        return mirror__fit_stop(m, d, epoch + 1, 0, f->steps, 0);
+        return mirror__fit_stop(m, f, epoch + 1, 0, 0);
     return MIRROR_OK;
+}
+
+/* A fit resumed at step `first` of an epoch starts from the epoch's sums
+   that its checkpoint kept, when the model was loaded from one at this
+   very cursor; else the epoch's log counts the steps from `first` on, and
+   a notice says so. Once, for the fit that follows the load. */
+static void mirror__fit_resume_sums(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t first)
+{
+    mirror__epoch_sums *e = &m->resumed_sums;
+    char notice[400];
+    if (e->kept && e->step == m->steps && e->epoch == epoch && e->epoch_step == first) {
+        *f->acc = e->acc;
+        f->t0 -= e->seconds;
+        f->skipped_before -= MIRROR__MIN(e->skipped, f->skipped_before);
+    } else {
+        f->partial = 1;
+        snprintf(notice, sizeof notice,
+                 "mirror_fit: resumed at step %zu of epoch %zu without that epoch's running numbers (a checkpoint "
+                 "that fit did not save there, or an older one): its log counts its last %zu steps only",
+                 first + 1, epoch + 1, f->steps - first);
+        if (mirror__leads(m)) mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
+    e->kept = 0;
 }
 
 /* One epoch: its permutation and augmentation, its steps, its end. */
@@ -15567,21 +15727,21 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
 {
     const mirror_fit_desc *d = &f->d;
     mirror_metrics acc = {0.0, 0, 0};
-    double t0 = mirror__now();
-    uint64_t skipped_before;
+    size_t first = epoch == d->initial_epoch ? d->initial_step : 0;
     int rc;
     f->log.epoch = epoch + 1;
     f->log.epochs = d->epochs;
     f->log.data_on_device = f->data != NULL;
     if ((rc = mirror__log_scaler(m, &f->log, 0))) return rc;
-    skipped_before = f->log.skipped;
+    f->acc = &acc, f->t0 = mirror__now(), f->skipped_before = f->log.skipped, f->partial = 0;
     f->log.skipped = 0;
+    if (first) mirror__fit_resume_sums(m, f, epoch, first);
     mirror_permutation(f->perm, d->train->count, d->shuffle_seed, epoch);
     m->augment_key = mirror_hd_key(d->shuffle_seed, 0x61756775ull /* "augu" */, epoch);
-    if ((rc = mirror__fit_steps(m, f, epoch, epoch == d->initial_epoch ? d->initial_step : 0, &acc, t0,
-                                skipped_before)))
-        return rc;
-    return mirror__fit_epoch_end(m, f, epoch, &acc, t0);
+    rc = mirror__fit_steps(m, f, epoch, first, &acc, f->t0);
+    if (rc == MIRROR_OK) rc = mirror__fit_epoch_end(m, f, epoch, &acc, f->t0);
+    f->acc = NULL;
+    return rc;
 }
 
 /* Whether the processes have lost each other (a host cut off, a rank
@@ -15636,7 +15796,7 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
         mirror_optimizer_steps(m) == f->applied)
         rc = mirror__fit_learnt_nothing(m, f->ran);
     if (rc == MIRROR_OK && d->checkpoint && f->ran && f->saved != m->steps)
-        rc = mirror__fit_save(m, d, d->epochs, 0, f->steps);
+        rc = mirror__fit_save(m, f, d->epochs, 0);
     else if (rc != MIRROR_OK && d->checkpoint && f->ran && f->saved != m->steps && mirror__processes_lost(m))
         mirror__fit_save_lost(m, f);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;

@@ -396,6 +396,19 @@ if [ -x "$BUILD/train" ]; then
             test "$(grep -o '<polyline[^>]*points="[^"]*"' "$tmp/hr.svg" | head -n 1 | tr ' ' '\n' | grep -c ,)" -eq 4
     }
     check "build/train --resume with the same --history and --plot: the whole run's rows and points" history_resumed
+    # Resumed mid-epoch (the checkpoint after step 15, the third of epoch
+    # 2): the history of the run that was not stopped, the epoch's row over
+    # its 600 samples, no notice.
+    history_mid_epoch() {
+        $BUILD/train $small --epochs 2 --curve-every 4 --save "$tmp/hm.ckpt" --checkpoint-every 5 \
+            --history "$tmp/hm.csv" >/dev/null 2>&1 && cp "$tmp/hm.csv" "$tmp/hm.straight" &&
+            cp "$tmp/hm.ckpt.2" "$tmp/hm15.ckpt" &&
+            $BUILD/train $small --epochs 2 --curve-every 4 --resume "$tmp/hm15.ckpt" --history "$tmp/hm.csv" \
+                2>"$tmp/hm.err" | grep -q '^resume: .*, step 15, epoch 2 step 3' &&
+            test ! -s "$tmp/hm.err" && grep -q '^2,12,600,' "$tmp/hm.csv" &&
+            test "$(cut -d, -f1-11 "$tmp/hm.straight")" = "$(cut -d, -f1-11 "$tmp/hm.csv")"
+    }
+    check "build/train --resume mid-epoch with the same --history: the rows of the run that was not stopped" history_mid_epoch
     # A full disk under --history (a tmpfs of three pages: the history's
     # rewrite fails once it passes one): a warning naming it, the checkpoint
     # and the final: line all the same, exit 3, the history's last complete

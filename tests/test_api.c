@@ -1,7 +1,8 @@
 /* test_api.c - API misuse: every bad call returns an error (with a message)
    and never crashes, a failed call leaves its objects usable and unchanged,
    the defaults of the manual's DESC DEFAULTS table are applied, result
-   codes are named, the logger sees errors, and nothing leaks. */
+   codes are named, the logger sees errors, every optimizer and loss-scale
+   bound holds at its edge, and nothing leaks. */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, sysconf; mirror.h is not the first include */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
@@ -9,6 +10,7 @@
 #include "check.h"
 #include "helpers.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -1501,6 +1503,104 @@ static void test_cuda_verdict(void)
     }
 }
 
+// >>bounds -------------------------------------------------------------------------
+
+enum { B_LR, B_MOMENTUM, B_DECAY, B_BETA1, B_BETA2, B_EPS, B_CLIP, B_GAMMA, B_MIN_LR, B_GROWTH, B_BACKOFF };
+
+/* A desc with one optimizer or loss-scale setting at v: created (ok) or
+   refused; an accepted Adam (beta1, beta2, eps) also takes a step and
+   keeps every parameter finite. */
+static void bound(mirror_strategy *s, int field, float v, int ok, const char *what)
+{
+    mirror_model_desc d = base_desc(s);
+    mirror_optimizer_desc *o = &d.optimizer;
+    mirror_model *m = NULL;
+    mirror_error err = {0, ""};
+    int rc;
+    if (field == B_BETA1 || field == B_BETA2 || field == B_EPS) o->kind = MIRROR_OPT_ADAM;
+    if (field == B_GAMMA) o->schedule = MIRROR_LR_STEP, o->step_size = 1;
+    if (field == B_MIN_LR) o->schedule = MIRROR_LR_COSINE, o->total_steps = 10, o->lr = 0.5f;
+    if (field == B_GROWTH || field == B_BACKOFF) d.precision = MIRROR_PRECISION_FP16;
+    switch (field) {
+    case B_LR: o->lr = v; break;
+    case B_MOMENTUM: o->momentum = v; break;
+    case B_DECAY: o->weight_decay = v; break;
+    case B_BETA1: o->beta1 = v; break;
+    case B_BETA2: o->beta2 = v; break;
+    case B_EPS: o->eps = v; break;
+    case B_CLIP: o->clip_norm = v; break;
+    case B_GAMMA: o->gamma = v; break;
+    case B_MIN_LR: o->min_lr = v; break;
+    case B_GROWTH: d.loss_scale.growth_factor = v; break;
+    default: d.loss_scale.backoff_factor = v; break;
+    }
+    rc = mirror_model_create(&d, &m, &err);
+    CHECK(ok ? rc == MIRROR_OK : rc == MIRROR_ERR_ARGUMENT && err.message[0], "%s (%.9g): %s (%s)", what, (double)v,
+          ok ? "accepted" : "refused", rc ? err.message : "created");
+    if (!m) return;
+    if (o->kind == MIRROR_OPT_ADAM) {
+        mirror_batch b = batch_of(8);
+        float w[15];
+        size_t i;
+        int finite = 1;
+        mirror_dense(m, 3);
+        CHECK(mirror_model_build(m) == MIRROR_OK && mirror_train_step(m, &b, NULL) == MIRROR_OK &&
+                  mirror_get_parameters(m, 0, w, 15) == MIRROR_OK,
+              "%s: a step: %s", what, mirror_model_error(m));
+        for (i = 0; i < 15; i++) finite &= isfinite(w[i]) != 0;
+        CHECK(finite, "%s: every parameter finite after a step", what);
+    }
+    mirror_model_destroy(m);
+}
+
+/* Each optimizer and loss-scale bound at its edge: the last float inside
+   is accepted, the first outside (the next float) refused. An open end is
+   the bound itself: beta2 written as 0.99999999f is 1.0f, which made every
+   Adam update 0/0. */
+static void test_bounds(mirror_strategy *s)
+{
+    const float tiny = nextafterf(0.0f, 1.0f), below1 = nextafterf(1.0f, 0.0f), above1 = nextafterf(1.0f, 2.0f);
+    bound(s, B_LR, 1e6f, 1, "lr 1e6");
+    bound(s, B_LR, nextafterf(1e6f, 2e6f), 0, "lr just above 1e6");
+    bound(s, B_LR, -tiny, 0, "lr just below 0");
+    bound(s, B_MOMENTUM, 1.0f, 1, "momentum 1");
+    bound(s, B_MOMENTUM, above1, 0, "momentum just above 1");
+    bound(s, B_MOMENTUM, -tiny, 0, "momentum just below 0");
+    bound(s, B_DECAY, 1e6f, 1, "weight decay 1e6");
+    bound(s, B_DECAY, nextafterf(1e6f, 2e6f), 0, "weight decay just above 1e6");
+    bound(s, B_DECAY, -tiny, 0, "weight decay just below 0");
+    bound(s, B_BETA1, below1, 1, "beta1 just below 1");
+    bound(s, B_BETA1, 1.0f, 0, "beta1 1");
+    bound(s, B_BETA1, 0.99999999f, 0, "beta1 0.99999999f (1.0f)");
+    bound(s, B_BETA1, -tiny, 0, "beta1 just below 0");
+    bound(s, B_BETA2, below1, 1, "beta2 just below 1");
+    bound(s, B_BETA2, 1.0f, 0, "beta2 1");
+    bound(s, B_BETA2, 0.99999999f, 0, "beta2 0.99999999f (1.0f)");
+    bound(s, B_BETA2, -tiny, 0, "beta2 just below 0");
+    bound(s, B_EPS, 1.0f, 1, "eps 1");
+    bound(s, B_EPS, tiny, 1, "eps the smallest float");
+    bound(s, B_EPS, above1, 0, "eps just above 1");
+    bound(s, B_EPS, -tiny, 0, "eps just below 0");
+    bound(s, B_CLIP, FLT_MAX, 1, "clip_norm FLT_MAX");
+    bound(s, B_CLIP, INFINITY, 0, "clip_norm Inf");
+    bound(s, B_CLIP, -tiny, 0, "clip_norm just below 0");
+    bound(s, B_GAMMA, 1.0f, 1, "gamma 1");
+    bound(s, B_GAMMA, tiny, 1, "gamma the smallest float");
+    bound(s, B_GAMMA, above1, 0, "gamma just above 1");
+    bound(s, B_GAMMA, -tiny, 0, "gamma just below 0");
+    bound(s, B_MIN_LR, 0.5f, 1, "min_lr at lr");
+    bound(s, B_MIN_LR, nextafterf(0.5f, 1.0f), 0, "min_lr just above lr");
+    bound(s, B_MIN_LR, -tiny, 0, "min_lr just below 0");
+    bound(s, B_GROWTH, above1, 1, "growth just above 1");
+    bound(s, B_GROWTH, 1.0f, 0, "growth 1");
+    bound(s, B_GROWTH, 1e6f, 1, "growth 1e6");
+    bound(s, B_GROWTH, nextafterf(1e6f, 2e6f), 0, "growth just above 1e6");
+    bound(s, B_BACKOFF, below1, 1, "backoff just below 1");
+    bound(s, B_BACKOFF, 1.0f, 0, "backoff 1");
+    bound(s, B_BACKOFF, tiny, 1, "backoff the smallest float");
+    bound(s, B_BACKOFF, -tiny, 0, "backoff just below 0");
+}
+
 int main(void)
 {
     mirror_strategy *s3;
@@ -1518,6 +1618,7 @@ int main(void)
     if (!s3) return check_done("test_api");
     test_model_create(s3);
     test_model_defaults(s3);
+    test_bounds(s3);
     test_layers(s3);
     test_steps(s3);
     test_fit(s3);

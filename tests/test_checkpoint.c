@@ -2,8 +2,9 @@
    equal losses at every step), loading on another replica count, weights
    only, atomic saves that survive a failed write, the kept files, and
    hostile files (truncations at every byte, single bit flips, wrong types,
-   wrong shapes, bad offsets, unknown versions): an error every time and an
-   unchanged model. */
+   wrong shapes, bad offsets, unknown versions, fit's epoch numbers out of
+   range): an error every time and an unchanged model; and no checkpoint of
+   a model holding NaN. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
@@ -558,6 +559,60 @@ static void test_hostile_counters(void)
     }
     free(good), free(victim_before);
 out:
+    mirror_model_destroy(src), mirror_model_destroy(victim);
+    mirror_strategy_destroy(s);
+}
+
+/* fit's running numbers of the epoch a checkpoint was saved in (after
+   step 4 of 5 here: 48 samples) in the range a run gives them, or the
+   file is refused: a history resumed from them would show numbers no
+   run had. */
+static void test_hostile_epoch_sums(void)
+{
+    char path[256], mid[270];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *src = model(s, 0, MIRROR_OPT_ADAM);
+    mirror_fit_desc fd;
+    unsigned char *good;
+    size_t n, i;
+    static const struct {
+        const char *from, *to, *what;
+    } edits[] = {
+        {"\"epoch_samples\":\"48\"", "\"epoch_samples\":\"51\"", "more samples than the data"},
+        {"\"epoch_samples\":\"48\"", "\"epoch_samples\":\"0\"", "no samples after 4 steps"},
+        {"\"epoch_correct\":\"", "\"epoch_correct\":\"9", "more correct than samples"},
+        {"\"epoch_skipped\":\"0\"", "\"epoch_skipped\":\"5\"", "more skipped steps than steps"},
+        {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"-", "a negative loss sum"},
+        {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"x", "a loss sum that is not a number"},
+        {"\"epoch_seconds\":\"", "\"epoch_seconds\":\"-", "a negative time"},
+        {"\"epoch_step\":\"4\"", "\"epoch_step\":\"0\"", "an epoch's numbers at its start"},
+    };
+    path_in(path, "sums.ckpt");
+    snprintf(mid, sizeof mid, "%s.1", path);
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE;
+    fd.checkpoint = path, fd.checkpoint_every = 2; /* after steps 2, 4 and 5: PATH.1 after step 4 */
+    CHECK(mirror_fit(src, &fd, NULL) == MIRROR_OK, "fit: %s", mirror_model_error(src));
+    good = slurp(mid, &n);
+    CHECK(good && strstr((const char *)good + 8, "\"epoch_samples\":\"48\""), "the epoch's numbers are kept");
+    victim = model(s, 0, MIRROR_OPT_ADAM);
+    victim_n = mirror_num_parameters(victim);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    CHECK(good && !hostile(good, n, "the good file", 0), "the good file itself loads (the harness can tell)");
+    mirror_model_destroy(victim);
+    victim = model(s, 0, MIRROR_OPT_ADAM);
+    free(victim_before);
+    victim_before = params(victim, 1);
+    for (i = 0; good && i < sizeof edits / sizeof *edits; i++) {
+        char *text = edit(good, edits[i].from, edits[i].to);
+        size_t m2;
+        unsigned char *file = reheader(good, n, text, &m2);
+        CHECK(strstr(text, edits[i].to) != NULL, "edit %s applies", edits[i].what);
+        CHECK(hostile(file, m2, edits[i].what, MIRROR_ERR_FORMAT), "%s: MIRROR_ERR_FORMAT", edits[i].what);
+        free(text), free(file);
+    }
+    free(good), free(victim_before);
     mirror_model_destroy(src), mirror_model_destroy(victim);
     mirror_strategy_destroy(s);
 }
@@ -1373,6 +1428,54 @@ static void test_load_weights(void)
     mirror_strategy_destroy(s);
 }
 
+/* An update that makes NaN of a finite gradient: Adam with beta2 = 1 (which
+   mirror_model_create refuses; set here behind its back), where every
+   update is 0/0 after fp32's guard has passed the gradient. No checkpoint
+   of it is saved, by fit (after a step, or at its end) or by hand:
+   MIRROR_ERR_NOT_FINITE names the tensor, and the checkpoint before stays
+   as it was, nothing rotated. */
+static void test_not_finite_save(void)
+{
+    char path[256], one[270], fresh[256];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s, 0, MIRROR_OPT_ADAM), *f = model(s, 0, MIRROR_OPT_ADAM);
+    mirror_dataset few = data;
+    mirror_fit_desc fd;
+    unsigned char *before, *after;
+    size_t nb = 0, na = 0;
+    int rc;
+    path_in(path, "nan.ckpt");
+    path_in(fresh, "nan-fresh.ckpt");
+    snprintf(one, sizeof one, "%s.1", path);
+    CHECK(mirror_checkpoint_save(m, path, NULL, 0) == MIRROR_OK, "the initial parameters saved");
+    before = slurp(path, &nb);
+    m->desc.optimizer.beta2 = 1.0f; /* the first update divides a zero second moment by sqrt(1 - 1^1) */
+    memset(&fd, 0, sizeof fd);
+    fd.train = &data, fd.epochs = 1, fd.batch = 12, fd.progress = MIRROR_PROGRESS_NONE, fd.checkpoint = path;
+    fd.checkpoint_every = 1; /* a save right after the update */
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_NOT_FINITE && strstr(mirror_model_error(m), "tensor layers.1.weight holds") &&
+              strstr(mirror_model_error(m), "nan"),
+          "a save after an update that made NaN: refused, naming the tensor (%d: %s)", rc, mirror_model_error(m));
+    after = slurp(path, &na);
+    CHECK(before && after && na == nb && !memcmp(before, after, nb) && access(one, F_OK) != 0,
+          "the checkpoint before is intact, nothing rotated");
+    free(before), free(after);
+
+    /* One step, the fit's last: the save at its end. */
+    f->desc.optimizer.beta2 = 1.0f;
+    few.count = 12;
+    fd.train = &few, fd.checkpoint_every = 0, fd.checkpoint = fresh;
+    rc = mirror_fit(f, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_NOT_FINITE && access(fresh, F_OK) != 0,
+          "a fit whose last update made NaN fails and saves nothing (%d: %s)", rc, mirror_model_error(f));
+    rc = mirror_checkpoint_save(f, fresh, NULL, 0);
+    CHECK(rc == MIRROR_ERR_NOT_FINITE && access(fresh, F_OK) != 0 && strstr(mirror_model_error(f), "layers.1.weight"),
+          "mirror_checkpoint_save refuses it too (%d: %s)", rc, mirror_model_error(f));
+    mirror_model_destroy(m), mirror_model_destroy(f);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -1380,11 +1483,13 @@ int main(void)
     test_exact_resume(1, MIRROR_OPT_ADAMW, 2);
     test_exact_resume(0, MIRROR_OPT_SGD, 3);
     test_fit_resume();
+    test_not_finite_save();
     test_resume_changes();
     test_replicas_and_weights_only();
     test_durability();
     test_hostile();
     test_hostile_counters();
+    test_hostile_epoch_sums();
     test_not_files();
     test_edges();
     test_targets();

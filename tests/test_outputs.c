@@ -3,8 +3,9 @@
    FIFO or a directory is refused before the first step and overwrites
    nothing; a write that fails mid-run (the file size limit, as on a full
    disk) keeps the previous complete file, the training and the checkpoint;
-   a resumed fit continues its history; a path of any length is joined
-   whole or refused naming PATH_MAX; and a fit inside fit's hook on the
+   a resumed fit continues its history, mid-epoch too (the file the run
+   that was not stopped writes); a path of any length is joined whole or
+   refused naming PATH_MAX; and a fit inside fit's hook on the
    same model is refused. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, mkfifo, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
@@ -411,9 +412,16 @@ static char *untimed(const char *path)
     return out;
 }
 
+/* A step hook that stops fit after the model's step 9. */
+static int stop_after_9(void *user, const mirror_step_log *log)
+{
+    (void)user;
+    return log->global_step == 9;
+}
+
 static void test_resume(void)
 {
-    char ckpt[256], mid[270], straight[256], resumed[256], *a, *b;
+    char ckpt[256], mid[270], straight[256], resumed[256], plain[256], *a, *b;
     mirror_strategy *s = new_strategy(NULL, 2);
     mirror_model *m = model(s), *r = model(s), *q = model(s);
     mirror_fit_desc fd = fit_desc(4);
@@ -439,42 +447,123 @@ static void test_resume(void)
           b ? b : "");
     free(a), free(b);
 
-    /* Resumed mid-epoch with points within the epochs: the rows of the
-       epoch in progress (and after) are dropped, as the run redoes them. */
+    /* Resumed mid-epoch with points within the epochs: the whole run's
+       history, the rows before the checkpoint kept and the epoch's row
+       over all of its steps, as the run that was not stopped has it. */
     mirror_model_destroy(m), mirror_model_destroy(r);
     m = model(s), r = model(s);
     fd = fit_desc(3);
     fd.history = resumed, fd.curve_every = 2, fd.checkpoint = ckpt, fd.checkpoint_every = 7, fd.checkpoint_keep = 5;
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && lines_of(resumed) == 1 + 3 * 3, "3 epochs, points every 2 steps");
+    a = untimed(resumed);
     snprintf(mid, sizeof mid, "%s.2", ckpt); /* saved after step 7: epoch 2, step 2 */
     CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK && at.epoch == 1 && at.epoch_step == 2, "mid-epoch 2");
     fd.checkpoint = NULL;
     fd.initial_epoch = (size_t)at.epoch, fd.initial_step = (size_t)at.epoch_step, fd.shuffle_seed = at.shuffle_seed;
-    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed mid-epoch: %s", mirror_model_error(r));
-    /* Kept: 0.4, 0.8 and 1 (epoch 1); new (every 2 steps of this run): 1.8
-       (4 of epoch 2's steps, 2 of them this run's), 2 (its 3 steps), 2.2,
-       2.6 and 3. */
+    notices = 0;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK && notices == 0, "resumed mid-epoch: %s", mirror_model_error(r));
+    b = untimed(resumed);
+    CHECK(a && b && strstr(a, "\n1.2,1,12,") && strstr(a, "\n2,5,50,") && !strcmp(a, b),
+          "resumed mid-epoch, the history is the whole run's, times aside:\n%s---\n%s", a ? a : "", b ? b : "");
+    free(b);
+
+    /* A run stopped after step 9 (its history rewritten at that save, up to
+       step 8), resumed from the checkpoint after step 7: the point after
+       step 6 is kept, the one after step 8 goes, as the run redoes it. */
+    mirror_model_destroy(m), mirror_model_destroy(r);
+    m = model(s), r = model(s);
+    fd = fit_desc(3);
+    fd.history = resumed, fd.curve_every = 2, fd.checkpoint = ckpt, fd.checkpoint_every = 7, fd.checkpoint_keep = 5;
+    fd.on_step = stop_after_9, fd.log_every = 1;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_STOPPED && lines_of(resumed) == 1 + 5,
+          "stopped after step 9: the history holds the points up to it (%d lines)", lines_of(resumed));
+    snprintf(mid, sizeof mid, "%s.1", ckpt);
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK && at.step == 7 && at.epoch_step == 2, "after step 7");
+    fd.checkpoint = NULL, fd.on_step = NULL, fd.log_every = 0;
+    fd.initial_epoch = (size_t)at.epoch, fd.initial_step = (size_t)at.epoch_step, fd.shuffle_seed = at.shuffle_seed;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed: %s", mirror_model_error(r));
+    b = untimed(resumed);
+    CHECK(a && b && !strcmp(a, b), "stopped, resumed: the whole run's history, times aside:\n%s---\n%s", a ? a : "",
+          b ? b : "");
+    free(a), free(b);
+
+    /* A checkpoint saved mid-epoch outside fit keeps no epoch numbers: the
+       epoch's row counts the steps after it (26 samples of 50), and a
+       notice says so. */
+    mirror_model_destroy(r);
+    r = model(s);
+    snprintf(mid, sizeof mid, "%s.1", ckpt);
+    path_in(plain, "plain.ckpt");
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK &&
+              mirror_checkpoint_save(r, plain, &at, 0) == MIRROR_OK &&
+              mirror_checkpoint_load(r, plain, 0, &at) == MIRROR_OK,
+          "saved again outside fit: %s", mirror_model_error(r));
+    notices = 0;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK && notices == 1 && strstr(notice_last, "last 3 steps only"),
+          "resumed without the epoch's numbers: a notice (%s)", notice_last);
     a = slurp(resumed);
-    CHECK(a && lines_of(resumed) == 1 + 3 + 5 && strstr(a, "\n0.4,2,24,") && strstr(a, "\n1,5,50,") &&
-              strstr(a, "\n1.8,4,24,") && strstr(a, "\n2,5,26,") && strstr(a, "\n2.2,1,12,") &&
-              strstr(a, "\n2.6,3,36,") && strstr(a, "\n3,5,50,"),
-          "epoch 1's rows kept, then epoch 2 from its step 3 on and epoch 3:\n%s", a ? a : "");
-    CHECK(a && !strstr(a, "\n1.2,") && !strstr(a, "\n1.6,") && !strstr(a, "\n2,5,50,") && !strstr(a, "\n2.4,") &&
-              !strstr(a, "\n2.8,"),
-          "no row of the first run's epochs 2 and 3 is left");
+    CHECK(a && strstr(a, "\n2,5,26,"), "and the epoch's row counts its last 3 steps:\n%s", a ? a : "");
     free(a);
 
     /* A history that fit did not write, or none: a fresh one, with a notice. */
     write_file(resumed, (const unsigned char *)"not,a,history\n", 14);
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK, "loaded again");
     notices = 0;
     CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed over a file that is not a history: %s", mirror_model_error(r));
     CHECK(notices == 1 && strstr(notice_last, "not a history") && lines_of(resumed) == 1 + 5,
           "a notice, and a new history of the resumed epochs (%d lines: %s)", lines_of(resumed), notice_last);
     unlink(resumed);
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK, "loaded again");
     notices = 0;
     CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK && notices == 1 && strstr(notice_last, "no history"),
           "resumed with no history at the path: a notice (%s)", notice_last);
     mirror_model_destroy(m), mirror_model_destroy(r), mirror_model_destroy(q);
+    mirror_strategy_destroy(s);
+}
+
+/* Column k (from 0) of the first row of text that starts with row (its
+   newline included); -1 where there is none. */
+static double column(const char *text, const char *row, int k)
+{
+    const char *p = strstr(text, row);
+    int i;
+    if (!p) return -1.0;
+    for (p++, i = 0; i < k; i++)
+        if (!(p = strchr(p, ','))) return -1.0;
+        else p++;
+    return atof(p);
+}
+
+/* fp16 from a loss scale that overflows at first: the steps skipped
+   before a mid-epoch checkpoint count in the resumed epoch's row too. */
+static void test_resume_skipped(void)
+{
+    char ckpt[256], mid[270], hist[256], *a, *b;
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 3);
+    mirror_model *m, *r;
+    mirror_fit_desc fd = fit_desc(2);
+    mirror_checkpoint_info at;
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.0f);
+    d.precision = MIRROR_PRECISION_FP16, d.loss_scale.init_scale = 16777216.0f;
+    m = build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
+    r = build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
+    path_in(ckpt, "skipped.ckpt");
+    path_in(hist, "skipped.csv");
+    fd.history = hist, fd.curve_every = 2, fd.checkpoint = ckpt, fd.checkpoint_every = 4, fd.checkpoint_keep = 5;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fp16, 2 epochs: %s", mirror_model_error(m));
+    a = untimed(hist);
+    snprintf(mid, sizeof mid, "%s.2", ckpt); /* after step 4 of epoch 1 */
+    CHECK(mirror_checkpoint_load(r, mid, 0, &at) == MIRROR_OK && at.epoch == 0 && at.epoch_step == 4, "after step 4");
+    fd.checkpoint = NULL, fd.initial_epoch = 0, fd.initial_step = 4, fd.shuffle_seed = at.shuffle_seed;
+    CHECK(mirror_fit(r, &fd, NULL) == MIRROR_OK, "resumed: %s", mirror_model_error(r));
+    b = untimed(hist);
+    CHECK(a && b && !strcmp(a, b), "fp16 resumed mid-epoch: the whole run's history, skipped steps too:\n%s---\n%s",
+          a ? a : "", b ? b : "");
+    CHECK(a && column(a, "\n1,5,50,", 10) > 0, "steps were skipped in epoch 1 (%g)",
+          a ? column(a, "\n1,5,50,", 10) : -1.0);
+    free(a), free(b);
+    mirror_model_destroy(m), mirror_model_destroy(r);
     mirror_strategy_destroy(s);
 }
 
@@ -909,6 +998,7 @@ int main(void)
     test_loaded_from();
     test_full();
     test_resume();
+    test_resume_skipped();
     test_tensorboard();
     test_long_paths();
     test_nested();
