@@ -1051,18 +1051,18 @@ static unsigned char *safetensors_of(const weight *t, size_t nt, size_t *size)
    their values pointing into it; returns how many. */
 static size_t weights_of(const unsigned char *ckpt, size_t n, weight *t)
 {
-    mirror__header *h = (mirror__header *)malloc(sizeof *h);
+    mirror__header h;
     size_t hlen = 0, i, nt = 0;
     for (i = 0; i < 8; i++) hlen |= (size_t)ckpt[i] << (8 * i);
-    if (n > 8 + hlen && mirror__parse_header((const char *)ckpt + 8, hlen, h))
-        for (i = 0; i < h->nt && nt < 64; i++, nt++) {
-            memcpy(t[nt].name, h->t[i].name, sizeof t[nt].name);
+    if (n > 8 + hlen && mirror__parse_header((const char *)ckpt + 8, hlen, &h))
+        for (i = 0; i < h.nt && nt < 64; i++, nt++) {
+            snprintf(t[nt].name, sizeof t[nt].name, "%s", h.t[i].name);
             t[nt].dtype = "F32";
-            memcpy(t[nt].shape, h->t[i].shape, sizeof t[nt].shape);
-            t[nt].rank = h->t[i].rank, t[nt].count = h->t[i].count;
-            t[nt].v = (const float *)(ckpt + 8 + hlen + h->t[i].begin); /* 8-byte aligned: 8 + hlen is a multiple of 8 */
+            memcpy(t[nt].shape, h.t[i].shape, sizeof t[nt].shape);
+            t[nt].rank = h.t[i].rank, t[nt].count = h.t[i].count;
+            t[nt].v = (const float *)(ckpt + 8 + hlen + h.t[i].begin); /* 8-byte aligned: 8 + hlen is a multiple of 8 */
         }
-    free(h);
+    mirror__header_free(&h);
     return nt;
 }
 
