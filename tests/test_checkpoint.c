@@ -1116,6 +1116,118 @@ static int refused(const unsigned char *file, size_t n, int want, const char *co
     return ok;
 }
 
+/* file (n bytes) with the first `from` of its header replaced by `to`. */
+static unsigned char *rewritten(const unsigned char *file, size_t n, const char *from, const char *to, size_t *out_n)
+{
+    char *text = edit(file, from, to);
+    unsigned char *out = reheader(file, n, text, out_n);
+    free(text);
+    return out;
+}
+
+/* Valid safetensors files that carry what mirror_load_weights does not use
+   (JSON escapes, long values, many keys, long names, many tensors passed
+   over) load; the limits this reader has are named when hit. t: the F32
+   tensors of a checkpoint of src's model, which victim has. */
+static void test_weights_json(const weight *t, size_t nt, mirror_model *src)
+{
+    static const struct {
+        const char *from, *to, *what;
+    } fine[] = {
+        {"{", "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"two\\nlines, \\\"quoted\\\", a tab\\t, \\/ \\\\ \\b\\f\\r "
+              "\\u00e9 \\u20ac \\ud83d\\ude00\"},",
+         "a value with every JSON escape"},
+        {"{", "{\"__metadata__\":{\"k\\u00e9y\\n\":\"v\"},", "a key with escapes"},
+        {"\"layers.0.weight\"", "\"layers.0.w\\u0065ight\"", "a tensor name spelt with an escape"},
+        {"{", "{\"__metadata__\":{},", "an empty __metadata__"},
+        {"{", "{ \"__metadata__\" : { \"a\" : \"b\" } ,\n\t", "whitespace around every token"},
+    };
+    static const struct {
+        const char *from, *to, *says;
+    } limits[] = {
+        {"{", "{\"__metadata__\":{\"a\":\"x\\u0000y\"},", "a \\u0000 in a string, which this library cannot hold"},
+        {"{", "{\"__metadata__\":{\"a\":1},", "a metadata value that is not a string"},
+        {"{", "{\"__metadata__\":{\"a\":\"\\ud83d\"},", "a high surrogate not followed by a low one"},
+        {"{", "{\"__metadata__\":{\"a\":\"\\ude00\"},", "a lone low surrogate"},
+        {"{", "{\"__metadata__\":{\"a\":\"\\x\"},", "an unknown escape"},
+        {"{", "{\"__metadata__\":{\"a\":\"b\",\"a\":\"c\"},", "a metadata key given twice: \"a\""},
+        {"\"layers.0.bias\"", "\"layers.0.w\\u0065ight\"", "a tensor given twice: \"layers.0.weight\""},
+        {"\"shape\":[4,1,3,3]", "\"shape\":[1099511627776,1099511627776]", "more than 2^60 elements"},
+        {"\"shape\":[4,1,3,3]", "\"shape\":[4,1,3,3,1]", "[4, 1, 3, 3, ...] (rank 5) in the file"},
+        {"\"dtype\":\"F32\",", "\"dtype\":\"F32\",\"extra\":[1],", "an unknown field"},
+    };
+    char path[256];
+    mirror_error err = {0, ""};
+    mirror__text to = {NULL, 0, 0, 0};
+    unsigned char *plain, *file;
+    float *want = params(src, 0), *now;
+    size_t n, fn, i, k;
+    plain = safetensors_of(t, nt, &n);
+    path_in(path, "json.safetensors");
+    for (i = 0; i < sizeof fine / sizeof *fine + 5; i++) {
+        const char *what = i < sizeof fine / sizeof *fine ? fine[i].what : NULL, *from = "{";
+        to.len = 0;
+        if (what) {
+            from = fine[i].from, mirror__printf(&to, "%s", fine[i].to);
+        } else if (i == sizeof fine / sizeof *fine) { /* a value of 10000 bytes */
+            what = "a value of 10000 bytes";
+            mirror__printf(&to, "{\"__metadata__\":{\"long\":\"");
+            for (k = 0; k < 1000; k++) mirror__printf(&to, "%s", k % 2 ? "0123456789" : "\\\\23456789");
+            mirror__printf(&to, "\"},");
+        } else if (i == sizeof fine / sizeof *fine + 1) {
+            what = "1000 metadata keys";
+            mirror__printf(&to, "{\"__metadata__\":{");
+            for (k = 0; k < 1000; k++) mirror__printf(&to, "%s\"key%zu\":\"value %zu\"", k ? "," : "", k, k);
+            mirror__printf(&to, "},");
+        } else if (i == sizeof fine / sizeof *fine + 2) {
+            what = "a name of 200 characters passed over (a batch count)";
+            mirror__printf(&to, "{\"");
+            for (k = 0; k < 180; k++) mirror__printf(&to, "%c", 'a' + (int)(k % 26));
+            mirror__printf(&to, ".num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,0]},");
+        } else if (i == sizeof fine / sizeof *fine + 3) {
+            what = "400 tensors passed over (optimizer state)";
+            mirror__printf(&to, "{");
+            for (k = 0; k < 400; k++)
+                mirror__printf(&to, "\"optimizer.extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},", k);
+        } else {
+            what = "a key of 5000 characters";
+            mirror__printf(&to, "{\"__metadata__\":{\"");
+            for (k = 0; k < 5000; k++) mirror__printf(&to, "k");
+            mirror__printf(&to, "\":\"v\"},");
+        }
+        file = rewritten(plain, n, from, to.p, &fn);
+        write_file(path, file, fn);
+        now = NULL;
+        CHECK(!to.failed && mirror_load_weights(victim, path, &err) == MIRROR_OK &&
+                  !memcmp(now = params(victim, 1), want, victim_n * sizeof(float)),
+              "load weights: %s: loads (%s)", what, err.message);
+        free(now), free(file);
+    }
+    free(victim_before), victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    for (i = 0; i < sizeof limits / sizeof *limits; i++) {
+        const char *says[2];
+        says[0] = limits[i].says, says[1] = NULL;
+        file = rewritten(plain, n, limits[i].from, limits[i].to, &fn);
+        CHECK(refused(file, fn, 0, says), "load weights: %s: refused, saying \"%s\"", limits[i].to, limits[i].says);
+        free(file);
+    }
+    { /* a header longer than this reader reads: 64 MiB and 8 bytes of spaces, then the tensors */
+        static const char *const says[] = {"this library reads headers of up to 64 MiB", NULL};
+        size_t len = ((size_t)1 << 26) + 8, hlen = 0;
+        for (k = 0; k < 8; k++) hlen |= (size_t)plain[k] << (8 * k);
+        file = (unsigned char *)malloc(8 + len + n);
+        for (k = 0; k < 8; k++) file[k] = (unsigned char)((uint64_t)len >> (8 * k));
+        memset(file + 8, ' ', len);
+        memcpy(file + 8, plain + 8, hlen);
+        memcpy(file + 8 + len, plain + 8 + hlen, n - 8 - hlen);
+        CHECK(refused(file, 8 + len + n - 8 - hlen, MIRROR_ERR_UNSUPPORTED, says),
+              "load weights: a header over 64 MiB: refused, naming the limit");
+        free(file);
+    }
+    free(to.p), free(plain), free(want);
+}
+
 static void test_load_weights(void)
 {
     char path[256], wpath[256];
@@ -1291,6 +1403,7 @@ static void test_load_weights(void)
         free(pa), free(pb);
         mirror_model_destroy(a), mirror_model_destroy(b);
     }
+    test_weights_json(t, nt, src);
     free(ckpt), free(ps), free(pv), free(victim_before);
     mirror_model_destroy(src), mirror_model_destroy(fresh), mirror_model_destroy(victim);
     mirror_strategy_destroy(s);
