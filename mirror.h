@@ -13562,6 +13562,27 @@ static int mirror__safetensors_header(mirror_model *m, const char *path, const u
     "written or changed by another program (or damaged); to start from its weights, load them with " \
     "mirror_load_weights (the trainer's --init-weights)"
 
+/* The header's own checksum: over the text (len bytes; its value is
+   zeroed in place) with its value as "00000000". */
+static int mirror__check_header_crc(const char *path, char *text, size_t len, const mirror__header *h,
+                                    mirror_error *err)
+{
+    char *at = strstr(text, "\"crc32.header\":\"");
+    const char *s = mirror__meta(h, "crc32.header");
+    char want_hex[9], got_hex[9];
+    if (!at || !s || strlen(s) != 8)
+        return mirror__error(err, MIRROR_ERR_CHECKSUM, "%s: no header checksum: " MIRROR__REWRITTEN, path);
+    at += 16;
+    memcpy(got_hex, at, 8);
+    got_hex[8] = '\0';
+    memcpy(at, "00000000", 8);
+    snprintf(want_hex, sizeof want_hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)text, len));
+    if (strcmp(want_hex, got_hex) != 0)
+        return mirror__error(err, MIRROR_ERR_CHECKSUM, "%s: " MIRROR__REWRITTEN ": the header's checksum is %s, its "
+                             "contents give %s", path, got_hex, want_hex);
+    return MIRROR_OK;
+}
+
 static int mirror__begin_order(const void *a, const void *b)
 {
     const mirror__entry *x = *(const mirror__entry *const *)a, *y = *(const mirror__entry *const *)b;
@@ -13590,25 +13611,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                           path);
         goto done;
     }
-    /* The header's own checksum: over the text with its value zeroed. */
-    {
-        char *at = strstr(text, "\"crc32.header\":\"");
-        char want_hex[9], got_hex[9];
-        if (!at || !(s = mirror__meta(h, "crc32.header")) || strlen(s) != 8) {
-            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: no header checksum: " MIRROR__REWRITTEN, path);
-            goto done;
-        }
-        at += 16;
-        memcpy(got_hex, at, 8);
-        got_hex[8] = '\0';
-        memcpy(at, "00000000", 8);
-        snprintf(want_hex, sizeof want_hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)text, (size_t)hlen));
-        if (strcmp(want_hex, got_hex) != 0) {
-            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: " MIRROR__REWRITTEN ": the header's checksum is %s, its "
-                              "contents give %s", path, got_hex, want_hex);
-            goto done;
-        }
-    }
+    if ((rc = mirror__check_header_crc(path, text, (size_t)hlen, h, &m->err))) goto done;
     if (!(s = mirror__meta(h, "version")) || strcmp(s, "1") != 0) {
         rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: checkpoint version \"%s\", this mirror reads version 1", path,
                           s ? s : "(none)");
@@ -14048,22 +14051,26 @@ MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_err
 /* ---- a model rebuilt from a checkpoint's header ---- */
 
 /* The header of the checkpoint at path (its JSON text, NUL-terminated),
-   read without the tensors behind it. */
-static int mirror__read_header_text(const char *path, char **text, mirror_error *err)
+   read without the tensors behind it, whose bytes *data_size gets: the
+   header's length is checked against the file's before it is read. */
+static int mirror__read_header_text(const char *path, char **text, uint64_t *data_size, mirror_error *err)
 {
     unsigned char len8[8];
     uint64_t hlen = 0;
     size_t i, got = 0;
     ssize_t n = 0;
+    struct stat st;
     int fd = mirror__open_regular(path, err);
     *text = NULL;
     if (fd < 0) return err ? err->code : MIRROR_ERR_IO;
     while (got < 8 && (n = read(fd, len8 + got, 8 - got)) > 0) got += (size_t)n;
     for (i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
-    if (got < 8 || hlen < 2 || hlen > ((uint64_t)1 << 26)) {
+    if (got < 8 || hlen < 2 || hlen > MIRROR__MAX_HEADER || fstat(fd, &st) != 0 || st.st_size < 8 ||
+        hlen > (uint64_t)st.st_size - 8) {
         close(fd);
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a checkpoint (no header of a sensible length)", path);
     }
+    *data_size = (uint64_t)st.st_size - 8 - hlen;
     if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1))) {
         close(fd);
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
@@ -14204,23 +14211,54 @@ static int mirror__described_desc(const mirror__header *h, const char *path, mir
     return MIRROR_OK;
 }
 
+/* The tensors' bytes a checkpoint of m (its layers added, not built)
+   holds, as mirror__tensors lists them: the parameters, BatchNorm's
+   running statistics and the optimizer state once, float32; the file's
+   data must be exactly that before a build allocates for it. */
+static int mirror__described_size(mirror_model *m, const char *path, uint64_t data_size)
+{
+    uint64_t params = 0, running = 0, copies, need;
+    size_t i;
+    for (i = 0; i < m->nlayers; i++) { /* each n_w at most 2^30, 64 layers: no overflow */
+        params += m->layers[i].n_w + m->layers[i].n_b;
+        if (m->layers[i].kind == MIRROR__BATCHNORM) running += 2 * (uint64_t)m->layers[i].c;
+    }
+    copies = m->desc.optimizer.kind == MIRROR_OPT_SGD ? m->desc.optimizer.momentum != 0.0f : 2;
+    need = 4 * (params * (1 + copies) + running);
+    if (need == data_size) return MIRROR_OK;
+    return mirror__fail(m, MIRROR_ERR_FORMAT,
+                        "%s: %llu bytes of tensors where the model its header describes needs %llu (%llu parameters, "
+                        "%llu of optimizer state, %llu running statistics): cut short, or not the checkpoint its "
+                        "header says",
+                        path, (unsigned long long)data_size, (unsigned long long)need, (unsigned long long)params,
+                        (unsigned long long)(params * copies), (unsigned long long)running);
+}
+
 static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
                                    mirror_checkpoint_info *info, mirror_error *err)
 {
     mirror__header *h = NULL;
     mirror_model_desc d;
-    const char *layers = NULL;
+    const char *layers = NULL, *format;
     char *text = NULL;
+    uint64_t data_size = 0;
     int rc;
     *out = NULL;
     memset(&d, 0, sizeof d);
-    if ((rc = mirror__read_header_text(path, &text, err))) return rc;
+    if ((rc = mirror__read_header_text(path, &text, &data_size, err))) return rc;
+    /* The header checked as a load checks it (its format, its checksum),
+       and the file's size against the tensors it describes, before the
+       model is built: a few hundred crafted bytes must not make it
+       allocate gigabytes. */
     if (!(h = (mirror__header *)mirror__zalloc(1, sizeof *h))) {
         rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
     } else if (!mirror__parse_header(text, strlen(text), h)) {
         rc = mirror__error(err, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
                            "%s: the header is not the JSON of a checkpoint: %s", path, h->why);
-    } else if ((rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
+    } else if (!(format = mirror__meta(h, "format")) || strcmp(format, "mirror") != 0) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a mirror checkpoint (no \"format\": \"mirror\")", path);
+    } else if ((rc = mirror__check_header_crc(path, text, strlen(text), h, err)) == MIRROR_OK &&
+               (rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
         d.strategy = s;
         if (d.deterministic && s && s->processes > 1 && s->backend != &mirror__cpu_backend) {
             d.deterministic = 0, d.chunk = 0; /* refused there (mirror_model_build) */
@@ -14229,7 +14267,8 @@ static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t 
         }
         d.max_batch = max_batch;
         if ((rc = mirror_model_create(&d, out, err)) == MIRROR_OK &&
-            ((rc = mirror__add_described(*out, layers, path)) || (rc = mirror_model_build(*out)) ||
+            ((rc = mirror__add_described(*out, layers, path)) || (rc = mirror__described_size(*out, path, data_size)) ||
+             (rc = mirror_model_build(*out)) ||
              (rc = mirror_checkpoint_load(*out, path, 0, info)))) {
             if (err) mirror__error(err, rc, "%s", mirror_model_error(*out));
             mirror_model_destroy(*out);

@@ -941,6 +941,76 @@ out:
     mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
 }
 
+/* A checkpoint's header that describes a large model in a small file, as
+   a crafted file can: refused before the model is built, with nothing of
+   the model's size allocated (the largest allocation under 1 MiB, where
+   the parameters alone would take 16 MiB to 1 GiB a copy). The header's
+   checksum comes first, then the file's size against the tensors the
+   description implies; a description whose parameters the file holds but
+   whose activations would not fit is refused by the build's memory check,
+   which comes before the build allocates. */
+static void test_from_checkpoint_small_file(void)
+{
+    static const struct {
+        const char *model, *tail;
+        int crc;
+        size_t data;
+        const char *says;
+    } cases[] = {
+        /* the 156-byte file of a header and nothing else: 268 million parameters */
+        {"input(1,1,4096);flatten;dense(65536);relu;dense(10);loss(softmax_ce)", "", 0, 0, "no header checksum"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 0, 0,
+         "the header's checksum is 00000000"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1, 0,
+         "0 bytes of tensors where the model its header describes needs 50872440 (4239370 parameters"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1, 4096,
+         "4096 bytes of tensors where"},
+        /* 170 parameters and 256 x 2^28 activations: the file is right, the memory check refuses */
+        {"input(1,4096,4096);conv2d(16,1,1,0);global_avgpool;flatten;dense(10);loss(softmax_ce)",
+         ",\"crc32.header\":\"00000000\"", 1, 4 * 3 * 202, "of host memory"},
+    };
+    char path[256], text[512];
+    mirror_strategy_desc sd;
+    mirror_strategy *s = NULL;
+    mirror_model *m;
+    mirror_error err;
+    size_t i, k, n;
+    unsigned char head[8] = {2, 0, 0, 0, 0, 0, 0, 0}, *file;
+    double t0;
+    long live;
+    memset(&sd, 0, sizeof sd);
+    sd.devices = "cpu:2", sd.host_memory = "1G"; /* the memory check's answer, whatever the machine */
+    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "a strategy of 2 replicas");
+    path_in(path, "small.ckpt");
+    for (i = 0; s && i < sizeof cases / sizeof *cases; i++) {
+        unsigned char *bare = (unsigned char *)calloc(1, 10 + cases[i].data);
+        n = (size_t)snprintf(text, sizeof text,
+                             "{\"__metadata__\":{\"format\":\"mirror\",\"version\":\"1\",\"model\":\"%s\","
+                             "\"optimizer\":\"adam\"%s}}",
+                             cases[i].model, cases[i].tail);
+        memcpy(bare, head, 8), memcpy(bare + 8, "{}", 2); /* a 2-byte header, then the data */
+        if (cases[i].crc) {
+            file = reheader(bare, 10 + cases[i].data, text, &n);
+        } else { /* the header as it is */
+            file = (unsigned char *)calloc(1, 8 + n + cases[i].data);
+            for (k = 0; k < 8; k++) file[k] = (unsigned char)((uint64_t)n >> (8 * k));
+            memcpy(file + 8, text, n);
+            n += 8 + cases[i].data;
+        }
+        write_file(path, file, n);
+        memset(&err, 0, sizeof err);
+        live = live_allocs, largest_alloc = 0, t0 = mirror__now();
+        m = NULL;
+        CHECK(mirror_model_from_checkpoint(s, path, 0, &m, NULL, &err) < 0 && !m && strstr(err.message, cases[i].says) &&
+                  live_allocs == live && largest_alloc < ((size_t)1 << 20),
+              "a file of %zu bytes describing %s: refused in %.3f s, the largest allocation %zu bytes: %s", n,
+              cases[i].model, mirror__now() - t0, largest_alloc, err.message);
+        mirror_model_destroy(m);
+        free(bare), free(file);
+    }
+    mirror_strategy_destroy(s);
+}
+
 static void test_from_checkpoint_refused(void)
 {
     static const struct {
@@ -1427,6 +1497,7 @@ int main(void)
     test_from_checkpoint(MIRROR_PRECISION_FP32);
     test_from_checkpoint(MIRROR_PRECISION_FP16);
     test_from_checkpoint_refused();
+    test_from_checkpoint_small_file();
     test_load_weights();
     mirror_dataset_free(&data);
     remove_tree(root);
