@@ -13597,7 +13597,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     mirror__text model = {NULL, 0, 0, 0};
     const mirror__entry **by_begin = NULL;
     mirror__entry *mine = NULL;
-    uint64_t hlen, data_size = 0, covered = 0;
+    uint64_t hlen, data_size = 0, covered = 0, adam_t;
     size_t i, k, nwant;
     const char *s;
     char *text = NULL;
@@ -13700,6 +13700,32 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         }
         mine[i] = *t;
         mine[i].begin = 8 + hlen + t->begin; /* where its floats start in buf */
+    }
+    /* Values a run can give, checksums or not: every float finite (a
+       crafted Adam v of +Inf would freeze every weight, a NaN anywhere
+       would be blamed on the data), Adam's second moments and BatchNorm's
+       running variances not negative, and no optimizer state before the
+       first optimizer step (Adam's t, which its bias correction counts). */
+    adam_t = *has_st ? st->applied : info->step;
+    for (i = 0; i < nwant; i++) {
+        const unsigned char *p = buf + mine[i].begin;
+        int square = !strcmp(want[i].name, "optimizer.v") || strstr(want[i].name, ".running_var") != NULL;
+        int state = !strncmp(want[i].name, "optimizer.", 10);
+        const char *bad = NULL;
+        float f = 0.0f;
+        for (k = 0; k < mine[i].count && !bad; k++) {
+            memcpy(&f, p + 4 * k, 4);
+            bad = !mirror_hd_finite(f)         ? (mirror_hd_isnan(f) ? "NaN" : "infinite")
+                  : square && f < 0.0f         ? "negative, a square's average"
+                  : state && !adam_t && f != 0 ? "not zero at optimizer step 0"
+                                               : NULL;
+        }
+        if (bad) {
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT,
+                              "%s: tensor %s: element %zu is %s (%g): not a checkpoint this library wrote for this model",
+                              path, want[i].name, k - 1, bad, (double)f);
+            goto done;
+        }
     }
     /* Hand the wanted tensors back in the model's order. */
     MIRROR_FREE(h->t);

@@ -562,6 +562,115 @@ out:
     mirror_strategy_destroy(s);
 }
 
+/* file (n bytes) with element `at` of tensor `name` set to v, that tensor's
+   checksum and the header's made right again: a crafted checkpoint that
+   only its values give away. */
+static unsigned char *set_value(const unsigned char *file, size_t n, const char *name, size_t at, float v, size_t *out_n)
+{
+    mirror__header h;
+    const mirror__entry *t;
+    size_t hlen = 0, i;
+    unsigned char *copy = (unsigned char *)malloc(n), *out = NULL;
+    char key[128], *text = NULL, *crc;
+    for (i = 0; i < 8; i++) hlen |= (size_t)file[i] << (8 * i);
+    memcpy(copy, file, n);
+    if (mirror__parse_header((const char *)file + 8, hlen, &h) && (t = mirror__find_tensor(&h, name)) != NULL &&
+        at < t->count) {
+        memcpy(copy + 8 + hlen + t->begin + 4 * at, &v, 4);
+        snprintf(key, sizeof key, "\"crc32.%s\":\"", name);
+        text = edit(copy, "", ""); /* the header's text */
+        if ((crc = strstr(text, key)) != NULL) {
+            char hex[9];
+            snprintf(hex, sizeof hex, "%08lx",
+                     (unsigned long)mirror__crc32(0, copy + 8 + hlen + t->begin, (size_t)(t->end - t->begin)));
+            memcpy(crc + strlen(key), hex, 8);
+            out = reheader(copy, n, text, out_n);
+        }
+    }
+    mirror__header_free(&h);
+    free(copy), free(text);
+    return out;
+}
+
+static mirror_model *bn_model(mirror_strategy *s, uint64_t seed);
+
+/* Optimizer state and parameters no run gives, in a checkpoint whose
+   checksums are right: refused, naming the tensor and the element, the
+   model unchanged. */
+static void test_hostile_values(void)
+{
+    char path[256];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *src = model(s, 1, MIRROR_OPT_ADAM);
+    unsigned char *good, *file;
+    size_t n, fn, i;
+    float inf = mirror_hd_float(0x7f800000u), nan = mirror_hd_float(0x7fc00000u);
+    static const struct {
+        const char *name;
+        size_t at;
+        int value; /* 0: +Inf, 1: NaN, 2: -1e-3, 3: -Inf */
+        const char *says;
+    } cases[] = {
+        {"optimizer.v", 0, 0, "tensor optimizer.v: element 0 is infinite"},
+        {"optimizer.v", 5, 2, "tensor optimizer.v: element 5 is negative"},
+        {"optimizer.m", 2, 1, "tensor optimizer.m: element 2 is NaN"},
+        {"optimizer.m", 1, 3, "tensor optimizer.m: element 1 is infinite"},
+        {"layers.0.weight", 1, 1, "tensor layers.0.weight: element 1 is NaN"},
+        {"layers.6.bias", 9, 0, "tensor layers.6.bias: element 9 is infinite"},
+    };
+    path_in(path, "values.ckpt");
+    step(src, 0), step(src, 1);
+    CHECK(mirror_checkpoint_save(src, path, NULL, 1) == MIRROR_OK, "values: save: %s", mirror_model_error(src));
+    good = slurp(path, &n);
+    victim = model(s, 1, MIRROR_OPT_ADAM);
+    step(victim, 3);
+    victim_n = mirror_num_parameters(victim);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    CHECK(!hostile(good, n, "the good file", 0), "values: the good file loads (the harness can tell)");
+    mirror_checkpoint_load(victim, path, 0, NULL);
+    free(victim_before), victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float v = cases[i].value == 0 ? inf : cases[i].value == 1 ? nan : cases[i].value == 2 ? -1e-3f : -inf;
+        file = set_value(good, n, cases[i].name, cases[i].at, v, &fn);
+        CHECK(file && hostile(file, fn, cases[i].says, MIRROR_ERR_FORMAT) &&
+                  strstr(mirror_model_error(victim), cases[i].says),
+              "values: %s: refused (%s)", cases[i].says, mirror_model_error(victim));
+        free(file);
+    }
+    { /* optimizer state at step 0: no step has made any; the same file at step 2 loads */
+        char *text = edit(good, "\"step\":\"2\"", "\"step\":\"0\"");
+        file = reheader(good, n, text, &fn);
+        CHECK(strstr(text, "\"step\":\"0\"") && hostile(file, fn, "state at step 0", MIRROR_ERR_FORMAT) &&
+                  strstr(mirror_model_error(victim), "not zero at optimizer step 0"),
+              "values: Adam's state at step 0: refused (%s)", mirror_model_error(victim));
+        free(text), free(file);
+    }
+    { /* a checkpoint's running variance below zero */
+        mirror_model *bn = bn_model(s, 5), *bn2 = bn_model(s, 6);
+        unsigned char *bytes;
+        size_t bn_n;
+        int rc;
+        step(bn, 0);
+        path_in(path, "bn-values.ckpt");
+        CHECK(mirror_checkpoint_save(bn, path, NULL, 1) == MIRROR_OK, "values: a BatchNorm checkpoint");
+        bytes = slurp(path, &bn_n);
+        file = set_value(bytes, bn_n, "layers.1.running_var", 2, -0.5f, &fn);
+        path_in(path, "bn-crafted.ckpt");
+        if (file) write_file(path, file, fn);
+        rc = mirror_checkpoint_load(bn2, path, 1, NULL);
+        CHECK(file && rc == MIRROR_ERR_FORMAT &&
+                  strstr(mirror_model_error(bn2), "tensor layers.1.running_var: element 2 is negative"),
+              "values: a negative running variance, weights only: refused (%s)", mirror_model_error(bn2));
+        free(file), free(bytes);
+        mirror_model_destroy(bn), mirror_model_destroy(bn2);
+    }
+    free(good), free(victim_before);
+    mirror_model_destroy(src), mirror_model_destroy(victim);
+    mirror_strategy_destroy(s);
+}
+
 /* Inputs that are not files, or inflate without end: a FIFO with no writer
    (open() would block for ever), /dev/zero, and gzip bombs as a checkpoint
    and as an IDX file. Each is refused at once; alarm() fails the test if
@@ -1491,6 +1600,7 @@ int main(void)
     test_durability();
     test_hostile();
     test_hostile_counters();
+    test_hostile_values();
     test_not_files();
     test_edges();
     test_targets();
