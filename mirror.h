@@ -1703,7 +1703,9 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
                                       size_t keep);
 /* Loads path into every replica of m, which must have the same layers; it
    may have another replica count. Everything is checked (format, version,
-   shapes, offsets, checksums) before anything in m changes. With
+   shapes, offsets, checksums, and values a run can give: every float
+   finite, Adam's second moments and running variances not negative, no
+   optimizer state at optimizer step 0) before anything in m changes. With
    weights_only, the optimizer state and step are left as they are (for
    evaluation or fine-tuning); otherwise the optimizer kind must match.
    info (may be NULL) receives the step and the data cursor. (A device
@@ -1723,16 +1725,22 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
    passed over. Every tensor missing, of another shape or dtype, holding a
    non-finite value, or with no place in the model is named in one error
    (MIRROR_ERR_SHAPE), with both shapes where they differ, and m is left as
-   it was. On success the run starts afresh: the optimizer state is zero,
-   the step count 0, the loss scaler at its initial scale. err (may be
-   NULL) receives the error, as mirror_model_error(m) does. */
+   it was. The header is read as the JSON it is (every escape, any number
+   of metadata keys, names and values of any length; what is not used is
+   passed over), up to 64 MiB. On success the run starts afresh: the
+   optimizer state is zero, the step count 0, the loss scaler at its
+   initial scale. err (may be NULL) receives the error, as
+   mirror_model_error(m) does. */
 MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_error *err);
 /* A model rebuilt from the architecture, optimizer, schedule, precision,
    seed, clipping and deterministic mode that a checkpoint's header stores, on strategy s (any replica
    count), then loaded (mirror_checkpoint_load, every check included): for
-   inference or to train on in another program. max_batch 0: 256. A
-   learning-rate callback cannot be stored: such a model runs at its
-   constant lr (a notice says so). On failure *out is NULL. */
+   inference or to train on in another program. The header's checksum, and
+   the file's size against the tensors its description implies, are
+   checked before the model is built (whose memory check comes before it
+   allocates). max_batch 0: 256. A learning-rate callback cannot be
+   stored: such a model runs at its constant lr (a notice says so). On
+   failure *out is NULL. */
 MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
                                             mirror_checkpoint_info *info, mirror_error *err);
 
