@@ -13290,19 +13290,19 @@ static int mirror__json_uint(mirror__json *j, uint64_t *v)
     return digits > 0;
 }
 
-/* Room for one more element of an array of cap elements of size bytes,
-   doubling it (MIRROR_MALLOC has no realloc). */
-static int mirror__room(void **p, size_t n, size_t *cap, size_t size)
+/* The array p of n elements of size bytes with room for one more: p
+   itself while n < *cap, else a copy of twice the room (MIRROR_MALLOC has
+   no realloc) and p freed; NULL (p kept) when that fails. */
+static void *mirror__room(void *p, size_t n, size_t *cap, size_t size)
 {
     void *grown;
     size_t want = *cap ? 2 * *cap : 16;
-    if (n < *cap) return 1;
-    if (!(grown = mirror__alloc(want, size))) return 0;
-    if (n) memcpy(grown, *p, n * size);
-    MIRROR_FREE(*p);
-    *p = grown;
+    if (n < *cap) return p;
+    if (!(grown = mirror__alloc(want, size))) return NULL;
+    if (n) memcpy(grown, p, n * size);
+    MIRROR_FREE(p);
     *cap = want;
-    return 1;
+    return grown;
 }
 
 /* A tensor's entry {"dtype":..., "shape":[...], "data_offsets":[b, e]}. */
@@ -13402,10 +13402,10 @@ static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
             if (!mirror__json_char(&j, '{')) return mirror__json_refuse(&j, "__metadata__ is not an object", NULL);
             if (mirror__json_char(&j, '}')) continue;
             do {
-                mirror__pair *p;
-                if (!mirror__room((void **)&h->meta, h->nmeta, &h->meta_cap, sizeof *h->meta))
-                    return mirror__json_refuse(&j, "out of memory for the header", NULL);
-                p = &h->meta[h->nmeta];
+                mirror__pair *p = (mirror__pair *)mirror__room(h->meta, h->nmeta, &h->meta_cap, sizeof *p);
+                if (!p) return mirror__json_refuse(&j, "out of memory for the header", NULL);
+                h->meta = p;
+                p += h->nmeta;
                 if (!mirror__json_string(&j, &p->key) || !mirror__json_char(&j, ':'))
                     return mirror__json_refuse(&j, "a metadata key and ':' expected", NULL);
                 if (!mirror__json_string(&j, &p->value))
@@ -13415,10 +13415,10 @@ static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
             } while (mirror__json_char(&j, ','));
             if (!mirror__json_char(&j, '}')) return mirror__json_refuse(&j, "__metadata__ not closed", NULL);
         } else {
-            mirror__entry *t;
-            if (!mirror__room((void **)&h->t, h->nt, &h->t_cap, sizeof *h->t))
-                return mirror__json_refuse(&j, "out of memory for the header", NULL);
-            t = &h->t[h->nt];
+            mirror__entry *t = (mirror__entry *)mirror__room(h->t, h->nt, &h->t_cap, sizeof *t);
+            if (!t) return mirror__json_refuse(&j, "out of memory for the header", NULL);
+            h->t = t;
+            t += h->nt;
             memset(t, 0, sizeof *t);
             t->name = key;
             if (!mirror__json_entry(&j, t)) return 0;

@@ -1382,6 +1382,27 @@ static void test_weights_json(const weight *t, size_t nt, mirror_model *src)
               "load weights: %s: loads (%s)", what, err.message);
         free(now), free(file);
     }
+    { /* each allocation of a load of 1000 keys and 400 tensors failing in turn: an error and nothing leaked */
+        long live;
+        int rc = MIRROR_ERR_NO_MEMORY, clean = 1;
+        to.len = 0;
+        mirror__printf(&to, "{\"__metadata__\":{");
+        for (k = 0; k < 1000; k++) mirror__printf(&to, "%s\"key%zu\":\"value %zu\"", k ? "," : "", k, k);
+        mirror__printf(&to, "},");
+        for (k = 0; k < 400; k++)
+            mirror__printf(&to, "\"optimizer.extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},", k);
+        file = rewritten(plain, n, "{", to.p, &fn);
+        write_file(path, file, fn);
+        for (k = 0; k < 1000 && rc == MIRROR_ERR_NO_MEMORY; k++) {
+            live = live_allocs, allocs_before_failure = (long)k;
+            rc = mirror_load_weights(victim, path, &err);
+            allocs_before_failure = -1;
+            clean &= live_allocs == live && (rc == MIRROR_OK || rc == MIRROR_ERR_NO_MEMORY);
+        }
+        CHECK(rc == MIRROR_OK && clean, "load weights: each of its %zu allocations failing in turn: out of memory, "
+              "nothing leaked, then it loads (%s)", k - 1, err.message);
+        free(file);
+    }
     free(victim_before), victim_before = params(victim, 1);
     victim_steps = (long)mirror_optimizer_steps(victim);
     for (i = 0; i < sizeof limits / sizeof *limits; i++) {
