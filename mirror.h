@@ -13214,7 +13214,10 @@ static int mirror__json_hex4(mirror__json *j, unsigned long *u)
     int i;
     for (*u = 0, i = 0; i < 4; i++, j->p++) {
         char c = j->p < j->end ? *j->p : '\0';
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return 0;
         *u = *u << 4 | (unsigned long)d;
     }
@@ -13323,7 +13326,8 @@ static int mirror__json_entry(mirror__json *j, mirror__entry *t)
                                        t->name);
         have |= bit;
         if (bit == 1) {
-            if (!mirror__json_string(j, &t->dtype)) return mirror__json_refuse(j, "a dtype that is not a string:", t->name);
+            if (!mirror__json_string(j, &t->dtype))
+                return mirror__json_refuse(j, "a dtype that is not a string:", t->name);
         } else if (bit == 2) {
             if (!mirror__json_char(j, '[')) return mirror__json_refuse(j, "a shape that is not a list:", t->name);
             for (n = 0; !mirror__json_char(j, ']'); n++) {
@@ -13335,7 +13339,8 @@ static int mirror__json_entry(mirror__json *j, mirror__entry *t)
             }
             t->rank = n;
             t->count = (size_t)elems;
-            if ((uint64_t)t->count != elems) return mirror__json_refuse(j, "more elements than memory holds in", t->name);
+            if ((uint64_t)t->count != elems)
+                return mirror__json_refuse(j, "more elements than memory holds in", t->name);
         } else if (!mirror__json_char(j, '[') || !mirror__json_uint(j, &t->begin) || !mirror__json_char(j, ',') ||
                    !mirror__json_uint(j, &t->end) || !mirror__json_char(j, ']')) {
             return mirror__json_refuse(j, "data_offsets that are not two offsets:", t->name);
@@ -13390,7 +13395,8 @@ static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
     j.p = j.start = text;
     j.end = text + len;
     j.h = h;
-    if (!(h->store = (char *)MIRROR_MALLOC(len + 1))) return mirror__json_refuse(&j, "out of memory for the header", NULL);
+    if (!(h->store = (char *)MIRROR_MALLOC(len + 1)))
+        return mirror__json_refuse(&j, "out of memory for the header", NULL);
     h->size = len + 1;
     if (!mirror__json_char(&j, '{')) return mirror__json_refuse(&j, "not a JSON object", NULL);
     if (mirror__json_char(&j, '}')) goto end;
@@ -13439,9 +13445,9 @@ static int mirror__key_order(const void *key, const void *pair)
 
 static const char *mirror__meta(const mirror__header *h, const char *key)
 {
-    const mirror__pair *p =
-        h->nmeta ? (const mirror__pair *)bsearch(key, h->meta_sorted, h->nmeta, sizeof *h->meta_sorted, mirror__key_order)
-                 : NULL;
+    const mirror__pair *p = NULL;
+    if (h->nmeta)
+        p = (const mirror__pair *)bsearch(key, h->meta_sorted, h->nmeta, sizeof *h->meta_sorted, mirror__key_order);
     return p ? p->value : NULL;
 }
 
@@ -13453,8 +13459,8 @@ static int mirror__name_order(const void *name, const void *entry)
 /* The file's tensor of that name, or NULL. */
 static const mirror__entry *mirror__find_tensor(const mirror__header *h, const char *name)
 {
-    mirror__entry *const *e =
-        h->nt ? (mirror__entry *const *)bsearch(name, h->t_sorted, h->nt, sizeof *h->t_sorted, mirror__name_order) : NULL;
+    mirror__entry *const *e = NULL;
+    if (h->nt) e = (mirror__entry *const *)bsearch(name, h->t_sorted, h->nt, sizeof *h->t_sorted, mirror__name_order);
     return e ? *e : NULL;
 }
 
@@ -13556,7 +13562,8 @@ static int mirror__safetensors_header(mirror_model *m, const char *path, const u
     memcpy(*text, buf + 8, (size_t)hlen);
     (*text)[hlen] = '\0';
     if (memchr(*text, '\0', (size_t)hlen))
-        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: a NUL byte in the header: not the JSON of a safetensors file", path);
+        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: a NUL byte in the header: not the JSON of a safetensors file",
+                            path);
     if (!mirror__parse_header(*text, (size_t)hlen, h))
         return mirror__fail(m, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
                             "%s: the header is not the JSON of a safetensors file: %s", path, h->why);
@@ -13730,7 +13737,8 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         }
         if (bad) {
             rc = mirror__fail(m, MIRROR_ERR_FORMAT,
-                              "%s: tensor %s: element %zu is %s (%g): not a checkpoint this library wrote for this model",
+                              "%s: tensor %s: element %zu is %s (%g): not a checkpoint this library wrote for this "
+                              "model",
                               path, want[i].name, k - 1, bad, (double)f);
             goto done;
         }

@@ -565,7 +565,8 @@ out:
 /* file (n bytes) with element `at` of tensor `name` set to v, that tensor's
    checksum and the header's made right again: a crafted checkpoint that
    only its values give away. */
-static unsigned char *set_value(const unsigned char *file, size_t n, const char *name, size_t at, float v, size_t *out_n)
+static unsigned char *set_value(const unsigned char *file, size_t n, const char *name, size_t at, float v,
+                                size_t *out_n)
 {
     mirror__header h;
     const mirror__entry *t;
@@ -1072,8 +1073,8 @@ static void test_from_checkpoint_small_file(void)
          "the header's checksum is 00000000"},
         {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1, 0,
          "0 bytes of tensors where the model its header describes needs 50872440 (4239370 parameters"},
-        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1, 4096,
-         "4096 bytes of tensors where"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1,
+         4096, "4096 bytes of tensors where"},
         /* 170 parameters and 256 x 2^28 activations: the file is right, the memory check refuses */
         {"input(1,4096,4096);conv2d(16,1,1,0);global_avgpool;flatten;dense(10);loss(softmax_ce)",
          ",\"crc32.header\":\"00000000\"", 1, 4 * 3 * 202, "of host memory"},
@@ -1110,8 +1111,8 @@ static void test_from_checkpoint_small_file(void)
         memset(&err, 0, sizeof err);
         live = live_allocs, largest_alloc = 0, t0 = mirror__now();
         m = NULL;
-        CHECK(mirror_model_from_checkpoint(s, path, 0, &m, NULL, &err) < 0 && !m && strstr(err.message, cases[i].says) &&
-                  live_allocs == live && largest_alloc < ((size_t)1 << 20),
+        CHECK(mirror_model_from_checkpoint(s, path, 0, &m, NULL, &err) < 0 && !m &&
+                  strstr(err.message, cases[i].says) && live_allocs == live && largest_alloc < ((size_t)1 << 20),
               "a file of %zu bytes describing %s: refused in %.3f s, the largest allocation %zu bytes: %s", n,
               cases[i].model, mirror__now() - t0, largest_alloc, err.message);
         mirror_model_destroy(m);
@@ -1313,8 +1314,9 @@ static void test_weights_json(const weight *t, size_t nt, mirror_model *src)
     static const struct {
         const char *from, *to, *what;
     } fine[] = {
-        {"{", "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"two\\nlines, \\\"quoted\\\", a tab\\t, \\/ \\\\ \\b\\f\\r "
-              "\\u00e9 \\u20ac \\ud83d\\ude00\"},",
+        {"{",
+         "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"two\\nlines, \\\"quoted\\\", a tab\\t, \\/ \\\\ \\b\\f\\r "
+         "\\u00e9 \\u20ac \\ud83d\\ude00\"},",
          "a value with every JSON escape"},
         {"{", "{\"__metadata__\":{\"k\\u00e9y\\n\":\"v\"},", "a key with escapes"},
         {"\"layers.0.weight\"", "\"layers.0.w\\u0065ight\"", "a tensor name spelt with an escape"},
@@ -1367,7 +1369,8 @@ static void test_weights_json(const weight *t, size_t nt, mirror_model *src)
             what = "400 tensors passed over (optimizer state)";
             mirror__printf(&to, "{");
             for (k = 0; k < 400; k++)
-                mirror__printf(&to, "\"optimizer.extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},", k);
+                mirror__printf(&to, "\"optimizer.extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},",
+                               k);
         } else {
             what = "a key of 5000 characters";
             mirror__printf(&to, "{\"__metadata__\":{\"");
