@@ -1755,7 +1755,9 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
                                       size_t keep);
 /* Loads path into every replica of m, which must have the same layers; it
    may have another replica count. Everything is checked (format, version,
-   shapes, offsets, checksums) before anything in m changes. With
+   shapes, offsets, checksums, and values a run can give: every float
+   finite, Adam's second moments and running variances not negative, no
+   optimizer state at optimizer step 0) before anything in m changes. With
    weights_only, the optimizer state and step are left as they are (for
    evaluation or fine-tuning); otherwise the optimizer kind must match.
    info (may be NULL) receives the step and the data cursor. (A device
@@ -1775,16 +1777,22 @@ MIRROR_API int mirror_checkpoint_load(mirror_model *m, const char *path, int wei
    passed over. Every tensor missing, of another shape or dtype, holding a
    non-finite value, or with no place in the model is named in one error
    (MIRROR_ERR_SHAPE), with both shapes where they differ, and m is left as
-   it was. On success the run starts afresh: the optimizer state is zero,
-   the step count 0, the loss scaler at its initial scale. err (may be
-   NULL) receives the error, as mirror_model_error(m) does. */
+   it was. The header is read as the JSON it is (every escape, any number
+   of metadata keys, names and values of any length; what is not used is
+   passed over), up to 64 MiB. On success the run starts afresh: the
+   optimizer state is zero, the step count 0, the loss scaler at its
+   initial scale. err (may be NULL) receives the error, as
+   mirror_model_error(m) does. */
 MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_error *err);
 /* A model rebuilt from the architecture, optimizer, schedule, precision,
    seed, clipping and deterministic mode that a checkpoint's header stores, on strategy s (any replica
    count), then loaded (mirror_checkpoint_load, every check included): for
-   inference or to train on in another program. max_batch 0: 256. A
-   learning-rate callback cannot be stored: such a model runs at its
-   constant lr (a notice says so). On failure *out is NULL. */
+   inference or to train on in another program. The header's checksum, and
+   the file's size against the tensors its description implies, are
+   checked before the model is built (whose memory check comes before it
+   allocates). max_batch 0: 256. A learning-rate callback cannot be
+   stored: such a model runs at its constant lr (a notice says so). On
+   failure *out is NULL. */
 MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
                                             mirror_checkpoint_info *info, mirror_error *err);
 /* The file the model's parameters were last loaded from, by
@@ -13427,9 +13435,63 @@ MIRROR_API int mirror_checkpoint_save(mirror_model *m, const char *path, const m
 
 /* ---- reading: a strict little JSON reader for the header ---- */
 
+/* The longest header read: a checkpoint's is a few kilobytes, a large
+   state_dict's a few megabytes (safetensors itself stops at 100 MB). */
+#define MIRROR__MAX_HEADER ((uint64_t)1 << 26)
+
+/* One tensor of a file's header, as the file says it: its name and dtype
+   (in the header's store), its shape (the first 4 of rank dimensions: no
+   model tensor has more) and where its bytes are in the data. */
+typedef struct mirror__entry {
+    const char *name, *dtype;
+    size_t shape[4], rank, count;
+    uint64_t begin, end;
+} mirror__entry;
+
+/* A key of __metadata__ and its value. */
+typedef struct mirror__pair {
+    const char *key, *value;
+} mirror__pair;
+
+/* A safetensors header, read whole: every string decoded into store (no
+   longer than the JSON text, so one allocation of its length holds them
+   all), the metadata in the file's order and sorted by key, the tensors in
+   the file's order and sorted by name. Any number of keys and tensors,
+   names and values of any length: what is not used is passed over.
+   mirror__header_free releases it; why says what the parser refused. */
+typedef struct mirror__header {
+    char *store;
+    size_t used, size;
+    mirror__pair *meta, *meta_sorted;
+    size_t nmeta, meta_cap;
+    mirror__entry *t, **t_sorted;
+    size_t nt, t_cap;
+    char why[160];
+} mirror__header;
+
+static void mirror__header_free(mirror__header *h)
+{
+    MIRROR_FREE(h->store);
+    MIRROR_FREE(h->meta);
+    MIRROR_FREE(h->meta_sorted);
+    MIRROR_FREE(h->t);
+    MIRROR_FREE(h->t_sorted);
+    memset(h, 0, sizeof *h);
+}
+
 typedef struct mirror__json {
-    const char *p, *end;
+    const char *p, *end, *start;
+    mirror__header *h;
 } mirror__json;
+
+/* Refuses the header: why, with the byte it was read at. Returns 0. */
+static int mirror__json_refuse(mirror__json *j, const char *why, const char *name)
+{
+    if (!j->h->why[0])
+        snprintf(j->h->why, sizeof j->h->why, "%s%s%.60s%s at byte %zu", why, name ? " \"" : "", name ? name : "",
+                 name && strlen(name) > 60 ? "...\"" : name ? "\"" : "", (size_t)(j->p - j->start));
+    return 0;
+}
 
 static void mirror__json_ws(mirror__json *j)
 {
@@ -13444,24 +13506,74 @@ static int mirror__json_char(mirror__json *j, char c)
     return 1;
 }
 
-/* A string without escapes other than \" and \\ (a mirror header has none),
-   into out (size bytes, NUL-terminated). */
-static int mirror__json_string(mirror__json *j, char *out, size_t size)
+/* Four hex digits of a \u escape. */
+static int mirror__json_hex4(mirror__json *j, unsigned long *u)
 {
-    size_t n = 0;
-    if (!mirror__json_char(j, '"')) return 0;
-    while (j->p < j->end && *j->p != '"') {
-        char c = *j->p++;
-        if (c == '\\') {
-            if (j->p >= j->end || (*j->p != '"' && *j->p != '\\')) return 0;
-            c = *j->p++;
-        }
-        if ((unsigned char)c < 0x20 || n + 1 >= size) return 0;
-        out[n++] = c;
+    int i;
+    for (*u = 0, i = 0; i < 4; i++, j->p++) {
+        char c = j->p < j->end ? *j->p : '\0';
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0) return 0;
+        *u = *u << 4 | (unsigned long)d;
     }
-    if (j->p >= j->end) return 0;
+    return 1;
+}
+
+/* A JSON string with every escape JSON has (\uXXXX and surrogate pairs as
+   UTF-8), decoded into the header's store; *out points at it. A \u0000
+   cannot be a C string's byte: refused, saying so. */
+static int mirror__json_string(mirror__json *j, const char **out)
+{
+    mirror__header *h = j->h;
+    char *o = h->store + h->used;
+    if (!mirror__json_char(j, '"')) return 0; /* the caller says what it expected */
+    *out = o;
+    while (j->p < j->end && *j->p != '"') {
+        unsigned char c = (unsigned char)*j->p++;
+        unsigned long u, low;
+        if (c < 0x20) return mirror__json_refuse(j, "a control character inside a string", NULL);
+        if (c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        if (j->p >= j->end) break;
+        switch (c = (unsigned char)*j->p++) {
+        case '"': case '\\': case '/': *o++ = (char)c; continue;
+        case 'b': *o++ = '\b'; continue;
+        case 'f': *o++ = '\f'; continue;
+        case 'n': *o++ = '\n'; continue;
+        case 'r': *o++ = '\r'; continue;
+        case 't': *o++ = '\t'; continue;
+        case 'u': break;
+        default: return mirror__json_refuse(j, "an unknown escape in a string", NULL);
+        }
+        if (!mirror__json_hex4(j, &u)) return mirror__json_refuse(j, "a \\u escape without 4 hex digits", NULL);
+        if (u >= 0xDC00 && u <= 0xDFFF) return mirror__json_refuse(j, "a lone low surrogate (\\uDC00-\\uDFFF)", NULL);
+        if (u >= 0xD800 && u <= 0xDBFF) {
+            if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || (j->p += 2, !mirror__json_hex4(j, &low)) ||
+                low < 0xDC00 || low > 0xDFFF)
+                return mirror__json_refuse(j, "a high surrogate not followed by a low one", NULL);
+            u = 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00);
+        }
+        if (!u) return mirror__json_refuse(j, "a \\u0000 in a string, which this library cannot hold", NULL);
+        if (u < 0x80) {
+            *o++ = (char)u;
+        } else if (u < 0x800) {
+            *o++ = (char)(0xC0 | u >> 6), *o++ = (char)(0x80 | (u & 0x3F));
+        } else if (u < 0x10000) {
+            *o++ = (char)(0xE0 | u >> 12), *o++ = (char)(0x80 | (u >> 6 & 0x3F)), *o++ = (char)(0x80 | (u & 0x3F));
+        } else {
+            *o++ = (char)(0xF0 | u >> 18), *o++ = (char)(0x80 | (u >> 12 & 0x3F));
+            *o++ = (char)(0x80 | (u >> 6 & 0x3F)), *o++ = (char)(0x80 | (u & 0x3F));
+        }
+    }
+    if (j->p >= j->end) return mirror__json_refuse(j, "a string not closed", NULL);
     j->p++;
-    out[n] = '\0';
+    *o++ = '\0'; /* in place of the closing quote: the store never outgrows the text */
+    h->used = (size_t)(o - h->store);
     return 1;
 }
 
@@ -13479,103 +13591,175 @@ static int mirror__json_uint(mirror__json *j, uint64_t *v)
     return digits > 0;
 }
 
-/* [u, u, ...] with at most max entries. */
-static int mirror__json_uints(mirror__json *j, uint64_t *v, size_t max, size_t *n)
+/* The array p of n elements of size bytes with room for one more: p
+   itself while n < *cap, else a copy of twice the room (MIRROR_MALLOC has
+   no realloc) and p freed; NULL (p kept) when that fails. */
+static void *mirror__room(void *p, size_t n, size_t *cap, size_t size)
 {
-    *n = 0;
-    if (!mirror__json_char(j, '[')) return 0;
-    if (mirror__json_char(j, ']')) return 1;
-    do {
-        if (*n == max || !mirror__json_uint(j, &v[(*n)++])) return 0;
-    } while (mirror__json_char(j, ','));
-    return mirror__json_char(j, ']');
+    void *grown;
+    size_t want = *cap ? 2 * *cap : 16;
+    if (n < *cap) return p;
+    if (!(grown = mirror__alloc(want, size))) return NULL;
+    if (n) memcpy(grown, p, n * size);
+    MIRROR_FREE(p);
+    *cap = want;
+    return grown;
 }
 
-#define MIRROR__MAX_META (MIRROR__MAX_TENSORS + 48) /* the fixed keys and a checksum a tensor */
+/* A tensor's entry {"dtype":..., "shape":[...], "data_offsets":[b, e]}. */
+static int mirror__json_entry(mirror__json *j, mirror__entry *t)
+{
+    const char *field;
+    uint64_t v, elems = 1, max = (uint64_t)1 << 60; /* bytes of any dtype fit 64 bits */
+    size_t n;
+    int have = 0, bit;
+    if (!mirror__json_char(j, '{')) return mirror__json_refuse(j, "a tensor's entry is not an object:", t->name);
+    do {
+        if (!mirror__json_string(j, &field) || !mirror__json_char(j, ':'))
+            return mirror__json_refuse(j, "a tensor's field expected in", t->name);
+        bit = !strcmp(field, "dtype") ? 1 : !strcmp(field, "shape") ? 2 : !strcmp(field, "data_offsets") ? 4 : 0;
+        if (!bit || have & bit)
+            return mirror__json_refuse(j, bit ? "a field given twice in"
+                                              : "an unknown field (safetensors has dtype, shape, data_offsets) in",
+                                       t->name);
+        have |= bit;
+        if (bit == 1) {
+            if (!mirror__json_string(j, &t->dtype))
+                return mirror__json_refuse(j, "a dtype that is not a string:", t->name);
+        } else if (bit == 2) {
+            if (!mirror__json_char(j, '[')) return mirror__json_refuse(j, "a shape that is not a list:", t->name);
+            for (n = 0; !mirror__json_char(j, ']'); n++) {
+                if ((n && !mirror__json_char(j, ',')) || !mirror__json_uint(j, &v))
+                    return mirror__json_refuse(j, "a shape that is not a list of sizes:", t->name);
+                if (v && elems > max / v) return mirror__json_refuse(j, "more than 2^60 elements in tensor", t->name);
+                elems *= v;
+                if (n < 4) t->shape[n] = (size_t)v;
+            }
+            t->rank = n;
+            t->count = (size_t)elems;
+            if ((uint64_t)t->count != elems)
+                return mirror__json_refuse(j, "more elements than memory holds in", t->name);
+        } else if (!mirror__json_char(j, '[') || !mirror__json_uint(j, &t->begin) || !mirror__json_char(j, ',') ||
+                   !mirror__json_uint(j, &t->end) || !mirror__json_char(j, ']')) {
+            return mirror__json_refuse(j, "data_offsets that are not two offsets:", t->name);
+        }
+    } while (mirror__json_char(j, ','));
+    if (!mirror__json_char(j, '}')) return mirror__json_refuse(j, "a tensor's entry not closed:", t->name);
+    if (have != 7) return mirror__json_refuse(j, "a tensor without its dtype, shape or data_offsets:", t->name);
+    return 1;
+}
 
-typedef struct mirror__header {
-    char key[MIRROR__MAX_META][80];
-    char value[MIRROR__MAX_META][4096];
-    size_t nmeta;
-    mirror__tensor t[MIRROR__MAX_TENSORS];
-    char dtype[MIRROR__MAX_TENSORS][8];
-    size_t nt;
-} mirror__header;
+static int mirror__pair_order(const void *a, const void *b)
+{
+    return strcmp(((const mirror__pair *)a)->key, ((const mirror__pair *)b)->key);
+}
 
+static int mirror__entry_order(const void *a, const void *b)
+{
+    return strcmp((*(mirror__entry *const *)a)->name, (*(mirror__entry *const *)b)->name);
+}
+
+/* The sorted views, and a key or a tensor name given twice refused (it
+   would be read two ways). */
+static int mirror__header_index(mirror__json *j)
+{
+    mirror__header *h = j->h;
+    size_t i;
+    if (!(h->meta_sorted = (mirror__pair *)mirror__alloc(h->nmeta, sizeof *h->meta_sorted)) ||
+        !(h->t_sorted = (mirror__entry **)mirror__alloc(h->nt, sizeof *h->t_sorted)))
+        return mirror__json_refuse(j, "out of memory for the header", NULL);
+    if (h->nmeta) memcpy(h->meta_sorted, h->meta, h->nmeta * sizeof *h->meta);
+    for (i = 0; i < h->nt; i++) h->t_sorted[i] = &h->t[i];
+    if (h->nmeta) qsort(h->meta_sorted, h->nmeta, sizeof *h->meta_sorted, mirror__pair_order);
+    if (h->nt) qsort(h->t_sorted, h->nt, sizeof *h->t_sorted, mirror__entry_order);
+    for (i = 1; i < h->nmeta; i++)
+        if (!strcmp(h->meta_sorted[i].key, h->meta_sorted[i - 1].key))
+            return mirror__json_refuse(j, "a metadata key given twice:", h->meta_sorted[i].key);
+    for (i = 1; i < h->nt; i++)
+        if (!strcmp(h->t_sorted[i]->name, h->t_sorted[i - 1]->name))
+            return mirror__json_refuse(j, "a tensor given twice:", h->t_sorted[i]->name);
+    return 1;
+}
+
+/* Parses the JSON of a safetensors header (len bytes of text) into h, which
+   the caller releases with mirror__header_free whatever the result. 0 when
+   the text is not one; h->why says why. */
 static int mirror__parse_header(const char *text, size_t len, mirror__header *h)
 {
     mirror__json j;
-    char key[80];
+    const char *key;
     int seen_meta = 0;
-    j.p = text;
+    memset(h, 0, sizeof *h);
+    j.p = j.start = text;
     j.end = text + len;
-    h->nmeta = h->nt = 0;
-    if (!mirror__json_char(&j, '{')) return 0;
+    j.h = h;
+    if (!(h->store = (char *)MIRROR_MALLOC(len + 1)))
+        return mirror__json_refuse(&j, "out of memory for the header", NULL);
+    h->size = len + 1;
+    if (!mirror__json_char(&j, '{')) return mirror__json_refuse(&j, "not a JSON object", NULL);
     if (mirror__json_char(&j, '}')) goto end;
     do {
-        if (!mirror__json_string(&j, key, sizeof key) || !mirror__json_char(&j, ':')) return 0;
+        if (!mirror__json_string(&j, &key) || !mirror__json_char(&j, ':'))
+            return mirror__json_refuse(&j, "a key and ':' expected", NULL);
         if (!strcmp(key, "__metadata__")) {
-            if (seen_meta++ || !mirror__json_char(&j, '{')) return 0;
+            if (seen_meta++) return mirror__json_refuse(&j, "__metadata__ given twice", NULL);
+            if (!mirror__json_char(&j, '{')) return mirror__json_refuse(&j, "__metadata__ is not an object", NULL);
             if (mirror__json_char(&j, '}')) continue;
             do {
-                size_t k;
-                if (h->nmeta == MIRROR__MAX_META ||
-                    !mirror__json_string(&j, h->key[h->nmeta], sizeof h->key[0]) || !mirror__json_char(&j, ':') ||
-                    !mirror__json_string(&j, h->value[h->nmeta], sizeof h->value[0]))
-                    return 0;
-                for (k = 0; k < h->nmeta; k++) /* a repeated key would be read two ways */
-                    if (!strcmp(h->key[k], h->key[h->nmeta])) return 0;
+                mirror__pair *p = (mirror__pair *)mirror__room(h->meta, h->nmeta, &h->meta_cap, sizeof *p);
+                if (!p) return mirror__json_refuse(&j, "out of memory for the header", NULL);
+                h->meta = p;
+                p += h->nmeta;
+                if (!mirror__json_string(&j, &p->key) || !mirror__json_char(&j, ':'))
+                    return mirror__json_refuse(&j, "a metadata key and ':' expected", NULL);
+                if (!mirror__json_string(&j, &p->value))
+                    return mirror__json_refuse(&j, "a metadata value that is not a string (safetensors' metadata "
+                                                   "maps strings to strings):", p->key);
                 h->nmeta++;
             } while (mirror__json_char(&j, ','));
-            if (!mirror__json_char(&j, '}')) return 0;
+            if (!mirror__json_char(&j, '}')) return mirror__json_refuse(&j, "__metadata__ not closed", NULL);
         } else {
-            mirror__tensor *t = &h->t[h->nt];
-            char field[16];
-            uint64_t v[4];
-            size_t n, i;
-            int have = 0;
-            if (h->nt == MIRROR__MAX_TENSORS || strlen(key) >= sizeof t->name) return 0;
-            for (i = 0; i < h->nt; i++)
-                if (!strcmp(h->t[i].name, key)) return 0;
+            mirror__entry *t = (mirror__entry *)mirror__room(h->t, h->nt, &h->t_cap, sizeof *t);
+            if (!t) return mirror__json_refuse(&j, "out of memory for the header", NULL);
+            h->t = t;
+            t += h->nt;
             memset(t, 0, sizeof *t);
-            memcpy(t->name, key, strlen(key) + 1);
-            if (!mirror__json_char(&j, '{')) return 0;
-            do {
-                if (!mirror__json_string(&j, field, sizeof field) || !mirror__json_char(&j, ':')) return 0;
-                if (!strcmp(field, "dtype") && !(have & 1)) {
-                    if (!mirror__json_string(&j, h->dtype[h->nt], sizeof h->dtype[0])) return 0;
-                    have |= 1;
-                } else if (!strcmp(field, "shape") && !(have & 2)) {
-                    if (!mirror__json_uints(&j, v, 4, &n)) return 0;
-                    for (i = 0, t->rank = n; i < n; i++) t->shape[i] = (size_t)v[i];
-                    for (i = 0, t->count = 1; i < n; i++)
-                        if (v[i] > ((size_t)1 << 31) || !mirror__mul(t->count, (size_t)v[i], &t->count)) return 0;
-                    have |= 2;
-                } else if (!strcmp(field, "data_offsets") && !(have & 4)) {
-                    if (!mirror__json_uints(&j, v, 2, &n) || n != 2) return 0;
-                    t->begin = v[0];
-                    t->end = v[1];
-                    have |= 4;
-                } else {
-                    return 0;
-                }
-            } while (mirror__json_char(&j, ','));
-            if (!mirror__json_char(&j, '}') || have != 7) return 0;
+            t->name = key;
+            if (!mirror__json_entry(&j, t)) return 0;
             h->nt++;
         }
     } while (mirror__json_char(&j, ','));
-    if (!mirror__json_char(&j, '}')) return 0;
+    if (!mirror__json_char(&j, '}')) return mirror__json_refuse(&j, "',' or '}' expected", NULL);
 end:
     mirror__json_ws(&j);
-    return j.p == j.end;
+    if (j.p != j.end) return mirror__json_refuse(&j, "text after the JSON object", NULL);
+    return mirror__header_index(&j);
+}
+
+static int mirror__key_order(const void *key, const void *pair)
+{
+    return strcmp((const char *)key, ((const mirror__pair *)pair)->key);
 }
 
 static const char *mirror__meta(const mirror__header *h, const char *key)
 {
-    size_t i;
-    for (i = 0; i < h->nmeta; i++)
-        if (!strcmp(h->key[i], key)) return h->value[i];
-    return NULL;
+    const mirror__pair *p = NULL;
+    if (h->nmeta)
+        p = (const mirror__pair *)bsearch(key, h->meta_sorted, h->nmeta, sizeof *h->meta_sorted, mirror__key_order);
+    return p ? p->value : NULL;
+}
+
+static int mirror__name_order(const void *name, const void *entry)
+{
+    return strcmp((const char *)name, (*(mirror__entry *const *)entry)->name);
+}
+
+/* The file's tensor of that name, or NULL. */
+static const mirror__entry *mirror__find_tensor(const mirror__header *h, const char *name)
+{
+    mirror__entry *const *e = NULL;
+    if (h->nt) e = (mirror__entry *const *)bsearch(name, h->t_sorted, h->nt, sizeof *h->t_sorted, mirror__name_order);
+    return e ? *e : NULL;
 }
 
 static int mirror__meta_u64(const mirror__header *h, const char *key, uint64_t *v)
@@ -13661,21 +13845,26 @@ static int mirror__safetensors_header(mirror_model *m, const char *path, const u
     uint64_t hlen = 0;
     size_t i;
     *text = NULL;
+    memset(h, 0, sizeof *h);
     if (size < 8) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %zu bytes: not a safetensors file", path, size);
     for (i = 0; i < 8; i++) hlen |= (uint64_t)buf[i] << (8 * i);
-    if (hlen < 2 || hlen > size - 8 || hlen > ((uint64_t)1 << 26))
+    if (hlen < 2 || hlen > size - 8)
         return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: header length %llu does not fit the file of %zu bytes", path,
                             (unsigned long long)hlen, size);
+    if (hlen > MIRROR__MAX_HEADER)
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: a header of %llu bytes; this library reads headers of up "
+                            "to 64 MiB", path, (unsigned long long)hlen);
     *data_size = size - 8 - hlen;
     if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1)))
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
     memcpy(*text, buf + 8, (size_t)hlen);
     (*text)[hlen] = '\0';
-    if (memchr(*text, '\0', (size_t)hlen) || !mirror__parse_header(*text, (size_t)hlen, h))
-        return mirror__fail(m, MIRROR_ERR_FORMAT,
-                            "%s: the header is not the JSON of a safetensors file this library reads (at most %d "
-                            "tensors of rank 4 or less)",
-                            path, MIRROR__MAX_TENSORS);
+    if (memchr(*text, '\0', (size_t)hlen))
+        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: a NUL byte in the header: not the JSON of a safetensors file",
+                            path);
+    if (!mirror__parse_header(*text, (size_t)hlen, h))
+        return mirror__fail(m, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
+                            "%s: the header is not the JSON of a safetensors file: %s", path, h->why);
     return MIRROR_OK;
 }
 
@@ -13686,13 +13875,42 @@ static int mirror__safetensors_header(mirror_model *m, const char *path, const u
     "written or changed by another program (or damaged); to start from its weights, load them with " \
     "mirror_load_weights (the trainer's --init-weights)"
 
+/* The header's own checksum: over the text (len bytes; its value is
+   zeroed in place) with its value as "00000000". */
+static int mirror__check_header_crc(const char *path, char *text, size_t len, const mirror__header *h,
+                                    mirror_error *err)
+{
+    char *at = strstr(text, "\"crc32.header\":\"");
+    const char *s = mirror__meta(h, "crc32.header");
+    char want_hex[9], got_hex[9];
+    if (!at || !s || strlen(s) != 8)
+        return mirror__error(err, MIRROR_ERR_CHECKSUM, "%s: no header checksum: " MIRROR__REWRITTEN, path);
+    at += 16;
+    memcpy(got_hex, at, 8);
+    got_hex[8] = '\0';
+    memcpy(at, "00000000", 8);
+    snprintf(want_hex, sizeof want_hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)text, len));
+    if (strcmp(want_hex, got_hex) != 0)
+        return mirror__error(err, MIRROR_ERR_CHECKSUM, "%s: " MIRROR__REWRITTEN ": the header's checksum is %s, its "
+                             "contents give %s", path, got_hex, want_hex);
+    return MIRROR_OK;
+}
+
+static int mirror__begin_order(const void *a, const void *b)
+{
+    const mirror__entry *x = *(const mirror__entry *const *)a, *y = *(const mirror__entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
 static int mirror__check_checkpoint(mirror_model *m, const char *path, const unsigned char *buf, size_t size,
                                     int weights_only, mirror__header *h, mirror_checkpoint_info *info,
                                     mirror_loss_scale_state *st, int *has_st)
 {
     mirror__tensor want[MIRROR__MAX_TENSORS];
     mirror__text model = {NULL, 0, 0, 0};
-    uint64_t hlen, data_size = 0, covered = 0;
+    const mirror__entry **by_begin = NULL;
+    mirror__entry *mine = NULL;
+    uint64_t hlen, data_size = 0, covered = 0, adam_t;
     size_t i, k, nwant;
     const char *s;
     char *text = NULL;
@@ -13706,25 +13924,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                           path);
         goto done;
     }
-    /* The header's own checksum: over the text with its value zeroed. */
-    {
-        char *at = strstr(text, "\"crc32.header\":\"");
-        char want_hex[9], got_hex[9];
-        if (!at || !(s = mirror__meta(h, "crc32.header")) || strlen(s) != 8) {
-            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: no header checksum: " MIRROR__REWRITTEN, path);
-            goto done;
-        }
-        at += 16;
-        memcpy(got_hex, at, 8);
-        got_hex[8] = '\0';
-        memcpy(at, "00000000", 8);
-        snprintf(want_hex, sizeof want_hex, "%08lx", (unsigned long)mirror__crc32(0, (const unsigned char *)text, (size_t)hlen));
-        if (strcmp(want_hex, got_hex) != 0) {
-            rc = mirror__fail(m, MIRROR_ERR_CHECKSUM, "%s: " MIRROR__REWRITTEN ": the header's checksum is %s, its "
-                              "contents give %s", path, got_hex, want_hex);
-            goto done;
-        }
-    }
+    if ((rc = mirror__check_header_crc(path, text, (size_t)hlen, h, &m->err))) goto done;
     if (!(s = mirror__meta(h, "version")) || strcmp(s, "1") != 0) {
         rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: checkpoint version \"%s\", this mirror reads version 1", path,
                           s ? s : "(none)");
@@ -13753,23 +13953,33 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                           s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
         goto done;
     }
-    /* Offsets: inside the data, no overlap, the data covered exactly. */
+    /* Offsets: inside the data, no overlap (the tensors in the order of
+       their bytes: each non-empty one begins at or after the end of the
+       one before), the data covered exactly. */
     for (i = 0; i < h->nt; i++) {
-        mirror__tensor *t = &h->t[i];
-        if (strcmp(h->dtype[i], "F32") != 0 || t->end < t->begin || t->end > data_size ||
-            t->count > data_size / 4 || t->end - t->begin != (uint64_t)t->count * 4) {
+        const mirror__entry *t = &h->t[i];
+        if (strcmp(t->dtype, "F32") != 0 || t->end < t->begin || t->end > data_size || t->count > data_size / 4 ||
+            t->end - t->begin != (uint64_t)t->count * 4) {
             rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensor %s: dtype %s, %zu elements at bytes [%llu, %llu) of %llu",
-                              path, t->name, h->dtype[i], t->count, (unsigned long long)t->begin,
+                              path, t->name, t->dtype, t->count, (unsigned long long)t->begin,
                               (unsigned long long)t->end, (unsigned long long)data_size);
             goto done;
         }
-        for (k = 0; k < i; k++)
-            if (t->begin < h->t[k].end && h->t[k].begin < t->end && t->end > t->begin) {
-                rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensors %s and %s overlap", path, h->t[k].name, t->name);
-                goto done;
-            }
         covered += t->end - t->begin;
     }
+    if (!(by_begin = (const mirror__entry **)mirror__alloc(h->nt, sizeof *by_begin))) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        goto done;
+    }
+    for (i = k = 0; i < h->nt; i++)
+        if (h->t[i].end > h->t[i].begin) by_begin[k++] = &h->t[i];
+    if (k) qsort((void *)by_begin, k, sizeof *by_begin, mirror__begin_order);
+    for (i = 1; i < k; i++)
+        if (by_begin[i]->begin < by_begin[i - 1]->end) {
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensors %s and %s overlap", path, by_begin[i - 1]->name,
+                              by_begin[i]->name);
+            goto done;
+        }
     if (covered != data_size) {
         rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the tensors cover %llu of %llu data bytes", path,
                           (unsigned long long)covered, (unsigned long long)data_size);
@@ -13778,13 +13988,16 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     /* Every tensor this model needs: present, same shape, checksum right. */
     memset(want, 0, sizeof want);
     nwant = mirror__tensors(m, NULL, NULL, NULL, want);
+    if (!(mine = (mirror__entry *)mirror__zalloc(nwant, sizeof *mine))) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        goto done;
+    }
     for (i = 0; i < nwant; i++) {
-        const mirror__tensor *t = NULL;
+        const mirror__entry *t;
         char key[96], hex[9];
         int optimizer = !strncmp(want[i].name, "optimizer.", 10);
         if (optimizer && weights_only) continue;
-        for (k = 0; k < h->nt; k++)
-            if (!strcmp(h->t[k].name, want[i].name)) t = &h->t[k];
+        t = mirror__find_tensor(h, want[i].name);
         if (!t || t->rank != want[i].rank || memcmp(t->shape, want[i].shape, t->rank * sizeof(size_t))) {
             rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: tensor %s %s", path, want[i].name,
                               t ? "has another shape than the model's" : "is missing");
@@ -13798,14 +14011,46 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
                               path, t->name, s ? s : "(none)", hex);
             goto done;
         }
-        want[i].begin = 8 + hlen + t->begin; /* where its floats start in buf */
+        mine[i] = *t;
+        mine[i].begin = 8 + hlen + t->begin; /* where its floats start in buf */
+    }
+    /* Values a run can give, checksums or not: every float finite (a
+       crafted Adam v of +Inf would freeze every weight, a NaN anywhere
+       would be blamed on the data), Adam's second moments and BatchNorm's
+       running variances not negative, and no optimizer state before the
+       first optimizer step (Adam's t, which its bias correction counts). */
+    adam_t = *has_st ? st->applied : info->step;
+    for (i = 0; i < nwant; i++) {
+        const unsigned char *p = buf + mine[i].begin;
+        int square = !strcmp(want[i].name, "optimizer.v") || strstr(want[i].name, ".running_var") != NULL;
+        int state = !strncmp(want[i].name, "optimizer.", 10);
+        const char *bad = NULL;
+        float f = 0.0f;
+        for (k = 0; k < mine[i].count && !bad; k++) {
+            memcpy(&f, p + 4 * k, 4);
+            bad = !mirror_hd_finite(f)         ? (mirror_hd_isnan(f) ? "NaN" : "infinite")
+                  : square && f < 0.0f         ? "negative, a square's average"
+                  : state && !adam_t && f != 0 ? "not zero at optimizer step 0"
+                                               : NULL;
+        }
+        if (bad) {
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT,
+                              "%s: tensor %s: element %zu is %s (%g): not a checkpoint this library wrote for this "
+                              "model",
+                              path, want[i].name, k - 1, bad, (double)f);
+            goto done;
+        }
     }
     /* Hand the wanted tensors back in the model's order. */
-    memcpy(h->t, want, nwant * sizeof *want);
+    MIRROR_FREE(h->t);
+    h->t = mine;
     h->nt = nwant;
+    mine = NULL;
 done:
     MIRROR_FREE(text);
     MIRROR_FREE(model.p);
+    MIRROR_FREE((void *)by_begin);
+    MIRROR_FREE(mine);
     return rc;
 }
 
@@ -13818,7 +14063,7 @@ done:
 static void mirror__resume_changes(mirror_model *m, const char *path, const mirror__header *saved)
 {
     mirror__text now = {NULL, 0, 0, 0}, line = {NULL, 0, 0, 0};
-    mirror__header *h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
+    mirror__header *h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     size_t i, differ = 0;
     if (!mirror__meta_u64(saved, "micro_batch", &m->resumed_micro)) m->resumed_micro = 0;
     mirror__printf(&now, "{\"__metadata__\":{");
@@ -13826,10 +14071,10 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
     mirror__printf(&now, "}}");
     if (h && !now.failed && mirror__parse_header(now.p, now.len, h))
         for (i = 0; i < h->nmeta; i++) {
-            const char *was = mirror__meta(saved, h->key[i]);
-            if (was && strcmp(was, h->value[i]))
-                mirror__printf(&line, "%s%s %s (the checkpoint's: %.40s)", differ++ ? ", " : "", h->key[i],
-                               h->value[i], was);
+            const char *was = mirror__meta(saved, h->meta[i].key);
+            if (was && strcmp(was, h->meta[i].value))
+                mirror__printf(&line, "%s%s %s (the checkpoint's: %.40s)", differ++ ? ", " : "", h->meta[i].key,
+                               h->meta[i].value, was);
         }
     if (differ && !line.failed) {
         mirror__text notice = {NULL, 0, 0, 0};
@@ -13838,6 +14083,7 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
         if (!notice.failed) mirror__log(MIRROR_LOG_NOTICE, notice.p);
         MIRROR_FREE(notice.p);
     }
+    if (h) mirror__header_free(h);
     MIRROR_FREE(h);
     MIRROR_FREE(now.p);
     MIRROR_FREE(line.p);
@@ -13951,7 +14197,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
                                 &size, &m->err)))
         return rc;
-    h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
+    h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     params = (float *)mirror__zalloc(m->nslots, sizeof(float));            /* as the arena */
     state = (float *)mirror__zalloc(2 * m->nstate + 1, sizeof(float)); /* packed, then as the arena */
     if (!h || !params || !state) {
@@ -14001,6 +14247,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     if (info) *info = got;
 done:
     MIRROR_FREE(buf);
+    if (h) mirror__header_free(h);
     MIRROR_FREE(h);
     MIRROR_FREE(params);
     MIRROR_FREE(state);
@@ -14053,24 +14300,24 @@ static float mirror__element(const unsigned char *p, size_t size, const char *dt
     return memcpy(&d, p, 8), (float)d;
 }
 
-/* "[128, 1568]" */
+/* "[128, 1568]"; a file's shape of rank over 4 (only the first 4 kept)
+   as "[2, 3, 4, 5, ...] (rank 6)". */
 static void mirror__print_shape(mirror__text *t, const size_t *shape, size_t rank)
 {
     size_t j;
     mirror__printf(t, "[");
-    for (j = 0; j < rank; j++) mirror__printf(t, j ? ", %zu" : "%zu", shape[j]);
-    mirror__printf(t, "]");
+    for (j = 0; j < rank && j < 4; j++) mirror__printf(t, j ? ", %zu" : "%zu", shape[j]);
+    mirror__printf(t, rank > 4 ? ", ...] (rank %zu)" : "]", rank);
 }
 
 /* The file's tensor that holds model tensor `name` (layers.<i>.<what>):
    that name, or, as nn.Sequential's state_dict names it, <i>.<what>. */
-static const mirror__tensor *mirror__find_weight(const mirror__header *h, const char *name, size_t *at)
+static const mirror__entry *mirror__find_weight(const mirror__header *h, const char *name, size_t *at)
 {
-    size_t k, pass;
-    for (pass = 0; pass < 2; pass++)
-        for (k = 0; k < h->nt; k++)
-            if (!strcmp(h->t[k].name, pass ? name + 7 : name)) return *at = k, &h->t[k];
-    return NULL;
+    const mirror__entry *t = mirror__find_tensor(h, name);
+    if (!t) t = mirror__find_tensor(h, name + 7);
+    if (t) *at = (size_t)(t - h->t);
+    return t;
 }
 
 /* Tensors of a weights file that mean nothing to a model and are passed
@@ -14089,11 +14336,11 @@ static int mirror__convert_weights(mirror_model *m, const unsigned char *data, u
                                    const mirror__header *h, float *params, float *running, mirror__text *why)
 {
     mirror__tensor want[MIRROR__MAX_TENSORS];
-    unsigned char used[MIRROR__MAX_TENSORS];
+    unsigned char *used = (unsigned char *)mirror__zalloc(h->nt, 1);
     size_t i, j, k, nwant = mirror__tensors(m, params, NULL, running, want), problems = 0;
-    memset(used, 0, sizeof used);
+    if (!used) return why->failed = 1, MIRROR_ERR_NO_MEMORY;
     for (i = 0; i < nwant; i++) {
-        const mirror__tensor *t;
+        const mirror__entry *t;
         size_t size;
         if (!strncmp(want[i].name, "optimizer.", 10)) continue;
         if (!(t = mirror__find_weight(h, want[i].name, &k))) {
@@ -14102,7 +14349,7 @@ static int mirror__convert_weights(mirror_model *m, const unsigned char *data, u
             continue;
         }
         used[k] = 1;
-        size = mirror__dtype_size(h->dtype[k]);
+        size = mirror__dtype_size(t->dtype);
         if (t->rank != want[i].rank || memcmp(t->shape, want[i].shape, t->rank * sizeof(size_t))) {
             mirror__printf(why, "%stensor %s: shape ", problems++ ? "; " : "", t->name);
             mirror__print_shape(why, t->shape, t->rank);
@@ -14111,14 +14358,14 @@ static int mirror__convert_weights(mirror_model *m, const unsigned char *data, u
             mirror__printf(why, " in this model");
         } else if (!size) {
             mirror__printf(why, "%stensor %s: dtype %s (weights convert from F32, F16, BF16 and F64)",
-                           problems++ ? "; " : "", t->name, h->dtype[k]);
+                           problems++ ? "; " : "", t->name, t->dtype);
         } else if (t->end < t->begin || t->end > data_size || t->end - t->begin != (uint64_t)t->count * size) {
             mirror__printf(why, "%stensor %s: %zu elements of %s at bytes [%llu, %llu) of %llu",
-                           problems++ ? "; " : "", t->name, t->count, h->dtype[k], (unsigned long long)t->begin,
+                           problems++ ? "; " : "", t->name, t->count, t->dtype, (unsigned long long)t->begin,
                            (unsigned long long)t->end, (unsigned long long)data_size);
         } else {
             float *dst = (float *)want[i].host;
-            for (j = 0; j < t->count; j++) dst[j] = mirror__element(data + t->begin, size, h->dtype[k], j);
+            for (j = 0; j < t->count; j++) dst[j] = mirror__element(data + t->begin, size, t->dtype, j);
             for (j = 0; j < t->count && mirror_hd_finite(dst[j]); j++) {}
             if (j < t->count)
                 mirror__printf(why, "%stensor %s: element %zu is %s%s", problems++ ? "; " : "", t->name, j,
@@ -14133,6 +14380,7 @@ static int mirror__convert_weights(mirror_model *m, const unsigned char *data, u
             mirror__printf(why, "%stensor %s: bytes [%llu, %llu) of %llu", problems++ ? "; " : "", h->t[k].name,
                            (unsigned long long)h->t[k].begin, (unsigned long long)h->t[k].end,
                            (unsigned long long)data_size);
+    MIRROR_FREE(used);
     if (why->failed) return MIRROR_ERR_NO_MEMORY;
     return problems ? MIRROR_ERR_SHAPE : MIRROR_OK;
 }
@@ -14160,7 +14408,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
                                 &size, &m->err)))
         return rc;
-    h = (mirror__header *)MIRROR_MALLOC(sizeof *h);
+    h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     params = (float *)mirror__zalloc(m->nslots, sizeof(float));
     running = (float *)mirror__zalloc(m->nrunning + 1, sizeof(float));
     state = (float *)mirror__zalloc(mirror__state_copies(m) * m->nslots + 1, sizeof(float));
@@ -14185,6 +14433,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     rc = mirror__device_status(m);
 done:
     MIRROR_FREE(buf);
+    if (h) mirror__header_free(h);
     MIRROR_FREE(h);
     MIRROR_FREE(text);
     MIRROR_FREE(why.p);
@@ -14212,22 +14461,26 @@ MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_err
 /* ---- a model rebuilt from a checkpoint's header ---- */
 
 /* The header of the checkpoint at path (its JSON text, NUL-terminated),
-   read without the tensors behind it. */
-static int mirror__read_header_text(const char *path, char **text, mirror_error *err)
+   read without the tensors behind it, whose bytes *data_size gets: the
+   header's length is checked against the file's before it is read. */
+static int mirror__read_header_text(const char *path, char **text, uint64_t *data_size, mirror_error *err)
 {
     unsigned char len8[8];
     uint64_t hlen = 0;
     size_t i, got = 0;
     ssize_t n = 0;
+    struct stat st;
     int fd = mirror__open_regular(path, err);
     *text = NULL;
     if (fd < 0) return err ? err->code : MIRROR_ERR_IO;
     while (got < 8 && (n = read(fd, len8 + got, 8 - got)) > 0) got += (size_t)n;
     for (i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
-    if (got < 8 || hlen < 2 || hlen > ((uint64_t)1 << 26)) {
+    if (got < 8 || hlen < 2 || hlen > MIRROR__MAX_HEADER || fstat(fd, &st) != 0 || st.st_size < 8 ||
+        hlen > (uint64_t)st.st_size - 8) {
         close(fd);
         return mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a checkpoint (no header of a sensible length)", path);
     }
+    *data_size = (uint64_t)st.st_size - 8 - hlen;
     if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1))) {
         close(fd);
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
@@ -14368,22 +14621,54 @@ static int mirror__described_desc(const mirror__header *h, const char *path, mir
     return MIRROR_OK;
 }
 
+/* The tensors' bytes a checkpoint of m (its layers added, not built)
+   holds, as mirror__tensors lists them: the parameters, BatchNorm's
+   running statistics and the optimizer state once, float32; the file's
+   data must be exactly that before a build allocates for it. */
+static int mirror__described_size(mirror_model *m, const char *path, uint64_t data_size)
+{
+    uint64_t params = 0, running = 0, copies, need;
+    size_t i;
+    for (i = 0; i < m->nlayers; i++) { /* each n_w at most 2^30, 64 layers: no overflow */
+        params += m->layers[i].n_w + m->layers[i].n_b;
+        if (m->layers[i].kind == MIRROR__BATCHNORM) running += 2 * (uint64_t)m->layers[i].c;
+    }
+    copies = m->desc.optimizer.kind == MIRROR_OPT_SGD ? m->desc.optimizer.momentum != 0.0f : 2;
+    need = 4 * (params * (1 + copies) + running);
+    if (need == data_size) return MIRROR_OK;
+    return mirror__fail(m, MIRROR_ERR_FORMAT,
+                        "%s: %llu bytes of tensors where the model its header describes needs %llu (%llu parameters, "
+                        "%llu of optimizer state, %llu running statistics): cut short, or not the checkpoint its "
+                        "header says",
+                        path, (unsigned long long)data_size, (unsigned long long)need, (unsigned long long)params,
+                        (unsigned long long)(params * copies), (unsigned long long)running);
+}
+
 static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
                                    mirror_checkpoint_info *info, mirror_error *err)
 {
     mirror__header *h = NULL;
     mirror_model_desc d;
-    const char *layers = NULL;
+    const char *layers = NULL, *format;
     char *text = NULL;
+    uint64_t data_size = 0;
     int rc;
     *out = NULL;
     memset(&d, 0, sizeof d);
-    if ((rc = mirror__read_header_text(path, &text, err))) return rc;
-    if (!(h = (mirror__header *)MIRROR_MALLOC(sizeof *h))) {
+    if ((rc = mirror__read_header_text(path, &text, &data_size, err))) return rc;
+    /* The header checked as a load checks it (its format, its checksum),
+       and the file's size against the tensors it describes, before the
+       model is built: a few hundred crafted bytes must not make it
+       allocate gigabytes. */
+    if (!(h = (mirror__header *)mirror__zalloc(1, sizeof *h))) {
         rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
     } else if (!mirror__parse_header(text, strlen(text), h)) {
-        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: the header is not the JSON of a checkpoint", path);
-    } else if ((rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
+        rc = mirror__error(err, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
+                           "%s: the header is not the JSON of a checkpoint: %s", path, h->why);
+    } else if (!(format = mirror__meta(h, "format")) || strcmp(format, "mirror") != 0) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a mirror checkpoint (no \"format\": \"mirror\")", path);
+    } else if ((rc = mirror__check_header_crc(path, text, strlen(text), h, err)) == MIRROR_OK &&
+               (rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
         d.strategy = s;
         if (d.deterministic && s && s->processes > 1 && s->backend != &mirror__cpu_backend) {
             d.deterministic = 0, d.chunk = 0; /* refused there (mirror_model_build) */
@@ -14392,7 +14677,8 @@ static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t 
         }
         d.max_batch = max_batch;
         if ((rc = mirror_model_create(&d, out, err)) == MIRROR_OK &&
-            ((rc = mirror__add_described(*out, layers, path)) || (rc = mirror_model_build(*out)) ||
+            ((rc = mirror__add_described(*out, layers, path)) || (rc = mirror__described_size(*out, path, data_size)) ||
+             (rc = mirror_model_build(*out)) ||
              (rc = mirror_checkpoint_load(*out, path, 0, info)))) {
             if (err) mirror__error(err, rc, "%s", mirror_model_error(*out));
             mirror_model_destroy(*out);
@@ -14400,6 +14686,7 @@ static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t 
         }
     }
     MIRROR_FREE(text);
+    if (h) mirror__header_free(h);
     MIRROR_FREE(h);
     return rc;
 }

@@ -617,6 +617,116 @@ static void test_hostile_epoch_sums(void)
     mirror_strategy_destroy(s);
 }
 
+/* file (n bytes) with element `at` of tensor `name` set to v, that tensor's
+   checksum and the header's made right again: a crafted checkpoint that
+   only its values give away. */
+static unsigned char *set_value(const unsigned char *file, size_t n, const char *name, size_t at, float v,
+                                size_t *out_n)
+{
+    mirror__header h;
+    const mirror__entry *t;
+    size_t hlen = 0, i;
+    unsigned char *copy = (unsigned char *)malloc(n), *out = NULL;
+    char key[128], *text = NULL, *crc;
+    for (i = 0; i < 8; i++) hlen |= (size_t)file[i] << (8 * i);
+    memcpy(copy, file, n);
+    if (mirror__parse_header((const char *)file + 8, hlen, &h) && (t = mirror__find_tensor(&h, name)) != NULL &&
+        at < t->count) {
+        memcpy(copy + 8 + hlen + t->begin + 4 * at, &v, 4);
+        snprintf(key, sizeof key, "\"crc32.%s\":\"", name);
+        text = edit(copy, "", ""); /* the header's text */
+        if ((crc = strstr(text, key)) != NULL) {
+            char hex[9];
+            snprintf(hex, sizeof hex, "%08lx",
+                     (unsigned long)mirror__crc32(0, copy + 8 + hlen + t->begin, (size_t)(t->end - t->begin)));
+            memcpy(crc + strlen(key), hex, 8);
+            out = reheader(copy, n, text, out_n);
+        }
+    }
+    mirror__header_free(&h);
+    free(copy), free(text);
+    return out;
+}
+
+static mirror_model *bn_model(mirror_strategy *s, uint64_t seed);
+
+/* Optimizer state and parameters no run gives, in a checkpoint whose
+   checksums are right: refused, naming the tensor and the element, the
+   model unchanged. */
+static void test_hostile_values(void)
+{
+    char path[256];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *src = model(s, 1, MIRROR_OPT_ADAM);
+    unsigned char *good, *file;
+    size_t n, fn, i;
+    float inf = mirror_hd_float(0x7f800000u), nan = mirror_hd_float(0x7fc00000u);
+    static const struct {
+        const char *name;
+        size_t at;
+        int value; /* 0: +Inf, 1: NaN, 2: -1e-3, 3: -Inf */
+        const char *says;
+    } cases[] = {
+        {"optimizer.v", 0, 0, "tensor optimizer.v: element 0 is infinite"},
+        {"optimizer.v", 5, 2, "tensor optimizer.v: element 5 is negative"},
+        {"optimizer.m", 2, 1, "tensor optimizer.m: element 2 is NaN"},
+        {"optimizer.m", 1, 3, "tensor optimizer.m: element 1 is infinite"},
+        {"layers.0.weight", 1, 1, "tensor layers.0.weight: element 1 is NaN"},
+        {"layers.6.bias", 9, 0, "tensor layers.6.bias: element 9 is infinite"},
+    };
+    path_in(path, "values.ckpt");
+    step(src, 0), step(src, 1);
+    CHECK(mirror_checkpoint_save(src, path, NULL, 1) == MIRROR_OK, "values: save: %s", mirror_model_error(src));
+    good = slurp(path, &n);
+    victim = model(s, 1, MIRROR_OPT_ADAM);
+    step(victim, 3);
+    victim_n = mirror_num_parameters(victim);
+    victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    CHECK(!hostile(good, n, "the good file", 0), "values: the good file loads (the harness can tell)");
+    mirror_checkpoint_load(victim, path, 0, NULL);
+    free(victim_before), victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float v = cases[i].value == 0 ? inf : cases[i].value == 1 ? nan : cases[i].value == 2 ? -1e-3f : -inf;
+        file = set_value(good, n, cases[i].name, cases[i].at, v, &fn);
+        CHECK(file && hostile(file, fn, cases[i].says, MIRROR_ERR_FORMAT) &&
+                  strstr(mirror_model_error(victim), cases[i].says),
+              "values: %s: refused (%s)", cases[i].says, mirror_model_error(victim));
+        free(file);
+    }
+    { /* optimizer state at step 0: no step has made any; the same file at step 2 loads */
+        char *text = edit(good, "\"step\":\"2\"", "\"step\":\"0\"");
+        file = reheader(good, n, text, &fn);
+        CHECK(strstr(text, "\"step\":\"0\"") && hostile(file, fn, "state at step 0", MIRROR_ERR_FORMAT) &&
+                  strstr(mirror_model_error(victim), "not zero at optimizer step 0"),
+              "values: Adam's state at step 0: refused (%s)", mirror_model_error(victim));
+        free(text), free(file);
+    }
+    { /* a checkpoint's running variance below zero */
+        mirror_model *bn = bn_model(s, 5), *bn2 = bn_model(s, 6);
+        unsigned char *bytes;
+        size_t bn_n;
+        int rc;
+        step(bn, 0);
+        path_in(path, "bn-values.ckpt");
+        CHECK(mirror_checkpoint_save(bn, path, NULL, 1) == MIRROR_OK, "values: a BatchNorm checkpoint");
+        bytes = slurp(path, &bn_n);
+        file = set_value(bytes, bn_n, "layers.1.running_var", 2, -0.5f, &fn);
+        path_in(path, "bn-crafted.ckpt");
+        if (file) write_file(path, file, fn);
+        rc = mirror_checkpoint_load(bn2, path, 1, NULL);
+        CHECK(file && rc == MIRROR_ERR_FORMAT &&
+                  strstr(mirror_model_error(bn2), "tensor layers.1.running_var: element 2 is negative"),
+              "values: a negative running variance, weights only: refused (%s)", mirror_model_error(bn2));
+        free(file), free(bytes);
+        mirror_model_destroy(bn), mirror_model_destroy(bn2);
+    }
+    free(good), free(victim_before);
+    mirror_model_destroy(src), mirror_model_destroy(victim);
+    mirror_strategy_destroy(s);
+}
+
 /* Inputs that are not files, or inflate without end: a FIFO with no writer
    (open() would block for ever), /dev/zero, and gzip bombs as a checkpoint
    and as an IDX file. Each is refused at once; alarm() fails the test if
@@ -1073,6 +1183,76 @@ out:
     mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
 }
 
+/* A checkpoint's header that describes a large model in a small file, as
+   a crafted file can: refused before the model is built, with nothing of
+   the model's size allocated (the largest allocation under 1 MiB, where
+   the parameters alone would take 16 MiB to 1 GiB a copy). The header's
+   checksum comes first, then the file's size against the tensors the
+   description implies; a description whose parameters the file holds but
+   whose activations would not fit is refused by the build's memory check,
+   which comes before the build allocates. */
+static void test_from_checkpoint_small_file(void)
+{
+    static const struct {
+        const char *model, *tail;
+        int crc;
+        size_t data;
+        const char *says;
+    } cases[] = {
+        /* the 156-byte file of a header and nothing else: 268 million parameters */
+        {"input(1,1,4096);flatten;dense(65536);relu;dense(10);loss(softmax_ce)", "", 0, 0, "no header checksum"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 0, 0,
+         "the header's checksum is 00000000"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1, 0,
+         "0 bytes of tensors where the model its header describes needs 50872440 (4239370 parameters"},
+        {"input(1,1,1024);flatten;dense(4096);relu;dense(10);loss(softmax_ce)", ",\"crc32.header\":\"00000000\"", 1,
+         4096, "4096 bytes of tensors where"},
+        /* 170 parameters and 256 x 2^28 activations: the file is right, the memory check refuses */
+        {"input(1,4096,4096);conv2d(16,1,1,0);global_avgpool;flatten;dense(10);loss(softmax_ce)",
+         ",\"crc32.header\":\"00000000\"", 1, 4 * 3 * 202, "of host memory"},
+    };
+    char path[256], text[512];
+    mirror_strategy_desc sd;
+    mirror_strategy *s = NULL;
+    mirror_model *m;
+    mirror_error err;
+    size_t i, k, n;
+    unsigned char head[8] = {2, 0, 0, 0, 0, 0, 0, 0}, *file;
+    double t0;
+    long live;
+    memset(&sd, 0, sizeof sd);
+    sd.devices = "cpu:2", sd.host_memory = "1G"; /* the memory check's answer, whatever the machine */
+    CHECK(mirror_strategy_create(&sd, &s, NULL) == MIRROR_OK, "a strategy of 2 replicas");
+    path_in(path, "small.ckpt");
+    for (i = 0; s && i < sizeof cases / sizeof *cases; i++) {
+        unsigned char *bare = (unsigned char *)calloc(1, 10 + cases[i].data);
+        n = (size_t)snprintf(text, sizeof text,
+                             "{\"__metadata__\":{\"format\":\"mirror\",\"version\":\"1\",\"model\":\"%s\","
+                             "\"optimizer\":\"adam\"%s}}",
+                             cases[i].model, cases[i].tail);
+        memcpy(bare, head, 8), memcpy(bare + 8, "{}", 2); /* a 2-byte header, then the data */
+        if (cases[i].crc) {
+            file = reheader(bare, 10 + cases[i].data, text, &n);
+        } else { /* the header as it is */
+            file = (unsigned char *)calloc(1, 8 + n + cases[i].data);
+            for (k = 0; k < 8; k++) file[k] = (unsigned char)((uint64_t)n >> (8 * k));
+            memcpy(file + 8, text, n);
+            n += 8 + cases[i].data;
+        }
+        write_file(path, file, n);
+        memset(&err, 0, sizeof err);
+        live = live_allocs, largest_alloc = 0, t0 = mirror__now();
+        m = NULL;
+        CHECK(mirror_model_from_checkpoint(s, path, 0, &m, NULL, &err) < 0 && !m &&
+                  strstr(err.message, cases[i].says) && live_allocs == live && largest_alloc < ((size_t)1 << 20),
+              "a file of %zu bytes describing %s: refused in %.3f s, the largest allocation %zu bytes: %s", n,
+              cases[i].model, mirror__now() - t0, largest_alloc, err.message);
+        mirror_model_destroy(m);
+        free(bare), free(file);
+    }
+    mirror_strategy_destroy(s);
+}
+
 static void test_from_checkpoint_refused(void)
 {
     static const struct {
@@ -1183,18 +1363,18 @@ static unsigned char *safetensors_of(const weight *t, size_t nt, size_t *size)
    their values pointing into it; returns how many. */
 static size_t weights_of(const unsigned char *ckpt, size_t n, weight *t)
 {
-    mirror__header *h = (mirror__header *)malloc(sizeof *h);
+    mirror__header h;
     size_t hlen = 0, i, nt = 0;
     for (i = 0; i < 8; i++) hlen |= (size_t)ckpt[i] << (8 * i);
-    if (n > 8 + hlen && mirror__parse_header((const char *)ckpt + 8, hlen, h))
-        for (i = 0; i < h->nt && nt < 64; i++, nt++) {
-            memcpy(t[nt].name, h->t[i].name, sizeof t[nt].name);
+    if (n > 8 + hlen && mirror__parse_header((const char *)ckpt + 8, hlen, &h))
+        for (i = 0; i < h.nt && nt < 64; i++, nt++) {
+            snprintf(t[nt].name, sizeof t[nt].name, "%s", h.t[i].name);
             t[nt].dtype = "F32";
-            memcpy(t[nt].shape, h->t[i].shape, sizeof t[nt].shape);
-            t[nt].rank = h->t[i].rank, t[nt].count = h->t[i].count;
-            t[nt].v = (const float *)(ckpt + 8 + hlen + h->t[i].begin); /* 8-byte aligned: 8 + hlen is a multiple of 8 */
+            memcpy(t[nt].shape, h.t[i].shape, sizeof t[nt].shape);
+            t[nt].rank = h.t[i].rank, t[nt].count = h.t[i].count;
+            t[nt].v = (const float *)(ckpt + 8 + hlen + h.t[i].begin); /* 8-byte aligned: 8 + hlen is a multiple of 8 */
         }
-    free(h);
+    mirror__header_free(&h);
     return nt;
 }
 
@@ -1246,6 +1426,141 @@ static int refused(const unsigned char *file, size_t n, int want, const char *co
                 !memcmp(now, victim_before, victim_n * 4), live_allocs - live);
     free(now);
     return ok;
+}
+
+/* file (n bytes) with the first `from` of its header replaced by `to`. */
+static unsigned char *rewritten(const unsigned char *file, size_t n, const char *from, const char *to, size_t *out_n)
+{
+    char *text = edit(file, from, to);
+    unsigned char *out = reheader(file, n, text, out_n);
+    free(text);
+    return out;
+}
+
+/* Valid safetensors files that carry what mirror_load_weights does not use
+   (JSON escapes, long values, many keys, long names, many tensors passed
+   over) load; the limits this reader has are named when hit. t: the F32
+   tensors of a checkpoint of src's model, which victim has. */
+static void test_weights_json(const weight *t, size_t nt, mirror_model *src)
+{
+    static const struct {
+        const char *from, *to, *what;
+    } fine[] = {
+        {"{",
+         "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"two\\nlines, \\\"quoted\\\", a tab\\t, \\/ \\\\ \\b\\f\\r "
+         "\\u00e9 \\u20ac \\ud83d\\ude00\"},",
+         "a value with every JSON escape"},
+        {"{", "{\"__metadata__\":{\"k\\u00e9y\\n\":\"v\"},", "a key with escapes"},
+        {"\"layers.0.weight\"", "\"layers.0.w\\u0065ight\"", "a tensor name spelt with an escape"},
+        {"{", "{\"__metadata__\":{},", "an empty __metadata__"},
+        {"{", "{ \"__metadata__\" : { \"a\" : \"b\" } ,\n\t", "whitespace around every token"},
+    };
+    static const struct {
+        const char *from, *to, *says;
+    } limits[] = {
+        {"{", "{\"__metadata__\":{\"a\":\"x\\u0000y\"},", "a \\u0000 in a string, which this library cannot hold"},
+        {"{", "{\"__metadata__\":{\"a\":1},", "a metadata value that is not a string"},
+        {"{", "{\"__metadata__\":{\"a\":\"\\ud83d\"},", "a high surrogate not followed by a low one"},
+        {"{", "{\"__metadata__\":{\"a\":\"\\ude00\"},", "a lone low surrogate"},
+        {"{", "{\"__metadata__\":{\"a\":\"\\x\"},", "an unknown escape"},
+        {"{", "{\"__metadata__\":{\"a\":\"b\",\"a\":\"c\"},", "a metadata key given twice: \"a\""},
+        {"\"layers.0.bias\"", "\"layers.0.w\\u0065ight\"", "a tensor given twice: \"layers.0.weight\""},
+        {"\"shape\":[4,1,3,3]", "\"shape\":[1099511627776,1099511627776]", "more than 2^60 elements"},
+        {"\"shape\":[4,1,3,3]", "\"shape\":[4,1,3,3,1]", "[4, 1, 3, 3, ...] (rank 5) in the file"},
+        {"\"dtype\":\"F32\",", "\"dtype\":\"F32\",\"extra\":[1],", "an unknown field"},
+    };
+    char path[256];
+    mirror_error err = {0, ""};
+    mirror__text to = {NULL, 0, 0, 0};
+    unsigned char *plain, *file;
+    float *want = params(src, 0), *now;
+    size_t n, fn, i, k;
+    plain = safetensors_of(t, nt, &n);
+    path_in(path, "json.safetensors");
+    for (i = 0; i < sizeof fine / sizeof *fine + 5; i++) {
+        const char *what = i < sizeof fine / sizeof *fine ? fine[i].what : NULL, *from = "{";
+        to.len = 0;
+        if (what) {
+            from = fine[i].from, mirror__printf(&to, "%s", fine[i].to);
+        } else if (i == sizeof fine / sizeof *fine) { /* a value of 10000 bytes */
+            what = "a value of 10000 bytes";
+            mirror__printf(&to, "{\"__metadata__\":{\"long\":\"");
+            for (k = 0; k < 1000; k++) mirror__printf(&to, "%s", k % 2 ? "0123456789" : "\\\\23456789");
+            mirror__printf(&to, "\"},");
+        } else if (i == sizeof fine / sizeof *fine + 1) {
+            what = "1000 metadata keys";
+            mirror__printf(&to, "{\"__metadata__\":{");
+            for (k = 0; k < 1000; k++) mirror__printf(&to, "%s\"key%zu\":\"value %zu\"", k ? "," : "", k, k);
+            mirror__printf(&to, "},");
+        } else if (i == sizeof fine / sizeof *fine + 2) {
+            what = "a name of 200 characters passed over (a batch count)";
+            mirror__printf(&to, "{\"");
+            for (k = 0; k < 180; k++) mirror__printf(&to, "%c", 'a' + (int)(k % 26));
+            mirror__printf(&to, ".num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,0]},");
+        } else if (i == sizeof fine / sizeof *fine + 3) {
+            what = "400 tensors passed over (optimizer state)";
+            mirror__printf(&to, "{");
+            for (k = 0; k < 400; k++)
+                mirror__printf(&to, "\"optimizer.extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},",
+                               k);
+        } else {
+            what = "a key of 5000 characters";
+            mirror__printf(&to, "{\"__metadata__\":{\"");
+            for (k = 0; k < 5000; k++) mirror__printf(&to, "k");
+            mirror__printf(&to, "\":\"v\"},");
+        }
+        file = rewritten(plain, n, from, to.p, &fn);
+        write_file(path, file, fn);
+        now = NULL;
+        CHECK(!to.failed && mirror_load_weights(victim, path, &err) == MIRROR_OK &&
+                  !memcmp(now = params(victim, 1), want, victim_n * sizeof(float)),
+              "load weights: %s: loads (%s)", what, err.message);
+        free(now), free(file);
+    }
+    { /* each allocation of a load of 1000 keys and 400 tensors failing in turn: an error and nothing leaked */
+        long live;
+        int rc = MIRROR_ERR_NO_MEMORY, clean = 1;
+        to.len = 0;
+        mirror__printf(&to, "{\"__metadata__\":{");
+        for (k = 0; k < 1000; k++) mirror__printf(&to, "%s\"key%zu\":\"value %zu\"", k ? "," : "", k, k);
+        mirror__printf(&to, "},");
+        for (k = 0; k < 400; k++)
+            mirror__printf(&to, "\"optimizer.extra.%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},", k);
+        file = rewritten(plain, n, "{", to.p, &fn);
+        write_file(path, file, fn);
+        for (k = 0; k < 1000 && rc == MIRROR_ERR_NO_MEMORY; k++) {
+            live = live_allocs, allocs_before_failure = (long)k;
+            rc = mirror_load_weights(victim, path, &err);
+            allocs_before_failure = -1;
+            clean &= live_allocs == live && (rc == MIRROR_OK || rc == MIRROR_ERR_NO_MEMORY);
+        }
+        CHECK(rc == MIRROR_OK && clean, "load weights: each of its %zu allocations failing in turn: out of memory, "
+              "nothing leaked, then it loads (%s)", k - 1, err.message);
+        free(file);
+    }
+    free(victim_before), victim_before = params(victim, 1);
+    victim_steps = (long)mirror_optimizer_steps(victim);
+    for (i = 0; i < sizeof limits / sizeof *limits; i++) {
+        const char *says[2];
+        says[0] = limits[i].says, says[1] = NULL;
+        file = rewritten(plain, n, limits[i].from, limits[i].to, &fn);
+        CHECK(refused(file, fn, 0, says), "load weights: %s: refused, saying \"%s\"", limits[i].to, limits[i].says);
+        free(file);
+    }
+    { /* a header longer than this reader reads: 64 MiB and 8 bytes of spaces, then the tensors */
+        static const char *const says[] = {"this library reads headers of up to 64 MiB", NULL};
+        size_t len = ((size_t)1 << 26) + 8, hlen = 0;
+        for (k = 0; k < 8; k++) hlen |= (size_t)plain[k] << (8 * k);
+        file = (unsigned char *)malloc(8 + len + n);
+        for (k = 0; k < 8; k++) file[k] = (unsigned char)((uint64_t)len >> (8 * k));
+        memset(file + 8, ' ', len);
+        memcpy(file + 8, plain + 8, hlen);
+        memcpy(file + 8 + len, plain + 8 + hlen, n - 8 - hlen);
+        CHECK(refused(file, 8 + len + n - 8 - hlen, MIRROR_ERR_UNSUPPORTED, says),
+              "load weights: a header over 64 MiB: refused, naming the limit");
+        free(file);
+    }
+    free(to.p), free(plain), free(want);
 }
 
 static void test_load_weights(void)
@@ -1423,6 +1738,7 @@ static void test_load_weights(void)
         free(pa), free(pb);
         mirror_model_destroy(a), mirror_model_destroy(b);
     }
+    test_weights_json(t, nt, src);
     free(ckpt), free(ps), free(pv), free(victim_before);
     mirror_model_destroy(src), mirror_model_destroy(fresh), mirror_model_destroy(victim);
     mirror_strategy_destroy(s);
@@ -1490,12 +1806,14 @@ int main(void)
     test_hostile();
     test_hostile_counters();
     test_hostile_epoch_sums();
+    test_hostile_values();
     test_not_files();
     test_edges();
     test_targets();
     test_from_checkpoint(MIRROR_PRECISION_FP32);
     test_from_checkpoint(MIRROR_PRECISION_FP16);
     test_from_checkpoint_refused();
+    test_from_checkpoint_small_file();
     test_load_weights();
     mirror_dataset_free(&data);
     remove_tree(root);

@@ -5,13 +5,14 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static mirror__header h;
+    mirror__header h;
     mirror_model *m = fuzz_model();
     mirror_checkpoint_info info;
     mirror_loss_scale_state st;
     size_t i;
     int has_st;
     volatile float sink = 0.0f;
+    memset(&h, 0, sizeof h);
     if (!m) return 0;
     if (mirror__check_checkpoint(m, "fuzz", data, size, 0, &h, &info, &st, &has_st) == MIRROR_OK)
         for (i = 0; i < h.nt; i++) { /* what a load would copy */
@@ -22,6 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sink += f;
             }
         }
+    mirror__header_free(&h);
     (void)sink;
     return 0;
 }

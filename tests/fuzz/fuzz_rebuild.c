@@ -8,13 +8,14 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static mirror__header h;
+    mirror__header h;
     static mirror_strategy *s;
     mirror_strategy_desc sd;
     mirror_model_desc d;
     mirror_model *m = NULL;
     const char *layers = NULL;
     char *text = (char *)malloc(size + 1);
+    memset(&h, 0, sizeof h);
     if (!text) return 0;
     memcpy(text, data, size);
     text[size] = '\0';
@@ -28,6 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (mirror_model_create(&d, &m, NULL) == MIRROR_OK) mirror__add_described(m, layers, "fuzz");
         mirror_model_destroy(m);
     }
+    mirror__header_free(&h);
     free(text);
     return 0;
 }
