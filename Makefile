@@ -203,6 +203,8 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h 
 
 # The table of backend op cases (test_ops here, test_cuda on a GPU).
 $(BUILD)/test_ops: tests/ops.h
+# The ResNet case that tests/interop/resnet.c trains too.
+$(BUILD)/test_norm: tests/resnet_case.h
 
 # The MPI trainer and tests: the same sources with MIRROR_MPI, through mpicc.
 $(BUILD)/train_mpi: examples/train.c examples/models.h examples/options.h mirror.h | $(BUILD)
@@ -489,7 +491,7 @@ test-interop: info $(BUILD)/train $(BUILD)/interop_predict $(BUILD)/interop_resn
 $(BUILD)/interop_predict: tests/interop/predict.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/interop_resnet: tests/interop/resnet.c tests/digits.h mirror.h | $(BUILD)
+$(BUILD)/interop_resnet: tests/interop/resnet.c tests/digits.h tests/resnet_case.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # The guard against a collapse of the built-in GEMM (CI): below 0.3x

@@ -14,6 +14,7 @@
 #include "helpers.h"
 #include "digits.h"
 #include "files.h"
+#include "resnet_case.h"
 
 #include <math.h>
 #include <string.h>
@@ -343,56 +344,25 @@ static void test_deterministic(void)
    compiler and the CPU: each step checks that no relu's input changes sign
    unless it is within 1e-5 of 0 in both runs, and, until one has, that the
    parameters agree within 2e-6. */
-enum { SPLIT_SAMPLES = 951, SPLIT_Z = 50 * (8 * 144 + 8 * 144 + 16 * 36) };
-
-static mirror_model *split_resnet(mirror_strategy *s, size_t chunk)
-{
-    mirror_model_desc md = model_desc(s, 1, SIDE, SIDE, 50, 33);
-    md.deterministic = chunk > 0, md.chunk = chunk;
-    md.optimizer = optimizer_of(MIRROR_OPT_SGD, 0.05f);
-    md.optimizer.nesterov = 1, md.optimizer.weight_decay = 1e-4f;
-    return build_model(&md, NULL,
-                       "conv 8 3 1 1, batchnorm, relu, residual, conv 8 3 1 1, batchnorm, relu, residual_end, "
-                       "residual, conv 16 3 2 1, batchnorm, relu, residual_end, global_avgpool, flatten, dense 10");
-}
-
-/* The relus' inputs in m's last training step (its batchnorm layers'
-   outputs), each layer's rows in batch order (the replicas' shards in
-   turn), into z. */
-static size_t relu_inputs(const mirror_model *m, float *z)
-{
-    size_t i, r, n = 0;
-    for (i = 0; i < m->nlayers; i++) {
-        const mirror__layer *l = &m->layers[i];
-        for (r = 0; l->kind == MIRROR__BATCHNORM && r < m->s->replicas; r++) {
-            size_t k = m->rep[r].count * mirror__out_size(l);
-            if (n + k > SPLIT_Z) return 0;
-            memcpy(z + n, m->rep[r].acts + l->out_off, k * sizeof(float));
-            n += k;
-        }
-    }
-    return n;
-}
-
 static void test_modes(void)
 {
     mirror_dataset set;
-    float *za = (float *)malloc(SPLIT_Z * sizeof(float)), *zb = (float *)malloc(SPLIT_Z * sizeof(float));
+    float *za = (float *)malloc(RESNET_RELUS * sizeof(float)), *zb = (float *)malloc(RESNET_RELUS * sizeof(float));
     size_t R;
-    small_digits(&set, SPLIT_SAMPLES, 23, SIDE, 2);
+    small_digits(&set, RESNET_SAMPLES, 23, RESNET_SIDE, 2);
     for (R = 1; R <= 3 && za && zb; R++) {
         mirror_strategy *s = checked_strategy("cpu", R), *s1 = checked_strategy("cpu", 1);
-        mirror_model *a = split_resnet(s, 0), *b = split_resnet(s1, 16);
+        mirror_model *a = resnet_model(s, 0, NULL), *b = resnet_model(s1, 16, NULL);
         size_t k, i, n, first = 0, nz = 0, split = 0;
         double worst = 0.0, tie = 0.0;
         int ok = a && b;
-        for (k = 0; ok && !split && k < 20; k++, first += n) {
+        for (k = 0; ok && !split && k < RESNET_STEPS; k++, first += n) {
             mirror_batch batch;
-            n = k < 18 ? 50 : k == 18 ? 49 : 2;
+            n = resnet_rows(k);
             memset(&batch, 0, sizeof batch);
-            batch.x = set.x + first * SIDE * SIDE, batch.labels = set.labels + first, batch.n = n;
+            batch.x = set.x + first * RESNET_SIDE * RESNET_SIDE, batch.labels = set.labels + first, batch.n = n;
             ok = mirror_train_step(a, &batch, NULL) == MIRROR_OK && mirror_train_step(b, &batch, NULL) == MIRROR_OK &&
-                 (nz = relu_inputs(a, za)) > 0 && relu_inputs(b, zb) == nz;
+                 (nz = resnet_relu_inputs(a, za)) > 0 && resnet_relu_inputs(b, zb) == nz;
             for (i = 0; ok && i < nz; i++) /* where the runs' relus go different ways, this step's gradients part */
                 if ((za[i] > 0.0f) != (zb[i] > 0.0f)) {
                     double far = MIRROR__MAX(fabs((double)za[i]), fabs((double)zb[i]));
@@ -406,7 +376,7 @@ static void test_modes(void)
         CHECK(worst <= 2e-6 && tie <= 1e-5,
               "%zu replicas against deterministic mode: within %.2g of its parameters over %zu steps, then %s%.2g "
               "from 0 (a relu's tie within rounding, within 1e-5)",
-              R, worst, split ? split - 1 : (size_t)20, split ? "a relu's input of opposite sign, " : "no split, ",
+              R, worst, split ? split - 1 : (size_t)RESNET_STEPS, split ? "a relu's input of opposite sign, " : "no split, ",
               tie);
         mirror_model_destroy(a), mirror_model_destroy(b);
         mirror_strategy_destroy(s), mirror_strategy_destroy(s1);
