@@ -1714,7 +1714,8 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
    which it replaces), must each start as a checkpoint does (the header's
    8-byte length, then {"__metadata__":{"format":"mirror",); any other file
    (a user's notes.txt, an empty file) is refused with MIRROR_ERR_ARGUMENT
-   naming it, and left as it was; fit finds it before its first step. A crash
+   naming it, and left as it was; fit finds it before its first step (one
+   behind a missing PATH.N, at the save that reaches it). A crash
    never leaves PATH or PATH.N empty or cut short (the new file is renamed
    into place whole), so such a file is not a save's; a checkpoint cut short
    by something else after its first bytes (a copy, say) still counts, and is
@@ -13196,7 +13197,9 @@ static int mirror__ours(const char *path, const char **why)
    after: each of them must be a regular file, never a directory, a device,
    a FIFO, a socket or a symbolic link (which a rename would replace), and
    a checkpoint of this library's, never a user's file that happens to
-   have the name. */
+   have the name. (A user's file behind a gap, PATH.3 where PATH.2 is
+   missing, is found by the save that would reach it: keep may be SIZE_MAX,
+   and names are not walked past the first that is missing.) */
 static int mirror__check_targets(mirror_model *m, const char *path, size_t keep, char *name, size_t size)
 {
     struct stat st;
@@ -13758,7 +13761,8 @@ static int mirror__name_order(const void *name, const void *entry)
 static const mirror__entry *mirror__find_tensor(const mirror__header *h, const char *name)
 {
     mirror__entry *const *e = NULL;
-    if (h->nt) e = (mirror__entry *const *)bsearch(name, h->t_sorted, h->nt, sizeof *h->t_sorted, mirror__name_order);
+    if (h->nt && h->t_sorted)
+        e = (mirror__entry *const *)bsearch(name, h->t_sorted, h->nt, sizeof *h->t_sorted, mirror__name_order);
     return e ? *e : NULL;
 }
 
@@ -14035,14 +14039,17 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         }
         if (bad) {
             rc = mirror__fail(m, MIRROR_ERR_FORMAT,
-                              "%s: tensor %s: element %zu is %s (%g): not a checkpoint this library wrote for this "
-                              "model",
+                              "%s: tensor %s: element %zu is %s (%g): a value no run of this model gives (a checkpoint "
+                              "this library saves never holds it)",
                               path, want[i].name, k - 1, bad, (double)f);
             goto done;
         }
     }
-    /* Hand the wanted tensors back in the model's order. */
+    /* Hand the wanted tensors back in the model's order (no longer sorted
+       by name: no lookup by name after this). */
     MIRROR_FREE(h->t);
+    MIRROR_FREE(h->t_sorted);
+    h->t_sorted = NULL;
     h->t = mine;
     h->nt = nwant;
     mine = NULL;
@@ -14156,7 +14163,7 @@ static int mirror__meta_double(const mirror__header *h, const char *key, double 
    mid-epoch by fit holds them, into *e (kept 0 where it holds none: saved
    at an epoch's start, outside fit, or by an older mirror). Numbers that
    no run could give (more samples than the data, more correct than
-   samples, a negative loss or time) are refused. */
+   samples, a negative or NaN loss, a negative time) are refused. */
 static int mirror__epoch_sums_of(mirror_model *m, const char *path, const mirror__header *h,
                                  const mirror_checkpoint_info *c, mirror__epoch_sums *e)
 {
@@ -14166,7 +14173,7 @@ static int mirror__epoch_sums_of(mirror_model *m, const char *path, const mirror
     if (!mirror__meta_double(h, "epoch_loss_sum", &e->acc.loss_sum) ||
         !mirror__meta_double(h, "epoch_seconds", &e->seconds) || !mirror__meta_u64(h, "epoch_correct", &correct) ||
         !mirror__meta_u64(h, "epoch_samples", &count) || !mirror__meta_u64(h, "epoch_skipped", &skipped) ||
-        !c->epoch_step || e->acc.loss_sum < 0.0 || !(e->seconds >= 0.0 && e->seconds < 1e300) || !count ||
+        !c->epoch_step || !(e->acc.loss_sum >= 0.0) || !(e->seconds >= 0.0 && e->seconds < 1e300) || !count ||
         correct > count || (c->samples && count > c->samples) || skipped > c->epoch_step)
         return mirror__fail(m, MIRROR_ERR_FORMAT,
                             "%s: the epoch's running numbers (epoch_loss_sum, epoch_correct, epoch_samples, "
@@ -14208,7 +14215,9 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         (!weights_only && (rc = mirror__epoch_sums_of(m, path, h, &got, &sums))) ||
         (rc = mirror__remember_source(m, path, 1, buf, size)))
         goto done;
-    /* Everything checked: now, and only now, the model changes. */
+    /* Everything checked: now, and only now, the model changes (an
+       earlier checkpoint's epoch sums no longer describe its parameters). */
+    m->resumed_sums.kept = 0;
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
         size_t n = mirror__tensors(m, params, state, m->running, dst);
@@ -14422,6 +14431,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
         goto done;
     }
     /* Everything checked: now the model changes, and its run starts afresh. */
+    m->resumed_sums.kept = 0; /* a checkpoint's epoch sums describe its parameters, not these */
     if ((rc = mirror__remember_source(m, path, 0, buf, size)) || (rc = mirror__upload_params(m, params))) goto done;
     if (m->nrunning) memcpy(m->running, running, m->nrunning * sizeof(float)); /* none without batchnorm */
     m->bn_stale = 1;

@@ -584,6 +584,7 @@ static void test_hostile_epoch_sums(void)
         {"\"epoch_skipped\":\"0\"", "\"epoch_skipped\":\"5\"", "more skipped steps than steps"},
         {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"-", "a negative loss sum"},
         {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"x", "a loss sum that is not a number"},
+        {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"nan\",\"x\":\"", "a loss sum of NaN"},
         {"\"epoch_seconds\":\"", "\"epoch_seconds\":\"-", "a negative time"},
         {"\"epoch_step\":\"4\"", "\"epoch_step\":\"0\"", "an epoch's numbers at its start"},
     };
