@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import math
 import os
 import re
 import stat
@@ -121,9 +122,16 @@ def _entries(model, path):
         m = re.fullmatch(rf"([a-z_0-9]+)(?:\(((?:{NUMBER})(?:,(?:{NUMBER})){{0,3}})\))?", text)
         if not m:
             raise MirrorModelError(f'{path}: malformed layer "{text}" in the model description')
-        args = [float.fromhex(a) if a[1:2] in ("x", "X") else float(a) for a in m.group(2).split(",")] \
-            if m.group(2) is not None else []
+        args = [_number(a) for a in m.group(2).split(",")] if m.group(2) is not None else []
         yield m.group(1), args
+
+
+def _number(text):
+    """A number as C's strtod reads it: a hexadecimal float too large is infinite, as in C (then out of range)."""
+    try:
+        return float.fromhex(text) if text[1:2] in ("x", "X") else float(text)
+    except OverflowError:
+        return math.inf
 
 
 def _f32(a):

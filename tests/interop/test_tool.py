@@ -134,6 +134,7 @@ def descriptions(tmp):
         (flat + "dense(16777217)", "units 16777217 is out of range"),
         (flat + "dense(1000000001)", "out of range: each argument in [0, 1e9]"),
         (flat + "dense(1e999)", "out of range"),
+        (flat + "dense(0x1p2000)", "out of range"),
         (flat + "dense(nan)", 'malformed layer "dense(nan)"'),
         (flat + "dense(inf)", 'malformed layer "dense(inf)"'),
         (flat + "dense(-2)", 'malformed layer "dense(-2)"'),
