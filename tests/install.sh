@@ -184,12 +184,19 @@ for prefix in "$odd/my prefix" "$odd/R&D" "$odd/R|D"; do
 done
 prefix=/opt/mirror
 check "make install, uninstall DESTDIR='$odd/my stage'" odd_path "$odd/my stage" DESTDIR="$odd/my stage" PREFIX="$prefix"
+# refused for what the path holds (the message), before anything is made,
+# directories too
 refused_path() {
     rm -rf "$odd" && mkdir "$odd" && : >"$odd/my" || return 1
-    ! "$MAKE" install "$@" && ! "$MAKE" uninstall "$@" && no_files_but "$odd" "$odd/my"
+    ! "$MAKE" install "$@" >"$tmp/refused.out" 2>&1 && grep -q 'cannot hold; nothing done' "$tmp/refused.out" &&
+        ! "$MAKE" uninstall "$@" >"$tmp/refused.out" 2>&1 && grep -q 'cannot hold; nothing done' "$tmp/refused.out" &&
+        test "$(find "$odd" -mindepth 1)" = "$odd/my" && return 0
+    cat "$tmp/refused.out"
+    return 1
 }
 check "make install and uninstall refuse PREFIX='$odd/it's'" refused_path PREFIX="$odd/it's"
 check "make install and uninstall refuse DESTDIR='$odd/a#b'" refused_path DESTDIR="$odd/a#b"
+check "make install and uninstall refuse PREFIX='$odd/a\"b'" refused_path PREFIX="$odd/a\"b"
 
 echo "install: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
