@@ -2109,8 +2109,15 @@ MIRROR_HD static inline float mirror_hd_maxpool_grad_at(const void *dy, const in
 
 
 /* y = max(0, x), and NaN stays NaN (torch.relu): a NaN in the data must
-   reach the loss, not vanish into a zero. */
-MIRROR_HD static inline float mirror_hd_relu(float x) { return x <= 0.0f ? 0.0f : x; }
+   reach the loss, not vanish into a zero. On the bits, x <= 0 ? 0 : x: nvcc
+   compiles that comparison into a max that returns a NaN of its own
+   (FMNMX.NAN), not x's bits, so the GPU's relu was not the CPU's. Negative
+   and not NaN: the sign bit set, at most -Inf's bits. */
+MIRROR_HD static inline float mirror_hd_relu(float x)
+{
+    uint32_t u = mirror_hd_bits(x);
+    return u >= 0x80000000u && u <= 0xff800000u ? 0.0f : x;
+}
 
 /* dx = dy where the output was positive or NaN; y = relu(x), so this is
    x > 0 or NaN (torch's threshold_backward). */

@@ -75,6 +75,16 @@ static void test_layers_keep_nan(void)
     CHECK(isnan(mirror_hd_relu(NAN)) && mirror_hd_relu(-0.0f) == 0.0f && mirror_hd_relu(-1.0f) == 0.0f &&
               mirror_hd_relu(2.0f) == 2.0f,
           "relu(NaN) is NaN, relu of a negative is 0");
+    {
+        /* bit for bit, as the GPU's relu must match it: a NaN's sign and
+           payload kept, -0, -Inf and a negative subnormal to +0 */
+        static const uint32_t kept[6] = {0x7fc00001u, 0xffc00000u, 0xff800001u, 0x7f800000u, 0x00000001u, 0u};
+        static const uint32_t zeroed[4] = {0x80000000u, 0xff800000u, 0x80000001u, 0xbf800000u};
+        int i, ok = 1;
+        for (i = 0; i < 6; i++) ok &= mirror_hd_bits(mirror_hd_relu(mirror_hd_float(kept[i]))) == kept[i];
+        for (i = 0; i < 4; i++) ok &= mirror_hd_bits(mirror_hd_relu(mirror_hd_float(zeroed[i]))) == 0u;
+        CHECK(ok, "relu on the bits: NaNs, +Inf, +0 and positive subnormals kept; -0, -Inf, negatives to +0");
+    }
     CHECK(mirror_hd_relu_grad(NAN, 0.5f) == 0.5f && mirror_hd_relu_grad(0.0f, 0.5f) == 0.0f,
           "relu's gradient passes where the output is NaN (torch's threshold_backward)");
     /* two planes of 2x2, window 2: [1 NaN; 3 2] and [-1 -2; 5 NaN] */
