@@ -4497,10 +4497,11 @@ struct mirror__backend {
                  float weight_decay, int decoupled);
 
     /* Mixed precision; format is MIRROR_PRECISION_FP16 or _BF16. */
-    /* The model's precision, once after open: the storage of the layer ops
+    /* The model's precision, after open: the storage of the layer ops
        (16-bit unless MIRROR_PRECISION_FP32), largest the most values of
        one storage operand (CPU replicas keep that much fp32 scratch for
-       each of an op's operands). MIRROR_OK, or MIRROR_ERR_NO_MEMORY. */
+       each of an op's operands: a later call for more grows it). MIRROR_OK,
+       or MIRROR_ERR_NO_MEMORY. */
     int (*set_precision)(void *dev, int precision, size_t largest);
     void (*narrow)(void *dev, uint16_t *dst, const float *src, size_t n, int format);
     void (*widen)(void *dev, float *dst, const uint16_t *src, size_t n, int format);
@@ -4653,6 +4654,7 @@ typedef struct mirror__cpu_dev {
     double mark[MIRROR__MARKS]; /* timing: the clock at the phases' edges */
     int format;                 /* the storage: 0 fp32, else 16-bit (set_precision) */
     float *wide[MIRROR__CPU_SCRATCH]; /* 16-bit storage: fp32 scratch for an op's operands */
+    size_t wide_n;              /* the values each scratch holds */
 } mirror__cpu_dev;
 
 /* A replica's memory beyond its arenas: the built-in GEMM's packing
@@ -5829,14 +5831,26 @@ static void mirror__cpu_adam(void *dev, float *MIRROR__RESTRICT w, float *MIRROR
                                       decoupled, bc1, bc2_sqrt));
 }
 
+/* A later call for more values than the scratch holds makes it anew (the
+   ops widen `largest` values into it); out of memory leaves the device as
+   it was. */
 static int mirror__cpu_set_precision(void *dev, int precision, size_t largest)
 {
     mirror__cpu_dev *d = (mirror__cpu_dev *)dev;
-    int i;
+    float *wide[MIRROR__CPU_SCRATCH] = {NULL};
+    int i, ok = 1;
+    largest = largest ? largest : 1;
+    if (precision && largest > d->wide_n) {
+        for (i = 0; i < MIRROR__CPU_SCRATCH && ok; i++)
+            ok = (wide[i] = (float *)mirror__alloc(largest, sizeof(float))) != NULL;
+        for (i = 0; i < MIRROR__CPU_SCRATCH; i++) {
+            MIRROR_FREE(ok ? d->wide[i] : wide[i]);
+            if (ok) d->wide[i] = wide[i];
+        }
+        if (!ok) return MIRROR_ERR_NO_MEMORY;
+        d->wide_n = largest;
+    }
     d->format = precision;
-    for (i = 0; precision && i < MIRROR__CPU_SCRATCH; i++)
-        if (!d->wide[i] && !(d->wide[i] = (float *)mirror__alloc(largest ? largest : 1, sizeof(float))))
-            return MIRROR_ERR_NO_MEMORY;
     return MIRROR_OK;
 }
 

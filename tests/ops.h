@@ -64,7 +64,7 @@
      slice_verdict                          5 x3 (format 0 or 16-bit)
      sgd                                    5 (momentum, Nesterov, decay, clip, skip, v NULL) x fp32
      adam                                   4 (AdamW, clip, skip) x fp32
-     set_precision                          1 x3
+     set_precision                          1 (and a second context's scratch grown) x3
      narrow, widen                          3 each (wide range, ties, subnormals, Inf, NaN) x fp16, bf16
      check                                  4 x fp16, bf16
      sgd_mixed, adam_mixed                  4 each x fp16, bf16
@@ -524,18 +524,43 @@ static void op_workspace(ops_t *t, const ops_case *c)
     ops_flag(t, "workspace: monotone in largest, fp32 the least", ok);
 }
 
-/* set_precision again, then an op that reads and writes that storage. */
+/* set_precision again, then an op that reads and writes that storage (a[0]
+   values). On a second context set_precision for 1 value, fp32, then for
+   a[1] (a test's order on one device): an op on a[1] values stays within
+   the scratch (CPU replicas') that the last call asked for. */
 static void op_set_precision(ops_t *t, const ops_case *c)
 {
-    size_t n = c->a[0], i;
-    float *x = ops_rand(t, n, -3, 3);
-    void *dx, *dy;
+    size_t n = c->a[0], n2 = c->a[1], es = ops_es(t), i, ws = 0;
+    float *x = ops_rand(t, n, -3, 3), *x2 = ops_rand(t, n2, -3, 3);
+    unsigned char *h2 = (unsigned char *)ops_hold(t, n2 * es), *back = (unsigned char *)ops_hold(t, n2 * es);
+    mirror_error err = {0, ""};
+    void *dx, *dy, *d2;
     ops_out *o;
+    int ok;
     ops_flag(t, "set_precision: MIRROR_OK", t->be->set_precision(t->dev, t->format, OPS_LARGEST) == MIRROR_OK);
-    dx = ops_up(t, x, n), dy = ops_dev(t, n * ops_es(t));
+    dx = ops_up(t, x, n), dy = ops_dev(t, n * es);
     t->be->relu_forward(t->dev, dy, dx, n);
     o = ops_get(t, "an op in that storage", dy, n, OPS_ST, OPS_EXACT);
     for (i = 0; i < n; i++) o->want[i] = x[i] > 0 ? x[i] : 0.0;
+    d2 = t->be->open(t->s, 0, &ws, &err);
+    ops_flag(t, "a second context", d2 != NULL);
+    if (!d2) return;
+    ok = t->be->set_precision(d2, t->format, 1) == MIRROR_OK &&
+         t->be->set_precision(d2, MIRROR_PRECISION_FP32, 0) == MIRROR_OK &&
+         t->be->set_precision(d2, t->format, n2) == MIRROR_OK;
+    ops_flag(t, "set_precision for 1 value, fp32, then for more: MIRROR_OK", ok);
+    for (i = 0; i < n2; i++)
+        if (t->format) ((uint16_t *)h2)[i] = mirror_hd_narrow(x2[i], t->format);
+        else ((float *)h2)[i] = x2[i];
+    dx = t->be->alloc(d2, n2 * es), dy = t->be->alloc(d2, n2 * es);
+    t->be->upload(d2, dx, h2, n2 * es);
+    t->be->relu_forward(d2, dy, dx, n2);
+    t->be->download(d2, back, dy, n2 * es);
+    o = ops_self(t, "the second context's op on more values than its first set_precision's", n2);
+    for (i = 0; i < n2; i++) o->got[i] = mirror_hd_load(back, i, t->format), o->want[i] = x2[i] > 0 ? x2[i] : 0.0;
+    t->be->release(d2, dx), t->be->release(d2, dy);
+    t->be->close(d2);
+    t->be->bind(t->dev);
 }
 
 /* ---- GEMMs ------------------------------------------------------------------ */
@@ -1781,7 +1806,7 @@ static const ops_case ops_cases[] = {
     OPS_CASE("adam", op_adam, OPS_F32ONLY, 1000, 1, 0, 0)
     OPS_CASE("adam", op_adam, OPS_F32ONLY, 33, 0, 1, 0)
     OPS_CASE("adam", op_adam, OPS_F32ONLY, 37, 1, 1, 1)
-    OPS_CASE("set_precision", op_set_precision, OPS_ALL, 37)
+    OPS_CASE("set_precision", op_set_precision, OPS_ALL, 37, 4099)
     OPS_CASE("narrow", op_narrow, OPS_16, 1)
     OPS_CASE("narrow", op_narrow, OPS_16, 33)
     OPS_CASE("narrow", op_narrow, OPS_16, 4099)
