@@ -604,7 +604,13 @@
       the operands' alignment: it is told the alignment every chunk has
       whatever the replica count (mirror__chunk_align: 64 bytes, or the
       lowest bit of K rows of a dense layer's inputs or outputs), not the
-      one this count gives the chunk's place in the arena. On GPUs the
+      one this count gives the chunk's place in the arena. cuBLAS picks by
+      the alignment of C too, a weight gradient's in fp32: each chunk's
+      gradient arena starts at a multiple of param_align floats (256
+      bytes on a GPU: mirror__chunk_stride), as a replica's first does;
+      back to back, one replica's chunk 1 sat at 8 bytes where 4 replicas
+      have it at 256, and a 16-bit GEMM (tensor cores) may then take a
+      kernel that adds the products in another order. On GPUs the
       chunks are added on the first GPU in chunk order (the copy reducer's
       sum; NCCL's order is its own, so the nccl reducer hands it over), in
       one process: GPU replicas across processes are refused
@@ -6106,9 +6112,22 @@ static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r
     return MIRROR__MIN(m->chunk, r->count - *at);
 }
 
+/* Floats from one chunk's gradient arena to the next: the gradient's,
+   rounded up to the backend's param_align, so that every chunk's arena,
+   and each tensor in it, has the alignment of the first whatever the
+   chunk's place. cuBLAS picks a weight gradient GEMM's kernel by the
+   alignment of its C too: arenas back to back would put chunk 1's at 8
+   bytes on one replica and at 256 on another replica count, which may
+   pick a kernel that adds the products in another order. */
+static size_t mirror__chunk_stride(const mirror_model *m)
+{
+    size_t a = m->be->param_align ? m->be->param_align : 1;
+    return (m->nslots + a - 1) / a * a;
+}
+
 static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *r, size_t q)
 {
-    return m->chunk ? r->chunk_grads + q * m->nslots : r->grads;
+    return m->chunk ? r->chunk_grads + q * mirror__chunk_stride(m) : r->grads;
 }
 
 /* Global replica g's rows [*begin, *begin + *count) of a batch of n: an
@@ -10230,8 +10249,8 @@ static void mirror__arena_bytes(const mirror_model *m, size_t r, size_t workspac
 {
     /* mixed precision: + the 16-bit working copy; + the 16-bit gradient */
     out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
-    out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0) +
-                                   (m->chunk ? m->chunks_max * sizeof(float) : 0)); /* deterministic: per chunk */
+    out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0)) + /* deterministic: per chunk */
+                     (m->chunk ? m->chunks_max * mirror__chunk_stride(m) * sizeof(float) : 0);
     /* sharded on the host: one state */
     out->optimizer = r == 0 || m->sharded != MIRROR__SHARDED_HOST ? mirror__state_floats(m) * sizeof(float) : 0;
     out->activations = mirror__step_buffers(m, NULL) + workspace + m->bn_size * sizeof(float) +
@@ -10529,7 +10548,8 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
     if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct || !p->host_acc)
         return 0;
-    if (m->chunk && !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * m->nslots * sizeof(float))))
+    if (m->chunk &&
+        !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * mirror__chunk_stride(m) * sizeof(float))))
         return 0;
     if (m->nrunning) {
         p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));

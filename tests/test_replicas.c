@@ -1320,7 +1320,7 @@ static void test_gemm_keys(void)
                 mirror_strategy *s = new_strategy("cpu", R);
                 mirror_model *m = NULL;
                 const char *what = mirror_precision_name(precisions[p]);
-                size_t differ = 0, over = 0, caps = 0;
+                size_t differ = 0, over = 0, caps = 0, stray = 0, q;
                 memset(&keys, 0, sizeof keys);
                 if (s) s->backend = &be;
                 if (!s || !(m = model_with(s, 0, MIRROR_OPT_ADAM, 53, chunks[c], precisions[p]))) {
@@ -1336,6 +1336,11 @@ static void test_gemm_keys(void)
                 }
                 qsort(keys.k, keys.n, sizeof *keys.k, key_order);
                 for (i = 0; i < keys.ndev; i++) caps += keys.cap[i] != keys.cap[0] || !keys.cap[0];
+                for (i = 0; i < R; i++) /* a weight gradient GEMM's C: cuBLAS picks by its alignment too */
+                    for (q = 0; q < m->rep[i].nchunks; q++)
+                        stray += (uintptr_t)mirror__chunk_grads(m, &m->rep[i], q) % 256 != 0;
+                CHECK(stray == 0, "gemm keys, %s, chunks of %zu, %zu replicas: every chunk's gradient arena at 256 "
+                      "bytes, as the first (%zu not)", what, chunks[c], R, stray);
                 for (i = 0; i < keys.n; i++)
                     over += keys.k[i].key[0] > keys.k[i].own[0] || keys.k[i].key[1] > keys.k[i].own[1] ||
                             keys.k[i].key[2] > keys.k[i].own[2];

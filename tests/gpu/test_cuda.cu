@@ -12,7 +12,8 @@
    elements; evaluate, predict, checkpoints across backends and MSE on the
    GPU; phase timing by CUDA events; a wait past the timeout; NCCL's
    bucketed all-reduce (one rank); the bias gradient in two passes;
-   deterministic mode on 1, 2 and 4 replicas of a GPU (and on two GPUs). With two
+   deterministic mode on 1, 2 and 4 replicas of a GPU (and on two GPUs), and
+   the CNN's fp16 chunk gradients on 1 and 4, tensor by tensor. With two
    GPUs or more: NCCL and the copy reducer across GPUs in fp32, fp16 and
    bf16, training on every GPU, fp16's skip decision through NCCL, and the
    caller's current GPU.
@@ -1441,6 +1442,78 @@ static void test_deterministic_gpu(void)
     }
 }
 
+/* The trainer's CNN (conv 16, conv 32, dense 128, dense 10) in fp16,
+   deterministic with chunks of 16, one step of 64 samples on cuda:0 (4
+   chunks, one replica) and on cuda:0,0,0,0 (a chunk each): every chunk's
+   gradient arena at 256 bytes, as on 4 replicas (cuBLAS picks a weight
+   gradient GEMM's kernel by the alignment of its fp32 C: arenas back to
+   back put chunk 1's at 8 bytes), and each chunk's gradient, tensor by
+   tensor, then the parameters, bit for bit; the first tensor that differs
+   is named. */
+static mirror_model *chunk_cnn(const char *devices)
+{
+    mirror_strategy *s = strategy(devices, MIRROR_REDUCER_COPY);
+    mirror_model_desc d;
+    mirror_model *m = NULL;
+    size_t perm[150];
+    mirror_batch b;
+    memset(&d, 0, sizeof d);
+    d.strategy = s, d.deterministic = 1, d.chunk = 16, d.max_batch = 64, d.seed = 1;
+    d.channels = 1, d.height = 28, d.width = 28;
+    d.optimizer.kind = MIRROR_OPT_ADAM;
+    d.precision = MIRROR_PRECISION_FP16;
+    if (!s || mirror_model_create(&d, &m, NULL)) {
+        mirror_strategy_destroy(s);
+        return NULL;
+    }
+    mirror_conv2d(m, 16, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    mirror_conv2d(m, 32, 3, 1, 1), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
+    mirror_flatten(m), mirror_dense(m, 128), mirror_relu(m), mirror_dense(m, 10);
+    mirror_permutation(perm, 150, 9, 0);
+    memset(&b, 0, sizeof b);
+    b.x = data.x, b.labels = data.labels, b.rows = data.count, b.index = perm, b.n = 64;
+    if (mirror_model_build(m) || mirror_train_step(m, &b, NULL)) {
+        fprintf(stderr, "chunk_cnn on %s: %s\n", devices, mirror_model_error(m));
+        mirror_model_destroy(m), mirror_strategy_destroy(s);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_chunk_alignment_gpu(void)
+{
+    mirror_model *one = chunk_cnn("cuda:0"), *four = chunk_cnn("cuda:0,0,0,0");
+    size_t q, i, n = one ? one->nslots : 0, bad = 0, np = one ? mirror_num_parameters(one) : 0;
+    float *a = (float *)malloc((n + np + 1) * 4), *b = (float *)malloc((n + np + 1) * 4);
+    char first[160] = "none";
+    CHECK(one && four && four->nslots == n && a && b, "the CNN in fp16, deterministic, one step on 1 and 4 replicas");
+    for (q = 0; one && four && a && b && q < 4; q++) {
+        const float *gq = mirror__chunk_grads(one, &one->rep[0], q);
+        bad += (uintptr_t)gq % 256 != 0;
+        one->be->download(one->rep[0].dev, a, gq, n * 4);
+        four->be->download(four->rep[q].dev, b, mirror__chunk_grads(four, &four->rep[q], 0), n * 4);
+        for (i = 0; i < one->nlayers && !strcmp(first, "none"); i++) {
+            const mirror__layer *l = &one->layers[i];
+            if (memcmp(a + l->w_off, b + l->w_off, l->n_w * 4) || memcmp(a + l->b_off, b + l->b_off, l->n_b * 4))
+                snprintf(first, sizeof first, "chunk %zu, layer %zu (%s), its %s", q, i,
+                         mirror__kind_names[l->kind], memcmp(a + l->w_off, b + l->w_off, l->n_w * 4) ? "W" : "b");
+        }
+    }
+    CHECK(bad == 0, "deterministic mode: every chunk's gradient arena at 256 bytes on one GPU replica (%zu not)", bad);
+    CHECK(!strcmp(first, "none"), "fp16 chunk gradients: 1 replica's bitwise 4 replicas' (first to differ: %s)",
+          first);
+    if (one && four && a && b) {
+        mirror_get_parameters(one, 0, a, np), mirror_get_parameters(four, 3, b, np);
+        CHECK(same_bits(a, b, np), "fp16 CNN: the parameters after one step, 1 and 4 replicas bit for bit");
+    }
+    free(a), free(b);
+    for (q = 0; q < 2; q++) {
+        mirror_model *m = q ? four : one;
+        mirror_strategy *s = m ? m->s : NULL;
+        mirror_model_destroy(m), mirror_strategy_destroy(s);
+    }
+}
+
 /* The sharded update's two operations against the CPU's: a slice's flag
    exactly and its sum of squares within 1e-6 (another order of the same
    double sums), in fp32 and in 16 bits unscaled; then the verdict, the
@@ -2252,6 +2325,7 @@ int main(int argc, char **argv)
     if (ops_only) return close_all();
     test_training();
     test_deterministic_gpu();
+    test_chunk_alignment_gpu();
     test_sharded_gpu();
     test_graphs_gpu();
     test_copy_reducer();
