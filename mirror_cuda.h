@@ -928,34 +928,56 @@ __global__ void mirror__k_widen(float *dst, const uint16_t *src, size_t n, int f
    element left them at 27% (check) and 63% (Adam) of a copy's bandwidth on
    an H200. So a thread takes a group of elements with one vector access
    per array (16 bytes, or 8 of 16-bit values beside floats) where every
-   array is aligned for it: the host counts the groups (mirror__groups),
-   and the elements after the last group, or all of them where an array is
-   not aligned (a slice of the sharded update), go one a thread. Each
-   element's arithmetic is the shared math's, as before. */
+   array is aligned for it (mirror__aligned, asked by the host); a group
+   cut short by the end, or one of arrays that are not aligned (a slice
+   one element in), is read and written an element at a time. The update's
+   arithmetic is written once per lane of a group, whatever the accesses:
+   a second copy for the elements left over was compiled with other
+   multiply-adds fused (ptxas fuses as it schedules), and the sharded
+   update, whose slices end on whole groups, gave other bits than the
+   update of the whole, whose last elements were left over. */
 static int mirror__aligned(const void *p, size_t bytes) { return !p || (uintptr_t)p % bytes == 0; }
 
-static size_t mirror__groups(size_t n, size_t size, int aligned) { return aligned ? n / size : 0; }
+#define MIRROR__GROUP 4 /* elements a thread of an update takes */
 
-__device__ static void mirror__load4(const float *p, size_t q, float x[4])
+__device__ static void mirror__get4(const float *p, size_t i0, size_t n, int whole, float x[4])
 {
-    float4 v = ((const float4 *)p)[q];
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    if (whole) {
+        float4 v = *(const float4 *)(p + i0);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        return;
+    }
+    for (int k = 0; k < 4; k++) x[k] = i0 + k < n ? p[i0 + k] : 0.0f;
 }
 
-__device__ static void mirror__store4(float *p, size_t q, const float x[4])
+__device__ static void mirror__put4(float *p, size_t i0, size_t n, int whole, const float x[4])
 {
-    ((float4 *)p)[q] = make_float4(x[0], x[1], x[2], x[3]);
+    if (whole) {
+        *(float4 *)(p + i0) = make_float4(x[0], x[1], x[2], x[3]);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        if (i0 + k < n) p[i0 + k] = x[k];
 }
 
-__device__ static void mirror__load4_16(const uint16_t *p, size_t q, uint16_t h[4])
+__device__ static void mirror__get4_16(const uint16_t *p, size_t i0, size_t n, int whole, uint16_t h[4])
 {
-    uint2 v = ((const uint2 *)p)[q];
-    h[0] = (uint16_t)v.x, h[1] = (uint16_t)(v.x >> 16), h[2] = (uint16_t)v.y, h[3] = (uint16_t)(v.y >> 16);
+    if (whole) {
+        uint2 v = *(const uint2 *)(p + i0);
+        h[0] = (uint16_t)v.x, h[1] = (uint16_t)(v.x >> 16), h[2] = (uint16_t)v.y, h[3] = (uint16_t)(v.y >> 16);
+        return;
+    }
+    for (int k = 0; k < 4; k++) h[k] = i0 + k < n ? p[i0 + k] : (uint16_t)0;
 }
 
-__device__ static void mirror__store4_16(uint16_t *p, size_t q, const uint16_t h[4])
+__device__ static void mirror__put4_16(uint16_t *p, size_t i0, size_t n, int whole, const uint16_t h[4])
 {
-    ((uint2 *)p)[q] = make_uint2(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16);
+    if (whole) {
+        *(uint2 *)(p + i0) = make_uint2(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        if (i0 + k < n) p[i0 + k] = h[k];
 }
 
 /* Any thread that meets a non-finite unscaled element stores 1: every
@@ -978,37 +1000,33 @@ __global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, 
 
 /* The fused updates return at once on a skipped step; every thread reads
    the same flag, so a block leaves as a whole. */
-__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n,
-                                    size_t groups, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int aligned,
+                                    int format, const mirror_loss_scale_state *st, const mirror__tick *t,
                                     float momentum, float weight_decay, int nesterov)
 {
     float inv_scale, lr = t->lr;
     if (st->found_nonfinite) return;
     inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
-    MIRROR__FOR_EACH(q, groups) /* of 4 */
+    MIRROR__FOR_EACH(q, (n + MIRROR__GROUP - 1) / MIRROR__GROUP)
     {
+        size_t i0 = q * MIRROR__GROUP;
+        int whole = aligned && i0 + MIRROR__GROUP <= n;
         float ws[4], vs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         uint16_t gs[4], hs[4];
-        mirror__load4(w, q, ws), mirror__load4_16(g, q, gs);
-        if (v) mirror__load4(v, q, vs);
-        for (int k = 0; k < 4; k++)
+        mirror__get4(w, i0, n, whole, ws), mirror__get4_16(g, i0, n, whole, gs);
+        if (v) mirror__get4(v, i0, n, whole, vs);
+        for (int k = 0; k < MIRROR__GROUP; k++)
             mirror_hd_sgd_mixed(&ws[k], &vs[k], &hs[k], gs[k], format, inv_scale, lr, momentum, weight_decay, nesterov);
-        mirror__store4(w, q, ws), mirror__store4_16(w16, q, hs);
-        if (v) mirror__store4(v, q, vs);
-    }
-    MIRROR__FOR_EACH(r, n - 4 * groups)
-    {
-        size_t i = 4 * groups + r;
-        float unused = 0.0f;
-        mirror_hd_sgd_mixed(&w[i], v ? &v[i] : &unused, &w16[i], g[i], format, inv_scale, lr, momentum,
-                            weight_decay, nesterov);
+        mirror__put4(w, i0, n, whole, ws), mirror__put4_16(w16, i0, n, whole, hs);
+        if (v) mirror__put4(v, i0, n, whole, vs);
     }
 }
 
 /* Adam's t is st->applied + 1; its bias corrections, once per block. */
 __global__ void mirror__k_adam_mixed(float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g,
-                                     size_t n, size_t groups, int format, const mirror_loss_scale_state *st, const mirror__tick *t,
-                                     float beta1, float beta2, float eps, float weight_decay, int decoupled)
+                                     size_t n, int aligned, int format, const mirror_loss_scale_state *st,
+                                     const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
+                                     int decoupled)
 {
     __shared__ float bias[2]; /* bc1, bc2_sqrt */
     float inv_scale, lr = t->lr;
@@ -1016,21 +1034,19 @@ __global__ void mirror__k_adam_mixed(float *w, float *avg, float *avg_sq, uint16
     if (threadIdx.x == 0) mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bias[0], &bias[1]);
     __syncthreads();
     inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
-    MIRROR__FOR_EACH(q, groups) /* of 4 */
+    MIRROR__FOR_EACH(q, (n + MIRROR__GROUP - 1) / MIRROR__GROUP)
     {
+        size_t i0 = q * MIRROR__GROUP;
+        int whole = aligned && i0 + MIRROR__GROUP <= n;
         float ws[4], ms[4], vs[4];
         uint16_t gs[4], hs[4];
-        mirror__load4(w, q, ws), mirror__load4(avg, q, ms), mirror__load4(avg_sq, q, vs), mirror__load4_16(g, q, gs);
-        for (int k = 0; k < 4; k++)
+        mirror__get4(w, i0, n, whole, ws), mirror__get4(avg, i0, n, whole, ms), mirror__get4(avg_sq, i0, n, whole, vs);
+        mirror__get4_16(g, i0, n, whole, gs);
+        for (int k = 0; k < MIRROR__GROUP; k++)
             mirror_hd_adam_mixed(&ws[k], &ms[k], &vs[k], &hs[k], gs[k], format, inv_scale, lr, beta1, beta2, eps,
                                  weight_decay, decoupled, bias[0], bias[1]);
-        mirror__store4(w, q, ws), mirror__store4(avg, q, ms), mirror__store4(avg_sq, q, vs), mirror__store4_16(w16, q, hs);
-    }
-    MIRROR__FOR_EACH(r, n - 4 * groups)
-    {
-        size_t i = 4 * groups + r;
-        mirror_hd_adam_mixed(&w[i], &avg[i], &avg_sq[i], &w16[i], g[i], format, inv_scale, lr, beta1, beta2, eps,
-                             weight_decay, decoupled, bias[0], bias[1]);
+        mirror__put4(w, i0, n, whole, ws), mirror__put4(avg, i0, n, whole, ms), mirror__put4(avg_sq, i0, n, whole, vs);
+        mirror__put4_16(w16, i0, n, whole, hs);
     }
 }
 
@@ -2007,7 +2023,7 @@ static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uin
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    size_t groups = mirror__groups(n, 8, mirror__aligned(g, 16));
+    size_t groups = mirror__aligned(g, 16) ? n / 8 : 0; /* of 8, the rest one a thread */
     mirror__k_check<<<mirror__blocks(groups ? groups : n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, groups, format);
     MIRROR__LAUNCHED(d, "check kernel");
 }
@@ -2018,10 +2034,9 @@ static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16,
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    size_t groups = mirror__groups(n, 4, mirror__aligned(w, 16) && mirror__aligned(v, 16) && mirror__aligned(w16, 8) &&
-                                             mirror__aligned(g, 8));
-    mirror__k_sgd_mixed<<<mirror__blocks(groups ? groups : n), MIRROR__THREADS, 0, d->stream>>>(
-        w, v, w16, g, n, groups, format, st, t, momentum, weight_decay, nesterov);
+    int aligned = mirror__aligned(w, 16) && mirror__aligned(v, 16) && mirror__aligned(w16, 8) && mirror__aligned(g, 8);
+    mirror__k_sgd_mixed<<<mirror__blocks((n + MIRROR__GROUP - 1) / MIRROR__GROUP), MIRROR__THREADS, 0, d->stream>>>(
+        w, v, w16, g, n, aligned, format, st, t, momentum, weight_decay, nesterov);
     MIRROR__LAUNCHED(d, "sgd_mixed kernel");
 }
 
@@ -2031,10 +2046,10 @@ static void mirror__cuda_adam_mixed(void *dev, float *w, float *avg, float *avg_
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
-    size_t groups = mirror__groups(n, 4, mirror__aligned(w, 16) && mirror__aligned(avg, 16) &&
-                                             mirror__aligned(avg_sq, 16) && mirror__aligned(w16, 8) && mirror__aligned(g, 8));
-    mirror__k_adam_mixed<<<mirror__blocks(groups ? groups : n), MIRROR__THREADS, 0, d->stream>>>(
-        w, avg, avg_sq, w16, g, n, groups, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
+    int aligned = mirror__aligned(w, 16) && mirror__aligned(avg, 16) && mirror__aligned(avg_sq, 16) &&
+                  mirror__aligned(w16, 8) && mirror__aligned(g, 8);
+    mirror__k_adam_mixed<<<mirror__blocks((n + MIRROR__GROUP - 1) / MIRROR__GROUP), MIRROR__THREADS, 0, d->stream>>>(
+        w, avg, avg_sq, w16, g, n, aligned, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
 

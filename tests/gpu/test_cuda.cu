@@ -1089,6 +1089,30 @@ static void test_mixed_updates(void)
               "%s AdamW on a slice one element in: the CPU's within the tolerances above, w16 narrow(w), element 0 "
               "untouched", format_name(f));
         free(gw), free(gm), free(gv), free(gw16);
+        /* the first 65536 elements against two slices of them cut 3
+           before the end: the last 4 elements, a whole group of 4 in the
+           one, are an element at a time in the other (a group cut short,
+           and a slice not aligned), as an update of the whole and the
+           sharded update's slices can take them: the same bits */
+        {
+            float *gw2, *gm2, *gv2;
+            uint16_t *gh2;
+            G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
+            G->upload(gdev, dw16, w16, n * 2);
+            const size_t whole = 65536, cut = whole - 3;
+            G->adam_mixed(gdev, dw, dm, dv, dw16, dg, whole, f, dst, dadam_t, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+            gw = from_gpu(dw, n), gm = from_gpu(dm, n), gv = from_gpu(dv, n), gw16 = from_gpu16(dw16, n);
+            G->upload(gdev, dw, w, n * 4), G->upload(gdev, dm, m, n * 4), G->upload(gdev, dv, v, n * 4);
+            G->upload(gdev, dw16, w16, n * 2);
+            G->adam_mixed(gdev, dw, dm, dv, dw16, dg, cut, f, dst, dadam_t, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+            G->adam_mixed(gdev, dw + cut, dm + cut, dv + cut, dw16 + cut, dg + cut, whole - cut, f, dst, dadam_t, 0.9f,
+                          0.999f, 1e-8f, 0.01f, 1);
+            gw2 = from_gpu(dw, n), gm2 = from_gpu(dm, n), gv2 = from_gpu(dv, n), gh2 = from_gpu16(dw16, n);
+            CHECK(bitwise(gw, gw2, n) && bitwise(gm, gm2, n) && bitwise(gv, gv2, n) && !memcmp(gw16, gh2, n * 2),
+                  "%s AdamW on 65536 elements in two slices, cut 3 before the end: the bits of one call",
+                  format_name(f));
+            free(gw), free(gm), free(gv), free(gw16), free(gw2), free(gm2), free(gv2), free(gh2);
+        }
         /* a skipped step: the flag set, every buffer as it was */
         st.found_nonfinite = 1;
         G->upload(gdev, dst, &st, sizeof st);
