@@ -561,7 +561,7 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
             grep -rq 'more than the physical memory (16.0 MiB); going on, as host_memory (\$MIRROR_HOST_MEMORY) is advisory$' \
                 "$tmp/pack-cpu/smoke" || { echo "no notice of the 16 MiB machine in $tmp/pack-cpu/smoke"; return 1; }
         fi
-        for s in smoke test_cuda trainer bench sanitizer mpi compile; do
+        for s in smoke test_cuda trainer bench sanitizer profile mpi compile; do
             grep -q "^== $s\$" "$r" || { echo "no stage $s in $r"; return 1; }
         done
         grep -qE '^== end: [0-9]+ passed, 0 failed, [0-9]+ skipped, 0 cut' "$r" &&
@@ -574,7 +574,7 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
     pack_report() {
         sh tools/gpu_report.sh "$tmp/pack-cpu" "$tmp/GPU.md" || return 1
         n=$(grep -cE '^(ok|FAILED|skipped|cut|peer): ' "$tmp/pack-cpu/gpu-results.txt")
-        test "$n" -gt 40 && test "$(grep -cE '^\| (smoke|test_cuda|trainer|bench|sanitizer|mpi|compile) \| .* \| (ok|FAILED|skipped|cut|peer) \|$' "$tmp/GPU.md")" -eq "$n" &&
+        test "$n" -gt 40 && test "$(grep -cE '^\| (smoke|test_cuda|trainer|bench|sanitizer|profile|mpi|compile) \| .* \| (ok|FAILED|skipped|cut|peer) \|$' "$tmp/GPU.md")" -eq "$n" &&
             grep -q '^| commit | [0-9a-f]' "$tmp/GPU.md" && grep -q '^| verdict | .* 0 failed' "$tmp/GPU.md" &&
             grep -q '^## mirror against PyTorch' "$tmp/GPU.md" && grep -q '^mirror mlp8192 ' "$tmp/GPU.md"
     }
@@ -613,7 +613,7 @@ gpu 0: Stand-in, compute capability 9.0, 80.0 GiB, 132 SMs, code sm_90 SASS}" >"
     pack_peers() {
         fake_info 0
         echo 0 >"$fake/test_cuda.failed"
-        fake_run peers "smoke trainer mpi" || return 1
+        fake_run peers "smoke trainer mpi profile" || return 1
         r=$tmp/peers/gpu-results.txt
         grep -q '^test_cuda: 3 passed, 0 failed' "$r" &&
             grep -q '^peer: bench_torch.py --modes eager,graphs (PyTorch failed, not mirror: exit 1: RuntimeError: file too short)$' "$r" &&
@@ -627,10 +627,10 @@ gpu 0: Stand-in, compute capability 9.0, 80.0 GiB, 132 SMs, code sm_90 SASS}" >"
     pack_mirror_fails() {
         printf '#!/bin/sh\necho "========= Invalid __global__ read of size 4 bytes"\necho "========= ERROR SUMMARY: 1 error"\nexit 99\n' \
             >"$fake/compute-sanitizer"
-        ! fake_run sanfound "smoke trainer bench mpi compile" &&
+        ! fake_run sanfound "smoke trainer bench profile mpi compile" &&
             grep -q '^FAILED: compute-sanitizer --tool memcheck over test_cuda ops (exit 99: ' "$tmp/sanfound/gpu-results.txt" &&
-            echo 1 >"$fake/test_cuda.failed" && ! fake_run ownfail "smoke trainer bench sanitizer mpi compile" &&
-            grep -qE '^== end: 3 passed, 1 failed, 6 skipped, 0 cut, 0 peer; ' "$tmp/ownfail/gpu-results.txt"
+            echo 1 >"$fake/test_cuda.failed" && ! fake_run ownfail "smoke trainer bench sanitizer profile mpi compile" &&
+            grep -qE '^== end: 3 passed, 1 failed, 7 skipped, 0 cut, 0 peer; ' "$tmp/ownfail/gpu-results.txt"
     }
     check "run.sh: an error the sanitizer finds, and test_cuda's own failure, are mirror's: FAILED, exit 1" pack_mirror_fails
     pack_stops() {

@@ -68,7 +68,7 @@ for p in $PROGRAMS; do
     chmod 755 "$pack/$p" "$pack/nonccl/$p"
 done
 cp tests/gpu/pack_run.sh "$pack/run.sh" && chmod 755 "$pack/run.sh" || exit 1
-cp bench/bench_torch.py bench/bench_torch_amp.py bench/gpu_table.sh "$pack/bench/" || exit 1
+cp bench/bench_torch.py bench/bench_torch_amp.py bench/profile_torch.py bench/gpu_table.sh "$pack/bench/" || exit 1
 
 # What the programs need at start: the newest glibc symbol version, and the
 # shared libraries (the run script looks for cuBLAS and NCCL).

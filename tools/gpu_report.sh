@@ -119,7 +119,8 @@ awk -v src="$res" '
     }' "$res" >"$tmp" || exit 1
 # Every figure as printed, where the benchmarks' outputs came back too.
 raw=
-for f in bench_gpu.txt bench_torch.txt bench_torch_compile.txt bench_fused_cuda.txt bench_torch_amp.txt; do
+for f in bench_gpu.txt bench_torch.txt bench_torch_compile.txt bench_fused_cuda.txt bench_torch_amp.txt profile-phases.txt \
+    profile-ncu.txt profile-torch.txt; do
     [ -s "$dir/$f" ] && raw="$raw $f"
 done
 if [ -n "$raw" ]; then

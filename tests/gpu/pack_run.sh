@@ -20,6 +20,9 @@
 #              bench_torch_amp.py, and bench/gpu_table.sh's comparison
 #   sanitizer  compute-sanitizer memcheck, then racecheck, over "test_cuda
 #              ops" (the operation tests)
+#   profile    where the CNN's step at batch 512 spends its time: the
+#              trainer's phases, its kernels under ncu, PyTorch's under
+#              torch.profiler (bench/profile_torch.py)
 #   mpi        the CUDA + MPI trainer, where it is built and mpirun is
 #              (make test-gpu; the pack has no MPI)
 #   compile    bench_torch.py's torch.compile (minutes), then the table again
@@ -86,7 +89,8 @@ export MIRROR_HOST_MEMORY
 passed=0 failed=0 skipped=0 cut=0 peers=0
 rm -rf "$out/smoke" "$out/trainer"
 rm -f "$out"/bench_gpu.txt "$out"/bench_torch.txt "$out"/bench_torch_compile.txt "$out"/bench_fused_cuda.txt \
-    "$out"/bench_torch_amp.txt "$out"/bench_digits.bin "$out"/bench-table.txt
+    "$out"/bench_torch_amp.txt "$out"/bench_digits.bin "$out"/bench-table.txt "$out"/profile-phases.txt \
+    "$out"/profile-ncu.txt "$out"/profile-torch.txt
 mkdir -p "$out/smoke" "$out/trainer" || exit 2
 : >"$res"
 
@@ -513,6 +517,48 @@ if stage sanitizer; then
                 "$bin/test_cuda" ops
         fi
     done
+fi
+
+# ---- profile ---------------------------------------------------------------
+# The CNN is the workload where mirror trails PyTorch on a GPU (0.86x in
+# fp32 on an H200, against cuDNN's convolutions): where each spends a step.
+# The trainer's phases (--phases; the data on the device, 10 steps of 512,
+# 2 on CPU replicas), then its kernels under ncu (one metric, each kernel's
+# time, summed per kernel name; the clocks left alone), and PyTorch's
+# kernels under torch.profiler. ncu and PyTorch are peers: their failures
+# are theirs.
+phased() { grep -q '^phases (ms per step' "$1" && trained "$1"; }
+ncu_timed() { grep -q 'gpu__time_duration.sum' "$1"; }
+torch_profiled() { grep -q '^device time a step: ' "$1"; }
+if stage profile; then
+    want_r=1 want_p=fp32
+    run "train_cuda --phases: the CNN's step at batch 512, phase by phase" 60 "$out/profile-phases.txt" phased \
+        "$bin/train_cuda" --devices "$(devices 1)" --model cnn --synthetic $([ $mode = cpu ] && echo 1024 || echo 5120) \
+        --batch 512 --epochs 1 --no-deterministic --phases
+    say "$(grep '^phases' "$out/profile-phases.txt" 2>/dev/null)"
+    ncu=$(command -v ncu 2>/dev/null)
+    for d in ${CUDA_PATH:-} /usr/local/cuda; do
+        [ -n "$ncu" ] || [ ! -x "$d/bin/ncu" ] || ncu=$d/bin/ncu
+    done
+    if [ $mode = cpu ]; then
+        skipped "ncu over the trainer's CNN (GPU only)"
+        skipped "profile_torch.py: PyTorch's CNN under torch.profiler (GPU only)"
+    else
+        if [ -z "$ncu" ]; then
+            skipped "ncu over the trainer's CNN (not in PATH, \$CUDA_PATH/bin or /usr/local/cuda/bin)"
+        else
+            peer_run ncu anything "ncu over the trainer's CNN: each kernel's time" 120 "$out/profile-ncu.txt" ncu_timed \
+                "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+                "$bin/train_cuda" --devices cuda:0 --model cnn --synthetic 2560 --batch 512 --epochs 1
+        fi
+        if [ -n "$torch" ]; then
+            peer_run PyTorch anything "profile_torch.py: PyTorch's CNN under torch.profiler" 120 "$out/profile-torch.txt" \
+                torch_profiled python3 "$scripts/profile_torch.py" --dir "$out"
+            say "torch: $(grep '^device time a step: ' "$out/profile-torch.txt" 2>/dev/null)"
+        else
+            skipped "profile_torch.py (PyTorch not importable, or no bench stage)"
+        fi
+    fi
 fi
 
 # ---- mpi -------------------------------------------------------------------
