@@ -606,18 +606,22 @@
       lowest bit of K rows of a dense layer's inputs or outputs), not the
       one this count gives the chunk's place in the arena. cuBLAS picks by
       the alignment of C too, a weight gradient's in fp32: each chunk's
-      gradient arena starts at a multiple of param_align floats (256
-      bytes on a GPU: mirror__chunk_stride), as a replica's first does;
-      back to back, one replica's chunk 1 sat at 8 bytes where 4 replicas
-      have it at 256, and a 16-bit GEMM (tensor cores) may then take a
-      kernel that adds the products in another order. On GPUs the
-      chunks are added on the first GPU in chunk order (the copy reducer's
-      sum; NCCL's order is its own, so the nccl reducer hands it over), in
-      one process: GPU replicas across processes are refused
-      (MIRROR_ERR_UNSUPPORTED). The cost: K = 16
-      makes the weight-gradient GEMMs 16 samples deep and keeps ceil(chunks
-      / replicas) gradient arenas per replica (the memory report counts them
-      under gradients); bench/RESULTS.md has the measured time and memory.
+      gradient arena starts at a multiple of param_align floats (64 on a
+      GPU, 256 bytes: mirror__chunk_stride), as a replica's first does.
+      Packed back to back, one replica's chunk 1 was only 8-byte aligned,
+      where 4 replicas hold it as a first chunk, at 256 bytes, and an fp16
+      or bf16 GEMM (tensor cores) took another kernel for it, which added
+      the products in another order (an H200, 1 against 4 replicas). On GPUs
+      the chunks are added on the first GPU in chunk order (the copy
+      reducer's sum; NCCL's order is its own, so the nccl reducer hands it
+      over), in one process: GPU replicas across processes are refused
+      (MIRROR_ERR_UNSUPPORTED). On one H200, 1, 2 and 4 replicas of the
+      GPU gave the same parameters bit for bit (fp32 and fp16; bf16 on 1
+      and 4); on two GPUs or more it has not run (bench/GPU.md). The
+      cost: K = 16 makes the weight-gradient GEMMs 16 samples deep and
+      keeps ceil(chunks / replicas) gradient arenas per replica (the
+      memory report counts them under gradients); bench/RESULTS.md has the
+      measured time and memory.
 
    MEMORY
 
