@@ -1,6 +1,6 @@
 /* bench_gpu.c - training throughput on one GPU (make bench-gpu; needs a GPU).
    The workloads, each with Adam, in fp32 (strict: mirror's GEMMs do not use
-   TF32) and in fp16 mixed precision:
+   TF32) and in fp16 and bf16 mixed precision:
 
      mlp      784-256-128-10 at batch 128: launch-bound
      mlp2048  784-2048-2048-10 at batch 4096
@@ -12,8 +12,10 @@
    and with the sharded update (each replica a slice). The data sit in device memory where they
    fit (mirror_keep_data; as PyTorch's benchmark keeps its data on the device): a step uploads
    its rows' indices alone and the GPU gathers them; where they do not fit, or on CPU replicas,
-   each step gathers its batch on the host (and a GPU uploads it). Medians of ROUNDS timings of
-   a run of steps, after a warm-up run.
+   each step gathers its batch on the host (and a GPU uploads it). The small MLP runs once more
+   with its data on the host (MIRROR_DATA_OFF: each step gathers and uploads its batch, as
+   mirror does without mirror_keep_data), where its first runs had them on the device. Medians
+   of ROUNDS timings of a run of steps, after a warm-up run.
    Writes the synthetic digits to DIR/bench_digits.bin (--out DIR, else
    $BENCH_DIR, else build) for bench/bench_torch.py, which trains the same
    models on the same data.
@@ -70,15 +72,17 @@ static void fail(const char *what)
    step's metrics are read, which waits for the GPU to finish them all.
    Step k takes the dataset's k-th run of `batch` rows (through an index,
    so that the batch is over the dataset's arrays, which mirror_keep_data
-   keeps on the device where they fit: *on_device says whether). */
-static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch, size_t steps, int *on_device)
+   keeps on the device where they fit and place allows: *on_device says
+   whether). */
+static double time_steps(mirror_model *m, const mirror_dataset *ds, size_t batch, size_t steps,
+                         mirror_data_place place, int *on_device)
 {
     double t[ROUNDS];
     size_t round, k, i, per = ds->count / batch, *index = (size_t *)malloc(ds->count * sizeof(size_t));
     mirror_metrics out;
     if (!index) fail("out of memory");
     for (i = 0; i < ds->count; i++) index[i] = i;
-    if (mirror_keep_data(m, ds, MIRROR_DATA_AUTO, on_device)) fail(mirror_model_error(m));
+    if (mirror_keep_data(m, ds, place, on_device)) fail(mirror_model_error(m));
     for (round = 0; round <= ROUNDS; round++) { /* round 0 warms up */
         double t0 = now();
         for (k = 0; k < steps; k++) {
@@ -155,7 +159,8 @@ int main(int argc, char **argv)
                         {"mlp2048", 4096, 20, 784, 2048, 2},
                         {"mlp8192", 8192, 5, 8192, 8192, 3},
                         {"cnn", 512, 20, 0, 0, 0}};
-    static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
+    static const mirror_precision precisions[3] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16,
+                                                   MIRROR_PRECISION_BF16};
     const char *devices = "cuda:0", *dir = getenv("BENCH_DIR") ? getenv("BENCH_DIR") : "build";
     char path[4096];
     int quick = 0, a;
@@ -193,12 +198,18 @@ int main(int argc, char **argv)
     for (i = 0; i < sizeof loads / sizeof *loads; i++) {
         const workload *w = &loads[i];
         mirror_dataset own, *ds = &digits;
+        int kept = 0; /* a run of this workload had its data on the device */
         if (w->in == 8192 || (quick && w->in == 512)) random_data(&own, w->batch, w->in), ds = &own;
-        for (p = 0; p < 4; p++) {
-            mirror_model *m = build(s, w, precisions[p / 2], MIRROR_SHARD_AUTO, (int)(p % 2));
+        /* runs 0-5: each precision eager and with graphs, the data where they fit; then, for the
+           small MLP whose data sat on the device, 6-11 again with the data on the host (elsewhere
+           the first runs were the host's already, or the data did not fit) */
+        for (p = 0; p < (!strcmp(w->name, "mlp") && kept ? 12u : 6u); p++) {
+            mirror_precision precision = precisions[p % 6 / 2];
+            mirror_model *m = build(s, w, precision, MIRROR_SHARD_AUTO, (int)(p % 2));
             int on_device = 0;
-            double t = time_steps(m, ds, w->batch, w->steps, &on_device);
-            printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precisions[p / 2]),
+            double t = time_steps(m, ds, w->batch, w->steps, p < 6 ? MIRROR_DATA_AUTO : MIRROR_DATA_OFF, &on_device);
+            kept |= on_device;
+            printf("mirror %s %zu %s %.0f %.3f ", w->name, w->batch, mirror_precision_name(precision),
                    (double)w->batch / t, 1e3 * t);
             if (w->in) printf("%.1f", 6.0 * (double)w->batch * (double)mirror_num_parameters(m) / t / 1e12);
             else printf("-");
@@ -228,7 +239,7 @@ int main(int argc, char **argv)
         s = strategy(list);
         for (r = 0; r < 2; r++) {
             m = build(s, cnn, MIRROR_PRECISION_FP32, r ? MIRROR_SHARD_ON : MIRROR_SHARD_OFF, 0);
-            t[r] = time_steps(m, &digits, cnn->batch, cnn->steps, &on_device);
+            t[r] = time_steps(m, &digits, cnn->batch, cnn->steps, MIRROR_DATA_AUTO, &on_device);
             mirror_model_destroy(m);
         }
         printf("replicas %zu %.3f %.3f data=%s\n", mirror_num_replicas(s), 1e3 * t[0], 1e3 * t[1],

@@ -7,22 +7,28 @@ DIR/bench_digits.bin (written by bench_gpu; DIR from --dir, else $BENCH_DIR,
 else build), random data for mlp8192. The
 data sits on the device before timing (PyTorch's fastest loop; mirror keeps
 its data on the device too where they fit, mirror_keep_data), and each line
-ends with data=device (data=host on the CPU). Each workload in three modes
-and three precisions:
+ends with data=device (data=host on the CPU). On a GPU the mlp runs once
+more with data=host: its data in pinned host memory, each step's batch
+copied to the device (non_blocking; with graphs, into the static input
+before the replay), as mirror's data=host rows upload theirs. Each workload
+in three modes and four precisions:
 
   modes       eager; graphs (the whole step captured once in a CUDA graph and
               replayed: Adam(capturable=True), static input tensors);
               compile (torch.compile of the model, default mode; asked for
-              by --modes: a dozen Inductor compiles take minutes)
+              by --modes: a score of Inductor compiles take minutes)
   precisions  fp32 (TF32 off in cuBLAS and cuDNN: mirror's fp32); tf32 (TF32
-              on in both); amp (autocast to fp16 with a GradScaler, as
-              mirror's fp16 mixed precision; not in a CUDA graph, where the
-              scaler's host check cannot run)
+              on in both; on a GPU only, the CPU's tf32 being its fp32); amp
+              (autocast to fp16 with a GradScaler, as mirror's fp16 mixed
+              precision; not in a CUDA graph, where the scaler's host check
+              cannot run); amp-bf16 (autocast to bf16, no scaler, as
+              mirror's bf16: in a CUDA graph too, autocast's cast cache off
+              there)
 
 Then cuBLAS's own GEMM rate at 8192 x 8192 x 8192 in each precision (what
 the GEMM-bound workload is measured against). Prints
 
-  torch <workload> <batch> <precision> <mode> <samples/s> <ms/step> <TFLOP/s|->
+  torch <workload> <batch> <precision> <mode> <samples/s> <ms/step> <TFLOP/s|-> data=<device|host>
   cublas <precision> <TFLOP/s>
 
 Arguments: [cuda|cpu] [--quick] [--modes eager,graphs,compile] [--dir DIR].
@@ -39,6 +45,7 @@ import torch
 from torch import nn
 
 ROUNDS = 5
+PRECISIONS = ("fp32", "tf32", "amp", "amp-bf16")
 WORKLOADS = [  # name, batch, steps, (in, width, depth) for an MLP of random data, or None for the digits
     ("mlp", 128, 50, None),
     ("mlp2048", 4096, 20, (784, 2048, 2)),
@@ -96,8 +103,12 @@ def timed(step, steps, dev):
     return statistics.median(times)
 
 
+AUTOCAST = {"amp": torch.float16, "amp-bf16": torch.bfloat16}
+
+
 def bench(name, batch, steps, shape, x, y, dev, precision, mode):
-    """Seconds per step, or None where the mode does not apply."""
+    """Seconds per step, or None where the mode does not apply. x and y on
+    the host (pinned) with dev "cuda": each step copies its batch over."""
     if mode == "graphs" and (dev != "cuda" or precision == "amp"):
         return None
     set_tf32(dev, precision == "tf32")
@@ -109,7 +120,9 @@ def bench(name, batch, steps, shape, x, y, dev, precision, mode):
     per = x.shape[0] // batch
 
     def step_on(xb, yb):
-        with torch.autocast(dev, dtype=torch.float16, enabled=precision == "amp"):
+        # a graph's capture may not keep autocast's cast copies past it
+        with torch.autocast(dev, dtype=AUTOCAST.get(precision, torch.float16), enabled=precision in AUTOCAST,
+                            cache_enabled=mode != "graphs"):
             loss = loss_fn(fwd(xb), yb)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -119,11 +132,11 @@ def bench(name, batch, steps, shape, x, y, dev, precision, mode):
     def eager(k):
         i = (k % per) * batch
         opt.zero_grad(set_to_none=True)
-        step_on(x[i:i + batch], y[i:i + batch])
+        step_on(x[i:i + batch].to(dev, non_blocking=True), y[i:i + batch].to(dev, non_blocking=True))
 
     if mode != "graphs":
         return timed(eager, steps, dev)
-    sx, sy = x[:batch].clone(), y[:batch].clone()
+    sx, sy = x[:batch].to(dev, copy=True), y[:batch].to(dev, copy=True)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the graph, as capture requires
@@ -148,7 +161,7 @@ def bench(name, batch, steps, shape, x, y, dev, precision, mode):
 def gemm_rate(dev, precision, n):
     """cuBLAS's (torch.mm's) TFLOP/s on an n x n x n product."""
     set_tf32(dev, precision == "tf32")
-    dtype = torch.float16 if precision == "amp" else torch.float32
+    dtype = AUTOCAST.get(precision, torch.float32)
     a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
     return 2.0 * n ** 3 / timed(lambda k: torch.mm(a, b), 10, dev) / 1e12
 
@@ -168,7 +181,9 @@ def main():
         return 1
     digits_x, digits_y = load(os.path.join(where, "bench_digits.bin"))
     name = torch.cuda.get_device_name(0) if dev == "cuda" else "the CPU"
-    print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}) on {name}; data on the device")
+    precisions = [p for p in PRECISIONS if dev == "cuda" or p != "tf32"]  # the CPU's tf32 is its fp32
+    also = ", the mlp's from pinned host memory too (data=host)" if dev == "cuda" else ""
+    print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}) on {name}; data on the device{also}")
     for wname, batch, steps, shape in WORKLOADS:
         if quick:
             batch, steps = max(batch // 16, 1), 3
@@ -180,18 +195,21 @@ def main():
             y = torch.arange(batch) % 10
         else:
             x, y = digits_x, digits_y
-        x, y = x.to(dev), y.to(dev)
-        lived = "host" if x.device.type == "cpu" else "device"  # each step slices x and y where they lie
         params = sum(p.numel() for p in model(wname, shape).parameters())
-        for precision in ("fp32", "tf32", "amp"):
-            for mode in modes:
-                t = bench(wname, batch, steps, shape, x, y, dev, precision, mode)
-                if t is None:
-                    continue
-                tflops = f"{6.0 * batch * params / t / 1e12:.1f}" if shape else "-"
-                print(f"torch {wname} {batch} {precision} {mode} {batch / t:.0f} {1e3 * t:.3f} {tflops} data={lived}",
-                      flush=True)
-    for precision in ("fp32", "tf32", "amp"):
+        places = [(x.to(dev), y.to(dev))]  # each step slices x and y where they lie
+        if wname == "mlp" and dev == "cuda":  # and from pinned host memory
+            places.append((x.pin_memory(), y.pin_memory()))
+        for px, py in places:
+            lived = "host" if px.device.type == "cpu" else "device"
+            for precision in precisions:
+                for mode in modes:
+                    t = bench(wname, batch, steps, shape, px, py, dev, precision, mode)
+                    if t is None:
+                        continue
+                    tflops = f"{6.0 * batch * params / t / 1e12:.1f}" if shape else "-"
+                    print(f"torch {wname} {batch} {precision} {mode} {batch / t:.0f} {1e3 * t:.3f} {tflops} "
+                          f"data={lived}", flush=True)
+    for precision in precisions:
         print(f"cublas {precision} {gemm_rate(dev, precision, 512 if quick else 8192):.1f}", flush=True)
     return 0
 

@@ -581,6 +581,26 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
     check "tools/gpu_report.sh (make gpu-report): the --cpu results made into a page with every check and figure" pack_report
 fi
 
+# bench/gpu_table.sh on made-up lines: the MLP with its data on the device
+# and through the host are two rows, each against PyTorch's figure from the
+# same place (its faster mode), and bf16 against amp-bf16 in the second table.
+gpu_table_rows() {
+    mkdir -p "$tmp/table"
+    printf '%s\n' "mirror mlp 128 fp32 900 1 - eager data=device" "mirror mlp 128 fp32 800 1 - graphs data=host" \
+        "mirror mlp 128 bf16 600 1 - graphs data=device" "mirror mlp 128 bf16 300 1 - eager data=host" >"$tmp/table/bench_gpu.txt"
+    printf '%s\n' "torch mlp 128 fp32 eager 300 1 - data=device" "torch mlp 128 fp32 graphs 400 1 - data=host" \
+        "torch mlp 128 amp-bf16 graphs 200 1 - data=device" "torch mlp 128 amp-bf16 eager 150 1 - data=host" \
+        "torch mlp 128 amp eager 100 1 - data=device" >"$tmp/table/bench_torch.txt"
+    sh bench/gpu_table.sh "$tmp/table" >"$tmp/table.out" 2>&1 &&
+        grep -qE '^mlp +128 device \| +900 +300 eager +3\.00x \|' "$tmp/table.out" &&
+        grep -qE '^mlp +128 host +\| +800 +400 graphs +2\.00x \|' "$tmp/table.out" &&
+        grep -qE '^mlp +128 device \| +600 +200 graphs +3\.00x \| +- +2\.00x \| eager/-/graphs$' "$tmp/table.out" &&
+        grep -qE '^mlp +128 host +\| +300 +150 eager +2\.00x \| +- +- \| graphs/-/eager$' "$tmp/table.out" ||
+        { cat "$tmp/table.out"; return 1; }
+}
+check "bench/gpu_table.sh: a row for each place of the data, each against PyTorch's from the same place; bf16 against amp-bf16" \
+    gpu_table_rows
+
 # The pack's script on stand-ins for its programs (tests/gpu/pack_run.sh
 # from the tree; no nvcc needed): a GPU that gpu_info reports, test_cuda's
 # result line, a python3 whose PyTorch imports but whose benchmarks and

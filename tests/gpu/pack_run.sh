@@ -450,7 +450,7 @@ if stage bench; then
     else
         gargs='' targs="--modes eager,graphs"
     fi
-    run "bench_gpu${gargs:+ $gargs}: mirror in fp32 and fp16, eager and graphs; the CNN on 1 to 8 replicas" 240 \
+    run "bench_gpu${gargs:+ $gargs}: mirror in fp32, fp16 and bf16, eager and graphs; the CNN on 1 to 8 replicas" 240 \
         "$out/bench_gpu.txt" has_mirror "$bin/bench_gpu" $gargs --out "$out"
     rc=1
     : >"$out/torch_version.txt"
