@@ -532,7 +532,7 @@ ncu_timed() { grep -q 'gpu__time_duration.sum' "$1"; }
 torch_profiled() { grep -q '^device time a step: ' "$1"; }
 if stage profile; then
     want_r=1 want_p=fp32
-    run "train_cuda --phases: the CNN's step at batch 512, phase by phase" 60 "$out/profile-phases.txt" phased \
+    run "the CNN's step at batch 512, phase by phase (train_cuda --phases)" 60 "$out/profile-phases.txt" phased \
         "$bin/train_cuda" --devices "$(devices 1)" --model cnn --synthetic $([ $mode = cpu ] && echo 1024 || echo 5120) \
         --batch 512 --epochs 1 --no-deterministic --phases
     say "$(grep '^phases' "$out/profile-phases.txt" 2>/dev/null)"
