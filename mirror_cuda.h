@@ -333,6 +333,49 @@
       failure there is reported by the next call on that replica under its
       own name, not blamed on a later launch; one met while a model or
       strategy is destroyed, when no call follows, is logged as a notice.
+
+   INSIDE mirror_cuda.h
+
+      Sections are marked `// >>name` (grep for them), in this order:
+      manual; then, under MIRROR_IMPLEMENTATION, mirror.h's plan for the
+      GPU (a kernel adds indexing to the shared math, its launcher beside
+      it checks the launch; the backend and reducer tables are the CPU's
+      in kind):
+
+        cuda structs          the private state, together
+        cuda errors           a failed call recorded, the launch check
+        cuda waiting          polling a stream under the timeout, NCCL
+                              aborted
+        cuda plans            cuBLASLt's plans for a dense layer's GEMM
+        cuda graphs           a pass recorded, replayed and freed
+        cuda kernels          what every kernel shares: the grid, the
+                              grid-stride loop, the block's sum
+        cuda replicas         a replica's GPU opened and closed
+        cuda memory           memory, copies, the input's slots, gather
+        cuda gemm             cuBLAS and cuBLASLt GEMMs, the epilogue
+        cuda bias             bias add and the bias gradient
+        cuda activations      relu, tanh, sigmoid, GELU
+        cuda convolution      im2col, col2im, permute
+        cuda pooling          max and average pooling
+        cuda dropout          dropout's masks
+        cuda batchnorm        batch normalisation's sums and passes
+        cuda add              a residual block's sum
+        cuda losses           softmax cross-entropy, MSE, the step's sums
+        cuda update           fp32 check, clipping, the sharded update's
+                              slices, SGD and Adam
+        cuda mixed precision  narrow, widen, check, fused updates, scaler
+        cuda timing           mirror_timing's events
+        cuda buckets          NCCL's all-reduce during backward
+        cuda backend          the table, mirror__cuda_backend
+        cuda copy sums        the copy reducer's kernels
+        cuda reducers         nccl and copy
+        cuda devices          the device list, what CUDA answers, the
+                              strategy's setup
+        cuda processes        several processes (MIRROR_MPI)
+
+      From cuda replicas to cuda buckets the groups follow the backend
+      table (mirror.h's mirror__backend), each where its first member is;
+      graphs have a section of their own above.
 */
 #ifndef MIRROR_CUDA_H
 #define MIRROR_CUDA_H
@@ -356,9 +399,34 @@
 
 extern "C" {
 
-// >>cuda errors -------------------------------------------------------------
+// >>cuda structs ------------------------------------------------------------
+/* The private state, together: mirror__gpu is a strategy's (its replicas'
+   GPUs and streams, the NCCL communicators and what aborts them, the copy
+   reducer's staging area), mirror__cuda_dev a replica's (its streams and
+   events, cuBLAS and cuBLASLt with their plans, its scratch, timing's
+   events, its first failure); mirror__lt_plan one GEMM key's cuBLASLt
+   plan, mirror__cuda_waiting one wait's polls; mirror__sources and
+   mirror__bytes travel by value as kernel arguments. */
 
-struct mirror__gpu;
+/* The strategy's GPU state: one stream per replica, NCCL communicators. */
+typedef struct mirror__gpu {
+    size_t replicas;
+    int *device;
+    cudaStream_t *stream;
+    cudaEvent_t *ready; /* recorded on a replica's stream before a reduction */
+    cudaEvent_t *done;  /* recorded on the root's stream after it: one per GPU's replica */
+    int nccl;
+#ifndef MIRROR_NO_NCCL
+    ncclComm_t *comm;
+#endif
+    unsigned char *stage; /* the copy reducer's staging on the first GPU, for other GPUs' buffers */
+    size_t stage_bytes;
+    double timeout;         /* the strategy's: seconds a wait on a stream may take */
+    pthread_mutex_t lock;   /* guards comm against an abort while another thread polls it */
+    int locked;             /* lock was initialised */
+    int aborted;            /* NCCL failed or hung: every communicator aborted */
+    char why[200];          /* what made it abort */
+} mirror__gpu;
 
 /* A cuBLASLt plan for a dense layer's forward GEMM, made at the first call
    of its key (shape, data type, and the operands' alignments, which the
@@ -380,15 +448,13 @@ typedef struct mirror__lt_plan {
     cublasLtMatmulAlgo_t algo;
 } mirror__lt_plan;
 
-/* Frees a cuBLASLt plan's descriptors (those made). */
-static void mirror__lt_free(mirror__lt_plan *p)
-{
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
-    memset(p, 0, sizeof *p);
-}
+/* A replica's scratch in device memory (mirror__cuda_dev's part,
+   squares and blas_ws): the bias gradient's parts in floats, the sum of
+   squares' parts (a double per block of mirror__k_squares_part), and
+   cuBLAS's workspace (cuBLAS's own advice for Hopper: 32 MiB). */
+#define MIRROR__BIAS_PARTS ((size_t)1 << 16)
+#define MIRROR__SQUARE_BLOCKS 1024
+#define MIRROR__BLAS_WORKSPACE ((size_t)32 << 20)
 
 /* A replica's device context: its GPU, its stream (the strategy's), its
    cuBLAS handle, and the first failure since the last status() call. */
@@ -428,6 +494,30 @@ typedef struct mirror__cuda_dev {
     char message[256];
 } mirror__cuda_dev;
 
+/* One wait for a stream or an event (mirror__gpu_wait). */
+typedef struct mirror__cuda_waiting {
+    mirror__gpu *g;
+    cudaStream_t stream;
+    cudaEvent_t event; /* NULL: the whole stream */
+    cudaError_t e;     /* the runtime's answer to the last query */
+    long polls;
+    char why[200];     /* NCCL's failure */
+} mirror__cuda_waiting;
+
+/* The copy reducer's sources, a kernel argument: one buffer a replica. */
+#define MIRROR__COPY_MAX 64
+typedef struct mirror__sources {
+    const void *p[MIRROR__COPY_MAX];
+} mirror__sources;
+
+/* Up to 32 bytes, as a kernel argument: the host's value is taken at the
+   launch, so no host buffer has to outlive it. */
+typedef struct mirror__bytes {
+    unsigned char b[32];
+} mirror__bytes;
+
+// >>cuda errors -------------------------------------------------------------
+
 static void mirror__cuda_record(mirror__cuda_dev *d, int code, const char *what, const char *why)
 {
     if (d->code) return;
@@ -455,682 +545,20 @@ static int mirror__blas_ok(mirror__cuda_dev *d, cublasStatus_t e, const char *wh
     return 0;
 }
 
+/* Makes the replica's GPU current on the calling thread (a failure is
+   recorded, as every call's). */
+static mirror__cuda_dev *mirror__cuda_enter(void *dev)
+{
+    mirror__cuda_dev *d = (mirror__cuda_dev *)dev;
+    mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice");
+    return d;
+}
+
 /* After a launch: the launch error, if any (does not wait). */
 #define MIRROR__LAUNCHED(d, name) mirror__cuda_ok(d, cudaGetLastError(), name)
 
-// >>kernels -----------------------------------------------------------------
-/* Each kernel adds indexing to the shared math of mirror.h and nothing more;
-   where the CPU backend sums in a fixed order, so does the kernel, so that
-   the two give the same bits. A grid-stride loop covers any n. */
-
-#define MIRROR__THREADS 256
-
-static unsigned mirror__blocks(size_t n)
-{
-    size_t b = (n + MIRROR__THREADS - 1) / MIRROR__THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
-#define MIRROR__FOR_EACH(i, n) \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
-
-/* Indices are split into coordinates by mirror_hd_divisor (a multiply-high
-   and shifts), made on the host at each launch: a GPU has no integer
-   divider. */
-
-__global__ void mirror__k_bias_add(void *y, const void *bias, size_t total, mirror_hd_divisor inner,
-                                   mirror_hd_divisor channels, int f)
-{
-    MIRROR__FOR_EACH(i, total)
-    mirror_hd_store(y, i, mirror_hd_load(y, i, f) + mirror_hd_load(bias, mirror_hd_channel(i, inner, channels), f), f);
-}
-
-/* A GEMM's epilogue where cuBLASLt does not run it: C [m, n], rows ldc
-   apart, gets bias[j] on column j, or with per_row bias[row] on its row
-   (bias NULL: none), then relu where asked; the CPU's order of operations
-   (mirror__finish). */
-__global__ void mirror__k_epilogue(void *c, const void *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
-                                   int relu, int f)
-{
-    MIRROR__FOR_EACH(i, m * n.d)
-    {
-        uint64_t row, j = mirror_hd_divmod(n, i, &row);
-        float v = mirror_hd_load(c, row * ldc + j, f);
-        if (bias) v += mirror_hd_load(bias, per_row ? row : j, f);
-        mirror_hd_store(c, row * ldc + j, relu ? mirror_hd_relu(v) : v, f);
-    }
-}
-
-/* The block's sum of each thread's s, by a fixed tree: every thread gets
-   it. part is the block's shared array of blockDim.x (a power of two);
-   T is float or double (a template: C++ linkage inside the C block). */
-extern "C++" {
-template <typename T> __device__ static T mirror__block_sum(T *part, T s)
-{
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
-        __syncthreads();
-    }
-    s = part[0];
-    __syncthreads(); /* part is free again */
-    return s;
-}
-}
-
-/* The bias gradient's spans: about MIRROR__BIAS_SPAN elements each, and
-   at most MIRROR__BIAS_BLOCKS blocks in all (a few per SM), whose parts fit
-   the replica's scratch of as many floats. */
-#define MIRROR__BIAS_SPAN 4096
-#define MIRROR__BIAS_BLOCKS 1024
-/* A dense layer's (inner 1): runs of about MIRROR__BIAS_RUN rows, their
-   parts in a scratch of MIRROR__BIAS_PARTS floats (256 KiB). */
-#define MIRROR__BIAS_RUN 32
-#define MIRROR__BIAS_PARTS ((size_t)1 << 16)
-/* cuBLAS's workspace per replica (cuBLAS's own advice for Hopper: 32 MiB). */
-#define MIRROR__BLAS_WORKSPACE ((size_t)32 << 20)
-
-/* The bias gradient, spread over the GPU. A channel's rows * inner
-   elements are cut into `parts` spans of consecutive elements; block (b, c)
-   sums span b of channel c (each thread a fixed stride of it, then a fixed
-   tree) into out[c * parts + b], or with one part adds it to out[c] = db[c].
-   bias_total then adds a channel's parts in order: the same bits every run. */
-__global__ void mirror__k_bias_part(float *out, const void *dy, size_t rows, size_t channels,
-                                    mirror_hd_divisor inner, size_t parts, int f)
-{
-    __shared__ float part[MIRROR__THREADS];
-    size_t n = rows * inner.d, b = blockIdx.x, lo = n / parts * b + MIRROR__MIN(b, n % parts);
-    size_t hi = lo + n / parts + (b < n % parts);
-    for (size_t c = blockIdx.y; c < channels; c += gridDim.y) {
-        float s = 0.0f;
-        for (size_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-            uint64_t row, e = mirror_hd_divmod(inner, j, &row);
-            s += mirror_hd_load(dy, (row * channels + c) * inner.d + e, f);
-        }
-        s = mirror__block_sum(part, s);
-        if (threadIdx.x == 0) {
-            if (parts == 1) out[c] += s;
-            else out[c * parts + b] = s;
-        }
-    }
-}
-
-/* Channel c's parts at part[c * across + b * along], b in order. */
-__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts, size_t across,
-                                     size_t along)
-{
-    MIRROR__FOR_EACH(c, channels)
-    {
-        float s = 0.0f;
-        for (size_t b = 0; b < parts; b++) s += part[c * across + b * along];
-        db[c] += s;
-    }
-}
-
-/* A dense layer's bias gradient, dy [rows, channels]: a thread a channel,
-   so that a warp reads consecutive addresses, the rows cut into `parts`
-   runs (blockIdx.y), each added in row order in fp32. One run adds onto
-   db[c] row by row as the CPU backend does (mirror__f32_bias_grad: the
-   same bits); more write part p of channel c at out[p * channels + c],
-   which bias_total adds in order. */
-__global__ void mirror__k_bias_rows(float *out, const void *dy, size_t rows, size_t channels, size_t parts, int f)
-{
-    size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x, p = blockIdx.y;
-    size_t lo = rows / parts * p + MIRROR__MIN(p, rows % parts), hi = lo + rows / parts + (p < rows % parts);
-    if (c >= channels) return;
-    float s = parts == 1 ? out[c] : 0.0f;
-    for (size_t r = lo; r < hi; r++) s += mirror_hd_load(dy, r * channels + c, f);
-    out[parts == 1 ? c : p * channels + c] = s;
-}
-
-/* The storage format f (0: floats, else 16-bit values) of every kernel's
-   void * buffers: mirror_hd_load and mirror_hd_store. */
-__global__ void mirror__k_relu_forward(void *y, const void *x, size_t n, int f)
-{
-    MIRROR__FOR_EACH(i, n) mirror_hd_store(y, i, mirror_hd_relu(mirror_hd_load(x, i, f)), f);
-}
-
-__global__ void mirror__k_relu_backward(void *d, const void *y, size_t n, int f)
-{
-    MIRROR__FOR_EACH(i, n) mirror_hd_store(d, i, mirror_hd_relu_grad(mirror_hd_load(y, i, f), mirror_hd_load(d, i, f)), f);
-}
-
-/* The smooth activations: kind is MIRROR__TANH, _SIGMOID or _GELU. */
-__global__ void mirror__k_act_forward(int kind, void *y, const void *x, size_t n, int f)
-{
-    MIRROR__FOR_EACH(i, n)
-    {
-        float v = mirror_hd_load(x, i, f);
-        mirror_hd_store(y, i,
-                        kind == MIRROR__TANH      ? mirror_hd_tanh(v)
-                        : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid(v)
-                                                  : mirror_hd_gelu(v),
-                        f);
-    }
-}
-
-__global__ void mirror__k_act_backward(int kind, void *d, const void *x, const void *y, size_t n, int f)
-{
-    MIRROR__FOR_EACH(i, n)
-    {
-        float g = mirror_hd_load(d, i, f);
-        mirror_hd_store(d, i,
-                        kind == MIRROR__TANH      ? mirror_hd_tanh_grad(mirror_hd_load(y, i, f), g)
-                        : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid_grad(mirror_hd_load(y, i, f), g)
-                                                  : mirror_hd_gelu_grad(mirror_hd_load(x, i, f), g),
-                        f);
-    }
-}
-
-/* One thread per col entry (mirror_hd_im2col_at). */
-__global__ void mirror__k_im2col(void *col, const void *x, mirror_hd_conv_shape g, int f)
-{
-    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo) mirror_hd_store(col, i, mirror_hd_im2col_at(&g, x, i, f), f);
-}
-
-/* One thread per pixel gathers its col entries in the CPU's order (mirror_hd_col2im_at). */
-__global__ void mirror__k_col2im(void *x, const void *col, mirror_hd_conv_shape g, int f)
-{
-    MIRROR__FOR_EACH(i, g.n * g.c * g.h * g.w) mirror_hd_store(x, i, mirror_hd_col2im_at(&g, col, i, f), f);
-}
-
-/* src [a, b, inner] -> dst [b, a, inner]: values moved as they are. */
-__global__ void mirror__k_permute(void *dst, const void *src, size_t a, mirror_hd_divisor b, mirror_hd_divisor inner,
-                                  int f)
-{
-    MIRROR__FOR_EACH(i, a * b.d * inner.d)
-    {
-        uint64_t q, ia, ii = mirror_hd_divmod(inner, i, &q), ib = mirror_hd_divmod(b, q, &ia);
-        size_t o = (ib * a + ia) * inner.d + ii;
-        if (f)
-            ((uint16_t *)dst)[o] = ((const uint16_t *)src)[i];
-        else
-            ((float *)dst)[o] = ((const float *)src)[i];
-    }
-}
-
-/* hwo divides by ho * wo, wo by wo. */
-__global__ void mirror__k_maxpool_forward(void *y, int32_t *arg, const void *x, size_t planes, size_t h,
-                                          size_t w, size_t k, size_t stride, mirror_hd_divisor hwo,
-                                          mirror_hd_divisor wo, int f)
-{
-    MIRROR__FOR_EACH(o, planes * hwo.d)
-    {
-        uint64_t plane, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, o, &plane), &oy);
-        size_t corner = oy * stride * w + ox * stride, at;
-        const void *p = mirror_hd_skip(x, plane * h * w + corner, f);
-        float top = mirror_hd_window_max(p, w, k, &at, f);
-        if (mirror_hd_window_nan(p, w, k, &at, f)) top = mirror_hd_load(p, at, f);
-        mirror_hd_store(y, o, top, f);
-        arg[o] = (int32_t)(corner + at);
-    }
-}
-
-/* Batch normalisation. The sums: one block per channel, each thread a
-   fixed stride of the (row, i) pairs in double, then a fixed tree (the
-   sums of a, and backward of a xhat); forward, a second pass of the same
-   for the M2 about the mean of the first. */
-__global__ void mirror__k_bn_sums(double *part, const void *a, const void *x, const float *stat, size_t rows,
-                                  size_t channels, mirror_hd_divisor inner, int f)
-{
-    __shared__ double tree[MIRROR__THREADS];
-    size_t c = blockIdx.x, C = channels, n = rows * inner.d, j;
-    double s = 0.0, q = 0.0, mean;
-    for (j = threadIdx.x; j < n; j += blockDim.x) {
-        uint64_t row, e = mirror_hd_divmod(inner, j, &row);
-        size_t at = (row * C + c) * inner.d + e;
-        float av = mirror_hd_load(a, at, f);
-        s += (double)av;
-        if (x) q += (double)(av * mirror_hd_bn_xhat(mirror_hd_load(x, at, f), stat[c], stat[C + c]));
-    }
-    s = mirror__block_sum(tree, s);
-    mean = n ? s / (double)n : 0.0;
-    for (j = threadIdx.x; !x && j < n; j += blockDim.x) {
-        uint64_t row, e = mirror_hd_divmod(inner, j, &row);
-        q += mirror_hd_bn_dev2(mirror_hd_load(a, (row * C + c) * inner.d + e, f), mean);
-    }
-    q = mirror__block_sum(tree, q);
-    if (threadIdx.x == 0) part[c] = s, part[C + c] = q;
-}
-
-__global__ void mirror__k_bn_forward(void *y, const void *x, const float *stat, const void *gamma,
-                                     const void *beta, size_t rows, mirror_hd_divisor channels,
-                                     mirror_hd_divisor inner, int f)
-{
-    MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
-    {
-        size_t c = mirror_hd_channel(i, inner, channels);
-        mirror_hd_store(y, i,
-                        mirror_hd_bn(mirror_hd_load(x, i, f), stat[c], stat[channels.d + c], mirror_hd_load(gamma, c, f),
-                                     mirror_hd_load(beta, c, f)),
-                        f);
-    }
-}
-
-__global__ void mirror__k_bn_param_grads(float *dgamma, float *dbeta, const double *part, size_t channels)
-{
-    MIRROR__FOR_EACH(c, channels)
-    {
-        dgamma[c] += (float)part[channels + c];
-        dbeta[c] += (float)part[c];
-    }
-}
-
-__global__ void mirror__k_bn_backward(void *dx, const void *dy, const void *x, const float *stat, const float *means,
-                                      const void *gamma, size_t rows, mirror_hd_divisor channels,
-                                      mirror_hd_divisor inner, int f)
-{
-    MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
-    {
-        size_t c = mirror_hd_channel(i, inner, channels);
-        float invstd = stat[channels.d + c];
-        mirror_hd_store(dx, i,
-                        mirror_hd_bn_grad(mirror_hd_load(dy, i, f),
-                                          mirror_hd_bn_xhat(mirror_hd_load(x, i, f), stat[c], invstd),
-                                          mirror_hd_load(gamma, c, f), invstd, means[c], means[channels.d + c]),
-                        f);
-    }
-}
-
-__global__ void mirror__k_add(void *y, const void *a, const void *b, size_t n, int f)
-{
-    MIRROR__FOR_EACH(i, n) mirror_hd_store(y, i, mirror_hd_load(a, i, f) + mirror_hd_load(b, i, f), f);
-}
-
-/* Dropout: one thread per element, its mask hashed from its place. */
-__global__ void mirror__k_dropout(void *y, const void *x, size_t rows, mirror_hd_divisor inner, uint64_t seed,
-                                  uint64_t layer, const mirror__tick *t, float p, int f)
-{
-    uint64_t key = mirror_hd_dropout_key(seed, layer, t->step), row0 = t->row0;
-    MIRROR__FOR_EACH(i, rows * inner.d)
-    {
-        uint64_t row, e = mirror_hd_divmod(inner, i, &row);
-        mirror_hd_store(y, i, mirror_hd_load(x, i, f) * mirror_hd_dropout(key, row0 + row, e, p), f);
-    }
-}
-
-/* Average pooling: one thread per output (forward), per input (backward:
-   each input gathers its windows, so no two threads write one place). */
-__global__ void mirror__k_avgpool_forward(void *y, const void *x, size_t planes, size_t h, size_t w, size_t kh,
-                                          size_t kw, size_t stride, mirror_hd_divisor hwo, mirror_hd_divisor wo, int f)
-{
-    MIRROR__FOR_EACH(i, planes * hwo.d)
-    {
-        uint64_t p, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, i, &p), &oy);
-        mirror_hd_store(y, i, mirror_hd_window_mean(mirror_hd_skip(x, p * h * w, f), w, kh, kw, oy * stride, ox * stride, f),
-                        f);
-    }
-}
-
-/* hw divides by h * w, w by w. */
-__global__ void mirror__k_avgpool_backward(void *dx, const void *dy, size_t planes, mirror_hd_divisor hw,
-                                           mirror_hd_divisor w, size_t kh, size_t kw, size_t stride, size_t ho,
-                                           size_t wo, int f)
-{
-    MIRROR__FOR_EACH(i, planes * hw.d)
-    {
-        uint64_t p, iy, ix = mirror_hd_divmod(w, mirror_hd_divmod(hw, i, &p), &iy);
-        mirror_hd_store(dx, i,
-                        mirror_hd_window_mean_grad(mirror_hd_skip(dy, p * ho * wo, f), ho, wo, kh, kw, stride, iy, ix, f),
-                        f);
-    }
-}
-
-/* One thread per input pixel adds the outputs that chose it, in output
-   order (mirror_hd_maxpool_grad_at). */
-__global__ void mirror__k_maxpool_backward(void *dx, const int32_t *arg, const void *dy, size_t planes,
-                                           mirror_hd_divisor hw, mirror_hd_divisor w, size_t k,
-                                           mirror_hd_divisor stride, size_t ho, size_t wo, int f)
-{
-    MIRROR__FOR_EACH(i, planes * hw.d)
-    {
-        uint64_t plane, iy, at = mirror_hd_divmod(hw, i, &plane), ix = mirror_hd_divmod(w, at, &iy);
-        mirror_hd_store(dx, i,
-                        mirror_hd_maxpool_grad_at(mirror_hd_skip(dy, plane * ho * wo, f), arg + plane * ho * wo, at, iy,
-                                                  ix, k, stride, ho, wo, f),
-                        f);
-    }
-}
-
-/* scale: the loss scale in device memory, or NULL for 1. */
-__global__ void mirror__k_softmax_ce(void *dz, float *loss, int32_t *correct, const void *z, const int32_t *labels,
-                                     size_t rows, size_t k, float inv_count, const float *scale, int f)
-{
-    if (scale) inv_count *= *scale;
-    MIRROR__FOR_EACH(r, rows)
-    {
-        int ok;
-        loss[r] = mirror_hd_softmax_ce_row(mirror_hd_skip(z, r * k, f), k, labels[r], inv_count,
-                                           mirror_hd_skip(dz, r * k, f), &ok, f);
-        correct[r] = ok;
-    }
-}
-
-__global__ void mirror__k_mse(void *dz, float *loss, const void *z, const float *t, size_t rows, size_t d,
-                              float inv_count, const float *scale, int f)
-{
-    if (scale) inv_count *= *scale;
-    MIRROR__FOR_EACH(r, rows)
-    loss[r] = mirror_hd_mse_row(mirror_hd_skip(z, r * d, f), t + r * d, d, inv_count, mirror_hd_skip(dz, r * d, f), f);
-}
-
-/* One block of MIRROR_HD_LANES threads, a lane each (its rows' reads
-   side by side across the block), then the lanes' tree in shared memory:
-   the CPU backend's order (mirror__lanes_total), so the same bits. */
-__global__ void mirror__k_accumulate(double *acc, const float *loss, const int32_t *correct, size_t rows)
-{
-    __shared__ double part[2 * MIRROR_HD_LANES];
-    double s[2];
-    mirror_hd_lane_sums(s, loss, correct, rows, threadIdx.x);
-    part[threadIdx.x] = s[0], part[MIRROR_HD_LANES + threadIdx.x] = s[1];
-    __syncthreads();
-    for (unsigned half = MIRROR_HD_LANES / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) mirror_hd_tree_add(part, threadIdx.x, half);
-        __syncthreads();
-    }
-    if (threadIdx.x) return;
-    acc[0] += part[0];
-    if (correct) acc[1] += part[MIRROR_HD_LANES];
-}
-
-/* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
-   every writer writes the same values, so no atomics. */
-__global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, size_t n, const mirror__tick *t)
-{
-    int finite = 1;
-    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g[i]);
-    if (!finite) mirror_hd_guard(st, 0, t->step);
-}
-
-/* The sum of the squares of g (or of g16 unscaled by st->scale, g NULL)
-   across the GPU in two passes of a fixed order, so that every replica and
-   run gets the same sum: block b adds span b of the values (each thread a
-   fixed stride of it in double, then a fixed tree) into part[b]; then one
-   block adds the parts the same way (mirror__squares_total). */
-#define MIRROR__SQUARE_BLOCKS 1024
-__global__ void mirror__k_squares_part(double *part, const float *g, const uint16_t *g16, size_t n, size_t span,
-                                       int format, const mirror_loss_scale_state *st)
-{
-    __shared__ double tree[MIRROR__THREADS];
-    float inv_scale = 1.0f / st->scale;
-    size_t lo = blockIdx.x * span, hi = MIRROR__MIN(n, lo + span), i;
-    double sum = 0.0;
-    for (i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        double x = g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale);
-        sum += x * x;
-    }
-    sum = mirror__block_sum(tree, sum);
-    if (threadIdx.x == 0) part[blockIdx.x] = sum;
-}
-
-__device__ static double mirror__squares_total(const double *part, size_t parts)
-{
-    __shared__ double tree[MIRROR__THREADS];
-    double sum = 0.0;
-    size_t b;
-    for (b = threadIdx.x; b < parts; b += blockDim.x) sum += part[b];
-    return mirror__block_sum(tree, sum);
-}
-
-/* Gradient clipping: thread 0 writes the norm and its factor into st. */
-__global__ void mirror__k_clip(mirror_loss_scale_state *st, const double *part, size_t parts, float max_norm)
-{
-    double sum = mirror__squares_total(part, parts);
-    if (threadIdx.x == 0) {
-        st->grad_norm = (float)sqrt(sum);
-        st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
-    }
-}
-
-/* The sharded update: 1 into *flag (zeroed first) where a thread meets an
-   Inf or NaN in its part of the slice; every writer writes the same value. */
-__global__ void mirror__k_slice_finite(float *flag, const float *g, const uint16_t *g16, size_t n, int format,
-                                       const mirror_loss_scale_state *st)
-{
-    float inv_scale = 1.0f / st->scale;
-    int finite = 1;
-    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale));
-    if (!finite) *flag = 1.0f;
-}
-
-__global__ void mirror__k_slice_squares(float *sum, const double *part, size_t parts)
-{
-    double s = mirror__squares_total(part, parts);
-    if (threadIdx.x == 0) *sum = (float)s;
-}
-
-__global__ void mirror__k_slice_verdict(mirror_loss_scale_state *st, const float *sums, const mirror__tick *t,
-                                        int format, float max_norm)
-{
-    mirror_hd_slice_verdict(st, sums, t->step, format, max_norm);
-}
-
-/* The fp32 updates return at once while the guard holds a non-finite step. */
-__global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
-                              const mirror__tick *t, float momentum, float weight_decay, int nesterov)
-{
-    float c = mirror_hd_clip_of(guard), lr = t->lr;
-    if (guard->found_nonfinite) return;
-    MIRROR__FOR_EACH(i, n)
-    {
-        float unused = 0.0f;
-        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i] * c, lr, momentum, weight_decay, nesterov);
-    }
-}
-
-__global__ void mirror__k_adam(float *w, float *avg, float *avg_sq, const float *g, size_t n,
-                               const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
-                               float eps, float weight_decay, int decoupled)
-{
-    float c = mirror_hd_clip_of(guard), lr = t->lr, bc1 = t->bc1, bc2_sqrt = t->bc2_sqrt;
-    if (guard->found_nonfinite) return;
-    MIRROR__FOR_EACH(i, n)
-    mirror_hd_adam(&w[i], &avg[i], &avg_sq[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
-}
-
-/* Mixed precision. format: MIRROR_PRECISION_FP16 or _BF16. */
-
-__global__ void mirror__k_narrow(uint16_t *dst, const float *src, size_t n, int format)
-{
-    MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_narrow(src[i], format);
-}
-
-__global__ void mirror__k_widen(float *dst, const uint16_t *src, size_t n, int format)
-{
-    MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_widen(src[i], format);
-}
-
-/* The mixed-precision step's passes over every parameter (check, then
-   update) are bound by memory: one 2- or 4-byte access per array and
-   element left them at 27% (check) and 63% (Adam) of a copy's bandwidth on
-   an H200. So a thread takes a group of elements with one vector access
-   per array (16 bytes, or 8 of 16-bit values beside floats) where every
-   array is aligned for it (mirror__aligned, asked by the host): 43% and
-   97% on the same H200 (the check reads only, and its figure is of a
-   copy's read and write). A group cut short by the end, or one of arrays
-   that are not aligned (a slice one element in), is read and written an
-   element at a time. The update's
-   arithmetic is written once per lane of a group, whatever the accesses:
-   a second copy for the elements left over was compiled with other
-   multiply-adds fused (ptxas fuses as it schedules), and the sharded
-   update, whose slices end on whole groups, gave other bits than the
-   update of the whole, whose last elements were left over. */
-static int mirror__aligned(const void *p, size_t bytes) { return !p || (uintptr_t)p % bytes == 0; }
-
-#define MIRROR__GROUP 4 /* elements a thread of an update takes */
-
-__device__ static void mirror__get4(const float *p, size_t i0, size_t n, int whole, float x[4])
-{
-    if (whole) {
-        float4 v = *(const float4 *)(p + i0);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-        return;
-    }
-    for (int k = 0; k < 4; k++) x[k] = i0 + k < n ? p[i0 + k] : 0.0f;
-}
-
-__device__ static void mirror__put4(float *p, size_t i0, size_t n, int whole, const float x[4])
-{
-    if (whole) {
-        *(float4 *)(p + i0) = make_float4(x[0], x[1], x[2], x[3]);
-        return;
-    }
-    for (int k = 0; k < 4; k++)
-        if (i0 + k < n) p[i0 + k] = x[k];
-}
-
-__device__ static void mirror__get4_16(const uint16_t *p, size_t i0, size_t n, int whole, uint16_t h[4])
-{
-    if (whole) {
-        uint2 v = *(const uint2 *)(p + i0);
-        h[0] = (uint16_t)v.x, h[1] = (uint16_t)(v.x >> 16), h[2] = (uint16_t)v.y, h[3] = (uint16_t)(v.y >> 16);
-        return;
-    }
-    for (int k = 0; k < 4; k++) h[k] = i0 + k < n ? p[i0 + k] : (uint16_t)0;
-}
-
-__device__ static void mirror__put4_16(uint16_t *p, size_t i0, size_t n, int whole, const uint16_t h[4])
-{
-    if (whole) {
-        *(uint2 *)(p + i0) = make_uint2(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16);
-        return;
-    }
-    for (int k = 0; k < 4; k++)
-        if (i0 + k < n) p[i0 + k] = h[k];
-}
-
-/* Any thread that meets a non-finite unscaled element stores 1: every
-   writer writes the same value, so no atomics; scaler_update clears it.
-   Groups of 8 (16 bytes). */
-__global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, size_t n, size_t groups, int format)
-{
-    float inv_scale = 1.0f / st->scale;
-    int finite = 1;
-    MIRROR__FOR_EACH(q, groups)
-    {
-        uint4 v = ((const uint4 *)g)[q];
-        uint32_t word[4] = {v.x, v.y, v.z, v.w};
-        for (int k = 0; k < 8; k++)
-            finite &= mirror_hd_finite(mirror_hd_unscale((uint16_t)(word[k / 2] >> 16 * (k % 2)), format, inv_scale));
-    }
-    MIRROR__FOR_EACH(i, n - 8 * groups) finite &= mirror_hd_finite(mirror_hd_unscale(g[8 * groups + i], format, inv_scale));
-    if (!finite) st->found_nonfinite = 1;
-}
-
-/* The fused updates return at once on a skipped step; every thread reads
-   the same flag, so a block leaves as a whole. */
-__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int aligned,
-                                    int format, const mirror_loss_scale_state *st, const mirror__tick *t,
-                                    float momentum, float weight_decay, int nesterov)
-{
-    float inv_scale, lr = t->lr;
-    if (st->found_nonfinite) return;
-    inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
-    MIRROR__FOR_EACH(q, (n + MIRROR__GROUP - 1) / MIRROR__GROUP)
-    {
-        size_t i0 = q * MIRROR__GROUP;
-        int whole = aligned && i0 + MIRROR__GROUP <= n;
-        float ws[4], vs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        uint16_t gs[4], hs[4];
-        mirror__get4(w, i0, n, whole, ws), mirror__get4_16(g, i0, n, whole, gs);
-        if (v) mirror__get4(v, i0, n, whole, vs);
-        for (int k = 0; k < MIRROR__GROUP; k++)
-            mirror_hd_sgd_mixed(&ws[k], &vs[k], &hs[k], gs[k], format, inv_scale, lr, momentum, weight_decay, nesterov);
-        mirror__put4(w, i0, n, whole, ws), mirror__put4_16(w16, i0, n, whole, hs);
-        if (v) mirror__put4(v, i0, n, whole, vs);
-    }
-}
-
-/* Adam's t is st->applied + 1; its bias corrections, once per block. */
-__global__ void mirror__k_adam_mixed(float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g,
-                                     size_t n, int aligned, int format, const mirror_loss_scale_state *st,
-                                     const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
-                                     int decoupled)
-{
-    __shared__ float bias[2]; /* bc1, bc2_sqrt */
-    float inv_scale, lr = t->lr;
-    if (st->found_nonfinite) return;
-    if (threadIdx.x == 0) mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bias[0], &bias[1]);
-    __syncthreads();
-    inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
-    MIRROR__FOR_EACH(q, (n + MIRROR__GROUP - 1) / MIRROR__GROUP)
-    {
-        size_t i0 = q * MIRROR__GROUP;
-        int whole = aligned && i0 + MIRROR__GROUP <= n;
-        float ws[4], ms[4], vs[4];
-        uint16_t gs[4], hs[4];
-        mirror__get4(w, i0, n, whole, ws), mirror__get4(avg, i0, n, whole, ms), mirror__get4(avg_sq, i0, n, whole, vs);
-        mirror__get4_16(g, i0, n, whole, gs);
-        for (int k = 0; k < MIRROR__GROUP; k++)
-            mirror_hd_adam_mixed(&ws[k], &ms[k], &vs[k], &hs[k], gs[k], format, inv_scale, lr, beta1, beta2, eps,
-                                 weight_decay, decoupled, bias[0], bias[1]);
-        mirror__put4(w, i0, n, whole, ws), mirror__put4(avg, i0, n, whole, ms), mirror__put4(avg_sq, i0, n, whole, vs);
-        mirror__put4_16(w16, i0, n, whole, hs);
-    }
-}
-
-/* One thread; the desc comes by value, as a kernel argument. */
-__global__ void mirror__k_scaler_update(mirror_loss_scale_state *st, mirror_loss_scale_desc d)
-{
-    mirror_hd_scaler_update(st, &d);
-}
-
-/* The copy reducer's sums over the replicas' buffers, element by element
-   in replica order: in[0][i] + in[1][i] + ... */
-#define MIRROR__COPY_MAX 64
-typedef struct mirror__sources {
-    const void *p[MIRROR__COPY_MAX];
-} mirror__sources;
-
-__global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
-{
-    MIRROR__FOR_EACH(i, n)
-    {
-        float s = ((const float *)in.p[0])[i];
-        size_t r;
-        for (r = 1; r < count; r++) s += ((const float *)in.p[r])[i];
-        out[i] = s;
-    }
-}
-
-/* 16-bit values: widened, added in fp32, rounded once (as the CPU
-   reducer's mirror__cpu_all_reduce_half_job). */
-__global__ void mirror__k_sum_half(uint16_t *out, mirror__sources in, size_t count, size_t n, int format)
-{
-    MIRROR__FOR_EACH(i, n)
-    {
-        float s = mirror_hd_widen(((const uint16_t *)in.p[0])[i], format);
-        size_t r;
-        for (r = 1; r < count; r++) s += mirror_hd_widen(((const uint16_t *)in.p[r])[i], format);
-        out[i] = mirror_hd_narrow(s, format);
-    }
-}
-
-// >>cuda backend ------------------------------------------------------------
-
-/* The strategy's GPU state: one stream per replica, NCCL communicators. */
-typedef struct mirror__gpu {
-    size_t replicas;
-    int *device;
-    cudaStream_t *stream;
-    cudaEvent_t *ready; /* recorded on a replica's stream before a reduction */
-    cudaEvent_t *done;  /* recorded on the root's stream after it: one per GPU's replica */
-    int nccl;
-#ifndef MIRROR_NO_NCCL
-    ncclComm_t *comm;
-#endif
-    unsigned char *stage; /* the copy reducer's staging on the first GPU, for other GPUs' buffers */
-    size_t stage_bytes;
-    double timeout;         /* the strategy's: seconds a wait on a stream may take */
-    pthread_mutex_t lock;   /* guards comm against an abort while another thread polls it */
-    int locked;             /* lock was initialised */
-    int aborted;            /* NCCL failed or hung: every communicator aborted */
-    char why[200];          /* what made it abort */
-} mirror__gpu;
-
-/* ---- Waiting without hanging ----
-   The host waits for a replica's stream (a download, freeing memory) by
+// >>cuda waiting ------------------------------------------------------------
+/* The host waits for a replica's stream (a download, freeing memory) by
    polling it with the strategy's timeout. NCCL reports a failed collective
    asynchronously (ncclCommGetAsyncError) and a collective whose peer failed
    never ends: a wait that sees such an error, or runs past the timeout,
@@ -1178,15 +606,6 @@ static int mirror__nccl_failed(mirror__gpu *g, char *why, size_t size)
 #endif
     return failed;
 }
-
-typedef struct mirror__cuda_waiting {
-    mirror__gpu *g;
-    cudaStream_t stream;
-    cudaEvent_t event; /* NULL: the whole stream */
-    cudaError_t e;     /* the runtime's answer to the last query */
-    long polls;
-    char why[200];     /* NCCL's failure */
-} mirror__cuda_waiting;
 
 /* mirror__poll's question: done (1), not yet (0), or failed (-1). */
 static int mirror__cuda_poll(void *ctx)
@@ -1242,12 +661,188 @@ static int mirror__cuda_idle(mirror__cuda_dev *d, const char *what)
     return !code && mirror__cuda_wait(d, NULL, what);
 }
 
-static mirror__cuda_dev *mirror__cuda_enter(void *dev)
+// >>cuda plans --------------------------------------------------------------
+/* cuBLASLt's plans for a dense layer's forward GEMM (cuBLAS's handle is
+   made with the replica: mirror__cuda_open). */
+
+/* Frees a cuBLASLt plan's descriptors (those made). */
+static void mirror__lt_free(mirror__lt_plan *p)
 {
-    mirror__cuda_dev *d = (mirror__cuda_dev *)dev;
-    mirror__cuda_ok(d, cudaSetDevice(d->device), "cudaSetDevice");
-    return d;
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
 }
+
+/* The CUDA type of storage in the model's precision. */
+static cudaDataType_t mirror__storage_type(const mirror__cuda_dev *d)
+{
+    return d->precision == MIRROR_PRECISION_FP16   ? CUDA_R_16F
+           : d->precision == MIRROR_PRECISION_BF16 ? CUDA_R_16BF
+                                                   : CUDA_R_32F;
+}
+
+/* The plan for C [m, n] = op(A) op(B) + bias, operands swapped as in
+   mirror__cuda_gemm (cuBLASLt's D is C^T, whose rows are C's columns: the
+   bias epilogue adds bias[j] to C's column j). Split-K partial sums stay
+   in fp32 (the compute type), as cuBLAS's are kept by its math mode. */
+static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb, size_t m, size_t n, size_t k,
+                                            const void *a, size_t lda, const void *b, size_t ldb, const void *c,
+                                            size_t ldc)
+{
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t type = mirror__storage_type(d);
+    uint32_t align[3] = {mirror__gemm_key_align(a, d->gemm_align), mirror__gemm_key_align(b, d->gemm_align),
+                         mirror__gemm_key_align(c, d->gemm_align)};
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t found;
+    size_t ws = MIRROR__BLAS_WORKSPACE;
+    int count = 0;
+    unsigned i;
+    mirror__lt_plan *p;
+    for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++) {
+        p = &d->plan[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+            p->ldc == ldc && p->type == type && !memcmp(p->align, align, sizeof align))
+            return p;
+    }
+    p = &d->plan[d->plans++ % MIRROR__LT_PLANS];
+    mirror__lt_free(p);
+    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->type = type;
+    memcpy(p->align, align, sizeof align);
+    memset(&found, 0, sizeof found);
+    /* cuBLASLt's A is the caller's B (swapped), its D the caller's C */
+#define MIRROR__PREF(attr, v) \
+    (cublasLtMatmulPreferenceSetAttribute(pref, attr, &(v), sizeof(v)) == CUBLAS_STATUS_SUCCESS)
+    p->usable =
+        cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->a, type, tb ? k : n, tb ? n : k, (int64_t)ldb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->b, type, ta ? m : k, ta ? k : m, (int64_t)lda) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->c, type, n, m, (int64_t)ldc) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reduction) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[1]) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[0]) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]) &&
+        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]) &&
+        cublasLtMatmulAlgoGetHeuristic(d->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count) ==
+            CUBLAS_STATUS_SUCCESS &&
+        count > 0 && !d->lt_refuses;
+#undef MIRROR__PREF
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    p->algo = found.algo;
+    return p;
+}
+
+// >>cuda graphs -------------------------------------------------------------
+
+/* Graphs (GRAPHS in the manual). A recording that fails leaves no failure
+   behind (the notice says why): the pass is then queued as usual, which
+   reports any failure of its own. */
+static void mirror__cuda_capture_notice(mirror__cuda_dev *d, const char *what, cudaError_t e)
+{
+    char notice[400];
+    snprintf(notice, sizeof notice, "GPU %d: a training pass could not be recorded as a graph (%s: %s); it runs as "
+                                    "queued",
+             d->device, what, d->code ? d->message : cudaGetErrorString(e));
+    mirror__log(MIRROR_LOG_NOTICE, notice);
+    (void)cudaGetLastError();
+    d->code = 0, d->message[0] = '\0';
+}
+
+static int mirror__cuda_capture_begin(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    cudaError_t e;
+    if (d->code) return -1; /* a failure waits to be reported: the pass as queued reports it */
+    e = cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) return 1;
+    mirror__cuda_capture_notice(d, "cudaStreamBeginCapture", e);
+    return 0;
+}
+
+static void *mirror__cuda_capture_end(void *dev)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture(d->stream, &graph);
+    const char *what = "cudaStreamEndCapture";
+    if (e == cudaSuccess && !d->code) e = cudaGraphInstantiate(&exec, graph, 0), what = "cudaGraphInstantiate";
+    if (graph) (void)cudaGraphDestroy(graph); /* the executable graph keeps what it needs */
+    if (e == cudaSuccess && !d->code) return exec;
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    mirror__cuda_capture_notice(d, what, e);
+    return NULL;
+}
+
+static void mirror__cuda_graph_launch(void *dev, void *graph)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__cuda_ok(d, cudaGraphLaunch((cudaGraphExec_t)graph, d->stream), "cudaGraphLaunch");
+}
+
+/* A graph still running is freed once it is done (no wait). */
+static void mirror__cuda_graph_free(void *dev, void *graph)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__cuda_ok(d, cudaGraphExecDestroy((cudaGraphExec_t)graph), "cudaGraphExecDestroy");
+}
+
+// >>cuda kernels ------------------------------------------------------------
+/* Each kernel adds indexing to the shared math of mirror.h and nothing more;
+   where the CPU backend sums in a fixed order, so does the kernel, so that
+   the two give the same bits. A grid-stride loop covers any n. */
+
+#define MIRROR__THREADS 256
+
+static unsigned mirror__blocks(size_t n)
+{
+    size_t b = (n + MIRROR__THREADS - 1) / MIRROR__THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+#define MIRROR__FOR_EACH(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+/* Indices are split into coordinates by mirror_hd_divisor (a multiply-high
+   and shifts), made on the host at each launch: a GPU has no integer
+   divider. */
+
+/* The storage format f (0: floats, else 16-bit values) of every kernel's
+   void * buffers: mirror_hd_load and mirror_hd_store. */
+
+/* The block's sum of each thread's s, by a fixed tree: every thread gets
+   it. part is the block's shared array of blockDim.x (a power of two);
+   T is float or double (a template: C++ linkage inside the C block). */
+extern "C++" {
+template <typename T> __device__ static T mirror__block_sum(T *part, T s)
+{
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    s = part[0];
+    __syncthreads(); /* part is free again */
+    return s;
+}
+}
+
+// >>cuda replicas -----------------------------------------------------------
+/* The backend's members, kernels beside their launchers, in groups in the
+   order of the table (mirror.h's mirror__backend; mirror__cuda_backend
+   at the end of them). First a replica's GPU: opened, closed, made
+   current, its failures, its memory. */
 
 /* Makes (make 1) or destroys (0: those that exist) n events without
    timing; whether every call succeeded. */
@@ -1376,6 +971,10 @@ static int mirror__cuda_status(void *dev, mirror_error *err)
     return code;
 }
 
+// >>cuda memory -------------------------------------------------------------
+/* Device and pinned memory, copies, the input's two slots, a value set
+   in stream order, and the rows of data kept on the device gathered. */
+
 static void *mirror__cuda_alloc(void *dev, size_t bytes)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1452,6 +1051,16 @@ static void mirror__cuda_upload(void *dev, void *dst, const void *host, size_t b
         mirror__cuda_ok(d, cudaEventRecord(d->uploaded, d->stream), "cudaEventRecord");
 }
 
+/* Into pageable memory the stream's work is waited for first, as for an
+   upload; then the copy is queued and waited for. */
+static void mirror__cuda_download(void *dev, void *host, const void *src, size_t bytes)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!bytes || (mirror__pageable(host) && !mirror__cuda_wait(d, NULL, "waiting before a download"))) return;
+    if (mirror__cuda_ok(d, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, d->stream), "cudaMemcpyAsync"))
+        mirror__cuda_wait(d, NULL, "waiting for a download");
+}
+
 /* The input's slots: the host waits until slot's host buffers are read
    (its last upload), the compute queued so far releases the other slot
    (the shard before), and the copy stream waits until the compute released
@@ -1479,22 +1088,76 @@ static void mirror__cuda_staged(void *dev, int slot)
         mirror__cuda_ok(d, cudaStreamWaitEvent(d->stream, d->copied[slot], 0), "cudaStreamWaitEvent");
 }
 
-/* Into pageable memory the stream's work is waited for first, as for an
-   upload; then the copy is queued and waited for. */
-static void mirror__cuda_download(void *dev, void *host, const void *src, size_t bytes)
+__global__ void mirror__k_set(unsigned char *p, mirror__bytes v, unsigned n)
 {
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!bytes || (mirror__pageable(host) && !mirror__cuda_wait(d, NULL, "waiting before a download"))) return;
-    if (mirror__cuda_ok(d, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, d->stream), "cudaMemcpyAsync"))
-        mirror__cuda_wait(d, NULL, "waiting for a download");
+    unsigned i;
+    for (i = 0; i < n; i++) p[i] = v.b[i];
 }
 
-/* The CUDA type of storage in the model's precision. */
-static cudaDataType_t mirror__storage_type(const mirror__cuda_dev *d)
+static void mirror__cuda_set(void *dev, void *p, const void *value, size_t n)
 {
-    return d->precision == MIRROR_PRECISION_FP16   ? CUDA_R_16F
-           : d->precision == MIRROR_PRECISION_BF16 ? CUDA_R_16BF
-                                                   : CUDA_R_32F;
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__bytes v;
+    memcpy(v.b, value, n < sizeof v.b ? n : sizeof v.b);
+    mirror__k_set<<<1, 1, 0, d->stream>>>((unsigned char *)p, v, (unsigned)(n < sizeof v.b ? n : sizeof v.b));
+    MIRROR__LAUNCHED(d, "set kernel");
+}
+
+/* Data kept on the device: element e of n gathered rows of width values
+   (4 bytes each, or 2 where half), from row index[i] of src. Augmented,
+   each element draws its row's shift and flip itself (the CPU draws once a
+   row: the same function of the same arguments) and its source pixel in
+   its plane of h x w. */
+__global__ void mirror__k_gather(void *dst, const void *src, const int64_t *index, size_t n,
+                                 mirror_hd_divisor width, int half, uint64_t key, size_t pad, int flip,
+                                 mirror_hd_divisor plane, mirror_hd_divisor w, size_t h)
+{
+    MIRROR__FOR_EACH(e, n * width.d)
+    {
+        uint64_t i, j = mirror_hd_divmod(width, e, &i), row = (uint64_t)index[i];
+        long at = (long)j;
+        if (pad || flip) {
+            long dy, dx;
+            int flipped;
+            uint64_t p, y, x = mirror_hd_divmod(w, mirror_hd_divmod(plane, j, &p), &y);
+            mirror_hd_augment_draw(key, row, pad, flip, &dy, &dx, &flipped);
+            at = mirror_hd_augment_source(h, w.d, y, x, dy, dx, flipped);
+            at = at < 0 ? -1 : (long)(p * plane.d) + at;
+        }
+        if (half)
+            ((uint16_t *)dst)[e] = at < 0 ? (uint16_t)0 : ((const uint16_t *)src)[row * width.d + (uint64_t)at];
+        else
+            ((uint32_t *)dst)[e] = at < 0 ? 0u : ((const uint32_t *)src)[row * width.d + (uint64_t)at];
+    }
+}
+
+static void mirror__cuda_gather(void *dev, void *dst, const void *src, const int64_t *index, size_t n, size_t width,
+                                size_t size, uint64_t key, size_t pad, int flip, size_t h, size_t w)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!n || !width) return;
+    mirror__k_gather<<<mirror__blocks(n * width), MIRROR__THREADS, 0, d->stream>>>(
+        dst, src, index, n, mirror_hd_divisor_of(width), size == 2, key, pad, flip, mirror_hd_divisor_of(h * w),
+        mirror_hd_divisor_of(w), h);
+    MIRROR__LAUNCHED(d, "gather kernel");
+}
+
+// >>cuda gemm ---------------------------------------------------------------
+
+/* A GEMM's epilogue where cuBLASLt does not run it: C [m, n], rows ldc
+   apart, gets bias[j] on column j, or with per_row bias[row] on its row
+   (bias NULL: none), then relu where asked; the CPU's order of operations
+   (mirror__finish). */
+__global__ void mirror__k_epilogue(void *c, const void *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
+                                   int relu, int f)
+{
+    MIRROR__FOR_EACH(i, m * n.d)
+    {
+        uint64_t row, j = mirror_hd_divmod(n, i, &row);
+        float v = mirror_hd_load(c, row * ldc + j, f);
+        if (bias) v += mirror_hd_load(bias, per_row ? row : j, f);
+        mirror_hd_store(c, row * ldc + j, relu ? mirror_hd_relu(v) : v, f);
+    }
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
@@ -1540,65 +1203,6 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                     "cublasGemmEx");
 }
 
-/* The plan for C [m, n] = op(A) op(B) + bias, operands swapped as in
-   mirror__cuda_gemm (cuBLASLt's D is C^T, whose rows are C's columns: the
-   bias epilogue adds bias[j] to C's column j). Split-K partial sums stay
-   in fp32 (the compute type), as cuBLAS's are kept by its math mode. */
-static mirror__lt_plan *mirror__lt_plan_for(mirror__cuda_dev *d, int ta, int tb, size_t m, size_t n, size_t k,
-                                            const void *a, size_t lda, const void *b, size_t ldb, const void *c,
-                                            size_t ldc)
-{
-    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t type = mirror__storage_type(d);
-    uint32_t align[3] = {mirror__gemm_key_align(a, d->gemm_align), mirror__gemm_key_align(b, d->gemm_align),
-                         mirror__gemm_key_align(c, d->gemm_align)};
-    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t found;
-    size_t ws = MIRROR__BLAS_WORKSPACE;
-    int count = 0;
-    unsigned i;
-    mirror__lt_plan *p;
-    for (i = 0; i < MIRROR__MIN(d->plans, MIRROR__LT_PLANS); i++) {
-        p = &d->plan[i];
-        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->type == type && !memcmp(p->align, align, sizeof align))
-            return p;
-    }
-    p = &d->plan[d->plans++ % MIRROR__LT_PLANS];
-    mirror__lt_free(p);
-    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->type = type;
-    memcpy(p->align, align, sizeof align);
-    memset(&found, 0, sizeof found);
-    /* cuBLASLt's A is the caller's B (swapped), its D the caller's C */
-#define MIRROR__PREF(attr, v) \
-    (cublasLtMatmulPreferenceSetAttribute(pref, attr, &(v), sizeof(v)) == CUBLAS_STATUS_SUCCESS)
-    p->usable =
-        cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->a, type, tb ? k : n, tb ? n : k, (int64_t)ldb) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->b, type, ta ? m : k, ta ? k : m, (int64_t)lda) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->c, type, n, m, (int64_t)ldc) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws) &&
-        MIRROR__PREF(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reduction) &&
-        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[1]) &&
-        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[0]) &&
-        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]) &&
-        MIRROR__PREF(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]) &&
-        cublasLtMatmulAlgoGetHeuristic(d->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &found, &count) ==
-            CUBLAS_STATUS_SUCCESS &&
-        count > 0 && !d->lt_refuses;
-#undef MIRROR__PREF
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    p->algo = found.algo;
-    return p;
-}
-
 /* A dense layer's bias (per column) is cuBLASLt's epilogue where it has an
    algorithm for the key and the bias is 16-byte aligned; a convolution's
    (per row: cuBLASLt's bias runs along C's columns only), the other keys,
@@ -1639,6 +1243,17 @@ static void mirror__cuda_gemm_bias(void *dev, int ta, int tb, size_t m, size_t n
     MIRROR__LAUNCHED(d, "epilogue kernel");
 }
 
+static void mirror__cuda_gemm_align(void *dev, size_t bytes) { ((mirror__cuda_dev *)dev)->gemm_align = bytes; }
+
+// >>cuda bias ---------------------------------------------------------------
+
+__global__ void mirror__k_bias_add(void *y, const void *bias, size_t total, mirror_hd_divisor inner,
+                                   mirror_hd_divisor channels, int f)
+{
+    MIRROR__FOR_EACH(i, total)
+    mirror_hd_store(y, i, mirror_hd_load(y, i, f) + mirror_hd_load(bias, mirror_hd_channel(i, inner, channels), f), f);
+}
+
 static void mirror__cuda_bias_add(void *dev, void *y, const void *bias, size_t rows, size_t channels, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1647,6 +1262,68 @@ static void mirror__cuda_bias_add(void *dev, void *y, const void *bias, size_t r
     mirror__k_bias_add<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, bias, n, mirror_hd_divisor_of(inner),
                                                                               mirror_hd_divisor_of(channels), d->precision);
     MIRROR__LAUNCHED(d, "bias_add kernel");
+}
+
+/* The bias gradient's spans: about MIRROR__BIAS_SPAN elements each, and
+   at most MIRROR__BIAS_BLOCKS blocks in all (a few per SM), whose parts fit
+   the replica's scratch of as many floats. */
+#define MIRROR__BIAS_SPAN 4096
+#define MIRROR__BIAS_BLOCKS 1024
+/* A dense layer's (inner 1): runs of about MIRROR__BIAS_RUN rows, their
+   parts in a scratch of MIRROR__BIAS_PARTS floats (256 KiB). */
+#define MIRROR__BIAS_RUN 32
+
+/* The bias gradient, spread over the GPU. A channel's rows * inner
+   elements are cut into `parts` spans of consecutive elements; block (b, c)
+   sums span b of channel c (each thread a fixed stride of it, then a fixed
+   tree) into out[c * parts + b], or with one part adds it to out[c] = db[c].
+   bias_total then adds a channel's parts in order: the same bits every run. */
+__global__ void mirror__k_bias_part(float *out, const void *dy, size_t rows, size_t channels,
+                                    mirror_hd_divisor inner, size_t parts, int f)
+{
+    __shared__ float part[MIRROR__THREADS];
+    size_t n = rows * inner.d, b = blockIdx.x, lo = n / parts * b + MIRROR__MIN(b, n % parts);
+    size_t hi = lo + n / parts + (b < n % parts);
+    for (size_t c = blockIdx.y; c < channels; c += gridDim.y) {
+        float s = 0.0f;
+        for (size_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+            uint64_t row, e = mirror_hd_divmod(inner, j, &row);
+            s += mirror_hd_load(dy, (row * channels + c) * inner.d + e, f);
+        }
+        s = mirror__block_sum(part, s);
+        if (threadIdx.x == 0) {
+            if (parts == 1) out[c] += s;
+            else out[c * parts + b] = s;
+        }
+    }
+}
+
+/* Channel c's parts at part[c * across + b * along], b in order. */
+__global__ void mirror__k_bias_total(float *db, const float *part, size_t channels, size_t parts, size_t across,
+                                     size_t along)
+{
+    MIRROR__FOR_EACH(c, channels)
+    {
+        float s = 0.0f;
+        for (size_t b = 0; b < parts; b++) s += part[c * across + b * along];
+        db[c] += s;
+    }
+}
+
+/* A dense layer's bias gradient, dy [rows, channels]: a thread a channel,
+   so that a warp reads consecutive addresses, the rows cut into `parts`
+   runs (blockIdx.y), each added in row order in fp32. One run adds onto
+   db[c] row by row as the CPU backend does (mirror__f32_bias_grad: the
+   same bits); more write part p of channel c at out[p * channels + c],
+   which bias_total adds in order. */
+__global__ void mirror__k_bias_rows(float *out, const void *dy, size_t rows, size_t channels, size_t parts, int f)
+{
+    size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x, p = blockIdx.y;
+    size_t lo = rows / parts * p + MIRROR__MIN(p, rows % parts), hi = lo + rows / parts + (p < rows % parts);
+    if (c >= channels) return;
+    float s = parts == 1 ? out[c] : 0.0f;
+    for (size_t r = lo; r < hi; r++) s += mirror_hd_load(dy, r * channels + c, f);
+    out[parts == 1 ? c : p * channels + c] = s;
 }
 
 /* One part per channel (a dense layer's bias at a small batch) takes one
@@ -1682,12 +1359,24 @@ static void mirror__cuda_bias_grad(void *dev, float *db, const void *dy, size_t 
     MIRROR__LAUNCHED(d, "bias_total kernel");
 }
 
+// >>cuda activations --------------------------------------------------------
+
+__global__ void mirror__k_relu_forward(void *y, const void *x, size_t n, int f)
+{
+    MIRROR__FOR_EACH(i, n) mirror_hd_store(y, i, mirror_hd_relu(mirror_hd_load(x, i, f)), f);
+}
+
 static void mirror__cuda_relu_forward(void *dev, void *y, const void *x, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_relu_forward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(y, x, n, d->precision);
     MIRROR__LAUNCHED(d, "relu_forward kernel");
+}
+
+__global__ void mirror__k_relu_backward(void *d, const void *y, size_t n, int f)
+{
+    MIRROR__FOR_EACH(i, n) mirror_hd_store(d, i, mirror_hd_relu_grad(mirror_hd_load(y, i, f), mirror_hd_load(d, i, f)), f);
 }
 
 static void mirror__cuda_relu_backward(void *dev, void *dd, const void *y, size_t n)
@@ -1698,6 +1387,20 @@ static void mirror__cuda_relu_backward(void *dev, void *dd, const void *y, size_
     MIRROR__LAUNCHED(d, "relu_backward kernel");
 }
 
+/* The smooth activations: kind is MIRROR__TANH, _SIGMOID or _GELU. */
+__global__ void mirror__k_act_forward(int kind, void *y, const void *x, size_t n, int f)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float v = mirror_hd_load(x, i, f);
+        mirror_hd_store(y, i,
+                        kind == MIRROR__TANH      ? mirror_hd_tanh(v)
+                        : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid(v)
+                                                  : mirror_hd_gelu(v),
+                        f);
+    }
+}
+
 static void mirror__cuda_act_forward(void *dev, int kind, void *y, const void *x, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1706,12 +1409,33 @@ static void mirror__cuda_act_forward(void *dev, int kind, void *y, const void *x
     MIRROR__LAUNCHED(d, "act_forward kernel");
 }
 
+__global__ void mirror__k_act_backward(int kind, void *d, const void *x, const void *y, size_t n, int f)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float g = mirror_hd_load(d, i, f);
+        mirror_hd_store(d, i,
+                        kind == MIRROR__TANH      ? mirror_hd_tanh_grad(mirror_hd_load(y, i, f), g)
+                        : kind == MIRROR__SIGMOID ? mirror_hd_sigmoid_grad(mirror_hd_load(y, i, f), g)
+                                                  : mirror_hd_gelu_grad(mirror_hd_load(x, i, f), g),
+                        f);
+    }
+}
+
 static void mirror__cuda_act_backward(void *dev, int kind, void *dd, const void *x, const void *y, size_t n)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!n) return;
     mirror__k_act_backward<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(kind, dd, x, y, n, d->precision);
     MIRROR__LAUNCHED(d, "act_backward kernel");
+}
+
+// >>cuda convolution --------------------------------------------------------
+
+/* One thread per col entry (mirror_hd_im2col_at). */
+__global__ void mirror__k_im2col(void *col, const void *x, mirror_hd_conv_shape g, int f)
+{
+    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo) mirror_hd_store(col, i, mirror_hd_im2col_at(&g, x, i, f), f);
 }
 
 static void mirror__cuda_im2col(void *dev, void *col, const void *x, size_t n, size_t c, size_t h, size_t w,
@@ -1724,6 +1448,12 @@ static void mirror__cuda_im2col(void *dev, void *col, const void *x, size_t n, s
     MIRROR__LAUNCHED(d, "im2col kernel");
 }
 
+/* One thread per pixel gathers its col entries in the CPU's order (mirror_hd_col2im_at). */
+__global__ void mirror__k_col2im(void *x, const void *col, mirror_hd_conv_shape g, int f)
+{
+    MIRROR__FOR_EACH(i, g.n * g.c * g.h * g.w) mirror_hd_store(x, i, mirror_hd_col2im_at(&g, col, i, f), f);
+}
+
 static void mirror__cuda_col2im(void *dev, void *x, const void *col, size_t n, size_t c, size_t h, size_t w,
                                 size_t k, size_t stride, size_t pad, size_t ho, size_t wo)
 {
@@ -1734,6 +1464,21 @@ static void mirror__cuda_col2im(void *dev, void *x, const void *col, size_t n, s
     MIRROR__LAUNCHED(d, "col2im kernel");
 }
 
+/* src [a, b, inner] -> dst [b, a, inner]: values moved as they are. */
+__global__ void mirror__k_permute(void *dst, const void *src, size_t a, mirror_hd_divisor b, mirror_hd_divisor inner,
+                                  int f)
+{
+    MIRROR__FOR_EACH(i, a * b.d * inner.d)
+    {
+        uint64_t q, ia, ii = mirror_hd_divmod(inner, i, &q), ib = mirror_hd_divmod(b, q, &ia);
+        size_t o = (ib * a + ia) * inner.d + ii;
+        if (f)
+            ((uint16_t *)dst)[o] = ((const uint16_t *)src)[i];
+        else
+            ((float *)dst)[o] = ((const float *)src)[i];
+    }
+}
+
 static void mirror__cuda_permute(void *dev, void *dst, const void *src, size_t a, size_t b, size_t inner)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
@@ -1741,6 +1486,25 @@ static void mirror__cuda_permute(void *dev, void *dst, const void *src, size_t a
     mirror__k_permute<<<mirror__blocks(a * b * inner), MIRROR__THREADS, 0, d->stream>>>(
         dst, src, a, mirror_hd_divisor_of(b), mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "permute kernel");
+}
+
+// >>cuda pooling ------------------------------------------------------------
+
+/* hwo divides by ho * wo, wo by wo. */
+__global__ void mirror__k_maxpool_forward(void *y, int32_t *arg, const void *x, size_t planes, size_t h,
+                                          size_t w, size_t k, size_t stride, mirror_hd_divisor hwo,
+                                          mirror_hd_divisor wo, int f)
+{
+    MIRROR__FOR_EACH(o, planes * hwo.d)
+    {
+        uint64_t plane, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, o, &plane), &oy);
+        size_t corner = oy * stride * w + ox * stride, at;
+        const void *p = mirror_hd_skip(x, plane * h * w + corner, f);
+        float top = mirror_hd_window_max(p, w, k, &at, f);
+        if (mirror_hd_window_nan(p, w, k, &at, f)) top = mirror_hd_load(p, at, f);
+        mirror_hd_store(y, o, top, f);
+        arg[o] = (int32_t)(corner + at);
+    }
 }
 
 static void mirror__cuda_maxpool_forward(void *dev, void *y, int32_t *arg, const void *x, size_t planes, size_t h,
@@ -1754,35 +1518,17 @@ static void mirror__cuda_maxpool_forward(void *dev, void *y, int32_t *arg, const
     MIRROR__LAUNCHED(d, "maxpool_forward kernel");
 }
 
-static void mirror__cuda_dropout(void *dev, void *y, const void *x, size_t rows, size_t inner, uint64_t seed,
-                                 uint64_t layer, const mirror__tick *t, float p)
+/* Average pooling: one thread per output (forward), per input (backward:
+   each input gathers its windows, so no two threads write one place). */
+__global__ void mirror__k_avgpool_forward(void *y, const void *x, size_t planes, size_t h, size_t w, size_t kh,
+                                          size_t kw, size_t stride, mirror_hd_divisor hwo, mirror_hd_divisor wo, int f)
 {
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!rows || !inner) return;
-    mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(
-        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, t, p, d->precision);
-    MIRROR__LAUNCHED(d, "dropout kernel");
-}
-
-/* Up to 32 bytes, as a kernel argument: the host's value is taken at the
-   launch, so no host buffer has to outlive it. */
-typedef struct mirror__bytes {
-    unsigned char b[32];
-} mirror__bytes;
-
-__global__ void mirror__k_set(unsigned char *p, mirror__bytes v, unsigned n)
-{
-    unsigned i;
-    for (i = 0; i < n; i++) p[i] = v.b[i];
-}
-
-static void mirror__cuda_set(void *dev, void *p, const void *value, size_t n)
-{
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__bytes v;
-    memcpy(v.b, value, n < sizeof v.b ? n : sizeof v.b);
-    mirror__k_set<<<1, 1, 0, d->stream>>>((unsigned char *)p, v, (unsigned)(n < sizeof v.b ? n : sizeof v.b));
-    MIRROR__LAUNCHED(d, "set kernel");
+    MIRROR__FOR_EACH(i, planes * hwo.d)
+    {
+        uint64_t p, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, i, &p), &oy);
+        mirror_hd_store(y, i, mirror_hd_window_mean(mirror_hd_skip(x, p * h * w, f), w, kh, kw, oy * stride, ox * stride, f),
+                        f);
+    }
 }
 
 static void mirror__cuda_avgpool_forward(void *dev, void *y, const void *x, size_t planes, size_t h, size_t w,
@@ -1796,6 +1542,20 @@ static void mirror__cuda_avgpool_forward(void *dev, void *y, const void *x, size
     MIRROR__LAUNCHED(d, "avgpool_forward kernel");
 }
 
+/* hw divides by h * w, w by w. */
+__global__ void mirror__k_avgpool_backward(void *dx, const void *dy, size_t planes, mirror_hd_divisor hw,
+                                           mirror_hd_divisor w, size_t kh, size_t kw, size_t stride, size_t ho,
+                                           size_t wo, int f)
+{
+    MIRROR__FOR_EACH(i, planes * hw.d)
+    {
+        uint64_t p, iy, ix = mirror_hd_divmod(w, mirror_hd_divmod(hw, i, &p), &iy);
+        mirror_hd_store(dx, i,
+                        mirror_hd_window_mean_grad(mirror_hd_skip(dy, p * ho * wo, f), ho, wo, kh, kw, stride, iy, ix, f),
+                        f);
+    }
+}
+
 static void mirror__cuda_avgpool_backward(void *dev, void *dx, const void *dy, size_t planes, size_t h, size_t w,
                                           size_t kh, size_t kw, size_t stride, size_t ho, size_t wo)
 {
@@ -1805,6 +1565,87 @@ static void mirror__cuda_avgpool_backward(void *dev, void *dx, const void *dy, s
     mirror__k_avgpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
         dx, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), kh, kw, stride, ho, wo, d->precision);
     MIRROR__LAUNCHED(d, "avgpool_backward kernel");
+}
+
+/* One thread per input pixel adds the outputs that chose it, in output
+   order (mirror_hd_maxpool_grad_at). */
+__global__ void mirror__k_maxpool_backward(void *dx, const int32_t *arg, const void *dy, size_t planes,
+                                           mirror_hd_divisor hw, mirror_hd_divisor w, size_t k,
+                                           mirror_hd_divisor stride, size_t ho, size_t wo, int f)
+{
+    MIRROR__FOR_EACH(i, planes * hw.d)
+    {
+        uint64_t plane, iy, at = mirror_hd_divmod(hw, i, &plane), ix = mirror_hd_divmod(w, at, &iy);
+        mirror_hd_store(dx, i,
+                        mirror_hd_maxpool_grad_at(mirror_hd_skip(dy, plane * ho * wo, f), arg + plane * ho * wo, at, iy,
+                                                  ix, k, stride, ho, wo, f),
+                        f);
+    }
+}
+
+static void mirror__cuda_maxpool_backward(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes,
+                                          size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!planes) return;
+    if (!h || !w) return;
+    mirror__k_maxpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
+        dx, arg, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), k, mirror_hd_divisor_of(stride), ho,
+        wo, d->precision);
+    MIRROR__LAUNCHED(d, "maxpool_backward kernel");
+}
+
+// >>cuda dropout ------------------------------------------------------------
+
+/* Dropout: one thread per element, its mask hashed from its place. */
+__global__ void mirror__k_dropout(void *y, const void *x, size_t rows, mirror_hd_divisor inner, uint64_t seed,
+                                  uint64_t layer, const mirror__tick *t, float p, int f)
+{
+    uint64_t key = mirror_hd_dropout_key(seed, layer, t->step), row0 = t->row0;
+    MIRROR__FOR_EACH(i, rows * inner.d)
+    {
+        uint64_t row, e = mirror_hd_divmod(inner, i, &row);
+        mirror_hd_store(y, i, mirror_hd_load(x, i, f) * mirror_hd_dropout(key, row0 + row, e, p), f);
+    }
+}
+
+static void mirror__cuda_dropout(void *dev, void *y, const void *x, size_t rows, size_t inner, uint64_t seed,
+                                 uint64_t layer, const mirror__tick *t, float p)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    if (!rows || !inner) return;
+    mirror__k_dropout<<<mirror__blocks(rows * inner), MIRROR__THREADS, 0, d->stream>>>(
+        y, x, rows, mirror_hd_divisor_of(inner), seed, layer, t, p, d->precision);
+    MIRROR__LAUNCHED(d, "dropout kernel");
+}
+
+// >>cuda batchnorm ----------------------------------------------------------
+
+/* Batch normalisation. The sums: one block per channel, each thread a
+   fixed stride of the (row, i) pairs in double, then a fixed tree (the
+   sums of a, and backward of a xhat); forward, a second pass of the same
+   for the M2 about the mean of the first. */
+__global__ void mirror__k_bn_sums(double *part, const void *a, const void *x, const float *stat, size_t rows,
+                                  size_t channels, mirror_hd_divisor inner, int f)
+{
+    __shared__ double tree[MIRROR__THREADS];
+    size_t c = blockIdx.x, C = channels, n = rows * inner.d, j;
+    double s = 0.0, q = 0.0, mean;
+    for (j = threadIdx.x; j < n; j += blockDim.x) {
+        uint64_t row, e = mirror_hd_divmod(inner, j, &row);
+        size_t at = (row * C + c) * inner.d + e;
+        float av = mirror_hd_load(a, at, f);
+        s += (double)av;
+        if (x) q += (double)(av * mirror_hd_bn_xhat(mirror_hd_load(x, at, f), stat[c], stat[C + c]));
+    }
+    s = mirror__block_sum(tree, s);
+    mean = n ? s / (double)n : 0.0;
+    for (j = threadIdx.x; !x && j < n; j += blockDim.x) {
+        uint64_t row, e = mirror_hd_divmod(inner, j, &row);
+        q += mirror_hd_bn_dev2(mirror_hd_load(a, (row * C + c) * inner.d + e, f), mean);
+    }
+    q = mirror__block_sum(tree, q);
+    if (threadIdx.x == 0) part[c] = s, part[C + c] = q;
 }
 
 static void mirror__cuda_bn_sums(void *dev, double *part, const void *a, const void *x, const float *stat,
@@ -1817,6 +1658,20 @@ static void mirror__cuda_bn_sums(void *dev, double *part, const void *a, const v
     MIRROR__LAUNCHED(d, "bn_sums kernel");
 }
 
+__global__ void mirror__k_bn_forward(void *y, const void *x, const float *stat, const void *gamma,
+                                     const void *beta, size_t rows, mirror_hd_divisor channels,
+                                     mirror_hd_divisor inner, int f)
+{
+    MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
+    {
+        size_t c = mirror_hd_channel(i, inner, channels);
+        mirror_hd_store(y, i,
+                        mirror_hd_bn(mirror_hd_load(x, i, f), stat[c], stat[channels.d + c], mirror_hd_load(gamma, c, f),
+                                     mirror_hd_load(beta, c, f)),
+                        f);
+    }
+}
+
 static void mirror__cuda_bn_forward(void *dev, void *y, const void *x, const float *stat, const void *gamma,
                                     const void *beta, size_t rows, size_t channels, size_t inner)
 {
@@ -1825,6 +1680,31 @@ static void mirror__cuda_bn_forward(void *dev, void *y, const void *x, const flo
     mirror__k_bn_forward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
         y, x, stat, gamma, beta, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "bn_forward kernel");
+}
+
+__global__ void mirror__k_bn_param_grads(float *dgamma, float *dbeta, const double *part, size_t channels)
+{
+    MIRROR__FOR_EACH(c, channels)
+    {
+        dgamma[c] += (float)part[channels + c];
+        dbeta[c] += (float)part[c];
+    }
+}
+
+__global__ void mirror__k_bn_backward(void *dx, const void *dy, const void *x, const float *stat, const float *means,
+                                      const void *gamma, size_t rows, mirror_hd_divisor channels,
+                                      mirror_hd_divisor inner, int f)
+{
+    MIRROR__FOR_EACH(i, rows * channels.d * inner.d)
+    {
+        size_t c = mirror_hd_channel(i, inner, channels);
+        float invstd = stat[channels.d + c];
+        mirror_hd_store(dx, i,
+                        mirror_hd_bn_grad(mirror_hd_load(dy, i, f),
+                                          mirror_hd_bn_xhat(mirror_hd_load(x, i, f), stat[c], invstd),
+                                          mirror_hd_load(gamma, c, f), invstd, means[c], means[channels.d + c]),
+                        f);
+    }
 }
 
 static void mirror__cuda_bn_backward(void *dev, void *dx, float *dgamma, float *dbeta, const void *dy,
@@ -1839,6 +1719,13 @@ static void mirror__cuda_bn_backward(void *dev, void *dx, float *dgamma, float *
     mirror__k_bn_backward<<<mirror__blocks(rows * channels * inner), MIRROR__THREADS, 0, d->stream>>>(
         dx, dy, x, stat, means, gamma, rows, mirror_hd_divisor_of(channels), mirror_hd_divisor_of(inner), d->precision);
     MIRROR__LAUNCHED(d, "bn_backward kernel");
+}
+
+// >>cuda add ----------------------------------------------------------------
+
+__global__ void mirror__k_add(void *y, const void *a, const void *b, size_t n, int f)
+{
+    MIRROR__FOR_EACH(i, n) mirror_hd_store(y, i, mirror_hd_load(a, i, f) + mirror_hd_load(b, i, f), f);
 }
 
 static void mirror__cuda_add(void *dev, void *y, const void *a, const void *b, size_t n)
@@ -1857,16 +1744,20 @@ static void mirror__cuda_add(void *dev, void *y, const void *a, const void *b, s
     MIRROR__LAUNCHED(d, "add kernel");
 }
 
-static void mirror__cuda_maxpool_backward(void *dev, void *dx, const int32_t *arg, const void *dy, size_t planes,
-                                          size_t h, size_t w, size_t k, size_t stride, size_t ho, size_t wo)
+// >>cuda losses -------------------------------------------------------------
+
+/* scale: the loss scale in device memory, or NULL for 1. */
+__global__ void mirror__k_softmax_ce(void *dz, float *loss, int32_t *correct, const void *z, const int32_t *labels,
+                                     size_t rows, size_t k, float inv_count, const float *scale, int f)
 {
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!planes) return;
-    if (!h || !w) return;
-    mirror__k_maxpool_backward<<<mirror__blocks(planes * h * w), MIRROR__THREADS, 0, d->stream>>>(
-        dx, arg, dy, planes, mirror_hd_divisor_of(h * w), mirror_hd_divisor_of(w), k, mirror_hd_divisor_of(stride), ho,
-        wo, d->precision);
-    MIRROR__LAUNCHED(d, "maxpool_backward kernel");
+    if (scale) inv_count *= *scale;
+    MIRROR__FOR_EACH(r, rows)
+    {
+        int ok;
+        loss[r] = mirror_hd_softmax_ce_row(mirror_hd_skip(z, r * k, f), k, labels[r], inv_count,
+                                           mirror_hd_skip(dz, r * k, f), &ok, f);
+        correct[r] = ok;
+    }
 }
 
 static void mirror__cuda_softmax_ce(void *dev, void *dz, float *loss, int32_t *correct, const void *z,
@@ -1879,6 +1770,14 @@ static void mirror__cuda_softmax_ce(void *dev, void *dz, float *loss, int32_t *c
     MIRROR__LAUNCHED(d, "softmax_ce kernel");
 }
 
+__global__ void mirror__k_mse(void *dz, float *loss, const void *z, const float *t, size_t rows, size_t d,
+                              float inv_count, const float *scale, int f)
+{
+    if (scale) inv_count *= *scale;
+    MIRROR__FOR_EACH(r, rows)
+    loss[r] = mirror_hd_mse_row(mirror_hd_skip(z, r * d, f), t + r * d, d, inv_count, mirror_hd_skip(dz, r * d, f), f);
+}
+
 static void mirror__cuda_mse(void *dev, void *dz, float *loss, const void *z, const float *t, size_t rows, size_t dd,
                              float inv_count, const float *scale)
 {
@@ -1889,12 +1788,42 @@ static void mirror__cuda_mse(void *dev, void *dz, float *loss, const void *z, co
     MIRROR__LAUNCHED(d, "mse kernel");
 }
 
+/* One block of MIRROR_HD_LANES threads, a lane each (its rows' reads
+   side by side across the block), then the lanes' tree in shared memory:
+   the CPU backend's order (mirror__lanes_total), so the same bits. */
+__global__ void mirror__k_accumulate(double *acc, const float *loss, const int32_t *correct, size_t rows)
+{
+    __shared__ double part[2 * MIRROR_HD_LANES];
+    double s[2];
+    mirror_hd_lane_sums(s, loss, correct, rows, threadIdx.x);
+    part[threadIdx.x] = s[0], part[MIRROR_HD_LANES + threadIdx.x] = s[1];
+    __syncthreads();
+    for (unsigned half = MIRROR_HD_LANES / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) mirror_hd_tree_add(part, threadIdx.x, half);
+        __syncthreads();
+    }
+    if (threadIdx.x) return;
+    acc[0] += part[0];
+    if (correct) acc[1] += part[MIRROR_HD_LANES];
+}
+
 static void mirror__cuda_accumulate(void *dev, double *acc, const float *loss, const int32_t *correct, size_t rows)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     if (!rows) return;
     mirror__k_accumulate<<<1, MIRROR_HD_LANES, 0, d->stream>>>(acc, loss, correct, rows);
     MIRROR__LAUNCHED(d, "accumulate kernel");
+}
+
+// >>cuda update -------------------------------------------------------------
+
+/* fp32: any thread that meets a non-finite element applies mirror_hd_guard;
+   every writer writes the same values, so no atomics. */
+__global__ void mirror__k_check32(mirror_loss_scale_state *st, const float *g, size_t n, const mirror__tick *t)
+{
+    int finite = 1;
+    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g[i]);
+    if (!finite) mirror_hd_guard(st, 0, t->step);
 }
 
 static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const float *g, size_t n,
@@ -1904,6 +1833,26 @@ static void mirror__cuda_check32(void *dev, mirror_loss_scale_state *st, const f
     if (!n) return;
     mirror__k_check32<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, t);
     MIRROR__LAUNCHED(d, "check32 kernel");
+}
+
+/* The sum of the squares of g (or of g16 unscaled by st->scale, g NULL)
+   across the GPU in two passes of a fixed order, so that every replica and
+   run gets the same sum: block b adds span b of the values (each thread a
+   fixed stride of it in double, then a fixed tree) into part[b]; then one
+   block adds the parts the same way (mirror__squares_total). */
+__global__ void mirror__k_squares_part(double *part, const float *g, const uint16_t *g16, size_t n, size_t span,
+                                       int format, const mirror_loss_scale_state *st)
+{
+    __shared__ double tree[MIRROR__THREADS];
+    float inv_scale = 1.0f / st->scale;
+    size_t lo = blockIdx.x * span, hi = MIRROR__MIN(n, lo + span), i;
+    double sum = 0.0;
+    for (i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        double x = g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale);
+        sum += x * x;
+    }
+    sum = mirror__block_sum(tree, sum);
+    if (threadIdx.x == 0) part[blockIdx.x] = sum;
 }
 
 /* The first pass of a sum of squares over n values (see
@@ -1919,6 +1868,25 @@ static size_t mirror__cuda_squares(mirror__cuda_dev *d, const float *g, const ui
     return MIRROR__LAUNCHED(d, "squares kernel") ? parts : 0;
 }
 
+__device__ static double mirror__squares_total(const double *part, size_t parts)
+{
+    __shared__ double tree[MIRROR__THREADS];
+    double sum = 0.0;
+    size_t b;
+    for (b = threadIdx.x; b < parts; b += blockDim.x) sum += part[b];
+    return mirror__block_sum(tree, sum);
+}
+
+/* Gradient clipping: thread 0 writes the norm and its factor into st. */
+__global__ void mirror__k_clip(mirror_loss_scale_state *st, const double *part, size_t parts, float max_norm)
+{
+    double sum = mirror__squares_total(part, parts);
+    if (threadIdx.x == 0) {
+        st->grad_norm = (float)sqrt(sum);
+        st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
+    }
+}
+
 static void mirror__cuda_clip(void *dev, mirror_loss_scale_state *st, const float *g, const uint16_t *g16, size_t n,
                               int format, float max_norm)
 {
@@ -1927,6 +1895,23 @@ static void mirror__cuda_clip(void *dev, mirror_loss_scale_state *st, const floa
     if (!parts) return;
     mirror__k_clip<<<1, MIRROR__THREADS, 0, d->stream>>>(st, d->squares, parts, max_norm);
     MIRROR__LAUNCHED(d, "clip kernel");
+}
+
+/* The sharded update: 1 into *flag (zeroed first) where a thread meets an
+   Inf or NaN in its part of the slice; every writer writes the same value. */
+__global__ void mirror__k_slice_finite(float *flag, const float *g, const uint16_t *g16, size_t n, int format,
+                                       const mirror_loss_scale_state *st)
+{
+    float inv_scale = 1.0f / st->scale;
+    int finite = 1;
+    MIRROR__FOR_EACH(i, n) finite &= mirror_hd_finite(g ? g[i] : mirror_hd_unscale(g16[i], format, inv_scale));
+    if (!finite) *flag = 1.0f;
+}
+
+__global__ void mirror__k_slice_squares(float *sum, const double *part, size_t parts)
+{
+    double s = mirror__squares_total(part, parts);
+    if (threadIdx.x == 0) *sum = (float)s;
 }
 
 static void mirror__cuda_slice_stats(void *dev, float *out, const float *g, const uint16_t *g16, size_t n, int format,
@@ -1945,12 +1930,31 @@ static void mirror__cuda_slice_stats(void *dev, float *out, const float *g, cons
     }
 }
 
+__global__ void mirror__k_slice_verdict(mirror_loss_scale_state *st, const float *sums, const mirror__tick *t,
+                                        int format, float max_norm)
+{
+    mirror_hd_slice_verdict(st, sums, t->step, format, max_norm);
+}
+
 static void mirror__cuda_slice_verdict(void *dev, mirror_loss_scale_state *st, const float *sums,
                                        const mirror__tick *t, int format, float max_norm)
 {
     mirror__cuda_dev *d = mirror__cuda_enter(dev);
     mirror__k_slice_verdict<<<1, 1, 0, d->stream>>>(st, sums, t, format, max_norm);
     MIRROR__LAUNCHED(d, "slice verdict kernel");
+}
+
+/* The fp32 updates return at once while the guard holds a non-finite step. */
+__global__ void mirror__k_sgd(float *w, float *v, const float *g, size_t n, const mirror_loss_scale_state *guard,
+                              const mirror__tick *t, float momentum, float weight_decay, int nesterov)
+{
+    float c = mirror_hd_clip_of(guard), lr = t->lr;
+    if (guard->found_nonfinite) return;
+    MIRROR__FOR_EACH(i, n)
+    {
+        float unused = 0.0f;
+        mirror_hd_sgd(&w[i], v ? &v[i] : &unused, g[i] * c, lr, momentum, weight_decay, nesterov);
+    }
 }
 
 static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size_t n,
@@ -1964,6 +1968,16 @@ static void mirror__cuda_sgd(void *dev, float *w, float *v, const float *g, size
     MIRROR__LAUNCHED(d, "sgd kernel");
 }
 
+__global__ void mirror__k_adam(float *w, float *avg, float *avg_sq, const float *g, size_t n,
+                               const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
+                               float eps, float weight_decay, int decoupled)
+{
+    float c = mirror_hd_clip_of(guard), lr = t->lr, bc1 = t->bc1, bc2_sqrt = t->bc2_sqrt;
+    if (guard->found_nonfinite) return;
+    MIRROR__FOR_EACH(i, n)
+    mirror_hd_adam(&w[i], &avg[i], &avg_sq[i], g[i] * c, lr, beta1, beta2, eps, weight_decay, decoupled, bc1, bc2_sqrt);
+}
+
 static void mirror__cuda_adam(void *dev, float *w, float *avg, float *avg_sq, const float *g, size_t n,
                               const mirror_loss_scale_state *guard, const mirror__tick *t, float beta1, float beta2,
                               float eps, float weight_decay, int decoupled)
@@ -1975,6 +1989,9 @@ static void mirror__cuda_adam(void *dev, float *w, float *avg, float *avg_sq, co
     MIRROR__LAUNCHED(d, "adam kernel");
 }
 
+// >>cuda mixed precision ----------------------------------------------------
+/* Mixed precision. format: MIRROR_PRECISION_FP16 or _BF16. */
+
 static int mirror__cuda_set_precision(void *dev, int precision, size_t largest)
 {
     (void)largest; /* the kernels read and write 16 bits themselves */
@@ -1982,7 +1999,10 @@ static int mirror__cuda_set_precision(void *dev, int precision, size_t largest)
     return MIRROR_OK;
 }
 
-static void mirror__cuda_gemm_align(void *dev, size_t bytes) { ((mirror__cuda_dev *)dev)->gemm_align = bytes; }
+__global__ void mirror__k_narrow(uint16_t *dst, const float *src, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_narrow(src[i], format);
+}
 
 static void mirror__cuda_narrow(void *dev, uint16_t *dst, const float *src, size_t n, int format)
 {
@@ -1990,6 +2010,11 @@ static void mirror__cuda_narrow(void *dev, uint16_t *dst, const float *src, size
     if (!n) return;
     mirror__k_narrow<<<mirror__blocks(n), MIRROR__THREADS, 0, d->stream>>>(dst, src, n, format);
     MIRROR__LAUNCHED(d, "narrow kernel");
+}
+
+__global__ void mirror__k_widen(float *dst, const uint16_t *src, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n) dst[i] = mirror_hd_widen(src[i], format);
 }
 
 static void mirror__cuda_widen(void *dev, float *dst, const uint16_t *src, size_t n, int format)
@@ -2000,43 +2025,81 @@ static void mirror__cuda_widen(void *dev, float *dst, const uint16_t *src, size_
     MIRROR__LAUNCHED(d, "widen kernel");
 }
 
-/* Data kept on the device: element e of n gathered rows of width values
-   (4 bytes each, or 2 where half), from row index[i] of src. Augmented,
-   each element draws its row's shift and flip itself (the CPU draws once a
-   row: the same function of the same arguments) and its source pixel in
-   its plane of h x w. */
-__global__ void mirror__k_gather(void *dst, const void *src, const int64_t *index, size_t n,
-                                 mirror_hd_divisor width, int half, uint64_t key, size_t pad, int flip,
-                                 mirror_hd_divisor plane, mirror_hd_divisor w, size_t h)
+/* The mixed-precision step's passes over every parameter (check, then
+   update) are bound by memory: one 2- or 4-byte access per array and
+   element left them at 27% (check) and 63% (Adam) of a copy's bandwidth on
+   an H200. So a thread takes a group of elements with one vector access
+   per array (16 bytes, or 8 of 16-bit values beside floats) where every
+   array is aligned for it (mirror__aligned, asked by the host): 43% and
+   97% on the same H200 (the check reads only, and its figure is of a
+   copy's read and write). A group cut short by the end, or one of arrays
+   that are not aligned (a slice one element in), is read and written an
+   element at a time. The update's
+   arithmetic is written once per lane of a group, whatever the accesses:
+   a second copy for the elements left over was compiled with other
+   multiply-adds fused (ptxas fuses as it schedules), and the sharded
+   update, whose slices end on whole groups, gave other bits than the
+   update of the whole, whose last elements were left over. */
+static int mirror__aligned(const void *p, size_t bytes) { return !p || (uintptr_t)p % bytes == 0; }
+
+#define MIRROR__GROUP 4 /* elements a thread of an update takes */
+
+__device__ static void mirror__get4(const float *p, size_t i0, size_t n, int whole, float x[4])
 {
-    MIRROR__FOR_EACH(e, n * width.d)
-    {
-        uint64_t i, j = mirror_hd_divmod(width, e, &i), row = (uint64_t)index[i];
-        long at = (long)j;
-        if (pad || flip) {
-            long dy, dx;
-            int flipped;
-            uint64_t p, y, x = mirror_hd_divmod(w, mirror_hd_divmod(plane, j, &p), &y);
-            mirror_hd_augment_draw(key, row, pad, flip, &dy, &dx, &flipped);
-            at = mirror_hd_augment_source(h, w.d, y, x, dy, dx, flipped);
-            at = at < 0 ? -1 : (long)(p * plane.d) + at;
-        }
-        if (half)
-            ((uint16_t *)dst)[e] = at < 0 ? (uint16_t)0 : ((const uint16_t *)src)[row * width.d + (uint64_t)at];
-        else
-            ((uint32_t *)dst)[e] = at < 0 ? 0u : ((const uint32_t *)src)[row * width.d + (uint64_t)at];
+    if (whole) {
+        float4 v = *(const float4 *)(p + i0);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        return;
     }
+    for (int k = 0; k < 4; k++) x[k] = i0 + k < n ? p[i0 + k] : 0.0f;
 }
 
-static void mirror__cuda_gather(void *dev, void *dst, const void *src, const int64_t *index, size_t n, size_t width,
-                                size_t size, uint64_t key, size_t pad, int flip, size_t h, size_t w)
+__device__ static void mirror__put4(float *p, size_t i0, size_t n, int whole, const float x[4])
 {
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    if (!n || !width) return;
-    mirror__k_gather<<<mirror__blocks(n * width), MIRROR__THREADS, 0, d->stream>>>(
-        dst, src, index, n, mirror_hd_divisor_of(width), size == 2, key, pad, flip, mirror_hd_divisor_of(h * w),
-        mirror_hd_divisor_of(w), h);
-    MIRROR__LAUNCHED(d, "gather kernel");
+    if (whole) {
+        *(float4 *)(p + i0) = make_float4(x[0], x[1], x[2], x[3]);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        if (i0 + k < n) p[i0 + k] = x[k];
+}
+
+__device__ static void mirror__get4_16(const uint16_t *p, size_t i0, size_t n, int whole, uint16_t h[4])
+{
+    if (whole) {
+        uint2 v = *(const uint2 *)(p + i0);
+        h[0] = (uint16_t)v.x, h[1] = (uint16_t)(v.x >> 16), h[2] = (uint16_t)v.y, h[3] = (uint16_t)(v.y >> 16);
+        return;
+    }
+    for (int k = 0; k < 4; k++) h[k] = i0 + k < n ? p[i0 + k] : (uint16_t)0;
+}
+
+__device__ static void mirror__put4_16(uint16_t *p, size_t i0, size_t n, int whole, const uint16_t h[4])
+{
+    if (whole) {
+        *(uint2 *)(p + i0) = make_uint2(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        if (i0 + k < n) p[i0 + k] = h[k];
+}
+
+/* Any thread that meets a non-finite unscaled element stores 1: every
+   writer writes the same value, so no atomics; scaler_update clears it.
+   Groups of 8 (16 bytes). */
+__global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, size_t n, size_t groups, int format)
+{
+    float inv_scale = 1.0f / st->scale;
+    int finite = 1;
+    MIRROR__FOR_EACH(q, groups)
+    {
+        uint4 v = ((const uint4 *)g)[q];
+        uint32_t word[4] = {v.x, v.y, v.z, v.w};
+        for (int k = 0; k < 8; k++)
+            finite &= mirror_hd_finite(mirror_hd_unscale((uint16_t)(word[k / 2] >> 16 * (k % 2)), format, inv_scale));
+    }
+    MIRROR__FOR_EACH(i, n - 8 * groups) finite &= mirror_hd_finite(mirror_hd_unscale(g[8 * groups + i], format, inv_scale));
+    if (!finite) st->found_nonfinite = 1;
 }
 
 static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uint16_t *g, size_t n, int format)
@@ -2046,6 +2109,30 @@ static void mirror__cuda_check(void *dev, mirror_loss_scale_state *st, const uin
     size_t groups = mirror__aligned(g, 16) ? n / 8 : 0; /* of 8, the rest one a thread */
     mirror__k_check<<<mirror__blocks(groups ? groups : n), MIRROR__THREADS, 0, d->stream>>>(st, g, n, groups, format);
     MIRROR__LAUNCHED(d, "check kernel");
+}
+
+/* The fused updates return at once on a skipped step; every thread reads
+   the same flag, so a block leaves as a whole. */
+__global__ void mirror__k_sgd_mixed(float *w, float *v, uint16_t *w16, const uint16_t *g, size_t n, int aligned,
+                                    int format, const mirror_loss_scale_state *st, const mirror__tick *t,
+                                    float momentum, float weight_decay, int nesterov)
+{
+    float inv_scale, lr = t->lr;
+    if (st->found_nonfinite) return;
+    inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
+    MIRROR__FOR_EACH(q, (n + MIRROR__GROUP - 1) / MIRROR__GROUP)
+    {
+        size_t i0 = q * MIRROR__GROUP;
+        int whole = aligned && i0 + MIRROR__GROUP <= n;
+        float ws[4], vs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        uint16_t gs[4], hs[4];
+        mirror__get4(w, i0, n, whole, ws), mirror__get4_16(g, i0, n, whole, gs);
+        if (v) mirror__get4(v, i0, n, whole, vs);
+        for (int k = 0; k < MIRROR__GROUP; k++)
+            mirror_hd_sgd_mixed(&ws[k], &vs[k], &hs[k], gs[k], format, inv_scale, lr, momentum, weight_decay, nesterov);
+        mirror__put4(w, i0, n, whole, ws), mirror__put4_16(w16, i0, n, whole, hs);
+        if (v) mirror__put4(v, i0, n, whole, vs);
+    }
 }
 
 static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16, const uint16_t *g,
@@ -2060,6 +2147,34 @@ static void mirror__cuda_sgd_mixed(void *dev, float *w, float *v, uint16_t *w16,
     MIRROR__LAUNCHED(d, "sgd_mixed kernel");
 }
 
+/* Adam's t is st->applied + 1; its bias corrections, once per block. */
+__global__ void mirror__k_adam_mixed(float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g,
+                                     size_t n, int aligned, int format, const mirror_loss_scale_state *st,
+                                     const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
+                                     int decoupled)
+{
+    __shared__ float bias[2]; /* bc1, bc2_sqrt */
+    float inv_scale, lr = t->lr;
+    if (st->found_nonfinite) return;
+    if (threadIdx.x == 0) mirror_hd_adam_bias(beta1, beta2, st->applied + 1, &bias[0], &bias[1]);
+    __syncthreads();
+    inv_scale = mirror_hd_clip_of(st) / st->scale; /* unscaled and clipped */
+    MIRROR__FOR_EACH(q, (n + MIRROR__GROUP - 1) / MIRROR__GROUP)
+    {
+        size_t i0 = q * MIRROR__GROUP;
+        int whole = aligned && i0 + MIRROR__GROUP <= n;
+        float ws[4], ms[4], vs[4];
+        uint16_t gs[4], hs[4];
+        mirror__get4(w, i0, n, whole, ws), mirror__get4(avg, i0, n, whole, ms), mirror__get4(avg_sq, i0, n, whole, vs);
+        mirror__get4_16(g, i0, n, whole, gs);
+        for (int k = 0; k < MIRROR__GROUP; k++)
+            mirror_hd_adam_mixed(&ws[k], &ms[k], &vs[k], &hs[k], gs[k], format, inv_scale, lr, beta1, beta2, eps,
+                                 weight_decay, decoupled, bias[0], bias[1]);
+        mirror__put4(w, i0, n, whole, ws), mirror__put4(avg, i0, n, whole, ms), mirror__put4(avg_sq, i0, n, whole, vs);
+        mirror__put4_16(w16, i0, n, whole, hs);
+    }
+}
+
 static void mirror__cuda_adam_mixed(void *dev, float *w, float *avg, float *avg_sq, uint16_t *w16, const uint16_t *g, size_t n, int format, const mirror_loss_scale_state *st,
                                     const mirror__tick *t, float beta1, float beta2, float eps, float weight_decay,
                                     int decoupled)
@@ -2072,6 +2187,21 @@ static void mirror__cuda_adam_mixed(void *dev, float *w, float *avg, float *avg_
         w, avg, avg_sq, w16, g, n, aligned, format, st, t, beta1, beta2, eps, weight_decay, decoupled);
     MIRROR__LAUNCHED(d, "adam_mixed kernel");
 }
+
+/* One thread; the desc comes by value, as a kernel argument. */
+__global__ void mirror__k_scaler_update(mirror_loss_scale_state *st, mirror_loss_scale_desc d)
+{
+    mirror_hd_scaler_update(st, &d);
+}
+
+static void mirror__cuda_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *desc)
+{
+    mirror__cuda_dev *d = mirror__cuda_enter(dev);
+    mirror__k_scaler_update<<<1, 1, 0, d->stream>>>(st, *desc);
+    MIRROR__LAUNCHED(d, "scaler_update kernel");
+}
+
+// >>cuda timing -------------------------------------------------------------
 
 /* Timing on a GPU: CUDA events on the replica's stream, placed on the
    host's clock through an origin event that the host waited for (its time
@@ -2115,16 +2245,7 @@ static void mirror__cuda_marks(void *dev, double *t, int n)
     }
 }
 
-static void mirror__cuda_scaler_update(void *dev, mirror_loss_scale_state *st, const mirror_loss_scale_desc *desc)
-{
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__k_scaler_update<<<1, 1, 0, d->stream>>>(st, *desc);
-    MIRROR__LAUNCHED(d, "scaler_update kernel");
-}
-
-#ifndef MIRROR_CUDA_KEEP_COLS
-#define MIRROR_CUDA_KEEP_COLS ((size_t)1 << 30)
-#endif
+// >>cuda buckets ------------------------------------------------------------
 
 /* The bucketed all-reduce (mirror.h's mirror__reduce_buckets): each
    replica's thread queues its buckets as its backward makes them; NCCL
@@ -2163,58 +2284,11 @@ static void mirror__cuda_buckets_done(void *dev)
         mirror__cuda_ok(d, cudaStreamWaitEvent(d->stream, d->summed, 0), "cudaStreamWaitEvent");
 }
 
-/* Graphs (GRAPHS in the manual). A recording that fails leaves no failure
-   behind (the notice says why): the pass is then queued as usual, which
-   reports any failure of its own. */
-static void mirror__cuda_capture_notice(mirror__cuda_dev *d, const char *what, cudaError_t e)
-{
-    char notice[400];
-    snprintf(notice, sizeof notice, "GPU %d: a training pass could not be recorded as a graph (%s: %s); it runs as "
-                                    "queued",
-             d->device, what, d->code ? d->message : cudaGetErrorString(e));
-    mirror__log(MIRROR_LOG_NOTICE, notice);
-    (void)cudaGetLastError();
-    d->code = 0, d->message[0] = '\0';
-}
+// >>cuda backend ------------------------------------------------------------
 
-static int mirror__cuda_capture_begin(void *dev)
-{
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    cudaError_t e;
-    if (d->code) return -1; /* a failure waits to be reported: the pass as queued reports it */
-    e = cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal);
-    if (e == cudaSuccess) return 1;
-    mirror__cuda_capture_notice(d, "cudaStreamBeginCapture", e);
-    return 0;
-}
-
-static void *mirror__cuda_capture_end(void *dev)
-{
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    cudaError_t e = cudaStreamEndCapture(d->stream, &graph);
-    const char *what = "cudaStreamEndCapture";
-    if (e == cudaSuccess && !d->code) e = cudaGraphInstantiate(&exec, graph, 0), what = "cudaGraphInstantiate";
-    if (graph) (void)cudaGraphDestroy(graph); /* the executable graph keeps what it needs */
-    if (e == cudaSuccess && !d->code) return exec;
-    if (exec) (void)cudaGraphExecDestroy(exec);
-    mirror__cuda_capture_notice(d, what, e);
-    return NULL;
-}
-
-static void mirror__cuda_graph_launch(void *dev, void *graph)
-{
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__cuda_ok(d, cudaGraphLaunch((cudaGraphExec_t)graph, d->stream), "cudaGraphLaunch");
-}
-
-/* A graph still running is freed once it is done (no wait). */
-static void mirror__cuda_graph_free(void *dev, void *graph)
-{
-    mirror__cuda_dev *d = mirror__cuda_enter(dev);
-    mirror__cuda_ok(d, cudaGraphExecDestroy((cudaGraphExec_t)graph), "cudaGraphExecDestroy");
-}
+#ifndef MIRROR_CUDA_KEEP_COLS
+#define MIRROR_CUDA_KEEP_COLS ((size_t)1 << 30)
+#endif
 
 MIRROR__NAMED_BEGIN
 static const mirror__backend mirror__cuda_backend = {
@@ -2291,6 +2365,35 @@ static const mirror__backend mirror__cuda_backend = {
     .gather = mirror__cuda_gather,
 };
 MIRROR__NAMED_END
+
+// >>cuda copy sums ----------------------------------------------------------
+/* The copy reducer's kernels (their launchers: >>cuda reducers). */
+
+/* The copy reducer's sums over the replicas' buffers, element by element
+   in replica order: in[0][i] + in[1][i] + ... */
+__global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float s = ((const float *)in.p[0])[i];
+        size_t r;
+        for (r = 1; r < count; r++) s += ((const float *)in.p[r])[i];
+        out[i] = s;
+    }
+}
+
+/* 16-bit values: widened, added in fp32, rounded once (as the CPU
+   reducer's mirror__cpu_all_reduce_half_job). */
+__global__ void mirror__k_sum_half(uint16_t *out, mirror__sources in, size_t count, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float s = mirror_hd_widen(((const uint16_t *)in.p[0])[i], format);
+        size_t r;
+        for (r = 1; r < count; r++) s += mirror_hd_widen(((const uint16_t *)in.p[r])[i], format);
+        out[i] = mirror_hd_narrow(s, format);
+    }
+}
 
 // >>cuda reducers -----------------------------------------------------------
 

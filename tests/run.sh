@@ -136,6 +136,15 @@ sections_listed() {
 }
 check "the manual's INSIDE mirror.h lists the sections in the order of the // >> markers" sections_listed
 
+# mirror_cuda.h's manual (INSIDE mirror_cuda.h) lists its sections the same way.
+cuda_sections_listed() {
+    listed=$(sed -n '/^   INSIDE mirror_cuda.h/,/^\*\//p' mirror_cuda.h |
+             sed -nE 's/^        ([a-z][a-z ]*[a-z])  .*/\1/p' | tr '\n' '|')
+    marked=$(sed -nE 's|^// >>([a-z][a-z ]*[a-z]) -+$|\1|p' mirror_cuda.h | tr '\n' '|')
+    [ -n "$marked" ] && [ "$listed" = "$marked" ] || { echo "manual: $listed"; echo "file:   $marked"; return 1; }
+}
+check "mirror_cuda.h's manual, INSIDE mirror_cuda.h, lists the sections in the order of the // >> markers" cuda_sections_listed
+
 # nvcc sees the header as CUDA C++; the shared math must compile for the device.
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")}
 if [ -x "$NVCC" ]; then
