@@ -1144,22 +1144,6 @@ static void mirror__cuda_gather(void *dev, void *dst, const void *src, const int
 
 // >>cuda gemm ---------------------------------------------------------------
 
-/* A GEMM's epilogue where cuBLASLt does not run it: C [m, n], rows ldc
-   apart, gets bias[j] on column j, or with per_row bias[row] on its row
-   (bias NULL: none), then relu where asked; the CPU's order of operations
-   (mirror__finish). */
-__global__ void mirror__k_epilogue(void *c, const void *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
-                                   int relu, int f)
-{
-    MIRROR__FOR_EACH(i, m * n.d)
-    {
-        uint64_t row, j = mirror_hd_divmod(n, i, &row);
-        float v = mirror_hd_load(c, row * ldc + j, f);
-        if (bias) v += mirror_hd_load(bias, per_row ? row : j, f);
-        mirror_hd_store(c, row * ldc + j, relu ? mirror_hd_relu(v) : v, f);
-    }
-}
-
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
    operands. Mixed precision: 16-bit A and B on tensor cores, accumulated
    in fp32, C rounded once to 16 bits or (grad) kept in fp32. */
@@ -1201,6 +1185,22 @@ static void mirror__cuda_gemm(void *dev, int ta, int tb, size_t m, size_t n, siz
                                  (int)m, (int)k, &alpha, b, ab, (int)ldb, a, ab, (int)lda, &beta, c, ct, (int)ldc,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx");
+}
+
+/* A GEMM's epilogue where cuBLASLt does not run it: C [m, n], rows ldc
+   apart, gets bias[j] on column j, or with per_row bias[row] on its row
+   (bias NULL: none), then relu where asked; the CPU's order of operations
+   (mirror__finish). */
+__global__ void mirror__k_epilogue(void *c, const void *bias, int per_row, size_t m, mirror_hd_divisor n, size_t ldc,
+                                   int relu, int f)
+{
+    MIRROR__FOR_EACH(i, m * n.d)
+    {
+        uint64_t row, j = mirror_hd_divmod(n, i, &row);
+        float v = mirror_hd_load(c, row * ldc + j, f);
+        if (bias) v += mirror_hd_load(bias, per_row ? row : j, f);
+        mirror_hd_store(c, row * ldc + j, relu ? mirror_hd_relu(v) : v, f);
+    }
 }
 
 /* A dense layer's bias (per column) is cuBLASLt's epilogue where it has an
@@ -2367,10 +2367,10 @@ static const mirror__backend mirror__cuda_backend = {
 MIRROR__NAMED_END
 
 // >>cuda copy sums ----------------------------------------------------------
-/* The copy reducer's kernels (their launchers: >>cuda reducers). */
 
 /* The copy reducer's sums over the replicas' buffers, element by element
-   in replica order: in[0][i] + in[1][i] + ... */
+   in replica order: in[0][i] + in[1][i] + ... (launched by mirror__copy_sum
+   and mirror__copy_sum_list in >>cuda reducers). */
 __global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
 {
     MIRROR__FOR_EACH(i, n)
