@@ -8859,7 +8859,12 @@ static int mirror__one_setup(mirror_strategy *s, mirror_error *err)
 }
 
 static void mirror__one_teardown(mirror_strategy *s) { (void)s; }
-static size_t mirror__one_replicas_of(const mirror_strategy *s, size_t p) { return (void)p, s->replicas; }
+
+static size_t mirror__one_replicas_of(const mirror_strategy *s, size_t p)
+{
+    (void)p;
+    return s->replicas;
+}
 
 static int mirror__one_agree(mirror_strategy *s, int result, const char *note, mirror_error *err)
 {
@@ -8885,7 +8890,12 @@ static void mirror__one_carry(mirror_strategy *s, int result, int stop, int scat
     (void)s, (void)result, (void)stop, (void)scatter;
 }
 
-static int mirror__one_stopped(const mirror_strategy *s) { return (void)s, 0; }
+/* A stop is this process's own flag, which fit reads itself. */
+static int mirror__one_stopped(const mirror_strategy *s)
+{
+    (void)s;
+    return 0;
+}
 
 /* The list's sum is the reducer's, whole. */
 static int mirror__one_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
@@ -8916,7 +8926,12 @@ static int mirror__one_gather(mirror_strategy *s, void *buf, size_t size, const 
 }
 
 static void mirror__one_watch(mirror_strategy *s, volatile sig_atomic_t *stop) { (void)s, (void)stop; }
-static int mirror__one_lost(const mirror_strategy *s) { return (void)s, 0; }
+
+static int mirror__one_lost(const mirror_strategy *s)
+{
+    (void)s;
+    return 0;
+}
 
 MIRROR__NAMED_BEGIN
 static const mirror__processes mirror__one_process = {
@@ -9019,9 +9034,10 @@ typedef struct mirror__mpi_waiting {
 static int mirror__mpi_test(void *ctx)
 {
     mirror__mpi_waiting *w = (mirror__mpi_waiting *)ctx;
+    volatile sig_atomic_t *stop = mirror__mpi_of(w->s)->stop;
     int done = 0;
     if (MPI_Test(w->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
-    if (done || !mirror__mpi_of(w->s)->stop || !*mirror__mpi_of(w->s)->stop) return done;
+    if (done || !stop || !*stop) return done;
     if (w->give_up == 0.0) w->give_up = mirror__now() + MIRROR__STOP_GRACE;
     return mirror__now() > w->give_up ? -2 : 0;
 }
@@ -9394,11 +9410,12 @@ static const mirror__reducer mirror__mpi_reducer = {
 };
 MIRROR__NAMED_END
 
-/* Joins the processes of the desc's communicator: a duplicate of it with
-   errors returned, this process's rank, and its rank among the processes
-   of its machine (MPI_COMM_TYPE_SHARED; the default GPU of a process). */
 static void mirror__mpi_teardown(mirror_strategy *s);
 
+/* Joins the processes of the desc's communicator: a duplicate of it with
+   errors returned, this process's rank, and its rank among the processes
+   of its machine (MPI_COMM_TYPE_SHARED; the default GPU of a process).
+   Alone, it frees the duplicate and takes one process's table. */
 static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err)
 {
     MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD, local = MPI_COMM_NULL;
