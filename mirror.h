@@ -2691,7 +2691,9 @@ extern "C" {
 /* mirror's private state, together: the layer kinds, the thread team, the
    step's tick, a layer, a replica and its recorded passes, the model, a job
    for the replica threads, and the strategy. The backend and reducer
-   tables are declared here and defined in >>backend. */
+   tables are declared here and defined in >>backend; the processes
+   interface is defined here (the strategy's last), its implementations in
+   >>processes. */
 
 typedef struct mirror__backend mirror__backend;
 typedef struct mirror__reducer mirror__reducer;
