@@ -746,7 +746,8 @@
       That is the core, in the order a step uses it; what surrounds it:
 
         strategy and devices  mirror_strategy_create and its defaults
-        processes             several processes (MIRROR_MPI)
+        processes             what the core needs across processes: one
+                              process's table, and MPI's (MIRROR_MPI)
         model and pool        layers added, the arenas planned and built
         inspection            side outputs, timing and trace, replica
                               checks, metrics, evaluate a batch, predict
@@ -2644,9 +2645,6 @@ MIRROR_HD static inline float mirror_hd_init_bound(int he, size_t fan_in, size_t
 #ifdef MIRROR_CBLAS
 #include <cblas.h>
 #endif
-#ifdef MIRROR_MPI
-#include <mpi.h>
-#endif
 /* AVX-512's shuffles, where the CPU GEMM transposes blocks of 16 x 16
    (mirror__transpose16), and bf16 GEMMs on vdpbf16ps where the target has
    AVX512_BF16 too (-march=native on such a CPU): see mirror__gemm_bf16. */
@@ -2693,10 +2691,13 @@ extern "C" {
 /* mirror's private state, together: the layer kinds, the thread team, the
    step's tick, a layer, a replica and its recorded passes, the model, a job
    for the replica threads, and the strategy. The backend and reducer
-   tables are declared here and defined in >>backend. */
+   tables are declared here and defined in >>backend; the processes
+   interface is defined here (the strategy's last), its implementations in
+   >>processes. */
 
 typedef struct mirror__backend mirror__backend;
 typedef struct mirror__reducer mirror__reducer;
+typedef struct mirror__processes mirror__processes;
 
 /* The layer kinds (the backend's activations take one). */
 typedef enum mirror__kind {
@@ -3073,24 +3074,10 @@ struct mirror_strategy {
     size_t local_size; /* the processes on this machine (1 without MPI) */
     double timeout;    /* seconds to wait for other processes, or for a GPU's queued work */
     char host_memory[64]; /* the host memory override in force ("": none; mirror__host_override) */
-#ifdef MIRROR_MPI
-    MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
-    int broken;        /* a cross-process operation failed: every later one fails at once */
-    size_t *counts;    /* every process's replica count */
-    float *fold;       /* the partial sums that travel from rank to rank, and the status word */
-    size_t fold_cap;
-    MPI_Request *fold_reqs; /* the fold's requests (mirror__mpi_all_reduce) */
-    size_t fold_pieces;
-    int fold_from;     /* the fold starts from the partial sums received */
-    size_t fold_begin, fold_len; /* the piece of the fold at hand */
-    int scatter;       /* the next fold is scattered: each process keeps its slice of the total */
-    size_t keep_begin, keep_len; /* what of the total this process keeps */
-    int *slices;       /* every process's slice (count, then place) for MPI, 2 x processes */
-    int status;        /* this process's result before a reduction */
-    int stop_asked;    /* this process was asked to stop (fit's stop flag) */
-    int stop_seen;     /* after a reduction: some process was */
-    volatile sig_atomic_t *stop; /* fit's stop flag while it runs: a wait gives up MIRROR__STOP_GRACE s after it */
-#endif
+    /* What the core needs across processes (see >>processes): the table
+       in force (one process's, or MPI's) and its implementation's state. */
+    const mirror__processes *procs;
+    void *procs_state;
 };
 
 static void mirror__resident_free(mirror_model *m, mirror__resident *d);
@@ -3121,6 +3108,9 @@ static void mirror__cuda_teardown(mirror_strategy *s);
    leave the caller's device as they found it. */
 static int mirror__cuda_current(void);
 static void mirror__cuda_restore(int device);
+/* A process's default GPUs when there are several processes
+   ("cuda:i,...", from its rank among the processes of its machine). */
+static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char *spec, size_t size);
 #endif
 
 /* Something every process must have alike before it trains (see
@@ -3131,34 +3121,93 @@ typedef struct mirror__agreed {
     const char *told; /* its value in words, for the message when it differs (NULL: not told) */
 } mirror__agreed;
 
-#ifdef MIRROR_MPI
-/* In >>processes: joins the processes (MPI, the communicator, the rank and
-   the local rank) before the devices are chosen; then, with the devices,
-   counts every process's replicas and sets the reducer across them; and
-   leaves them. */
-static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
-static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err);
-static void mirror__mpi_teardown(mirror_strategy *s);
-/* In >>processes too: what the core sends across the processes (the
-   reduction's status word, the batchnorm sums, the metrics, a result that
-   every process must share, the slices of the update sharded across
-   them). */
-static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n,
-                                     int format, mirror_error *err);
-static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err);
-static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err);
-static int mirror__mpi_agree(mirror_strategy *s, int result, const char *note, mirror_error *err);
-static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err);
-static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
-                               const char *note, mirror_error *err);
-static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, size_t size, int parts, mirror_error *err);
-#ifdef MIRROR_CUDA
-/* In mirror_cuda.h: a process's default GPUs under MPI ("cuda:i,..."), and
-   one NCCL communicator over every GPU of every process. */
-static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char *spec, size_t size);
-static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err);
-#endif
-#endif
+/* The processes interface: all that the core needs across processes, one
+   table as the backend and reducer tables are. >>processes gives it two
+   implementations: one process's, in every build (each member succeeds at
+   once and every sum is the identity), and MPI's (MIRROR_MPI). A strategy
+   holds the table in force (procs) and that implementation's state
+   (procs_state); a strategy of one process, with MPI or without, holds one
+   process's. Every exchange waits with a deadline (the strategy's
+   timeout); one that fails, is late or is given up after a stop leaves the
+   processes lost: every later exchange fails at once. Every member is
+   required. */
+struct mirror__processes {
+    const char *name;
+
+    /* ---- joining and leaving ---- */
+    /* Joins the processes before the devices are chosen, waiting at most
+       the timeout for the others: sets s->rank, processes, local_rank,
+       local_size and procs_state (and, where it finds this process alone,
+       hands s->procs over to one process's table). */
+    int (*join)(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err);
+    /* Once the devices are chosen (s->replicas, s->gpu): every process's
+       replicas counted into s->first and s->world, the reducer across the
+       processes set, and s->describe with them. */
+    int (*setup)(mirror_strategy *s, mirror_error *err);
+    /* Leaves the processes and frees procs_state; also after a join or a
+       setup that failed. */
+    void (*teardown)(mirror_strategy *s);
+    /* Process p's replica count. */
+    size_t (*replicas_of)(const mirror_strategy *s, size_t p);
+
+    /* ---- agreeing ---- */
+    /* Every process's result: MIRROR_OK when all succeeded, else the first
+       failed process's code there and MIRROR_ERR_PEER elsewhere, with that
+       process's message. note (or NULL) says where the parameters came
+       from, for the message when the processes are in different calls. */
+    int (*agree)(mirror_strategy *s, int result, const char *note, mirror_error *err);
+    /* Every process's items (their hashes) against rank 0's: one that
+       differs fails every process with MIRROR_ERR_ARGUMENT, named, with the
+       first rank that differs. */
+    int (*compare)(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what, const char *note,
+                   mirror_error *err);
+    /* Rank 0's result and message on every process: what rank 0 alone did
+       (a checkpoint save) succeeded or failed everywhere. */
+    int (*share)(mirror_strategy *s, int result, mirror_error *err);
+
+    /* ---- summing ---- */
+    /* What the next reduction (the reducer's sums, or sum_list below)
+       carries to the others: this process's result so far and whether it
+       was asked to stop. A failure elsewhere makes that reduction
+       MIRROR_ERR_PEER; stopped then says whether any process was asked to
+       stop. scatter: that reduction is the reduce-scatter of the update
+       sharded across processes (each process keeps its slice of the sum). */
+    void (*carry)(mirror_strategy *s, int result, int stop, int scatter);
+    int (*stopped)(const mirror_strategy *s);
+    /* Deterministic mode's sum of a list (the reducer's sum_list) over
+       every process's in[0, nin), rank by rank, into every replica's bufs;
+       [*keep, *keep + *keep_len) is what of the n sums this process holds
+       (all of them unless scattered). */
+    int (*sum_list)(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin, float *const *bufs,
+                    size_t n, size_t *keep, size_t *keep_len, mirror_error *err);
+    /* v[n] summed over the processes in rank order: every process the same. */
+    int (*sum_doubles)(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err);
+
+    /* ---- gathering ---- */
+    /* The update sharded across processes: each process's slice of an
+       array of n slots (mirror__process_slice) into every process, in
+       place. The array holds the slots (values of `size` bytes: floats or
+       16-bit), or with `parts` the verdict's doubles: at p plus its first
+       block, process p's flag and then its blocks' sums of squares. */
+    int (*gather_slices)(mirror_strategy *s, void *buf, size_t n, size_t size, int parts, mirror_error *err);
+    /* Every process's part of buf into every process's buf, in place:
+       process p's is the values [parts[processes + p], + parts[p]), of
+       `size` bytes (2, 4 or 8), copied bit for bit. */
+    int (*gather)(mirror_strategy *s, void *buf, size_t size, const size_t *parts, const char *what,
+                  mirror_error *err);
+
+    /* ---- stopping and giving up ---- */
+    /* fit's stop flag while it runs (NULL once it returns): a process
+       asked to stop while it waits for the others gives up a moment later
+       (the processes are then lost). Clears stopped. */
+    void (*watch)(mirror_strategy *s, volatile sig_atomic_t *stop);
+    /* Whether the processes have lost each other (an exchange failed, was
+       late or was given up): no exchange can run any more. */
+    int (*lost)(const mirror_strategy *s);
+};
+
+/* In >>processes: the table a strategy of this build joins with. */
+static const mirror__processes *mirror__processes_built(void);
 
 // >>errors ------------------------------------------------------------------
 /* Result codes into messages: the last error's detail in a mirror_error
@@ -6809,19 +6858,12 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
 {
     mirror_strategy *s = m->s;
     size_t r, q, nin = 0, keep = 0, len = m->nslots;
-    int rc = MIRROR_OK;
+    int rc;
     if (onto && s->rank == 0) m->chunk_owner[nin] = 0, m->chunk_in[nin++] = m->rep[0].grads;
     for (r = 0; r < s->replicas; r++)
         for (q = 0; q < m->rep[r].nchunks; q++)
             m->chunk_owner[nin] = r, m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
-#ifdef MIRROR_MPI
-    s->fold_in = m->chunk_in;
-    s->fold_count = nin;
-    if (s->processes > 1) rc = mirror__mpi_reduce_status(s, m->grad_bufs, NULL, m->nslots, 0, &m->err);
-    if (s->processes > 1) keep = s->keep_begin, len = s->keep_len;
-#endif
-    if (s->processes == 1)
-        rc = s->reducer->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &m->err);
+    rc = s->procs->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &keep, &len, &m->err);
     for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++) /* scattered: this process's slice */
         m->be->narrow(m->rep[r].dev, m->rep[r].grad16 + keep, m->rep[r].grads + keep, len, m->format);
     return rc;
@@ -6837,19 +6879,14 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
 static int mirror__reduce_gradients(mirror_model *m, int rc, int onto, int last)
 {
     mirror_strategy *s = m->s;
-#ifdef MIRROR_MPI
     if (s->processes > 1) {
         int reduced;
-        s->status = rc;
-        s->stop_asked = m->stop && *m->stop;
-        s->scatter = m->across && last;
+        s->procs->carry(s, rc, m->stop && *m->stop, m->across && last);
         reduced = m->chunk    ? mirror__sum_chunks(m, onto)
                   : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
                               : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
         return reduced ? reduced : rc; /* this process's own failure fails its step too */
     }
-#endif
-    (void)last;
     if (m->bucketed) { /* summed in buckets during backward: what follows waits for them */
         size_t r;
         for (r = 0; r < s->replicas; r++) m->be->buckets_done(m->rep[r].dev);
@@ -6870,14 +6907,7 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto, int last)
    result is its own. */
 static int mirror__leads(const mirror_model *m) { return m->s->rank == 0; }
 
-static int mirror__from_leader(mirror_model *m, int rc)
-{
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_share(m->s, rc, &m->err);
-#endif
-    (void)m;
-    return rc;
-}
+static int mirror__from_leader(mirror_model *m, int rc) { return m->s->procs->share(m->s, rc, &m->err); }
 
 /* The file m's parameters were loaded from (mirror_weights_source), in
    words, for messages that compare processes. */
@@ -6894,15 +6924,9 @@ static const char *mirror__source_words(const mirror_model *m, char *words, size
    failed anywhere, it fails everywhere. */
 static int mirror__all_agree(mirror_model *m, int rc)
 {
-#ifdef MIRROR_MPI
     char note[200], words[180];
-    if (m->s->processes > 1) {
-        snprintf(note, sizeof note, "parameters from %s", mirror__source_words(m, words, sizeof words));
-        return mirror__mpi_agree(m->s, rc, note, &m->err);
-    }
-#endif
-    (void)m;
-    return rc;
+    snprintf(note, sizeof note, "parameters from %s", mirror__source_words(m, words, sizeof words));
+    return m->s->procs->agree(m->s, rc, note, &m->err);
 }
 
 /* What every process must have alike (items): one that differs fails
@@ -6910,15 +6934,9 @@ static int mirror__all_agree(mirror_model *m, int rc)
    from rank 0. One process: nothing to compare. */
 static int mirror__processes_agree(mirror_model *m, const mirror__agreed *items, size_t n, const char *what)
 {
-#ifdef MIRROR_MPI
     char note[200], words[180];
-    if (m->s->processes > 1) {
-        snprintf(note, sizeof note, "parameters from %s", mirror__source_words(m, words, sizeof words));
-        return mirror__mpi_compare(m->s, items, n, what, note, &m->err);
-    }
-#endif
-    (void)m, (void)items, (void)n, (void)what;
-    return MIRROR_OK;
+    snprintf(note, sizeof note, "parameters from %s", mirror__source_words(m, words, sizeof words));
+    return m->s->procs->compare(m->s, items, n, what, note, &m->err);
 }
 
 /* An item's name, then its parts added to its hash. */
@@ -6939,10 +6957,11 @@ static void mirror__agree_float(mirror__agreed *a, float v) { mirror__agree_add(
 /* This process's metric sums into every process's (one process: as they are). */
 static int mirror__sum_processes(mirror_model *m, mirror_metrics *sum)
 {
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_sum_metrics(m->s, sum, &m->err);
-#endif
-    (void)m, (void)sum;
+    double v[3];
+    int rc;
+    v[0] = sum->loss_sum, v[1] = (double)sum->correct, v[2] = (double)sum->count;
+    if ((rc = m->s->procs->sum_doubles(m->s, v, 3, "metrics across processes", &m->err))) return rc;
+    sum->loss_sum = v[0], sum->correct = (size_t)v[1], sum->count = (size_t)v[2];
     return MIRROR_OK;
 }
 
@@ -7333,7 +7352,7 @@ static uint32_t mirror__nonfinite(mirror_model *m, mirror__replica *r, size_t be
 /* Sharded across processes: worker w checks its share of this process's
    slice (whole blocks of MIRROR__NORM_BLOCK) into found[w] and, with
    clipping, puts each block's sum of squares in its place in `parts`
-   (mirror__mpi_gather_slices' layout): the sums mirror__cpu_squares
+   (the layout of gather_slices, >>structs): the sums mirror__cpu_squares
    makes of the same blocks in one process. */
 static void mirror__across_check(mirror_model *m, mirror__replica *r, size_t w)
 {
@@ -7421,7 +7440,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
 /* The update sharded across processes too (shard_update on, CPU
    replicas): ZeRO stage 1 over every replica of every process. The
    reduction is a reduce-scatter (the rank-order fold, whose last rank
-   sends each process its slice alone: mirror__mpi_all_reduce), process p
+   sends each process its slice alone: see >>processes), process p
    owns slice p (mirror__process_slice) and its replicas share it as they
    share the whole in one process (mirror__host_slice). Then:
    - the verdict: each process's non-finite flag and its blocks' sums of
@@ -7445,21 +7464,20 @@ enum { MIRROR__STALE_GRADS = 1, MIRROR__STALE_STATE = 2 };
    process, and into each of this process's replicas. */
 static int mirror__across_gather(mirror_model *m, int which)
 {
-#ifdef MIRROR_MPI
     mirror_strategy *s = m->s;
     mirror__replica *r0 = &m->rep[0];
     size_t c, r, n = m->nslots, end = m->pbegin + m->plen;
     int rc = MIRROR_OK, half = which == MIRROR__GRADS && m->format;
     if (which == MIRROR__STATE) { /* one arena that the replicas share */
         for (c = 0; c < mirror__state_copies(m) && rc == MIRROR_OK; c++)
-            rc = mirror__mpi_gather_slices(s, r0->state + c * n, n, sizeof(float), 0, &m->err);
+            rc = s->procs->gather_slices(s, r0->state + c * n, n, sizeof(float), 0, &m->err);
         return rc;
     }
-    rc = half ? mirror__mpi_gather_slices(s, r0->grad16, n, sizeof(uint16_t), 0, &m->err)
-              : mirror__mpi_gather_slices(s, which == MIRROR__GRADS ? r0->grads : r0->params, n, sizeof(float), 0,
-                                          &m->err);
+    rc = half ? s->procs->gather_slices(s, r0->grad16, n, sizeof(uint16_t), 0, &m->err)
+              : s->procs->gather_slices(s, which == MIRROR__GRADS ? r0->grads : r0->params, n, sizeof(float), 0,
+                                        &m->err);
     if (rc == MIRROR_OK && which == MIRROR__PARAMS && m->format)
-        rc = mirror__mpi_gather_slices(s, r0->work16, n, sizeof(uint16_t), 0, &m->err);
+        rc = s->procs->gather_slices(s, r0->work16, n, sizeof(uint16_t), 0, &m->err);
     for (r = 1; rc == MIRROR_OK && r < s->replicas; r++) { /* the others' slices: around this process's */
         mirror__replica *q = &m->rep[r];
         size_t at[2], len[2], i;
@@ -7475,17 +7493,12 @@ static int mirror__across_gather(mirror_model *m, int which)
         }
     }
     return rc;
-#else
-    (void)m, (void)which;
-    return MIRROR_OK;
-#endif
 }
 
 /* The verdict (see above), after mirror__sharded_host_check_job: into
    found[0] (the others 0) and, with clipping, every replica's scaler. */
 static int mirror__across_verdict(mirror_model *m)
 {
-#ifdef MIRROR_MPI
     mirror_strategy *s = m->s;
     float max_norm = m->desc.optimizer.clip_norm;
     size_t r, p, k, first, blocks;
@@ -7494,7 +7507,7 @@ static int mirror__across_verdict(mirror_model *m)
     for (r = 0; r < s->replicas; r++) found += m->found[r] != 0;
     mirror__process_blocks(m->nslots, s->processes, s->rank, &first, &blocks);
     m->parts[first + s->rank] = found;
-    if ((rc = mirror__mpi_gather_slices(s, m->parts, m->nslots, 0, 1, &m->err))) return rc;
+    if ((rc = s->procs->gather_slices(s, m->parts, m->nslots, 0, 1, &m->err))) return rc;
     for (p = 0, found = 0.0; p < s->processes; p++) {
         const double *flag;
         mirror__process_blocks(m->nslots, s->processes, p, &first, &blocks);
@@ -7509,9 +7522,6 @@ static int mirror__across_verdict(mirror_model *m)
         st->grad_norm = (float)sqrt(sum); /* as mirror__cpu_clip */
         st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
     }
-#else
-    (void)m;
-#endif
     return MIRROR_OK;
 }
 
@@ -8051,11 +8061,7 @@ static size_t mirror__prev_bn(const mirror_model *m, size_t i)
 /* Sums v[n] over the processes, in rank order (one process: nothing). */
 static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char *what)
 {
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__mpi_sum_doubles(m->s, v, n, what, &m->err);
-#endif
-    (void)m, (void)v, (void)n, (void)what;
-    return MIRROR_OK;
+    return m->s->procs->sum_doubles(m->s, v, n, what, &m->err);
 }
 
 /* The running statistics of layer l move toward the batch's, whose sum
@@ -8617,12 +8623,8 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     s->reducer_kind = d.reducer;
     s->timeout = d.timeout;
     if (d.host_memory) snprintf(s->host_memory, sizeof s->host_memory, "%s", d.host_memory);
-#ifdef MIRROR_MPI
-    s->comm = MPI_COMM_NULL; /* before anything can fail: the teardown reads it */
-#endif
-#ifdef MIRROR_MPI
-    if ((rc = mirror__mpi_join(s, &d, err)) != MIRROR_OK) goto fail;
-#endif
+    s->procs = mirror__processes_built(); /* before anything can fail: the teardown is its */
+    if ((rc = s->procs->join(s, &d, err)) != MIRROR_OK) goto fail;
 #ifdef MIRROR_CUDA
     /* GPUs when asked for, or by default when there are any. Without a
        device list, CPU replicas take over only where there is no driver
@@ -8636,13 +8638,11 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     if (gpus == MIRROR__GPUS_USE) {
         if (!explicit_list || strncmp(d.devices, "cuda", 4) == 0) {
             const char *spec = explicit_list ? d.devices : NULL;
-#ifdef MIRROR_MPI
             char local[256];
             if (!spec && s->processes > 1) { /* several processes: one GPU per local rank by default */
                 mirror__cuda_local_spec(s->local_rank, d.num_replicas ? d.num_replicas : 1, local, sizeof local);
                 spec = local;
             }
-#endif
             rc = mirror__cuda_setup(s, spec, d.num_replicas, err);
             if (rc == MIRROR_OK) goto team;
             goto fail;
@@ -8704,9 +8704,7 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 team:
 #endif
     s->world = s->replicas;
-#ifdef MIRROR_MPI
-    if ((rc = mirror__mpi_setup(s, err)) != MIRROR_OK) goto fail;
-#endif
+    if ((rc = s->procs->setup(s, err)) != MIRROR_OK) goto fail;
     if ((rc = mirror__locks_init(s, err)) != MIRROR_OK) goto fail;
     if ((rc = mirror__team_start(&s->team, s->replicas, cores, err)) != MIRROR_OK) {
         pthread_mutex_destroy(&s->call);
@@ -8716,9 +8714,7 @@ team:
     *out = s;
     return MIRROR_OK;
 fail:
-#ifdef MIRROR_MPI
-    mirror__mpi_teardown(s);
-#endif
+    s->procs->teardown(s);
 #ifdef MIRROR_CUDA
     mirror__cuda_teardown(s);
 #endif
@@ -8729,9 +8725,7 @@ fail:
 static void mirror__strategy_free(mirror_strategy *s)
 {
     mirror__team_stop(&s->team, s->team.size - 1); /* the helper threads */
-#ifdef MIRROR_MPI
-    mirror__mpi_teardown(s);
-#endif
+    s->procs->teardown(s);
 #ifdef MIRROR_CUDA
     mirror__cuda_teardown(s);
 #endif
@@ -8797,7 +8791,20 @@ MIRROR_API const char *mirror_strategy_describe(const mirror_strategy *s)
 }
 
 // >>processes ---------------------------------------------------------------
-/* Several processes (MIRROR_MPI). A strategy spans the processes of a
+/* What the core needs across processes is one table, the processes
+   interface (struct mirror__processes in >>structs): join and leave,
+   agree on a configuration, share rank 0's result, sum (the status word
+   that rides on each reduction, doubles, deterministic mode's list), gather
+   slices, and the stop flag and the verdict of a lost peer. The core calls
+   it through s->procs and never names MPI; this section holds its two
+   implementations. One process's, in every build, succeeds at once: its
+   sums and gathers leave every value as it is, its agreements return this
+   process's result. MPI's (MIRROR_MPI) follows, with its state
+   (mirror__mpi); mirror_cuda.h adds the GPUs' reducer across processes
+   (>>cuda processes). A strategy that finds itself alone, MPI or not,
+   runs on one process's table.
+
+   Several processes (MIRROR_MPI). A strategy spans the processes of a
    communicator; each process drives its own replicas, which are global
    replicas [first, first + replicas). Every process makes the same calls on
    its strategy and models in the same order with the same global batches
@@ -8836,7 +8843,161 @@ MIRROR_API mirror_process_info mirror_strategy_process(const mirror_strategy *s)
     return p;
 }
 
+/* ---- one process ---- */
+/* Alone, the process is rank 0 of 1 (mirror_strategy_create set that),
+   holds every replica, and whatever it sends it receives as it is. */
+static int mirror__one_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err)
+{
+    (void)d, (void)err;
+    s->procs_state = NULL;
+    return MIRROR_OK;
+}
+
+static int mirror__one_setup(mirror_strategy *s, mirror_error *err)
+{
+    (void)err;
+    s->first = 0, s->world = s->replicas;
+    return MIRROR_OK;
+}
+
+static void mirror__one_teardown(mirror_strategy *s) { (void)s; }
+
+static size_t mirror__one_replicas_of(const mirror_strategy *s, size_t p)
+{
+    (void)p;
+    return s->replicas;
+}
+
+static int mirror__one_agree(mirror_strategy *s, int result, const char *note, mirror_error *err)
+{
+    (void)s, (void)note, (void)err;
+    return result;
+}
+
+static int mirror__one_compare(mirror_strategy *s, const mirror__agreed *items, size_t n, const char *what,
+                               const char *note, mirror_error *err)
+{
+    (void)s, (void)items, (void)n, (void)what, (void)note, (void)err;
+    return MIRROR_OK;
+}
+
+static int mirror__one_share(mirror_strategy *s, int result, mirror_error *err)
+{
+    (void)s, (void)err;
+    return result;
+}
+
+static void mirror__one_carry(mirror_strategy *s, int result, int stop, int scatter)
+{
+    (void)s, (void)result, (void)stop, (void)scatter;
+}
+
+/* A stop is this process's own flag, which fit reads itself. */
+static int mirror__one_stopped(const mirror_strategy *s)
+{
+    (void)s;
+    return 0;
+}
+
+/* The list's sum is the reducer's, whole. */
+static int mirror__one_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
+                                float *const *bufs, size_t n, size_t *keep, size_t *keep_len, mirror_error *err)
+{
+    *keep = 0, *keep_len = n;
+    return s->reducer->sum_list(s, in, owner, nin, bufs, n, err);
+}
+
+static int mirror__one_sum_doubles(mirror_strategy *s, double *v, size_t n, const char *what, mirror_error *err)
+{
+    (void)s, (void)v, (void)n, (void)what, (void)err;
+    return MIRROR_OK;
+}
+
+static int mirror__one_gather_slices(mirror_strategy *s, void *buf, size_t n, size_t size, int parts,
+                                     mirror_error *err)
+{
+    (void)s, (void)buf, (void)n, (void)size, (void)parts, (void)err;
+    return MIRROR_OK;
+}
+
+static int mirror__one_gather(mirror_strategy *s, void *buf, size_t size, const size_t *parts, const char *what,
+                              mirror_error *err)
+{
+    (void)s, (void)buf, (void)size, (void)parts, (void)what, (void)err;
+    return MIRROR_OK;
+}
+
+static void mirror__one_watch(mirror_strategy *s, volatile sig_atomic_t *stop) { (void)s, (void)stop; }
+
+static int mirror__one_lost(const mirror_strategy *s)
+{
+    (void)s;
+    return 0;
+}
+
+MIRROR__NAMED_BEGIN
+static const mirror__processes mirror__one_process = {
+    .name = "one process",
+    .join = mirror__one_join,
+    .setup = mirror__one_setup,
+    .teardown = mirror__one_teardown,
+    .replicas_of = mirror__one_replicas_of,
+    .agree = mirror__one_agree,
+    .compare = mirror__one_compare,
+    .share = mirror__one_share,
+    .carry = mirror__one_carry,
+    .stopped = mirror__one_stopped,
+    .sum_list = mirror__one_sum_list,
+    .sum_doubles = mirror__one_sum_doubles,
+    .gather_slices = mirror__one_gather_slices,
+    .gather = mirror__one_gather,
+    .watch = mirror__one_watch,
+    .lost = mirror__one_lost,
+};
+MIRROR__NAMED_END
+
+/* ---- MPI ---- */
 #ifdef MIRROR_MPI
+#ifdef __cplusplus
+} /* mpi.h outside extern "C": it may declare C++ */
+#endif
+#include <mpi.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A strategy's state across MPI processes (procs_state). */
+typedef struct mirror__mpi {
+    MPI_Comm comm;     /* a duplicate of the desc's communicator (MPI_COMM_NULL: none) */
+    int broken;        /* a cross-process operation failed: every later one fails at once */
+    size_t *counts;    /* every process's replica count */
+    float *fold;       /* the partial sums that travel from rank to rank, and the status word */
+    size_t fold_cap;
+    MPI_Request *fold_reqs; /* the fold's requests (mirror__mpi_all_reduce) */
+    size_t fold_pieces;
+    int fold_from;     /* the fold starts from the partial sums received */
+    size_t fold_begin, fold_len; /* the piece of the fold at hand */
+    float *const *in;  /* what an fp32 fold adds, in order (the replicas', or deterministic mode's chunks) */
+    size_t nin;
+    float *const *bufs; /* where the fp32 total goes, or */
+    uint16_t *const *half; /* the 16-bit buffers folded (widened) and given the total (narrowed) */
+    int format;
+    int scatter;       /* the next fold is scattered: each process keeps its slice of the total */
+    size_t keep_begin, keep_len; /* what of the total this process keeps */
+    int *slices;       /* every process's part of a gather (count, then place) for MPI, 2 x processes */
+    int status;        /* this process's result before a reduction */
+    int stop_asked;    /* this process was asked to stop (fit's stop flag) */
+    int stop_seen;     /* after a reduction: some process was */
+    volatile sig_atomic_t *stop; /* fit's stop flag while it runs: a wait gives up MIRROR__STOP_GRACE s after it */
+} mirror__mpi;
+
+static mirror__mpi *mirror__mpi_of(const mirror_strategy *s) { return (mirror__mpi *)s->procs_state; }
+
+#ifdef MIRROR_CUDA
+/* In mirror_cuda.h: one NCCL communicator over every GPU of every process. */
+static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err);
+#endif
+
 enum { MIRROR__STATUS = 3, MIRROR__FOLD_TAG = 4242, MIRROR__FOLD_PIECE = 1 << 16, MIRROR__STOP_GRACE = 1 };
 
 static int mirror__mpi_broken; /* some strategy broke: MPI is not finalized at exit */
@@ -8851,10 +9012,13 @@ static void mirror__mpi_finalize(void)
 /* The process that holds global replica g. */
 static size_t mirror__mpi_owner(const mirror_strategy *s, size_t g)
 {
+    const size_t *counts = mirror__mpi_of(s)->counts;
     size_t p, first = 0;
-    for (p = 0; p + 1 < s->processes && g >= first + s->counts[p]; p++) first += s->counts[p];
+    for (p = 0; p + 1 < s->processes && g >= first + counts[p]; p++) first += counts[p];
     return p;
 }
+
+static size_t mirror__mpi_replicas_of(const mirror_strategy *s, size_t p) { return mirror__mpi_of(s)->counts[p]; }
 
 /* A request waited for, and when a stop asked during the wait ends it. */
 typedef struct mirror__mpi_waiting {
@@ -8872,9 +9036,10 @@ typedef struct mirror__mpi_waiting {
 static int mirror__mpi_test(void *ctx)
 {
     mirror__mpi_waiting *w = (mirror__mpi_waiting *)ctx;
+    volatile sig_atomic_t *stop = mirror__mpi_of(w->s)->stop;
     int done = 0;
     if (MPI_Test(w->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
-    if (done || !w->s->stop || !*w->s->stop) return done;
+    if (done || !stop || !*stop) return done;
     if (w->give_up == 0.0) w->give_up = mirror__now() + MIRROR__STOP_GRACE;
     return mirror__now() > w->give_up ? -2 : 0;
 }
@@ -8888,7 +9053,7 @@ static int mirror__mpi_wait(mirror_strategy *s, MPI_Request *req, const char *wh
     w.req = req, w.s = s, w.give_up = 0.0;
     got = mirror__poll(mirror__mpi_test, &w, s->timeout);
     if (got > 0) return MIRROR_OK;
-    s->broken = mirror__mpi_broken = 1;
+    mirror__mpi_of(s)->broken = mirror__mpi_broken = 1;
     if (got == -1) return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI failed: another process has gone", what);
     if (got == -2)
         return mirror__error(err, MIRROR_ERR_STOPPED,
@@ -8906,7 +9071,7 @@ static int mirror__mpi_wait(mirror_strategy *s, MPI_Request *req, const char *wh
 static int mirror__mpi_done(mirror_strategy *s, int rc, MPI_Request *req, const char *what, mirror_error *err)
 {
     if (rc != MPI_SUCCESS) {
-        s->broken = mirror__mpi_broken = 1;
+        mirror__mpi_of(s)->broken = mirror__mpi_broken = 1;
         return mirror__error(err, MIRROR_ERR_PEER, "%s: MPI refused the operation (error %d)", what, rc);
     }
     return mirror__mpi_wait(s, req, what, err);
@@ -8914,7 +9079,7 @@ static int mirror__mpi_done(mirror_strategy *s, int rc, MPI_Request *req, const 
 
 static int mirror__mpi_usable(mirror_strategy *s, size_t n, const char *what, mirror_error *err)
 {
-    if (s->broken)
+    if (mirror__mpi_of(s)->broken)
         return mirror__error(err, MIRROR_ERR_PEER,
                              "%s: an earlier cross-process operation failed; the processes can no longer "
                              "work together (exit, and start the job again)",
@@ -8924,34 +9089,35 @@ static int mirror__mpi_usable(mirror_strategy *s, size_t n, const char *what, mi
     return MIRROR_OK;
 }
 
-/* acc (= s->fold) over this worker's part of the piece [fold_begin,
+/* acc (= fold) over this worker's part of the piece [fold_begin,
    fold_begin + fold_len): the partial sums received (or, on rank 0, the
    first buffer's values), plus every local buffer's in order, chunk by
-   chunk: the replicas' 16-bit buffers widened, or the fp32 ones of
-   s->fold_in (the replicas', or deterministic mode's chunks). */
+   chunk: the replicas' 16-bit buffers widened, or the fp32 ones of in
+   (the replicas', or deterministic mode's chunks). */
 static void mirror__mpi_fold_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
-    size_t begin, count, end, len, r, i, nin = s->reduce_half ? s->replicas : s->fold_count;
-    int f = s->reduce_format;
-    mirror_shard(s->fold_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
-    begin += s->fold_begin;
+    mirror__mpi *mp = mirror__mpi_of(s);
+    size_t begin, count, end, len, r, i, nin = mp->half ? s->replicas : mp->nin;
+    int f = mp->format;
+    mirror_shard(mp->fold_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    begin += mp->fold_begin;
     for (end = begin + count; begin < end; begin += len) {
-        float *acc = s->fold + begin;
+        float *acc = mp->fold + begin;
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        if (!nin && !s->fold_from) memset(acc, 0, len * sizeof(float));
+        if (!nin && !mp->fold_from) memset(acc, 0, len * sizeof(float));
         for (r = 0; r < nin; r++) {
-            int first = r == 0 && !s->fold_from;
-            if (s->reduce_half) {
-                const uint16_t *b = s->reduce_half[r] + begin;
+            int first = r == 0 && !mp->fold_from;
+            if (mp->half) {
+                const uint16_t *b = mp->half[r] + begin;
                 if (first)
                     for (i = 0; i < len; i++) acc[i] = mirror_hd_widen(b[i], f);
                 else
                     for (i = 0; i < len; i++) acc[i] += mirror_hd_widen(b[i], f);
             } else if (first) {
-                memcpy(acc, s->fold_in[r] + begin, len * sizeof(float));
+                memcpy(acc, mp->in[r] + begin, len * sizeof(float));
             } else {
-                const float *b = s->fold_in[r] + begin;
+                const float *b = mp->in[r] + begin;
                 for (i = 0; i < len; i++) acc[i] += b[i];
             }
         }
@@ -8963,15 +9129,16 @@ static void mirror__mpi_fold_job(void *ctx, size_t worker)
 static void mirror__mpi_unfold_job(void *ctx, size_t worker)
 {
     mirror_strategy *s = (mirror_strategy *)ctx;
+    mirror__mpi *mp = mirror__mpi_of(s);
     size_t begin, count, r, i;
-    mirror_shard(s->keep_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
-    begin += s->keep_begin;
+    mirror_shard(mp->keep_len, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    begin += mp->keep_begin;
     for (r = 0; r < s->replicas && count; r++) {
-        if (!s->reduce_half) {
-            memcpy(s->reduce_bufs[r] + begin, s->fold + begin, count * sizeof(float));
+        if (!mp->half) {
+            memcpy(mp->bufs[r] + begin, mp->fold + begin, count * sizeof(float));
             continue;
         }
-        for (i = begin; i < begin + count; i++) s->reduce_half[r][i] = mirror_hd_narrow(s->fold[i], s->reduce_format);
+        for (i = begin; i < begin + count; i++) mp->half[r][i] = mirror_hd_narrow(mp->fold[i], mp->format);
     }
 }
 
@@ -8992,7 +9159,7 @@ static int mirror__mpi_wait_all(mirror_strategy *s, MPI_Request *reqs, size_t n,
     return rc;
 }
 
-/* The scatter of a fold (s->scatter): the sums of [at, at + len) that
+/* The scatter of a fold (scatter): the sums of [at, at + len) that
    fall in process p's slice of n, as [*lo, *hi); empty when *lo == *hi. */
 static void mirror__scatter_part(const mirror_strategy *s, size_t n, size_t p, size_t at, size_t len, size_t *lo,
                                  size_t *hi)
@@ -9003,76 +9170,78 @@ static void mirror__scatter_part(const mirror_strategy *s, size_t n, size_t p, s
     *hi = MIRROR__MAX(*lo, MIRROR__MIN(at + len, begin + count));
 }
 
-/* The fold (see above) of s->fold_in (fp32) or 16-bit half buffers into
-   bufs or half, with the status word: on return s->status holds the
-   first failed rank's code (0: none), peer the rank (plus one), and
-   s->stop_seen the stops. It runs in pieces of MIRROR__FOLD_PIECE
+/* The fold (see above) of in[0, nin) (fp32) or the 16-bit half buffers
+   into bufs or half, with the status word: on return peer holds the first
+   failed rank (plus one; 0: none), peer_code its code, and stop_seen the
+   stops. It runs in pieces of MIRROR__FOLD_PIECE
    floats, pipelined: a rank sends piece k on while it folds piece k + 1,
    and the last rank broadcasts each piece as soon as it is summed. The
    pieces change no sum: each element still adds up in rank order.
-   Scattered (s->scatter, the update sharded across processes: a
+   Scattered (scatter, the update sharded across processes: a
    reduce-scatter), the last rank sends each process only the sums of its
    slice (mirror__process_slice) and broadcasts the status word alone, and
    each process writes only its slice into its buffers. */
-static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n, int format,
-                                  size_t *peer, int *peer_code, mirror_error *err)
+static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *in, size_t nin, float *const *bufs,
+                                  uint16_t *const *half, size_t n, int format, size_t *peer, int *peer_code,
+                                  mirror_error *err)
 {
-    const char *what = s->scatter ? "reduce-scatter across processes" : "all-reduce across processes";
+    mirror__mpi *mp = mirror__mpi_of(s);
+    const char *what = mp->scatter ? "reduce-scatter across processes" : "all-reduce across processes";
     size_t total = n + MIRROR__STATUS, pieces = n ? (n + MIRROR__FOLD_PIECE - 1) / MIRROR__FOLD_PIECE : 1, k, at, len;
     size_t p, lo, hi, nreqs = 4 * pieces + s->processes + 1, scattered = 0;
     MPI_Request *recv, *send, *bcast, *scat;
     float *acc;
-    int rc, first = s->rank == 0, last = s->rank + 1 == s->processes, scatter = s->scatter;
-    s->scatter = 0; /* consumed, also on failure */
+    int rc, first = s->rank == 0, last = s->rank + 1 == s->processes, scatter = mp->scatter;
+    mp->scatter = 0; /* consumed, also on failure */
     if ((rc = mirror__mpi_usable(s, total, what, err))) return rc;
-    if (total > s->fold_cap || pieces > s->fold_pieces) {
-        MIRROR_FREE(s->fold);
-        MIRROR_FREE(s->fold_reqs);
-        s->fold_cap = s->fold_pieces = 0;
-        s->fold = (float *)mirror__alloc(total, sizeof(float));
-        s->fold_reqs = (MPI_Request *)mirror__alloc(nreqs, sizeof(MPI_Request));
-        if (!s->fold || !s->fold_reqs) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
-        s->fold_cap = total, s->fold_pieces = pieces;
+    if (total > mp->fold_cap || pieces > mp->fold_pieces) {
+        MIRROR_FREE(mp->fold);
+        MIRROR_FREE(mp->fold_reqs);
+        mp->fold_cap = mp->fold_pieces = 0;
+        mp->fold = (float *)mirror__alloc(total, sizeof(float));
+        mp->fold_reqs = (MPI_Request *)mirror__alloc(nreqs, sizeof(MPI_Request));
+        if (!mp->fold || !mp->fold_reqs) return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+        mp->fold_cap = total, mp->fold_pieces = pieces;
     }
     /* a receive, a send and a broadcast a piece, and the status word's
        broadcast; scattered, a send for each part of a piece in a slice */
-    acc = s->fold;
-    recv = s->fold_reqs, send = recv + pieces, bcast = send + pieces, scat = bcast + pieces + 1;
-    s->keep_begin = 0, s->keep_len = n;
-    if (scatter) mirror__process_slice(n, s->processes, s->rank, &s->keep_begin, &s->keep_len);
-    s->reduce_bufs = bufs;
-    s->reduce_half = half;
-    s->reduce_format = format;
-    s->reduce_n = n;
-    s->fold_from = !first;
+    acc = mp->fold;
+    recv = mp->fold_reqs, send = recv + pieces, bcast = send + pieces, scat = bcast + pieces + 1;
+    mp->keep_begin = 0, mp->keep_len = n;
+    if (scatter) mirror__process_slice(n, s->processes, s->rank, &mp->keep_begin, &mp->keep_len);
+    mp->in = in, mp->nin = nin;
+    mp->bufs = bufs;
+    mp->half = half;
+    mp->format = format;
+    mp->fold_from = !first;
     for (k = 0; k < pieces && !first; k++) { /* every piece's receive posted at once */
         mirror__fold_piece(n, pieces, k, &at, &len);
-        if ((rc = MPI_Irecv(acc + at, (int)len, MPI_FLOAT, (int)s->rank - 1, MIRROR__FOLD_TAG, s->comm, &recv[k])))
+        if ((rc = MPI_Irecv(acc + at, (int)len, MPI_FLOAT, (int)s->rank - 1, MIRROR__FOLD_TAG, mp->comm, &recv[k])))
             return mirror__mpi_done(s, rc, &recv[k], what, err);
     }
     for (k = 0; k < pieces; k++) {
         mirror__fold_piece(n, pieces, k, &at, &len);
         if (!first && (rc = mirror__mpi_wait(s, &recv[k], what, err))) return rc;
-        s->fold_begin = at;
-        s->fold_len = MIRROR__MIN(at + len, n) - at;
-        if (s->fold_len) mirror__run(&s->team, mirror__mpi_fold_job, s);
+        mp->fold_begin = at;
+        mp->fold_len = MIRROR__MIN(at + len, n) - at;
+        if (mp->fold_len) mirror__run(&s->team, mirror__mpi_fold_job, s);
         if (k + 1 == pieces) { /* the status word, behind the sums */
             if (first) acc[n] = acc[n + 1] = acc[n + 2] = 0.0f;
-            if (s->status && acc[n] == 0.0f) acc[n] = (float)(s->rank + 1), acc[n + 1] = (float)s->status;
-            if (s->stop_asked) acc[n + 2] = 1.0f;
+            if (mp->status && acc[n] == 0.0f) acc[n] = (float)(s->rank + 1), acc[n + 1] = (float)mp->status;
+            if (mp->stop_asked) acc[n + 2] = 1.0f;
         }
         if (!last) {
-            rc = MPI_Isend(acc + at, (int)len, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, s->comm, &send[k]);
+            rc = MPI_Isend(acc + at, (int)len, MPI_FLOAT, (int)s->rank + 1, MIRROR__FOLD_TAG, mp->comm, &send[k]);
             if (rc) return mirror__mpi_done(s, rc, &send[k], what, err);
         } else if (!scatter) {
-            if ((rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->rank, s->comm, &bcast[k])))
+            if ((rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->rank, mp->comm, &bcast[k])))
                 return mirror__mpi_done(s, rc, &bcast[k], what, err);
         } else {
             bcast[k] = MPI_REQUEST_NULL; /* done at once */
         }
         for (p = 0; last && scatter && p + 1 < s->processes; p++) {
             mirror__scatter_part(s, n, p, at, MIRROR__MIN(at + len, n) - at, &lo, &hi);
-            if (lo < hi && (rc = MPI_Isend(acc + lo, (int)(hi - lo), MPI_FLOAT, (int)p, MIRROR__FOLD_TAG, s->comm,
+            if (lo < hi && (rc = MPI_Isend(acc + lo, (int)(hi - lo), MPI_FLOAT, (int)p, MIRROR__FOLD_TAG, mp->comm,
                                            &scat[scattered++])))
                 return mirror__mpi_done(s, rc, &scat[scattered - 1], what, err);
         }
@@ -9085,16 +9254,16 @@ static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16
         if (scatter) {
             mirror__scatter_part(s, n, s->rank, at, MIRROR__MIN(at + len, n) - at, &lo, &hi);
             rc = lo < hi ? MPI_Irecv(acc + lo, (int)(hi - lo), MPI_FLOAT, (int)s->processes - 1, MIRROR__FOLD_TAG,
-                                     s->comm, &bcast[k])
+                                     mp->comm, &bcast[k])
                          : MPI_SUCCESS;
             if (lo == hi) bcast[k] = MPI_REQUEST_NULL;
         } else {
-            rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->processes - 1, s->comm, &bcast[k]);
+            rc = MPI_Ibcast(acc + at, (int)len, MPI_FLOAT, (int)s->processes - 1, mp->comm, &bcast[k]);
         }
         if (rc) return mirror__mpi_done(s, rc, &bcast[k], what, err);
     }
     if (scatter) {
-        rc = MPI_Ibcast(acc + n, MIRROR__STATUS, MPI_FLOAT, (int)s->processes - 1, s->comm, &bcast[pieces]);
+        rc = MPI_Ibcast(acc + n, MIRROR__STATUS, MPI_FLOAT, (int)s->processes - 1, mp->comm, &bcast[pieces]);
         if (rc) return mirror__mpi_done(s, rc, &bcast[pieces], what, err);
     }
     if ((rc = mirror__mpi_wait_all(s, bcast, pieces + (size_t)scatter, what, err)) ||
@@ -9103,8 +9272,8 @@ static int mirror__mpi_all_reduce(mirror_strategy *s, float *const *bufs, uint16
     mirror__run(&s->team, mirror__mpi_unfold_job, s);
     *peer = (size_t)acc[n];
     *peer_code = (int)acc[n + 1];
-    s->stop_seen = acc[n + 2] != 0.0f;
-    s->status = s->stop_asked = 0; /* consumed: a later reduction starts clean */
+    mp->stop_seen = acc[n + 2] != 0.0f;
+    mp->status = mp->stop_asked = 0; /* consumed: a later reduction starts clean */
     return MIRROR_OK;
 }
 
@@ -9120,26 +9289,56 @@ static int mirror__mpi_peer_failed(const mirror_strategy *s, size_t peer, int co
 
 /* The reducer's entry points: a failure in another process before the
    reduction is an error here too. */
-static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *bufs, uint16_t *const *half, size_t n,
-                                     int format, mirror_error *err)
+static int mirror__mpi_reduce_status(mirror_strategy *s, float *const *in, size_t nin, float *const *bufs,
+                                     uint16_t *const *half, size_t n, int format, mirror_error *err)
 {
     size_t peer = 0;
-    int code = 0, rc = mirror__mpi_all_reduce(s, bufs, half, n, format, &peer, &code, err);
+    int code = 0, rc = mirror__mpi_all_reduce(s, in, nin, bufs, half, n, format, &peer, &code, err);
     return rc ? rc : mirror__mpi_peer_failed(s, peer, code, err);
 }
 
 static int mirror__mpi_all_reduce_sum(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
-    s->fold_in = bufs;
-    s->fold_count = s->replicas;
-    return mirror__mpi_reduce_status(s, bufs, NULL, n, 0, err);
+    return mirror__mpi_reduce_status(s, bufs, s->replicas, bufs, NULL, n, 0, err);
 }
 
 static int mirror__mpi_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
                                        mirror_error *err)
 {
-    return mirror__mpi_reduce_status(s, NULL, bufs, n, format, err);
+    return mirror__mpi_reduce_status(s, NULL, 0, NULL, bufs, n, format, err);
 }
+
+/* Deterministic mode's list, folded rank by rank (the processes
+   interface's sum_list). */
+static int mirror__mpi_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
+                                float *const *bufs, size_t n, size_t *keep, size_t *keep_len, mirror_error *err)
+{
+    mirror__mpi *mp = mirror__mpi_of(s);
+    int rc = mirror__mpi_reduce_status(s, in, nin, bufs, NULL, n, 0, err);
+    (void)owner;
+    *keep = mp->keep_begin, *keep_len = mp->keep_len;
+    return rc;
+}
+
+/* What the next fold carries (see mirror__mpi_all_reduce). */
+static void mirror__mpi_carry(mirror_strategy *s, int result, int stop, int scatter)
+{
+    mirror__mpi *mp = mirror__mpi_of(s);
+    mp->status = result;
+    mp->stop_asked = stop;
+    mp->scatter = scatter;
+}
+
+static int mirror__mpi_stopped(const mirror_strategy *s) { return mirror__mpi_of(s)->stop_seen; }
+
+static void mirror__mpi_watch(mirror_strategy *s, volatile sig_atomic_t *stop)
+{
+    mirror__mpi *mp = mirror__mpi_of(s);
+    mp->stop_seen = 0;
+    mp->stop = stop;
+}
+
+static int mirror__mpi_lost(const mirror_strategy *s) { return mirror__mpi_of(s)->broken; }
 
 /* Global replica root's buffer into every replica of every process. */
 static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root, mirror_error *err)
@@ -9149,22 +9348,29 @@ static int mirror__mpi_broadcast(mirror_strategy *s, float *const *bufs, size_t 
     MPI_Request req;
     int rc;
     if ((rc = mirror__mpi_usable(s, n, what, err)) ||
-        (rc = mirror__mpi_done(s, MPI_Ibcast(bufs[local], (int)n, MPI_FLOAT, (int)owner, s->comm, &req), &req, what,
-                               err)))
+        (rc = mirror__mpi_done(s, MPI_Ibcast(bufs[local], (int)n, MPI_FLOAT, (int)owner, mirror__mpi_of(s)->comm, &req),
+                               &req, what, err)))
         return rc;
     return s->replicas > 1 ? mirror__cpu_reducer.broadcast(s, bufs, n, local, err) : MIRROR_OK;
 }
 
-/* The update sharded across processes: each process's slice of an
-   array of n slots (mirror__process_slice) into every process, in place.
-   The array holds the slots (values of `size` bytes: floats or 16-bit),
-   or with `parts` the verdict's doubles: at p plus its first block,
-   process p's flag and then its blocks' sums of squares. */
+/* Every process's part of buf (mp->slices: counts, then places, in
+   values of `size` bytes) into every process's buf, in place, bit for bit. */
+static int mirror__mpi_gatherv(mirror_strategy *s, void *buf, size_t size, const char *what, mirror_error *err)
+{
+    mirror__mpi *mp = mirror__mpi_of(s);
+    MPI_Datatype type = size == 8 ? MPI_UINT64_T : size == 4 ? MPI_UINT32_T : MPI_UINT16_T;
+    MPI_Request req;
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, mp->slices, mp->slices + s->processes, type, mp->comm, &req);
+    return mirror__mpi_done(s, rc, &req, what, err);
+}
+
+/* The processes interface's gather_slices: the slices of
+   mirror__process_slice, or the verdict's flag and blocks. */
 static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, size_t size, int parts, mirror_error *err)
 {
     const char *what = parts ? "the update's verdict across processes" : "all-gather across processes";
-    MPI_Datatype type = parts ? MPI_DOUBLE : size == sizeof(float) ? MPI_FLOAT : MPI_UINT16_T;
-    MPI_Request req;
+    int *slices = mirror__mpi_of(s)->slices;
     size_t p, begin, count, blocks = (n + MIRROR__NORM_BLOCK - 1) / MIRROR__NORM_BLOCK;
     int rc;
     if ((rc = mirror__mpi_usable(s, parts ? blocks + s->processes : n, what, err))) return rc;
@@ -9175,10 +9381,23 @@ static int mirror__mpi_gather_slices(mirror_strategy *s, void *buf, size_t n, si
         } else {
             mirror__process_slice(n, s->processes, p, &begin, &count);
         }
-        s->slices[p] = (int)count, s->slices[s->processes + p] = (int)begin;
+        slices[p] = (int)count, slices[s->processes + p] = (int)begin;
     }
-    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, s->slices, s->slices + s->processes, type, s->comm, &req);
-    return mirror__mpi_done(s, rc, &req, what, err);
+    return mirror__mpi_gatherv(s, buf, parts ? sizeof(double) : size, what, err);
+}
+
+/* The processes interface's gather: parts as the caller lays them out. */
+static int mirror__mpi_gather(mirror_strategy *s, void *buf, size_t size, const size_t *parts, const char *what,
+                              mirror_error *err)
+{
+    int *slices = mirror__mpi_of(s)->slices;
+    size_t p, end = 0;
+    int rc;
+    for (p = 0; p < s->processes; p++) end = MIRROR__MAX(end, parts[s->processes + p] + parts[p]);
+    if ((rc = mirror__mpi_usable(s, end, what, err))) return rc;
+    for (p = 0; p < s->processes; p++)
+        slices[p] = (int)parts[p], slices[s->processes + p] = (int)parts[s->processes + p];
+    return mirror__mpi_gatherv(s, buf, size, what, err);
 }
 
 MIRROR__NAMED_BEGIN
@@ -9193,14 +9412,22 @@ static const mirror__reducer mirror__mpi_reducer = {
 };
 MIRROR__NAMED_END
 
+static void mirror__mpi_teardown(mirror_strategy *s);
+
 /* Joins the processes of the desc's communicator: a duplicate of it with
    errors returned, this process's rank, and its rank among the processes
-   of its machine (MPI_COMM_TYPE_SHARED; the default GPU of a process). */
+   of its machine (MPI_COMM_TYPE_SHARED; the default GPU of a process).
+   Alone, it frees the duplicate and takes one process's table. */
 static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, mirror_error *err)
 {
     MPI_Comm base = d->mpi_comm ? *(const MPI_Comm *)d->mpi_comm : MPI_COMM_WORLD, local = MPI_COMM_NULL;
     MPI_Request req;
+    mirror__mpi *mp;
     int ready = 0, provided = 0, rank = 0, size = 0;
+    if (!(mp = (mirror__mpi *)mirror__zalloc(1, sizeof *mp)))
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
+    mp->comm = MPI_COMM_NULL; /* before anything can fail: the teardown reads it */
+    s->procs_state = mp;
     MPI_Initialized(&ready);
     if (!ready) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -9209,29 +9436,33 @@ static int mirror__mpi_join(mirror_strategy *s, const mirror_strategy_desc *d, m
             return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "strategy: this MPI gives threads no MPI_THREAD_SERIALIZED");
         atexit(mirror__mpi_finalize);
     }
-    if (MPI_Comm_idup(base, &s->comm, &req) != MPI_SUCCESS)
+    if (MPI_Comm_idup(base, &mp->comm, &req) != MPI_SUCCESS)
         return mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: cannot duplicate the MPI communicator");
     if (mirror__mpi_wait(s, &req, "strategy: joining the processes", err)) { /* whose rank is not known yet */
-        s->comm = MPI_COMM_NULL;
+        mp->comm = MPI_COMM_NULL;
         return mirror__error(err, MIRROR_ERR_TIMEOUT,
                              "strategy: joining the processes: the others did not answer within %g s (the timeout): "
                              "one of them failed, died or never created its strategy",
                              s->timeout);
     }
-    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(s->comm, &rank);
-    MPI_Comm_size(s->comm, &size);
+    MPI_Comm_set_errhandler(mp->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(mp->comm, &rank);
+    MPI_Comm_size(mp->comm, &size);
     s->rank = (size_t)rank;
     s->processes = (size_t)size;
     /* Every process has answered the duplicate, so this collective (MPI
        has no non-blocking form of it) finds them all. */
-    if (MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) != MPI_SUCCESS)
+    if (MPI_Comm_split_type(mp->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) != MPI_SUCCESS)
         return mirror__error(err, MIRROR_ERR_PEER, "strategy: MPI could not group the processes by machine");
     MPI_Comm_rank(local, &rank);
     MPI_Comm_size(local, &size);
     s->local_rank = (size_t)rank;
     s->local_size = (size_t)size;
     MPI_Comm_free(&local);
+    if (s->processes == 1) { /* alone: nothing to do across processes */
+        mirror__mpi_teardown(s);
+        s->procs = &mirror__one_process;
+    }
     return MIRROR_OK;
 }
 
@@ -9243,25 +9474,28 @@ static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err)
     char range[64];
     int rc;
     size_t p;
+    mirror__mpi *mp = mirror__mpi_of(s);
     s->first = s->world = 0;
     all = (unsigned long long *)mirror__alloc(s->processes, sizeof *all);
-    s->counts = (size_t *)mirror__alloc(s->processes, sizeof *s->counts);
-    s->slices = (int *)mirror__alloc(2 * s->processes, sizeof *s->slices);
-    if (!all || !s->counts || !s->slices) {
+    mp->counts = (size_t *)mirror__alloc(s->processes, sizeof *mp->counts);
+    mp->slices = (int *)mirror__alloc(2 * s->processes, sizeof *mp->slices);
+    if (!all || !mp->counts || !mp->slices) {
         MIRROR_FREE(all);
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "strategy: out of memory");
     }
-    rc = mirror__mpi_done(s, MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, s->comm, &req),
+    rc = mirror__mpi_done(s,
+                          MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, mp->comm,
+                                         &req),
                           &req, "strategy: counting the replicas of every process", err);
     for (p = 0; rc == MIRROR_OK && p < s->processes; p++) {
-        s->counts[p] = (size_t)all[p];
-        if (p < s->rank) s->first += s->counts[p];
-        s->world += s->counts[p];
+        mp->counts[p] = (size_t)all[p];
+        if (p < s->rank) s->first += mp->counts[p];
+        s->world += mp->counts[p];
     }
     MIRROR_FREE(all);
     if (rc == MIRROR_OK && s->world > 1 << 20)
         rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "strategy: %zu replicas in all: at most 2^20", s->world);
-    if (rc || s->processes == 1) return rc;
+    if (rc) return rc;
 #ifdef MIRROR_CUDA
     if (s->gpu && (rc = mirror__cuda_mpi_join(s, err))) return rc; /* its reducer: NCCL across processes */
 #endif
@@ -9279,14 +9513,18 @@ static int mirror__mpi_setup(mirror_strategy *s, mirror_error *err)
 
 static void mirror__mpi_teardown(mirror_strategy *s)
 {
+    mirror__mpi *mp = mirror__mpi_of(s);
     int done = 0;
+    if (!mp) return;
+    s->procs_state = NULL;
     MPI_Finalized(&done);
-    if (!done && s->comm != MPI_COMM_NULL && !s->broken) MPI_Comm_free(&s->comm);
-    MIRROR_FREE(s->counts);
-    MIRROR_FREE(s->slices);
-    if (s->broken) return; /* requests may still be posted on them: left to the process's end */
-    MIRROR_FREE(s->fold);
-    MIRROR_FREE(s->fold_reqs);
+    if (!done && mp->comm != MPI_COMM_NULL && !mp->broken) MPI_Comm_free(&mp->comm);
+    MIRROR_FREE(mp->counts);
+    MIRROR_FREE(mp->slices);
+    if (mp->broken) return; /* requests may still be posted on them (and on mp): left to the process's end */
+    MIRROR_FREE(mp->fold);
+    MIRROR_FREE(mp->fold_reqs);
+    MIRROR_FREE(mp);
 }
 
 /* Sums v[n] over the processes, in rank order: every process the same. */
@@ -9299,22 +9537,13 @@ static int mirror__mpi_sum_doubles(mirror_strategy *s, double *v, size_t n, cons
     if ((rc = mirror__mpi_usable(s, n * s->processes, what, err))) return rc;
     if (!(all = (double *)mirror__alloc(n * s->processes, sizeof(double))))
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
-    rc = mirror__mpi_done(s, MPI_Iallgather(v, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, s->comm, &req), &req,
-                          what, err);
+    rc = mirror__mpi_done(s, MPI_Iallgather(v, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, mirror__mpi_of(s)->comm,
+                                            &req),
+                          &req, what, err);
     for (i = 0; rc == MIRROR_OK && i < n; i++)
         for (v[i] = 0.0, p = 0; p < s->processes; p++) v[i] += all[p * n + i];
     MIRROR_FREE(all);
     return rc;
-}
-
-static int mirror__mpi_sum_metrics(mirror_strategy *s, mirror_metrics *m, mirror_error *err)
-{
-    double v[3];
-    int rc;
-    v[0] = m->loss_sum, v[1] = (double)m->correct, v[2] = (double)m->count;
-    if ((rc = mirror__mpi_sum_doubles(s, v, 3, "metrics across processes", err))) return rc;
-    m->loss_sum = v[0], m->correct = (size_t)v[1], m->count = (size_t)v[2];
-    return MIRROR_OK;
 }
 
 /* The first exchange of every agreement (mirror__mpi_agree and _compare),
@@ -9333,6 +9562,7 @@ static int mirror__mpi_meet(mirror_strategy *s, int result, const char *note, co
     const char *call = s->call_name ? s->call_name : what;
     int64_t mine[2], *got;
     char *said;
+    MPI_Comm comm = mirror__mpi_of(s)->comm;
     MPI_Request req;
     size_t p, other = 0, differ = 0;
     int rc;
@@ -9341,8 +9571,7 @@ static int mirror__mpi_meet(mirror_strategy *s, int result, const char *note, co
     if (!(got = (int64_t *)mirror__alloc(2 * s->processes, sizeof(int64_t))))
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
     mine[0] = (int64_t)(mirror__hash(0, call, strlen(call)) >> 1), mine[1] = result;
-    rc = mirror__mpi_done(s, MPI_Iallgather(mine, 2, MPI_INT64_T, got, 2, MPI_INT64_T, s->comm, &req), &req, what,
-                          err);
+    rc = mirror__mpi_done(s, MPI_Iallgather(mine, 2, MPI_INT64_T, got, 2, MPI_INT64_T, comm, &req), &req, what, err);
     for (p = 1; rc == MIRROR_OK && p < s->processes; p++)
         if (got[2 * p] != got[0] && !differ++) other = p;
     if (rc || !other) {
@@ -9358,7 +9587,7 @@ static int mirror__mpi_meet(mirror_strategy *s, int result, const char *note, co
              result ? mirror_result_string(result) : "", result ? ")" : "", note ? ", " : "");
     if (note) snprintf(said + s->processes * SAID + strlen(said + s->processes * SAID),
                        SAID - strlen(said + s->processes * SAID), "%s", note);
-    rc = mirror__mpi_done(s, MPI_Iallgather(said + s->processes * SAID, SAID, MPI_CHAR, said, SAID, MPI_CHAR, s->comm,
+    rc = mirror__mpi_done(s, MPI_Iallgather(said + s->processes * SAID, SAID, MPI_CHAR, said, SAID, MPI_CHAR, comm,
                                             &req),
                           &req, what, err);
     if (rc == MIRROR_OK) {
@@ -9379,6 +9608,7 @@ static int mirror__mpi_agree(mirror_strategy *s, int result, const char *note, m
         int code;
         char message[sizeof err->message];
     } word;
+    MPI_Comm comm = mirror__mpi_of(s)->comm;
     MPI_Request req;
     int64_t *all;
     int rc;
@@ -9390,7 +9620,7 @@ static int mirror__mpi_agree(mirror_strategy *s, int result, const char *note, m
     memset(&word, 0, sizeof word);
     word.code = result;
     if (err && p == s->rank) memcpy(word.message, err->message, sizeof word.message);
-    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&word, (int)sizeof word, MPI_BYTE, (int)p, s->comm, &req), &req,
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&word, (int)sizeof word, MPI_BYTE, (int)p, comm, &req), &req,
                                "mirror_agree", err)))
         return rc;
     if (p == s->rank) return result;
@@ -9407,13 +9637,14 @@ static int mirror__mpi_share(mirror_strategy *s, int result, mirror_error *err)
         int code;
         char message[sizeof err->message];
     } word;
+    MPI_Comm comm = mirror__mpi_of(s)->comm;
     MPI_Request req;
     int rc;
     if ((rc = mirror__mpi_usable(s, 1, "sharing rank 0's result", err))) return rc;
     memset(&word, 0, sizeof word);
     word.code = result;
     if (s->rank == 0 && result && err) memcpy(word.message, err->message, sizeof word.message);
-    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&word, (int)sizeof word, MPI_BYTE, 0, s->comm, &req), &req,
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&word, (int)sizeof word, MPI_BYTE, 0, comm, &req), &req,
                                "sharing rank 0's result", err)))
         return rc;
     if (s->rank == 0 || !word.code) return word.code;
@@ -9430,6 +9661,7 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
     char list[sizeof err->message], *told;
     uint64_t *all;
     int64_t *met;
+    MPI_Comm comm = mirror__mpi_of(s)->comm;
     MPI_Request req;
     size_t i, p, differ, len = 0, told_item = n, told_rank = 0;
     int rc;
@@ -9440,7 +9672,7 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
         return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
     for (i = 0; i < n; i++) all[n * s->processes + i] = items[i].hash;
     rc = mirror__mpi_done(s, MPI_Iallgather(all + n * s->processes, (int)n, MPI_UINT64_T, all, (int)n, MPI_UINT64_T,
-                                            s->comm, &req),
+                                            comm, &req),
                           &req, what, err);
     list[0] = '\0';
     for (i = 0; rc == MIRROR_OK && i < n; i++) {
@@ -9460,7 +9692,7 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
             return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
         snprintf(told + s->processes * TOLD, TOLD, "%s", items[told_item].told);
         rc = mirror__mpi_done(s, MPI_Iallgather(told + s->processes * TOLD, TOLD, MPI_CHAR, told, TOLD, MPI_CHAR,
-                                                s->comm, &req),
+                                                comm, &req),
                               &req, what, err);
         told[TOLD - 1] = told[told_rank * TOLD + TOLD - 1] = '\0';
         if (rc == MIRROR_OK)
@@ -9472,21 +9704,47 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
     return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the processes differ from rank 0 in %s: they must be started "
                          "alike to train together", what, list);
 }
+
+MIRROR__NAMED_BEGIN
+static const mirror__processes mirror__mpi_processes = {
+    .name = "MPI",
+    .join = mirror__mpi_join,
+    .setup = mirror__mpi_setup,
+    .teardown = mirror__mpi_teardown,
+    .replicas_of = mirror__mpi_replicas_of,
+    .agree = mirror__mpi_agree,
+    .compare = mirror__mpi_compare,
+    .share = mirror__mpi_share,
+    .carry = mirror__mpi_carry,
+    .stopped = mirror__mpi_stopped,
+    .sum_list = mirror__mpi_sum_list,
+    .sum_doubles = mirror__mpi_sum_doubles,
+    .gather_slices = mirror__mpi_gather_slices,
+    .gather = mirror__mpi_gather,
+    .watch = mirror__mpi_watch,
+    .lost = mirror__mpi_lost,
+};
+MIRROR__NAMED_END
 #endif
+
+static const mirror__processes *mirror__processes_built(void)
+{
+#ifdef MIRROR_MPI
+    return &mirror__mpi_processes;
+#else
+    return &mirror__one_process;
+#endif
+}
 
 MIRROR_API int mirror_agree(mirror_strategy *s, int result, mirror_error *err)
 {
-#ifdef MIRROR_MPI
     int rc;
-    if (s && s->processes > 1) {
-        if ((rc = mirror__enter(s, err, "mirror_agree"))) return rc;
-        rc = mirror__mpi_agree(s, result, NULL, err);
-        mirror__leave(s);
-        return rc;
-    }
-#endif
     if (!s) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_agree: strategy is NULL");
-    return result;
+    if (s->processes == 1) return result;
+    if ((rc = mirror__enter(s, err, "mirror_agree"))) return rc;
+    rc = s->procs->agree(s, result, NULL, err);
+    mirror__leave(s);
+    return rc;
 }
 
 // >>model and pool ----------------------------------------------------------
@@ -11499,11 +11757,12 @@ MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
 static int mirror__check_replicas(mirror_model *m)
 {
     mirror_strategy *s = m->s;
-    size_t r, n = MIRROR__MAX(m->nslots, m->nstate), bad;
+    size_t r, p, n = MIRROR__MAX(m->nslots, m->nstate), bad, *parts, *first;
     float *host = (float *)mirror__alloc(n ? n : 1, sizeof(float));
     uint64_t *hash = (uint64_t *)mirror__alloc(s->world, sizeof(uint64_t));
     int rc = MIRROR_OK;
-    if (!host || !hash) {
+    parts = (size_t *)mirror__alloc(2 * s->processes, sizeof(size_t));
+    if (!host || !hash || !parts) {
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_check_replicas: out of memory");
         goto out;
     }
@@ -11520,42 +11779,22 @@ static int mirror__check_replicas(mirror_model *m)
         hash[s->first + r] = mirror__hash(h, host, m->nstate * sizeof(float));
     }
     if ((rc = mirror__device_status(m))) goto out;
-#ifdef MIRROR_MPI
-    if (s->processes > 1 && (rc = mirror__mpi_usable(s, s->world, "mirror_check_replicas", &m->err))) goto out;
-    if (s->processes > 1) {
-        MPI_Request req;
-        int *counts = (int *)mirror__alloc(2 * s->processes, sizeof(int)), *displs;
-        size_t p, first = 0;
-        if (!counts) {
-            rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_check_replicas: out of memory");
-            goto out;
-        }
-        displs = counts + s->processes;
-        for (p = 0; p < s->processes; p++) counts[p] = (int)s->counts[p], displs[p] = (int)first, first += s->counts[p];
-        rc = mirror__mpi_done(s, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_UINT64_T, hash, counts, displs, MPI_UINT64_T,
-                                                 s->comm, &req),
-                              &req, "mirror_check_replicas", &m->err);
-        MIRROR_FREE(counts);
-        if (rc) goto out;
-    }
-#endif
+    first = parts + s->processes;
+    for (p = 0; p < s->processes; p++) /* each process's replicas: the hashes it holds */
+        parts[p] = s->procs->replicas_of(s, p), first[p] = p ? first[p - 1] + parts[p - 1] : 0;
+    if ((rc = s->procs->gather(s, hash, sizeof *hash, parts, "mirror_check_replicas", &m->err))) goto out;
     for (bad = 1; bad < s->world && hash[bad] == hash[0]; bad++) {}
     if (bad < s->world) {
-        size_t owner = 0, first = 0;
-#ifdef MIRROR_MPI
-        if (s->processes > 1) {
-            owner = mirror__mpi_owner(s, bad);
-            for (r = 0; r < owner; r++) first += s->counts[r];
-        }
-#endif
+        for (p = 0; p + 1 < s->processes && bad >= first[p + 1]; p++) {}
         rc = mirror__fail(m, MIRROR_ERR_REPLICAS,
                           "mirror_check_replicas: after step %llu, replica %zu (rank %zu, its replica %zu) holds other "
                           "parameters or optimizer state than replica 0",
-                          (unsigned long long)m->steps, bad, owner, bad - first);
+                          (unsigned long long)m->steps, bad, p, bad - first[p]);
     }
 out:
     MIRROR_FREE(host);
     MIRROR_FREE(hash);
+    MIRROR_FREE(parts);
     return rc;
 }
 
@@ -11671,32 +11910,23 @@ MIRROR_API int mirror_get_replica_metrics(mirror_model *m, size_t r, mirror_metr
    contiguous, in rank order. */
 static int mirror__gather_predictions(mirror_model *m, float *out, size_t n)
 {
-#ifdef MIRROR_MPI
     mirror_strategy *s = m->s;
-    MPI_Request req;
-    int *counts, *displs, rc;
-    size_t p, g = 0, begin, count, first_row, rows, c0, nc;
+    size_t p, g = 0, begin, count, first_row, c0, nc, *parts;
+    int rc;
     if (s->processes == 1) return MIRROR_OK;
-    if ((rc = mirror__mpi_usable(s, n * m->out_size, "mirror_predict", &m->err))) return rc;
-    counts = (int *)mirror__alloc(2 * s->processes, sizeof(int));
-    if (!counts) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_predict: out of memory");
-    displs = counts + s->processes;
+    parts = (size_t *)mirror__alloc(2 * s->processes, sizeof(size_t));
+    if (!parts) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_predict: out of memory");
     for (p = 0; p < s->processes; p++) {
+        size_t replicas = s->procs->replicas_of(s, p);
         mirror__rows_of(m, n, g, &first_row, &count, &c0, &nc);
-        mirror__rows_of(m, n, g + s->counts[p] - 1, &begin, &count, &c0, &nc);
-        rows = begin + count - first_row;
-        counts[p] = (int)(rows * m->out_size);
-        displs[p] = (int)(first_row * m->out_size);
-        g += s->counts[p];
+        mirror__rows_of(m, n, g + replicas - 1, &begin, &count, &c0, &nc);
+        parts[p] = (begin + count - first_row) * m->out_size;
+        parts[s->processes + p] = first_row * m->out_size;
+        g += replicas;
     }
-    rc = mirror__mpi_done(s, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, counts, displs, MPI_FLOAT, s->comm, &req),
-                          &req, "mirror_predict: gathering the processes' rows", &m->err);
-    MIRROR_FREE(counts);
+    rc = s->procs->gather(s, out, sizeof *out, parts, "mirror_predict: gathering the processes' rows", &m->err);
+    MIRROR_FREE(parts);
     return rc;
-#else
-    (void)m, (void)out, (void)n;
-    return MIRROR_OK;
-#endif
 }
 
 /* Forward passes over b in chunks of max_batch (evaluate or predict).
@@ -15580,11 +15810,7 @@ static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
    counts for all, so that they stop before the same step. */
 static int mirror__hook_stops(mirror_model *m, int answer)
 {
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return mirror__from_leader(m, answer ? MIRROR_ERR_STOPPED : MIRROR_OK) != MIRROR_OK;
-#endif
-    (void)m;
-    return answer != 0;
+    return mirror__from_leader(m, answer ? MIRROR_ERR_STOPPED : MIRROR_OK) != MIRROR_OK;
 }
 
 /* An epoch's phase line: each phase's mean milliseconds per step over the
@@ -15606,10 +15832,7 @@ static void mirror__phase_line(mirror_model *m)
    that every process stops before the same step). */
 static int mirror__fit_stop_asked(const mirror_model *m, const mirror_fit_desc *d)
 {
-#ifdef MIRROR_MPI
-    if (m->s->processes > 1) return m->s->stop_seen;
-#endif
-    (void)m;
+    if (m->s->processes > 1) return m->s->procs->stopped(m->s);
     return d->stop && *d->stop;
 }
 
@@ -15770,9 +15993,7 @@ static void mirror__fit_unhold(mirror_model *m)
 {
     mirror__fit_unlock(m);
     m->stop = NULL;
-#ifdef MIRROR_MPI
-    m->s->stop = NULL;
-#endif
+    m->s->procs->watch(m->s, NULL);
     m->augment_flip = 0, m->augment_pad = 0;
     m->data_at = NULL, m->data_place = MIRROR_DATA_AUTO;
 }
@@ -15850,10 +16071,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     if ((rc = mirror__all_agree(m, mirror__resident_use(m, d->train, 0, &f->data)))) goto fail;
     m->stop = d->stop;
     m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
-#ifdef MIRROR_MPI
-    m->s->stop_seen = 0;
-    m->s->stop = d->stop;
-#endif
+    m->s->procs->watch(m->s, d->stop);
     return MIRROR_OK;
 fail:
     mirror__fit_release(m, f);
@@ -16088,15 +16306,7 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
 
 /* Whether the processes have lost each other (a host cut off, a rank
    killed or frozen, a stop while waiting): no collective can run. */
-static int mirror__processes_lost(const mirror_model *m)
-{
-#ifdef MIRROR_MPI
-    return m->s->processes > 1 && m->s->broken;
-#else
-    (void)m;
-    return 0;
-#endif
-}
+static int mirror__processes_lost(const mirror_model *m) { return m->s->procs->lost(m->s); }
 
 /* After the processes lost each other: a failed step changes nothing, so
    every survivor holds the last complete step, and rank 0 saves it alone

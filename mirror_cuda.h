@@ -2976,7 +2976,6 @@ fail:
     return rc;
 }
 
-#ifdef MIRROR_MPI
 // >>cuda processes ----------------------------------------------------------
 /* GPU replicas in several processes (see PROCESSES in mirror.h). By default
    each process takes one GPU, the one its rank among the processes of its
@@ -3001,6 +3000,9 @@ static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char 
                                  (local_rank * per_process + i) % (size_t)visible);
 }
 
+/* The rest reaches the other processes through MPI's side of the processes
+   interface (mirror__mpi in mirror.h's >>processes). */
+#ifdef MIRROR_MPI
 #ifndef MIRROR_NO_NCCL
 /* The status word through MPI (the fold with no sums), then, if no process
    failed, the NCCL all-reduce. A process whose own failure the word
@@ -3008,7 +3010,7 @@ static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char 
 static int mirror__nccl_mpi_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
 {
     size_t peer = 0;
-    int code = 0, rc = mirror__mpi_all_reduce(s, NULL, NULL, 0, 0, &peer, &code, err);
+    int code = 0, rc = mirror__mpi_all_reduce(s, NULL, 0, NULL, NULL, 0, 0, &peer, &code, err);
     if (rc) return rc;
     if (peer) return mirror__mpi_peer_failed(s, peer, code, err); /* a failure anywhere: no NCCL anywhere */
     return mirror__nccl_sum(s, bufs, n, type, err);
@@ -3049,6 +3051,7 @@ static int mirror__cuda_distinct_gpus(mirror_strategy *s, mirror_error *err)
 {
     const size_t rec = MIRROR__HOST_ID + MIRROR__GPU_ID;
     mirror__gpu *g = (mirror__gpu *)s->gpu;
+    const mirror__mpi *mp = mirror__mpi_of(s);
     char host[MPI_MAX_PROCESSOR_NAME], *mine, *all;
     int *counts, *displs, len = 0, rc = MIRROR_OK;
     size_t r, q, p, at = 0;
@@ -3067,12 +3070,12 @@ static int mirror__cuda_distinct_gpus(mirror_strategy *s, mirror_error *err)
     if ((rc = mirror__mpi_agree(s, rc, NULL, err)) == MIRROR_OK) {
         displs = counts + s->processes;
         for (p = 0; p < s->processes; p++) {
-            counts[p] = (int)(s->counts[p] * rec), displs[p] = (int)at;
-            at += s->counts[p] * rec;
+            counts[p] = (int)(mp->counts[p] * rec), displs[p] = (int)at;
+            at += mp->counts[p] * rec;
         }
         rc = mirror__mpi_done(s,
                               MPI_Iallgatherv(mine, (int)(g->replicas * rec), MPI_BYTE, all, counts, displs, MPI_BYTE,
-                                              s->comm, &req),
+                                              mp->comm, &req),
                               &req, "strategy: every replica's GPU", err);
     }
     for (r = 0; rc == MIRROR_OK && r < s->world; r++)
@@ -3101,7 +3104,7 @@ static int mirror__cuda_mpi_join(mirror_strategy *s, mirror_error *err)
         rc = MIRROR_ERR_DEVICE;
     /* every process ready before NCCL waits for all of them */
     if ((rc = mirror__mpi_agree(s, rc, NULL, err))) return rc;
-    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, s->comm, &req), &req,
+    if ((rc = mirror__mpi_done(s, MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, mirror__mpi_of(s)->comm, &req), &req,
                                "strategy: NCCL's unique id", err)))
         return rc;
     for (r = 0; g->comm && r < g->replicas; r++) /* this process's own communicators give way */

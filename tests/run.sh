@@ -145,6 +145,22 @@ cuda_sections_listed() {
 }
 check "mirror_cuda.h's manual, INSIDE mirror_cuda.h, lists the sections in the order of the // >> markers" cuda_sections_listed
 
+# The core reaches the other processes through the processes interface
+# alone: MPI's calls and conditionals stay in >>processes (in
+# mirror_cuda.h, >>cuda processes).
+mpi_walled() {
+    awk -v own="$2" '
+        /^\/\/ >>[a-z]/ { sec = $0; sub(/^\/\/ >>/, "", sec); sub(/ [-=]+$/, "", sec) }
+        sec != own && (/mirror__mpi_[a-z_]*[ \t]*\(/ || /^[ \t]*#[ \t]*(if|ifdef|ifndef|elif)[ \t(!].*MIRROR_MPI/) {
+            print FILENAME ":" FNR " (" sec "): " $0
+            bad = 1
+        }
+        END { exit bad }' "$1"
+}
+check "mirror.h: no mirror__mpi_ call and no MIRROR_MPI conditional outside >>processes" mpi_walled mirror.h processes
+check "mirror_cuda.h: no mirror__mpi_ call and no MIRROR_MPI conditional outside >>cuda processes" \
+    mpi_walled mirror_cuda.h "cuda processes"
+
 # nvcc sees the header as CUDA C++; the shared math must compile for the device.
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")}
 if [ -x "$NVCC" ]; then
