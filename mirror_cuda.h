@@ -2905,7 +2905,8 @@ static void mirror__cuda_local_spec(size_t local_rank, size_t per_process, char 
 static int mirror__nccl_mpi_sum(mirror_strategy *s, void *const *bufs, size_t n, ncclDataType_t type, mirror_error *err)
 {
     size_t peer = 0;
-    int code = 0, rc = mirror__mpi_all_reduce(s, NULL, NULL, 0, 0, &peer, &code, err);
+    mirror__reduce_job none = mirror__reduce_job_of(s, 0);
+    int code = 0, rc = mirror__mpi_all_reduce(s, &none, &peer, &code, err);
     if (rc) return rc;
     if (peer) return mirror__mpi_peer_failed(s, peer, code, err); /* a failure anywhere: no NCCL anywhere */
     return mirror__nccl_sum(s, bufs, n, type, err);
