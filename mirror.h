@@ -461,7 +461,10 @@
          makes CPU replicas update everything too; MIRROR_SHARD_ON shards
          CPU replicas' update across processes as well (PROCESSES).
          Either way the parameters stay bitwise identical on every
-         replica.
+         replica. Which of these ways a model takes is chosen once, when
+         it is built: a plan of four steps (reduce, check, update,
+         gather; mirror__update_plan in >>structs), which
+         mirror__train_micro runs in that order whatever the mode.
       7. Metrics (>>step; taken in >>inspection). The loss sum, correct
          count and sample count are summed on each replica's device (a
          step's rows in 256 strided lanes and a fixed tree over them, one
@@ -2690,9 +2693,10 @@ extern "C" {
 #endif
 
 // >>structs -----------------------------------------------------------------
-/* mirror's private state, together: the layer kinds, the thread team, the
-   step's tick, a layer, a replica and its recorded passes, the model, a job
-   for the replica threads, and the strategy. The backend and reducer
+/* mirror's private state, together: the layer kinds, the thread team and
+   a reducer's job for it, the step's tick, a layer, a replica and its
+   recorded passes, the update's plan, the model, a job for the replica
+   threads, and the strategy. The backend and reducer
    tables are declared here and defined in >>backend. */
 
 typedef struct mirror__backend mirror__backend;
@@ -2919,21 +2923,26 @@ enum { MIRROR__SHARDED_HOST = 1, MIRROR__SHARDED_DEVICES };
      clipping norm), where it needs every slice before any update;
    - update: the optimizer, on every parameter or on each replica's slice;
    - gather: the slices updated apart, into every replica.
-   A step with nothing to do in a mode is mirror__step_none. The modes:
+   A mode with nothing to do in a step has mirror__step_none there (or
+   mirror__reduce_none). The modes and their steps:
 
-     mode (chunk: deterministic)   reduce                      check                     update              gather
-     plain                         all-reduce (or buckets')    in the update             every replica's     -
-     sharded on the host           16-bit all-reduce; fp32: -  slices summed and checked  slices, copied out  in the update
-     sharded across devices        reduce-scatter              slices' stats summed       slices              all-gather
-     across processes (shard on)   reduce-scatter across them  slices, verdict gathered   this process's      all-gather
-     deterministic (any of them)   chunk sums, every micro     as its mode's             as its mode's       as its mode's
-     several processes             the fold, with the status   as its mode's             as its mode's       as its mode's
+     mode                    reduce                       check                  update          gather
+     plain                   all-reduce (or buckets')     in the update          every replica   -
+     sharded on the host     16-bit: all-reduce; fp32: -  slices (fp32: summed)  slices, copied  in the update
+     sharded across devices  reduce-scatter               slices' stats, summed  slices          all-gather
+     across processes        reduce-scatter across them   slices, verdict        this process's  all-gather
 
-   Sharded on the host in fp32 in one process, the check job sums its
-   slice itself (the reduce-scatter: `in_check`, whose jobs mark the
-   all-reduce's edges). With several processes the reduction runs after
-   a failure too, carrying it to the others. The mode's figures live here
-   too: deterministic mode's chunk, the sharding and this process's slots
+   (mirror__reduce_all, _slices, _processes; mirror__plain_update;
+   mirror__host_check, mirror__host_sum_check, mirror__host_update_step;
+   mirror__slices_check, _update, _gather; mirror__across_check, _update,
+   _gather_params.) Deterministic mode reduces by the chunks' sums after
+   every micro-batch (mirror__reduce_chunks) and keeps its mode's other
+   steps. Several processes reduce by the fold across them
+   (mirror__reduce_processes), which runs after a failure too, carrying it
+   to the others. Sharded on the host in fp32 in one process, the check
+   job sums its slice itself (the reduce-scatter: `in_check`, whose jobs
+   mark the all-reduce's edges). The mode's figures live here too:
+   deterministic mode's chunk, the sharding, and this process's slots
    across processes. */
 struct mirror__job;
 typedef struct mirror__update_plan {
@@ -6631,8 +6640,8 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
 // >>reducers ----------------------------------------------------------------
 /* The sums across replicas: the CPU reducer (the threads add the replicas
    in a fixed order), the public all-reduce and broadcast, deterministic
-   mode's chunk sums, the step's gradient all-reduce, and the results that
-   every process must share. The CUDA reducers are in mirror_cuda.h, the
+   mode's chunk sums, the update plan's reduce steps (the step's gradient
+   all-reduce), and the results that every process must share. The CUDA reducers are in mirror_cuda.h, the
    MPI one in >>processes. */
 
 /* Worker w owns the elements of its shard of [0, n) and, for each, adds the
@@ -7219,7 +7228,8 @@ static int mirror__scaler_verdict(mirror_model *m, const char *what)
 // >>optimizers --------------------------------------------------------------
 /* The update alone: the schedule's learning rate, the optimizer state's
    layout, clipping, the update of every parameter on every replica, and
-   the sharded updates (on the host, across devices). */
+   the sharded updates (on the host, across devices, across processes):
+   the update plan's check, update and gather steps. */
 
 /* What a replica's arenas hold, as the API and checkpoints name it. */
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
@@ -7436,7 +7446,7 @@ static void mirror__across_check_job(void *ctx, size_t w)
     enum { B = MIRROR__NORM_BLOCK };
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[w];
-    size_t b, c, k, begin, end = m->plan.pbegin + m->plan.plen, first, blocks;
+    size_t b, c, k, begin, last = m->plan.pbegin + m->plan.plen, end = last, first, blocks;
     double *part;
     mirror__process_blocks(m->nslots, m->s->processes, m->s->rank, &first, &blocks);
     part = m->update.parts + first + m->s->rank + 1; /* behind this process's flag */
@@ -7447,7 +7457,7 @@ static void mirror__across_check_job(void *ctx, size_t w)
     for (k = b; m->desc.optimizer.clip_norm > 0.0f && k < b + c; k++) {
         size_t lo = m->plan.pbegin + k * B;
         part[k] = mirror__sum_squares(m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, lo,
-                                      MIRROR__MIN(lo + B, m->plan.pbegin + m->plan.plen), m->format, 1.0f / r->scaler->scale);
+                                      MIRROR__MIN(lo + B, last), m->format, 1.0f / r->scaler->scale);
     }
 }
 
@@ -9171,7 +9181,8 @@ static int mirror__mpi_all_reduce(mirror_strategy *s, mirror__reduce_job *job, s
                                   mirror_error *err)
 {
     const char *what = s->scatter ? "reduce-scatter across processes" : "all-reduce across processes";
-    size_t n = job->n, total = n + MIRROR__STATUS, pieces = n ? (n + MIRROR__FOLD_PIECE - 1) / MIRROR__FOLD_PIECE : 1, k, at, len;
+    size_t n = job->n, total = n + MIRROR__STATUS, k, at, len;
+    size_t pieces = n ? (n + MIRROR__FOLD_PIECE - 1) / MIRROR__FOLD_PIECE : 1;
     size_t p, lo, hi, nreqs = 4 * pieces + s->processes + 1, scattered = 0;
     MPI_Request *recv, *send, *bcast, *scat;
     float *acc;
@@ -10866,8 +10877,8 @@ static int mirror__model_build(mirror_model *m)
     m->bufs.work16 = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
     m->bufs.stats = (float **)mirror__zalloc(R, sizeof(float *));
     m->update.found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
-    m->update.parts = (double *)mirror__zalloc(m->plan.across ? m->nslots / MIRROR__NORM_BLOCK + 1 + m->s->processes : 1,
-                                        sizeof(double));
+    m->update.parts = (double *)mirror__zalloc(
+        m->plan.across ? m->nslots / MIRROR__NORM_BLOCK + 1 + m->s->processes : 1, sizeof(double));
     m->update.chunk_in = (float **)mirror__zalloc(R * m->plan.chunks_max + 1, sizeof(float *));
     m->update.chunk_owner = (size_t *)mirror__zalloc(R * m->plan.chunks_max + 1, sizeof(size_t));
     init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
@@ -10894,9 +10905,9 @@ static int mirror__model_build(mirror_model *m)
         m->bn_stale = 1;
     }
     mirror__choose_graphs(m);
-    m->buckets.on = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->plan.chunk &&
-                  m->plan.sharded != MIRROR__SHARDED_DEVICES && !m->pass.graphs &&
-                  !m->own.grads; /* a replica's own gradient is read before the sum */
+    m->buckets.on = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 &&
+                    !m->plan.chunk && m->plan.sharded != MIRROR__SHARDED_DEVICES && !m->pass.graphs &&
+                    !m->own.grads; /* a replica's own gradient is read before the sum */
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         if (!(p->dev = m->be->open(m->s, r, &p->workspace_bytes, &m->err))) {
