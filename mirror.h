@@ -2958,7 +2958,7 @@ typedef struct mirror__update_plan {
     size_t slice;        /* sharded across devices: replica r's slice being slots [r slice, (r + 1) slice) */
     /* Sharded across processes too (shard_update on, CPU replicas, see
        mirror__across_update): this process updates slots [pbegin, pbegin +
-       plen) alone. */
+       plen) alone (else they are every slot, [0, nslots)). */
     int across;
     size_t pbegin, plen;
 } mirror__update_plan;
@@ -6641,8 +6641,8 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
 /* The sums across replicas: the CPU reducer (the threads add the replicas
    in a fixed order), the public all-reduce and broadcast, deterministic
    mode's chunk sums, the update plan's reduce steps (the step's gradient
-   all-reduce), and the results that every process must share. The CUDA reducers are in mirror_cuda.h, the
-   MPI one in >>processes. */
+   all-reduce), and the results that every process must share. The CUDA
+   reducers are in mirror_cuda.h, the MPI one in >>processes. */
 
 /* Worker w owns the elements of its shard of [0, n) and, for each, adds the
    replicas in order 0, 1, 2, ...: the same additions in the same order

@@ -864,6 +864,49 @@ static int graph_steps(mirror_model *m, double *loss)
    once and a learning rate that changes every step, on 1 to 3 replicas
    in fp32 and fp16, with AdamW and SGD. A model with batchnorm runs
    without. */
+/* The update's plan, chosen at build: each mode's steps (the table at
+   mirror__update_plan). The sliced_ build shards CPU replicas' update as
+   GPUs' (across devices) instead of on the host. */
+static void test_plan(void)
+{
+    static const char *const names[] = {"one replica", "sharding off", "fp32 sharded", "fp16 sharded",
+                                        "deterministic sharded"};
+    mirror_strategy *s1 = new_strategy("cpu", 1), *s2 = new_strategy("cpu", 2);
+    int host = MIRROR_CPU_SHARED_UPDATE;
+    size_t i;
+    for (i = 0; s1 && s2 && i < 5; i++) {
+        const mirror__update_plan *p;
+        mirror_model *m;
+        int ok, sliced;
+        shard_mode = i == 1 ? MIRROR_SHARD_OFF : MIRROR_SHARD_AUTO;
+        m = model_with(i ? s2 : s1, 0, MIRROR_OPT_ADAMW, 10, i == 4 ? 3 : 0,
+                       i == 3 ? MIRROR_PRECISION_FP16 : MIRROR_PRECISION_FP32);
+        shard_mode = MIRROR_SHARD_AUTO;
+        if (!m) {
+            CHECK(0, "plan: build");
+            continue;
+        }
+        p = &m->plan;
+        sliced = p->check == mirror__slices_check && p->update == mirror__slices_update &&
+                 p->gather == mirror__slices_gather;
+        if (i < 2)
+            ok = p->reduce == mirror__reduce_all && p->check == mirror__step_none &&
+                 p->update == mirror__plain_update && p->gather == mirror__step_none;
+        else if (!host)
+            ok = sliced && p->reduce == (i == 4 ? mirror__reduce_chunks : mirror__reduce_slices);
+        else
+            ok = p->reduce == (i == 2 ? mirror__reduce_none : i == 3 ? mirror__reduce_all : mirror__reduce_chunks) &&
+                 p->check == (i == 2 ? mirror__host_sum_check : mirror__host_check) &&
+                 p->update == mirror__host_update_step && p->gather == mirror__step_none;
+        CHECK(ok && p->each == (i == 4) && p->in_check == (host && i == 2),
+              "plan, %s (%s): its reduce, check, update and gather steps, reduced %s, the check %s the sum", names[i],
+              host ? "on the host" : "across devices", p->each ? "after every micro-batch" : "after the last",
+              p->in_check ? "making" : "after");
+        mirror_model_destroy(m);
+    }
+    mirror_strategy_destroy(s1), mirror_strategy_destroy(s2);
+}
+
 static void test_graphs(void)
 {
     static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
@@ -1385,6 +1428,7 @@ int main(void)
     test_determinism();
     test_sharded_update();
     test_shard_modes();
+    test_plan();
     test_graphs();
     test_small_batches_and_predict();
     test_pool();
