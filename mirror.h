@@ -461,7 +461,10 @@
          makes CPU replicas update everything too; MIRROR_SHARD_ON shards
          CPU replicas' update across processes as well (PROCESSES).
          Either way the parameters stay bitwise identical on every
-         replica.
+         replica. Which of these ways a model takes is chosen once, when
+         it is built: a plan of four steps (reduce, check, update,
+         gather; mirror__update_plan in >>structs), which
+         mirror__train_micro runs in that order whatever the mode.
       7. Metrics (>>step; taken in >>inspection). The loss sum, correct
          count and sample count are summed on each replica's device (a
          step's rows in 256 strided lanes and a fixed tree over them, one
@@ -2688,11 +2691,12 @@ extern "C" {
 #endif
 
 // >>structs -----------------------------------------------------------------
-/* mirror's private state, together: the layer kinds, the thread team, the
-   step's tick, a layer, a replica and its recorded passes, the model, a job
-   for the replica threads, and the strategy. The backend and reducer
-   tables are declared here and defined in >>backend; the processes
-   interface is defined here (the strategy's last), its implementations in
+/* mirror's private state, together: the layer kinds, the thread team and
+   a reducer's job for it, the step's tick, a layer, a replica and its
+   recorded passes, the update's plan, the model, a job for the replica
+   threads, and the strategy. The backend and reducer tables are
+   declared here and defined in >>backend; the processes interface is
+   defined here (the strategy's last), its implementations in
    >>processes. */
 
 typedef struct mirror__backend mirror__backend;
@@ -2722,9 +2726,9 @@ static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu",
                                                  "batchnorm", "residual", "residual_end"};
 
 /* The replica threads (see >>threads): a job is a function every worker
-   runs on the same context, worker w for replica w. The context is the
-   mirror_strategy for the reducers' jobs and a mirror__job for the step's
-   (the forward and backward, the update), so the team serves both. */
+   runs on the same context, worker w for replica w. The context is a
+   mirror__reduce_job for the reducers' jobs and a mirror__job for the
+   step's (the forward and backward, the update), so the team serves both. */
 typedef void (*mirror__job_fn)(void *ctx, size_t worker);
 
 typedef struct mirror__team {
@@ -2741,6 +2745,24 @@ typedef struct mirror__team {
     mirror__job_fn job;
     void *ctx;
 } mirror__team;
+
+/* One call of the CPU reducer (or of the fold across processes), as its
+   threads read it: the sum of `in` (nin buffers, in order; the replicas'
+   own, or deterministic mode's chunks) into every replica's buffer of
+   `bufs`, or of the 16-bit buffers `half` in place, n values each; the
+   broadcast's root; the sharded update's reduce-scatter and all-gather
+   over `any`, slices of `slice` values of `size` bytes. */
+typedef struct mirror__reduce_job {
+    mirror_strategy *s;
+    float *const *bufs;
+    float *const *in;
+    size_t nin;
+    uint16_t *const *half;
+    int format;           /* the 16-bit format of half, or of any (0: floats) */
+    size_t n, root;
+    void *const *any;
+    size_t slice, size;
+} mirror__reduce_job;
 
 /* What a pass and an update read that changes from step to step, in
    device memory (a recorded pass or update then reads the step at hand):
@@ -2890,8 +2912,57 @@ typedef struct mirror__resident {
    replicas' shared memory, each replica's thread summing and updating its
    slice (CPU replicas, mirror__sharded_host_update_job). DEVICES: across
    devices, through the reducer's reduce-scatter and all-gather
-   (mirror__sharded_devices_update). */
+   (mirror__slices_update). */
 enum { MIRROR__SHARDED_HOST = 1, MIRROR__SHARDED_DEVICES };
+
+/* How a step's update runs: a plan of four steps, chosen once when the
+   model is built (mirror__choose_plan), as the backend is, and run by
+   mirror__train_micro in this order whatever the mode:
+   - reduce: the gradient's sum across replicas (and processes), after the
+     step's last micro-batch, or after every one (`each`);
+   - check: the verdict on the reduced gradient (non-finite values, the
+     clipping norm), where it needs every slice before any update;
+   - update: the optimizer, on every parameter or on each replica's slice;
+   - gather: the slices updated apart, into every replica.
+   A mode with nothing to do in a step has mirror__step_none there (or
+   mirror__reduce_none). The modes and their steps:
+
+     mode                    reduce                       check                  update          gather
+     plain                   all-reduce (or buckets')     in the update          every replica   -
+     sharded on the host     16-bit: all-reduce; fp32: -  slices (fp32: summed)  slices, copied  in the update
+     sharded across devices  reduce-scatter               slices' stats, summed  slices          all-gather
+     across processes        reduce-scatter across them   slices, verdict        this process's  all-gather
+
+   (mirror__reduce_all, _slices, _processes; mirror__plain_update;
+   mirror__host_check, mirror__host_sum_check, mirror__host_update_step;
+   mirror__slices_check, _update, _gather; mirror__across_check, _update,
+   _gather_params.) Deterministic mode reduces by the chunks' sums after
+   every micro-batch (mirror__reduce_chunks) and keeps its mode's other
+   steps. Several processes reduce by the fold across them
+   (mirror__reduce_processes), which runs after a failure too, carrying it
+   to the others. Sharded on the host in fp32 in one process, the check
+   job sums its slice itself (the reduce-scatter: `in_check`, whose jobs
+   mark the all-reduce's edges). The mode's figures live here too:
+   deterministic mode's chunk, the sharding, and this process's slots
+   across processes. */
+struct mirror__job;
+typedef struct mirror__update_plan {
+    int (*reduce)(mirror_model *m, int rc, int onto, int last);
+    int (*check)(mirror_model *m, struct mirror__job *job);
+    int (*update)(mirror_model *m, struct mirror__job *job);
+    int (*gather)(mirror_model *m, struct mirror__job *job);
+    int each;            /* reduce after every micro-batch (deterministic mode), else after the last */
+    int in_check;        /* the reduction is the check's (sharded on the host, fp32, one process) */
+    size_t chunk;        /* deterministic mode: samples per chunk (0: off) */
+    size_t chunks_max;   /* the most chunks of one shard (1 when off) */
+    int sharded;         /* the update's sharding (MIRROR__SHARDED_HOST or _DEVICES), or 0 */
+    size_t slice;        /* sharded across devices: replica r's slice being slots [r slice, (r + 1) slice) */
+    /* Sharded across processes too (shard_update on, CPU replicas, see
+       mirror__across_update): this process updates slots [pbegin, pbegin +
+       plen) alone (else they are every slot, [0, nslots)). */
+    int across;
+    size_t pbegin, plen;
+} mirror__update_plan;
 
 /* fit's running numbers of an epoch in progress, which a checkpoint saved
    mid-epoch keeps (epoch_loss_sum, epoch_correct, epoch_samples,
@@ -2927,47 +2998,54 @@ struct mirror_model {
     /* ---- arenas: the replicas, and their arenas side by side for the reducer ---- */
     mirror__replica *rep;
     size_t shard_max;   /* arena capacity in samples: ceil(max_batch / replicas), or chunks_max chunks */
-    float **grad_bufs;  /* the replicas' gradient arenas, */
-    float **param_bufs; /* their parameter arenas, */
-    uint16_t **grad16_bufs; /* in mixed precision their 16-bit gradients, */
-    uint16_t **work16_bufs; /* and working copies, */
-    float **stats_bufs;     /* and sharded across devices, their slices' stats */
+    struct {
+        float **grads;     /* the replicas' gradient arenas, */
+        float **params;    /* their parameter arenas, */
+        uint16_t **grad16; /* in mixed precision their 16-bit gradients, */
+        uint16_t **work16; /* and working copies, */
+        float **stats;     /* and sharded across devices, their slices' stats */
+    } bufs;
 
     /* ---- the step: how it runs (chosen at build), and where it stands ---- */
-    size_t chunk;        /* deterministic mode: samples per chunk (0: off) */
-    size_t chunks_max;   /* the most chunks of one shard (1 when off) */
-    float **chunk_in;    /* deterministic mode: the chunks' gradients, in the order they are added, */
-    size_t *chunk_owner; /* and the replica each lies on */
-    int sharded;         /* the update's sharding (MIRROR__SHARDED_HOST or _DEVICES), or 0 */
-    size_t slice;        /* sharded: replica r's slice being slots [r slice, (r + 1) slice) */
-    uint32_t *found;     /* sharded mixed precision: each slice's non-finite flag */
-    /* Sharded across processes too (shard_update on, CPU replicas, see
-       mirror__across_update): this process updates slots [pbegin, pbegin +
-       plen) alone; `parts` carries the verdict (every process's flag and
-       blocks' sums of squares); `stale` says what, since the last step,
-       is current on its slice's owner alone (MIRROR__STALE_*). */
-    int across;
-    size_t pbegin, plen;
-    double *parts;
-    int stale;
-    int graphs;          /* training passes are captured and replayed (mirror__graph_step) */
-    int dropouts;        /* the model has dropout layers */
-    int keep_cols;       /* each convolution keeps its im2col from forward for backward */
-    /* the row-wise prefix (mirror__plan_groups): its layers (0: none) and
-       the rows of a group */
-    size_t group_layers, group_rows;
-    /* The gradient's buckets (bucketed: all-reduced while backward runs):
-       bucket b holds the layers from bucket_layer[b] up to the bucket
-       before's, slots [bucket_lo[b], bucket_hi[b]); bucket 0 is the top. */
-    int bucketed;
-    size_t nbuckets, bucket_layer[MIRROR__MAX_LAYERS], bucket_lo[MIRROR__MAX_LAYERS], bucket_hi[MIRROR__MAX_LAYERS];
+    mirror__update_plan plan;
+    /* What the update's steps hand each other: deterministic mode's list
+       of the chunks' gradients, in the order they are added, and the
+       replica each lies on; sharded, each slice's non-finite flag (found)
+       and across processes the verdict (every process's flag and blocks'
+       sums of squares, `parts`) and what, since the last step, is current
+       on its slice's owner alone (`stale`, MIRROR__STALE_*). */
+    struct {
+        float **chunk_in;
+        size_t *chunk_owner;
+        uint32_t *found;
+        double *parts;
+        int stale;
+    } update;
+    /* How a training pass runs: captured and replayed (graphs, see
+       mirror__graph_step), with dropout layers, each convolution keeping
+       its im2col from forward for backward (keep_cols), and the row-wise
+       prefix (mirror__plan_groups): its layers (0: none) and the rows of
+       a group. */
+    struct {
+        int graphs, dropouts, keep_cols;
+        size_t group_layers, group_rows;
+    } pass;
+    /* The gradient's buckets (on: all-reduced while backward runs): bucket
+       b holds the layers from layer[b] up to the bucket before's, slots
+       [lo[b], hi[b]); bucket 0 is the top. */
+    struct {
+        int on;
+        size_t n, layer[MIRROR__MAX_LAYERS], lo[MIRROR__MAX_LAYERS], hi[MIRROR__MAX_LAYERS];
+    } buckets;
     /* replica_values (else NULL): each replica's own gradient of the last
        step, before the all-reduce, as its arena holds it (nslots floats a
        replica; in mixed precision still multiplied by the loss scale), a
        scratch arena the downloads pass through, and each replica's metrics */
-    float *own_grads;
-    void *own_scratch;
-    mirror_metrics *own_metrics;
+    struct {
+        float *grads;
+        void *scratch;
+        mirror_metrics *metrics;
+    } own;
     uint64_t steps;      /* steps run, skipped ones included */
     float lr;            /* the learning rate of the step at hand (of the schedule at step `steps`) */
     size_t untaken;      /* samples of the steps whose metrics stay on the device */
@@ -3046,15 +3124,6 @@ struct mirror_strategy {
     const mirror__reducer *reducer;
     void *gpu; /* the CUDA backend's state (mirror_cuda.h), else NULL */
     mirror__team team;
-    /* the reducer's current job */
-    float *const *reduce_bufs;
-    uint16_t *const *reduce_half; /* the 16-bit sum's buffers, and their format */
-    int reduce_format;
-    size_t reduce_n, reduce_root;
-    float *const *fold_in; /* what an fp32 sum adds, in order (then written into reduce_bufs) */
-    size_t fold_count;
-    void *const *reduce_any; /* the sharded update's reduce-scatter and all-gather: slices of */
-    size_t reduce_slice, reduce_size; /* reduce_slice values of reduce_size bytes */
     /* One call at a time (see mirror__enter): a recursive mutex, so that
        fit's calls to the other calls take it again. */
     pthread_mutex_t call;
@@ -6114,7 +6183,7 @@ static size_t mirror__conv_chunk(const mirror_model *m)
 {
     /* deterministic mode: within a chunk, so that a chunk's sums are cut
        alike whatever the shard */
-    size_t n = m->be->conv_chunk, cap = m->chunk ? MIRROR__MIN(m->chunk, m->shard_max) : m->shard_max;
+    size_t n = m->be->conv_chunk, cap = m->plan.chunk ? MIRROR__MIN(m->plan.chunk, m->shard_max) : m->shard_max;
     return n && n < cap ? n : MIRROR__MAX(cap, 1);
 }
 
@@ -6152,17 +6221,17 @@ static void *mirror__layer_input(const mirror_model *m, const mirror__replica *r
     return i ? mirror__act(r, &m->layers[i - 1]) : r->input;
 }
 
-/* Deterministic mode cuts a replica's shard into chunks of m->chunk
+/* Deterministic mode cuts a replica's shard into chunks of m->plan.chunk
    samples (the last may be short), each with a gradient arena of its own;
    otherwise the shard is one chunk, and its arena is r->grads. Chunk q is
    rows [*at, *at + the count returned) of the shard. */
-static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r) { return m->chunk ? r->nchunks : 1; }
+static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r) { return m->plan.chunk ? r->nchunks : 1; }
 
 static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t *at)
 {
-    if (!m->chunk) return *at = 0, r->count;
-    *at = q * m->chunk;
-    return MIRROR__MIN(m->chunk, r->count - *at);
+    if (!m->plan.chunk) return *at = 0, r->count;
+    *at = q * m->plan.chunk;
+    return MIRROR__MIN(m->plan.chunk, r->count - *at);
 }
 
 /* Floats from one chunk's gradient arena to the next: the gradient's,
@@ -6180,7 +6249,7 @@ static size_t mirror__chunk_stride(const mirror_model *m)
 
 static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *r, size_t q)
 {
-    return m->chunk ? r->chunk_grads + q * mirror__chunk_stride(m) : r->grads;
+    return m->plan.chunk ? r->chunk_grads + q * mirror__chunk_stride(m) : r->grads;
 }
 
 /* Global replica g's rows [*begin, *begin + *count) of a batch of n: an
@@ -6189,7 +6258,7 @@ static float *mirror__chunk_grads(const mirror_model *m, const mirror__replica *
 static void mirror__rows_of(const mirror_model *m, size_t n, size_t g, size_t *begin, size_t *count, size_t *chunk0,
                             size_t *nchunks)
 {
-    size_t K = m->chunk;
+    size_t K = m->plan.chunk;
     if (!K) {
         mirror_shard(n, m->s->world, g, begin, count);
         *chunk0 = 0, *nchunks = 1;
@@ -6216,7 +6285,7 @@ MIRROR_API int mirror_model_shard(const mirror_model *m, size_t n, size_t r, siz
 /* The im2col of the chunk of samples from s on: kept, or the shared buffer. */
 static void *mirror__col(const mirror_model *m, const mirror__replica *r, const mirror__layer *l, size_t s)
 {
-    return m->keep_cols ? mirror__el(m, r->acts + l->col_off, s * l->c * l->k * l->k * l->oh * l->ow) : r->col;
+    return m->pass.keep_cols ? mirror__el(m, r->acts + l->col_off, s * l->c * l->k * l->k * l->oh * l->ow) : r->col;
 }
 
 /* A convolution (conv2d, or a residual block's projection) of the shard's
@@ -6264,7 +6333,7 @@ static void mirror__conv_backward(const mirror_model *m, mirror__replica *r, con
             be->permute(r->dev, r->perm, dn, n, l->oc, hw);
             dn = r->perm;
         }
-        if (!m->keep_cols)
+        if (!m->pass.keep_cols)
             be->im2col(r->dev, col, mirror__el(m, x, s * in), n, l->c, l->h, l->w, l->k, l->stride, l->pad, l->oh,
                        l->ow);
         be->gemm(r->dev, 0, 1, l->oc, ckk, nhw, 1.0f, dn, nhw, col, nhw, s > s0 || accumulate ? 1.0f : 0.0f, dW, ckk,
@@ -6282,11 +6351,11 @@ static void mirror__conv_backward_chunks(const mirror_model *m, mirror__replica 
                                          const void *x, const void *d, void *dx, size_t s0, size_t S, int accumulate)
 {
     size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
-    if (!m->chunk) {
+    if (!m->plan.chunk) {
         mirror__conv_backward(m, r, l, x, d, dx, s0, S, accumulate, r->grads);
         return;
     }
-    for (q = s0 / m->chunk; q < mirror__nchunks(m, r); q++) {
+    for (q = s0 / m->plan.chunk; q < mirror__nchunks(m, r); q++) {
         k = mirror__chunk_rows(m, r, q, &at);
         if (at >= s0 + S) break;
         mirror__conv_backward(m, r, l, x, mirror__el(m, d, (at - s0) * out), dx ? mirror__el(m, dx, (at - s0) * in) : NULL,
@@ -6323,7 +6392,7 @@ static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, con
    has rows [*at, *at + the count returned). */
 static size_t mirror__gemm_parts(const mirror_model *m, const mirror__replica *r)
 {
-    return m->chunk && !m->be->gemm_rows_free ? r->nchunks : 1;
+    return m->plan.chunk && !m->be->gemm_rows_free ? r->nchunks : 1;
 }
 
 static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t S, size_t *at)
@@ -6344,10 +6413,10 @@ static size_t mirror__gemm_rows(const mirror_model *m, const mirror__replica *r,
 static size_t mirror__chunk_align(const mirror_model *m)
 {
     size_t i, a = 64, e = mirror__esize(m);
-    if (!m->chunk) return 0;
+    if (!m->plan.chunk) return 0;
     for (i = 0; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
-        size_t in = m->chunk * l->c * e, out = m->chunk * l->oc * e;
+        size_t in = m->plan.chunk * l->c * e, out = m->plan.chunk * l->oc * e;
         if (l->kind != MIRROR__DENSE) continue;
         a = MIRROR__MIN(a, MIRROR__MIN(in & (~in + 1), out & (~out + 1)));
     }
@@ -6410,16 +6479,16 @@ static void mirror__layer_forward(mirror_model *m, mirror__replica *r, size_t i,
 
 static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
 {
-    size_t i, j, s0, G = m->group_rows;
+    size_t i, j, s0, G = m->pass.group_rows;
     for (i = from; i < m->nlayers; i++) {
         if (i == stop) {
             mirror__bn_chunk_sums(m, r, &m->layers[i], mirror__layer_input(m, r, i), NULL);
             return;
         }
-        if (i == 0 && m->group_layers && S >= 2 * G) { /* the row-wise prefix, a group of rows through all of it */
+        if (i == 0 && m->pass.group_layers && S >= 2 * G) { /* the row-wise prefix, a group of rows through all of it */
             for (s0 = 0; s0 < S; s0 += G)
-                for (j = 0; j < m->group_layers; j++) mirror__layer_forward(m, r, j, s0, MIRROR__MIN(G, S - s0));
-            i = m->group_layers - 1;
+                for (j = 0; j < m->pass.group_layers; j++) mirror__layer_forward(m, r, j, s0, MIRROR__MIN(G, S - s0));
+            i = m->pass.group_layers - 1;
             continue;
         }
         mirror__layer_forward(m, r, i, 0, S);
@@ -6445,8 +6514,8 @@ static size_t mirror__first_weighted(const mirror_model *m)
    on below them (mixed precision: narrowed to 16 bits first). */
 static void mirror__reduce_buckets(const mirror_model *m, mirror__replica *r, size_t done)
 {
-    for (; r->bucketing && r->bucket < m->nbuckets && m->bucket_layer[r->bucket] >= done; r->bucket++) {
-        size_t lo = m->bucket_lo[r->bucket], n = m->bucket_hi[r->bucket] - lo;
+    for (; r->bucketing && r->bucket < m->buckets.n && m->buckets.layer[r->bucket] >= done; r->bucket++) {
+        size_t lo = m->buckets.lo[r->bucket], n = m->buckets.hi[r->bucket] - lo;
         if (m->format) {
             m->be->narrow(r->dev, r->grad16 + lo, r->grads + lo, n, m->format);
             m->be->reduce_bucket(r->dev, r->grad16 + lo, n, m->format);
@@ -6563,16 +6632,16 @@ static size_t mirror__layer_backward(mirror_model *m, mirror__replica *r, size_t
 static void mirror__backward_groups(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t first,
                                     size_t stop, void *d, void *dx)
 {
-    size_t s0, i, G = m->group_rows, top = mirror__out_size(&m->layers[m->group_layers - 1]);
+    size_t s0, i, G = m->pass.group_rows, top = mirror__out_size(&m->layers[m->pass.group_layers - 1]);
     void *half[2];
     half[0] = dx, half[1] = mirror__el(m, dx, G * m->max_size);
     for (s0 = 0; s0 < S; s0 += G) {
         void *gd = mirror__el(m, d, s0 * top);
         int moved;
-        for (i = m->group_layers; i-- > first;) {
+        for (i = m->pass.group_layers; i-- > first;) {
             void *gdx = half[gd == half[0]];
             /* after the first group, a convolution adds to its gradients (deterministic mode: each chunk's own) */
-            i -= mirror__layer_backward(m, r, i, s0, MIRROR__MIN(G, S - s0), accumulate || (s0 && !m->chunk), first,
+            i -= mirror__layer_backward(m, r, i, s0, MIRROR__MIN(G, S - s0), accumulate || (s0 && !m->plan.chunk), first,
                                         stop, gd, gdx, &moved) - 1;
             if (moved) gd = gdx;
         }
@@ -6591,10 +6660,10 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
        (accumulate) adds to what the others left: beta 1, nothing zeroed.
        Deterministic mode writes each chunk's arena afresh: the reduction
        adds the micro-batches. */
-    accumulate = accumulate && !m->chunk;
+    accumulate = accumulate && !m->plan.chunk;
     if (from == m->nlayers - 1) {
         r->dsel = 0;
-        if (S == 0 && !accumulate && !m->chunk) m->be->zero(r->dev, r->grads, m->nslots * sizeof(float));
+        if (S == 0 && !accumulate && !m->plan.chunk) m->be->zero(r->dev, r->grads, m->nslots * sizeof(float));
     }
     d = r->delta[r->dsel], dx = r->delta[1 - r->dsel];
     for (i = from + 1; i-- > 0 && i >= first;) {
@@ -6604,7 +6673,7 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
             mirror__bn_chunk_sums(m, r, &m->layers[i], d, mirror__layer_input(m, r, i));
             return;
         }
-        if (i + 1 == m->group_layers && S >= 2 * m->group_rows) {
+        if (i + 1 == m->pass.group_layers && S >= 2 * m->pass.group_rows) {
             mirror__backward_groups(m, r, S, accumulate, first, stop, d, dx);
             break;
         }
@@ -6615,15 +6684,15 @@ static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int 
     /* Mixed precision: the weight gradients, accumulated in fp32, are
        stored in 16 bits: the buffer the all-reduce carries (deterministic
        mode narrows the reduced sum instead; buckets narrow their own). */
-    if (m->format && !m->chunk && !r->bucketing) m->be->narrow(r->dev, r->grad16, r->grads, m->nslots, m->format);
+    if (m->format && !m->plan.chunk && !r->bucketing) m->be->narrow(r->dev, r->grad16, r->grads, m->nslots, m->format);
 }
 
 // >>reducers ----------------------------------------------------------------
 /* The sums across replicas: the CPU reducer (the threads add the replicas
    in a fixed order), the public all-reduce and broadcast, deterministic
-   mode's chunk sums, the step's gradient all-reduce, and the results that
-   every process must share. The CUDA reducers are in mirror_cuda.h, the
-   MPI one in >>processes. */
+   mode's chunk sums, the update plan's reduce steps (the step's gradient
+   all-reduce), and the results that every process must share. The CUDA
+   reducers are in mirror_cuda.h, the MPI one in >>processes. */
 
 /* Worker w owns the elements of its shard of [0, n) and, for each, adds the
    replicas in order 0, 1, 2, ...: the same additions in the same order
@@ -6649,16 +6718,17 @@ static void mirror__sum_chunk(float *acc, float *const *in, size_t nin, float *c
     for (r = 0; r < nout; r++) memcpy(out[r] + begin, acc, len * sizeof(float));
 }
 
-/* The sum of s->fold_in in order into every replica's s->reduce_bufs. */
+/* The sum of j->in in order into every replica's j->bufs. */
 static void mirror__cpu_all_reduce_job(void *ctx, size_t worker)
 {
-    mirror_strategy *s = (mirror_strategy *)ctx;
+    const mirror__reduce_job *j = (const mirror__reduce_job *)ctx;
+    mirror_strategy *s = j->s;
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    mirror_shard(j->n, s->team.size ? s->team.size : 1, worker, &begin, &count);
     end = begin + count;
     for (; begin < end; begin += MIRROR__REDUCE_CHUNK)
-        mirror__sum_chunk(acc, s->fold_in, s->fold_count, s->reduce_bufs, s->replicas, begin,
+        mirror__sum_chunk(acc, j->in, j->nin, j->bufs, s->replicas, begin,
                           MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin));
 }
 
@@ -6681,83 +6751,91 @@ static void mirror__sum_half_chunk(float *acc, uint16_t *const *in, size_t nin, 
 
 static void mirror__cpu_all_reduce_half_job(void *ctx, size_t worker)
 {
-    mirror_strategy *s = (mirror_strategy *)ctx;
+    const mirror__reduce_job *j = (const mirror__reduce_job *)ctx;
+    mirror_strategy *s = j->s;
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    mirror_shard(j->n, s->team.size ? s->team.size : 1, worker, &begin, &count);
     for (end = begin + count; begin < end; begin += MIRROR__REDUCE_CHUNK)
-        mirror__sum_half_chunk(acc, s->reduce_half, s->replicas, s->reduce_half, s->replicas, begin,
-                               MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin), s->reduce_format);
+        mirror__sum_half_chunk(acc, j->half, s->replicas, j->half, s->replicas, begin,
+                               MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin), j->format);
 }
 
 /* Replica `worker`'s slice of every replica's buffer, summed in replica
    order into its own buffer alone. */
 static void mirror__cpu_reduce_scatter_job(void *ctx, size_t worker)
 {
-    mirror_strategy *s = (mirror_strategy *)ctx;
+    const mirror__reduce_job *j = (const mirror__reduce_job *)ctx;
+    size_t R = j->s->replicas;
     float acc[MIRROR__REDUCE_CHUNK];
-    size_t begin = worker * s->reduce_slice, end = begin + s->reduce_slice, len;
+    size_t begin = worker * j->slice, end = begin + j->slice, len;
     for (; begin < end; begin += len) {
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        if (s->reduce_format)
-            mirror__sum_half_chunk(acc, (uint16_t *const *)s->reduce_any, s->replicas,
-                                   (uint16_t *const *)&s->reduce_any[worker], 1, begin, len, s->reduce_format);
+        if (j->format)
+            mirror__sum_half_chunk(acc, (uint16_t *const *)j->any, R, (uint16_t *const *)&j->any[worker], 1, begin,
+                                   len, j->format);
         else
-            mirror__sum_chunk(acc, (float *const *)s->reduce_any, s->replicas, (float *const *)&s->reduce_any[worker],
-                              1, begin, len);
+            mirror__sum_chunk(acc, (float *const *)j->any, R, (float *const *)&j->any[worker], 1, begin, len);
     }
 }
 
 /* Replica `worker`'s slice of its own buffer, into every other's. */
 static void mirror__cpu_all_gather_job(void *ctx, size_t worker)
 {
-    mirror_strategy *s = (mirror_strategy *)ctx;
-    size_t r, bytes = s->reduce_slice * s->reduce_size;
-    const unsigned char *from = (const unsigned char *)s->reduce_any[worker] + worker * bytes;
-    for (r = 0; r < s->replicas; r++)
-        if (r != worker) memcpy((unsigned char *)s->reduce_any[r] + worker * bytes, from, bytes);
+    const mirror__reduce_job *j = (const mirror__reduce_job *)ctx;
+    size_t r, bytes = j->slice * j->size;
+    const unsigned char *from = (const unsigned char *)j->any[worker] + worker * bytes;
+    for (r = 0; r < j->s->replicas; r++)
+        if (r != worker) memcpy((unsigned char *)j->any[r] + worker * bytes, from, bytes);
 }
 
 static void mirror__cpu_broadcast_job(void *ctx, size_t worker)
 {
-    mirror_strategy *s = (mirror_strategy *)ctx;
+    const mirror__reduce_job *j = (const mirror__reduce_job *)ctx;
+    mirror_strategy *s = j->s;
     size_t begin, count, r;
-    mirror_shard(s->reduce_n, s->team.size ? s->team.size : 1, worker, &begin, &count);
+    mirror_shard(j->n, s->team.size ? s->team.size : 1, worker, &begin, &count);
     for (r = 0; r < s->replicas; r++)
-        if (r != s->reduce_root && count)
-            memcpy(s->reduce_bufs[r] + begin, s->reduce_bufs[s->reduce_root] + begin,
-                   count * sizeof(float));
+        if (r != j->root && count)
+            memcpy(j->bufs[r] + begin, j->bufs[j->root] + begin, count * sizeof(float));
+}
+
+/* A reducer's call: its job, filled by the caller from a zeroed one, run
+   by the threads. */
+static mirror__reduce_job mirror__reduce_job_of(mirror_strategy *s, size_t n)
+{
+    mirror__reduce_job j;
+    memset(&j, 0, sizeof j);
+    j.s = s, j.n = n;
+    return j;
 }
 
 static int mirror__cpu_all_reduce(mirror_strategy *s, float *const *bufs, size_t n, mirror_error *err)
 {
+    mirror__reduce_job j = mirror__reduce_job_of(s, n);
     (void)err;
-    s->fold_in = s->reduce_bufs = bufs;
-    s->fold_count = s->replicas;
-    s->reduce_n = n;
-    mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+    j.in = j.bufs = bufs, j.nin = s->replicas;
+    mirror__run(&s->team, mirror__cpu_all_reduce_job, &j);
     return MIRROR_OK;
 }
 
 static int mirror__cpu_all_reduce_half(mirror_strategy *s, uint16_t *const *bufs, size_t n, int format,
                                        mirror_error *err)
 {
+    mirror__reduce_job j = mirror__reduce_job_of(s, n);
     (void)err;
-    s->reduce_half = bufs;
-    s->reduce_n = n;
-    s->reduce_format = format;
-    mirror__run(&s->team, mirror__cpu_all_reduce_half_job, s);
+    j.half = bufs, j.format = format;
+    mirror__run(&s->team, mirror__cpu_all_reduce_half_job, &j);
     return MIRROR_OK;
 }
 
 static int mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t n, size_t root,
                                  mirror_error *err)
 {
+    mirror__reduce_job j = mirror__reduce_job_of(s, n);
     (void)err;
-    s->reduce_bufs = bufs;
-    s->reduce_n = n;
-    s->reduce_root = root;
-    mirror__run(&s->team, mirror__cpu_broadcast_job, s);
+    j.bufs = bufs, j.root = root;
+    mirror__run(&s->team, mirror__cpu_broadcast_job, &j);
     return MIRROR_OK;
 }
 
@@ -6765,11 +6843,10 @@ static int mirror__cpu_broadcast(mirror_strategy *s, float *const *bufs, size_t 
 static int mirror__cpu_sum_list(mirror_strategy *s, float *const *in, const size_t *owner, size_t nin,
                                 float *const *bufs, size_t n, mirror_error *err)
 {
+    mirror__reduce_job j = mirror__reduce_job_of(s, n);
     (void)owner, (void)err;
-    s->fold_in = in, s->fold_count = nin;
-    s->reduce_bufs = bufs;
-    s->reduce_n = n;
-    mirror__run(&s->team, mirror__cpu_all_reduce_job, s);
+    j.in = in, j.nin = nin, j.bufs = bufs;
+    mirror__run(&s->team, mirror__cpu_all_reduce_job, &j);
     return MIRROR_OK;
 }
 
@@ -6778,9 +6855,9 @@ static int mirror__cpu_sum_list(mirror_strategy *s, float *const *in, const size
 static int mirror__cpu_slices(mirror_strategy *s, mirror__job_fn job, void *const *bufs, size_t slice, int format,
                               size_t size)
 {
-    s->reduce_any = bufs;
-    s->reduce_slice = slice, s->reduce_format = format, s->reduce_size = size;
-    mirror__run(&s->team, job, s);
+    mirror__reduce_job j = mirror__reduce_job_of(s, 0);
+    j.any = bufs, j.slice = slice, j.format = format, j.size = size;
+    mirror__run(&s->team, job, &j);
     return MIRROR_OK;
 }
 
@@ -6859,47 +6936,77 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
     mirror_strategy *s = m->s;
     size_t r, q, nin = 0, keep = 0, len = m->nslots;
     int rc;
-    if (onto && s->rank == 0) m->chunk_owner[nin] = 0, m->chunk_in[nin++] = m->rep[0].grads;
+    if (onto && s->rank == 0) m->update.chunk_owner[nin] = 0, m->update.chunk_in[nin++] = m->rep[0].grads;
     for (r = 0; r < s->replicas; r++)
         for (q = 0; q < m->rep[r].nchunks; q++)
-            m->chunk_owner[nin] = r, m->chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
-    rc = s->procs->sum_list(s, m->chunk_in, m->chunk_owner, nin, m->grad_bufs, m->nslots, &keep, &len, &m->err);
+            m->update.chunk_owner[nin] = r, m->update.chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
+    rc = s->procs->sum_list(s, m->update.chunk_in, m->update.chunk_owner, nin, m->bufs.grads, m->nslots, &keep, &len, &m->err);
     for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++) /* scattered: this process's slice */
         m->be->narrow(m->rep[r].dev, m->rep[r].grad16 + keep, m->rep[r].grads + keep, len, m->format);
     return rc;
 }
 
-/* The all-reduce of a step's gradients (on CPU replicas in one process,
-   fp32's happens inside the sharded update instead; deterministic mode's
-   is mirror__sum_chunks, after each micro-batch). With several processes
-   it always runs, carrying this process's result so far and its stop flag
-   to the others (see >>processes): a failure anywhere fails the step
-   everywhere; the step's last reduction is a reduce-scatter when the
-   update is sharded across processes (`last`: it is the step's last). */
-static int mirror__reduce_gradients(mirror_model *m, int rc, int onto, int last)
+/* The plan's reduce steps (see mirror__update_plan): the all-reduce of a
+   step's gradients, given this process's result so far (rc), after the
+   step's last micro-batch (`last`) or, in deterministic mode, after each
+   (`onto`: onto the sum of the micro-batches before). */
+
+/* Nothing to send: the check sums the slices (sharded on the host, fp32,
+   in one process: mirror__host_sum_check_job). */
+static int mirror__reduce_none(mirror_model *m, int rc, int onto, int last)
+{
+    (void)m, (void)onto, (void)last;
+    return rc;
+}
+
+/* The whole gradient into every replica, or the wait for the buckets that
+   backward has handed to the reducer. */
+static int mirror__reduce_all(mirror_model *m, int rc, int onto, int last)
 {
     mirror_strategy *s = m->s;
-    if (s->processes > 1) {
-        int reduced;
-        s->procs->carry(s, rc, m->stop && *m->stop, m->across && last);
-        reduced = m->chunk    ? mirror__sum_chunks(m, onto)
-                  : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
-                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
-        return reduced ? reduced : rc; /* this process's own failure fails its step too */
-    }
-    if (m->bucketed) { /* summed in buckets during backward: what follows waits for them */
+    (void)onto, (void)last;
+    if (m->buckets.on) { /* summed in buckets during backward: what follows waits for them */
         size_t r;
         for (r = 0; r < s->replicas; r++) m->be->buckets_done(m->rep[r].dev);
         return rc;
     }
     if (rc) return rc;
-    if (m->chunk) return mirror__sum_chunks(m, onto);
-    if (m->sharded == MIRROR__SHARDED_DEVICES) /* each replica's slice alone: see mirror__sharded_devices_update */
-        return m->format ? s->reducer->reduce_scatter(s, (void *const *)m->grad16_bufs, m->slice, m->format, &m->err)
-                         : s->reducer->reduce_scatter(s, (void *const *)m->grad_bufs, m->slice, 0, &m->err);
-    if (m->format) return s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err);
-    return m->sharded == MIRROR__SHARDED_HOST ? MIRROR_OK
-                                              : s->reducer->all_reduce_sum(s, m->grad_bufs, m->nslots, &m->err);
+    if (m->format) return s->reducer->all_reduce_half(s, m->bufs.grad16, m->nslots, m->format, &m->err);
+    return s->reducer->all_reduce_sum(s, m->bufs.grads, m->nslots, &m->err);
+}
+
+/* Sharded across devices: each replica's slice alone (see
+   mirror__slices_update). */
+static int mirror__reduce_slices(mirror_model *m, int rc, int onto, int last)
+{
+    mirror_strategy *s = m->s;
+    (void)onto, (void)last;
+    if (rc) return rc;
+    return m->format ? s->reducer->reduce_scatter(s, (void *const *)m->bufs.grad16, m->plan.slice, m->format, &m->err)
+                     : s->reducer->reduce_scatter(s, (void *const *)m->bufs.grads, m->plan.slice, 0, &m->err);
+}
+
+/* Deterministic mode, in one process: the chunks' sum, after each
+   micro-batch. */
+static int mirror__reduce_chunks(mirror_model *m, int rc, int onto, int last)
+{
+    (void)last;
+    return rc ? rc : mirror__sum_chunks(m, onto);
+}
+
+/* Several processes: the reduction always runs, carrying this process's
+   result so far and its stop flag to the others (see >>processes): a
+   failure anywhere fails the step everywhere; the step's last reduction
+   is a reduce-scatter when the update is sharded across processes. */
+static int mirror__reduce_processes(mirror_model *m, int rc, int onto, int last)
+{
+    mirror_strategy *s = m->s;
+    int reduced;
+    s->procs->carry(s, rc, m->stop && *m->stop, m->plan.across && last);
+    reduced = m->plan.chunk ? mirror__sum_chunks(m, onto)
+              : m->format   ? s->reducer->all_reduce_half(s, m->bufs.grad16, m->nslots, m->format, &m->err)
+                            : s->reducer->all_reduce_sum(s, m->bufs.grads, m->nslots, &m->err);
+    return reduced ? reduced : rc; /* this process's own failure fails its step too */
 }
 
 /* What rank 0 alone does (saving a checkpoint): whether this process is
@@ -7138,7 +7245,8 @@ static int mirror__scaler_verdict(mirror_model *m, const char *what)
 // >>optimizers --------------------------------------------------------------
 /* The update alone: the schedule's learning rate, the optimizer state's
    layout, clipping, the update of every parameter on every replica, and
-   the sharded updates (on the host, across devices). */
+   the sharded updates (on the host, across devices, across processes):
+   the update plan's check, update and gather steps. */
 
 /* What a replica's arenas hold, as the API and checkpoints name it. */
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
@@ -7150,15 +7258,15 @@ static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m
    (sharded across devices) its slice's alone. */
 static size_t mirror__state_floats(const mirror_model *m)
 {
-    return m->sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->nstate / m->nslots * m->slice : m->nstate;
+    return m->plan.sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->nstate / m->nslots * m->plan.slice : m->nstate;
 }
 
 /* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
    second), at parameter slot off (in r's slice when sharded across devices). */
 static float *mirror__state_at(const mirror_model *m, const mirror__replica *r, size_t c, size_t off)
 {
-    if (m->sharded != MIRROR__SHARDED_DEVICES) return r->state + c * m->nslots + off;
-    return r->state + c * m->slice + (off - (size_t)(r - m->rep) * m->slice);
+    if (m->plan.sharded != MIRROR__SHARDED_DEVICES) return r->state + c * m->nslots + off;
+    return r->state + c * m->plan.slice + (off - (size_t)(r - m->rep) * m->plan.slice);
 }
 
 /* A schedule's parameters, each in its range. */
@@ -7314,28 +7422,24 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
     }
 }
 
-/* Whether the all-reduce's edges are marked by the replicas' own jobs (the
-   sharded update's reduce-scatter); else the host marks them on every
-   replica around the reducer (mirror__mark_reduce), and across processes
-   around the sharded update too (mirror__across_update). */
-static int mirror__reduce_in_jobs(const mirror_model *m)
-{
-    return m->sharded == MIRROR__SHARDED_HOST && !m->format && m->s->processes == 1 && !m->chunk;
-}
-
+/* The all-reduce's edges, marked by the host on every replica around the
+   reducer, and across processes around the sharded update too
+   (mirror__across_check, mirror__across_gather_params); unless the
+   replicas' own jobs mark them (the plan's in_check: the sharded update's
+   reduce-scatter, mirror__host_sum_check_job). */
 static void mirror__mark_reduce(mirror_model *m, int slot)
 {
     size_t r;
-    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
+    for (r = 0; m->trace_steps && !m->plan.in_check && r < m->s->replicas; r++)
         m->be->mark(m->rep[r].dev, slot);
 }
 
 /* Replica w's slice: of every parameter, or sharded across processes of
-   this process's. */
+   this process's (slots [pbegin, pbegin + plen), every slot in one). */
 static void mirror__host_slice(const mirror_model *m, size_t w, size_t *begin, size_t *count)
 {
-    mirror_shard(m->across ? m->plen : m->nslots, m->s->replicas, w, begin, count);
-    *begin += m->pbegin;
+    mirror_shard(m->plan.plen, m->s->replicas, w, begin, count);
+    *begin += m->plan.pbegin;
 }
 
 /* Whether replica r's reduced gradient holds an Inf or NaN in [begin,
@@ -7354,87 +7458,113 @@ static uint32_t mirror__nonfinite(mirror_model *m, mirror__replica *r, size_t be
    clipping, puts each block's sum of squares in its place in `parts`
    (the layout of gather_slices, >>structs): the sums mirror__cpu_squares
    makes of the same blocks in one process. */
-static void mirror__across_check(mirror_model *m, mirror__replica *r, size_t w)
+static void mirror__across_check_job(void *ctx, size_t w)
 {
     enum { B = MIRROR__NORM_BLOCK };
-    size_t b, c, k, begin, end = m->pbegin + m->plen, first, blocks;
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    mirror__replica *r = &m->rep[w];
+    size_t b, c, k, begin, last = m->plan.pbegin + m->plan.plen, end = last, first, blocks;
     double *part;
     mirror__process_blocks(m->nslots, m->s->processes, m->s->rank, &first, &blocks);
-    part = m->parts + first + m->s->rank + 1; /* behind this process's flag */
+    part = m->update.parts + first + m->s->rank + 1; /* behind this process's flag */
     mirror_shard(blocks, m->s->replicas, w, &b, &c);
-    begin = MIRROR__MIN(end, m->pbegin + b * B);
-    end = MIRROR__MIN(end, m->pbegin + (b + c) * B);
-    m->found[w] = mirror__nonfinite(m, r, begin, end - begin);
+    begin = MIRROR__MIN(end, m->plan.pbegin + b * B);
+    end = MIRROR__MIN(end, m->plan.pbegin + (b + c) * B);
+    m->update.found[w] = mirror__nonfinite(m, r, begin, end - begin);
     for (k = b; m->desc.optimizer.clip_norm > 0.0f && k < b + c; k++) {
-        size_t lo = m->pbegin + k * B;
+        size_t lo = m->plan.pbegin + k * B;
         part[k] = mirror__sum_squares(m->format ? NULL : r->grads, m->format ? r->grad16 : NULL, lo,
-                                      MIRROR__MIN(lo + B, m->pbegin + m->plen), m->format, 1.0f / r->scaler->scale);
+                                      MIRROR__MIN(lo + B, last), m->format, 1.0f / r->scaler->scale);
     }
 }
 
 /* First each replica checks its slice of the reduced gradient into
-   found[worker]. fp32 forms the slice here, the reduce-scatter: the sum of
+   found[worker]: summed already by mixed precision's 16-bit all-reduce,
+   the reduction across processes or deterministic mode's chunks. */
+static void mirror__host_check_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    size_t begin, count;
+    mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
+    m->update.found[worker] = mirror__nonfinite(m, &m->rep[worker], begin, count);
+}
+
+/* fp32 in one process forms the slice here, the reduce-scatter: the sum of
    every replica's slice in replica order (the additions of the all-reduce,
    so the same sums), written back into every replica's gradient arena, as
-   after an all-reduce. Mixed precision checks the 16-bit all-reduce's. */
-static void mirror__sharded_host_check_job(void *ctx, size_t worker)
+   after an all-reduce; then checks it. */
+static void mirror__host_sum_check_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
-    int finite = 1, marks = m->trace_steps && mirror__reduce_in_jobs(m);
-    if (m->across) {
-        mirror__across_check(m, r, worker);
-        return;
-    }
-    if (marks) m->be->mark(r->dev, 4);
+    int finite = 1;
+    if (m->trace_steps) m->be->mark(r->dev, 4);
     mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
-    /* mixed precision's 16-bit all-reduce, the reduction across processes
-       or deterministic mode's chunks have summed it already */
-    if (m->format || m->s->processes > 1 || m->chunk) {
-        m->found[worker] = mirror__nonfinite(m, r, begin, count);
-        if (marks) m->be->mark(r->dev, 5);
-        return;
-    }
     for (end = begin + count; begin < end; begin += len) {
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
-        mirror__sum_chunk(acc, m->grad_bufs, m->s->replicas, m->grad_bufs, m->s->replicas, begin, len);
+        mirror__sum_chunk(acc, m->bufs.grads, m->s->replicas, m->bufs.grads, m->s->replicas, begin, len);
         finite &= mirror__all_finite(acc, len);
     }
-    m->found[worker] = !finite;
-    if (marks) m->be->mark(r->dev, 5);
+    m->update.found[worker] = !finite;
+    if (m->trace_steps) m->be->mark(r->dev, 5);
 }
 
 /* Then every replica takes the verdict of all slices into its guard or
    scaler, updates its own slice (nothing on a non-finite step) and copies
-   the slice into the others (the all-gather). */
-static void mirror__sharded_host_update_job(void *ctx, size_t worker)
+   the slice into the others (the all-gather). `clip`: the clipping norm
+   is its own to take (across processes it is the verdict's). */
+static void mirror__host_update(mirror_model *m, size_t worker, int clip)
 {
-    mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     size_t begin, count, end, len, i;
     uint32_t found = 0;
-    if (m->trace_steps && !m->across) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
     mirror__host_slice(m, worker, &begin, &count);
-    for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
+    for (i = 0; i < m->s->replicas; i++) found |= m->update.found[i];
     if (m->format) {
         r->scaler->found_nonfinite |= found;
-        if (!m->across) mirror__clip(m, r); /* across: the verdict's norm */
+        if (clip) mirror__clip(m, r);
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
-        if (m->trace_steps && !m->across) m->be->mark(r->dev, 7);
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
-    if (!m->across) mirror__clip(m, r);
+    if (clip) mirror__clip(m, r);
     for (end = begin + count; begin < end; begin += len) { /* each chunk copied while in cache */
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
         mirror__update_fp32(m, r, begin, len);
         mirror__gather_slice(m, worker, begin, len);
     }
-    if (m->trace_steps && !m->across) m->be->mark(r->dev, 7);
+}
+
+static void mirror__sharded_host_update_job(void *ctx, size_t worker)
+{
+    mirror_model *m = ((const mirror__job *)ctx)->m;
+    if (m->trace_steps) m->be->mark(m->rep[worker].dev, 6);
+    mirror__host_update(m, worker, 1);
+    if (m->trace_steps) m->be->mark(m->rep[worker].dev, 7);
+}
+
+/* The plan's steps sharded on the host: the check (the slices summed
+   there too, in_check), and the update with its all-gather. */
+static int mirror__host_check(mirror_model *m, mirror__job *job)
+{
+    mirror__run(&m->s->team, mirror__host_check_job, job);
+    return MIRROR_OK;
+}
+
+static int mirror__host_sum_check(mirror_model *m, mirror__job *job)
+{
+    mirror__run(&m->s->team, mirror__host_sum_check_job, job);
+    return MIRROR_OK;
+}
+
+static int mirror__host_update_step(mirror_model *m, mirror__job *job)
+{
+    mirror__run(&m->s->team, mirror__sharded_host_update_job, job);
+    return MIRROR_OK;
 }
 
 /* The update sharded across processes too (shard_update on, CPU
@@ -7454,7 +7584,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
    - the all-gather of the parameters (and mixed precision's working copy).
    The parameters are those of one process, bit for bit. The reduced
    gradient and the optimizer state are then current on each slice's
-   owner alone (m->stale): whatever reads them whole (the API, checkpoints,
+   owner alone (m->update.stale): whatever reads them whole (the API, checkpoints,
    mirror_check_replicas) gathers them first (mirror__gather_whole), in every
    process, as every call across processes runs. */
 enum { MIRROR__STALE_GRADS = 1, MIRROR__STALE_STATE = 2 };
@@ -7466,7 +7596,7 @@ static int mirror__across_gather(mirror_model *m, int which)
 {
     mirror_strategy *s = m->s;
     mirror__replica *r0 = &m->rep[0];
-    size_t c, r, n = m->nslots, end = m->pbegin + m->plen;
+    size_t c, r, n = m->nslots, end = m->plan.pbegin + m->plan.plen;
     int rc = MIRROR_OK, half = which == MIRROR__GRADS && m->format;
     if (which == MIRROR__STATE) { /* one arena that the replicas share */
         for (c = 0; c < mirror__state_copies(m) && rc == MIRROR_OK; c++)
@@ -7481,7 +7611,7 @@ static int mirror__across_gather(mirror_model *m, int which)
     for (r = 1; rc == MIRROR_OK && r < s->replicas; r++) { /* the others' slices: around this process's */
         mirror__replica *q = &m->rep[r];
         size_t at[2], len[2], i;
-        at[0] = 0, len[0] = m->pbegin, at[1] = end, len[1] = n - end;
+        at[0] = 0, len[0] = m->plan.pbegin, at[1] = end, len[1] = n - end;
         for (i = 0; i < 2; i++) {
             if (which == MIRROR__GRADS) {
                 if (half) memcpy(q->grad16 + at[i], r0->grad16 + at[i], len[i] * sizeof(uint16_t));
@@ -7495,7 +7625,7 @@ static int mirror__across_gather(mirror_model *m, int which)
     return rc;
 }
 
-/* The verdict (see above), after mirror__sharded_host_check_job: into
+/* The verdict (see above), after mirror__across_check_job: into
    found[0] (the others 0) and, with clipping, every replica's scaler. */
 static int mirror__across_verdict(mirror_model *m)
 {
@@ -7504,20 +7634,20 @@ static int mirror__across_verdict(mirror_model *m)
     size_t r, p, k, first, blocks;
     double sum = 0.0, found = 0.0;
     int rc;
-    for (r = 0; r < s->replicas; r++) found += m->found[r] != 0;
+    for (r = 0; r < s->replicas; r++) found += m->update.found[r] != 0;
     mirror__process_blocks(m->nslots, s->processes, s->rank, &first, &blocks);
-    m->parts[first + s->rank] = found;
-    if ((rc = s->procs->gather_slices(s, m->parts, m->nslots, 0, 1, &m->err))) return rc;
+    m->update.parts[first + s->rank] = found;
+    if ((rc = s->procs->gather_slices(s, m->update.parts, m->nslots, 0, 1, &m->err))) return rc;
     for (p = 0, found = 0.0; p < s->processes; p++) {
         const double *flag;
         mirror__process_blocks(m->nslots, s->processes, p, &first, &blocks);
-        flag = m->parts + first + p;
+        flag = m->update.parts + first + p;
         found += *flag;
         for (k = 0; k < blocks; k++) sum += flag[1 + k];
     }
     for (r = 0; r < s->replicas; r++) {
         mirror_loss_scale_state *st = m->rep[r].scaler;
-        m->found[r] = r == 0 && found > 0.0;
+        m->update.found[r] = r == 0 && found > 0.0;
         if (max_norm <= 0.0f) continue;
         st->grad_norm = (float)sqrt(sum); /* as mirror__cpu_clip */
         st->clip = mirror_hd_clip_factor(st->grad_norm, max_norm);
@@ -7525,20 +7655,33 @@ static int mirror__across_verdict(mirror_model *m)
     return MIRROR_OK;
 }
 
-/* The update sharded across processes (see above), after the
-   reduce-scatter. */
+/* The plan's steps of the update sharded across processes (see above),
+   after the reduce-scatter: the check and the verdict, each process's
+   update of its slice, and the all-gather of the parameters. The update's
+   phase runs from the check to the all-gather. */
+static int mirror__across_check(mirror_model *m, mirror__job *job)
+{
+    mirror__mark_reduce(m, 6);
+    mirror__run(&m->s->team, mirror__across_check_job, job);
+    return mirror__across_verdict(m);
+}
+
+static void mirror__across_update_job(void *ctx, size_t worker)
+{
+    mirror__host_update(((const mirror__job *)ctx)->m, worker, 0); /* the verdict's norm */
+}
+
 static int mirror__across_update(mirror_model *m, mirror__job *job)
 {
-    int rc;
-    mirror__mark_reduce(m, 6); /* the update's phase: from the check to the all-gather */
-    mirror__run(&m->s->team, mirror__sharded_host_check_job, job);
-    if ((rc = mirror__across_verdict(m))) {
-        m->steps--; /* nothing of the step applied */
-        return rc;
-    }
-    mirror__run(&m->s->team, mirror__sharded_host_update_job, job);
-    m->stale = MIRROR__STALE_GRADS | MIRROR__STALE_STATE;
-    rc = mirror__across_gather(m, MIRROR__PARAMS);
+    mirror__run(&m->s->team, mirror__across_update_job, job);
+    m->update.stale = MIRROR__STALE_GRADS | MIRROR__STALE_STATE;
+    return MIRROR_OK;
+}
+
+static int mirror__across_gather_params(mirror_model *m, mirror__job *job)
+{
+    int rc = mirror__across_gather(m, MIRROR__PARAMS);
+    (void)job;
     mirror__mark_reduce(m, 7);
     return rc;
 }
@@ -7549,9 +7692,9 @@ static int mirror__across_update(mirror_model *m, mirror__job *job)
 static int mirror__gather_whole(mirror_model *m, int which)
 {
     int bit = which == MIRROR__GRADS ? MIRROR__STALE_GRADS : MIRROR__STALE_STATE, rc;
-    if (!(m->stale & bit)) return MIRROR_OK;
+    if (!(m->update.stale & bit)) return MIRROR_OK;
     if ((rc = mirror__across_gather(m, which))) return rc;
-    m->stale &= ~bit;
+    m->update.stale &= ~bit;
     return MIRROR_OK;
 }
 
@@ -7573,17 +7716,17 @@ static int mirror__gather_whole(mirror_model *m, int which)
 /* Whether the clipping norm is summed slice by slice. Deterministic mode's
    gradient is whole on every replica (mirror__sum_chunks): its norm is
    taken over the whole, in one order whatever the replica count. */
-static int mirror__slice_norm(const mirror_model *m) { return m->desc.optimizer.clip_norm > 0.0f && !m->chunk; }
+static int mirror__slice_norm(const mirror_model *m) { return m->desc.optimizer.clip_norm > 0.0f && !m->plan.chunk; }
 
 static void mirror__slice_stats_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
-    size_t begin = worker * m->slice;
+    size_t begin = worker * m->plan.slice;
     m->be->bind(r->dev);
     if (m->trace_steps) m->be->mark(r->dev, 6);
     m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
-                       m->slice, m->format, r->scaler, mirror__slice_norm(m));
+                       m->plan.slice, m->format, r->scaler, mirror__slice_norm(m));
 }
 
 static void mirror__slice_update_job(void *ctx, size_t worker)
@@ -7594,12 +7737,12 @@ static void mirror__slice_update_job(void *ctx, size_t worker)
     m->be->bind(r->dev);
     mirror__set_tick(m, r);
     m->be->slice_verdict(r->dev, r->scaler, r->stats, r->tick, m->format, mirror__slice_norm(m) ? o->clip_norm : 0.0f);
-    if (m->chunk) mirror__clip(m, r);
+    if (m->plan.chunk) mirror__clip(m, r);
     if (m->format) {
-        mirror__update_mixed(m, r, worker * m->slice, m->slice);
+        mirror__update_mixed(m, r, worker * m->plan.slice, m->plan.slice);
         return;
     }
-    mirror__update_fp32(m, r, worker * m->slice, m->slice);
+    mirror__update_fp32(m, r, worker * m->plan.slice, m->plan.slice);
 }
 
 static void mirror__slice_gathered_job(void *ctx, size_t worker)
@@ -7610,18 +7753,27 @@ static void mirror__slice_gathered_job(void *ctx, size_t worker)
     if (m->trace_steps) m->be->mark(r->dev, 7);
 }
 
-static int mirror__sharded_devices_update(mirror_model *m, mirror__job *job)
+/* The plan's steps sharded across devices: the slices' stats summed, the
+   update of each slice, and the all-gather. */
+static int mirror__slices_check(mirror_model *m, mirror__job *job)
 {
     mirror_strategy *s = m->s;
-    int rc;
     mirror__run(&s->team, mirror__slice_stats_job, job);
-    if ((rc = s->reducer->all_reduce_sum(s, m->stats_bufs, 2, &m->err))) {
-        m->steps--; /* nothing of the step applied */
-        return rc;
-    }
-    mirror__run(&s->team, mirror__slice_update_job, job);
-    rc = m->format ? s->reducer->all_gather(s, (void *const *)m->work16_bufs, m->slice, sizeof(uint16_t), &m->err)
-                   : s->reducer->all_gather(s, (void *const *)m->param_bufs, m->slice, sizeof(float), &m->err);
+    return s->reducer->all_reduce_sum(s, m->bufs.stats, 2, &m->err);
+}
+
+static int mirror__slices_update(mirror_model *m, mirror__job *job)
+{
+    mirror__run(&m->s->team, mirror__slice_update_job, job);
+    return MIRROR_OK;
+}
+
+static int mirror__slices_gather(mirror_model *m, mirror__job *job)
+{
+    mirror_strategy *s = m->s;
+    int rc = m->format
+                 ? s->reducer->all_gather(s, (void *const *)m->bufs.work16, m->plan.slice, sizeof(uint16_t), &m->err)
+                 : s->reducer->all_gather(s, (void *const *)m->bufs.params, m->plan.slice, sizeof(float), &m->err);
     mirror__run(&s->team, mirror__slice_gathered_job, job);
     return rc;
 }
@@ -7980,10 +8132,10 @@ static void mirror__compute_job(void *ctx, size_t worker)
         mirror__rows_of(m, job->n, m->s->first + worker, &r->begin, &r->count, &r->chunk0, &r->nchunks);
         r->row0 = job->row0 + job->offset + r->begin;
         r->training = job->mode == MIRROR__TRAIN;
-        r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
+        r->bucketing = m->buckets.on && r->training && job->last, r->bucket = 0;
         if (m->trace_steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
-        if (r->training && m->dropouts) { /* the update writes its own fields later */
+        if (r->training && m->pass.dropouts) { /* the update writes its own fields later */
             mirror__tick t;
             memset(&t, 0, sizeof t);
             t.step = m->steps + 1, t.row0 = r->row0;
@@ -7993,7 +8145,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
         r->loss_sum = 0.0;
         r->correct_sum = 0;
     }
-    if (m->graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
+    if (m->pass.graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
         mirror__graph_step(m, r, job, MIRROR__PASS_GRAPH);
         if (job->metrics_now) mirror__take_loss(m, r);
         return;
@@ -8034,11 +8186,25 @@ static void mirror__update_job(void *ctx, size_t worker)
     m->be->bind(r->dev);
     if (m->trace_steps) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
-    if (m->graphs && !m->trace_steps)
+    if (m->pass.graphs && !m->trace_steps)
         mirror__graph_step(m, r, job, MIRROR__UPDATE_GRAPH);
     else
         mirror__queue_update(m, r);
     if (m->trace_steps) m->be->mark(r->dev, 7);
+}
+
+/* The plan's steps of the plain update: every replica's update job (which
+   checks the whole gradient itself), and nothing before or after it. */
+static int mirror__plain_update(mirror_model *m, mirror__job *job)
+{
+    mirror__run(&m->s->team, mirror__update_job, job);
+    return MIRROR_OK;
+}
+
+static int mirror__step_none(mirror_model *m, mirror__job *job)
+{
+    (void)m, (void)job;
+    return MIRROR_OK;
 }
 
 /* The batchnorm layers where a training pass pauses: the first at or
@@ -8090,12 +8256,12 @@ static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const do
 static size_t mirror__bn_slot_rows(const mirror_model *m, size_t n, size_t u, size_t *begin)
 {
     size_t count;
-    if (!m->chunk) {
+    if (!m->plan.chunk) {
         mirror_shard(n, m->s->world, u, begin, &count);
         return count;
     }
-    *begin = MIRROR__MIN(u * m->chunk, n);
-    return MIRROR__MIN(m->chunk, n - *begin);
+    *begin = MIRROR__MIN(u * m->plan.chunk, n);
+    return MIRROR__MIN(m->plan.chunk, n - *begin);
 }
 
 /* Part b of a batchnorm layer's sums (2C doubles) onto part a, which holds
@@ -8124,7 +8290,7 @@ static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i,
 {
     const mirror__layer *l = &m->layers[i];
     size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq, at, rows;
-    size_t U = m->chunk ? (job->n + m->chunk - 1) / m->chunk : m->s->world; /* the slots */
+    size_t U = m->plan.chunk ? (job->n + m->plan.chunk - 1) / m->plan.chunk : m->s->world; /* the slots */
     double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
     int rc, mine;
     memset(slot, 0, (U * n2 + 1) * sizeof(double));
@@ -8133,7 +8299,7 @@ static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i,
         nq = mirror__nchunks(m, p);
         m->be->bind(p->dev);
         m->be->download(p->dev, p->host_part, p->bn_part, nq * n2 * sizeof(double));
-        memcpy(slot + (m->chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
+        memcpy(slot + (m->plan.chunk ? p->chunk0 : m->s->first + r) * n2, p->host_part, nq * n2 * sizeof(double));
         if (!nq) memset(p->host_part, 0, n2 * sizeof(double));
         for (q = 1; q < nq; q++) { /* the replica's own part (local mode): its chunks' in order */
             rows = mirror__chunk_rows(m, p, q, &at);
@@ -8260,20 +8426,20 @@ static int mirror__check_bn_values(mirror_model *m, size_t n, const char *what)
 static void mirror__keep_own(mirror_model *m, const mirror__job *job, size_t j)
 {
     size_t r, q, i, n = m->nslots;
-    float *scratch = (float *)m->own_scratch;
-    uint16_t *half = (uint16_t *)m->own_scratch;
+    float *scratch = (float *)m->own.scratch;
+    uint16_t *half = (uint16_t *)m->own.scratch;
     for (r = 0; r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
-        float *own = m->own_grads + r * n;
+        float *own = m->own.grads + r * n;
         m->be->bind(p->dev);
         if (!job->metrics_now) { /* the sums stay on the device for the step's metrics: read the losses again */
             p->loss_sum = 0.0;
             p->correct_sum = 0;
             mirror__take_loss(m, p);
         }
-        if (j == 0) memset(&m->own_metrics[r], 0, sizeof(mirror_metrics));
-        mirror__metrics_add(&m->own_metrics[r], p->loss_sum, p->correct_sum, p->count);
-        if (m->chunk) {
+        if (j == 0) memset(&m->own.metrics[r], 0, sizeof(mirror_metrics));
+        mirror__metrics_add(&m->own.metrics[r], p->loss_sum, p->correct_sum, p->count);
+        if (m->plan.chunk) {
             if (j == 0) memset(own, 0, n * sizeof(float));
             for (q = 0; q < p->nchunks; q++) {
                 m->be->download(p->dev, scratch, mirror__chunk_grads(m, p, q), n * sizeof(float));
@@ -8326,32 +8492,25 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
             mirror__mark_compute(m, m->steps + 1);
             job.row0 += micro[j].n;
             if (out) mirror__collect(m, &sum);
-            if (m->own_grads) mirror__keep_own(m, &job, j);
+            if (m->own.grads) mirror__keep_own(m, &job, j);
             rc = mirror__device_status(m);
         }
-        if (!m->chunk && rc == MIRROR_OK && j + 1 < k) continue;
+        if (!m->plan.each && rc == MIRROR_OK && j + 1 < k) continue;
         /* the reduction: after the last micro-batch, or after each in
            deterministic mode; with several processes after a failure too */
         mirror__mark_reduce(m, 4);
-        rc = mirror__reduce_gradients(m, rc, j > 0, j + 1 == k);
+        rc = m->plan.reduce(m, rc, j > 0, j + 1 == k);
         mirror__mark_reduce(m, 5);
     }
     if (rc) return rc;
+    /* the update, as the plan runs it (see mirror__update_plan); a failed
+       check applies nothing of the step */
     m->steps++;
-    if ((rc = mirror__schedule(m, m->steps, &m->lr))) {
+    if ((rc = mirror__schedule(m, m->steps, &m->lr)) || (rc = m->plan.check(m, &job))) {
         m->steps--;
         return rc;
     }
-    if (m->sharded == MIRROR__SHARDED_DEVICES) {
-        if ((rc = mirror__sharded_devices_update(m, &job))) return rc;
-    } else if (m->across) {
-        if ((rc = mirror__across_update(m, &job))) return rc;
-    } else if (m->sharded == MIRROR__SHARDED_HOST) {
-        mirror__run(&m->s->team, mirror__sharded_host_check_job, &job);
-        mirror__run(&m->s->team, mirror__sharded_host_update_job, &job);
-    } else {
-        mirror__run(&m->s->team, mirror__update_job, &job);
-    }
+    if ((rc = m->plan.update(m, &job)) || (rc = m->plan.gather(m, &job))) return rc;
     mirror__mark_update(m, m->steps);
     if ((rc = mirror__device_status(m))) return rc;
     if (m->format && m->desc.loss_scale.report_nonfinite) {
@@ -9859,7 +10018,7 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
     m->h = d.height;
     m->w = d.width;
     m->in_size = in_size;
-    m->chunk = d.deterministic ? d.chunk : 0;
+    m->plan.chunk = d.deterministic ? d.chunk : 0;
     mirror__strategy_models(m->s, 1);
     *out = m;
     return MIRROR_OK;
@@ -9871,7 +10030,7 @@ MIRROR_API mirror_model_desc mirror_model_query_desc(const mirror_model *m)
     memset(&d, 0, sizeof d);
     if (!m) return d;
     d = m->desc;
-    if (m->built) d.graphs = m->graphs; /* in use, not asked */
+    if (m->built) d.graphs = m->pass.graphs; /* in use, not asked */
     return d;
 }
 
@@ -10131,7 +10290,7 @@ static void mirror__plan_cols(mirror_model *m)
     double bytes = 0.0;
     for (i = 0; i < m->nlayers; i++)
         if (mirror__convolves(&m->layers[i])) bytes += (double)mirror__cols(m, &m->layers[i]) * sizeof(float);
-    m->keep_cols = !m->chunk && bytes > 0.0 && bytes <= (double)m->be->keep_cols;
+    m->pass.keep_cols = !m->plan.chunk && bytes > 0.0 && bytes <= (double)m->be->keep_cols;
 }
 
 /* Whether a layer's rows are independent in forward and backward: what it
@@ -10165,11 +10324,11 @@ static int mirror__rowwise(mirror__kind kind)
    mode). At least two layers, or there is nothing to pass on. */
 static void mirror__plan_groups(mirror_model *m)
 {
-    size_t i, bytes = 0, unit = m->chunk ? m->chunk : mirror__conv_chunk(m);
+    size_t i, bytes = 0, unit = m->plan.chunk ? m->plan.chunk : mirror__conv_chunk(m);
     for (i = 0; i < m->nlayers && mirror__rowwise(m->layers[i].kind); i++)
         bytes += 2 * mirror__out_size(&m->layers[i]) * mirror__esize(m); /* its output, and their gradient */
-    m->group_layers = i >= 2 && m->be->group_bytes ? i : 0;
-    m->group_rows = MIRROR__MAX(1, m->be->group_bytes / MIRROR__MAX(bytes, 1) / unit) * unit;
+    m->pass.group_layers = i >= 2 && m->be->group_bytes ? i : 0;
+    m->pass.group_rows = MIRROR__MAX(1, m->be->group_bytes / MIRROR__MAX(bytes, 1) / unit) * unit;
 }
 
 #ifndef MIRROR_BUCKET_BYTES
@@ -10189,36 +10348,36 @@ static void mirror__plan_buckets(mirror_model *m, size_t bytes)
     for (i = m->nlayers; i-- > 0 && first < m->nlayers;) {
         const mirror__layer *l = &m->layers[i];
         if (!l->n_w || (i > first && (hi - l->w_off) * sizeof(float) < bytes)) continue;
-        m->bucket_layer[b] = i, m->bucket_lo[b] = i == first ? 0 : l->w_off, m->bucket_hi[b] = hi;
-        hi = m->bucket_lo[b++];
+        m->buckets.layer[b] = i, m->buckets.lo[b] = i == first ? 0 : l->w_off, m->buckets.hi[b] = hi;
+        hi = m->buckets.lo[b++];
     }
-    m->nbuckets = b;
+    m->buckets.n = b;
 }
 
 /* Which update the model takes. CPU replicas share memory: the update is
    sharded there unless asked off (mirror__sharded_host_update_job), and
    when asked on, across processes too (mirror__across_update). Elsewhere,
    when asked, it is sharded across devices through the reducer's
-   reduce-scatter and all-gather (mirror__sharded_devices_update), in one process. */
+   reduce-scatter and all-gather (mirror__slices_update), in one process. */
 static int mirror__choose_update(mirror_model *m)
 {
     mirror_shard_update want = m->desc.shard_update;
     int cpu = m->be == &mirror__cpu_backend;
-    m->sharded = 0;
-    m->slice = 0;
-    m->across = 0;
+    m->plan.sharded = 0;
+    m->plan.slice = 0;
+    m->plan.across = 0;
     if (cpu && MIRROR_CPU_SHARED_UPDATE && want == MIRROR_SHARD_ON && m->s->processes > 1) {
-        m->sharded = MIRROR__SHARDED_HOST;
-        m->across = 1;
+        m->plan.sharded = MIRROR__SHARDED_HOST;
+        m->plan.across = 1;
         return MIRROR_OK;
     }
     if (m->s->replicas == 1 || want == MIRROR_SHARD_OFF || (!cpu && want == MIRROR_SHARD_AUTO)) return MIRROR_OK;
     if (cpu && MIRROR_CPU_SHARED_UPDATE) {
-        m->sharded = MIRROR__SHARDED_HOST;
+        m->plan.sharded = MIRROR__SHARDED_HOST;
         return MIRROR_OK;
     }
     if (m->s->reducer->reduce_scatter && m->s->processes == 1) {
-        m->sharded = MIRROR__SHARDED_DEVICES;
+        m->plan.sharded = MIRROR__SHARDED_DEVICES;
         return MIRROR_OK;
     }
     if (want == MIRROR_SHARD_AUTO) return MIRROR_OK;
@@ -10228,6 +10387,30 @@ static int mirror__choose_update(mirror_model *m)
                         m->s->reducer->name, m->s->processes > 1 ? ", across processes" : "");
 }
 
+/* The update's plan (see mirror__update_plan): its mode, then the steps
+   that run it, chosen here once. */
+static int mirror__choose_plan(mirror_model *m)
+{
+    mirror__update_plan *p = &m->plan;
+    int rc, one = m->s->processes == 1;
+    if ((rc = mirror__choose_update(m))) return rc;
+    p->each = p->chunk != 0;
+    p->in_check = p->sharded == MIRROR__SHARDED_HOST && !m->format && one && !p->chunk;
+    p->reduce = !one                                   ? mirror__reduce_processes
+                : p->chunk                              ? mirror__reduce_chunks
+                : p->sharded == MIRROR__SHARDED_DEVICES ? mirror__reduce_slices
+                : p->in_check                           ? mirror__reduce_none
+                                                        : mirror__reduce_all;
+    p->check = mirror__step_none, p->update = mirror__plain_update, p->gather = mirror__step_none;
+    if (p->across)
+        p->check = mirror__across_check, p->update = mirror__across_update, p->gather = mirror__across_gather_params;
+    else if (p->sharded == MIRROR__SHARDED_HOST)
+        p->check = p->in_check ? mirror__host_sum_check : mirror__host_check, p->update = mirror__host_update_step;
+    else if (p->sharded == MIRROR__SHARDED_DEVICES)
+        p->check = mirror__slices_check, p->update = mirror__slices_update, p->gather = mirror__slices_gather;
+    return MIRROR_OK;
+}
+
 /* Whether training passes are captured and replayed (desc.graphs): where
    the backend records graphs (or CPU replicas emulate them), for models
    whose pass runs in one piece: batchnorm pauses at each layer for the
@@ -10235,10 +10418,10 @@ static int mirror__choose_update(mirror_model *m)
 static void mirror__choose_graphs(mirror_model *m)
 {
     int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
-    m->graphs = m->desc.graphs && able && !m->nrunning && !m->chunk;
-    if (m->desc.graphs && !m->graphs)
+    m->pass.graphs = m->desc.graphs && able && !m->nrunning && !m->plan.chunk;
+    if (m->desc.graphs && !m->pass.graphs)
         mirror__log(MIRROR_LOG_NOTICE, !able     ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
-                                       : m->chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
+                                       : m->plan.chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
                                                   : "graphs: off for a model with batchnorm layers (they pause for the "
                                                     "host at each layer)");
 }
@@ -10251,7 +10434,7 @@ static void mirror__plan(mirror_model *m)
     m->max_size = m->in_size;
     m->col_size = m->perm_size = 0;
     m->nrunning = m->bn_size = m->bn_channels = m->nparams = 0;
-    m->dropouts = 0;
+    m->pass.dropouts = 0;
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
         m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
@@ -10259,7 +10442,7 @@ static void mirror__plan(mirror_model *m)
         l->b_off = (l->w_off + l->n_w + a - 1) / a * a;
         p = l->b_off + l->n_b;
         m->nparams += l->n_w + l->n_b;
-        m->dropouts |= l->kind == MIRROR__DROPOUT;
+        m->pass.dropouts |= l->kind == MIRROR__DROPOUT;
         if (mirror__convolves(l)) {
             mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
             size_t n = mirror__conv_chunk(m);
@@ -10274,13 +10457,13 @@ static void mirror__plan(mirror_model *m)
     }
     m->nslots = p;
     /* equal slices of whole alignment units, as NCCL's reduce-scatter wants */
-    if (m->sharded == MIRROR__SHARDED_DEVICES) {
+    if (m->plan.sharded == MIRROR__SHARDED_DEVICES) {
         size_t unit = m->s->replicas * a;
         m->nslots = (p + unit - 1) / unit * unit;
-        m->slice = m->nslots / m->s->replicas;
+        m->plan.slice = m->nslots / m->s->replicas;
     }
-    m->pbegin = 0, m->plen = m->nslots;
-    if (m->across) mirror__process_slice(m->nslots, m->s->processes, m->s->rank, &m->pbegin, &m->plen);
+    m->plan.pbegin = 0, m->plan.plen = m->nslots;
+    if (m->plan.across) mirror__process_slice(m->nslots, m->s->processes, m->s->rank, &m->plan.pbegin, &m->plan.plen);
     mirror__plan_cols(m);
     mirror__plan_groups(m);
     mirror__plan_buckets(m, MIRROR_BUCKET_BYTES);
@@ -10299,7 +10482,7 @@ static void mirror__plan(mirror_model *m)
             l->out_off = mirror__carve(&at, S * mirror__out_size(l), mirror__esize(m));
         if (l->kind == MIRROR__MAXPOOL2D)
             l->arg_off = mirror__carve(&at, S * mirror__out_size(l), sizeof(int32_t));
-        if (m->keep_cols && mirror__convolves(l))
+        if (m->pass.keep_cols && mirror__convolves(l))
             l->col_off = mirror__carve(&at, mirror__cols(m, l), mirror__esize(m));
     }
     m->layer_bytes = at;
@@ -10331,7 +10514,7 @@ static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
     off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
     off[2] = mirror__carve(&at, S * m->max_size, e);               /* delta[0] */
     off[3] = mirror__carve(&at, S * m->max_size, e);               /* delta[1] */
-    off[4] = mirror__carve(&at, m->keep_cols ? 0 : m->col_size, e); /* col (kept: each conv's own) */
+    off[4] = mirror__carve(&at, m->pass.keep_cols ? 0 : m->col_size, e); /* col (kept: each conv's own) */
     off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
@@ -10384,7 +10567,7 @@ static void mirror__free_replicas(mirror_model *m)
         m->be->release(p->dev, p->params);
         m->be->release(p->dev, p->grads);
         m->be->release(p->dev, p->chunk_grads);
-        if (r == 0 || m->sharded != MIRROR__SHARDED_HOST) /* sharded on the host: one state */
+        if (r == 0 || m->plan.sharded != MIRROR__SHARDED_HOST) /* sharded on the host: one state */
             m->be->release(p->dev, p->state);
         m->be->release(p->dev, p->acts);
         m->be->release(p->dev, p->work16);
@@ -10414,34 +10597,34 @@ static void mirror__free_replicas(mirror_model *m)
         memset(p, 0, sizeof *p); /* a second pass finds nothing to free */
     }
     MIRROR_FREE(m->rep);
-    MIRROR_FREE(m->grad_bufs);
-    MIRROR_FREE(m->param_bufs);
-    MIRROR_FREE(m->grad16_bufs);
-    MIRROR_FREE(m->work16_bufs);
-    MIRROR_FREE(m->stats_bufs);
-    MIRROR_FREE(m->found);
-    MIRROR_FREE(m->parts);
-    MIRROR_FREE(m->chunk_in);
-    MIRROR_FREE(m->chunk_owner);
-    MIRROR_FREE(m->own_grads);
-    MIRROR_FREE(m->own_scratch);
-    MIRROR_FREE(m->own_metrics);
+    MIRROR_FREE(m->bufs.grads);
+    MIRROR_FREE(m->bufs.params);
+    MIRROR_FREE(m->bufs.grad16);
+    MIRROR_FREE(m->bufs.work16);
+    MIRROR_FREE(m->bufs.stats);
+    MIRROR_FREE(m->update.found);
+    MIRROR_FREE(m->update.parts);
+    MIRROR_FREE(m->update.chunk_in);
+    MIRROR_FREE(m->update.chunk_owner);
+    MIRROR_FREE(m->own.grads);
+    MIRROR_FREE(m->own.scratch);
+    MIRROR_FREE(m->own.metrics);
     MIRROR_FREE(m->running);
     MIRROR_FREE(m->running_before);
     MIRROR_FREE(m->bn_total);
     m->running = m->running_before = NULL;
     m->bn_total = NULL;
     m->rep = NULL;
-    m->grad_bufs = m->param_bufs = NULL;
-    m->grad16_bufs = m->work16_bufs = NULL;
-    m->stats_bufs = NULL;
-    m->found = NULL;
-    m->parts = NULL;
-    m->chunk_in = NULL;
-    m->chunk_owner = NULL;
-    m->own_grads = NULL;
-    m->own_scratch = NULL;
-    m->own_metrics = NULL;
+    m->bufs.grads = m->bufs.params = NULL;
+    m->bufs.grad16 = m->bufs.work16 = NULL;
+    m->bufs.stats = NULL;
+    m->update.found = NULL;
+    m->update.parts = NULL;
+    m->update.chunk_in = NULL;
+    m->update.chunk_owner = NULL;
+    m->own.grads = NULL;
+    m->own.scratch = NULL;
+    m->own.metrics = NULL;
 }
 
 MIRROR_API void mirror_model_destroy(mirror_model *m)
@@ -10512,11 +10695,11 @@ static void mirror__arena_bytes(const mirror_model *m, size_t r, size_t workspac
     /* mixed precision: + the 16-bit working copy; + the 16-bit gradient */
     out->parameters = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0));
     out->gradients = m->nslots * (sizeof(float) + (m->format ? sizeof(uint16_t) : 0)) + /* deterministic: per chunk */
-                     (m->chunk ? m->chunks_max * mirror__chunk_stride(m) * sizeof(float) : 0);
+                     (m->plan.chunk ? m->plan.chunks_max * mirror__chunk_stride(m) * sizeof(float) : 0);
     /* sharded on the host: one state */
-    out->optimizer = r == 0 || m->sharded != MIRROR__SHARDED_HOST ? mirror__state_floats(m) * sizeof(float) : 0;
+    out->optimizer = r == 0 || m->plan.sharded != MIRROR__SHARDED_HOST ? mirror__state_floats(m) * sizeof(float) : 0;
     out->activations = mirror__step_buffers(m, NULL) + workspace + m->bn_size * sizeof(float) +
-                       m->chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
+                       m->plan.chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
 }
 
 /* All that replica r's build takes on its device (the host for CPU
@@ -10536,7 +10719,7 @@ static double mirror__host_buffer_bytes(const mirror_model *m)
 {
     double S = (double)m->shard_max, C = m->nrunning ? (double)m->bn_channels : 0.0;
     return 2.0 * S * (double)(m->in_size + 1 + m->out_size) * 4.0 + 2.0 * S * 4.0 + 64.0 +
-           (double)m->chunks_max * 2.0 * C * 8.0 + 2.0 * C * 4.0;
+           (double)m->plan.chunks_max * 2.0 * C * 8.0 + 2.0 * C * 4.0;
 }
 
 /* What the system says of the host's memory, read from the files under
@@ -10792,12 +10975,12 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     size_t S = m->shard_max, k;
     p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
     p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
-    p->state = r > 0 && m->sharded == MIRROR__SHARDED_HOST ? m->rep[0].state
+    p->state = r > 0 && m->plan.sharded == MIRROR__SHARDED_HOST ? m->rep[0].state
                                    : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
-    if (m->sharded == MIRROR__SHARDED_DEVICES && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float))))
+    if (m->plan.sharded == MIRROR__SHARDED_DEVICES && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float))))
         return 0;
     if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) return 0;
-    m->stats_bufs[r] = p->stats;
+    m->bufs.stats[r] = p->stats;
     p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
     for (k = 0; k < 2 && !m->be->host_is_device; k++) { /* else the arenas' own (mirror__step_buffers) */
         p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
@@ -10810,13 +10993,13 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     p->host_acc = (double *)m->be->host_alloc(p->dev, 2 * sizeof(double));
     if (!p->params || !p->grads || !p->state || !p->acts || !p->host_loss || !p->host_correct || !p->host_acc)
         return 0;
-    if (m->chunk &&
-        !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->chunks_max * mirror__chunk_stride(m) * sizeof(float))))
+    if (m->plan.chunk &&
+        !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->plan.chunks_max * mirror__chunk_stride(m) * sizeof(float))))
         return 0;
     if (m->nrunning) {
         p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
-        p->bn_part = (double *)m->be->alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
-        p->host_part = (double *)m->be->host_alloc(p->dev, m->chunks_max * 2 * m->bn_channels * sizeof(double));
+        p->bn_part = (double *)m->be->alloc(p->dev, m->plan.chunks_max * 2 * m->bn_channels * sizeof(double));
+        p->host_part = (double *)m->be->host_alloc(p->dev, m->plan.chunks_max * 2 * m->bn_channels * sizeof(double));
         p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(float));
         if (!p->bn || !p->bn_part || !p->host_part || !p->host_stat) return 0;
     }
@@ -10831,12 +11014,12 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
         p->grad16 = (uint16_t *)m->be->alloc(p->dev, m->nslots * sizeof(uint16_t));
         if (!p->work16 || !p->grad16) return 0;
         p->weights = p->work16;
-        m->grad16_bufs[r] = p->grad16;
-        m->work16_bufs[r] = p->work16;
+        m->bufs.grad16[r] = p->grad16;
+        m->bufs.work16[r] = p->work16;
     }
     mirror__step_buffers(m, p);
-    m->grad_bufs[r] = p->grads;
-    m->param_bufs[r] = p->params;
+    m->bufs.grads[r] = p->grads;
+    m->bufs.params[r] = p->params;
     return 1;
 }
 
@@ -10883,11 +11066,11 @@ static int mirror__model_agree(mirror_model *m)
     mirror__agree_float(&it[3], ls->backoff_factor), mirror__agree_float(&it[3], ls->min_scale);
     mirror__agree_float(&it[3], ls->max_scale);
     mirror__agree_on(&it[4], "deterministic mode and its chunk");
-    mirror__agree_count(&it[4], (uint64_t)d->deterministic), mirror__agree_count(&it[4], m->chunk);
+    mirror__agree_count(&it[4], (uint64_t)d->deterministic), mirror__agree_count(&it[4], m->plan.chunk);
     mirror__agree_on(&it[5], "the seed");
     mirror__agree_count(&it[5], d->seed);
     mirror__agree_on(&it[6], "the update's sharding across processes (shard_update on)");
-    mirror__agree_count(&it[6], (uint64_t)m->across);
+    mirror__agree_count(&it[6], (uint64_t)m->plan.across);
     return mirror__processes_agree(m, it, 7, "mirror_model_build");
 }
 
@@ -10903,24 +11086,24 @@ static int mirror__model_plan(mirror_model *m)
         return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: the residual block opened at layer %zu is not "
                                                  "closed (mirror_residual_end)",
                             m->open_block - 1);
-    if (m->chunk && m->be != &mirror__cpu_backend && m->s->processes > 1)
+    if (m->plan.chunk && m->be != &mirror__cpu_backend && m->s->processes > 1)
         return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
                             "mirror_model_build: deterministic mode on GPUs runs in one process: across processes "
                             "the GPUs' chunk sums would need an ordered fold on the host");
-    m->chunks_max = 1;
+    m->plan.chunks_max = 1;
     m->shard_max = (m->desc.max_batch + m->s->world - 1) / m->s->world;
-    if (m->chunk) { /* each replica takes whole chunks: up to ceil(chunks / world) of them */
-        size_t chunks = (m->desc.max_batch + m->chunk - 1) / m->chunk;
-        m->chunks_max = (chunks + m->s->world - 1) / m->s->world;
-        m->shard_max = MIRROR__MIN(m->chunks_max * m->chunk, m->desc.max_batch);
+    if (m->plan.chunk) { /* each replica takes whole chunks: up to ceil(chunks / world) of them */
+        size_t chunks = (m->desc.max_batch + m->plan.chunk - 1) / m->plan.chunk;
+        m->plan.chunks_max = (chunks + m->s->world - 1) / m->s->world;
+        m->shard_max = MIRROR__MIN(m->plan.chunks_max * m->plan.chunk, m->desc.max_batch);
     }
     m->format = m->desc.precision == MIRROR_PRECISION_FP32 ? 0 : (int)m->desc.precision;
-    if ((rc = mirror__choose_update(m))) return rc;
+    if ((rc = mirror__choose_plan(m))) return rc;
     mirror__plan(m);
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
     if (4.0 * ((double)m->shard_max * (double)(m->in_size + (m->nlayers + 4) * m->max_size) +
-               (double)m->col_size + (double)m->perm_size + (double)(m->chunks_max + 1) * (double)m->nslots) >
+               (double)m->col_size + (double)m->perm_size + (double)(m->plan.chunks_max + 1) * (double)m->nslots) >
         (double)((size_t)-1 / 2))
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_model_build: the arenas would not fit in memory");
     if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
@@ -10944,32 +11127,32 @@ static int mirror__model_build(mirror_model *m)
     R = m->s->replicas; /* this process's; shards split the batch over every process's */
     act_total = mirror__step_buffers(m, NULL);
     m->rep = (mirror__replica *)mirror__zalloc(R, sizeof *m->rep);
-    m->grad_bufs = (float **)mirror__zalloc(R, sizeof(float *));
-    m->param_bufs = (float **)mirror__zalloc(R, sizeof(float *));
-    m->grad16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
-    m->work16_bufs = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
-    m->stats_bufs = (float **)mirror__zalloc(R, sizeof(float *));
-    m->found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
-    m->parts = (double *)mirror__zalloc(m->across ? m->nslots / MIRROR__NORM_BLOCK + 1 + m->s->processes : 1,
-                                        sizeof(double));
-    m->chunk_in = (float **)mirror__zalloc(R * m->chunks_max + 1, sizeof(float *));
-    m->chunk_owner = (size_t *)mirror__zalloc(R * m->chunks_max + 1, sizeof(size_t));
+    m->bufs.grads = (float **)mirror__zalloc(R, sizeof(float *));
+    m->bufs.params = (float **)mirror__zalloc(R, sizeof(float *));
+    m->bufs.grad16 = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
+    m->bufs.work16 = (uint16_t **)mirror__zalloc(R, sizeof(uint16_t *));
+    m->bufs.stats = (float **)mirror__zalloc(R, sizeof(float *));
+    m->update.found = (uint32_t *)mirror__zalloc(R, sizeof(uint32_t));
+    m->update.parts = (double *)mirror__zalloc(
+        m->plan.across ? m->nslots / MIRROR__NORM_BLOCK + 1 + m->s->processes : 1, sizeof(double));
+    m->update.chunk_in = (float **)mirror__zalloc(R * m->plan.chunks_max + 1, sizeof(float *));
+    m->update.chunk_owner = (size_t *)mirror__zalloc(R * m->plan.chunks_max + 1, sizeof(size_t));
     init = (float *)mirror__zalloc(m->nslots, sizeof(float)); /* zeros between the tensors */
-    if (!m->rep || !m->grad_bufs || !m->param_bufs || !m->grad16_bufs || !m->work16_bufs || !m->stats_bufs ||
-        !m->found || !m->parts || !m->chunk_in ||
-        !m->chunk_owner || !init)
+    if (!m->rep || !m->bufs.grads || !m->bufs.params || !m->bufs.grad16 || !m->bufs.work16 || !m->bufs.stats ||
+        !m->update.found || !m->update.parts || !m->update.chunk_in ||
+        !m->update.chunk_owner || !init)
         goto oom;
     if (m->desc.replica_values) {
-        m->own_grads = (float *)mirror__zalloc(R * m->nslots, sizeof(float));
-        m->own_scratch = mirror__alloc(m->nslots ? m->nslots : 1, sizeof(float));
-        m->own_metrics = (mirror_metrics *)mirror__zalloc(R, sizeof(mirror_metrics));
-        if (!m->own_grads || !m->own_scratch || !m->own_metrics) goto oom;
+        m->own.grads = (float *)mirror__zalloc(R * m->nslots, sizeof(float));
+        m->own.scratch = mirror__alloc(m->nslots ? m->nslots : 1, sizeof(float));
+        m->own.metrics = (mirror_metrics *)mirror__zalloc(R, sizeof(mirror_metrics));
+        if (!m->own.grads || !m->own.scratch || !m->own.metrics) goto oom;
     }
     if (m->nrunning) {
         size_t i, j;
         m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
         m->running_before = (float *)mirror__alloc(m->nrunning, sizeof(float));
-        size_t units = m->chunk ? m->chunks_max * m->s->world : m->s->world; /* whose sums bn_combine adds */
+        size_t units = m->plan.chunk ? m->plan.chunks_max * m->s->world : m->s->world; /* whose sums bn_combine adds */
         m->bn_total = (double *)mirror__alloc((units + 1) * 2 * m->bn_channels + 1, sizeof(double));
         if (!m->running || !m->running_before || !m->bn_total) goto oom;
         for (i = 0; i < m->nlayers; i++) /* mean 0, variance 1 */
@@ -10978,9 +11161,9 @@ static int mirror__model_build(mirror_model *m)
         m->bn_stale = 1;
     }
     mirror__choose_graphs(m);
-    m->bucketed = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 && !m->chunk &&
-                  m->sharded != MIRROR__SHARDED_DEVICES && !m->graphs &&
-                  !m->own_grads; /* a replica's own gradient is read before the sum */
+    m->buckets.on = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 &&
+                    !m->plan.chunk && m->plan.sharded != MIRROR__SHARDED_DEVICES && !m->pass.graphs &&
+                    !m->own.grads; /* a replica's own gradient is read before the sum */
     for (r = 0; r < R; r++) {
         mirror__replica *p = &m->rep[r];
         if (!(p->dev = m->be->open(m->s, r, &p->workspace_bytes, &m->err))) {
@@ -10999,7 +11182,7 @@ static int mirror__model_build(mirror_model *m)
     m->be->host_wait(m->rep[0].dev); /* the copy has read init */
     MIRROR_FREE(init);
     init = NULL;
-    if ((rc = m->s->reducer->broadcast(m->s, m->param_bufs, m->nslots, 0, &m->err)) ||
+    if ((rc = m->s->reducer->broadcast(m->s, m->bufs.params, m->nslots, 0, &m->err)) ||
         (rc = mirror__device_status(m)))
         goto fail;
     {
@@ -11143,13 +11326,13 @@ static void mirror__download_arena(mirror_model *m, size_t r, void *host, int wh
     unsigned char *to = (unsigned char *)host;
     for (c = 0; c < copies; c++, to += m->nslots * size) {
         /* fp32 parameters are gathered */
-        if (m->sharded != MIRROR__SHARDED_DEVICES || (which == MIRROR__PARAMS && !m->format)) {
+        if (m->plan.sharded != MIRROR__SHARDED_DEVICES || (which == MIRROR__PARAMS && !m->format)) {
             m->be->download(m->rep[r].dev, to, mirror__arena_at(m, r, which, c, 0), m->nslots * size);
             continue;
         }
         for (q = 0; q < m->s->replicas; q++)
-            m->be->download(m->rep[q].dev, to + q * m->slice * size, mirror__arena_at(m, q, which, c, q * m->slice),
-                            m->slice * size);
+            m->be->download(m->rep[q].dev, to + q * m->plan.slice * size, mirror__arena_at(m, q, which, c, q * m->plan.slice),
+                            m->plan.slice * size);
     }
 }
 
@@ -11158,11 +11341,11 @@ static void mirror__download_arena(mirror_model *m, size_t r, void *host, int wh
 static void mirror__upload_state(mirror_model *m, const float *slots)
 {
     size_t r, c, copies = mirror__state_copies(m);
-    m->stale &= ~MIRROR__STALE_STATE; /* whole again */
+    m->update.stale &= ~MIRROR__STALE_STATE; /* whole again */
     for (r = 0; r < m->s->replicas && m->nstate; r++) {
         for (c = 0; c < copies; c++) {
-            int by_slice = m->sharded == MIRROR__SHARDED_DEVICES;
-            size_t off = by_slice ? r * m->slice : 0, n = by_slice ? m->slice : m->nslots;
+            int by_slice = m->plan.sharded == MIRROR__SHARDED_DEVICES;
+            size_t off = by_slice ? r * m->plan.slice : 0, n = by_slice ? m->plan.slice : m->nslots;
             m->be->upload(m->rep[r].dev, mirror__state_at(m, &m->rep[r], c, off), slots + c * m->nslots + off,
                           n * sizeof(float));
         }
@@ -11849,7 +12032,7 @@ static int mirror__check_own(mirror_model *m, size_t r, const char *what)
 {
     int rc;
     if ((rc = mirror__check_built(m, what))) return rc;
-    if (!m->own_grads)
+    if (!m->own.grads)
         return mirror__fail(m, MIRROR_ERR_STATE,
                             "%s: the model keeps no replica values: set mirror_model_desc.replica_values = 1 "
                             "before mirror_model_build",
@@ -11877,7 +12060,7 @@ static int mirror__get_replica_gradients(mirror_model *m, size_t r, float *dst, 
         if ((rc = mirror__get_scaler(m, &st))) return rc;
         inv_scale = 1.0f / st.last_scale;
     }
-    own = m->own_grads + r * m->nslots;
+    own = m->own.grads + r * m->nslots;
     if (m->nslots == m->nparams)
         memcpy(dst, own, n * sizeof(float));
     else
@@ -11896,7 +12079,7 @@ static int mirror__get_replica_metrics(mirror_model *m, size_t r, mirror_metrics
     int rc;
     if ((rc = mirror__check_own(m, r, "mirror_get_replica_metrics"))) return rc;
     if (!out) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_get_replica_metrics: out is NULL");
-    *out = m->own_metrics[r];
+    *out = m->own.metrics[r];
     return MIRROR_OK;
 }
 
@@ -13289,9 +13472,9 @@ static void mirror__run_settings(const mirror_model *m, mirror__text *h)
                    mirror__schedule_names[o->schedule], (unsigned long long)o->warmup,
                    (unsigned long long)o->step_size, (double)o->gamma, (unsigned long long)o->total_steps,
                    (double)o->min_lr);
-    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"backend\":\"%s\"", m->chunk != 0, m->chunk,
+    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"backend\":\"%s\"", m->plan.chunk != 0, m->plan.chunk,
                    m->be->name);
-    if (!m->chunk) /* deterministic mode's bits are the same for any: its checkpoints are the same bytes */
+    if (!m->plan.chunk) /* deterministic mode's bits are the same for any: its checkpoints are the same bytes */
         mirror__printf(h, ",\"replicas\":\"%zu\"", m->s->world);
 }
 
@@ -14377,7 +14560,7 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
    accumulate. */
 static uint64_t mirror__micro_cut(const mirror_model *m, size_t batch, size_t accumulate)
 {
-    return m->chunk && batch % m->chunk == 0 ? (uint64_t)batch * accumulate : batch;
+    return m->plan.chunk && batch % m->plan.chunk == 0 ? (uint64_t)batch * accumulate : batch;
 }
 
 /* A fit that resumes a checkpoint in micro-batches cut otherwise than its
@@ -14392,7 +14575,7 @@ static void mirror__resume_split(mirror_model *m, const mirror_fit_desc *d)
              "resumed with micro-batches of %llu samples where the checkpoint's run had %llu%s: the run goes on, no "
              "longer bitwise the run that was not stopped",
              (unsigned long long)now, (unsigned long long)was,
-             m->chunk ? " (micro-batches of whole chunks count as one of the whole step)" : "");
+             m->plan.chunk ? " (micro-batches of whole chunks count as one of the whole step)" : "");
     mirror__log(MIRROR_LOG_NOTICE, notice);
 }
 
@@ -16320,7 +16503,7 @@ static void mirror__fit_save_lost(mirror_model *m, const mirror__fit_run *f)
     mirror_error kept = m->err;
     char notice[sizeof m->err.message + 600];
     if (!mirror__leads(m)) return;
-    if (m->stale & MIRROR__STALE_STATE)
+    if (m->update.stale & MIRROR__STALE_STATE)
         snprintf(notice, sizeof notice, "the processes lost each other, and rank 0 holds the optimizer state of its "
                  "slice alone (the update is sharded across processes: shard_update on), so it saved nothing: "
                  "resume from the last periodic checkpoint");

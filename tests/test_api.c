@@ -1111,7 +1111,7 @@ static void test_memory_report(mirror_strategy *s)
             memset(&rep, 0, sizeof rep);
             /* several CPU replicas share one optimizer state, counted on replica 0
                (built with MIRROR_CPU_SHARED_UPDATE=0: a slice each) */
-            size_t R = mirror_num_replicas(s), state = m->sharded == MIRROR__SHARDED_DEVICES ? 4 * m->nstate / R
+            size_t R = mirror_num_replicas(s), state = m->plan.sharded == MIRROR__SHARDED_DEVICES ? 4 * m->nstate / R
                                                       : r == 0 || R == 1 ? 4 * m->nstate : 0; /* padding included */
             ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * m->nslots &&
                   rep.gradients == 4 * m->nslots && rep.optimizer == state && rep.activations > 0 &&
@@ -1258,7 +1258,7 @@ static void test_param_layout(mirror_strategy *s3)
             }
             if (inside) continue;
             nonzero += m->rep[r].params[c] != 0.0f || m->rep[r].grads[c] != 0.0f;
-            if (m->sharded == MIRROR__SHARDED_DEVICES && c / m->slice != r) continue; /* not replica r's slice of the state */
+            if (m->plan.sharded == MIRROR__SHARDED_DEVICES && c / m->plan.slice != r) continue; /* not replica r's slice of the state */
             nonzero += *mirror__state_at(m, &m->rep[r], 0, c) != 0.0f || *mirror__state_at(m, &m->rep[r], 1, c) != 0.0f;
         }
     CHECK(nonzero == 0, "after 4 AdamW steps on %zu replicas the gaps between tensors hold zeros (%zu do not)",

@@ -125,8 +125,8 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     size_t i, j;
     int rc = mirror_model_build(m);
     if (rc) die(c->name, mirror_model_error(m));
-    if (m->col_size || m->keep_cols) /* it convolves: the build's im2col path is the one checked */
-        CHECK(m->keep_cols == (MIRROR_CPU_KEEP_COLS > 0), "%s: the convolutions %s their im2col for backward", c->name,
+    if (m->col_size || m->pass.keep_cols) /* it convolves: the build's im2col path is the one checked */
+        CHECK(m->pass.keep_cols == (MIRROR_CPU_KEEP_COLS > 0), "%s: the convolutions %s their im2col for backward", c->name,
               MIRROR_CPU_KEEP_COLS > 0 ? "keep" : "redo");
     c->n = n;
     c->in = m->in_size;
@@ -1468,11 +1468,11 @@ static size_t grouped_run(const char *layers, const char *devices, int det, mirr
     md.deterministic = det, md.chunk = det ? 2 : 0;
     md.precision = precision;
     if (!(m = build_model(&md, NULL, "%s", layers))) die("row groups", "model");
-    *prefix = m->group_layers;
+    *prefix = m->pass.group_layers;
     if (groups)
-        m->group_rows = groups * (m->chunk ? m->chunk : mirror__conv_chunk(m));
+        m->pass.group_rows = groups * (m->plan.chunk ? m->plan.chunk : mirror__conv_chunk(m));
     else
-        m->group_layers = 0;
+        m->pass.group_layers = 0;
     for (k = 0; k < 3; k++)
         CHECK(mirror_train_step(m, batch, NULL) == MIRROR_OK, "row groups: step: %s", mirror_model_error(m));
     CHECK(mirror_evaluate_batch(m, batch, &met) == MIRROR_OK, "row groups: evaluate: %s", mirror_model_error(m));

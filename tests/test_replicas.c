@@ -864,6 +864,49 @@ static int graph_steps(mirror_model *m, double *loss)
    once and a learning rate that changes every step, on 1 to 3 replicas
    in fp32 and fp16, with AdamW and SGD. A model with batchnorm runs
    without. */
+/* The update's plan, chosen at build: each mode's steps (the table at
+   mirror__update_plan). The sliced_ build shards CPU replicas' update as
+   GPUs' (across devices) instead of on the host. */
+static void test_plan(void)
+{
+    static const char *const names[] = {"one replica", "sharding off", "fp32 sharded", "fp16 sharded",
+                                        "deterministic sharded"};
+    mirror_strategy *s1 = new_strategy("cpu", 1), *s2 = new_strategy("cpu", 2);
+    int host = MIRROR_CPU_SHARED_UPDATE;
+    size_t i;
+    for (i = 0; s1 && s2 && i < 5; i++) {
+        const mirror__update_plan *p;
+        mirror_model *m;
+        int ok, sliced;
+        shard_mode = i == 1 ? MIRROR_SHARD_OFF : MIRROR_SHARD_AUTO;
+        m = model_with(i ? s2 : s1, 0, MIRROR_OPT_ADAMW, 10, i == 4 ? 3 : 0,
+                       i == 3 ? MIRROR_PRECISION_FP16 : MIRROR_PRECISION_FP32);
+        shard_mode = MIRROR_SHARD_AUTO;
+        if (!m) {
+            CHECK(0, "plan: build");
+            continue;
+        }
+        p = &m->plan;
+        sliced = p->check == mirror__slices_check && p->update == mirror__slices_update &&
+                 p->gather == mirror__slices_gather;
+        if (i < 2)
+            ok = p->reduce == mirror__reduce_all && p->check == mirror__step_none &&
+                 p->update == mirror__plain_update && p->gather == mirror__step_none;
+        else if (!host)
+            ok = sliced && p->reduce == (i == 4 ? mirror__reduce_chunks : mirror__reduce_slices);
+        else
+            ok = p->reduce == (i == 2 ? mirror__reduce_none : i == 3 ? mirror__reduce_all : mirror__reduce_chunks) &&
+                 p->check == (i == 2 ? mirror__host_sum_check : mirror__host_check) &&
+                 p->update == mirror__host_update_step && p->gather == mirror__step_none;
+        CHECK(ok && p->each == (i == 4) && p->in_check == (host && i == 2),
+              "plan, %s (%s): its reduce, check, update and gather steps, reduced %s, the check %s the sum", names[i],
+              host ? "on the host" : "across devices", p->each ? "after every micro-batch" : "after the last",
+              p->in_check ? "making" : "after");
+        mirror_model_destroy(m);
+    }
+    mirror_strategy_destroy(s1), mirror_strategy_destroy(s2);
+}
+
 static void test_graphs(void)
 {
     static const mirror_precision precisions[2] = {MIRROR_PRECISION_FP32, MIRROR_PRECISION_FP16};
@@ -895,10 +938,10 @@ static void test_graphs(void)
                     accumulated += g->graph != NULL && g->accumulate;
                     updates += g->graph != NULL && g->kind == MIRROR__UPDATE_GRAPH;
                 }
-            CHECK(on->graphs == MIRROR_CPU_GRAPHS &&
+            CHECK(on->pass.graphs == MIRROR_CPU_GRAPHS &&
                       (replayed > 0 && with_metrics > 0 && accumulated > 0 && updates == R) == MIRROR_CPU_GRAPHS,
                   "graphs %s, %zu replicas: in use %d; graphs %zu, with metrics %zu, accumulating %zu, updates %zu "
-                  "(emulated: %d)", mirror_precision_name(precisions[pi % 2]), R, on->graphs, replayed, with_metrics,
+                  "(emulated: %d)", mirror_precision_name(precisions[pi % 2]), R, on->pass.graphs, replayed, with_metrics,
                   accumulated, updates, MIRROR_CPU_GRAPHS);
             for (k = 0; k < 2; k++) free(p[k]), free(st[k]);
             mirror_model_destroy(on), mirror_model_destroy(off);
@@ -917,16 +960,16 @@ static void test_graphs(void)
         d.graphs = 1;
         mirror_model_create(&d, &m, NULL);
         mirror_dense(m, 4), mirror_batchnorm(m, MIRROR_BN_SYNC), mirror_dense(m, 3);
-        CHECK(m && mirror_model_build(m) == MIRROR_OK && !m->graphs, "graphs: a model with batchnorm runs without");
+        CHECK(m && mirror_model_build(m) == MIRROR_OK && !m->pass.graphs, "graphs: a model with batchnorm runs without");
         CHECK(mirror_model_query_desc(m).graphs == 0, "and its desc says they are not in use");
         mirror_model_destroy(m);
         /* where the replicas record none: off, and the desc says so */
         m = NULL;
         mirror_model_create(&d, &m, NULL);
         mirror_dense(m, 4), mirror_relu(m), mirror_dense(m, 3);
-        CHECK(m && mirror_model_build(m) == MIRROR_OK && mirror_model_query_desc(m).graphs == m->graphs &&
-                  m->graphs == MIRROR_CPU_GRAPHS,
-              "graphs on CPU replicas: in use %d, the desc says %d (emulated: %d)", m ? m->graphs : -1,
+        CHECK(m && mirror_model_build(m) == MIRROR_OK && mirror_model_query_desc(m).graphs == m->pass.graphs &&
+                  m->pass.graphs == MIRROR_CPU_GRAPHS,
+              "graphs on CPU replicas: in use %d, the desc says %d (emulated: %d)", m ? m->pass.graphs : -1,
               mirror_model_query_desc(m).graphs, MIRROR_CPU_GRAPHS);
         mirror_model_destroy(m);
         mirror_strategy_destroy(s);
@@ -1040,21 +1083,21 @@ static void test_buckets(void)
         mirror_conv2d(m, 4, 3, 1, 1), mirror_batchnorm(m, MIRROR_BN_SYNC), mirror_relu(m), mirror_maxpool2d(m, 2, 2);
         mirror_flatten(m), mirror_dense(m, 16), mirror_relu(m), mirror_dense(m, 10);
         CHECK(mirror_model_build(m) == MIRROR_OK, "buckets: build: %s", mirror_model_error(m));
-        CHECK(!m->bucketed && m->nbuckets == 1 && m->bucket_lo[0] == 0 && m->bucket_hi[0] == m->nslots,
+        CHECK(!m->buckets.on && m->buckets.n == 1 && m->buckets.lo[0] == 0 && m->buckets.hi[0] == m->nslots,
               "a CPU strategy sums after backward; a model under 25 MB is one bucket");
         for (i = 0; i < m->nlayers; i++) weighted += m->layers[i].n_w > 0;
         mirror__plan_buckets(m, 1);
-        CHECK(m->nbuckets == weighted && m->bucket_hi[0] == m->nslots && m->bucket_lo[m->nbuckets - 1] == 0,
-              "buckets of at least 1 byte: one a weighted layer (%zu of %zu), from the arena's top to 0", m->nbuckets,
+        CHECK(m->buckets.n == weighted && m->buckets.hi[0] == m->nslots && m->buckets.lo[m->buckets.n - 1] == 0,
+              "buckets of at least 1 byte: one a weighted layer (%zu of %zu), from the arena's top to 0", m->buckets.n,
               weighted);
-        m->be = &be, m->bucketed = 1, rec.m = m;
-        CHECK(step(m, 0, 10, perm) == MIRROR_OK && rec.calls == m->nbuckets && rec.done == 1,
+        m->be = &be, m->buckets.on = 1, rec.m = m;
+        CHECK(step(m, 0, 10, perm) == MIRROR_OK && rec.calls == m->buckets.n && rec.done == 1,
               "%s: one step hands over %zu buckets (want %zu), then waits for them once (%zu)",
-              mirror_precision_name(precisions[p]), rec.calls, m->nbuckets, rec.done);
-        for (k = 0; k < rec.calls && k < m->nbuckets; k++) {
+              mirror_precision_name(precisions[p]), rec.calls, m->buckets.n, rec.done);
+        for (k = 0; k < rec.calls && k < m->buckets.n; k++) {
             const void *now = m->format ? (const void *)(m->rep[0].grad16 + rec.lo[k]) : m->rep[0].grads + rec.lo[k];
-            wrong += rec.lo[k] != m->bucket_lo[k] || rec.n[k] != m->bucket_hi[k] - m->bucket_lo[k] ||
-                     rec.format[k] != m->format || (k && m->bucket_hi[k] != m->bucket_lo[k - 1]);
+            wrong += rec.lo[k] != m->buckets.lo[k] || rec.n[k] != m->buckets.hi[k] - m->buckets.lo[k] ||
+                     rec.format[k] != m->format || (k && m->buckets.hi[k] != m->buckets.lo[k - 1]);
             late += !rec.copy[k] || memcmp(rec.copy[k], now, rec.n[k] * (m->format ? 2 : 4)) != 0;
         }
         CHECK(wrong == 0 && late == 0,
@@ -1065,7 +1108,7 @@ static void test_buckets(void)
         for (i = 0; i < 2; i++)
             micro[i].x = data.x, micro[i].labels = data.labels, micro[i].rows = data.count, micro[i].index = perm + 5 * i,
             micro[i].n = 5;
-        CHECK(mirror_train_steps(m, micro, 2, NULL) == MIRROR_OK && rec.calls == m->nbuckets && rec.done == 1,
+        CHECK(mirror_train_steps(m, micro, 2, NULL) == MIRROR_OK && rec.calls == m->buckets.n && rec.done == 1,
               "%s: two micro-batches: the buckets once, in the last (%zu handed over)",
               mirror_precision_name(precisions[p]), rec.calls);
         forget_buckets();
@@ -1385,6 +1428,7 @@ int main(void)
     test_determinism();
     test_sharded_update();
     test_shard_modes();
+    test_plan();
     test_graphs();
     test_small_batches_and_predict();
     test_pool();

@@ -1397,13 +1397,13 @@ static void test_training(void)
             mirror_model *m = model(s, MIRROR_OPT_ADAMW, MIRROR_PRECISION_FP32);
             p = (float *)calloc(n, 4);
             if (m) {
-                CHECK(m->bucketed, "NCCL in one process: the gradient all-reduced in buckets during backward");
+                CHECK(m->buckets.on, "NCCL in one process: the gradient all-reduced in buckets during backward");
                 mirror__plan_buckets(m, 1);
                 run_steps(m, 20);
                 mirror_get_parameters(m, 0, p, n);
-                CHECK(m->nbuckets > 1 && same_bits(p, ref, n),
+                CHECK(m->buckets.n > 1 && same_bits(p, ref, n),
                       "NCCL with one rank in %zu buckets on their own stream: bitwise equal to the copy reducer",
-                      m->nbuckets);
+                      m->buckets.n);
                 mirror_model_destroy(m);
             }
             free(p);
