@@ -125,11 +125,11 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     size_t i, j;
     int rc = mirror_model_build(m);
     if (rc) die(c->name, mirror_model_error(m));
-    if (m->col_size || m->keep_cols) /* it convolves: the build's im2col path is the one checked */
+    if (m->sizes.col || m->keep_cols) /* it convolves: the build's im2col path is the one checked */
         CHECK(m->keep_cols == (MIRROR_CPU_KEEP_COLS > 0), "%s: the convolutions %s their im2col for backward", c->name,
               MIRROR_CPU_KEEP_COLS > 0 ? "keep" : "redo");
     c->n = n;
-    c->in = m->in_size;
+    c->in = m->sizes.in;
     c->out = mirror_num_outputs(m);
     c->x = (float *)xmalloc(n * c->in * sizeof(float));
     for (i = 0; i < n * c->in; i++) c->x[i] = frand(-1.0f, 1.0f);
