@@ -719,6 +719,25 @@
       and mean squared error. A model is a sequence of layers; a residual
       block is a stretch of it (blocks do not nest).
 
+   A NEW LAYER KIND
+
+      A layer kind lives in one place: its entry in the table of kinds
+      (mirror__kinds, in >>layers; a MIRROR__ value in mirror__kind, in
+      >>structs, and the entry at that place) and its functions just
+      above the table, in its order: the shape rule (what it checks, its
+      output shape, its parameter counts), its description in a
+      checkpoint's "model" and the way back from it, its tensors' names
+      and W's shape in a checkpoint, their initialisation, forward and
+      backward. mirror__add, the passes, the checkpoints and the build
+      read the entry; none names the kind. A new kind also needs its
+      public call (mirror_<kind> in >>model and pool, and its line in
+      the API INDEX); any device operation it needs: a member of the
+      backend table (>>backend), its CPU op (>>cpu backend, the shared
+      math in loops), its CUDA kernel and launcher (mirror_cuda.h); and
+      tools/mirror_model.py's reading of its description (ARITY, the
+      PyTorch module, the ONNX node). Its tests: tests/README.md, "A new
+      layer kind".
+
    INSIDE mirror.h
 
       Sections are marked `// >>name` (grep for them), in this order:
@@ -736,7 +755,8 @@
         gemm                  the built-in GEMM (register tiles per ISA)
         backend               the table of device operations
         cpu backend           the reference backend: the shared math in loops
-        layers                forward and backward of a replica's shard
+        layers                the layer kinds (each in one place, and their
+                              table); forward and backward of a shard
         reducers              sums across replicas (and results across
                               processes)
         loss scaling          the scaler, the fp32 guard, Inf and NaN
@@ -2827,6 +2847,7 @@ typedef struct mirror__kind_info {
        in row order (mirror__plan_groups). */
     int rowwise;
     int takes_relu; /* a GEMM that runs a relu after it as its epilogue (fused) */
+    int convolves;  /* it runs a convolution where it has weights (mirror__convolution) */
     int view;       /* its output is its input (no storage) */
     int in_place;   /* backward writes the input gradient over d, not into dx */
 } mirror__kind_info;
@@ -6916,7 +6937,7 @@ MIRROR__NAMED_BEGIN
 static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
     {.kind = (mirror__kind)0, .name = "?", .shape = NULL, .describe = NULL, .nargs = 0, .described = NULL,
      .tensors = {NULL}, .weight_shape = NULL, .init = NULL, .forward = NULL, .backward = NULL, .rowwise = 0,
-     .takes_relu = 0, .view = 0, .in_place = 0},
+     .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 0},
     {
         .kind = MIRROR__DENSE,
         .name = "dense",
@@ -6931,6 +6952,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__dense_backward,
         .rowwise = 0,
         .takes_relu = 1,
+        .convolves = 0,
         .view = 0,
         .in_place = 0,
     },
@@ -6948,6 +6970,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__conv2d_backward,
         .rowwise = 1,
         .takes_relu = 1,
+        .convolves = 1,
         .view = 0,
         .in_place = 0,
     },
@@ -6965,6 +6988,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__relu_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 1,
     },
@@ -6982,6 +7006,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__maxpool2d_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 0,
     },
@@ -6999,6 +7024,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = NULL,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 1,
         .in_place = 1,
     },
@@ -7016,6 +7042,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__act_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 1,
     },
@@ -7033,6 +7060,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__act_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 1,
     },
@@ -7050,6 +7078,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__act_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 1,
     },
@@ -7067,6 +7096,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__avgpool2d_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 0,
     },
@@ -7084,6 +7114,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__global_avgpool_backward,
         .rowwise = 1,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 0,
     },
@@ -7101,6 +7132,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__dropout_backward,
         .rowwise = 0,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 1,
     },
@@ -7118,6 +7150,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__batchnorm_backward,
         .rowwise = 0,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 0,
         .in_place = 0,
     },
@@ -7135,6 +7168,7 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__residual_backward,
         .rowwise = 0,
         .takes_relu = 0,
+        .convolves = 0,
         .view = 1,
         .in_place = 1,
     },
@@ -7152,11 +7186,15 @@ static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
         .backward = mirror__residual_end_backward,
         .rowwise = 0,
         .takes_relu = 0,
+        .convolves = 1,
         .view = 0,
         .in_place = 1,
     },
 };
 MIRROR__NAMED_END
+
+/* Whether layer l runs a convolution: conv2d, and a projecting residual_end. */
+static int mirror__convolves(const mirror__layer *l) { return mirror__kinds[l->kind].convolves && l->n_w; }
 
 /* Layer i's forward over the shard's rows [s0, s0 + S): all of them (s0
    0), or in the row-wise prefix a group (mirror__plan_groups). */
@@ -10491,12 +10529,6 @@ static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
     size_t at = (*cursor + 63) & ~(size_t)63;
     *cursor = at + count * elem;
     return at;
-}
-
-/* The layers that run a convolution: conv2d, and a projecting residual_end. */
-static int mirror__convolves(const mirror__layer *l)
-{
-    return l->kind == MIRROR__CONV2D || (l->kind == MIRROR__RESIDUAL_END && l->n_w);
 }
 
 /* A convolution's im2col of a whole shard, in floats. */
