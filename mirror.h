@@ -722,6 +722,25 @@
       and mean squared error. A model is a sequence of layers; a residual
       block is a stretch of it (blocks do not nest).
 
+   A NEW LAYER KIND
+
+      A layer kind lives in one place: its entry in the table of kinds
+      (mirror__kinds, in >>layers; a MIRROR__ value in mirror__kind, in
+      >>structs, and the entry at that place) and its functions just
+      above the table, in its order: the shape rule (what it checks, its
+      output shape, its parameter counts), its description in a
+      checkpoint's "model" and the way back from it, its tensors' names
+      and W's shape in a checkpoint, their initialisation, forward and
+      backward. mirror__add, the passes, the checkpoints and the build
+      read the entry; none names the kind. A new kind also needs its
+      public call (mirror_<kind> in >>model and pool, and its line in
+      the API INDEX); any device operation it needs: a member of the
+      backend table (>>backend), its CPU op (>>cpu backend, the shared
+      math in loops), its CUDA kernel and launcher (mirror_cuda.h); and
+      tools/mirror_model.py's reading of its description (ARITY, the
+      PyTorch module, the ONNX node). Its tests: tests/README.md, "A new
+      layer kind".
+
    INSIDE mirror.h
 
       Sections are marked `// >>name` (grep for them), in this order:
@@ -739,7 +758,8 @@
         gemm                  the built-in GEMM (register tiles per ISA)
         backend               the table of device operations
         cpu backend           the reference backend: the shared math in loops
-        layers                forward and backward of a replica's shard
+        layers                the layer kinds (each in one place, and their
+                              table); forward and backward of a shard
         reducers              sums across replicas (and results across
                               processes)
         loss scaling          the scaler, the fp32 guard, Inf and NaN
@@ -2721,9 +2741,7 @@ typedef enum mirror__kind {
     MIRROR__RESIDUAL_END /* the block's output plus its input (projected) */
 } mirror__kind;
 
-static const char *const mirror__kind_names[] = {"?", "dense", "conv2d", "relu", "maxpool2d", "flatten",
-                                                 "tanh", "sigmoid", "gelu", "avgpool2d", "global_avgpool", "dropout",
-                                                 "batchnorm", "residual", "residual_end"};
+enum { MIRROR__KINDS = MIRROR__RESIDUAL_END + 1 };
 
 /* The replica threads (see >>threads): a job is a function every worker
    runs on the same context, worker w for replica w. The context is a
@@ -2797,6 +2815,66 @@ typedef struct mirror__layer {
     int fused;
 } mirror__layer;
 
+/* What a layer's forward or backward works on: layer i of model m on
+   replica r, the shard's rows [s0, s0 + S) (s0 0 outside the row-wise
+   prefix), in and out values a sample. Backward: dLoss/d(its output) of
+   those rows in d, dLoss/d(their input) into dx, or in place in d (the
+   kind says which); input gradients are needed above layer `first` alone,
+   and the pass pauses at layer `stop`. */
+typedef struct mirror__io {
+    const mirror_model *m;
+    struct mirror__replica *r;
+    const mirror__layer *l;
+    size_t i, s0, S, in, out;
+    const void *X, *x; /* the shard's input, and its row s0 on */
+    const void *W, *b; /* the weights the layers read (16-bit in mixed precision) */
+    void *Y, *y;       /* the shard's output, and its row s0 on */
+    void *d, *dx;
+    int accumulate; /* add the weight gradients to those there */
+    size_t first, stop;
+} mirror__io;
+
+/* A layer kind, in one place: one entry of mirror__kinds (in >>layers,
+   after the kinds' functions, one entry a kind in the order of
+   mirror__kind; member order as declared here, so that C++ takes it). */
+typedef struct mirror__kind_info {
+    mirror__kind kind; /* its own place in the table (test_layers checks it) */
+    /* In messages and the summary, and the layer's word in the model's
+       description, which a checkpoint keeps ("model") and from which
+       tools/mirror_model.py exports (ONNX, TorchScript, a state_dict). */
+    const char *name;
+    /* Checks layer n (l: its arguments and its input shape) and sets its
+       output shape and parameter counts; an error's code (with m's
+       message) or MIRROR_OK. */
+    int (*shape)(mirror_model *m, mirror__layer *l, size_t n);
+    /* Its arguments in the description, "(16,3,1,1)" (NULL: none), their
+       count, and the layer added to m from them (from a checkpoint; > 0:
+       they describe no such layer). */
+    void (*describe)(const mirror__layer *l, char *buf, size_t size);
+    size_t nargs;
+    int (*described)(mirror_model *m, const double *a);
+    /* Its tensors in a checkpoint, layers.<i>.<name>: W's and b's (n_w and
+       n_b values; NULL: no parameters), then the running statistics'
+       (batchnorm: c values each, at run_off); W's shape there (its rank
+       returned), and W and b drawn at build from the model's generator. */
+    const char *tensors[4];
+    size_t (*weight_shape)(const mirror_model *m, const mirror__layer *l, size_t *shape);
+    void (*init)(const mirror_model *m, size_t i, uint64_t *state, float *host);
+    /* The passes (NULL: nothing to do, the output being a view of the
+       input); backward returns the layers it took (2 where max pooling
+       took the relu below it too). */
+    void (*forward)(const mirror__io *o);
+    size_t (*backward)(const mirror__io *o);
+    /* Its rows are independent in both passes: what it does to a sample
+       reads that sample alone, and its weight gradients add the samples
+       in row order (mirror__plan_groups). */
+    int rowwise;
+    int takes_relu; /* a GEMM that runs a relu after it as its epilogue (fused) */
+    int convolves;  /* it runs a convolution where it has weights (mirror__convolution) */
+    int view;       /* its output is its input (no storage) */
+    int in_place;   /* backward writes the input gradient over d, not into dx */
+} mirror__kind_info;
+
 /* A replica's recorded training pass or update (see mirror__graph_step):
    the values the recording holds (the key), the backend's graph, and when
    the key last came. The emulation that MIRROR_CPU_GRAPHS builds keeps the
@@ -2838,13 +2916,13 @@ typedef struct mirror__replica {
     unsigned char *acts;
     size_t workspace_bytes;
     /* Storage (void *: 16-bit values in mixed precision, else floats): */
-    void *input;      /* [S, in_size] */
-    void *delta[2];   /* [S, max_size] each: backward ping-pong */
+    void *input;      /* [S, sizes.in] */
+    void *delta[2];   /* [S, sizes.max] each: backward ping-pong */
     void *col;        /* im2col of one chunk of samples (conv_chunk) */
     void *perm;       /* a conv output or gradient of one chunk, channels first */
-    void *skip;       /* [S, max_size]: a residual block's input gradient through its shortcut */
+    void *skip;       /* [S, sizes.max]: a residual block's input gradient through its shortcut */
     int32_t *labels;  /* [S] */
-    float *targets;   /* [S, out_size] */
+    float *targets;   /* [S, sizes.out] */
     float *loss;      /* [S] per-sample loss */
     int32_t *correct; /* [S] */
     double *acc;      /* [2] loss and correct sums of the steps not yet taken */
@@ -2976,6 +3054,36 @@ typedef struct mirror__epoch_sums {
     int kept;           /* loaded: a checkpoint held them */
 } mirror__epoch_sums;
 
+/* The shape at the end of the layers added so far (the next layer's
+   input), and the residual block open there: its residual layer + 1 (0:
+   none). */
+typedef struct mirror__adding {
+    size_t c, h, w;
+    size_t open_block;
+} mirror__adding;
+
+/* Sizes the build plans: values of one sample's input, output (the last
+   layer's), widest layer output, a convolution chunk's im2col and permuted
+   output; optimizer state floats; the layers' part of the activation
+   arena in bytes. */
+typedef struct mirror__sizes {
+    size_t in, out, max, col, perm;
+    size_t nstate;
+    size_t layer_bytes;
+} mirror__sizes;
+
+/* Batch normalisation's statistics: the running mean and variance of
+   every batchnorm layer (host, the same on every replica and process;
+   nrunning floats), a copy from before the step at hand, the replicas'
+   sums, and the floats of every replica's batchnorm arena (size) and the
+   widest layer's channels. */
+typedef struct mirror__norm {
+    float *running, *running_before;
+    double *total;
+    size_t nrunning, size, channels;
+    int stale; /* the replicas' evaluation statistics lag the running ones */
+} mirror__norm;
+
 /* A model: what its layers make at build, its replicas, how its step runs,
    and what a fit, the timing and batch normalisation keep between steps. */
 struct mirror_model {
@@ -2985,14 +3093,12 @@ struct mirror_model {
     const mirror__backend *be;
     mirror__layer layers[MIRROR__MAX_LAYERS];
     size_t nlayers;
-    size_t c, h, w;     /* current output shape while layers are added */
-    size_t open_block;  /* while layers are added: the open residual block's layer + 1 */
+    mirror__adding adding; /* while layers are added */
     int built;
     int sticky;         /* the first error of a layer call, returned by build */
     mirror_error err;
-    size_t nparams, nslots, nstate; /* values; floats in a parameter arena (padded, see mirror__plan); state floats */
-    size_t in_size, out_size, max_size, col_size, perm_size;
-    size_t layer_bytes; /* the layers' part of the activation arena */
+    size_t nparams, nslots; /* values; floats in a parameter arena (padded, see mirror__plan) */
+    mirror__sizes sizes;    /* of a sample's values and of the arenas, planned at build */
     int format;         /* mixed precision: the 16-bit format, else 0 */
 
     /* ---- arenas: the replicas, and their arenas side by side for the reducer ---- */
@@ -3080,14 +3186,7 @@ struct mirror_model {
     size_t trace_steps, span_cap, span_next, span_count;
     double t_origin;
 
-    /* ---- normalisation: the running mean and variance of every batchnorm
-       layer (host, the same on every replica and process), a copy from
-       before the step at hand, the replicas' sums, and the widest layer's
-       channels ---- */
-    float *running, *running_before;
-    double *bn_total;
-    size_t nrunning, bn_size, bn_channels;
-    int bn_stale; /* the replicas' evaluation statistics lag the running ones */
+    mirror__norm bn; /* batch normalisation's statistics */
 };
 
 /* What the replica threads run on: one global batch, or one chunk of it. */
@@ -6167,16 +6266,15 @@ static const mirror__backend mirror__cpu_backend = {
 MIRROR__NAMED_END
 
 // >>layers ------------------------------------------------------------------
-/* Forward and backward of one replica's shard of S samples. Shapes are in
+/* Forward and backward of one replica's shard of S samples: the helpers
+   the layers share; the layer kinds, each in one place (its shape rule,
+   description, parameters and passes), and their table mirror__kinds;
+   then the passes through the model, which dispatch on it. Shapes are in
    the comments as [S, ...]; mirror__act(r, l) is layer l's output. */
 
 /* ---- shapes ----*/
 
 static size_t mirror__out_size(const mirror__layer *l) { return l->oc * l->oh * l->ow; }
-
-/* Average pooling's window: the layer's, or for global pooling the plane. */
-static size_t mirror__window_h(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->h : l->k; }
-static size_t mirror__window_w(const mirror__layer *l) { return l->kind == MIRROR__GLOBAL_AVGPOOL ? l->w : l->k; }
 
 /* Samples per convolution GEMM for this model: the backend's, at most a shard. */
 static size_t mirror__conv_chunk(const mirror_model *m)
@@ -6198,6 +6296,13 @@ static mirror__layer mirror__projection(const mirror_model *m, const mirror__lay
     p.c = in->c, p.h = in->h, p.w = in->w;
     p.k = 1, p.pad = 0;
     return p;
+}
+
+/* The convolution a layer runs: conv2d's own, or a residual block's
+   projection. */
+static mirror__layer mirror__convolution(const mirror_model *m, const mirror__layer *l)
+{
+    return l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
 }
 
 /* Bytes of one storage value: 16 bits in mixed precision, else a float. */
@@ -6384,9 +6489,6 @@ static void mirror__bn_chunk_sums(const mirror_model *m, mirror__replica *r, con
     }
 }
 
-/* Layers [from, stop) of replica r's shard of S samples; where stop is a
-   batchnorm layer (stop < nlayers), its input's sums into r->bn_part and
-   a pause (the host combines the replicas' and sets the statistics). */
 /* The GEMMs over a shard's S samples: one, or one a chunk in deterministic
    mode where a GEMM's rows depend on their count (gemm_rows_free); part q
    has rows [*at, *at + the count returned). */
@@ -6423,60 +6525,634 @@ static size_t mirror__chunk_align(const mirror_model *m)
     return a;
 }
 
+/* What layer i's passes work on over the shard's rows [s0, s0 + S); the
+   backward's own fields are the caller's to set. */
+static void mirror__io_at(mirror__io *o, const mirror_model *m, mirror__replica *r, size_t i, size_t s0, size_t S)
+{
+    const mirror__layer *l = &m->layers[i];
+    o->m = m, o->r = r, o->l = l, o->i = i, o->s0 = s0, o->S = S;
+    o->in = l->c * l->h * l->w, o->out = mirror__out_size(l);
+    o->X = mirror__layer_input(m, r, i), o->x = mirror__el(m, o->X, s0 * o->in);
+    o->W = mirror__el(m, r->weights, l->w_off), o->b = mirror__el(m, r->weights, l->b_off);
+    o->Y = mirror__act(r, l), o->y = mirror__el(m, o->Y, s0 * o->out);
+    o->d = o->dx = NULL;
+    o->accumulate = 0;
+    o->first = o->stop = 0;
+}
+
+/* ---- the layer kinds ----
+   Each kind's shape rule, description, parameters and passes, in the
+   order of mirror__kind; their table, mirror__kinds, follows them. A new
+   kind: its MIRROR__ value, its entry, these functions, its public call
+   (mirror_<kind>, in >>model and pool, through mirror__add), any backend
+   ops it needs, and its tests (tests/README.md). */
+
+/* The output shape of the input's: the activations, dropout. */
+static int mirror__same_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    (void)m, (void)n;
+    l->oc = l->c, l->oh = l->h, l->ow = l->w;
+    return MIRROR_OK;
+}
+
+/* A pooling window of k, stride apart, over each channel's plane. */
+static int mirror__pool_shape(mirror_model *m, mirror__layer *l, size_t n, const char *name)
+{
+    if (l->k > l->h || l->k > l->w)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "%s (layer %zu): window %zu larger than the "
+                            "input %zux%zu",
+                            name, n, l->k, l->h, l->w);
+    l->oc = l->c;
+    l->oh = (l->h - l->k) / l->stride + 1;
+    l->ow = (l->w - l->k) / l->stride + 1;
+    return MIRROR_OK;
+}
+
+/* A window and a stride, "(2,2)". */
+static void mirror__window_describe(const mirror__layer *l, char *buf, size_t size)
+{
+    snprintf(buf, size, "(%zu,%zu)", l->k, l->stride);
+}
+
+/* He before a relu (a batchnorm between them too), Glorot elsewhere,
+   unless the desc says otherwise. */
+static int mirror__uses_he(const mirror_model *m, size_t i)
+{
+    if (m->desc.init != MIRROR_INIT_DEFAULT) return m->desc.init == MIRROR_INIT_HE;
+    while (++i < m->nlayers && m->layers[i].kind == MIRROR__BATCHNORM) {}
+    return i < m->nlayers && m->layers[i].kind == MIRROR__RELU;
+}
+
+/* W uniform in [-a, a] (a from its fans, mirror_hd_init_bound), b 0. */
+static void mirror__init_uniform(const mirror_model *m, size_t i, size_t fan_out, uint64_t *state, float *host)
+{
+    const mirror__layer *l = &m->layers[i];
+    size_t j, fan_in = l->n_w / (l->n_b ? l->n_b : 1);
+    float a = mirror_hd_init_bound(mirror__uses_he(m, i), fan_in, fan_out);
+    for (j = 0; j < l->n_w; j++) host[l->w_off + j] = a * (2.0f * mirror__uniform(state) - 1.0f);
+    for (j = 0; j < l->n_b; j++) host[l->b_off + j] = 0.0f;
+}
+
+/* A convolution's W [OC, C, k, k], as nn.Conv2d's (conv2d, a residual
+   block's projection). */
+static size_t mirror__conv_weight_shape(const mirror_model *m, const mirror__layer *l, size_t *shape)
+{
+    mirror__layer c = mirror__convolution(m, l);
+    shape[0] = c.oc, shape[1] = c.c, shape[2] = shape[3] = c.k;
+    return 4;
+}
+
+static void mirror__conv_init(const mirror_model *m, size_t i, uint64_t *state, float *host)
+{
+    const mirror__layer *l = &m->layers[i];
+    mirror__init_uniform(m, i, l->oc * l->k * l->k, state, host);
+}
+
+/* -- dense: y [S,units] = x [S,F] . W^T [F,units] + b (and the relu after
+   it, if fused); W [units, F], as nn.Linear's. */
+
+static int mirror__dense_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    if (l->h != 1 || l->w != 1)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "dense (layer %zu): input %zux%zux%zu is not flat; "
+                            "add mirror_flatten first",
+                            n, l->c, l->h, l->w);
+    l->oh = l->ow = 1;
+    l->n_w = l->oc * l->c;
+    l->n_b = l->oc;
+    return MIRROR_OK;
+}
+
+static void mirror__dense_describe(const mirror__layer *l, char *buf, size_t size)
+{
+    snprintf(buf, size, "(%zu)", l->oc);
+}
+
+static int mirror__dense_described(mirror_model *m, const double *a) { return mirror_dense(m, (size_t)a[0]); }
+
+static size_t mirror__dense_weight_shape(const mirror_model *m, const mirror__layer *l, size_t *shape)
+{
+    (void)m;
+    shape[0] = l->oc, shape[1] = l->c;
+    return 2;
+}
+
+static void mirror__dense_init(const mirror_model *m, size_t i, uint64_t *state, float *host)
+{
+    mirror__init_uniform(m, i, m->layers[i].oc, state, host);
+}
+
+static void mirror__dense_forward(const mirror__io *o)
+{
+    const mirror_model *m = o->m;
+    const mirror__layer *l = o->l;
+    size_t q;
+    for (q = 0; q < mirror__gemm_parts(m, o->r); q++) {
+        size_t at, k = mirror__gemm_rows(m, o->r, q, o->S, &at);
+        m->be->gemm_bias(o->r->dev, 0, 1, k, l->oc, l->c, mirror__el(m, o->x, at * l->c), l->c, o->W, l->c, o->b, 0,
+                         l->fused, mirror__el(m, o->y, at * l->oc), l->oc);
+    }
+}
+
+/* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
+   dx [S,F] = d [S,units] . W [units,F] */
+static size_t mirror__dense_backward(const mirror__io *o)
+{
+    const mirror_model *m = o->m;
+    const mirror__backend *be = m->be;
+    mirror__replica *r = o->r;
+    const mirror__layer *l = o->l;
+    size_t q, at, k;
+    float *g;
+    for (q = 0; q < mirror__nchunks(m, r); q++) {
+        k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+        be->gemm(r->dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, o->d, at * l->oc), l->oc,
+                 mirror__el(m, o->x, at * l->c), l->c, o->accumulate ? 1.0f : 0.0f, g + l->w_off, l->c, 1);
+        if (!o->accumulate) be->zero(r->dev, g + l->b_off, l->n_b * sizeof(float));
+        be->bias_grad(r->dev, g + l->b_off, mirror__el(m, o->d, at * l->oc), k, l->oc, 1);
+    }
+    for (q = 0; o->i > o->first && q < mirror__gemm_parts(m, r); q++) {
+        k = mirror__gemm_rows(m, r, q, o->S, &at);
+        be->gemm(r->dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, o->d, at * l->oc), l->oc, o->W, l->c, 0.0f,
+                 mirror__el(m, o->dx, at * l->c), l->c, 0);
+    }
+    return 1;
+}
+
+/* -- conv2d: y [S,OC,Ho,Wo] = W [OC,C,k,k] * x [S,C,H,W] + b, through
+   im2col and a GEMM (mirror__conv_forward; and the relu after it, if
+   fused). */
+
+static int mirror__conv2d_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    if (l->pad >= l->k) /* pad < k <= 64 first, so h + 2 pad cannot overflow */
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "conv2d (layer %zu): padding %zu must be below the "
+                            "kernel size %zu",
+                            n, l->pad, l->k);
+    if (l->k > l->h + 2 * l->pad || l->k > l->w + 2 * l->pad)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "conv2d (layer %zu): kernel %zu larger than the padded "
+                            "input %zux%zu",
+                            n, l->k, l->h + 2 * l->pad, l->w + 2 * l->pad);
+    l->oh = (l->h + 2 * l->pad - l->k) / l->stride + 1;
+    l->ow = (l->w + 2 * l->pad - l->k) / l->stride + 1;
+    l->n_w = l->oc * l->c * l->k * l->k;
+    l->n_b = l->oc;
+    return MIRROR_OK;
+}
+
+static void mirror__conv2d_describe(const mirror__layer *l, char *buf, size_t size)
+{
+    snprintf(buf, size, "(%zu,%zu,%zu,%zu)", l->oc, l->k, l->stride, l->pad);
+}
+
+static int mirror__conv2d_described(mirror_model *m, const double *a)
+{
+    return mirror_conv2d(m, (size_t)a[0], (size_t)a[1], (size_t)a[2], (size_t)a[3]);
+}
+
+static void mirror__conv2d_forward(const mirror__io *o)
+{
+    mirror__conv_forward(o->m, o->r, o->l, o->X, o->Y, o->s0, o->S);
+}
+
+static size_t mirror__conv2d_backward(const mirror__io *o)
+{
+    mirror__conv_backward_chunks(o->m, o->r, o->l, o->X, o->d, o->i > o->first ? o->dx : NULL, o->s0, o->S,
+                                 o->accumulate);
+    return 1;
+}
+
+/* -- relu: y = max(0, x); backward in place from y. After a layer that
+   fused it, its output is that layer's. */
+
+static int mirror__relu_described(mirror_model *m, const double *a) { (void)a; return mirror_relu(m); }
+
+static void mirror__relu_forward(const mirror__io *o)
+{
+    if (!o->i || !o->m->layers[o->i - 1].fused) o->m->be->relu_forward(o->r->dev, o->y, o->x, o->S * o->out);
+}
+
+static size_t mirror__relu_backward(const mirror__io *o)
+{
+    o->m->be->relu_backward(o->r->dev, o->d, o->y, o->S * o->out);
+    return 1;
+}
+
+/* -- maxpool2d: each window's largest value, its place kept (arg_off) for
+   backward. */
+
+static int mirror__maxpool2d_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    return mirror__pool_shape(m, l, n, "maxpool2d");
+}
+
+static int mirror__maxpool2d_described(mirror_model *m, const double *a)
+{
+    return mirror_maxpool2d(m, (size_t)a[0], (size_t)a[1]);
+}
+
+static void mirror__maxpool2d_forward(const mirror__io *o)
+{
+    const mirror__layer *l = o->l;
+    o->m->be->maxpool_forward(o->r->dev, o->y, (int32_t *)(o->r->acts + l->arg_off) + o->s0 * o->out, o->x,
+                              o->S * l->c, l->h, l->w, l->k, l->stride, l->oh, l->ow);
+}
+
+/* Whether max pooling layer i takes the backward of the relu layer below
+   it (its input) in the same pass: windows that do not overlap, a backend
+   that can, and a relu layer that the backward visits and stops at not. */
+static int mirror__pool_takes_relu(const mirror_model *m, size_t i, size_t first, size_t stop)
+{
+    const mirror__layer *l = &m->layers[i];
+    return m->be->maxpool_relu_backward && l->k <= l->stride && i > first && i - 1 != stop &&
+           m->layers[i - 1].kind == MIRROR__RELU;
+}
+
+static size_t mirror__maxpool2d_backward(const mirror__io *o)
+{
+    const mirror__backend *be = o->m->be;
+    const mirror__layer *l = o->l;
+    const int32_t *arg = (const int32_t *)(o->r->acts + l->arg_off) + o->s0 * o->out;
+    if (mirror__pool_takes_relu(o->m, o->i, o->first, o->stop)) { /* and the relu layer below is done */
+        be->maxpool_relu_backward(o->r->dev, o->dx, arg, o->d, o->y, o->S * l->c, l->h, l->w, l->oh, l->ow);
+        return 2;
+    }
+    be->maxpool_backward(o->r->dev, o->dx, arg, o->d, o->S * l->c, l->h, l->w, l->k, l->stride, l->oh, l->ow);
+    return 1;
+}
+
+/* -- flatten: [S,C,H,W] as [S,C*H*W], a view of its input. */
+
+static int mirror__flatten_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    (void)m, (void)n;
+    l->oc = l->c * l->h * l->w;
+    l->oh = l->ow = 1;
+    return MIRROR_OK;
+}
+
+static int mirror__flatten_described(mirror_model *m, const double *a) { (void)a; return mirror_flatten(m); }
+
+/* -- tanh, sigmoid, gelu: y = f(x) by the backend's act_forward, which
+   takes the kind; backward in place, d = d f'(x), from x or y. */
+
+static int mirror__tanh_described(mirror_model *m, const double *a) { (void)a; return mirror_tanh(m); }
+static int mirror__sigmoid_described(mirror_model *m, const double *a) { (void)a; return mirror_sigmoid(m); }
+static int mirror__gelu_described(mirror_model *m, const double *a) { (void)a; return mirror_gelu(m); }
+
+static void mirror__act_forward(const mirror__io *o)
+{
+    o->m->be->act_forward(o->r->dev, (int)o->l->kind, o->y, o->x, o->S * o->out);
+}
+
+static size_t mirror__act_backward(const mirror__io *o)
+{
+    o->m->be->act_backward(o->r->dev, (int)o->l->kind, o->d, o->x, o->y, o->S * o->out);
+    return 1;
+}
+
+/* -- avgpool2d: each window's mean. */
+
+static int mirror__avgpool2d_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    return mirror__pool_shape(m, l, n, "avgpool2d");
+}
+
+static int mirror__avgpool2d_described(mirror_model *m, const double *a)
+{
+    return mirror_avgpool2d(m, (size_t)a[0], (size_t)a[1]);
+}
+
+static void mirror__avgpool2d_forward(const mirror__io *o)
+{
+    const mirror__layer *l = o->l;
+    o->m->be->avgpool_forward(o->r->dev, o->y, o->x, o->S * l->c, l->h, l->w, l->k, l->k, l->stride, l->oh, l->ow);
+}
+
+static size_t mirror__avgpool2d_backward(const mirror__io *o)
+{
+    const mirror__layer *l = o->l;
+    o->m->be->avgpool_backward(o->r->dev, o->dx, o->d, o->S * l->c, l->h, l->w, l->k, l->k, l->stride, l->oh, l->ow);
+    return 1;
+}
+
+/* -- global_avgpool: each channel's mean, [S,C,H,W] -> [S,C,1,1]: average
+   pooling whose window is the plane. */
+
+static int mirror__global_avgpool_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    (void)m, (void)n;
+    l->oc = l->c;
+    l->oh = l->ow = 1;
+    return MIRROR_OK;
+}
+
+static int mirror__global_avgpool_described(mirror_model *m, const double *a)
+{
+    (void)a;
+    return mirror_global_avgpool(m);
+}
+
+static void mirror__global_avgpool_forward(const mirror__io *o)
+{
+    const mirror__layer *l = o->l;
+    o->m->be->avgpool_forward(o->r->dev, o->y, o->x, o->S * l->c, l->h, l->w, l->h, l->w, l->stride, l->oh, l->ow);
+}
+
+static size_t mirror__global_avgpool_backward(const mirror__io *o)
+{
+    const mirror__layer *l = o->l;
+    o->m->be->avgpool_backward(o->r->dev, o->dx, o->d, o->S * l->c, l->h, l->w, l->h, l->w, l->stride, l->oh, l->ow);
+    return 1;
+}
+
+/* -- dropout: in training each value zeroed with probability p, the rest
+   scaled by 1 / (1 - p), the mask hashed from (seed, layer, sample,
+   value); in evaluation the input as it is (p 0). */
+
+static void mirror__dropout_describe(const mirror__layer *l, char *buf, size_t size)
+{
+    snprintf(buf, size, "(%.9g)", (double)l->p);
+}
+
+static int mirror__dropout_described(mirror_model *m, const double *a) { return mirror_dropout(m, (float)a[0]); }
+
+static void mirror__dropout_forward(const mirror__io *o)
+{
+    o->m->be->dropout(o->r->dev, o->y, o->x, o->S, o->out, o->m->desc.seed, o->i, o->r->tick,
+                      o->r->training ? o->l->p : 0.0f);
+}
+
+static size_t mirror__dropout_backward(const mirror__io *o) /* the same mask, hashed again */
+{
+    if (o->l->p > 0.0f)
+        o->m->be->dropout(o->r->dev, o->d, o->d, o->S, o->out, o->m->desc.seed, o->i, o->r->tick, o->l->p);
+    return 1;
+}
+
+/* -- batchnorm: y = gamma (x - mean) invstd + beta per channel, gamma as
+   W and beta as b (c each, gamma 1 and beta 0 at build); the batch's
+   statistics in training (a training pass pauses here for the replicas'
+   sums, >>step), the running ones in evaluation. */
+
+static int mirror__batchnorm_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    mirror__same_shape(m, l, n);
+    l->n_w = l->n_b = l->c;
+    return MIRROR_OK;
+}
+
+static void mirror__batchnorm_describe(const mirror__layer *l, char *buf, size_t size)
+{
+    snprintf(buf, size, "(%.9g,%.9g,%d)", (double)l->momentum, (double)l->eps, l->local);
+}
+
+static int mirror__batchnorm(mirror_model *m, float momentum, float eps, int local);
+
+static int mirror__batchnorm_described(mirror_model *m, const double *a)
+{
+    if (a[2] > 1.0) return 1; /* local: 0 or 1 */
+    return mirror__batchnorm(m, (float)a[0], (float)a[1], a[2] == 1.0);
+}
+
+static size_t mirror__batchnorm_weight_shape(const mirror_model *m, const mirror__layer *l, size_t *shape)
+{
+    (void)m;
+    shape[0] = l->c;
+    return 1;
+}
+
+static void mirror__batchnorm_init(const mirror_model *m, size_t i, uint64_t *state, float *host)
+{
+    const mirror__layer *l = &m->layers[i];
+    size_t j;
+    (void)state;
+    for (j = 0; j < l->n_w; j++) host[l->w_off + j] = 1.0f, host[l->b_off + j] = 0.0f;
+}
+
+static void mirror__batchnorm_forward(const mirror__io *o)
+{
+    const mirror__layer *l = o->l;
+    o->m->be->bn_forward(o->r->dev, o->y, o->x, mirror__bn_stat(o->r, l), o->W, o->b, o->S, l->c, l->h * l->w);
+}
+
+/* dgamma, dbeta from each chunk's sums; dx from the batch's means */
+static size_t mirror__batchnorm_backward(const mirror__io *o)
+{
+    const mirror_model *m = o->m;
+    const mirror__backend *be = m->be;
+    mirror__replica *r = o->r;
+    const mirror__layer *l = o->l;
+    size_t q, at, k;
+    float *g;
+    for (q = 0; q < mirror__nchunks(m, r); q++) {
+        k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
+        if (!o->accumulate) { /* gamma's and beta's */
+            be->zero(r->dev, g + l->w_off, l->c * sizeof(float));
+            be->zero(r->dev, g + l->b_off, l->c * sizeof(float));
+        }
+        be->bn_backward(r->dev, o->i > o->first ? mirror__el(m, o->dx, at * o->in) : NULL, g + l->w_off, g + l->b_off,
+                        mirror__el(m, o->d, at * o->in), mirror__el(m, o->x, at * o->in), mirror__bn_stat(r, l),
+                        r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, o->W, k, l->c, l->h * l->w);
+    }
+    return 1;
+}
+
+/* -- residual: a residual block's start, its input kept (the output is a
+   view of it); backward adds the gradient through the shortcut, waiting
+   in r->skip, to the body's. Blocks do not nest. */
+
+static int mirror__residual_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    if (m->adding.open_block)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "residual (layer %zu): the block opened at layer %zu is still open "
+                            "(blocks do not nest; close it with mirror_residual_end)",
+                            n, m->adding.open_block - 1);
+    l->oc = l->c, l->oh = l->h, l->ow = l->w;
+    m->adding.open_block = n + 1;
+    return MIRROR_OK;
+}
+
+static int mirror__residual_described(mirror_model *m, const double *a) { (void)a; return mirror_residual(m); }
+
+static size_t mirror__residual_backward(const mirror__io *o)
+{
+    o->m->be->add(o->r->dev, o->d, o->d, o->r->skip, o->S * o->out);
+    return 1;
+}
+
+/* -- residual_end: y = F(x) + x, the block's output plus its input, or
+   plus the input's projection (a strided 1x1 convolution, W and b) where
+   the shapes differ. */
+
+static int mirror__residual_end_shape(mirror_model *m, mirror__layer *l, size_t n)
+{
+    const mirror__layer *in;
+    if (!m->adding.open_block)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "residual_end (layer %zu): no residual block is open (mirror_residual "
+                            "starts one)",
+                            n);
+    l->from = m->adding.open_block - 1;
+    in = &m->layers[l->from];
+    l->oc = l->c, l->oh = l->h, l->ow = l->w;
+    l->k = 1, l->stride = 1;
+    if (in->c != l->c || in->h != l->h || in->w != l->w) { /* a 1x1 projection, strided */
+        while (l->stride <= 64 && ((in->h - 1) / l->stride + 1 != l->h || (in->w - 1) / l->stride + 1 != l->w))
+            l->stride++;
+        if (l->stride > 64)
+            return mirror__fail(m, MIRROR_ERR_SHAPE,
+                                "residual_end (layer %zu): the block's input %zux%zux%zu cannot be "
+                                "projected onto its output %zux%zux%zu by a strided 1x1 convolution",
+                                n, in->c, in->h, in->w, l->c, l->h, l->w);
+        l->n_w = l->oc * in->c;
+        l->n_b = l->oc;
+    }
+    m->adding.open_block = 0;
+    return MIRROR_OK;
+}
+
+static int mirror__residual_end_described(mirror_model *m, const double *a)
+{
+    (void)a;
+    return mirror_residual_end(m);
+}
+
+static void mirror__residual_end_forward(const mirror__io *o)
+{
+    const mirror_model *m = o->m;
+    const void *block_in = mirror__layer_input(m, o->r, o->l->from);
+    if (o->l->n_w) {
+        mirror__layer p = mirror__projection(m, o->l);
+        mirror__conv_forward(m, o->r, &p, block_in, o->y, 0, o->S);
+        block_in = o->y;
+    }
+    m->be->add(o->r->dev, o->y, o->x, block_in, o->S * o->out);
+}
+
+/* d flows on into the body; the shortcut's share waits in r->skip */
+static size_t mirror__residual_end_backward(const mirror__io *o)
+{
+    const mirror_model *m = o->m;
+    const mirror__layer *l = o->l;
+    if (l->n_w) {
+        mirror__layer p = mirror__projection(m, l);
+        mirror__conv_backward_chunks(m, o->r, &p, mirror__layer_input(m, o->r, l->from), o->d,
+                                     l->from > o->first ? o->r->skip : NULL, 0, o->S, o->accumulate);
+    } else if (l->from > o->first) {
+        m->be->add(o->r->dev, o->r->skip, o->d, NULL, o->S * o->out);
+    }
+    return 1;
+}
+
+/* The layer kinds, in the order of mirror__kind (entry 0: none). Each
+   entry's lines: the kind, its name and shape rule; its description and
+   the way back; its parameters; its passes; its properties. */
+MIRROR__NAMED_BEGIN
+static const mirror__kind_info mirror__kinds[MIRROR__KINDS] = {
+    {.kind = (mirror__kind)0, .name = "?", .shape = NULL,
+     .describe = NULL, .nargs = 0, .described = NULL,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = NULL, .backward = NULL,
+     .rowwise = 0, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 0},
+    {.kind = MIRROR__DENSE, .name = "dense", .shape = mirror__dense_shape,
+     .describe = mirror__dense_describe, .nargs = 1, .described = mirror__dense_described,
+     .tensors = {"weight", "bias"}, .weight_shape = mirror__dense_weight_shape, .init = mirror__dense_init,
+     .forward = mirror__dense_forward, .backward = mirror__dense_backward,
+     .rowwise = 0, .takes_relu = 1, .convolves = 0, .view = 0, .in_place = 0},
+    {.kind = MIRROR__CONV2D, .name = "conv2d", .shape = mirror__conv2d_shape,
+     .describe = mirror__conv2d_describe, .nargs = 4, .described = mirror__conv2d_described,
+     .tensors = {"weight", "bias"}, .weight_shape = mirror__conv_weight_shape, .init = mirror__conv_init,
+     .forward = mirror__conv2d_forward, .backward = mirror__conv2d_backward,
+     .rowwise = 1, .takes_relu = 1, .convolves = 1, .view = 0, .in_place = 0},
+    {.kind = MIRROR__RELU, .name = "relu", .shape = mirror__same_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__relu_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__relu_forward, .backward = mirror__relu_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 1},
+    {.kind = MIRROR__MAXPOOL2D, .name = "maxpool2d", .shape = mirror__maxpool2d_shape,
+     .describe = mirror__window_describe, .nargs = 2, .described = mirror__maxpool2d_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__maxpool2d_forward, .backward = mirror__maxpool2d_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 0},
+    {.kind = MIRROR__FLATTEN, .name = "flatten", .shape = mirror__flatten_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__flatten_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = NULL, .backward = NULL,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 1, .in_place = 1},
+    {.kind = MIRROR__TANH, .name = "tanh", .shape = mirror__same_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__tanh_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__act_forward, .backward = mirror__act_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 1},
+    {.kind = MIRROR__SIGMOID, .name = "sigmoid", .shape = mirror__same_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__sigmoid_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__act_forward, .backward = mirror__act_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 1},
+    {.kind = MIRROR__GELU, .name = "gelu", .shape = mirror__same_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__gelu_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__act_forward, .backward = mirror__act_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 1},
+    {.kind = MIRROR__AVGPOOL2D, .name = "avgpool2d", .shape = mirror__avgpool2d_shape,
+     .describe = mirror__window_describe, .nargs = 2, .described = mirror__avgpool2d_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__avgpool2d_forward, .backward = mirror__avgpool2d_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 0},
+    {.kind = MIRROR__GLOBAL_AVGPOOL, .name = "global_avgpool", .shape = mirror__global_avgpool_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__global_avgpool_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__global_avgpool_forward, .backward = mirror__global_avgpool_backward,
+     .rowwise = 1, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 0},
+    {.kind = MIRROR__DROPOUT, .name = "dropout", .shape = mirror__same_shape,
+     .describe = mirror__dropout_describe, .nargs = 1, .described = mirror__dropout_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = mirror__dropout_forward, .backward = mirror__dropout_backward,
+     .rowwise = 0, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 1},
+    {.kind = MIRROR__BATCHNORM, .name = "batchnorm", .shape = mirror__batchnorm_shape,
+     .describe = mirror__batchnorm_describe, .nargs = 3, .described = mirror__batchnorm_described,
+     .tensors = {"weight", "bias", "running_mean", "running_var"}, .weight_shape = mirror__batchnorm_weight_shape,
+     .init = mirror__batchnorm_init,
+     .forward = mirror__batchnorm_forward, .backward = mirror__batchnorm_backward,
+     .rowwise = 0, .takes_relu = 0, .convolves = 0, .view = 0, .in_place = 0},
+    {.kind = MIRROR__RESIDUAL, .name = "residual", .shape = mirror__residual_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__residual_described,
+     .tensors = {NULL}, .weight_shape = NULL, .init = NULL,
+     .forward = NULL, .backward = mirror__residual_backward,
+     .rowwise = 0, .takes_relu = 0, .convolves = 0, .view = 1, .in_place = 1},
+    {.kind = MIRROR__RESIDUAL_END, .name = "residual_end", .shape = mirror__residual_end_shape,
+     .describe = NULL, .nargs = 0, .described = mirror__residual_end_described,
+     .tensors = {"weight", "bias"}, .weight_shape = mirror__conv_weight_shape, .init = mirror__conv_init,
+     .forward = mirror__residual_end_forward, .backward = mirror__residual_end_backward,
+     .rowwise = 0, .takes_relu = 0, .convolves = 1, .view = 0, .in_place = 1},
+};
+MIRROR__NAMED_END
+
+/* Whether layer l runs a convolution: conv2d, and a projecting residual_end. */
+static int mirror__convolves(const mirror__layer *l) { return mirror__kinds[l->kind].convolves && l->n_w; }
+
+/* ---- the passes through the model ---- */
+
 /* Layer i's forward over the shard's rows [s0, s0 + S): all of them (s0
    0), or in the row-wise prefix a group (mirror__plan_groups). */
 static void mirror__layer_forward(mirror_model *m, mirror__replica *r, size_t i, size_t s0, size_t S)
 {
-    const mirror__backend *be = m->be;
-    void *dev = r->dev;
-    const mirror__layer *l = &m->layers[i];
-    size_t q, in = l->c * l->h * l->w, out = mirror__out_size(l);
-    const void *X = mirror__layer_input(m, r, i), *x = mirror__el(m, X, s0 * in),
-               *W = mirror__el(m, r->weights, l->w_off), *b = mirror__el(m, r->weights, l->b_off);
-    void *Y = mirror__act(r, l), *y = mirror__el(m, Y, s0 * out);
-    switch (l->kind) {
-    case MIRROR__DENSE: /* y [S,units] = x [S,F] . W^T [F,units] + b, and the relu after it if fused */
-        for (q = 0; q < mirror__gemm_parts(m, r); q++) {
-            size_t at, k = mirror__gemm_rows(m, r, q, S, &at);
-            be->gemm_bias(dev, 0, 1, k, l->oc, l->c, mirror__el(m, x, at * l->c), l->c, W, l->c, b, 0, l->fused,
-                          mirror__el(m, y, at * l->oc), l->oc);
-        }
-        break;
-    case MIRROR__CONV2D: mirror__conv_forward(m, r, l, X, Y, s0, S); break;
-    case MIRROR__RELU:
-        if (!i || !m->layers[i - 1].fused) be->relu_forward(dev, y, x, S * out);
-        break;
-    case MIRROR__MAXPOOL2D:
-        be->maxpool_forward(dev, y, (int32_t *)(r->acts + l->arg_off) + s0 * out, x, S * l->c, l->h, l->w, l->k,
-                            l->stride, l->oh, l->ow);
-        break;
-    case MIRROR__FLATTEN:
-    case MIRROR__RESIDUAL: break; /* y is x */
-    case MIRROR__TANH:
-    case MIRROR__SIGMOID:
-    case MIRROR__GELU: be->act_forward(dev, (int)l->kind, y, x, S * out); break;
-    case MIRROR__DROPOUT: /* in evaluation, p 0: the input as it is */
-        be->dropout(dev, y, x, S, out, m->desc.seed, i, r->tick, r->training ? l->p : 0.0f);
-        break;
-    case MIRROR__AVGPOOL2D:
-    case MIRROR__GLOBAL_AVGPOOL:
-        be->avgpool_forward(dev, y, x, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
-                            l->oh, l->ow);
-        break;
-    case MIRROR__BATCHNORM: be->bn_forward(dev, y, x, mirror__bn_stat(r, l), W, b, S, l->c, l->h * l->w); break;
-    case MIRROR__RESIDUAL_END: { /* y = F(x) + x, or + the projection of x */
-        const void *block_in = mirror__layer_input(m, r, l->from);
-        if (l->n_w) {
-            mirror__layer p = mirror__projection(m, l);
-            mirror__conv_forward(m, r, &p, block_in, y, 0, S);
-            block_in = y;
-        }
-        be->add(dev, y, x, block_in, S * out);
-        break;
-    }
-    }
+    const mirror__kind_info *k = &mirror__kinds[m->layers[i].kind];
+    mirror__io o;
+    if (!k->forward) return; /* its output is its input */
+    mirror__io_at(&o, m, r, i, s0, S);
+    k->forward(&o);
 }
 
+/* Layers [from, stop) of replica r's shard of S samples; where stop is a
+   batchnorm layer (stop < nlayers), its input's sums into r->bn_part and
+   a pause (the host combines the replicas' and sets the statistics). */
 static void mirror__forward(mirror_model *m, mirror__replica *r, size_t S, size_t from, size_t stop)
 {
     size_t i, j, s0, G = m->pass.group_rows;
@@ -6504,11 +7180,6 @@ static size_t mirror__first_weighted(const mirror_model *m)
     return m->nlayers;
 }
 
-/* Backward from layer `from` down (the top: nlayers - 1, with
-   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads, or in
-   deterministic mode each chunk's in its own arena. Where layer `stop` is
-   a batchnorm layer, its sums of dy and dy xhat go into r->bn_part and
-   the pass pauses there; it resumes with from = stop. */
 /* Bucketed all-reduce: queues the sum of every bucket whose layers, all at
    or above layer `done`, have their gradients queued, while backward goes
    on below them (mixed precision: narrowed to 16 bits first). */
@@ -6525,16 +7196,6 @@ static void mirror__reduce_buckets(const mirror_model *m, mirror__replica *r, si
     }
 }
 
-/* Whether max pooling layer i takes the backward of the relu layer below
-   it (its input) in the same pass: windows that do not overlap, a backend
-   that can, and a relu layer that the backward visits and stops at not. */
-static int mirror__pool_takes_relu(const mirror_model *m, size_t i, size_t first, size_t stop)
-{
-    const mirror__layer *l = &m->layers[i];
-    return m->be->maxpool_relu_backward && l->k <= l->stride && i > first && i - 1 != stop &&
-           m->layers[i - 1].kind == MIRROR__RELU;
-}
-
 /* Layer i's backward over the shard's rows [s0, s0 + S) (s0 0 outside the
    row-wise prefix), with dLoss/d(its output) of those rows in d:
    dLoss/d(their input) into dx, or in place in d. Returns the layers it
@@ -6543,85 +7204,13 @@ static int mirror__pool_takes_relu(const mirror_model *m, size_t i, size_t first
 static size_t mirror__layer_backward(mirror_model *m, mirror__replica *r, size_t i, size_t s0, size_t S,
                                      int accumulate, size_t first, size_t stop, void *d, void *dx, int *moved)
 {
-    const mirror__backend *be = m->be;
-    void *dev = r->dev;
-    const mirror__layer *l = &m->layers[i];
-    size_t q, at, k, in = l->c * l->h * l->w, out = mirror__out_size(l);
-    const void *X = mirror__layer_input(m, r, i), *x = mirror__el(m, X, s0 * in),
-               *W = mirror__el(m, r->weights, l->w_off), *y = mirror__el(m, mirror__act(r, l), s0 * out);
-    float *g, beta = accumulate ? 1.0f : 0.0f;
-    int need_dx = i > first;
-    *moved = 1;
-    switch (l->kind) {
-    case MIRROR__DENSE:
-        /* dW [units,F] = d^T [units,S] . x [S,F];  db = column sums of d;
-           dx [S,F] = d [S,units] . W [units,F] */
-        for (q = 0; q < mirror__nchunks(m, r); q++) {
-            k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-            be->gemm(dev, 1, 0, l->oc, l->c, k, 1.0f, mirror__el(m, d, at * l->oc), l->oc, mirror__el(m, x, at * l->c),
-                     l->c, beta, g + l->w_off, l->c, 1);
-            if (!accumulate) be->zero(dev, g + l->b_off, l->n_b * sizeof(float));
-            be->bias_grad(dev, g + l->b_off, mirror__el(m, d, at * l->oc), k, l->oc, 1);
-        }
-        for (q = 0; need_dx && q < mirror__gemm_parts(m, r); q++) {
-            k = mirror__gemm_rows(m, r, q, S, &at);
-            be->gemm(dev, 0, 0, k, l->c, l->oc, 1.0f, mirror__el(m, d, at * l->oc), l->oc, W, l->c, 0.0f,
-                     mirror__el(m, dx, at * l->c), l->c, 0);
-        }
-        return 1;
-    case MIRROR__CONV2D: mirror__conv_backward_chunks(m, r, l, X, d, need_dx ? dx : NULL, s0, S, accumulate); return 1;
-    case MIRROR__MAXPOOL2D: {
-        const int32_t *arg = (const int32_t *)(r->acts + l->arg_off) + s0 * out;
-        if (mirror__pool_takes_relu(m, i, first, stop)) { /* and the relu layer below is done */
-            be->maxpool_relu_backward(dev, dx, arg, d, y, S * l->c, l->h, l->w, l->oh, l->ow);
-            return 2;
-        }
-        be->maxpool_backward(dev, dx, arg, d, S * l->c, l->h, l->w, l->k, l->stride, l->oh, l->ow);
-        return 1;
-    }
-    case MIRROR__AVGPOOL2D:
-    case MIRROR__GLOBAL_AVGPOOL:
-        be->avgpool_backward(dev, dx, d, S * l->c, l->h, l->w, mirror__window_h(l), mirror__window_w(l), l->stride,
-                             l->oh, l->ow);
-        return 1;
-    case MIRROR__BATCHNORM: /* dgamma, dbeta from each chunk's sums; dx from the batch's means */
-        for (q = 0; q < mirror__nchunks(m, r); q++) {
-            k = mirror__chunk_rows(m, r, q, &at), g = mirror__chunk_grads(m, r, q);
-            if (!accumulate) { /* gamma's and beta's */
-                be->zero(dev, g + l->w_off, l->c * sizeof(float));
-                be->zero(dev, g + l->b_off, l->c * sizeof(float));
-            }
-            be->bn_backward(dev, need_dx ? mirror__el(m, dx, at * in) : NULL, g + l->w_off, g + l->b_off,
-                            mirror__el(m, d, at * in), mirror__el(m, x, at * in), mirror__bn_stat(r, l),
-                            r->bn + l->bn_off + 4 * l->c, r->bn_part + q * 2 * l->c, W, k, l->c, l->h * l->w);
-        }
-        return 1;
-    default: break;
-    }
-    *moved = 0; /* the rest work in place */
-    switch (l->kind) {
-    case MIRROR__RELU: be->relu_backward(dev, d, y, S * out); break;
-    case MIRROR__TANH:
-    case MIRROR__SIGMOID:
-    case MIRROR__GELU: be->act_backward(dev, (int)l->kind, d, x, y, S * out); break;
-    case MIRROR__DROPOUT: /* the same mask, hashed again */
-        if (l->p > 0.0f) be->dropout(dev, d, d, S, out, m->desc.seed, i, r->tick, l->p);
-        break;
-    case MIRROR__RESIDUAL_END: /* d flows on into the body; the shortcut's share waits in r->skip */
-        if (l->n_w) {
-            mirror__layer p = mirror__projection(m, l);
-            mirror__conv_backward_chunks(m, r, &p, mirror__layer_input(m, r, l->from), d,
-                                         l->from > first ? r->skip : NULL, 0, S, accumulate);
-        } else if (l->from > first) {
-            be->add(dev, r->skip, d, NULL, S * out);
-        }
-        break;
-    case MIRROR__RESIDUAL: /* the block's input gradient: through the body plus through the shortcut */
-        be->add(dev, d, d, r->skip, S * out);
-        break;
-    default: break; /* flatten */
-    }
-    return 1;
+    const mirror__kind_info *k = &mirror__kinds[m->layers[i].kind];
+    mirror__io o;
+    *moved = !k->in_place;
+    if (!k->backward) return 1; /* its input gradient is its output's */
+    mirror__io_at(&o, m, r, i, s0, S);
+    o.d = d, o.dx = dx, o.accumulate = accumulate, o.first = first, o.stop = stop;
+    return k->backward(&o);
 }
 
 /* The row-wise prefix's backward, a group of rows through all of it (the
@@ -6634,7 +7223,7 @@ static void mirror__backward_groups(mirror_model *m, mirror__replica *r, size_t 
 {
     size_t s0, i, G = m->pass.group_rows, top = mirror__out_size(&m->layers[m->pass.group_layers - 1]);
     void *half[2];
-    half[0] = dx, half[1] = mirror__el(m, dx, G * m->max_size);
+    half[0] = dx, half[1] = mirror__el(m, dx, G * m->sizes.max);
     for (s0 = 0; s0 < S; s0 += G) {
         void *gd = mirror__el(m, d, s0 * top);
         int moved;
@@ -6648,6 +7237,11 @@ static void mirror__backward_groups(mirror_model *m, mirror__replica *r, size_t 
     }
 }
 
+/* Backward from layer `from` down (the top: nlayers - 1, with
+   dLoss/d(output) in r->delta[0]), leaving dLoss/dW in r->grads, or in
+   deterministic mode each chunk's in its own arena. Where layer `stop` is
+   a batchnorm layer, its sums of dy and dy xhat go into r->bn_part and
+   the pass pauses there; it resumes with from = stop. */
 static void mirror__backward(mirror_model *m, mirror__replica *r, size_t S, int accumulate, size_t from, size_t stop)
 {
     size_t i, first = mirror__first_weighted(m);
@@ -7195,7 +7789,7 @@ static void mirror__report_nonfinite(mirror_model *m, const mirror_loss_scale_st
         snprintf(msg, sizeof msg,
                  "step %llu skipped: the gradient of layer %zu (%s) on replica %zu is not finite; "
                  "loss scale %g -> %g",
-                 (unsigned long long)m->steps, found_layer, mirror__kind_names[m->layers[found_layer].kind],
+                 (unsigned long long)m->steps, found_layer, mirror__kinds[m->layers[found_layer].kind].name,
                  found_rep, (double)st->last_scale, (double)st->scale);
     else
         snprintf(msg, sizeof msg,
@@ -7252,13 +7846,13 @@ static int mirror__scaler_verdict(mirror_model *m, const char *what)
 enum { MIRROR__PARAMS, MIRROR__GRADS, MIRROR__STATE };
 
 /* The optimizer state's arrays: Adam's two moments, momentum's one, or none. */
-static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m->nstate / m->nslots : 0; }
+static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m->sizes.nstate / m->nslots : 0; }
 
 /* The floats of optimizer state a replica holds: every parameter's, or
    (sharded across devices) its slice's alone. */
 static size_t mirror__state_floats(const mirror_model *m)
 {
-    return m->plan.sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->nstate / m->nslots * m->plan.slice : m->nstate;
+    return m->plan.sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->sizes.nstate / m->nslots * m->plan.slice : m->sizes.nstate;
 }
 
 /* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
@@ -7343,7 +7937,7 @@ static void mirror__update_fp32(mirror_model *m, mirror__replica *r, size_t off,
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     const float *g = r->grads + off;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler,
+        m->be->sgd(r->dev, r->params + off, m->sizes.nstate ? mirror__state_at(m, r, 0, off) : NULL, g, n, r->scaler,
                    r->tick, o->momentum, o->weight_decay, o->nesterov);
     else
         m->be->adam(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off), g, n,
@@ -7360,7 +7954,7 @@ static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd_mixed(r->dev, r->params + off, m->nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
+        m->be->sgd_mixed(r->dev, r->params + off, m->sizes.nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
                          r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
                          o->nesterov);
     else
@@ -7821,9 +8415,9 @@ static int mirror__check_batch(mirror_model *m, const mirror_batch *b, const cha
                             what);
     for (i = 0; i < b->n; i++) {
         int32_t y = b->labels[b->index ? b->index[i] : i];
-        if (y < 0 || (size_t)y >= m->out_size)
+        if (y < 0 || (size_t)y >= m->sizes.out)
             return mirror__fail(m, MIRROR_ERR_LABEL, "%s: label %ld of sample %zu is outside [0, %zu)",
-                                what, (long)y, i, m->out_size);
+                                what, (long)y, i, m->sizes.out);
     }
     return MIRROR_OK;
 }
@@ -7927,7 +8521,7 @@ static void mirror__load_shard(const mirror__job *job, mirror__replica *r)
 {
     const mirror_model *m = job->m;
     const mirror_batch *b = job->batch;
-    size_t i, in = m->in_size, out = m->out_size, S = r->count;
+    size_t i, in = m->sizes.in, out = m->sizes.out, S = r->count;
     int ce = m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, with_y = job->mode != MIRROR__PREDICT, slot = r->slot ^= 1;
     float *targets = r->host_targets[slot], *x = r->host_x[slot];
     int32_t *labels = r->host_labels[slot];
@@ -7984,10 +8578,10 @@ static void mirror__loss(const mirror_model *m, mirror__replica *r, float inv_co
     if (!S) return;
     const float *scale = m->format ? &r->scaler->scale : NULL; /* the loss scale */
     if (ce)
-        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->out_size, inv_count,
+        m->be->softmax_ce(r->dev, r->delta[0], r->loss, r->correct, z, r->labels, S, m->sizes.out, inv_count,
                           scale);
     else
-        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->out_size, inv_count, scale);
+        m->be->mse(r->dev, r->delta[0], r->loss, z, r->targets, S, m->sizes.out, inv_count, scale);
     if (!now) m->be->accumulate(r->dev, r->acc, r->loss, ce ? r->correct : NULL, S);
 }
 
@@ -8155,8 +8749,8 @@ static void mirror__compute_job(void *ctx, size_t worker)
         if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
         if (m->trace_steps) m->be->mark(r->dev, 2);
         if (job->mode == MIRROR__PREDICT) {
-            size_t n = r->count * m->out_size, i;
-            float *dst = job->predict_out + (job->offset + r->begin) * m->out_size;
+            size_t n = r->count * m->sizes.out, i;
+            float *dst = job->predict_out + (job->offset + r->begin) * m->sizes.out;
             if (n) m->be->download(r->dev, dst, mirror__act(r, &m->layers[m->nlayers - 1]), n * mirror__esize(m));
             for (i = n; m->format && i-- > 0;) { /* 16-bit outputs, widened in place from the last */
                 uint16_t h;
@@ -8236,7 +8830,7 @@ static int mirror__sum_doubles(mirror_model *m, double *v, size_t n, const char 
 static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const double *tot, double count)
 {
     size_t c, C = l->c;
-    float *mean = m->running + l->run_off, *var = mean + C;
+    float *mean = m->bn.running + l->run_off, *var = mean + C;
     double mu, v;
     for (c = 0; c < C; c++) {
         mirror_hd_bn_moments(tot[c], tot[C + c], count, &mu, &v);
@@ -8247,7 +8841,7 @@ static void mirror__bn_running(mirror_model *m, const mirror__layer *l, const do
         mean[c] = mirror_hd_bn_running(mean[c], (float)mu, l->momentum);
         var[c] = mirror_hd_bn_running(var[c], (float)(count > 1.0 ? v * count / (count - 1.0) : v), l->momentum);
     }
-    m->bn_stale = 1;
+    m->bn.stale = 1;
 }
 
 /* Slot u of a batch of n (bn_combine): chunk u in deterministic mode,
@@ -8291,7 +8885,7 @@ static int mirror__bn_combine(mirror_model *m, const mirror__job *job, size_t i,
     const mirror__layer *l = &m->layers[i];
     size_t C = l->c, n2 = 2 * C, inner = l->h * l->w, r, c, q, nq, at, rows;
     size_t U = m->plan.chunk ? (job->n + m->plan.chunk - 1) / m->plan.chunk : m->s->world; /* the slots */
-    double *slot = m->bn_total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
+    double *slot = m->bn.total, *tot = slot + U * n2 + 1, count = (double)job->n * (double)inner;
     int rc, mine;
     memset(slot, 0, (U * n2 + 1) * sizeof(double));
     for (r = 0; r < m->s->replicas; r++) {
@@ -8346,7 +8940,7 @@ static int mirror__bn_refresh(mirror_model *m)
         m->be->bind(p->dev);
         for (i = 0; i < m->nlayers; i++) {
             const mirror__layer *l = &m->layers[i];
-            const float *run = m->running + l->run_off;
+            const float *run = m->bn.running + l->run_off;
             if (l->kind != MIRROR__BATCHNORM) continue;
             m->be->host_wait(p->dev);
             for (c = 0; c < l->c; c++)
@@ -8355,7 +8949,7 @@ static int mirror__bn_refresh(mirror_model *m)
         }
         m->be->host_wait(p->dev);
     }
-    m->bn_stale = 0;
+    m->bn.stale = 0;
     return mirror__device_status(m);
 }
 
@@ -8365,7 +8959,7 @@ static int mirror__bn_refresh(mirror_model *m)
 static int mirror__compute(mirror_model *m, mirror__job *job)
 {
     int rc;
-    if (job->mode != MIRROR__TRAIN && m->bn_stale && (rc = mirror__bn_refresh(m))) return rc;
+    if (job->mode != MIRROR__TRAIN && m->bn.stale && (rc = mirror__bn_refresh(m))) return rc;
     job->start = 1, job->backward = 0, job->from = 0;
     job->stop = mirror__next_bn(m, job, 0);
     job->back_stop = job->mode == MIRROR__TRAIN ? mirror__prev_bn(m, m->nlayers) : (size_t)-1;
@@ -8534,10 +9128,10 @@ static int mirror__train(mirror_model *m, const mirror_batch *micro, size_t k, m
 {
     int rc;
     if ((rc = mirror__check_built(m, what))) return rc;
-    if (m->nrunning) memcpy(m->running_before, m->running, m->nrunning * sizeof(float));
-    if ((rc = mirror__train_micro(m, micro, k, out, what)) && m->nrunning) {
-        memcpy(m->running, m->running_before, m->nrunning * sizeof(float));
-        m->bn_stale = 1;
+    if (m->bn.nrunning) memcpy(m->bn.running_before, m->bn.running, m->bn.nrunning * sizeof(float));
+    if ((rc = mirror__train_micro(m, micro, k, out, what)) && m->bn.nrunning) {
+        memcpy(m->bn.running, m->bn.running_before, m->bn.nrunning * sizeof(float));
+        m->bn.stale = 1;
     }
     return rc;
 }
@@ -10014,10 +10608,10 @@ MIRROR_API int mirror_model_create(const mirror_model_desc *desc, mirror_model *
     m->desc = d;
     m->s = d.strategy;
     m->be = m->s->backend;
-    m->c = d.channels;
-    m->h = d.height;
-    m->w = d.width;
-    m->in_size = in_size;
+    m->adding.c = d.channels;
+    m->adding.h = d.height;
+    m->adding.w = d.width;
+    m->sizes.in = in_size;
     m->plan.chunk = d.deterministic ? d.chunk : 0;
     mirror__strategy_models(m->s, 1);
     *out = m;
@@ -10034,119 +10628,31 @@ MIRROR_API mirror_model_desc mirror_model_query_desc(const mirror_model *m)
     return d;
 }
 
-/* Appends a layer whose input is the current shape; records the first error. */
+/* Appends a layer whose input is the current shape (its kind checks it
+   and shapes its output); records the first error. */
 static int mirror__add(mirror_model *m, mirror__layer *l)
 {
-    const char *name;
+    const mirror__kind_info *k = &mirror__kinds[l->kind];
     size_t n = m ? m->nlayers : 0, size;
+    int rc;
     if (!m) return mirror__error(NULL, MIRROR_ERR_ARGUMENT, "layer added to a NULL model");
-    name = mirror__kind_names[l->kind];
     if (m->sticky) return m->sticky;
     if (m->built)
-        return mirror__fail(m, MIRROR_ERR_STATE, "%s: the model is already built", name);
+        return mirror__fail(m, MIRROR_ERR_STATE, "%s: the model is already built", k->name);
     if (n == MIRROR__MAX_LAYERS)
-        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: more than %d layers", name,
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: more than %d layers", k->name,
                                         MIRROR__MAX_LAYERS);
-    l->c = m->c;
-    l->h = m->h;
-    l->w = m->w;
-    switch (l->kind) {
-    case MIRROR__DENSE:
-        if (l->h != 1 || l->w != 1)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
-                                            "dense (layer %zu): input %zux%zux%zu is not flat; "
-                                            "add mirror_flatten first",
-                                            n, l->c, l->h, l->w);
-        l->oh = l->ow = 1;
-        l->n_w = l->oc * l->c;
-        l->n_b = l->oc;
-        break;
-    case MIRROR__CONV2D: /* pad < k <= 64 first, so h + 2 pad cannot overflow */
-        if (l->pad >= l->k)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                            "conv2d (layer %zu): padding %zu must be below the "
-                                            "kernel size %zu",
-                                            n, l->pad, l->k);
-        if (l->k > l->h + 2 * l->pad || l->k > l->w + 2 * l->pad)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
-                                            "conv2d (layer %zu): kernel %zu larger than the padded "
-                                            "input %zux%zu",
-                                            n, l->k, l->h + 2 * l->pad, l->w + 2 * l->pad);
-        l->oh = (l->h + 2 * l->pad - l->k) / l->stride + 1;
-        l->ow = (l->w + 2 * l->pad - l->k) / l->stride + 1;
-        l->n_w = l->oc * l->c * l->k * l->k;
-        l->n_b = l->oc;
-        break;
-    case MIRROR__MAXPOOL2D:
-    case MIRROR__AVGPOOL2D:
-        if (l->k > l->h || l->k > l->w)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
-                                            "%s (layer %zu): window %zu larger than the "
-                                            "input %zux%zu",
-                                            name, n, l->k, l->h, l->w);
-        l->oc = l->c;
-        l->oh = (l->h - l->k) / l->stride + 1;
-        l->ow = (l->w - l->k) / l->stride + 1;
-        break;
-    case MIRROR__FLATTEN:
-        l->oc = l->c * l->h * l->w;
-        l->oh = l->ow = 1;
-        break;
-    case MIRROR__GLOBAL_AVGPOOL:
-        l->oc = l->c;
-        l->oh = l->ow = 1;
-        break;
-    case MIRROR__BATCHNORM: /* gamma as W, beta as b */
-        l->oc = l->c, l->oh = l->h, l->ow = l->w;
-        l->n_w = l->n_b = l->c;
-        break;
-    case MIRROR__RESIDUAL:
-        if (m->open_block)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                            "residual (layer %zu): the block opened at layer %zu is still open "
-                                            "(blocks do not nest; close it with mirror_residual_end)",
-                                            n, m->open_block - 1);
-        l->oc = l->c, l->oh = l->h, l->ow = l->w;
-        break;
-    case MIRROR__RESIDUAL_END: {
-        const mirror__layer *in;
-        if (!m->open_block)
-            return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                            "residual_end (layer %zu): no residual block is open (mirror_residual "
-                                            "starts one)",
-                                            n);
-        l->from = m->open_block - 1;
-        in = &m->layers[l->from];
-        l->oc = l->c, l->oh = l->h, l->ow = l->w;
-        l->k = 1, l->stride = 1;
-        if (in->c != l->c || in->h != l->h || in->w != l->w) { /* a 1x1 projection, strided */
-            while (l->stride <= 64 && ((in->h - 1) / l->stride + 1 != l->h || (in->w - 1) / l->stride + 1 != l->w))
-                l->stride++;
-            if (l->stride > 64)
-                return m->sticky = mirror__fail(m, MIRROR_ERR_SHAPE,
-                                                "residual_end (layer %zu): the block's input %zux%zux%zu cannot be "
-                                                "projected onto its output %zux%zux%zu by a strided 1x1 convolution",
-                                                n, in->c, in->h, in->w, l->c, l->h, l->w);
-            l->n_w = l->oc * in->c;
-            l->n_b = l->oc;
-        }
-        break;
-    }
-    default: /* relu and the other activations */
-        l->oc = l->c;
-        l->oh = l->h;
-        l->ow = l->w;
-        break;
-    }
+    l->c = m->adding.c;
+    l->h = m->adding.h;
+    l->w = m->adding.w;
+    if ((rc = k->shape(m, l, n))) return m->sticky = rc;
     if (!mirror__mul(l->oc, l->oh, &size) || !mirror__mul(size, l->ow, &size) || size > ((size_t)1 << 28) ||
         l->n_w > ((size_t)1 << 30))
-        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s (layer %zu): too large", name, n);
-    if (l->kind == MIRROR__RESIDUAL) m->open_block = n + 1;
-    if (l->kind == MIRROR__RESIDUAL_END) m->open_block = 0;
+        return m->sticky = mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s (layer %zu): too large", k->name, n);
     m->layers[m->nlayers++] = *l;
-    m->c = l->oc;
-    m->h = l->oh;
-    m->w = l->ow;
+    m->adding.c = l->oc;
+    m->adding.h = l->oh;
+    m->adding.w = l->ow;
     return MIRROR_OK;
 }
 
@@ -10267,16 +10773,10 @@ static size_t mirror__carve(size_t *cursor, size_t count, size_t elem)
     return at;
 }
 
-/* The layers that run a convolution: conv2d, and a projecting residual_end. */
-static int mirror__convolves(const mirror__layer *l)
-{
-    return l->kind == MIRROR__CONV2D || (l->kind == MIRROR__RESIDUAL_END && l->n_w);
-}
-
 /* A convolution's im2col of a whole shard, in floats. */
 static size_t mirror__cols(const mirror_model *m, const mirror__layer *l)
 {
-    mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
+    mirror__layer c = mirror__convolution(m, l);
     return m->shard_max * c.c * c.k * c.k * c.oh * c.ow;
 }
 
@@ -10293,25 +10793,6 @@ static void mirror__plan_cols(mirror_model *m)
     m->pass.keep_cols = !m->plan.chunk && bytes > 0.0 && bytes <= (double)m->be->keep_cols;
 }
 
-/* Whether a layer's rows are independent in forward and backward: what it
-   does to a sample reads that sample alone, and its weight gradients add
-   the samples in row order. */
-static int mirror__rowwise(mirror__kind kind)
-{
-    switch (kind) {
-    case MIRROR__CONV2D:
-    case MIRROR__RELU:
-    case MIRROR__MAXPOOL2D:
-    case MIRROR__AVGPOOL2D:
-    case MIRROR__GLOBAL_AVGPOOL:
-    case MIRROR__TANH:
-    case MIRROR__SIGMOID:
-    case MIRROR__GELU:
-    case MIRROR__FLATTEN: return 1;
-    default: return 0;
-    }
-}
-
 /* The row-wise prefix: the layers from the first on whose rows are
    independent (a CNN's convolutions, activations and pooling). Layer by
    layer, each writes the whole shard's output and the next reads it back
@@ -10325,7 +10806,7 @@ static int mirror__rowwise(mirror__kind kind)
 static void mirror__plan_groups(mirror_model *m)
 {
     size_t i, bytes = 0, unit = m->plan.chunk ? m->plan.chunk : mirror__conv_chunk(m);
-    for (i = 0; i < m->nlayers && mirror__rowwise(m->layers[i].kind); i++)
+    for (i = 0; i < m->nlayers && mirror__kinds[m->layers[i].kind].rowwise; i++)
         bytes += 2 * mirror__out_size(&m->layers[i]) * mirror__esize(m); /* its output, and their gradient */
     m->pass.group_layers = i >= 2 && m->be->group_bytes ? i : 0;
     m->pass.group_rows = MIRROR__MAX(1, m->be->group_bytes / MIRROR__MAX(bytes, 1) / unit) * unit;
@@ -10418,7 +10899,7 @@ static int mirror__choose_plan(mirror_model *m)
 static void mirror__choose_graphs(mirror_model *m)
 {
     int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
-    m->pass.graphs = m->desc.graphs && able && !m->nrunning && !m->plan.chunk;
+    m->pass.graphs = m->desc.graphs && able && !m->bn.nrunning && !m->plan.chunk;
     if (m->desc.graphs && !m->pass.graphs)
         mirror__log(MIRROR_LOG_NOTICE, !able     ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
                                        : m->plan.chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
@@ -10430,29 +10911,29 @@ static void mirror__plan(mirror_model *m)
 {
     size_t i, S = m->shard_max, at = 0, p = 0, a = m->be->param_align ? m->be->param_align : 1;
     const mirror__layer *last = &m->layers[m->nlayers - 1];
-    m->out_size = mirror__out_size(last);
-    m->max_size = m->in_size;
-    m->col_size = m->perm_size = 0;
-    m->nrunning = m->bn_size = m->bn_channels = m->nparams = 0;
+    m->sizes.out = mirror__out_size(last);
+    m->sizes.max = m->sizes.in;
+    m->sizes.col = m->sizes.perm = 0;
+    m->bn.nrunning = m->bn.size = m->bn.channels = m->nparams = 0;
     m->pass.dropouts = 0;
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
-        m->max_size = MIRROR__MAX(m->max_size, mirror__out_size(l));
+        m->sizes.max = MIRROR__MAX(m->sizes.max, mirror__out_size(l));
         l->w_off = (p + a - 1) / a * a; /* zeros between tensors, which no update changes */
         l->b_off = (l->w_off + l->n_w + a - 1) / a * a;
         p = l->b_off + l->n_b;
         m->nparams += l->n_w + l->n_b;
         m->pass.dropouts |= l->kind == MIRROR__DROPOUT;
         if (mirror__convolves(l)) {
-            mirror__layer c = l->kind == MIRROR__CONV2D ? *l : mirror__projection(m, l);
+            mirror__layer c = mirror__convolution(m, l);
             size_t n = mirror__conv_chunk(m);
-            m->col_size = MIRROR__MAX(m->col_size, n * c.c * c.k * c.k * c.oh * c.ow);
-            if (n > 1) m->perm_size = MIRROR__MAX(m->perm_size, n * c.oc * c.oh * c.ow);
+            m->sizes.col = MIRROR__MAX(m->sizes.col, n * c.c * c.k * c.k * c.oh * c.ow);
+            if (n > 1) m->sizes.perm = MIRROR__MAX(m->sizes.perm, n * c.oc * c.oh * c.ow);
         }
         if (l->kind == MIRROR__BATCHNORM) {
-            l->run_off = m->nrunning, l->bn_off = m->bn_size;
-            m->nrunning += 2 * l->c, m->bn_size += 6 * l->c;
-            m->bn_channels = MIRROR__MAX(m->bn_channels, l->c);
+            l->run_off = m->bn.nrunning, l->bn_off = m->bn.size;
+            m->bn.nrunning += 2 * l->c, m->bn.size += 6 * l->c;
+            m->bn.channels = MIRROR__MAX(m->bn.channels, l->c);
         }
     }
     m->nslots = p;
@@ -10468,15 +10949,14 @@ static void mirror__plan(mirror_model *m)
     mirror__plan_groups(m);
     mirror__plan_buckets(m, MIRROR_BUCKET_BYTES);
     switch (m->desc.optimizer.kind) {
-    case MIRROR_OPT_SGD: m->nstate = m->desc.optimizer.momentum != 0.0f ? m->nslots : 0; break;
-    default: m->nstate = 2 * m->nslots; break;
+    case MIRROR_OPT_SGD: m->sizes.nstate = m->desc.optimizer.momentum != 0.0f ? m->nslots : 0; break;
+    default: m->sizes.nstate = 2 * m->nslots; break;
     }
-    mirror__carve(&at, S * m->in_size, mirror__esize(m)); /* the input the layers read, at 0 */
+    mirror__carve(&at, S * m->sizes.in, mirror__esize(m)); /* the input the layers read, at 0 */
     for (i = 0; i < m->nlayers; i++) {
         mirror__layer *l = &m->layers[i];
-        l->fused = (l->kind == MIRROR__DENSE || l->kind == MIRROR__CONV2D) && i + 1 < m->nlayers &&
-                   m->layers[i + 1].kind == MIRROR__RELU;
-        if (l->kind == MIRROR__FLATTEN || l->kind == MIRROR__RESIDUAL || (i && m->layers[i - 1].fused))
+        l->fused = mirror__kinds[l->kind].takes_relu && i + 1 < m->nlayers && m->layers[i + 1].kind == MIRROR__RELU;
+        if (mirror__kinds[l->kind].view || (i && m->layers[i - 1].fused))
             l->out_off = i ? m->layers[i - 1].out_off : 0; /* a view of its input (or a fused relu's, in place) */
         else
             l->out_off = mirror__carve(&at, S * mirror__out_size(l), mirror__esize(m));
@@ -10485,7 +10965,7 @@ static void mirror__plan(mirror_model *m)
         if (m->pass.keep_cols && mirror__convolves(l))
             l->col_off = mirror__carve(&at, mirror__cols(m, l), mirror__esize(m));
     }
-    m->layer_bytes = at;
+    m->sizes.layer_bytes = at;
 }
 
 /* The most values of one storage operand of a layer op: an activation or
@@ -10493,8 +10973,8 @@ static void mirror__plan(mirror_model *m)
    weights. */
 static size_t mirror__largest(const mirror_model *m)
 {
-    size_t n = MIRROR__MAX(m->shard_max * m->max_size, m->shard_max * m->in_size);
-    return MIRROR__MAX(MIRROR__MAX(n, m->col_size), MIRROR__MAX(m->perm_size, m->nslots));
+    size_t n = MIRROR__MAX(m->shard_max * m->sizes.max, m->shard_max * m->sizes.in);
+    return MIRROR__MAX(MIRROR__MAX(n, m->sizes.col), MIRROR__MAX(m->sizes.perm, m->nslots));
 }
 
 static int mirror__has_residual(const mirror_model *m)
@@ -10509,21 +10989,21 @@ static int mirror__has_residual(const mirror_model *m)
    replica r's views when r is given. Returns the arena's total bytes. */
 static size_t mirror__step_buffers(const mirror_model *m, mirror__replica *r)
 {
-    size_t S = m->shard_max, k, at = m->layer_bytes, off[14], e = mirror__esize(m);
+    size_t S = m->shard_max, k, at = m->sizes.layer_bytes, off[14], e = mirror__esize(m);
     off[0] = mirror__carve(&at, S, sizeof(int32_t));               /* labels */
-    off[1] = mirror__carve(&at, S * m->out_size, sizeof(float));   /* targets */
-    off[2] = mirror__carve(&at, S * m->max_size, e);               /* delta[0] */
-    off[3] = mirror__carve(&at, S * m->max_size, e);               /* delta[1] */
-    off[4] = mirror__carve(&at, m->pass.keep_cols ? 0 : m->col_size, e); /* col (kept: each conv's own) */
+    off[1] = mirror__carve(&at, S * m->sizes.out, sizeof(float));   /* targets */
+    off[2] = mirror__carve(&at, S * m->sizes.max, e);               /* delta[0] */
+    off[3] = mirror__carve(&at, S * m->sizes.max, e);               /* delta[1] */
+    off[4] = mirror__carve(&at, m->pass.keep_cols ? 0 : m->sizes.col, e); /* col (kept: each conv's own) */
     off[5] = mirror__carve(&at, S, sizeof(float));                 /* loss */
     off[6] = mirror__carve(&at, S, sizeof(int32_t));               /* correct */
     off[7] = mirror__carve(&at, 2, sizeof(double));                /* acc */
-    off[8] = mirror__carve(&at, m->perm_size, e);                  /* perm */
-    off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->max_size : 0, e); /* skip */
-    off[10] = mirror__carve(&at, S * m->in_size, sizeof(float));   /* the second slot's input, */
+    off[8] = mirror__carve(&at, m->sizes.perm, e);                  /* perm */
+    off[9] = mirror__carve(&at, mirror__has_residual(m) ? S * m->sizes.max : 0, e); /* skip */
+    off[10] = mirror__carve(&at, S * m->sizes.in, sizeof(float));   /* the second slot's input, */
     off[11] = mirror__carve(&at, S, sizeof(int32_t));              /* labels */
-    off[12] = mirror__carve(&at, S * m->out_size, sizeof(float));  /* and targets */
-    off[13] = mirror__carve(&at, m->format ? S * m->in_size : 0, sizeof(float)); /* mixed: the first slot's input */
+    off[12] = mirror__carve(&at, S * m->sizes.out, sizeof(float));  /* and targets */
+    off[13] = mirror__carve(&at, m->format ? S * m->sizes.in : 0, sizeof(float)); /* mixed: the first slot's input */
     if (r) {
         unsigned char *a = r->acts;
         r->in_x[0] = (float *)(a + (m->format ? off[13] : 0)); /* fp32: the input the layers read */
@@ -10609,11 +11089,11 @@ static void mirror__free_replicas(mirror_model *m)
     MIRROR_FREE(m->own.grads);
     MIRROR_FREE(m->own.scratch);
     MIRROR_FREE(m->own.metrics);
-    MIRROR_FREE(m->running);
-    MIRROR_FREE(m->running_before);
-    MIRROR_FREE(m->bn_total);
-    m->running = m->running_before = NULL;
-    m->bn_total = NULL;
+    MIRROR_FREE(m->bn.running);
+    MIRROR_FREE(m->bn.running_before);
+    MIRROR_FREE(m->bn.total);
+    m->bn.running = m->bn.running_before = NULL;
+    m->bn.total = NULL;
     m->rep = NULL;
     m->bufs.grads = m->bufs.params = NULL;
     m->bufs.grad16 = m->bufs.work16 = NULL;
@@ -10644,34 +11124,13 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
     mirror__strategy_models(s, -1);
 }
 
-/* He before a relu (a batchnorm between them too), Glorot elsewhere,
-   unless the desc says otherwise. */
-static int mirror__uses_he(const mirror_model *m, size_t i)
-{
-    if (m->desc.init != MIRROR_INIT_DEFAULT) return m->desc.init == MIRROR_INIT_HE;
-    while (++i < m->nlayers && m->layers[i].kind == MIRROR__BATCHNORM) {}
-    return i < m->nlayers && m->layers[i].kind == MIRROR__RELU;
-}
-
 /* Fills host[nparams] from the model's seed: one generator, layer by layer. */
 static void mirror__init_params(const mirror_model *m, float *host)
 {
     uint64_t state = m->desc.seed;
-    size_t i, j;
-    for (i = 0; i < m->nlayers; i++) {
-        const mirror__layer *l = &m->layers[i];
-        size_t fan_in = l->n_w / (l->n_b ? l->n_b : 1), fan_out = l->oc * l->k * l->k;
-        float a;
-        if (!l->n_w) continue;
-        if (l->kind == MIRROR__BATCHNORM) { /* gamma 1, beta 0 */
-            for (j = 0; j < l->n_w; j++) host[l->w_off + j] = 1.0f, host[l->b_off + j] = 0.0f;
-            continue;
-        }
-        if (l->kind == MIRROR__DENSE) fan_out = l->oc;
-        a = mirror_hd_init_bound(mirror__uses_he(m, i), fan_in, fan_out);
-        for (j = 0; j < l->n_w; j++) host[l->w_off + j] = a * (2.0f * mirror__uniform(&state) - 1.0f);
-        for (j = 0; j < l->n_b; j++) host[l->b_off + j] = 0.0f;
-    }
+    size_t i;
+    for (i = 0; i < m->nlayers; i++) /* each kind with parameters draws its own (batchnorm: none) */
+        if (m->layers[i].n_w) mirror__kinds[m->layers[i].kind].init(m, i, &state, host);
 }
 
 /* Mixed precision: every replica's 16-bit working copy from the masters,
@@ -10698,8 +11157,8 @@ static void mirror__arena_bytes(const mirror_model *m, size_t r, size_t workspac
                      (m->plan.chunk ? m->plan.chunks_max * mirror__chunk_stride(m) * sizeof(float) : 0);
     /* sharded on the host: one state */
     out->optimizer = r == 0 || m->plan.sharded != MIRROR__SHARDED_HOST ? mirror__state_floats(m) * sizeof(float) : 0;
-    out->activations = mirror__step_buffers(m, NULL) + workspace + m->bn_size * sizeof(float) +
-                       m->plan.chunks_max * 2 * m->bn_channels * sizeof(double); /* batchnorm's statistics and sums */
+    out->activations = mirror__step_buffers(m, NULL) + workspace + m->bn.size * sizeof(float) +
+                       m->plan.chunks_max * 2 * m->bn.channels * sizeof(double); /* batchnorm's statistics and sums */
 }
 
 /* All that replica r's build takes on its device (the host for CPU
@@ -10717,8 +11176,8 @@ static double mirror__replica_bytes(const mirror_model *m, size_t r, size_t work
    sums and statistics. */
 static double mirror__host_buffer_bytes(const mirror_model *m)
 {
-    double S = (double)m->shard_max, C = m->nrunning ? (double)m->bn_channels : 0.0;
-    return 2.0 * S * (double)(m->in_size + 1 + m->out_size) * 4.0 + 2.0 * S * 4.0 + 64.0 +
+    double S = (double)m->shard_max, C = m->bn.nrunning ? (double)m->bn.channels : 0.0;
+    return 2.0 * S * (double)(m->sizes.in + 1 + m->sizes.out) * 4.0 + 2.0 * S * 4.0 + 64.0 +
            (double)m->plan.chunks_max * 2.0 * C * 8.0 + 2.0 * C * 4.0;
 }
 
@@ -10983,9 +11442,9 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     m->bufs.stats[r] = p->stats;
     p->acts = (unsigned char *)m->be->alloc(p->dev, act_total);
     for (k = 0; k < 2 && !m->be->host_is_device; k++) { /* else the arenas' own (mirror__step_buffers) */
-        p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->in_size * sizeof(float));
+        p->host_x[k] = (float *)m->be->host_alloc(p->dev, S * m->sizes.in * sizeof(float));
         p->host_labels[k] = (int32_t *)m->be->host_alloc(p->dev, S * sizeof(int32_t));
-        p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->out_size * sizeof(float));
+        p->host_targets[k] = (float *)m->be->host_alloc(p->dev, S * m->sizes.out * sizeof(float));
         if (!p->host_x[k] || !p->host_labels[k] || !p->host_targets[k]) return 0;
     }
     p->host_loss = (float *)m->be->host_alloc(p->dev, S * sizeof(float));
@@ -10996,11 +11455,11 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     if (m->plan.chunk &&
         !(p->chunk_grads = (float *)m->be->alloc(p->dev, m->plan.chunks_max * mirror__chunk_stride(m) * sizeof(float))))
         return 0;
-    if (m->nrunning) {
-        p->bn = (float *)m->be->alloc(p->dev, m->bn_size * sizeof(float));
-        p->bn_part = (double *)m->be->alloc(p->dev, m->plan.chunks_max * 2 * m->bn_channels * sizeof(double));
-        p->host_part = (double *)m->be->host_alloc(p->dev, m->plan.chunks_max * 2 * m->bn_channels * sizeof(double));
-        p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn_channels * sizeof(float));
+    if (m->bn.nrunning) {
+        p->bn = (float *)m->be->alloc(p->dev, m->bn.size * sizeof(float));
+        p->bn_part = (double *)m->be->alloc(p->dev, m->plan.chunks_max * 2 * m->bn.channels * sizeof(double));
+        p->host_part = (double *)m->be->host_alloc(p->dev, m->plan.chunks_max * 2 * m->bn.channels * sizeof(double));
+        p->host_stat = (float *)m->be->host_alloc(p->dev, 2 * m->bn.channels * sizeof(float));
         if (!p->bn || !p->bn_part || !p->host_part || !p->host_stat) return 0;
     }
     p->weights = p->params;
@@ -11036,7 +11495,7 @@ static int mirror__model_agree(mirror_model *m)
     size_t i;
     if (m->s->processes == 1) return MIRROR_OK;
     mirror__agree_on(&it[0], "the layers (the model, or the data's shape)");
-    mirror__agree_count(&it[0], m->in_size), mirror__agree_count(&it[0], (uint64_t)d->loss);
+    mirror__agree_count(&it[0], m->sizes.in), mirror__agree_count(&it[0], (uint64_t)d->loss);
     for (i = 0; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
         uint64_t v[14];
@@ -11082,10 +11541,10 @@ static int mirror__model_plan(mirror_model *m)
     if (m->sticky) return m->sticky;
     if (m->built) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: already built");
     if (!m->nlayers) return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: no layers");
-    if (m->open_block)
+    if (m->adding.open_block)
         return mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_build: the residual block opened at layer %zu is not "
                                                  "closed (mirror_residual_end)",
-                            m->open_block - 1);
+                            m->adding.open_block - 1);
     if (m->plan.chunk && m->be != &mirror__cpu_backend && m->s->processes > 1)
         return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
                             "mirror_model_build: deterministic mode on GPUs runs in one process: across processes "
@@ -11102,15 +11561,15 @@ static int mirror__model_plan(mirror_model *m)
     mirror__plan(m);
     /* The layer limits keep the arena arithmetic inside a 64-bit size_t; a
        bound in double catches what would overflow a 32-bit one. */
-    if (4.0 * ((double)m->shard_max * (double)(m->in_size + (m->nlayers + 4) * m->max_size) +
-               (double)m->col_size + (double)m->perm_size + (double)(m->plan.chunks_max + 1) * (double)m->nslots) >
+    if (4.0 * ((double)m->shard_max * (double)(m->sizes.in + (m->nlayers + 4) * m->sizes.max) +
+               (double)m->sizes.col + (double)m->sizes.perm + (double)(m->plan.chunks_max + 1) * (double)m->nslots) >
         (double)((size_t)-1 / 2))
         return mirror__fail(m, MIRROR_ERR_CAPACITY, "mirror_model_build: the arenas would not fit in memory");
-    if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->out_size < 2)
+    if (m->desc.loss == MIRROR_LOSS_SOFTMAX_CE && m->sizes.out < 2)
         return mirror__fail(m, MIRROR_ERR_SHAPE,
                             "mirror_model_build: softmax cross-entropy needs at least 2 outputs, "
                             "the last layer gives %zu",
-                            m->out_size);
+                            m->sizes.out);
     return mirror__check_memory(m);
 }
 
@@ -11148,17 +11607,17 @@ static int mirror__model_build(mirror_model *m)
         m->own.metrics = (mirror_metrics *)mirror__zalloc(R, sizeof(mirror_metrics));
         if (!m->own.grads || !m->own.scratch || !m->own.metrics) goto oom;
     }
-    if (m->nrunning) {
+    if (m->bn.nrunning) {
         size_t i, j;
-        m->running = (float *)mirror__alloc(m->nrunning, sizeof(float));
-        m->running_before = (float *)mirror__alloc(m->nrunning, sizeof(float));
+        m->bn.running = (float *)mirror__alloc(m->bn.nrunning, sizeof(float));
+        m->bn.running_before = (float *)mirror__alloc(m->bn.nrunning, sizeof(float));
         size_t units = m->plan.chunk ? m->plan.chunks_max * m->s->world : m->s->world; /* whose sums bn_combine adds */
-        m->bn_total = (double *)mirror__alloc((units + 1) * 2 * m->bn_channels + 1, sizeof(double));
-        if (!m->running || !m->running_before || !m->bn_total) goto oom;
+        m->bn.total = (double *)mirror__alloc((units + 1) * 2 * m->bn.channels + 1, sizeof(double));
+        if (!m->bn.running || !m->bn.running_before || !m->bn.total) goto oom;
         for (i = 0; i < m->nlayers; i++) /* mean 0, variance 1 */
             for (j = 0; m->layers[i].kind == MIRROR__BATCHNORM && j < m->layers[i].c; j++)
-                m->running[m->layers[i].run_off + j] = 0.0f, m->running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
-        m->bn_stale = 1;
+                m->bn.running[m->layers[i].run_off + j] = 0.0f, m->bn.running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
+        m->bn.stale = 1;
     }
     mirror__choose_graphs(m);
     m->buckets.on = m->be->reduce_bucket && !strcmp(m->s->reducer->name, "nccl") && m->s->processes == 1 &&
@@ -11217,7 +11676,7 @@ MIRROR_API size_t mirror_optimizer_state_size(const mirror_model *m)
 {
     return m && m->built ? mirror__state_copies(m) * m->nparams : 0;
 }
-MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->out_size : 0; }
+MIRROR_API size_t mirror_num_outputs(const mirror_model *m) { return m && m->built ? m->sizes.out : 0; }
 
 /* Formats into buf at *used: measured whole, written as far as it fits
    (buf stays terminated); 0 when formatting fails. */
@@ -11245,7 +11704,7 @@ static int mirror__model_summary(mirror_model *m, char *buf, size_t size)
         snprintf(in, sizeof in, "%zux%zux%zu", l->c, l->h, l->w);
         snprintf(out, sizeof out, "%zux%zux%zu", l->oc, l->oh, l->ow);
         ok &= mirror__appendf(buf, size, &need, "%2zu  %-14s %12s -> %-12s %10zu params\n", i,
-                              mirror__kind_names[l->kind], in, out, l->n_w + l->n_b);
+                              mirror__kinds[l->kind].name, in, out, l->n_w + l->n_b);
         total += l->n_w + l->n_b;
     }
     ok &= mirror__appendf(buf, size, &need, "total  %zu params, %zu bytes in fp32\n", total, 4 * total);
@@ -11342,7 +11801,7 @@ static void mirror__upload_state(mirror_model *m, const float *slots)
 {
     size_t r, c, copies = mirror__state_copies(m);
     m->update.stale &= ~MIRROR__STALE_STATE; /* whole again */
-    for (r = 0; r < m->s->replicas && m->nstate; r++) {
+    for (r = 0; r < m->s->replicas && m->sizes.nstate; r++) {
         for (c = 0; c < copies; c++) {
             int by_slice = m->plan.sharded == MIRROR__SHARDED_DEVICES;
             size_t off = by_slice ? r * m->plan.slice : 0, n = by_slice ? m->plan.slice : m->nslots;
@@ -11587,13 +12046,13 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
 {
     mirror__resident *d = &m->data[role];
     int ce = m->desc.loss != MIRROR_LOSS_MSE, place = m->data_place, quiet;
-    size_t r, n = m->s->replicas, e = m->format ? sizeof(uint16_t) : sizeof(float), y = ce ? 1 : m->out_size;
+    size_t r, n = m->s->replicas, e = m->format ? sizeof(uint16_t) : sizeof(float), y = ce ? 1 : m->sizes.out;
     uint64_t hash;
     char why[300] = "", notice[500];
     *out = NULL;
     if (!m->be->gather || place == MIRROR_DATA_OFF || (place == MIRROR_DATA_AUTO && m->be->host_is_device))
         return MIRROR_OK;
-    hash = mirror__hash(ds->count, ds->x, ds->count * m->in_size * sizeof(float));
+    hash = mirror__hash(ds->count, ds->x, ds->count * m->sizes.in * sizeof(float));
     hash = mirror__hash(hash, ce ? (const void *)ds->labels : (const void *)ds->targets, ds->count * y * 4);
     if (role == 1 && mirror__resident_holds(&m->data[0], ds, hash) && m->data[0].dev) { /* the training set */
         *out = &m->data[0];
@@ -11618,8 +12077,8 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
         snprintf(why, sizeof why, "out of memory");
         goto host;
     }
-    if (!mirror__resident_fits(m, (double)ds->count * ((double)m->in_size * (double)e + 4.0 * (double)y) +
-                                      (m->format ? 4.0 * (double)MIRROR__MIN(ds->count * m->in_size,
+    if (!mirror__resident_fits(m, (double)ds->count * ((double)m->sizes.in * (double)e + 4.0 * (double)y) +
+                                      (m->format ? 4.0 * (double)MIRROR__MIN(ds->count * m->sizes.in,
                                                                              MIRROR__RESIDENT_PIECE)
                                                  : 0.0),
                                m->rep[0].in_index[0] ? 0.0 : 2.0 * (double)m->shard_max * sizeof(int64_t), d->owner,
@@ -11633,9 +12092,9 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
             d->dev[2 * r] = d->dev[2 * d->owner[r]], d->dev[2 * r + 1] = d->dev[2 * d->owner[r] + 1];
             continue;
         }
-        if (!(d->dev[2 * r] = m->be->alloc(dev, ds->count * m->in_size * e)) ||
+        if (!(d->dev[2 * r] = m->be->alloc(dev, ds->count * m->sizes.in * e)) ||
             !(d->dev[2 * r + 1] = m->be->alloc(dev, ds->count * y * 4)) ||
-            !mirror__resident_copy(m, r, d->dev[2 * r], ds->x, ds->count * m->in_size))
+            !mirror__resident_copy(m, r, d->dev[2 * r], ds->x, ds->count * m->sizes.in))
             break;
         m->be->upload(dev, d->dev[2 * r + 1], ce ? (const void *)ds->labels : (const void *)ds->targets,
                       ds->count * y * 4);
@@ -11940,7 +12399,7 @@ MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
 static int mirror__check_replicas(mirror_model *m)
 {
     mirror_strategy *s = m->s;
-    size_t r, p, n = MIRROR__MAX(m->nslots, m->nstate), bad, *parts, *first;
+    size_t r, p, n = MIRROR__MAX(m->nslots, m->sizes.nstate), bad, *parts, *first;
     float *host = (float *)mirror__alloc(n ? n : 1, sizeof(float));
     uint64_t *hash = (uint64_t *)mirror__alloc(s->world, sizeof(uint64_t));
     int rc = MIRROR_OK;
@@ -11959,7 +12418,7 @@ static int mirror__check_replicas(mirror_model *m)
             h = mirror__hash(h, host, m->nslots * sizeof(uint16_t));
         }
         mirror__download_arena(m, r, host, MIRROR__STATE);
-        hash[s->first + r] = mirror__hash(h, host, m->nstate * sizeof(float));
+        hash[s->first + r] = mirror__hash(h, host, m->sizes.nstate * sizeof(float));
     }
     if ((rc = mirror__device_status(m))) goto out;
     first = parts + s->processes;
@@ -12103,8 +12562,8 @@ static int mirror__gather_predictions(mirror_model *m, float *out, size_t n)
         size_t replicas = s->procs->replicas_of(s, p);
         mirror__rows_of(m, n, g, &first_row, &count, &c0, &nc);
         mirror__rows_of(m, n, g + replicas - 1, &begin, &count, &c0, &nc);
-        parts[p] = (begin + count - first_row) * m->out_size;
-        parts[s->processes + p] = first_row * m->out_size;
+        parts[p] = (begin + count - first_row) * m->sizes.out;
+        parts[s->processes + p] = first_row * m->sizes.out;
         g += replicas;
     }
     rc = s->procs->gather(s, out, sizeof *out, parts, "mirror_predict: gathering the processes' rows", &m->err);
@@ -12133,7 +12592,7 @@ static int mirror__forward_chunks(mirror_model *m, const mirror_batch *b, size_t
         job.inv_count = 1.0f / (float)job.n;
         if ((rc = mirror__compute(m, &job)) || (rc = mirror__device_status(m))) return rc;
         if (acc) mirror__collect(m, &mine);
-        if (pred && (rc = mirror__gather_predictions(m, pred + job.offset * m->out_size, job.n))) return rc;
+        if (pred && (rc = mirror__gather_predictions(m, pred + job.offset * m->sizes.out, job.n))) return rc;
     }
     if (acc && (rc = mirror__sum_processes(m, &mine)) == MIRROR_OK)
         mirror__metrics_add(acc, mine.loss_sum, mine.correct, mine.count);
@@ -12183,7 +12642,7 @@ static int mirror__predict_proba(mirror_model *m, const float *x, size_t n, floa
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_predict_proba: the model's loss is not softmax "
                                                     "cross-entropy: its outputs are no logits (use mirror_predict)");
     if ((rc = mirror__predict(m, x, n, out))) return rc;
-    k = m->out_size;
+    k = m->sizes.out;
     if (!(row = (float *)mirror__alloc(k, sizeof(float))))
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_predict_proba: out of memory");
     for (i = 0; i < n; i++) {
@@ -13370,18 +13829,10 @@ static void mirror__describe_model(const mirror_model *m, mirror__text *t)
     size_t i;
     mirror__printf(t, "input(%zu,%zu,%zu)", m->desc.channels, m->desc.height, m->desc.width);
     for (i = 0; i < m->nlayers; i++) {
-        const mirror__layer *l = &m->layers[i];
-        switch (l->kind) {
-        case MIRROR__DENSE: mirror__printf(t, ";dense(%zu)", l->oc); break;
-        case MIRROR__CONV2D: mirror__printf(t, ";conv2d(%zu,%zu,%zu,%zu)", l->oc, l->k, l->stride, l->pad); break;
-        case MIRROR__MAXPOOL2D: mirror__printf(t, ";maxpool2d(%zu,%zu)", l->k, l->stride); break;
-        case MIRROR__AVGPOOL2D: mirror__printf(t, ";avgpool2d(%zu,%zu)", l->k, l->stride); break;
-        case MIRROR__DROPOUT: mirror__printf(t, ";dropout(%.9g)", (double)l->p); break;
-        case MIRROR__BATCHNORM:
-            mirror__printf(t, ";batchnorm(%.9g,%.9g,%d)", (double)l->momentum, (double)l->eps, l->local);
-            break;
-        default: mirror__printf(t, ";%s", mirror__kind_names[l->kind]); break;
-        }
+        const mirror__kind_info *k = &mirror__kinds[m->layers[i].kind];
+        char args[128] = "";
+        if (k->describe) k->describe(&m->layers[i], args, sizeof args);
+        mirror__printf(t, ";%s%s", k->name, args);
     }
     mirror__printf(t, ";loss(%s)", m->desc.loss == MIRROR_LOSS_MSE ? "mse" : "softmax_ce");
 }
@@ -13409,32 +13860,27 @@ static void mirror__vector(mirror__tensor *t, size_t layer, const char *name, si
 }
 
 /* The tensors a checkpoint of m holds, pointing into params, state and the
-   running statistics of batchnorm (weight and bias are its gamma and beta,
-   as in PyTorch's state_dict). */
+   running statistics of batchnorm, named and shaped by each layer's kind
+   (batchnorm's weight and bias are its gamma and beta, as in PyTorch's
+   state_dict). */
 static size_t mirror__tensors(const mirror_model *m, const float *params, const float *state, const float *running,
                               mirror__tensor *t)
 {
     size_t i, n = 0;
     for (i = 0; i < m->nlayers; i++) {
         const mirror__layer *l = &m->layers[i];
+        const mirror__kind_info *k = &mirror__kinds[l->kind];
         if (!l->n_w) continue;
-        if (l->kind == MIRROR__BATCHNORM) {
-            mirror__vector(&t[n++], i, "weight", l->c, params ? params + l->w_off : NULL);
-            mirror__vector(&t[n++], i, "bias", l->c, params ? params + l->b_off : NULL);
-            mirror__vector(&t[n++], i, "running_mean", l->c, running ? running + l->run_off : NULL);
-            mirror__vector(&t[n++], i, "running_var", l->c, running ? running + l->run_off + l->c : NULL);
-            continue;
-        }
-        snprintf(t[n].name, sizeof t[n].name, "layers.%zu.weight", i);
-        t[n].shape[0] = l->oc;
-        t[n].shape[1] = l->kind == MIRROR__RESIDUAL_END ? m->layers[l->from].c : l->c;
-        t[n].rank = 2;
-        if (mirror__convolves(l)) t[n].shape[2] = t[n].shape[3] = l->k, t[n].rank = 4;
+        snprintf(t[n].name, sizeof t[n].name, "layers.%zu.%s", i, k->tensors[0]);
+        t[n].rank = k->weight_shape(m, l, t[n].shape);
         t[n].count = l->n_w;
         t[n++].host = params ? params + l->w_off : NULL;
-        mirror__vector(&t[n++], i, "bias", l->n_b, params ? params + l->b_off : NULL);
+        mirror__vector(&t[n++], i, k->tensors[1], l->n_b, params ? params + l->b_off : NULL);
+        if (!k->tensors[2]) continue;
+        mirror__vector(&t[n++], i, k->tensors[2], l->c, running ? running + l->run_off : NULL);
+        mirror__vector(&t[n++], i, k->tensors[3], l->c, running ? running + l->run_off + l->c : NULL);
     }
-    if (m->nstate) {
+    if (m->sizes.nstate) {
         int adam = m->desc.optimizer.kind != MIRROR_OPT_SGD;
         snprintf(t[n].name, sizeof t[n].name, "%s", adam ? "optimizer.m" : "optimizer.momentum");
         t[n].shape[0] = t[n].count = m->nparams; /* state: packed */
@@ -13805,7 +14251,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     if (cursor) c = *cursor;
     if (!keep) keep = 3;
     params = (float *)mirror__alloc(m->nslots, sizeof(float));
-    state = (float *)mirror__alloc(m->nstate ? m->nstate : 1, sizeof(float));
+    state = (float *)mirror__alloc(m->sizes.nstate ? m->sizes.nstate : 1, sizeof(float));
     tmp = (char *)MIRROR_MALLOC(plen + 300); /* file names: the new file, two for rotation */
     a = (char *)MIRROR_MALLOC(plen + 300);
     b = (char *)MIRROR_MALLOC(plen + 300);
@@ -13822,7 +14268,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         (rc = mirror_get_optimizer_state(m, 0, state, mirror__state_copies(m) * m->nparams)))
         goto done;
     if (m->format && (rc = mirror__get_scaler(m, &st))) goto done;
-    nt = mirror__tensors(m, params, state, m->running, t);
+    nt = mirror__tensors(m, params, state, m->bn.running, t);
     if ((rc = mirror__saved_finite(m, path, t, nt))) goto done;
     if ((rc = mirror__checkpoint_header(m, &c, m->format ? &st : NULL, t, nt, &h))) {
         rc = mirror__fail(m, rc, "mirror_checkpoint_save: out of memory for the header");
@@ -14658,13 +15104,13 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_load: path is NULL");
     /* at most a 64 MiB header and this model's tensors: not a whole
        multi-gigabyte file (or gzip bomb) into memory to find that out */
-    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nslots + (double)m->nstate + (double)m->nrunning);
+    most = 8.0 + (double)(1 << 26) + 4.0 * ((double)m->nslots + (double)m->sizes.nstate + (double)m->bn.nrunning);
     if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
                                 &size, &m->err)))
         return rc;
     h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     params = (float *)mirror__zalloc(m->nslots, sizeof(float));            /* as the arena */
-    state = (float *)mirror__zalloc(2 * m->nstate + 1, sizeof(float)); /* packed, then as the arena */
+    state = (float *)mirror__zalloc(2 * m->sizes.nstate + 1, sizeof(float)); /* packed, then as the arena */
     if (!h || !params || !state) {
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
         goto done;
@@ -14678,17 +15124,17 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     m->resumed_sums.kept = 0;
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
-        size_t n = mirror__tensors(m, params, state, m->running, dst);
+        size_t n = mirror__tensors(m, params, state, m->bn.running, dst);
         for (i = 0; i < n; i++) {
             if (!strncmp(dst[i].name, "optimizer.", 10) && weights_only) continue;
             memcpy((void *)dst[i].host, buf + h->t[i].begin, dst[i].count * sizeof(float));
         }
-        m->bn_stale = 1;
+        m->bn.stale = 1;
     }
     if ((rc = mirror__upload_params(m, params))) goto done;
     if (!weights_only) {
-        mirror__pack(m, state, state + m->nstate, mirror__state_copies(m), 1);
-        mirror__upload_state(m, state + m->nstate);
+        mirror__pack(m, state, state + m->sizes.nstate, mirror__state_copies(m), 1);
+        mirror__upload_state(m, state + m->sizes.nstate);
         m->steps = got.step;
         if ((rc = mirror__device_status(m))) goto done;
         if (m->format) { /* from an fp32 checkpoint: a fresh scaler that has taken its steps */
@@ -14871,13 +15317,13 @@ static int mirror__load_weights(mirror_model *m, const char *path)
                                                  "hook): it starts the optimizer afresh under fit's cursor");
     /* a 64 MiB header, and this model's tensors in F64 with a checkpoint's
        optimizer state beside them, at most */
-    most = 8.0 + (double)(1 << 26) + 8.0 * ((double)m->nslots + (double)m->nstate + (double)m->nrunning);
+    most = 8.0 + (double)(1 << 26) + 8.0 * ((double)m->nslots + (double)m->sizes.nstate + (double)m->bn.nrunning);
     if ((rc = mirror__read_file(path, most < (double)MIRROR__MAX_FILE ? (size_t)most : MIRROR__MAX_FILE, NULL, &buf,
                                 &size, &m->err)))
         return rc;
     h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     params = (float *)mirror__zalloc(m->nslots, sizeof(float));
-    running = (float *)mirror__zalloc(m->nrunning + 1, sizeof(float));
+    running = (float *)mirror__zalloc(m->bn.nrunning + 1, sizeof(float));
     state = (float *)mirror__zalloc(mirror__state_copies(m) * m->nslots + 1, sizeof(float));
     if (!h || !params || !running || !state) {
         rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
@@ -14891,8 +15337,8 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     /* Everything checked: now the model changes, and its run starts afresh. */
     m->resumed_sums.kept = 0; /* a checkpoint's epoch sums describe its parameters, not these */
     if ((rc = mirror__remember_source(m, path, 0, buf, size)) || (rc = mirror__upload_params(m, params))) goto done;
-    if (m->nrunning) memcpy(m->running, running, m->nrunning * sizeof(float)); /* none without batchnorm */
-    m->bn_stale = 1;
+    if (m->bn.nrunning) memcpy(m->bn.running, running, m->bn.nrunning * sizeof(float)); /* none without batchnorm */
+    m->bn.stale = 1;
     mirror__upload_state(m, state); /* zeros */
     m->steps = 0;
     memset(&st, 0, sizeof st);
@@ -15003,28 +15449,16 @@ static int mirror__add_described(mirror_model *m, const char *p, const char *pat
 {
     char name[32];
     double a[4];
-    size_t n, i;
+    size_t n, i, k;
     int rc = MIRROR_OK;
     while (*p && rc == MIRROR_OK) {
         if (!mirror__arch_entry(&p, name, sizeof name, a, &n)) break;
         if (n == (size_t)-1) return *p ? mirror__fail(m, MIRROR_ERR_FORMAT, "%s: layers after the loss", path) : rc;
         for (i = 0; i < n; i++)
             if (!(a[i] >= 0 && a[i] <= 1e9)) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %s(...) out of range", path, name);
-        if (!strcmp(name, "dense") && n == 1) rc = mirror_dense(m, (size_t)a[0]);
-        else if (!strcmp(name, "conv2d") && n == 4) rc = mirror_conv2d(m, (size_t)a[0], (size_t)a[1], (size_t)a[2], (size_t)a[3]);
-        else if (!strcmp(name, "maxpool2d") && n == 2) rc = mirror_maxpool2d(m, (size_t)a[0], (size_t)a[1]);
-        else if (!strcmp(name, "avgpool2d") && n == 2) rc = mirror_avgpool2d(m, (size_t)a[0], (size_t)a[1]);
-        else if (!strcmp(name, "dropout") && n == 1) rc = mirror_dropout(m, (float)a[0]);
-        else if (!strcmp(name, "relu") && !n) rc = mirror_relu(m);
-        else if (!strcmp(name, "tanh") && !n) rc = mirror_tanh(m);
-        else if (!strcmp(name, "sigmoid") && !n) rc = mirror_sigmoid(m);
-        else if (!strcmp(name, "gelu") && !n) rc = mirror_gelu(m);
-        else if (!strcmp(name, "flatten") && !n) rc = mirror_flatten(m);
-        else if (!strcmp(name, "global_avgpool") && !n) rc = mirror_global_avgpool(m);
-        else if (!strcmp(name, "batchnorm") && n == 3 && a[2] <= 1.0) rc = mirror__batchnorm(m, (float)a[0], (float)a[1], a[2] == 1.0);
-        else if (!strcmp(name, "residual") && !n) rc = mirror_residual(m);
-        else if (!strcmp(name, "residual_end") && !n) rc = mirror_residual_end(m);
-        else return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: unknown layer \"%s\" with %zu arguments", path, name, n);
+        for (k = 1; k < MIRROR__KINDS && strcmp(name, mirror__kinds[k].name); k++) {}
+        if (k == MIRROR__KINDS || n != mirror__kinds[k].nargs || (rc = mirror__kinds[k].described(m, a)) > 0)
+            return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: unknown layer \"%s\" with %zu arguments", path, name, n);
     }
     return rc ? rc : mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the model description is malformed or has no loss", path);
 }
@@ -15185,7 +15619,7 @@ static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, cons
     if (!ds || !ds->x || !ds->count)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dataset is NULL or empty", what);
     same = mirror__mul(ds->channels, ds->height, &in_size) && mirror__mul(in_size, ds->width, &in_size) &&
-           in_size == m->in_size;
+           in_size == m->sizes.in;
     if (!flat) same &= ds->channels == d->channels && ds->height == d->height && ds->width == d->width;
     if (!same)
         return mirror__fail(m, MIRROR_ERR_SHAPE,
@@ -15195,8 +15629,8 @@ static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, cons
                             ds->channels == d->height && ds->height == d->width && ds->width == d->channels
                                 ? ": this looks channels-last (N, H, W, C); transpose it to (N, C, H, W)"
                                 : "");
-    if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->out_size))
-        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->out_size);
+    if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->sizes.out))
+        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->sizes.out);
     if (m->desc.loss != MIRROR_LOSS_MSE && !ds->labels) /* float .npy labels load as targets */
         return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                             ds->targets ? "%s: the dataset holds float targets (for a mean squared error), but the "
@@ -15251,11 +15685,11 @@ static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_d
     if ((int)place < 0 || place > MIRROR_DATA_OFF)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
     /* the steps take batches of any layout of the model's input size: so does this */
-    if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->in_size)
+    if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->sizes.in)
         return mirror__fail(m, MIRROR_ERR_SHAPE,
                             "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values", ds->count,
-                            ds->channels, ds->height, ds->width, m->in_size);
-    if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->out_size : !ds->labels)
+                            ds->channels, ds->height, ds->width, m->sizes.in);
+    if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->sizes.out : !ds->labels)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
                             m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
     m->data_place = place;
@@ -16116,10 +16550,10 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     mirror__agree_count(&it[0], d->batch), mirror__agree_count(&it[0], d->accumulate);
     mirror__agree_count(&it[0], (uint64_t)d->drop_remainder);
     mirror__agree_on(&it[1], "the training data (its size or contents)");
-    mirror__agree_dataset(&it[1], d->train, m->in_size);
+    mirror__agree_dataset(&it[1], d->train, m->sizes.in);
     mirror__agree_on(&it[2], "the validation data (its size or contents)");
     mirror__agree_count(&it[2], d->validation != NULL);
-    if (d->validation) mirror__agree_dataset(&it[2], d->validation, m->in_size);
+    if (d->validation) mirror__agree_dataset(&it[2], d->validation, m->sizes.in);
     mirror__agree_on(&it[3], "the shuffle seed");
     mirror__agree_count(&it[3], d->shuffle_seed);
     mirror__agree_on(&it[4], "the augmentation");

@@ -1111,11 +1111,11 @@ static void test_memory_report(mirror_strategy *s)
             memset(&rep, 0, sizeof rep);
             /* several CPU replicas share one optimizer state, counted on replica 0
                (built with MIRROR_CPU_SHARED_UPDATE=0: a slice each) */
-            size_t R = mirror_num_replicas(s), state = m->plan.sharded == MIRROR__SHARDED_DEVICES ? 4 * m->nstate / R
-                                                      : r == 0 || R == 1 ? 4 * m->nstate : 0; /* padding included */
+            size_t R = mirror_num_replicas(s), state = m->plan.sharded == MIRROR__SHARDED_DEVICES ? 4 * m->sizes.nstate / R
+                                                      : r == 0 || R == 1 ? 4 * m->sizes.nstate : 0; /* padding included */
             ok &= mirror_memory_report_get(m, r, &rep) == MIRROR_OK && rep.parameters == 4 * m->nslots &&
                   rep.gradients == 4 * m->nslots && rep.optimizer == state && rep.activations > 0 &&
-                  m->nslots >= np && m->nstate == opts[i].state_per_param * m->nslots;
+                  m->nslots >= np && m->sizes.nstate == opts[i].state_per_param * m->nslots;
         }
         CHECK(ok, "%s: every replica reports parameters = gradients = 4 x %zu bytes, the optimizer state once "
                   "(4 x state on replica 0), activations > 0", opts[i].name, np);

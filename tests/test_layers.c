@@ -1,6 +1,7 @@
 /* test_layers.c - the numerics: finite-difference gradient checks of every
-   layer and both losses through the public API (one table of cases,
-   fd_cases), the shared math (losses, activations, pooling) against
+   layer kind and both losses through the public API (one table of cases,
+   fd_cases, with a row for every kind), the table of layer kinds whole,
+   the shared math (losses, activations, pooling) against
    hand-computed values, dropout, the GEMM against a naive reference, im2col/col2im adjointness
    and maxpool on a hand-made example. Deterministic: fixed seeds only. */
 #define MIRROR_IMPLEMENTATION
@@ -125,11 +126,11 @@ static void fd_setup(fd_case *c, size_t n, int mse)
     size_t i, j;
     int rc = mirror_model_build(m);
     if (rc) die(c->name, mirror_model_error(m));
-    if (m->col_size || m->pass.keep_cols) /* it convolves: the build's im2col path is the one checked */
+    if (m->sizes.col || m->pass.keep_cols) /* it convolves: the build's im2col path is the one checked */
         CHECK(m->pass.keep_cols == (MIRROR_CPU_KEEP_COLS > 0), "%s: the convolutions %s their im2col for backward", c->name,
               MIRROR_CPU_KEEP_COLS > 0 ? "keep" : "redo");
     c->n = n;
-    c->in = m->in_size;
+    c->in = m->sizes.in;
     c->out = mirror_num_outputs(m);
     c->x = (float *)xmalloc(n * c->in * sizeof(float));
     for (i = 0; i < n * c->in; i++) c->x[i] = frand(-1.0f, 1.0f);
@@ -385,15 +386,50 @@ static const fd_spec fd_cases[] = {
 #undef CE
 #undef MSE
 
+/* Every layer kind has a row: a new kind without one fails here. Dropout
+   alone is checked apart (test_dropout): its masks change with the step. */
 static void test_gradients(void)
 {
-    size_t i;
+    size_t i, k, seen[MIRROR__KINDS] = {0};
     printf("finite differences:\n");
     for (i = 0; i < sizeof fd_cases / sizeof *fd_cases; i++) {
         fd_case c = fd_begin(&fd_cases[i]);
         fd_setup(&c, fd_cases[i].batch, fd_cases[i].loss == MIRROR_LOSS_MSE);
+        for (k = 0; k < c.m->nlayers; k++) seen[c.m->layers[k].kind]++;
         fd_check(&c, fd_cases[i].vacuity);
         fd_end(&c);
+    }
+    for (k = 1; k < MIRROR__KINDS; k++)
+        CHECK(seen[k] || k == MIRROR__DROPOUT, "finite differences: layer kind %s is in no row of fd_cases",
+              mirror__kinds[k].name);
+}
+
+/* The table of layer kinds: entry k is kind k (C++ takes no array
+   designators: the order of the entries is the only key), and each entry
+   is whole: a shape rule, its way back from the description it writes
+   (as many arguments as it writes), and with parameters their tensors'
+   names, W's shape and their initialisation. */
+static void test_kind_table(void)
+{
+    size_t k, j;
+    for (k = 1; k < MIRROR__KINDS; k++) {
+        const mirror__kind_info *e = &mirror__kinds[k];
+        mirror__layer l;
+        char args[128] = "";
+        size_t nargs = 0;
+        int params = e->tensors[0] != NULL;
+        memset(&l, 0, sizeof l);
+        l.kind = (mirror__kind)k;
+        if (e->describe) e->describe(&l, args, sizeof args);
+        for (j = 0; args[j]; j++) nargs += args[j] == '(' || args[j] == ',';
+        CHECK(e->kind == (mirror__kind)k && e->name && e->shape && e->described,
+              "kind table: entry %zu is kind %d (%s), with a shape rule and a way back from its description", k,
+              (int)e->kind, e->name ? e->name : "no name");
+        CHECK(nargs == e->nargs, "kind table: %s writes %zu arguments (\"%s\") and reads %zu", e->name, nargs, args,
+              e->nargs);
+        CHECK(params == (e->tensors[1] != NULL) && params == (e->weight_shape != NULL) && params == (e->init != NULL),
+              "kind table: %s names its W and b, shapes W and initialises them, or has no parameters", e->name);
+        CHECK(!e->view || !e->forward, "kind table: %s is a view of its input and runs no forward", e->name);
     }
 }
 
@@ -1552,6 +1588,7 @@ int main(void)
     test_im2col();
     test_batched_im2col();
     test_maxpool();
+    test_kind_table();
     test_gradients();
     test_gradient_replicas(0);
     test_gradient_replicas(1);

@@ -122,9 +122,9 @@ static void test_sync(void)
             mirror_get_gradients(m, r - 1, gr, np);
             CHECK(apart_floats(gr, g1, np) <= 1e-5, "%zu replicas, batch %zu: the gradient of one replica (%.2g apart)",
                   r, batches[bi], apart_floats(gr, g1, np));
-            CHECK(apart_floats(m->running, one->running, one->nrunning) <= 1e-6,
+            CHECK(apart_floats(m->bn.running, one->bn.running, one->bn.nrunning) <= 1e-6,
                   "%zu replicas, batch %zu: the running statistics of one replica (%.2g apart)", r, batches[bi],
-                  apart_floats(m->running, one->running, one->nrunning));
+                  apart_floats(m->bn.running, one->bn.running, one->bn.nrunning));
             b = batch_of(40, 20);
             CHECK(mirror_evaluate_batch(one, &b, &e1) == MIRROR_OK && mirror_evaluate_batch(m, &b, &er) == MIRROR_OK &&
                       fabs(e1.loss_sum - er.loss_sum) <= 1e-5 * (1.0 + fabs(e1.loss_sum)),
@@ -162,14 +162,14 @@ static void test_local(void)
           "steps");
     mirror_get_gradients(sync, 0, ga, np);
     mirror_get_gradients(local, 0, gb, np);
-    CHECK(memcmp(ga, gb, np * sizeof(float)) == 0 && memcmp(sync->running, local->running, sync->nrunning * 4) == 0,
+    CHECK(memcmp(ga, gb, np * sizeof(float)) == 0 && memcmp(sync->bn.running, local->bn.running, sync->bn.nrunning * 4) == 0,
           "local on one replica: the synchronised gradient and running statistics, bit for bit");
     mirror_get_gradients(local3, 0, gb, np);
     CHECK(apart_floats(gb, ga, np) > 1e-3, "local on 3 replicas: each shard's own statistics, another gradient (%.2g)",
           apart_floats(gb, ga, np));
-    CHECK(apart_floats(local3->running, sync->running, 16) <= 1e-6,
+    CHECK(apart_floats(local3->bn.running, sync->bn.running, 16) <= 1e-6,
           "local on 3 replicas: the first layer's running statistics are the global batch's (%.2g)",
-          apart_floats(local3->running, sync->running, 16));
+          apart_floats(local3->bn.running, sync->bn.running, 16));
     CHECK(mirror_check_replicas(local3) == MIRROR_OK, "local on 3 replicas: the replicas stay equal: %s",
           mirror_model_error(local3));
     free(ga), free(gb);
@@ -211,22 +211,22 @@ static void test_running(void)
         for (i = 0; i < 4; i++) sum += x[i][c];
         for (i = 0; i < 4; i++) sq += (x[i][c] - sum / 4) * (x[i][c] - sum / 4);
         mean[c] = (float)(0.1 * sum / 4), var[c] = (float)(0.9 + 0.1 * sq / 3);
-        if (fabsf(m->running[c] - mean[c]) > 1e-6f || fabsf(m->running[3 + c] - var[c]) > 1e-6f) wrong++;
+        if (fabsf(m->bn.running[c] - mean[c]) > 1e-6f || fabsf(m->bn.running[3 + c] - var[c]) > 1e-6f) wrong++;
     }
     CHECK(wrong == 0, "running mean and variance after one step: 0.9 r + 0.1 batch (mean %g %g %g, var %g %g %g)",
-          (double)m->running[0], (double)m->running[1], (double)m->running[2], (double)m->running[3],
-          (double)m->running[4], (double)m->running[5]);
+          (double)m->bn.running[0], (double)m->bn.running[1], (double)m->bn.running[2], (double)m->bn.running[3],
+          (double)m->bn.running[4], (double)m->bn.running[5]);
     CHECK(mirror_predict(m, &x[0][0], 4, &y[0][0]) == MIRROR_OK, "predict: %s", mirror_model_error(m));
     for (wrong = 0, i = 0; i < 4; i++)
         for (c = 0; c < 3; c++)
             if (fabsf(y[i][c] - (x[i][c] - mean[c]) / sqrtf(var[c] + 1e-5f)) > 1e-5f) wrong++;
     CHECK(wrong == 0, "prediction normalises by the running statistics (y[0] = %g %g %g)", (double)y[0][0],
           (double)y[0][1], (double)y[0][2]);
-    memcpy(before, m->running, sizeof before);
+    memcpy(before, m->bn.running, sizeof before);
     memcpy(bad, x, sizeof bad);
     bad[2][1] = NAN;
     b.x = &bad[0][0];
-    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_ERR_NOT_FINITE && memcmp(before, m->running, sizeof before) == 0,
+    CHECK(mirror_train_step(m, &b, NULL) == MIRROR_ERR_NOT_FINITE && memcmp(before, m->bn.running, sizeof before) == 0,
           "a NaN sample: the step fails and the running statistics stay as they were");
     CHECK(mirror_predict(m, &x[0][0], 4, &t[0][0]) == MIRROR_OK && memcmp(t, y, sizeof y) == 0,
           "and prediction still normalises by them");
@@ -256,7 +256,7 @@ static void test_checkpoint(void)
         CHECK(mirror_train_step(a, &bt, NULL) == MIRROR_OK, "step %zu", k);
     }
     CHECK(mirror_checkpoint_save(a, path, NULL, 0) == MIRROR_OK, "save: %s", mirror_model_error(a));
-    CHECK(mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK && memcmp(a->running, b->running, a->nrunning * 4) == 0,
+    CHECK(mirror_checkpoint_load(b, path, 0, NULL) == MIRROR_OK && memcmp(a->bn.running, b->bn.running, a->bn.nrunning * 4) == 0,
           "load: the running statistics, bit for bit: %s", mirror_model_error(b));
     CHECK(mirror_predict(a, data.x + 50 * SIDE * SIDE, 20, pa) == MIRROR_OK &&
               mirror_predict(b, data.x + 50 * SIDE * SIDE, 20, pb) == MIRROR_OK &&
@@ -270,7 +270,7 @@ static void test_checkpoint(void)
         mirror_batch bt = batch_of(8 * k, 8);
         CHECK(mirror_train_step(a, &bt, NULL) == MIRROR_OK && mirror_train_step(b, &bt, NULL) == MIRROR_OK, "step %zu", k);
     }
-    CHECK(apart(a, b) <= 1e-5 && apart_floats(a->running, b->running, a->nrunning) <= 1e-6,
+    CHECK(apart(a, b) <= 1e-5 && apart_floats(a->bn.running, b->bn.running, a->bn.nrunning) <= 1e-6,
           "resumed on 3 replicas: three more steps as the model that saved it (%.2g)", apart(a, b));
 out:
     free(pa), free(pb);
@@ -302,11 +302,11 @@ static void test_deterministic(void)
             np = mirror_num_parameters(m);
             p = params_of(m, 0);
             if (!ref) {
-                ref = p, run = (float *)malloc(m->nrunning * sizeof(float)), pred = out, out = NULL;
-                if (run) memcpy(run, m->running, m->nrunning * sizeof(float));
+                ref = p, run = (float *)malloc(m->bn.nrunning * sizeof(float)), pred = out, out = NULL;
+                if (run) memcpy(run, m->bn.running, m->bn.nrunning * sizeof(float));
             } else {
                 CHECK(p && !memcmp(p, ref, np * sizeof(float)) && run &&
-                          !memcmp(m->running, run, m->nrunning * sizeof(float)) &&
+                          !memcmp(m->bn.running, run, m->bn.nrunning * sizeof(float)) &&
                           !memcmp(out, pred, 200 * sizeof(float)),
                       "deterministic resnet (SyncBatchNorm, dropout): %zu replicas give 1 replica's parameters, "
                       "running statistics and predictions, bit for bit",
@@ -529,7 +529,7 @@ static void test_offset(void)
                 double sum = 0.0, m2 = 0.0, d;
                 for (i = 0; i < OB; i++) sum += x[i][j];
                 for (i = 0; i < OB; i++) m2 += (x[i][j] - sum / OB) * (x[i][j] - sum / OB);
-                d = fabs(m->running[OF + j] - m2 / (OB - 1)) / (m2 / (OB - 1));
+                d = fabs(m->bn.running[OF + j] - m2 / (OB - 1)) / (m2 / (OB - 1));
                 if (!(d <= var_worst)) var_worst = d;
             }
             CHECK(fabs(met.loss_sum - ref) <= 1e-6 * ref && var_worst <= 5e-7,
@@ -541,7 +541,7 @@ static void test_offset(void)
             if (runs[ri].chunk && !runs[ri].local) { /* the parameters after the step, the running statistics */
                 float *keep = det[runs[ri].replicas > 1];
                 mirror_get_parameters(m, 0, keep, np);
-                memcpy(keep + np, m->running, 2 * OF * sizeof(float));
+                memcpy(keep + np, m->bn.running, 2 * OF * sizeof(float));
                 if (runs[ri].replicas > 1)
                     CHECK(!memcmp(det[0], det[1], sizeof det[0]),
                           "mean %g, deterministic: 3 replicas give 1 replica's parameters and running statistics, "
@@ -593,12 +593,12 @@ static void test_one_value(void)
     b.x = &x[0][0], b.targets = &t[0][0], b.n = 1;
     np = mirror_num_parameters(sync);
     mirror_get_parameters(sync, 0, p0, np);
-    memcpy(run, sync->running, sizeof run);
+    memcpy(run, sync->bn.running, sizeof run);
     CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_ERR_ARGUMENT &&
               strstr(mirror_model_error(sync), "single value per channel"),
           "synchronised, a batch of 1: refused: %s", mirror_model_error(sync));
     mirror_get_parameters(sync, 0, p1, np);
-    CHECK(!memcmp(p0, p1, np * sizeof(float)) && !memcmp(run, sync->running, sizeof run) && sync->steps == 0,
+    CHECK(!memcmp(p0, p1, np * sizeof(float)) && !memcmp(run, sync->bn.running, sizeof run) && sync->steps == 0,
           "and nothing changed");
     b.n = 2;
     CHECK(mirror_train_step(sync, &b, NULL) == MIRROR_OK, "a batch of 2: %s", mirror_model_error(sync));

@@ -756,11 +756,11 @@ static void test_shard_modes(void)
             for (r = 0; on && off && r < R; r++) {
                 mirror_memory_report_get(on, r, &a);
                 mirror_memory_report_get(off, r, &b);
-                CHECK(b.optimizer == off->nstate * sizeof(float), "unsharded: every replica holds the whole state "
+                CHECK(b.optimizer == off->sizes.nstate * sizeof(float), "unsharded: every replica holds the whole state "
                       "(%zu bytes)", b.optimizer);
                 sum += a.optimizer, most = a.optimizer > most ? a.optimizer : most;
             }
-            whole = off ? off->nstate * sizeof(float) : 0; /* the arena's, padding included */
+            whole = off ? off->sizes.nstate * sizeof(float) : 0; /* the arena's, padding included */
 #if MIRROR_CPU_SHARED_UPDATE
             CHECK(sum == whole && most == whole, "sharded on shared memory: one state, on replica 0 (%zu bytes of "
                   "%zu)", sum, whole);
@@ -1171,7 +1171,7 @@ static void test_input_upload(void)
             mirror_strategy_destroy(s);
             continue;
         }
-        in = m->in_size;
+        in = m->sizes.in;
         memset(&up, 0, sizeof up);
         up.m = m, m->be = &be;
         CHECK(step(m, 0, 10, perm) == MIRROR_OK, "input upload, %s: a step", name);

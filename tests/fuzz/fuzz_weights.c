@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&h, 0, sizeof h);
     if (!m) return 0;
     params = (float *)mirror__zalloc(m->nslots, sizeof(float));
-    running = (float *)mirror__zalloc(m->nrunning + 1, sizeof(float));
+    running = (float *)mirror__zalloc(m->bn.nrunning + 1, sizeof(float));
     if (params && running && mirror__safetensors_header(m, "fuzz", data, size, &h, &text, &data_size) == MIRROR_OK)
         mirror__convert_weights(m, data + (size - data_size), data_size, &h, params, running, &why);
     mirror__header_free(&h);

@@ -1520,7 +1520,7 @@ static void test_chunk_alignment_gpu(void)
             const mirror__layer *l = &one->layers[i];
             if (memcmp(a + l->w_off, b + l->w_off, l->n_w * 4) || memcmp(a + l->b_off, b + l->b_off, l->n_b * 4))
                 snprintf(first, sizeof first, "chunk %zu, layer %zu (%s), its %s", q, i,
-                         mirror__kind_names[l->kind], memcmp(a + l->w_off, b + l->w_off, l->n_w * 4) ? "W" : "b");
+                         mirror__kinds[l->kind].name, memcmp(a + l->w_off, b + l->w_off, l->n_w * 4) ? "W" : "b");
         }
     }
     CHECK(bad == 0, "deterministic mode: every chunk's gradient arena at 256 bytes on one GPU replica (%zu not)", bad);

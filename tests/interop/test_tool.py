@@ -2,7 +2,8 @@
 """test_tool.py - tools/mirror_model.py refuses what mirror refuses, in one line, and never destroys a file.
 
 Needs numpy and safetensors only (the tool's own needs); the checkpoints are
-written here by hand. Checks that every argument of a model description is
+written here by hand. Checks that the tool knows every layer kind of mirror.h's
+table and the arguments its description takes, that every argument of a model description is
 held to mirror.h's ranges (mirror_model_from_checkpoint's parser and each
 layer's checks: the edges accepted, one step past them refused), that a
 file's tensors are checked against the description (shape, dtype, finite
@@ -21,6 +22,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -284,11 +286,24 @@ def outputs(tmp):
     wanted(j("old.onnx"), "--onnx", "onnx")  # the others write through the same _replace (test_export.py)
 
 
+def kinds(tmp):
+    """The tool knows every layer kind of mirror.h's table (mirror__kinds), with the arguments its description
+    writes: a kind added to mirror.h and not to the tool fails here."""
+    del tmp
+    with open(os.path.join(ROOT, "mirror.h")) as f:
+        text = f.read()
+    start = text.index("static const mirror__kind_info mirror__kinds[")
+    table = text[start:text.index("\n};", start)]
+    kinds = {name: int(n) for name, n in re.findall(r'\.name = "([a-z_0-9]+)",.*?\.nargs = (\d+),', table, re.S)}
+    check(len(kinds) >= 14 and kinds == mirror_model.ARITY,
+          f"the tool's layer kinds and their arguments {mirror_model.ARITY} are mirror.h's {kinds}")
+
+
 def main():
     start = time.time()
     tmp = tempfile.mkdtemp(prefix="mirror_tool_")
     try:
-        for part in (descriptions, tensors, outputs):
+        for part in (kinds, descriptions, tensors, outputs):
             os.mkdir(os.path.join(tmp, part.__name__))
             try:
                 part(os.path.join(tmp, part.__name__))
