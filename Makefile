@@ -1,14 +1,56 @@
-# mirror: make (examples), make labs (examples/labs), make run (train), make
-# test (everything that runs on this machine), make test-gpu (on a GPU),
-# make bench, make gpu-pack
-# (the GPU checks built here for a GPU machine), make gpu-report RESULTS=DIR,
-# make install PREFIX=/usr/local (the headers and pkg-config's mirror.pc and
-# mirror-cuda.pc; DESTDIR, INCLUDEDIR, PKGCONFIGDIR), make uninstall, make
-# test-install, make test-interop (ONNX, PyTorch and TensorBoard, with
-# packages from pip).
-# Variables: CC, OPT, DEBUG, ARCH, BUILD, SAN (address | thread | valgrind),
-# NO_ZLIB=1, MIRROR_CBLAS=1 (with CBLAS_LIBS, default -lopenblas), CUDA_PATH,
-# NCCL_HOME, NO_CUDA=1, CUDA_ARCH, PACK_CUDA_ARCH (the GPU pack's).
+# mirror's Makefile. make help prints the list below: the targets a user
+# and a contributor run, and the variables that change the build. It is the
+# one list (tests/run.sh checks that each target it names exists, that it
+# names every target the README tells a user to run, and each .PHONY one).
+define HELP
+make TARGET [VARIABLE=value ...]; make info says what the probes found here.
+
+For users:
+  make                        build/train, build/hello, build/scaling (+ CUDA, MPI trainers)
+  make run                    trains a small CNN on synthetic digits (RUN_ARGS: its options)
+  make test                   everything that runs on this machine: "N passed, N failed"
+  make labs                   the labs of examples/labs, a course in order
+  make bench                  the CPU benchmarks: a step's parts, the GEMM against OpenBLAS
+  make install                the headers, mirror.pc and mirror-cuda.pc under PREFIX
+  make uninstall              removes those four files, nothing else
+  make test-gpu               the CUDA operations against the CPU backend, on this machine's GPUs
+  make bench-gpu              the GPU benchmarks, each beside PyTorch's
+  make gpu-pack               build/gpu-pack: the GPU programs for a GPU machine without nvcc
+  make gpu-report RESULTS=DIR   bench/GPU.md from a GPU run's results (GPU_MD: elsewhere)
+  make info                   the compiler, and whether zlib, CBLAS, nvcc, NCCL, MPI were found
+  make clean                  removes build/
+  make help                   this list
+
+For contributors:
+  make test SAN=address       the suite under ASan and UBSan (thread: TSan; valgrind: memcheck)
+  make build/test_layers      one test program (build/chunked_test_layers: a variant's macros)
+  make test-targets           GEMM, thread, API tests for other x86-64 levels, clang, arm64
+  make test-crash             kills the trainer 20 times while it checkpoints; it resumes
+  make test-install           install to a temporary prefix, build with pkg-config, uninstall
+  make test-interop           exports against ONNX Runtime and PyTorch; TensorBoard's reader
+  make fuzz                   libFuzzer on the loaders and options (clang; FUZZ_SECONDS)
+  make bench-peers            mirror against PyTorch and TensorFlow on the CPU
+  make bench-mpi              2 processes against 2 replicas against PyTorch DDP
+  make bench-fused            the fused mixed-precision update in GB/s against a copy
+  make bench-guard            fails where the GEMM falls below 0.3x OpenBLAS (CI)
+
+Variables:
+  CC CFLAGS LDLIBS            the C compiler and extra flags
+  OPT DEBUG ARCH              -O3, -g, -march=native unless set (SAN changes them)
+  BUILD                       where programs go: build (build/asan etc. under SAN)
+  SAN                         address | thread | valgrind
+  NO_ZLIB=1                   no zlib, even where it is found (no .gz files)
+  MIRROR_CBLAS=1 CBLAS_LIBS   the GEMM from a CBLAS (CBLAS_LIBS: -lopenblas unless set)
+  NO_CUDA=1 NO_MPI=1          no CUDA, no MPI programs, even where nvcc, mpicc are
+  CUDA_PATH NCCL_HOME NVCC    where CUDA and NCCL are (/usr/local/cuda)
+  CUDA_ARCH                   the GPUs: 90, "80 90", native (unset: each major from sm_75)
+  PACK_CUDA_ARCH              the GPU pack's (each major from sm_75)
+  MPICC MPIRUN CLANG          the MPI compiler and launcher, the fuzzers' compiler
+  PREFIX DESTDIR              where make install writes (/usr/local; DESTDIR stages)
+  INCLUDEDIR PKGCONFIGDIR     the headers' and .pc files' folders (under PREFIX)
+  RUN_ARGS FUZZ_SECONDS       make run's options, make fuzz's seconds a target
+  GPU_SECONDS                 make test-gpu's deadline (900)
+endef
 
 CC    ?= cc
 CXX   ?= c++
@@ -184,7 +226,18 @@ all: info $(EXAMPLES)
 info:
 	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no) nccl=$(if $(HAVE_NCCL),yes,no) mpi=$(if $(HAVE_MPI),$(MPICC),no) build=$(BUILD)"
 
-$(BUILD)/%: examples/%.c examples/models.h examples/options.h mirror.h | $(BUILD)
+help:
+	@:$(info $(HELP))
+
+# The headers the programs include, each list once: a change to one
+# rebuilds every program that includes it (the examples, the CUDA files
+# besides their own, the benchmarks, the test programs).
+EXAMPLE_HEADERS = examples/models.h examples/options.h mirror.h
+CUDA_HEADERS    = mirror_cuda.h mirror.h
+BENCH_HEADERS   = bench/fma_chains.h examples/models.h mirror.h
+TEST_HEADERS    = tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h
+
+$(BUILD)/%: examples/%.c $(EXAMPLE_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # At -O1: each lab runs in well under a second, and compiles in a third
@@ -198,7 +251,7 @@ $(BUILD)/lab7_processes: examples/labs/lab7_processes.c mirror.h | $(BUILD)
 
 labs: info $(LABS)
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c $(TEST_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # The table of backend op cases (test_ops here, test_cuda on a GPU).
@@ -207,33 +260,36 @@ $(BUILD)/test_ops: tests/ops.h
 $(BUILD)/test_norm: tests/resnet_case.h
 
 # The MPI trainer and tests: the same sources with MIRROR_MPI, through mpicc.
-$(BUILD)/train_mpi: examples/train.c examples/models.h examples/options.h mirror.h | $(BUILD)
+$(BUILD)/train_mpi: examples/train.c $(EXAMPLE_HEADERS) | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/test_mpi: tests/mpi/test_mpi.c tests/check.h tests/digits.h mirror.h | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
 # The CUDA trainer: examples/train.c from C, the library from the one .cu file.
-$(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
+$(BUILD)/mirror_cuda.o: examples/mirror_cuda.cu $(CUDA_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/train_cuda: examples/train.c examples/models.h examples/options.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
+$(BUILD)/train_cuda: examples/train.c $(EXAMPLE_HEADERS) $(BUILD)/mirror_cuda.o | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The CUDA + MPI trainer, where nvcc and mpicc both are: the library
 # compiled by nvcc with MIRROR_MPI and MPI's include flags, linked by mpicc.
 MPI_CFLAGS = $(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show 2>/dev/null))
-$(BUILD)/mirror_cuda_mpi.o: examples/mirror_cuda.cu mirror_cuda.h mirror.h | $(BUILD)
+$(BUILD)/mirror_cuda_mpi.o: examples/mirror_cuda.cu $(CUDA_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -DMIRROR_MPI -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $(MPI_CFLAGS) -c $< -o $@
 
-$(BUILD)/train_cuda_mpi: examples/train.c examples/models.h examples/options.h $(BUILD)/mirror_cuda_mpi.o mirror.h | $(BUILD)
+$(BUILD)/train_cuda_mpi: examples/train.c $(EXAMPLE_HEADERS) $(BUILD)/mirror_cuda_mpi.o | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI -DTRAIN_LINKS_MIRROR $< $(BUILD)/mirror_cuda_mpi.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU tests: built by make test wherever nvcc is, run by make test-gpu.
-$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h tests/helpers.h tests/ops.h mirror_cuda.h mirror.h | $(BUILD)
+$(BUILD)/test_cuda.o: tests/gpu/test_cuda.cu tests/check.h tests/helpers.h tests/ops.h $(CUDA_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/test_cuda: $(BUILD)/test_cuda.o
+# The programs whose main is in a .cu file (test_cuda, gpu_info, the fused
+# update's benchmark), linked by the C++ driver.
+CUDA_LINKED = $(BUILD)/test_cuda $(BUILD)/gpu_info $(BUILD)/bench_fused_cuda
+$(CUDA_LINKED): %: %.o
 	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The versions a GPU run is recorded with, and one kernel launched.
@@ -242,9 +298,6 @@ $(BUILD)/test_cuda: $(BUILD)/test_cuda.o
 CUDA_CODES = $(filter sm_% compute_%,$(subst code=,,$(subst [,,$(subst ],,$(subst $(comma), ,$(CUDA_GENCODE))))))
 $(BUILD)/gpu_info.o: tests/gpu/gpu_info.cu | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -DGPU_INFO_CODES='"$(CUDA_CODES)"' -c $< -o $@
-
-$(BUILD)/gpu_info: $(BUILD)/gpu_info.o
-	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 # The GPU pack: the GPU programs built here for a GPU machine that may
 # have no compiler, no network, no MPI, no NCCL and no AVX-512: host code
@@ -373,26 +426,24 @@ GPU_SECONDS ?= 900
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(BUILD)/gpu_info $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" GPU_SECONDS="$(GPU_SECONDS)" sh tests/gpu/run.sh
 
-$(BUILD)/nozlib_test_loaders: tests/test_loaders.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
+$(BUILD)/nozlib_test_loaders: tests/test_loaders.c $(TEST_HEADERS) | $(BUILD)
 	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
-$(BUILD)/chunked_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_GEMM_ROWS_FREE=0 $< -o $@ $(LDLIBS_ALL)
-
-$(BUILD)/keptcols_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 -DMIRROR_CPU_GROUP_BYTES=1 $< -o $@ $(LDLIBS_ALL)
-
-$(BUILD)/aligned_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_PARAM_ALIGN=64 $< -o $@ $(LDLIBS_ALL)
-
-$(BUILD)/sliced_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_SHARED_UPDATE=0 $< -o $@ $(LDLIBS_ALL)
-
-$(BUILD)/graphs_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_CPU_GRAPHS=1 $< -o $@ $(LDLIBS_ALL)
-
-$(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
-	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)
+# The test programs built again with option macros (the TESTS list above
+# says which, and why): build/VARIANT_NAME from tests/NAME.c with
+# TEST_VARIANT_VARIANT's macros, for each VARIANT in TEST_VARIANTS.
+TEST_VARIANTS = chunked keptcols aligned sliced graphs noatomics
+TEST_VARIANT_chunked   = -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_GEMM_ROWS_FREE=0
+TEST_VARIANT_keptcols  = -DMIRROR_CPU_CONV_CHUNK=4 -DMIRROR_CPU_KEEP_COLS=0x40000000 -DMIRROR_CPU_GROUP_BYTES=1
+TEST_VARIANT_aligned   = -DMIRROR_CPU_PARAM_ALIGN=64
+TEST_VARIANT_sliced    = -DMIRROR_CPU_SHARED_UPDATE=0
+TEST_VARIANT_graphs    = -DMIRROR_CPU_GRAPHS=1
+TEST_VARIANT_noatomics = -DMIRROR_NO_ATOMICS
+define TEST_VARIANT_RULE
+$$(BUILD)/$(1)_%: tests/%.c $$(TEST_HEADERS) | $$(BUILD)
+	$$(CC) $$(CFLAGS_ALL) $$(TEST_VARIANT_$(1)) $$< -o $$@ $$(LDLIBS_ALL)
+endef
+$(foreach v,$(TEST_VARIANTS),$(eval $(call TEST_VARIANT_RULE,$(v))))
 
 $(BUILD):
 	mkdir -p $@
@@ -431,16 +482,13 @@ bench-fused: info $(BUILD)/bench_fused
 $(BUILD)/bench_fused: bench/bench_fused.c bench/fused_body.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/bench_fused_cuda.o: bench/bench_fused_cuda.cu bench/fused_body.h mirror_cuda.h mirror.h | $(BUILD)
+$(BUILD)/bench_fused_cuda.o: bench/bench_fused_cuda.cu bench/fused_body.h $(CUDA_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-
-$(BUILD)/bench_fused_cuda: $(BUILD)/bench_fused_cuda.o
-	$(CXX) $(SAN_FLAGS) $< -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
 $(BUILD)/bench_gpu: bench/bench_gpu.c examples/models.h $(BUILD)/mirror_cuda.o mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< $(BUILD)/mirror_cuda.o -o $@ $(CUDA_LIBS) $(LDLIBS_ALL)
 
-$(BUILD)/bench_train: bench/bench_train.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_train: bench/bench_train.c $(BENCH_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 $(BUILD)/bench_gemm: bench/bench_gemm.c mirror.h | $(BUILD)
@@ -455,13 +503,13 @@ bench-peers: info $(BUILD)/bench_peers $(BUILD)/bench_peers_O2 $(if $(HAVE_CLANG
 	@python3 -c 'import torch, tensorflow, numpy' 2>/dev/null || python3 -m pip install -q torch tensorflow-cpu numpy
 	BUILD="$(BUILD)" MIRROR_BUILDS="$(PEER_BUILDS)" python3 bench/peers.py
 
-$(BUILD)/bench_peers: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers: bench/bench_peers.c $(BENCH_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/bench_peers_O2: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers_O2: bench/bench_peers.c $(BENCH_HEADERS) | $(BUILD)
 	$(CC) $(filter-out -O%,$(CFLAGS_ALL)) -O2 $< -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/bench_peers_clang: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers_clang: bench/bench_peers.c $(BENCH_HEADERS) | $(BUILD)
 	$(CLANG) $(CFLAGS_ALL) $< -o $@ $(LDLIBS_ALL)
 
 # 2 processes x 1 replica against 1 process x 2 replicas against PyTorch DDP
@@ -470,7 +518,7 @@ bench-mpi: info $(BUILD)/bench_peers $(BUILD)/bench_peers_mpi
 	@python3 -c 'import torch, numpy' 2>/dev/null || python3 -m pip install -q torch numpy
 	BUILD="$(BUILD)" MPIRUN="$(MPIRUN)" python3 bench/mpi.py
 
-$(BUILD)/bench_peers_mpi: bench/bench_peers.c bench/fma_chains.h examples/models.h mirror.h | $(BUILD)
+$(BUILD)/bench_peers_mpi: bench/bench_peers.c $(BENCH_HEADERS) | $(BUILD)
 	$(MPICC) $(CFLAGS_ALL) -DMIRROR_MPI $< -o $@ $(LDLIBS_ALL)
 
 # Checkpoints out to ONNX Runtime and PyTorch (tools/mirror_model.py): the
@@ -508,6 +556,6 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info labs run test test-crash test-gpu test-targets test-interop bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
+.PHONY: all info help labs run test test-crash test-gpu test-targets test-interop bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
         gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report install uninstall test-install
 .PRECIOUS: $(BUILD)/%

@@ -691,6 +691,31 @@ gpu 0: Stand-in, compute capability 6.1, 8.0 GiB, 20 SMs, code none (no SASS for
     check "run.sh: a driver older than the pack's runtime, and a GPU the pack has no code for, stop the run saying so" pack_stops
 fi
 
+# make help, the Makefile's one list of what to run (its HELP): each target
+# it names exists (make -n of them all, where make names the one missing),
+# and it names each target the README tells a reader to run and each .PHONY
+# one (the GPU pack's steps aside); each variable it names is one the
+# Makefile reads. Bare make is the default goal, all. The probes are off:
+# what exists does not depend on them.
+help_is_whole() {
+    hmake() { MAKEFLAGS='' make --no-print-directory NO_CUDA=1 NO_MPI=1 NO_ZLIB=1 "$@"; }
+    hmake -s help >"$tmp/help.txt" || return 1
+    awk -F '  +' '$2 ~ /^make( |$)/ { n = split($2, w, " "); print (n < 2 || w[2] ~ /=/) ? "all" : w[2] }' \
+        "$tmp/help.txt" | sort -u >"$tmp/help.targets"
+    { grep -o '`make[^`]*`' README.md | tr -d '`'; grep -E '^make( |$)' README.md; } |
+        awk '{ print (NF < 2 || $2 ~ /=/) ? "all" : $2 }' | sort -u >"$tmp/readme.targets"
+    sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/\\$//' | tr -s ' \t' '\n\n' |
+        grep -v -e '^$' -e '^gpu-pack-' | sort -u >"$tmp/phony.targets"
+    awk '/^Variables:/ { v = 1; next } v && NF { split($0, f, "  +"); print f[2] }' "$tmp/help.txt" |
+        tr ' ' '\n' | sed 's/=.*//' | grep . >"$tmp/help.vars"
+    echo "not in make help:" $(comm -23 "$tmp/readme.targets" "$tmp/help.targets") $(comm -23 "$tmp/phony.targets" "$tmp/help.targets")
+    for v in $(cat "$tmp/help.vars"); do grep -qF "\$($v)" Makefile || { echo "make help names $v, which the Makefile does not read"; return 1; }; done
+    test "$(wc -l <"$tmp/help.targets")" -ge 20 && test "$(wc -l <"$tmp/help.vars")" -ge 20 &&
+        test -z "$(comm -23 "$tmp/readme.targets" "$tmp/help.targets")" && test -z "$(comm -23 "$tmp/phony.targets" "$tmp/help.targets")" &&
+        hmake -n $(cat "$tmp/help.targets") >/dev/null
+}
+check "make help: each target it names exists; it names the README's and the .PHONY ones; its variables are the Makefile's" help_is_whole
+
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (tests/install.sh; make test-install alone).
 # In the plain run only: it builds nothing under a sanitizer.
