@@ -2972,34 +2972,42 @@ struct mirror_model {
     size_t untaken;      /* samples of the steps whose metrics stay on the device */
 
     /* ---- fit: what mirror_fit sets for the steps it runs ---- */
-    int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
-    int in_fit;             /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
-    volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
-    uint64_t augment_key;   /* fit's augmentation of the training samples this epoch, */
-    size_t augment_pad;     /* off while pad and flip are 0 */
-    int augment_flip;
-    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+    struct {
+        int lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
+        int running;        /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
+        volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
+        uint64_t augment_key;   /* fit's augmentation of the training samples this epoch, */
+        size_t augment_pad;     /* off while pad and flip are 0 */
+        int augment_flip;
+        uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+        const mirror__epoch_sums *saving_sums; /* fit's, while it saves a checkpoint mid-epoch (else NULL) */
+        mirror__epoch_sums resumed_sums;       /* the checkpoint just loaded's, for the next fit (kept 0: none) */
+    } fit;
     /* The file the parameters were last loaded from (mirror_weights_source;
-       path NULL: none), and which file it is (device and inode; has_file 0:
-       not known), for fit's outputs to spare it. */
-    mirror_weights_source source;
-    char *source_path;
-    uint64_t source_dev, source_ino;
-    int source_has_file;
-    const mirror__epoch_sums *saving_sums; /* fit's, while it saves a checkpoint mid-epoch (else NULL) */
-    mirror__epoch_sums resumed_sums;       /* the checkpoint just loaded's, for the next fit (kept 0: none) */
+       its path NULL: none), and which file it is (device and inode; has_file
+       0: not known), for fit's outputs to spare it. */
+    struct {
+        mirror_weights_source told;
+        char *path;
+        uint64_t dev, ino;
+        int has_file;
+    } source;
     /* Data in device memory: fit's training set (0) and the set evaluated
        (1), the one that the steps at hand read (NULL: the host gathers),
        and fit's data_on_device while it runs. */
-    mirror__resident data[2];
-    const mirror__resident *data_at;
-    const mirror__resident *data_kept; /* mirror_keep_data's, or NULL */
-    int data_place;
+    struct {
+        mirror__resident sets[2];
+        const mirror__resident *at;
+        const mirror__resident *kept; /* mirror_keep_data's, or NULL */
+        int place;
+    } resident;
 
-    /* ---- timing: a ring of the last trace_steps steps' phases (off while trace_steps is 0) ---- */
-    struct mirror__span *spans;
-    size_t trace_steps, span_cap, span_next, span_count;
-    double t_origin;
+    /* ---- timing: a ring of the last `steps` steps' phases (off while steps is 0) ---- */
+    struct {
+        struct mirror__span *spans;
+        size_t steps, cap, next, count;
+        double origin;
+    } trace;
 
     /* ---- normalisation: the running mean and variance of every batchnorm
        layer (host, the same on every replica and process), a copy from
@@ -6841,7 +6849,7 @@ static int mirror__reduce_gradients(mirror_model *m, int rc, int onto, int last)
     if (s->processes > 1) {
         int reduced;
         s->status = rc;
-        s->stop_asked = m->stop && *m->stop;
+        s->stop_asked = m->fit.stop && *m->fit.stop;
         s->scatter = m->across && last;
         reduced = m->chunk    ? mirror__sum_chunks(m, onto)
                   : m->format ? s->reducer->all_reduce_half(s, m->grad16_bufs, m->nslots, m->format, &m->err)
@@ -6883,10 +6891,10 @@ static int mirror__from_leader(mirror_model *m, int rc)
    words, for messages that compare processes. */
 static const char *mirror__source_words(const mirror_model *m, char *words, size_t size)
 {
-    if (!m->source.path) snprintf(words, size, "no file");
+    if (!m->source.told.path) snprintf(words, size, "no file");
     else
-        snprintf(words, size, "the %s %s (crc32 %08lx)", m->source.checkpoint ? "checkpoint" : "weights file",
-                 m->source.path, (unsigned long)m->source.crc32);
+        snprintf(words, size, "the %s %s (crc32 %08lx)", m->source.told.checkpoint ? "checkpoint" : "weights file",
+                 m->source.told.path, (unsigned long)m->source.told.crc32);
     return words;
 }
 
@@ -7307,7 +7315,7 @@ static int mirror__reduce_in_jobs(const mirror_model *m)
 static void mirror__mark_reduce(mirror_model *m, int slot)
 {
     size_t r;
-    for (r = 0; m->trace_steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
+    for (r = 0; m->trace.steps && !mirror__reduce_in_jobs(m) && r < m->s->replicas; r++)
         m->be->mark(m->rep[r].dev, slot);
 }
 
@@ -7364,7 +7372,7 @@ static void mirror__sharded_host_check_job(void *ctx, size_t worker)
     mirror__replica *r = &m->rep[worker];
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
-    int finite = 1, marks = m->trace_steps && mirror__reduce_in_jobs(m);
+    int finite = 1, marks = m->trace.steps && mirror__reduce_in_jobs(m);
     if (m->across) {
         mirror__across_check(m, r, worker);
         return;
@@ -7396,7 +7404,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
     mirror__replica *r = &m->rep[worker];
     size_t begin, count, end, len, i;
     uint32_t found = 0;
-    if (m->trace_steps && !m->across) m->be->mark(r->dev, 6);
+    if (m->trace.steps && !m->across) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
     mirror__host_slice(m, worker, &begin, &count);
     for (i = 0; i < m->s->replicas; i++) found |= m->found[i];
@@ -7405,7 +7413,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
         if (!m->across) mirror__clip(m, r); /* across: the verdict's norm */
         mirror__update_mixed(m, r, begin, count);
         mirror__gather_slice(m, worker, begin, count);
-        if (m->trace_steps && !m->across) m->be->mark(r->dev, 7);
+        if (m->trace.steps && !m->across) m->be->mark(r->dev, 7);
         return;
     }
     mirror_hd_guard(r->scaler, !found, m->steps);
@@ -7415,7 +7423,7 @@ static void mirror__sharded_host_update_job(void *ctx, size_t worker)
         mirror__update_fp32(m, r, begin, len);
         mirror__gather_slice(m, worker, begin, len);
     }
-    if (m->trace_steps && !m->across) m->be->mark(r->dev, 7);
+    if (m->trace.steps && !m->across) m->be->mark(r->dev, 7);
 }
 
 /* The update sharded across processes too (shard_update on, CPU
@@ -7571,7 +7579,7 @@ static void mirror__slice_stats_job(void *ctx, size_t worker)
     mirror__replica *r = &m->rep[worker];
     size_t begin = worker * m->slice;
     m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 6);
+    if (m->trace.steps) m->be->mark(r->dev, 6);
     m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
                        m->slice, m->format, r->scaler, mirror__slice_norm(m));
 }
@@ -7597,7 +7605,7 @@ static void mirror__slice_gathered_job(void *ctx, size_t worker)
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 7);
+    if (m->trace.steps) m->be->mark(r->dev, 7);
 }
 
 static int mirror__sharded_devices_update(mirror_model *m, mirror__job *job)
@@ -7691,11 +7699,11 @@ typedef struct mirror__span {
 
 static void mirror__span_push(mirror_model *m, uint64_t step, size_t replica, int phase, double t0, double t1)
 {
-    mirror__span *sp = &m->spans[m->span_next];
+    mirror__span *sp = &m->trace.spans[m->trace.next];
     sp->step = step, sp->replica = (uint32_t)replica, sp->phase = (uint32_t)phase;
-    sp->t0 = t0 - m->t_origin, sp->t1 = t1 - m->t_origin;
-    m->span_next = (m->span_next + 1) % m->span_cap;
-    if (m->span_count < m->span_cap) m->span_count++;
+    sp->t0 = t0 - m->trace.origin, sp->t1 = t1 - m->trace.origin;
+    m->trace.next = (m->trace.next + 1) % m->trace.cap;
+    if (m->trace.count < m->trace.cap) m->trace.count++;
 }
 
 /* After a compute job: each replica's gather, forward and backward. */
@@ -7703,7 +7711,7 @@ static void mirror__mark_compute(mirror_model *m, uint64_t step)
 {
     double t[MIRROR__MARKS];
     size_t r;
-    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+    for (r = 0; m->trace.steps && r < m->s->replicas; r++) {
         m->be->marks(m->rep[r].dev, t, 4);
         mirror__span_push(m, step, r, MIRROR_PHASE_GATHER, t[0], t[1]);
         mirror__span_push(m, step, r, MIRROR_PHASE_FORWARD, t[1], t[2]);
@@ -7717,7 +7725,7 @@ static void mirror__mark_update(mirror_model *m, uint64_t step)
 {
     double t[MIRROR__MARKS];
     size_t r;
-    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+    for (r = 0; m->trace.steps && r < m->s->replicas; r++) {
         m->be->marks(m->rep[r].dev, t, MIRROR__MARKS);
         mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
         mirror__span_push(m, step, r, MIRROR_PHASE_UPDATE, t[6], t[7]);
@@ -7743,12 +7751,12 @@ static int mirror__resident_over(const mirror__resident *d, const mirror_batch *
 }
 
 /* The data on the device that batch b reads: what fit or evaluate keeps
-   there (m->data_at), or mirror_keep_data, when b is over its very arrays;
+   there (m->resident.at), or mirror_keep_data, when b is over its very arrays;
    else NULL. */
 static const mirror__resident *mirror__resident_of(const mirror_model *m, const mirror_batch *b)
 {
-    return mirror__resident_over(m->data_at, b)     ? m->data_at
-           : mirror__resident_over(m->data_kept, b) ? m->data_kept
+    return mirror__resident_over(m->resident.at, b)     ? m->resident.at
+           : mirror__resident_over(m->resident.kept, b) ? m->resident.kept
                                                     : NULL;
 }
 
@@ -7971,7 +7979,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
         r->row0 = job->row0 + job->offset + r->begin;
         r->training = job->mode == MIRROR__TRAIN;
         r->bucketing = m->bucketed && r->training && job->last, r->bucket = 0;
-        if (m->trace_steps) m->be->mark(r->dev, 0);
+        if (m->trace.steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
         if (r->training && m->dropouts) { /* the update writes its own fields later */
             mirror__tick t;
@@ -7979,11 +7987,11 @@ static void mirror__compute_job(void *ctx, size_t worker)
             t.step = m->steps + 1, t.row0 = r->row0;
             m->be->set(r->dev, r->tick, &t, sizeof t);
         }
-        if (m->trace_steps) m->be->mark(r->dev, 1);
+        if (m->trace.steps) m->be->mark(r->dev, 1);
         r->loss_sum = 0.0;
         r->correct_sum = 0;
     }
-    if (m->graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
+    if (m->graphs && r->training && !m->trace.steps) { /* one job, the whole pass: no batchnorm */
         mirror__graph_step(m, r, job, MIRROR__PASS_GRAPH);
         if (job->metrics_now) mirror__take_loss(m, r);
         return;
@@ -7991,7 +7999,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     if (!job->backward) {
         mirror__forward(m, r, r->count, job->from, job->stop);
         if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
-        if (m->trace_steps) m->be->mark(r->dev, 2);
+        if (m->trace.steps) m->be->mark(r->dev, 2);
         if (job->mode == MIRROR__PREDICT) {
             size_t n = r->count * m->out_size, i;
             float *dst = job->predict_out + (job->offset + r->begin) * m->out_size;
@@ -8009,7 +8017,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
     /* the metrics, once the pass is done or, training, its backward queued to the end */
     if (job->metrics_now && (job->mode != MIRROR__TRAIN || job->back_stop == (size_t)-1)) mirror__take_loss(m, r);
-    if (m->trace_steps) m->be->mark(r->dev, 3);
+    if (m->trace.steps) m->be->mark(r->dev, 3);
 }
 
 /* Replica `worker` applies the optimizer to its own copy, with the reduced
@@ -8022,13 +8030,13 @@ static void mirror__update_job(void *ctx, size_t worker)
     mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 6);
+    if (m->trace.steps) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
-    if (m->graphs && !m->trace_steps)
+    if (m->graphs && !m->trace.steps)
         mirror__graph_step(m, r, job, MIRROR__UPDATE_GRAPH);
     else
         mirror__queue_update(m, r);
-    if (m->trace_steps) m->be->mark(r->dev, 7);
+    if (m->trace.steps) m->be->mark(r->dev, 7);
 }
 
 /* The batchnorm layers where a training pass pauses: the first at or
@@ -8310,7 +8318,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     job.mode = MIRROR__TRAIN;
     job.inv_count = 1.0f / (float)total; /* the gradient of the mean over all k */
     job.metrics_now = out != NULL;
-    job.augment_key = m->augment_key, job.augment_pad = m->augment_pad, job.augment_flip = m->augment_flip;
+    job.augment_key = m->fit.augment_key, job.augment_pad = m->fit.augment_pad, job.augment_flip = m->fit.augment_flip;
     for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
         job.batch = &micro[j];
         job.data = mirror__resident_of(m, &micro[j]);
@@ -10119,7 +10127,7 @@ static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
 static void mirror__free_replicas(mirror_model *m)
 {
     size_t r, k;
-    for (k = 0; m->rep && k < 2; k++) mirror__resident_free(m, &m->data[k]);
+    for (k = 0; m->rep && k < 2; k++) mirror__resident_free(m, &m->resident.sets[k]);
     for (r = 0; m->rep && r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         if (!p->dev) continue;
@@ -10190,15 +10198,15 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
 {
     mirror_strategy *s;
     if (!m) return;
-    if (m->in_fit) { /* from fit's hook: the fit would go on in freed memory */
+    if (m->fit.running) { /* from fit's hook: the fit would go on in freed memory */
         mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_destroy: called inside mirror_fit on this model (from a hook); "
                                           "not destroyed");
         return;
     }
     s = m->s;
     mirror__free_replicas(m);
-    MIRROR_FREE(m->spans);
-    MIRROR_FREE(m->source_path);
+    MIRROR_FREE(m->trace.spans);
+    MIRROR_FREE(m->source.path);
     MIRROR_FREE(m);
     mirror__strategy_models(s, -1);
 }
@@ -11043,8 +11051,8 @@ static size_t mirror__cpu_free_bytes;
 static void mirror__resident_free(mirror_model *m, mirror__resident *d)
 {
     size_t r;
-    if (m->data_at == d) m->data_at = NULL;
-    if (m->data_kept == d) m->data_kept = NULL;
+    if (m->resident.at == d) m->resident.at = NULL;
+    if (m->resident.kept == d) m->resident.kept = NULL;
     for (r = 0; d->dev && r < m->s->replicas; r++)
         if (d->owner[r] == r && m->rep[r].dev) {
             m->be->release(m->rep[r].dev, d->dev[2 * r]);
@@ -11137,15 +11145,15 @@ static int mirror__resident_holds(const mirror__resident *d, const mirror_datase
 }
 
 /* Where the steps that follow read dataset ds from, as fit's data_on_device
-   (m->data_place) asks: its copy in every replica's device memory (role 0:
+   (m->resident.place) asks: its copy in every replica's device memory (role 0:
    fit's training set, 1: the set evaluated), made now or found there from
    before, or *out NULL: the host gathers each shard, as it does where the
    backend has no gather, or the set does not fit (a notice says so, once
    for a set). A failure of the devices after the copy is an error. */
 static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int role, const mirror__resident **out)
 {
-    mirror__resident *d = &m->data[role];
-    int ce = m->desc.loss != MIRROR_LOSS_MSE, place = m->data_place, quiet;
+    mirror__resident *d = &m->resident.sets[role];
+    int ce = m->desc.loss != MIRROR_LOSS_MSE, place = m->resident.place, quiet;
     size_t r, n = m->s->replicas, e = m->format ? sizeof(uint16_t) : sizeof(float), y = ce ? 1 : m->out_size;
     uint64_t hash;
     char why[300] = "", notice[500];
@@ -11154,16 +11162,16 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
         return MIRROR_OK;
     hash = mirror__hash(ds->count, ds->x, ds->count * m->in_size * sizeof(float));
     hash = mirror__hash(hash, ce ? (const void *)ds->labels : (const void *)ds->targets, ds->count * y * 4);
-    if (role == 1 && mirror__resident_holds(&m->data[0], ds, hash) && m->data[0].dev) { /* the training set */
-        *out = &m->data[0];
+    if (role == 1 && mirror__resident_holds(&m->resident.sets[0], ds, hash) && m->resident.sets[0].dev) { /* the training set */
+        *out = &m->resident.sets[0];
         return MIRROR_OK;
     }
-    if (role == 0 && mirror__resident_holds(&m->data[1], ds, hash) && m->data[1].dev) { /* evaluated before */
+    if (role == 0 && mirror__resident_holds(&m->resident.sets[1], ds, hash) && m->resident.sets[1].dev) { /* evaluated before */
         mirror__resident_free(m, d); /* the copy moves to training's place */
-        *d = m->data[1];
-        memset(&m->data[1], 0, sizeof m->data[1]);
-        if (m->data_at == &m->data[1]) m->data_at = d;
-        if (m->data_kept == &m->data[1]) m->data_kept = d;
+        *d = m->resident.sets[1];
+        memset(&m->resident.sets[1], 0, sizeof m->resident.sets[1]);
+        if (m->resident.at == &m->resident.sets[1]) m->resident.at = d;
+        if (m->resident.kept == &m->resident.sets[1]) m->resident.kept = d;
     }
     if (mirror__resident_holds(d, ds, hash) && d->dev) {
         *out = d;
@@ -11387,10 +11395,10 @@ static int mirror__timing(mirror_model *m, size_t steps)
     if (steps > 1u << 16) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_timing: at most 65536 steps");
     if (steps && !(ring = (mirror__span *)mirror__alloc(cap, sizeof *ring))) /* the old ring kept on failure */
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_timing: out of memory for %zu steps", steps);
-    MIRROR_FREE(m->spans);
-    m->spans = ring;
-    m->trace_steps = steps, m->span_cap = steps ? cap : 0, m->span_next = m->span_count = 0;
-    m->t_origin = mirror__now();
+    MIRROR_FREE(m->trace.spans);
+    m->trace.spans = ring;
+    m->trace.steps = steps, m->trace.cap = steps ? cap : 0, m->trace.next = m->trace.count = 0;
+    m->trace.origin = mirror__now();
     return MIRROR_OK;
 }
 
@@ -11412,11 +11420,11 @@ static int mirror__phase_times(mirror_model *m, size_t replica, mirror_phase_tim
     if (replica != (size_t)-1 && replica >= R)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_phase_times_get: replica %zu of %zu", replica, R);
     memset(out, 0, sizeof *out);
-    if (!m->span_count) return MIRROR_OK;
+    if (!m->trace.count) return MIRROR_OK;
     if (!(sum = (double *)mirror__zalloc(R * MIRROR_PHASE_COUNT, sizeof(double))))
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_phase_times_get: out of memory");
-    for (i = 0; i < m->span_count; i++) {
-        const mirror__span *sp = &m->spans[i];
+    for (i = 0; i < m->trace.count; i++) {
+        const mirror__span *sp = &m->trace.spans[i];
         sum[sp->replica * MIRROR_PHASE_COUNT + sp->phase] += sp->t1 - sp->t0;
         if (sp->step < lo) lo = sp->step;
         if (sp->step > hi) hi = sp->step;
@@ -11461,10 +11469,10 @@ static int mirror__trace_file(mirror_model *m, const char *path)
         fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
                    "\"args\":{\"name\":\"replica %zu\"}},\n",
                 m->s->rank, r, m->s->first + r);
-    for (i = 0; i < m->span_count; i++) { /* oldest first */
+    for (i = 0; i < m->trace.count; i++) { /* oldest first */
         const mirror__span *sp;
-        at = (m->span_next + m->span_cap - m->span_count + i) % m->span_cap;
-        sp = &m->spans[at];
+        at = (m->trace.next + m->trace.cap - m->trace.count + i) % m->trace.cap;
+        sp = &m->trace.spans[at];
         fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%zu,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
                    "\"args\":{\"step\":%llu}},\n",
                 mirror__phase_names[sp->phase], m->s->rank, sp->replica, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
@@ -13088,12 +13096,12 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
                    (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
                    (unsigned long long)c->shuffle_seed, (unsigned long long)c->batch, (unsigned long long)c->samples,
                    (unsigned long long)c->drop_remainder, (unsigned long long)c->micro_batch);
-    if (m->saving_sums && c->epoch_step) /* fit's epoch so far; the doubles with digits to read back exactly */
+    if (m->fit.saving_sums && c->epoch_step) /* fit's epoch so far; the doubles with digits to read back exactly */
         mirror__printf(h, ",\"epoch_loss_sum\":\"%.17g\",\"epoch_correct\":\"%llu\",\"epoch_samples\":\"%llu\","
                           "\"epoch_skipped\":\"%llu\",\"epoch_seconds\":\"%.17g\"",
-                       m->saving_sums->acc.loss_sum, (unsigned long long)m->saving_sums->acc.correct,
-                       (unsigned long long)m->saving_sums->acc.count, (unsigned long long)m->saving_sums->skipped,
-                       m->saving_sums->seconds);
+                       m->fit.saving_sums->acc.loss_sum, (unsigned long long)m->fit.saving_sums->acc.correct,
+                       (unsigned long long)m->fit.saving_sums->acc.count, (unsigned long long)m->fit.saving_sums->skipped,
+                       m->fit.saving_sums->seconds);
     if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
         mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
                           "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
@@ -13317,7 +13325,7 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
                                        MIRROR__CKPT_NAMES_ARE)) == MIRROR_OK &&
                (rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
-        m->fit_lock = fd + 1;
+        m->fit.lock = fd + 1;
         if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
         } else {
@@ -13331,8 +13339,8 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
 
 static void mirror__fit_unlock(mirror_model *m)
 {
-    if (m->fit_lock) close(m->fit_lock - 1);
-    m->fit_lock = 0;
+    if (m->fit.lock) close(m->fit.lock - 1);
+    m->fit.lock = 0;
 }
 
 /* Whether fit holds PATH.lock (name: room for it): a save from fit, or
@@ -13342,9 +13350,9 @@ static void mirror__fit_unlock(mirror_model *m)
 static int mirror__holds_lock(mirror_model *m, const char *path, char *name, size_t size)
 {
     struct stat held, st;
-    if (!m->fit_lock) return 0;
+    if (!m->fit.lock) return 0;
     snprintf(name, size, "%s.lock", path);
-    return fstat(m->fit_lock - 1, &held) == 0 && stat(name, &st) == 0 && held.st_dev == st.st_dev &&
+    return fstat(m->fit.lock - 1, &held) == 0 && stat(name, &st) == 0 && held.st_dev == st.st_dev &&
            held.st_ino == st.st_ino;
 }
 
@@ -14117,7 +14125,7 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
     mirror__text now = {NULL, 0, 0, 0}, line = {NULL, 0, 0, 0};
     mirror__header *h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     size_t i, differ = 0;
-    if (!mirror__meta_u64(saved, "micro_batch", &m->resumed_micro)) m->resumed_micro = 0;
+    if (!mirror__meta_u64(saved, "micro_batch", &m->fit.resumed_micro)) m->fit.resumed_micro = 0;
     mirror__printf(&now, "{\"__metadata__\":{");
     mirror__run_settings(m, &now);
     mirror__printf(&now, "}}");
@@ -14154,9 +14162,9 @@ static uint64_t mirror__micro_cut(const mirror_model *m, size_t batch, size_t ac
    run's says so: the sums then add up in another order. */
 static void mirror__resume_split(mirror_model *m, const mirror_fit_desc *d)
 {
-    uint64_t was = m->resumed_micro, now = mirror__micro_cut(m, d->batch, d->accumulate);
+    uint64_t was = m->fit.resumed_micro, now = mirror__micro_cut(m, d->batch, d->accumulate);
     char notice[300];
-    m->resumed_micro = 0; /* once, for the fit that follows the load */
+    m->fit.resumed_micro = 0; /* once, for the fit that follows the load */
     if (!was || !(d->initial_epoch || d->initial_step) || was == now) return;
     snprintf(notice, sizeof notice,
              "resumed with micro-batches of %llu samples where the checkpoint's run had %llu%s: the run goes on, no "
@@ -14177,13 +14185,13 @@ static int mirror__remember_source(mirror_model *m, const char *path, int checkp
     struct stat st;
     if (!copy) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
     memcpy(copy, path, n);
-    MIRROR_FREE(m->source_path);
-    m->source_path = copy;
-    m->source.path = copy, m->source.checkpoint = checkpoint;
-    m->source.crc32 = mirror__crc32(0, buf, size), m->source.size = size;
-    m->source_has_file = stat(path, &st) == 0;
-    m->source_dev = m->source_has_file ? (uint64_t)st.st_dev : 0;
-    m->source_ino = m->source_has_file ? (uint64_t)st.st_ino : 0;
+    MIRROR_FREE(m->source.path);
+    m->source.path = copy;
+    m->source.told.path = copy, m->source.told.checkpoint = checkpoint;
+    m->source.told.crc32 = mirror__crc32(0, buf, size), m->source.told.size = size;
+    m->source.has_file = stat(path, &st) == 0;
+    m->source.dev = m->source.has_file ? (uint64_t)st.st_dev : 0;
+    m->source.ino = m->source.has_file ? (uint64_t)st.st_ino : 0;
     return MIRROR_OK;
 }
 
@@ -14191,7 +14199,7 @@ MIRROR_API mirror_weights_source mirror_model_weights_source(const mirror_model 
 {
     mirror_weights_source none;
     memset(&none, 0, sizeof none);
-    return m ? m->source : none;
+    return m ? m->source.told : none;
 }
 
 /* A double of the header into *v; 0 when missing or not a number. */
@@ -14262,7 +14270,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         goto done;
     /* Everything checked: now, and only now, the model changes (an
        earlier checkpoint's epoch sums no longer describe its parameters). */
-    m->resumed_sums.kept = 0;
+    m->fit.resumed_sums.kept = 0;
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
         size_t n = mirror__tensors(m, params, state, m->running, dst);
@@ -14296,7 +14304,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     }
     if (!weights_only) {
         mirror__resume_changes(m, path, h);
-        m->resumed_sums = sums, m->resumed_sums.step = m->steps;
+        m->fit.resumed_sums = sums, m->fit.resumed_sums.step = m->steps;
     }
     if (info) *info = got;
 done:
@@ -14313,7 +14321,7 @@ done:
 static int mirror__checkpoint_load_call(mirror_model *m, const char *path, int weights_only,
                                         mirror_checkpoint_info *info)
 {
-    if (m->in_fit && !weights_only)
+    if (m->fit.running && !weights_only)
         return mirror__fail(m, MIRROR_ERR_STATE,
                             "mirror_checkpoint_load: called inside mirror_fit on this model (from a hook): a whole "
                             "checkpoint would change the step count that fit's cursor counts; load weights_only");
@@ -14453,7 +14461,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     int rc;
     if ((rc = mirror__check_built(m, "mirror_load_weights"))) return rc;
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_load_weights: path is NULL");
-    if (m->in_fit)
+    if (m->fit.running)
         return mirror__fail(m, MIRROR_ERR_STATE, "mirror_load_weights: called inside mirror_fit on this model (from a "
                                                  "hook): it starts the optimizer afresh under fit's cursor");
     /* a 64 MiB header, and this model's tensors in F64 with a checkpoint's
@@ -14476,7 +14484,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
         goto done;
     }
     /* Everything checked: now the model changes, and its run starts afresh. */
-    m->resumed_sums.kept = 0; /* a checkpoint's epoch sums describe its parameters, not these */
+    m->fit.resumed_sums.kept = 0; /* a checkpoint's epoch sums describe its parameters, not these */
     if ((rc = mirror__remember_source(m, path, 0, buf, size)) || (rc = mirror__upload_params(m, params))) goto done;
     if (m->nrunning) memcpy(m->running, running, m->nrunning * sizeof(float)); /* none without batchnorm */
     m->bn_stale = 1;
@@ -14815,11 +14823,11 @@ static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t ba
         return rc;
     mirror__batch_of(&b, ds, NULL, ds->count);
     if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1)) ||
-        (rc = mirror__all_agree(m, mirror__resident_use(m, ds, 1, &m->data_at))))
+        (rc = mirror__all_agree(m, mirror__resident_use(m, ds, 1, &m->resident.at))))
         return rc;
     memset(out ? out : &sum, 0, sizeof sum);
     rc = mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
-    m->data_at = NULL;
+    m->resident.at = NULL;
     return rc;
 }
 
@@ -14830,10 +14838,10 @@ MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t
 
 static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
 {
-    int rc, fits = m ? m->data_place : 0;
+    int rc, fits = m ? m->resident.place : 0;
     if (on_device) *on_device = 0;
     if ((rc = mirror__check_built(m, "mirror_keep_data"))) return rc;
-    m->data_kept = NULL;
+    m->resident.kept = NULL;
     if (!ds) return MIRROR_OK;
     if ((int)place < 0 || place > MIRROR_DATA_OFF)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
@@ -14845,10 +14853,10 @@ static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_d
     if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->out_size : !ds->labels)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
                             m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
-    m->data_place = place;
-    rc = mirror__resident_use(m, ds, 0, &m->data_kept);
-    m->data_place = fits; /* a fit's, when a hook keeps data */
-    if (on_device) *on_device = m->data_kept != NULL;
+    m->resident.place = place;
+    rc = mirror__resident_use(m, ds, 0, &m->resident.kept);
+    m->resident.place = fits; /* a fit's, when a hook keeps data */
+    if (on_device) *on_device = m->resident.kept != NULL;
     return rc;
 }
 
@@ -15525,12 +15533,12 @@ static int mirror__names_checkpoint(const char *out, const char *path, size_t ke
 static int mirror__names_source(const mirror_model *m, const char *out)
 {
     struct stat so;
-    if (!m->source.path) return 0;
-    if (m->source_has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source_dev &&
-        (uint64_t)so.st_ino == m->source_ino)
+    if (!m->source.told.path) return 0;
+    if (m->source.has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source.dev &&
+        (uint64_t)so.st_ino == m->source.ino)
         return 1;
-    return m->source.checkpoint ? mirror__names_checkpoint(out, m->source.path, 0)
-                                : mirror__same_file(out, m->source.path);
+    return m->source.told.checkpoint ? mirror__names_checkpoint(out, m->source.told.path, 0)
+                                : mirror__same_file(out, m->source.told.path);
 }
 
 /* Before the first step (rank 0): each side output has a usable path that
@@ -15566,8 +15574,8 @@ static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "mirror_fit: the %s %s would overwrite %s, the %s the model's parameters were loaded "
                                 "from; name another path",
-                                names[i], paths[i], m->source.path,
-                                m->source.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
+                                names[i], paths[i], m->source.told.path,
+                                m->source.told.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
         for (j = 0; j < i; j++)
             if (paths[j] && mirror__same_file(paths[i], paths[j]))
                 return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
@@ -15727,7 +15735,7 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL, v[10] = d->tensorboard != NULL;
     mirror__agree_add(&it[6], v, sizeof v);
     mirror__agree_on(&it[7], "the file the parameters were loaded from");
-    v[0] = m->source.path ? 1 + (uint64_t)m->source.checkpoint : 0, v[1] = m->source.crc32, v[2] = m->source.size;
+    v[0] = m->source.told.path ? 1 + (uint64_t)m->source.told.checkpoint : 0, v[1] = m->source.told.crc32, v[2] = m->source.told.size;
     mirror__agree_add(&it[7], v, 3 * sizeof v[0]);
     it[7].told = mirror__source_words(m, words, sizeof words);
     return mirror__processes_agree(m, it, 8, "mirror_fit");
@@ -15769,12 +15777,12 @@ typedef struct mirror__fit_run {
 static void mirror__fit_unhold(mirror_model *m)
 {
     mirror__fit_unlock(m);
-    m->stop = NULL;
+    m->fit.stop = NULL;
 #ifdef MIRROR_MPI
     m->s->stop = NULL;
 #endif
-    m->augment_flip = 0, m->augment_pad = 0;
-    m->data_at = NULL, m->data_place = MIRROR_DATA_AUTO;
+    m->fit.augment_flip = 0, m->fit.augment_pad = 0;
+    m->resident.at = NULL, m->resident.place = MIRROR_DATA_AUTO;
 }
 
 /* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
@@ -15823,7 +15831,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
        training (by rank 0, which writes them). */
     if (d->checkpoint && (rc = MIRROR__BY_LEADER(m, mirror__fit_lock(m, d->checkpoint, d->checkpoint_keep)))) goto fail;
     /* Timing for the trace and the phase lines, when the model has none on. */
-    if ((d->trace || d->phases) && !m->trace_steps) {
+    if ((d->trace || d->phases) && !m->trace.steps) {
         if ((rc = mirror__timing(m, 256))) goto fail;
         f->timed_here = 1;
     }
@@ -15845,11 +15853,11 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
         mirror__fit_release(m, f);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
-    m->data_place = d->data_on_device;
+    m->resident.place = d->data_on_device;
     /* the training data on the device where asked and they fit; a device's failure fails every process */
     if ((rc = mirror__all_agree(m, mirror__resident_use(m, d->train, 0, &f->data)))) goto fail;
-    m->stop = d->stop;
-    m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
+    m->fit.stop = d->stop;
+    m->fit.augment_flip = d->augment_flip != 0, m->fit.augment_pad = d->augment_crop_pad;
 #ifdef MIRROR_MPI
     m->s->stop_seen = 0;
     m->s->stop = d->stop;
@@ -15901,10 +15909,10 @@ static int mirror__fit_save(mirror_model *m, mirror__fit_run *f, size_t epoch, s
         if ((rc = mirror__fit_take(m, f))) return rc;
         memset(&sums, 0, sizeof sums);
         sums.acc = *f->acc, sums.skipped = f->log.skipped, sums.seconds = mirror__now() - f->t0;
-        m->saving_sums = &sums;
+        m->fit.saving_sums = &sums;
     }
     rc = mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
-    m->saving_sums = NULL;
+    m->fit.saving_sums = NULL;
     if (rc == MIRROR_OK && at.epoch_step && (d->history || d->plot) && !f->curves_lost && mirror__leads(m))
         mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
     return rc;
@@ -15983,7 +15991,7 @@ static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, 
         for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
             mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
         /* metrics stay on the device */
-        m->data_at = f->data;
+        m->resident.at = f->data;
         if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc;
         f->ran++, f->at_step = step + 1;
         if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown))) return rc;
@@ -16047,7 +16055,7 @@ static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epo
    a notice says so. Once, for the fit that follows the load. */
 static void mirror__fit_resume_sums(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t first)
 {
-    mirror__epoch_sums *e = &m->resumed_sums;
+    mirror__epoch_sums *e = &m->fit.resumed_sums;
     char notice[400];
     if (e->kept && e->step == m->steps && e->epoch == epoch && e->epoch_step == first) {
         *f->acc = e->acc;
@@ -16079,7 +16087,7 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
     f->log.skipped = 0;
     if (first) mirror__fit_resume_sums(m, f, epoch, first);
     mirror_permutation(f->perm, d->train->count, d->shuffle_seed, epoch);
-    m->augment_key = mirror_hd_key(d->shuffle_seed, 0x61756775ull /* "augu" */, epoch);
+    m->fit.augment_key = mirror_hd_key(d->shuffle_seed, 0x61756775ull /* "augu" */, epoch);
     rc = mirror__fit_steps(m, f, epoch, first, &acc, f->t0);
     if (rc == MIRROR_OK) rc = mirror__fit_epoch_end(m, f, epoch, &acc, f->t0);
     f->acc = NULL;
@@ -16143,7 +16151,7 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
         mirror__fit_save_lost(m, f);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unhold(m);
-    if (d->trace && mirror__leads(m) && m->span_count)
+    if (d->trace && mirror__leads(m) && m->trace.count)
         mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d->trace), "trace", d->trace);
     mirror__fit_release(m, f);
     f->log.failed_outputs = f->failed;
@@ -16171,13 +16179,13 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
 static int mirror__fit_once(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
 {
     int rc;
-    if (m && m->in_fit)
+    if (m && m->fit.running)
         return mirror__fail(m, MIRROR_ERR_STATE,
                             "mirror_fit: this model is already in mirror_fit (called from a hook?); a fit cannot run "
                             "inside another on the same model");
-    if (m) m->in_fit = 1;
+    if (m) m->fit.running = 1;
     rc = mirror__fit(m, desc, last);
-    if (m) m->in_fit = 0;
+    if (m) m->fit.running = 0;
     return rc;
 }
 

@@ -211,9 +211,9 @@ static void test_keep_data(const mirror_dataset *train, const mirror_dataset *va
     mirror_permutation(perm, COUNT, 5, 0);
     memset(&b, 0, sizeof b);
     b.x = train->x, b.targets = train->targets, b.labels = train->labels, b.rows = COUNT, b.n = 9;
-    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_AUTO, &on) == MIRROR_OK && on == 0 && !dev->data_kept,
+    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_AUTO, &on) == MIRROR_OK && on == 0 && !dev->resident.kept,
           "auto on CPU replicas: no copy (%d)", on);
-    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 1 && dev->data_kept,
+    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 1 && dev->resident.kept,
           "on: a copy (%d)", on);
     for (k = 0; k < 4; k++) {
         b.index = perm + 9 * k;
@@ -226,11 +226,11 @@ static void test_keep_data(const mirror_dataset *train, const mirror_dataset *va
               !memcmp(&mh.loss_sum, &mv.loss_sum, sizeof(double)),
           "evaluate_batch on the kept data: the host's loss");
     CHECK(same_runs(host, dev, &none, &none, val), "the same parameters after the steps");
-    if (dev->data_kept) memset(dev->data_kept->dev[0], 0, COUNT * 2 * SIDE * SIDE * sizeof(uint16_t));
+    if (dev->resident.kept) memset(dev->resident.kept->dev[0], 0, COUNT * 2 * SIDE * SIDE * sizeof(uint16_t));
     CHECK(mirror_evaluate_batch(host, &b, &mh) == MIRROR_OK && mirror_evaluate_batch(dev, &b, &mv) == MIRROR_OK &&
               mh.loss_sum != mv.loss_sum,
           "the steps read the copy (scribbled over: another loss)");
-    CHECK(mirror_keep_data(dev, NULL, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 0 && !dev->data_kept,
+    CHECK(mirror_keep_data(dev, NULL, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 0 && !dev->resident.kept,
           "ds NULL: the host gathers again");
     CHECK(mirror_keep_data(dev, train, (mirror_data_place)-1, NULL) == MIRROR_ERR_ARGUMENT, "an unknown place: %s",
           mirror_model_error(dev));
