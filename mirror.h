@@ -1366,11 +1366,13 @@ typedef struct mirror_phase_times {
     double imbalance[MIRROR_PHASE_COUNT];
 } mirror_phase_times;
 MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_phase_times *out);
+#ifndef MIRROR_NO_OUTPUTS
 /* The kept steps as a Chrome trace-event JSON file (chrome://tracing,
    Perfetto): one track per replica, a span per phase with its step.
    Written beside path and renamed over it (see SIDE OUTPUTS): a path that
    exists and is not a regular file is refused (MIRROR_ERR_ARGUMENT). */
 MIRROR_API int mirror_trace_write(mirror_model *m, const char *path);
+#endif
 /* Forward only, split across replicas, in chunks of max_batch. */
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
 /* out [n, outputs]: the last layer's output (logits, not probabilities). */
@@ -1399,6 +1401,7 @@ typedef struct mirror_dataset {
     int borrowed; /* the arrays are the caller's (mirror_dataset_from_arrays): free frees none of them */
 } mirror_dataset;
 
+#ifndef MIRROR_NO_LOADERS
 /* Loads an MNIST-format IDX pair: images (type ubyte, dims n,h,w) scaled to
    [0,1] and labels (ubyte, dims n) in [0, num_classes) (0 means 10). Plain or
    gzip files (gzip needs MIRROR_ZLIB). On error ds is left empty. */
@@ -1429,6 +1432,7 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
    a header of at most 1 MiB. On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, const char *y_path,
                                        mirror_error *err);
+#endif
 /* count (1 to 2^24 = 16777216) 28x28 hand-drawn-style digits, 10 classes,
    balanced, made from seed: random shift, rotation, scale, stroke width
    and noise. */
@@ -2903,6 +2907,98 @@ typedef struct mirror__epoch_sums {
     uint64_t step, epoch, epoch_step;
     int kept;           /* loaded: a checkpoint held them */
 } mirror__epoch_sums;
+
+/* The longest path the system opens, its NUL included (PATH_MAX). The
+   library joins names onto a user's path (PATH.lock, PATH.3, a temporary
+   file's 37 characters, DIR/FILE) and never cuts one short: a path whose
+   names would pass the limit is refused before anything is written. */
+#if defined(PATH_MAX) && PATH_MAX > 0
+#define MIRROR__PATH_MAX PATH_MAX
+#else
+#define MIRROR__PATH_MAX 4096
+#endif
+
+/* A point of fit's curves: an epoch's log at x = its epoch, or (curve_every)
+   the epoch's numbers so far at x = epoch - 1 + steps done / steps, with no
+   validation numbers (val_loss -1). */
+typedef struct mirror__curve_point {
+    double x;
+    mirror_epoch_log log;
+} mirror__curve_point;
+
+/* A file a side output holds open through a fit (fd -1: none), and its path. */
+typedef struct mirror__output_file {
+    int fd;
+    char path[MIRROR__PATH_MAX];
+} mirror__output_file;
+
+#define MIRROR__FIT_OUTPUTS 4 /* the most side outputs of a fit */
+
+/* A fit in progress: its desc (defaults applied), what its epochs share,
+   and what it must undo at its end. */
+typedef struct mirror__fit_run {
+    mirror_fit_desc d;
+    size_t steps, per_step; /* steps of an epoch, samples of a step */
+    size_t verdict;         /* metrics (and the scaler's verdict) at least every `verdict` steps */
+    size_t ran;             /* steps this fit ran */
+    size_t *perm;           /* the epoch's permutation */
+    mirror_batch *micro;    /* a step's micro-batches */
+    const mirror__resident *data; /* the training set on the device, or NULL */
+    mirror_epoch_log log;   /* the epoch at hand */
+    mirror_metrics *acc;    /* its running sums (NULL between epochs), */
+    double t0;              /* its start (less the time before a resume) */
+    uint64_t skipped_before; /* and the scaler's skipped steps before it */
+    int partial;            /* its sums lack the steps before a resume: a checkpoint does not keep them */
+    mirror__curve_point *logs; /* the curve points so far, kept for the outputs rewritten from them */
+    size_t nlogs, logs_cap;
+    int curves_lost;        /* rank 0 ran out of memory for them */
+    unsigned failed;        /* rank 0's side outputs whose latest write failed */
+    uint64_t saved, applied; /* the step last saved; the optimizer steps applied before this fit */
+    size_t at_epoch, at_step; /* the cursor: the next step to run (at_step = steps: the epoch's end) */
+    double start;
+    int bar, timed, shows_lr, classify;
+    int timed_here;         /* fit turned timing on, and turns it off */
+    /* The side outputs (>>outputs): their list, what those asked for need
+       (MIRROR__NEEDS_*), and the files they hold open */
+    const struct mirror__fit_output *outs;
+    size_t nouts;
+    int asked;
+    unsigned needs;
+    mirror__output_file files[MIRROR__FIT_OUTPUTS];
+} mirror__fit_run;
+
+
+/* fit's side outputs (>>outputs) as fit sees them: a list of entries that
+   fit calls in turn and never names. An entry is asked for by a path in
+   the fit desc (the member at `at`; NULL: not asked). Before the first
+   step rank 0 checks every entry asked, then opens each (a failure fails
+   fit: nothing is lost yet); then it hands them the curve points
+   (`point`, each as it comes; `rewrite`, all the points so far, which fit
+   keeps while an output asked needs them, at an epoch's end and at a
+   checkpoint saved mid-epoch) and the fit's end (`end`). A write that
+   fails there costs a notice and the entry's bit in failed_outputs, never
+   the fit. `release` runs in every process, whichever way fit ends. Any
+   hook may be NULL. */
+enum { MIRROR__NEEDS_TIMING = 1, MIRROR__NEEDS_POINTS = 2, MIRROR__NEEDS_KEPT = 4 };
+typedef struct mirror__fit_output {
+    const char *name; /* in messages: "history", "TensorBoard directory" */
+    size_t at;        /* offsetof(mirror_fit_desc, its path) */
+    unsigned bit;     /* MIRROR_OUTPUT_* */
+    unsigned needs;   /* MIRROR__NEEDS_*: the steps' timing, the curve points, the points kept */
+    int (*check)(mirror_model *m, const mirror__fit_run *f, size_t i);
+    int (*open)(mirror_model *m, mirror__fit_run *f, size_t i);
+    void (*point)(mirror_model *m, mirror__fit_run *f, size_t i, double x, const mirror_epoch_log *log);
+    void (*rewrite)(mirror_model *m, mirror__fit_run *f, size_t i);
+    void (*end)(mirror_model *m, mirror__fit_run *f, size_t i);
+    void (*release)(mirror__fit_run *f, size_t i);
+} mirror__fit_output;
+
+/* In >>fit: a point into the points fit keeps (a resumed history's rows
+   go there too). */
+static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log);
+
+/* Output i's path in fit run f's desc (NULL: not asked). */
+#define MIRROR__OUTPUT_PATH(f, i) (*(const char *const *)(const void *)((const char *)&(f)->d + (f)->outs[i].at))
 
 /* A model: what its layers make at build, its replicas, how its step runs,
    and what a fit, the timing and batch normalisation keep between steps. */
@@ -11235,156 +11331,9 @@ host:
 }
 
 // >>inspection --------------------------------------------------------------
-/* Looking at a model without training it: side outputs written safely,
-   the timing of the step's phases and its Chrome trace, the check that
+/* Looking at a model without training it: the timing of the step's
+   phases (its Chrome trace is a side output, >>outputs), the check that
    the replicas agree, metrics taken, evaluation of a batch, prediction. */
-
-/* ---- side outputs (the trace; fit's history and plot): written as a
-   checkpoint is, to a temporary file beside PATH renamed over it, so that
-   PATH is always a complete file (see SIDE OUTPUTS) ---- */
-
-/* The longest path the system opens, its NUL included (PATH_MAX). The
-   library joins names onto a user's path (PATH.lock, PATH.3, a temporary
-   file's 37 characters, DIR/FILE) and never cuts one short: a path whose
-   names would pass the limit is refused before anything is written. */
-#if defined(PATH_MAX) && PATH_MAX > 0
-#define MIRROR__PATH_MAX PATH_MAX
-#else
-#define MIRROR__PATH_MAX 4096
-#endif
-
-/* Whether path with `extra` bytes joined to it (`added`: what they are)
-   stays within MIRROR__PATH_MAX; else MIRROR_ERR_ARGUMENT naming the limit. */
-static int mirror__path_fits(mirror_error *err, const char *what, const char *path, size_t extra, const char *added)
-{
-    size_t n = strlen(path);
-    if (n + extra < (size_t)MIRROR__PATH_MAX) return MIRROR_OK;
-    return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                         "%s: the path is %zu bytes long, and with the %zu of %s it would pass the system's limit "
-                         "of %d bytes for a path (PATH_MAX); name a shorter one",
-                         what, n, extra, added, MIRROR__PATH_MAX - 1);
-}
-
-/* What a file that is not a regular file is, for messages. */
-static const char *mirror__file_kind(mode_t mode)
-{
-    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
-                                                                                            : "a device or socket";
-}
-
-/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
-   the writer's process id and 64 random bits, in lowercase hexadecimal. No
-   user picks such a name, so a save (holding PATH.lock) removes the ones a
-   crash left by their name alone, never by what they hold. */
-#define MIRROR__TMP_MARK ".tmp-mirror-"
-#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
-#define MIRROR__TMP_NAME (sizeof MIRROR__TMP_MARK - 1 + MIRROR__TMP_TAIL) /* what it adds to PATH */
-
-/* A side output's PATH: not empty, not too long for its temporary name, and
-   a regular file if it exists. lstat, never open: a FIFO cannot block. */
-static int mirror__output_path(mirror_model *m, const char *what, const char *path)
-{
-    struct stat st;
-    int rc;
-    if (!path || !*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL or empty", what);
-    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TMP_NAME, "its temporary file's name"))) return rc;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
-                            what, path, mirror__file_kind(st.st_mode));
-    return MIRROR_OK;
-}
-
-/* A side output being written: its temporary file (a path checked by
-   mirror__output_path fits in tmp). */
-typedef struct mirror__output {
-    FILE *f;
-    char tmp[MIRROR__PATH_MAX];
-} mirror__output;
-
-/* write(2) all of it, through short writes and EINTR. */
-static int mirror__write_all(int fd, const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    while (n) {
-        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of the directory holding path, so that a rename survives a crash. */
-static int mirror__sync_dir(const char *path)
-{
-    char dir[MIRROR__PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    int fd, rc;
-    if (n >= sizeof dir) return errno = ENAMETOOLONG, -1;
-    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
-    else dir[0] = '.', dir[1] = '\0';
-    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
-    rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Creates a new temporary file for path (mode: as open's, less the umask),
-   its name in name[size]; returns its descriptor, or -1 with errno set. */
-static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
-{
-    uint32_t pid = (uint32_t)getpid();
-    double now = mirror__now();
-    uint64_t state, bits;
-    int tries, fd = -1;
-    /* never true, but without it gcc -O3 -fsanitize=undefined warns of a null snprintf */
-    if (!name || !size) {
-        errno = EINVAL;
-        return -1;
-    }
-    memcpy(&bits, &now, sizeof bits);
-    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
-    for (tries = 0; tries < 100; tries++) {
-        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
-                     (unsigned long long)mirror__next(&state)) >= (int)size) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
-    }
-    return fd;
-}
-
-/* Makes the temporary file beside path, named as a checkpoint's
-   (mirror__make_tmp); 0 (errno set) on failure. */
-static int mirror__output_open(mirror__output *o, const char *path)
-{
-    int fd, e;
-    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
-    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
-    e = errno;
-    close(fd);
-    unlink(o->tmp);
-    errno = e;
-    return 0;
-}
-
-/* Flushes the temporary file to disk and renames it over path; on failure
-   removes it, leaving path as it was, and returns 0 with errno set. */
-static int mirror__output_close(mirror__output *o, const char *path)
-{
-    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
-    if (ok) ok = fsync(fileno(o->f)) == 0;
-    e = errno;
-    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
-    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
-    if (!ok) unlink(o->tmp);
-    errno = e;
-    return ok;
-}
 
 /* ---- timing ---- */
 
@@ -11455,52 +11404,6 @@ MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_ph
 
 static const char *const mirror__phase_names[MIRROR_PHASE_COUNT] = {"gather", "forward", "backward", "all-reduce",
                                                                     "update"};
-
-/* The trace into path; 0 (errno set) when it cannot be written. */
-static int mirror__trace_file(mirror_model *m, const char *path)
-{
-    mirror__output o;
-    FILE *f;
-    size_t i, r, at;
-    if (!mirror__output_open(&o, path)) return 0;
-    f = o.f;
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    for (r = 0; r < m->s->replicas; r++)
-        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
-                   "\"args\":{\"name\":\"replica %zu\"}},\n",
-                m->s->rank, r, m->s->first + r);
-    for (i = 0; i < m->trace.count; i++) { /* oldest first */
-        const mirror__span *sp;
-        at = (m->trace.next + m->trace.cap - m->trace.count + i) % m->trace.cap;
-        sp = &m->trace.spans[at];
-        fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%zu,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
-                   "\"args\":{\"step\":%llu}},\n",
-                mirror__phase_names[sp->phase], m->s->rank, sp->replica, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
-                (unsigned long long)sp->step);
-    }
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
-            m->s->rank, m->s->rank);
-    return mirror__output_close(&o, path);
-}
-
-static int mirror__trace_write(mirror_model *m, const char *path)
-{
-    int rc;
-    if ((rc = mirror__output_path(m, "mirror_trace_write", path))) return rc;
-    if (!mirror__trace_file(m, path))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write the trace: %s", path,
-                            strerror(errno));
-    return MIRROR_OK;
-}
-
-MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
-{
-    int rc;
-    if ((rc = mirror__check_built(m, "mirror_trace_write"))) return rc;
-    {
-        MIRROR__LOCKED(m, "mirror_trace_write", mirror__trace_write(m, path));
-    }
-}
 
 /* The hash of every local replica's parameters and optimizer state, then
    of every process's replicas (in global order): compared with replica 0's. */
@@ -11795,9 +11698,8 @@ MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, f
 }
 
 // >>data --------------------------------------------------------------------
-/* Datasets: from arrays, split, shuffled; the loaders of IDX (MNIST),
-   CIFAR-10 and .npy files, plain or gzip, each bounded by what its header
-   declares; the built-in synthetic digits. */
+/* Datasets in memory: from arrays, split, shuffled; the built-in
+   synthetic digits. (The files they load from: >>loaders.) */
 
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
 {
@@ -11932,6 +11834,225 @@ MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_
         perm[j] = t;
     }
     return MIRROR_OK;
+}
+
+/* Synthetic digits: each class is a few strokes in a unit box (x right,
+   y down). A sample jitters the control points, then draws the strokes
+   with a random rotation, scale, shift and stroke width, adds noise. */
+
+#define MIRROR__GLYPH_POINTS 14
+typedef struct mirror__stroke {
+    int n;
+    float p[MIRROR__GLYPH_POINTS][2];
+} mirror__stroke;
+
+/* Up to two strokes per digit; ovals are made by mirror__oval. */
+static const mirror__stroke mirror__glyphs[10][2] = {
+    {{0, {{0}}}, {0, {{0}}}}, /* 0: oval */
+    {{3, {{0.35f, 0.28f}, {0.52f, 0.12f}, {0.52f, 0.9f}}}, {0, {{0}}}},
+    {{8, {{0.25f, 0.3f}, {0.35f, 0.15f}, {0.5f, 0.1f}, {0.67f, 0.16f}, {0.72f, 0.32f}, {0.62f, 0.5f},
+          {0.25f, 0.9f}, {0.78f, 0.9f}}},
+     {0, {{0}}}},
+    {{9, {{0.25f, 0.16f}, {0.72f, 0.14f}, {0.45f, 0.45f}, {0.62f, 0.5f}, {0.74f, 0.65f}, {0.7f, 0.8f},
+          {0.55f, 0.9f}, {0.38f, 0.9f}, {0.24f, 0.8f}}},
+     {0, {{0}}}},
+    {{3, {{0.62f, 0.9f}, {0.62f, 0.1f}, {0.2f, 0.64f}}}, {2, {{0.2f, 0.64f}, {0.8f, 0.64f}}}},
+    {{10, {{0.74f, 0.12f}, {0.32f, 0.12f}, {0.28f, 0.46f}, {0.48f, 0.4f}, {0.66f, 0.46f}, {0.74f, 0.64f},
+           {0.68f, 0.82f}, {0.52f, 0.9f}, {0.36f, 0.88f}, {0.24f, 0.8f}}},
+     {0, {{0}}}},
+    {{11, {{0.68f, 0.12f}, {0.46f, 0.24f}, {0.32f, 0.44f}, {0.27f, 0.64f}, {0.33f, 0.84f}, {0.5f, 0.91f},
+           {0.67f, 0.84f}, {0.72f, 0.68f}, {0.62f, 0.54f}, {0.44f, 0.52f}, {0.3f, 0.62f}}},
+     {0, {{0}}}},
+    {{3, {{0.24f, 0.12f}, {0.76f, 0.12f}, {0.42f, 0.9f}}}, {2, {{0.36f, 0.5f}, {0.66f, 0.5f}}}},
+    {{0, {{0}}}, {0, {{0}}}}, /* 8: two ovals */
+    {{0, {{0}}}, {4, {{0.7f, 0.34f}, {0.68f, 0.6f}, {0.62f, 0.78f}, {0.55f, 0.9f}}}}, /* 9: oval + tail */
+};
+
+static void mirror__oval(mirror__stroke *s, float cx, float cy, float rx, float ry)
+{
+    int i;
+    s->n = 13;
+    for (i = 0; i < 13; i++) {
+        float a = 6.28318530718f * (float)i / 12.0f;
+        s->p[i][0] = cx + rx * sinf(a);
+        s->p[i][1] = cy - ry * cosf(a);
+    }
+}
+
+/* The strokes of one digit, jittered; returns how many. */
+static int mirror__digit_strokes(int digit, mirror__stroke *out, uint64_t *rng)
+{
+    int n = 0, i, j;
+    const mirror__stroke *g = mirror__glyphs[digit];
+    if (digit == 0) mirror__oval(&out[n++], 0.5f, 0.5f, 0.26f, 0.38f);
+    if (digit == 8) {
+        mirror__oval(&out[n++], 0.5f, 0.3f, 0.18f, 0.19f);
+        mirror__oval(&out[n++], 0.5f, 0.69f, 0.22f, 0.21f);
+    }
+    if (digit == 9) mirror__oval(&out[n++], 0.5f, 0.33f, 0.2f, 0.2f);
+    for (i = 0; i < 2; i++)
+        if (g[i].n) out[n++] = g[i];
+    for (i = 0; i < n; i++)
+        for (j = 0; j < out[i].n; j++) {
+            out[i].p[j][0] += 0.08f * (mirror__uniform(rng) - 0.5f);
+            out[i].p[j][1] += 0.08f * (mirror__uniform(rng) - 0.5f);
+        }
+    return n;
+}
+
+/* Distance from (x, y) to the segment a-b. */
+static float mirror__segment_distance(float x, float y, const float *a, const float *b)
+{
+    float dx = b[0] - a[0], dy = b[1] - a[1], len2 = dx * dx + dy * dy, t = 0.0f, ex, ey;
+    if (len2 > 0.0f) t = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, ((x - a[0]) * dx + (y - a[1]) * dy) / len2));
+    ex = x - (a[0] + t * dx);
+    ey = y - (a[1] + t * dy);
+    return sqrtf(ex * ex + ey * ey);
+}
+
+static void mirror__draw_digit(float *img, int digit, uint64_t *rng)
+{
+    mirror__stroke strokes[3];
+    int n = mirror__digit_strokes(digit, strokes, rng), s, j;
+    float angle = 0.5f * (mirror__uniform(rng) - 0.5f), scale = 17.0f + 5.0f * mirror__uniform(rng);
+    float shear = 0.3f * (mirror__uniform(rng) - 0.5f);
+    float cx = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f), cy = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f);
+    float half = 0.6f + 0.9f * mirror__uniform(rng), ca = cosf(angle), sa = sinf(angle);
+    float noise = 0.05f + 0.1f * mirror__uniform(rng);
+    size_t i;
+    /* Control points to pixels: centre, shear, rotate, scale, shift. */
+    for (s = 0; s < n; s++)
+        for (j = 0; j < strokes[s].n; j++) {
+            float u = strokes[s].p[j][0] - 0.5f, v = strokes[s].p[j][1] - 0.5f;
+            u += shear * v;
+            strokes[s].p[j][0] = cx + scale * (ca * u - sa * v);
+            strokes[s].p[j][1] = cy + scale * (sa * u + ca * v);
+        }
+    for (i = 0; i < 28 * 28; i++) {
+        float x = (float)(i % 28) + 0.5f, y = (float)(i / 28) + 0.5f, d = 1e9f, v;
+        for (s = 0; s < n; s++)
+            for (j = 0; j + 1 < strokes[s].n; j++)
+                d = MIRROR__MIN(d, mirror__segment_distance(x, y, strokes[s].p[j], strokes[s].p[j + 1]));
+        v = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, half + 0.5f - d)) + noise * mirror__normal(rng);
+        img[i] = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, v));
+    }
+}
+
+MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
+                                               mirror_error *err)
+{
+    uint64_t rng = seed;
+    size_t i;
+    if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
+    memset(ds, 0, sizeof *ds);
+    if (!count || count > ((size_t)1 << 24))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_synthetic_digits: count %zu; it makes 1 to %zu samples (2^24)", count,
+                             (size_t)1 << 24);
+    ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
+    ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
+    if (!ds->x || !ds->labels) {
+        mirror_dataset_free(ds);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_synthetic_digits: out of memory");
+    }
+    for (i = 0; i < count; i++) {
+        ds->labels[i] = (int32_t)(i % 10);
+        mirror__draw_digit(ds->x + i * 28 * 28, (int)(i % 10), &rng);
+    }
+    ds->count = count;
+    ds->channels = 1;
+    ds->height = ds->width = 28;
+    ds->num_classes = 10;
+    return MIRROR_OK;
+}
+
+// >>files -------------------------------------------------------------------
+/* Files read and written safely, for checkpoints, the loaders and the side
+   outputs alike: paths within PATH_MAX, regular files alone read and
+   bounded by what their header declares (gzip inflated), temporary files
+   renamed over their path, paths compared. */
+
+/* Whether path with `extra` bytes joined to it (`added`: what they are)
+   stays within MIRROR__PATH_MAX; else MIRROR_ERR_ARGUMENT naming the limit. */
+static int mirror__path_fits(mirror_error *err, const char *what, const char *path, size_t extra, const char *added)
+{
+    size_t n = strlen(path);
+    if (n + extra < (size_t)MIRROR__PATH_MAX) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                         "%s: the path is %zu bytes long, and with the %zu of %s it would pass the system's limit "
+                         "of %d bytes for a path (PATH_MAX); name a shorter one",
+                         what, n, extra, added, MIRROR__PATH_MAX - 1);
+}
+
+/* What a file that is not a regular file is, for messages. */
+static const char *mirror__file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
+                                                                                            : "a device or socket";
+}
+
+/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
+   the writer's process id and 64 random bits, in lowercase hexadecimal. No
+   user picks such a name, so a save (holding PATH.lock) removes the ones a
+   crash left by their name alone, never by what they hold. */
+#define MIRROR__TMP_MARK ".tmp-mirror-"
+#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
+#define MIRROR__TMP_NAME (sizeof MIRROR__TMP_MARK - 1 + MIRROR__TMP_TAIL) /* what it adds to PATH */
+
+/* write(2) all of it, through short writes and EINTR. */
+static int mirror__write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    while (n) {
+        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync of the directory holding path, so that a rename survives a crash. */
+static int mirror__sync_dir(const char *path)
+{
+    char dir[MIRROR__PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    int fd, rc;
+    if (n >= sizeof dir) return errno = ENAMETOOLONG, -1;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
+    rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Creates a new temporary file for path (mode: as open's, less the umask),
+   its name in name[size]; returns its descriptor, or -1 with errno set. */
+static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
+{
+    uint32_t pid = (uint32_t)getpid();
+    double now = mirror__now();
+    uint64_t state, bits;
+    int tries, fd = -1;
+    /* never true, but without it gcc -O3 -fsanitize=undefined warns of a null snprintf */
+    if (!name || !size) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(&bits, &now, sizeof bits);
+    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
+    for (tries = 0; tries < 100; tries++) {
+        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
+                     (unsigned long long)mirror__next(&state)) >= (int)size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
+    }
+    return fd;
 }
 
 /* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
@@ -12076,6 +12197,47 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
 {
     return mirror__read_bounded(path, most, "this file can hold (decompressed)", declared, data, size, err);
 }
+
+/* Directory of path (".", "/" or what comes before the last slash) into
+   dir, and where its last name starts; 0 when dir cannot hold it. */
+static int mirror__split_path(const char *path, char *dir, size_t size, const char **name)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n + 2 > size) return 0;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    *name = slash ? slash + 1 : path;
+    return 1;
+}
+
+/* Whether a and b lie in one directory (the same device and inode, or,
+   where it does not exist, the same text); *na and *nb get their names. */
+static int mirror__same_dir(const char *a, const char *b, const char **na, const char **nb)
+{
+    char da[MIRROR__PATH_MAX], db[MIRROR__PATH_MAX];
+    struct stat sa, sb;
+    if (!mirror__split_path(a, da, sizeof da, na) || !mirror__split_path(b, db, sizeof db, nb)) return 0;
+    if (stat(da, &sa) != 0 || stat(db, &sb) != 0) return !strcmp(da, db);
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Whether paths a and b name one file: the same file (device and inode)
+   where both exist, else the same name in the same directory. */
+static int mirror__same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    const char *na, *nb;
+    int ea = lstat(a, &sa) == 0, eb = lstat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !ea && !eb && mirror__same_dir(a, b, &na, &nb) && !strcmp(na, nb);
+}
+
+#ifndef MIRROR_NO_LOADERS
+// >>loaders -----------------------------------------------------------------
+/* The dataset loaders (left out by MIRROR_NO_LOADERS): IDX (MNIST),
+   CIFAR-10 and .npy files, plain or gzip, each bounded by what its
+   header declares. */
 
 static size_t mirror__be32(const unsigned char *p)
 {
@@ -12756,136 +12918,7 @@ done:
     if (rc) mirror_dataset_free(ds);
     return rc;
 }
-
-/* Synthetic digits: each class is a few strokes in a unit box (x right,
-   y down). A sample jitters the control points, then draws the strokes
-   with a random rotation, scale, shift and stroke width, adds noise. */
-
-#define MIRROR__GLYPH_POINTS 14
-typedef struct mirror__stroke {
-    int n;
-    float p[MIRROR__GLYPH_POINTS][2];
-} mirror__stroke;
-
-/* Up to two strokes per digit; ovals are made by mirror__oval. */
-static const mirror__stroke mirror__glyphs[10][2] = {
-    {{0, {{0}}}, {0, {{0}}}}, /* 0: oval */
-    {{3, {{0.35f, 0.28f}, {0.52f, 0.12f}, {0.52f, 0.9f}}}, {0, {{0}}}},
-    {{8, {{0.25f, 0.3f}, {0.35f, 0.15f}, {0.5f, 0.1f}, {0.67f, 0.16f}, {0.72f, 0.32f}, {0.62f, 0.5f},
-          {0.25f, 0.9f}, {0.78f, 0.9f}}},
-     {0, {{0}}}},
-    {{9, {{0.25f, 0.16f}, {0.72f, 0.14f}, {0.45f, 0.45f}, {0.62f, 0.5f}, {0.74f, 0.65f}, {0.7f, 0.8f},
-          {0.55f, 0.9f}, {0.38f, 0.9f}, {0.24f, 0.8f}}},
-     {0, {{0}}}},
-    {{3, {{0.62f, 0.9f}, {0.62f, 0.1f}, {0.2f, 0.64f}}}, {2, {{0.2f, 0.64f}, {0.8f, 0.64f}}}},
-    {{10, {{0.74f, 0.12f}, {0.32f, 0.12f}, {0.28f, 0.46f}, {0.48f, 0.4f}, {0.66f, 0.46f}, {0.74f, 0.64f},
-           {0.68f, 0.82f}, {0.52f, 0.9f}, {0.36f, 0.88f}, {0.24f, 0.8f}}},
-     {0, {{0}}}},
-    {{11, {{0.68f, 0.12f}, {0.46f, 0.24f}, {0.32f, 0.44f}, {0.27f, 0.64f}, {0.33f, 0.84f}, {0.5f, 0.91f},
-           {0.67f, 0.84f}, {0.72f, 0.68f}, {0.62f, 0.54f}, {0.44f, 0.52f}, {0.3f, 0.62f}}},
-     {0, {{0}}}},
-    {{3, {{0.24f, 0.12f}, {0.76f, 0.12f}, {0.42f, 0.9f}}}, {2, {{0.36f, 0.5f}, {0.66f, 0.5f}}}},
-    {{0, {{0}}}, {0, {{0}}}}, /* 8: two ovals */
-    {{0, {{0}}}, {4, {{0.7f, 0.34f}, {0.68f, 0.6f}, {0.62f, 0.78f}, {0.55f, 0.9f}}}}, /* 9: oval + tail */
-};
-
-static void mirror__oval(mirror__stroke *s, float cx, float cy, float rx, float ry)
-{
-    int i;
-    s->n = 13;
-    for (i = 0; i < 13; i++) {
-        float a = 6.28318530718f * (float)i / 12.0f;
-        s->p[i][0] = cx + rx * sinf(a);
-        s->p[i][1] = cy - ry * cosf(a);
-    }
-}
-
-/* The strokes of one digit, jittered; returns how many. */
-static int mirror__digit_strokes(int digit, mirror__stroke *out, uint64_t *rng)
-{
-    int n = 0, i, j;
-    const mirror__stroke *g = mirror__glyphs[digit];
-    if (digit == 0) mirror__oval(&out[n++], 0.5f, 0.5f, 0.26f, 0.38f);
-    if (digit == 8) {
-        mirror__oval(&out[n++], 0.5f, 0.3f, 0.18f, 0.19f);
-        mirror__oval(&out[n++], 0.5f, 0.69f, 0.22f, 0.21f);
-    }
-    if (digit == 9) mirror__oval(&out[n++], 0.5f, 0.33f, 0.2f, 0.2f);
-    for (i = 0; i < 2; i++)
-        if (g[i].n) out[n++] = g[i];
-    for (i = 0; i < n; i++)
-        for (j = 0; j < out[i].n; j++) {
-            out[i].p[j][0] += 0.08f * (mirror__uniform(rng) - 0.5f);
-            out[i].p[j][1] += 0.08f * (mirror__uniform(rng) - 0.5f);
-        }
-    return n;
-}
-
-/* Distance from (x, y) to the segment a-b. */
-static float mirror__segment_distance(float x, float y, const float *a, const float *b)
-{
-    float dx = b[0] - a[0], dy = b[1] - a[1], len2 = dx * dx + dy * dy, t = 0.0f, ex, ey;
-    if (len2 > 0.0f) t = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, ((x - a[0]) * dx + (y - a[1]) * dy) / len2));
-    ex = x - (a[0] + t * dx);
-    ey = y - (a[1] + t * dy);
-    return sqrtf(ex * ex + ey * ey);
-}
-
-static void mirror__draw_digit(float *img, int digit, uint64_t *rng)
-{
-    mirror__stroke strokes[3];
-    int n = mirror__digit_strokes(digit, strokes, rng), s, j;
-    float angle = 0.5f * (mirror__uniform(rng) - 0.5f), scale = 17.0f + 5.0f * mirror__uniform(rng);
-    float shear = 0.3f * (mirror__uniform(rng) - 0.5f);
-    float cx = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f), cy = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f);
-    float half = 0.6f + 0.9f * mirror__uniform(rng), ca = cosf(angle), sa = sinf(angle);
-    float noise = 0.05f + 0.1f * mirror__uniform(rng);
-    size_t i;
-    /* Control points to pixels: centre, shear, rotate, scale, shift. */
-    for (s = 0; s < n; s++)
-        for (j = 0; j < strokes[s].n; j++) {
-            float u = strokes[s].p[j][0] - 0.5f, v = strokes[s].p[j][1] - 0.5f;
-            u += shear * v;
-            strokes[s].p[j][0] = cx + scale * (ca * u - sa * v);
-            strokes[s].p[j][1] = cy + scale * (sa * u + ca * v);
-        }
-    for (i = 0; i < 28 * 28; i++) {
-        float x = (float)(i % 28) + 0.5f, y = (float)(i / 28) + 0.5f, d = 1e9f, v;
-        for (s = 0; s < n; s++)
-            for (j = 0; j + 1 < strokes[s].n; j++)
-                d = MIRROR__MIN(d, mirror__segment_distance(x, y, strokes[s].p[j], strokes[s].p[j + 1]));
-        v = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, half + 0.5f - d)) + noise * mirror__normal(rng);
-        img[i] = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, v));
-    }
-}
-
-MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
-                                               mirror_error *err)
-{
-    uint64_t rng = seed;
-    size_t i;
-    if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
-    memset(ds, 0, sizeof *ds);
-    if (!count || count > ((size_t)1 << 24))
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "mirror_dataset_synthetic_digits: count %zu; it makes 1 to %zu samples (2^24)", count,
-                             (size_t)1 << 24);
-    ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
-    ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
-    if (!ds->x || !ds->labels) {
-        mirror_dataset_free(ds);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_synthetic_digits: out of memory");
-    }
-    for (i = 0; i < count; i++) {
-        ds->labels[i] = (int32_t)(i % 10);
-        mirror__draw_digit(ds->x + i * 28 * 28, (int)(i % 10), &rng);
-    }
-    ds->count = count;
-    ds->channels = 1;
-    ds->height = ds->width = 28;
-    ds->num_classes = 10;
-    return MIRROR_OK;
-}
+#endif /* MIRROR_NO_LOADERS */
 
 // >>checkpoints -------------------------------------------------------------
 /* Checkpoints: a safetensors file with the run's description in its
@@ -12911,14 +12944,6 @@ static uint32_t mirror__crc(uint32_t poly, uint32_t crc, const unsigned char *p,
 static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
 {
     return mirror__crc(0xEDB88320u, crc, p, n);
-}
-
-/* CRC-32C (Castagnoli's polynomial, TFRecord's), masked as TFRecord
-   stores it: rotated right by 15 bits, plus a constant. */
-static uint32_t mirror__masked_crc32c(const unsigned char *p, size_t n)
-{
-    uint32_t c = mirror__crc(0x82F63B78u, 0, p, n);
-    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
 /* A growing text buffer for the header; a failed allocation sticks. */
@@ -14763,6 +14788,739 @@ MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path
     return mirror__from_checkpoint(s, path, max_batch, out, info, err);
 }
 
+#ifndef MIRROR_NO_OUTPUTS
+// >>outputs -----------------------------------------------------------------
+/* The side outputs (left out by MIRROR_NO_OUTPUTS): the Chrome trace, and
+   fit's CSV history, SVG plot and TensorBoard events, written as a
+   checkpoint is, to a temporary file beside PATH renamed over it, so that
+   PATH is always a complete file (see SIDE OUTPUTS); then the entries of
+   fit's list of outputs (mirror__fit_output), through which fit reaches
+   them. */
+
+/* A side output's PATH: not empty, not too long for its temporary name, and
+   a regular file if it exists. lstat, never open: a FIFO cannot block. */
+static int mirror__output_path(mirror_model *m, const char *what, const char *path)
+{
+    struct stat st;
+    int rc;
+    if (!path || !*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL or empty", what);
+    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TMP_NAME, "its temporary file's name"))) return rc;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
+                            what, path, mirror__file_kind(st.st_mode));
+    return MIRROR_OK;
+}
+
+/* A side output being written: its temporary file (a path checked by
+   mirror__output_path fits in tmp). */
+typedef struct mirror__output {
+    FILE *f;
+    char tmp[MIRROR__PATH_MAX];
+} mirror__output;
+
+/* Makes the temporary file beside path, named as a checkpoint's
+   (mirror__make_tmp); 0 (errno set) on failure. */
+static int mirror__output_open(mirror__output *o, const char *path)
+{
+    int fd, e;
+    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
+    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
+    e = errno;
+    close(fd);
+    unlink(o->tmp);
+    errno = e;
+    return 0;
+}
+
+/* Flushes the temporary file to disk and renames it over path; on failure
+   removes it, leaving path as it was, and returns 0 with errno set. */
+static int mirror__output_close(mirror__output *o, const char *path)
+{
+    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
+    if (ok) ok = fsync(fileno(o->f)) == 0;
+    e = errno;
+    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) unlink(o->tmp);
+    errno = e;
+    return ok;
+}
+
+/* The trace into path; 0 (errno set) when it cannot be written. */
+static int mirror__trace_file(mirror_model *m, const char *path)
+{
+    mirror__output o;
+    FILE *f;
+    size_t i, r, at;
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (r = 0; r < m->s->replicas; r++)
+        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
+                   "\"args\":{\"name\":\"replica %zu\"}},\n",
+                m->s->rank, r, m->s->first + r);
+    for (i = 0; i < m->trace.count; i++) { /* oldest first */
+        const mirror__span *sp;
+        at = (m->trace.next + m->trace.cap - m->trace.count + i) % m->trace.cap;
+        sp = &m->trace.spans[at];
+        fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%zu,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
+                   "\"args\":{\"step\":%llu}},\n",
+                mirror__phase_names[sp->phase], m->s->rank, sp->replica, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
+                (unsigned long long)sp->step);
+    }
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
+            m->s->rank, m->s->rank);
+    return mirror__output_close(&o, path);
+}
+
+static int mirror__trace_write(mirror_model *m, const char *path)
+{
+    int rc;
+    if ((rc = mirror__output_path(m, "mirror_trace_write", path))) return rc;
+    if (!mirror__trace_file(m, path))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write the trace: %s", path,
+                            strerror(errno));
+    return MIRROR_OK;
+}
+
+MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_trace_write"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_trace_write", mirror__trace_write(m, path));
+    }
+}
+
+/* CRC-32C (Castagnoli's polynomial, TFRecord's), masked as TFRecord
+   stores it: rotated right by 15 bits, plus a constant. */
+static uint32_t mirror__masked_crc32c(const unsigned char *p, size_t n)
+{
+    uint32_t c = mirror__crc(0x82F63B78u, 0, p, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+/* ---- fit's curves: a CSV history and an SVG plot of the epoch logs ---- */
+
+static const char mirror__history_header[] =
+    "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
+    "samples_per_s\n";
+
+/* The history (CSV) of pts; 0 (errno set) when it cannot be written. */
+static int mirror__write_history(const char *path, const mirror__curve_point *pts, size_t n)
+{
+    mirror__output o;
+    FILE *f;
+    size_t i;
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
+    fputs(mirror__history_header, f);
+    for (i = 0; i < n; i++) {
+        const mirror_epoch_log *l = &pts[i].log;
+        fprintf(f, "%.9g,%zu,%zu,%.9g,%.9g,", pts[i].x, l->steps, l->samples, l->train_loss, l->train_acc);
+        if (l->val_loss != -1.0) fprintf(f, "%.9g,%.9g,", l->val_loss, l->val_acc);
+        else fprintf(f, ",,");
+        fprintf(f, "%.9g,%.9g,%.9g,%llu,%.6f,%.1f\n", l->lr, l->grad_norm, l->loss_scale, (unsigned long long)l->skipped,
+                l->seconds, l->samples_per_s);
+    }
+    return mirror__output_close(&o, path);
+}
+
+/* A count read back from a history: a whole number that a size_t holds. */
+static int mirror__whole(double v)
+{
+    return v >= 0.0 && v < 1e18 && v == floor(v);
+}
+
+/* One row of a history, as mirror__write_history writes it, into *p; 0 when
+   it is not one (val_loss and val_acc may be empty: no validation). */
+static int mirror__history_row(const char *line, mirror__curve_point *p)
+{
+    double v[13];
+    const char *at = line;
+    char *end;
+    size_t i;
+    for (i = 0; i < 13; i++) {
+        if ((i == 5 || i == 6) && *at == ',') {
+            v[i] = -1.0;
+        } else {
+            v[i] = strtod(at, &end);
+            if (end == at) return 0;
+            at = end;
+        }
+        if (*at++ != (i < 12 ? ',' : '\n')) return 0;
+    }
+    if (*at || !(v[0] > 0.0 && v[0] < 1e18) || !mirror__whole(v[1]) || !mirror__whole(v[2]) || !mirror__whole(v[10]))
+        return 0;
+    memset(p, 0, sizeof *p);
+    p->x = v[0];
+    p->log.epoch = (size_t)ceil(v[0]);
+    p->log.steps = (size_t)v[1], p->log.samples = (size_t)v[2];
+    p->log.train_loss = v[3], p->log.train_acc = v[4], p->log.val_loss = v[5], p->log.val_acc = v[6];
+    p->log.lr = v[7], p->log.grad_norm = v[8], p->log.loss_scale = v[9], p->log.skipped = (uint64_t)v[10];
+    p->log.seconds = v[11], p->log.samples_per_s = v[12];
+    return 1;
+}
+
+/* A line of the plot, drawn point by point: a polyline, or a dot where it
+   has one point (a run of one epoch). Ending it starts the next. */
+typedef struct mirror__svg_line {
+    FILE *f;
+    const char *color;
+    size_t points;
+    double x, y; /* the last point */
+} mirror__svg_line;
+
+static void mirror__svg_line_end(mirror__svg_line *l)
+{
+    if (l->points >= 2) fprintf(l->f, "\"/>\n");
+    if (l->points == 1)
+        fprintf(l->f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", l->x, l->y, l->color);
+    l->points = 0;
+}
+
+static void mirror__svg_line_begin(mirror__svg_line *l, FILE *f, const char *color)
+{
+    l->f = f;
+    l->color = color;
+    l->points = 0;
+    l->x = l->y = 0.0;
+}
+
+static void mirror__svg_line_point(mirror__svg_line *l, double x, double y)
+{
+    if (++l->points == 2) /* a line after all: from the point held */
+        fprintf(l->f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%.1f,%.1f ", l->color, l->x,
+                l->y);
+    if (l->points >= 2) fprintf(l->f, "%.1f,%.1f ", x, y);
+    l->x = x;
+    l->y = y;
+}
+
+/* One panel of the plot at (x0, y0), w x h: a series of training values
+   (and of validation values, where there are), against the epochs. */
+static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title,
+                              const mirror__curve_point *pts, size_t n, int acc)
+{
+    const double left = 56, bottom = 36, top = 28, right = 12;
+    double lo = 1e300, hi = -1e300, px = w - left - right, py = h - top - bottom;
+    double first = n ? pts[0].x : 0, span = n ? pts[n - 1].x - first : 0; /* the epochs shown */
+    size_t i, k, series, labels, e;
+    int validated = 0;
+    for (i = 0; i < n; i++) {
+        const mirror_epoch_log *l = &pts[i].log;
+        double v[2];
+        v[0] = acc ? l->train_acc : l->train_loss;
+        v[1] = acc ? l->val_acc : l->val_loss;
+        validated |= l->val_loss != -1.0;
+        for (k = 0; k < 2; k++)
+            if (v[k] == v[k] && v[k] > -1e300 && v[k] < 1e300 && (k == 0 || l->val_loss != -1.0)) {
+                if (v[k] < lo) lo = v[k];
+                if (v[k] > hi) hi = v[k];
+            }
+    }
+    if (lo > hi) lo = 0, hi = 1;
+    if (hi - lo < 1e-12) lo -= 0.5, hi += 0.5;
+    fprintf(f, "<g transform=\"translate(%.1f,%.1f)\">\n", x0, y0);
+    fprintf(f, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n", left + px / 2, title);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", left,
+            top, px, py);
+    for (k = 0; k <= 4; k++) { /* value ticks and grid */
+        double v = lo + (hi - lo) * (double)k / 4, y = top + py - py * (double)k / 4;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", left, y, left + px, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.4g</text>\n", left - 4, y + 4, v);
+    }
+    labels = (size_t)(span + 1.0); /* epoch ticks at the whole epochs shown, at most about 10 labelled */
+    for (e = (size_t)ceil(first - 1e-9); n && (double)e <= pts[n - 1].x + 1e-9; e++) {
+        double x = left + (span > 1e-9 ? px * ((double)e - first) / span : px / 2);
+        if (labels <= 10 || (e - (size_t)ceil(first - 1e-9)) % ((labels + 9) / 10) == 0)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%zu</text>\n", x,
+                    top + py + 14, e);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", left + px / 2,
+            top + py + 30);
+    for (series = 0; series < 2; series++) {
+        const char *color = series ? "#e6550d" : "#3182bd";
+        mirror__svg_line line;
+        if (series && !validated) break;
+        mirror__svg_line_begin(&line, f, color);
+        for (i = 0; i < n; i++) {
+            const mirror_epoch_log *l = &pts[i].log;
+            double v = series ? (acc ? l->val_acc : l->val_loss) : (acc ? l->train_acc : l->train_loss);
+            double x = left + (span > 1e-9 ? px * (pts[i].x - first) / span : px / 2);
+            int within = pts[i].x != floor(pts[i].x); /* a curve_every point: the epoch's running mean */
+            if (series && l->val_loss == -1.0) continue; /* a point within an epoch */
+            if (!(v == v) || v < lo || v > hi) continue; /* NaN: a gap */
+            if (within && i > 0 && ceil(pts[i - 1].x) != ceil(pts[i].x))
+                mirror__svg_line_end(&line); /* a new epoch's mean starts afresh: a new line */
+            mirror__svg_line_point(&line, x, top + py - py * (v - lo) / (hi - lo));
+        }
+        mirror__svg_line_end(&line);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", left + px - 70,
+                (acc ? top + py - 24 : top + 14) + 14 * (double)series, color, /* where the curves are not */
+                series ? "validation" : "training");
+    }
+    fprintf(f, "</g>\n");
+}
+
+/* Loss (and, for a classifier, accuracy) by epoch, training and validation. */
+static int mirror__write_plot(const char *path, const mirror__curve_point *pts, size_t n, int classify)
+{
+    mirror__output o;
+    FILE *f;
+    double w = 420, h = 300;
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n",
+            classify ? 2 * w : w, h);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    mirror__svg_panel(f, 0, 0, w, h, "loss", pts, n, 0);
+    if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", pts, n, 1);
+    fprintf(f, "</svg>\n");
+    return mirror__output_close(&o, path);
+}
+
+/* A resumed fit continues its history (rank 0): the rows of the file at
+   d->history up to its cursor, step initial_step of epoch initial_epoch
+   (of `steps`), into *pts; those after it (the rest of the epoch in
+   progress, and later ones) are dropped, as the run redoes them. A file
+   that is missing, or that is not a history fit wrote, gives none and a
+   notice. Only running out of memory fails. */
+static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, size_t steps, mirror__curve_point **pts,
+                                size_t *n, size_t *cap)
+{
+    /* points lie at whole steps, epoch - 1 + s / steps: half a step beyond the cursor tells them apart */
+    double cursor = (double)d->initial_epoch + ((double)d->initial_step + 0.5) / (double)steps;
+    char line[1024], notice[1200];
+    mirror__curve_point p;
+    struct stat st;
+    size_t row = 1;
+    FILE *f = NULL;
+    int fd = open(d->history, O_RDONLY | O_NOFOLLOW | O_NONBLOCK), good;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "r")))) close(fd);
+    if (!f) {
+        snprintf(notice, sizeof notice, "mirror_fit: %s: no history to continue (%s); it starts at epoch %zu",
+                 d->history, fd < 0 ? strerror(errno) : "not a regular file", d->initial_epoch + 1);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+        return MIRROR_OK;
+    }
+    good = fgets(line, sizeof line, f) && !strcmp(line, mirror__history_header);
+    while (good && fgets(line, sizeof line, f)) {
+        row++;
+        if (!(good = mirror__history_row(line, &p))) break;
+        if (p.x > cursor) continue; /* after the step resumed at */
+        p.log.epochs = d->epochs;
+        if (!mirror__curve_add(pts, n, cap, p.x, &p.log)) {
+            fclose(f);
+            return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
+        }
+    }
+    if (ferror(f)) good = 0;
+    fclose(f);
+    if (!good) {
+        *n = 0;
+        snprintf(notice, sizeof notice,
+                 "mirror_fit: %s: not a history that mirror_fit wrote (line %zu); a new one starts at epoch %zu",
+                 d->history, row, d->initial_epoch + 1);
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
+    return MIRROR_OK;
+}
+
+/* Once training has begun, a side output written (ok) or not: its bit in
+   *failed while its writes fail, and a notice when they start to (errno
+   says why). Training goes on; the file keeps its last complete version. */
+static void mirror__output_result(unsigned *failed, unsigned bit, int ok, const char *what, const char *path)
+{
+    char notice[1200];
+    if (ok) {
+        *failed &= ~bit;
+        return;
+    }
+    if (!(*failed & bit)) {
+        snprintf(notice, sizeof notice,
+                 "mirror_fit: %s: cannot write the %s (%s); the file keeps its last complete version, and the "
+                 "training and its checkpoints go on as if it had been written",
+                 path, what, strerror(errno));
+        mirror__log(MIRROR_LOG_NOTICE, notice);
+    }
+    *failed |= bit;
+}
+
+/* ---- fit's TensorBoard events ---- */
+/* TensorBoard reads a directory of event files: records framed as
+   TFRecord's (the length as a little-endian uint64, its masked CRC-32C,
+   the bytes, their masked CRC-32C), each an Event protocol buffer. The
+   few fields written are encoded here by hand, field number and wire
+   type first:
+     Event      1 wall_time (double), 2 step (int64), 3 file_version
+                (string), 5 summary (Summary), 7 session_log (SessionLog)
+     Summary    1 value (a Value, repeated)
+     Value      1 tag (string), 2 simple_value (float)
+     SessionLog 1 status (enum; START is 1)
+   A fit starts its own file and opens it with SessionLog START at the
+   step after the model's: TensorBoard then drops what an earlier file of
+   the directory holds from that step on, the steps a resumed run runs
+   again. */
+
+/* A protocol buffer being written into a fixed buffer; `over` once full. */
+typedef struct mirror__pb {
+    unsigned char *p;
+    size_t len, cap;
+    int over;
+} mirror__pb;
+
+static void mirror__pb_byte(mirror__pb *b, unsigned v)
+{
+    if (b->len < b->cap) b->p[b->len++] = (unsigned char)v;
+    else b->over = 1;
+}
+
+static void mirror__pb_varint(mirror__pb *b, uint64_t v)
+{
+    for (; v >= 0x80; v >>= 7) mirror__pb_byte(b, (unsigned)(v & 0x7F) | 0x80);
+    mirror__pb_byte(b, (unsigned)v);
+}
+
+/* Field `field` of wire type 2: a length, then the bytes. */
+static void mirror__pb_bytes(mirror__pb *b, unsigned field, const void *data, size_t n)
+{
+    size_t i;
+    mirror__pb_varint(b, field << 3 | 2);
+    mirror__pb_varint(b, n);
+    for (i = 0; i < n; i++) mirror__pb_byte(b, ((const unsigned char *)data)[i]);
+}
+
+/* Field `field` of wire type 1 (bytes 8) or 5 (bytes 4): v little-endian. */
+static void mirror__pb_fixed(mirror__pb *b, unsigned field, uint64_t v, int bytes)
+{
+    int i;
+    mirror__pb_varint(b, field << 3 | (bytes == 8 ? 1u : 5u));
+    for (i = 0; i < bytes; i++) mirror__pb_byte(b, (unsigned)(v >> (8 * i)) & 0xFF);
+}
+
+/* A Summary's Value: tag and simple_value. */
+static void mirror__tb_value(mirror__pb *summary, const char *tag, double v)
+{
+    unsigned char raw[80];
+    mirror__pb value = {raw, 0, sizeof raw, 0};
+    mirror__pb_bytes(&value, 1, tag, strlen(tag));
+    mirror__pb_fixed(&value, 2, mirror_hd_bits((float)v), 4);
+    mirror__pb_bytes(summary, 1, raw, value.len);
+    summary->over |= value.over;
+}
+
+/* One Event at step, with summary (may be NULL), the file's version (may
+   be NULL) or a session's start, appended to fd as a TFRecord record; -1
+   (errno set) when it cannot be written, and then the file is cut back
+   to where it was, so that it holds whole records only. */
+static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, const char *version, int start)
+{
+    static const unsigned char session_start[] = {0x08, 0x01};
+    unsigned char raw[1024], head[12], tail[4];
+    mirror__pb e = {raw, 0, sizeof raw, 0};
+    struct timespec now;
+    double wall;
+    uint64_t bits;
+    uint32_t crc;
+    off_t at;
+    int i;
+    clock_gettime(CLOCK_REALTIME, &now);
+    wall = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    memcpy(&bits, &wall, 8);
+    mirror__pb_fixed(&e, 1, bits, 8);
+    mirror__pb_varint(&e, 2 << 3 | 0);
+    mirror__pb_varint(&e, step);
+    if (version) mirror__pb_bytes(&e, 3, version, strlen(version));
+    if (summary) mirror__pb_bytes(&e, 5, summary->p, summary->len);
+    if (start) mirror__pb_bytes(&e, 7, session_start, sizeof session_start);
+    if (e.over || (summary && summary->over)) return errno = EOVERFLOW, -1;
+    for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)e.len >> (8 * i));
+    crc = mirror__masked_crc32c(head, 8);
+    for (i = 0; i < 4; i++) head[8 + i] = (unsigned char)(crc >> (8 * i));
+    crc = mirror__masked_crc32c(raw, e.len);
+    for (i = 0; i < 4; i++) tail[i] = (unsigned char)(crc >> (8 * i));
+    if ((at = lseek(fd, 0, SEEK_END)) < 0) return -1;
+    if (mirror__write_all(fd, head, sizeof head) || mirror__write_all(fd, raw, e.len) ||
+        mirror__write_all(fd, tail, sizeof tail)) {
+        int was = errno;
+        if (ftruncate(fd, at) != 0) {} /* the record's start: what a reader reads stays whole */
+        return errno = was, -1;
+    }
+    return 0;
+}
+
+/* The directory (made when missing, its parent must exist) and a new event
+   file in it, named as TensorBoard looks for them; its first records are
+   the version and the session's start. TensorBoard reads a directory's
+   files in the order of their names, which start with the time in
+   seconds: a file's time is made later than every other file's there, so
+   that a fit started within the same second still comes after. Rank 0,
+   before the first step. */
+/* The most an event file's name adds to its directory: a slash, the
+   prefix, the time, the host's name (63 bytes at most), the process id and
+   a count. */
+#define MIRROR__TB_NAME (sizeof "/events.out.tfevents." - 1 + 20 + 1 + 63 + 1 + 20 + 1 + 2)
+
+static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path, size_t size)
+{
+    static const char prefix[] = "events.out.tfevents.";
+    char host[64];
+    struct stat st;
+    long long now = (long long)time(NULL);
+    DIR *d;
+    struct dirent *e;
+    size_t i;
+    int k;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: the TensorBoard directory %s cannot be made: %s", dir,
+                            strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the TensorBoard directory %s is not a directory", dir);
+    if ((d = opendir(dir)) != NULL) {
+        while ((e = readdir(d)) != NULL)
+            if (!strncmp(e->d_name, prefix, sizeof prefix - 1)) {
+                long long t = strtoll(e->d_name + sizeof prefix - 1, NULL, 10);
+                if (t >= now && t < now + 1000000) now = t + 1;
+            }
+        closedir(d);
+    }
+    if (gethostname(host, sizeof host) != 0) strcpy(host, "host");
+    host[sizeof host - 1] = '\0';
+    for (i = 0; host[i]; i++)
+        if (host[i] == '/') host[i] = '_';
+    for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
+        int n = snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
+        if (n < 0 || (size_t)n >= size) /* mirror__check_outputs saw to it; never a name cut short */
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                                "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
+                                "system's limit of %d bytes for a path (PATH_MAX)",
+                                dir, MIRROR__PATH_MAX - 1);
+        *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+        if (*fd < 0 && errno != EEXIST) break;
+    }
+    if (*fd < 0 || mirror__tb_event(*fd, m->steps, NULL, "brain.Event:2", 0) ||
+        mirror__tb_event(*fd, m->steps + 1, NULL, NULL, 1)) {
+        int was = errno;
+        if (*fd >= 0) close(*fd), unlink(path), *fd = -1;
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: cannot write TensorBoard events in %s: %s", dir,
+                            strerror(was));
+    }
+    return MIRROR_OK;
+}
+
+/* A curve point as one Event at the model's step: the epoch (with a
+   fraction within one), the losses and accuracies, the rate, the gradient
+   norm, the loss scale, the skipped steps, the speed. */
+static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_log *l, int classify)
+{
+    unsigned char raw[768];
+    mirror__pb summary = {raw, 0, sizeof raw, 0};
+    mirror__tb_value(&summary, "epoch", x);
+    mirror__tb_value(&summary, "loss/train", l->train_loss);
+    if (classify) mirror__tb_value(&summary, "accuracy/train", l->train_acc);
+    if (l->val_loss != -1.0) {
+        mirror__tb_value(&summary, "loss/validation", l->val_loss);
+        if (classify) mirror__tb_value(&summary, "accuracy/validation", l->val_acc);
+    }
+    mirror__tb_value(&summary, "learning_rate", l->lr);
+    mirror__tb_value(&summary, "grad_norm", l->grad_norm);
+    mirror__tb_value(&summary, "loss_scale", l->loss_scale);
+    mirror__tb_value(&summary, "skipped_steps", (double)l->skipped);
+    mirror__tb_value(&summary, "samples_per_s", l->samples_per_s);
+    return mirror__tb_event(fd, step, &summary, NULL, 0) == 0;
+}
+
+/* Whether out names one of the files of checkpoint PATH: PATH, PATH.1 ..
+   PATH.(keep - 1) (keep 0: any number) and PATH.lock, by name, or as the
+   same file as one of them that exists. */
+static int mirror__names_checkpoint(const char *out, const char *path, size_t keep)
+{
+    char name[MIRROR__PATH_MAX];
+    const char *no, *np, *rest;
+    struct stat so, sp;
+    size_t i;
+    if (mirror__same_dir(out, path, &no, &np) && !strncmp(no, np, strlen(np))) {
+        rest = no + strlen(np);
+        if (!*rest || !strcmp(rest, ".lock")) return 1;
+        if (rest[0] == '.' && rest[1] >= '1' && rest[1] <= '9' && !rest[1 + strspn(rest + 1, "0123456789")])
+            return !keep || strtoull(rest + 1, NULL, 10) < keep; /* PATH.k (too many digits: the largest value) */
+    }
+    if (lstat(out, &so) != 0) return 0;
+    for (i = 0; !keep || i < keep + 1; i++) { /* PATH.lock, PATH, PATH.1, ... as far as they exist */
+        int n;
+        if (i == 0) n = snprintf(name, sizeof name, "%s.lock", path);
+        else if (i == 1) n = snprintf(name, sizeof name, "%s", path);
+        else n = snprintf(name, sizeof name, "%s.%zu", path, i - 1);
+        if (n < 0 || (size_t)n >= sizeof name || lstat(name, &sp) != 0) { /* missing, or too long to be a file's */
+            if (i >= 2) break;
+            continue;
+        }
+        if (sp.st_dev == so.st_dev && sp.st_ino == so.st_ino) return 1;
+    }
+    return 0;
+}
+
+/* Whether out names the file the model's parameters were loaded from
+   (mirror_weights_source): as the same file, or by name (a checkpoint's
+   kept files too). */
+static int mirror__names_source(const mirror_model *m, const char *out)
+{
+    struct stat so;
+    if (!m->source.told.path) return 0;
+    if (m->source.has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source.dev &&
+        (uint64_t)so.st_ino == m->source.ino)
+        return 1;
+    return m->source.told.checkpoint ? mirror__names_checkpoint(out, m->source.told.path, 0)
+                                : mirror__same_file(out, m->source.told.path);
+}
+
+/* ---- fit's list of outputs ---- */
+
+/* Before the first step (rank 0): output i's path names no checkpoint
+   file (fit's, or the one it resumed from) and not the file the
+   parameters were loaded from. The TensorBoard directory neither: made
+   where a checkpoint will be saved, it would fail that save after the
+   whole run. */
+static int mirror__output_spares(mirror_model *m, const mirror__fit_run *f, size_t i)
+{
+    const mirror_fit_desc *d = &f->d;
+    const char *path = MIRROR__OUTPUT_PATH(f, i), *name = f->outs[i].name;
+    size_t keep = d->checkpoint_keep ? d->checkpoint_keep : 3;
+    if (d->checkpoint && mirror__names_checkpoint(path, d->checkpoint, keep))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the %s %s would overwrite the checkpoint %s or one kept beside it; name "
+                            "another path",
+                            name, path, d->checkpoint);
+    if (d->resumed_from && mirror__names_checkpoint(path, d->resumed_from, 0))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
+                            "one kept beside it; name another path",
+                            name, path, d->resumed_from);
+    if (mirror__names_source(m, path))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the %s %s would overwrite %s, the %s the model's parameters were loaded "
+                            "from; name another path",
+                            name, path, m->source.told.path,
+                            m->source.told.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
+    return MIRROR_OK;
+}
+
+/* A file that is written whole (history, plot, trace): a usable path (no
+   FIFO), sparing the checkpoints. */
+static int mirror__file_output_check(mirror_model *m, const mirror__fit_run *f, size_t i)
+{
+    char what[64];
+    int rc;
+    snprintf(what, sizeof what, "mirror_fit: the %s", f->outs[i].name);
+    if ((rc = mirror__output_path(m, what, MIRROR__OUTPUT_PATH(f, i)))) return rc;
+    return mirror__output_spares(m, f, i);
+}
+
+/* The history: a resumed run's rows read back, then written (a failure
+   fails fit); rewritten whole from the points at each epoch's end. */
+static int mirror__history_open(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const mirror_fit_desc *d = &f->d;
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    int rc;
+    if ((d->initial_epoch || d->initial_step) &&
+        (rc = mirror__read_history(m, d, f->steps, &f->logs, &f->nlogs, &f->logs_cap)))
+        return rc;
+    if (!mirror__write_history(path, f->logs, f->nlogs))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", path, strerror(errno));
+    return MIRROR_OK;
+}
+
+static void mirror__history_rewrite(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    (void)m;
+    mirror__output_result(&f->failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(path, f->logs, f->nlogs), "history",
+                          path);
+}
+
+/* The plot: written at the start (the points a resumed history holds) and
+   at each epoch's end. */
+static int mirror__plot_open(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    if (!mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", path, strerror(errno));
+    return MIRROR_OK;
+}
+
+static void mirror__plot_rewrite(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    mirror__output_result(&f->failed, MIRROR_OUTPUT_PLOT,
+                          mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE), "plot",
+                          path);
+}
+
+/* The trace: written empty at the start, so that a path that cannot be
+   fails fit then, and at the end, after the checkpoint, which it must
+   never cost. */
+static int mirror__trace_open(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    return mirror__trace_write(m, MIRROR__OUTPUT_PATH(f, i));
+}
+
+static void mirror__trace_end(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    if (m->trace.count)
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, path), "trace", path);
+}
+
+/* TensorBoard: a directory (not empty, room for an event file's name in
+   it), a file of this fit's own there, an event per curve point. */
+static int mirror__tb_check(mirror_model *m, const mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    char what[64];
+    int rc;
+    snprintf(what, sizeof what, "mirror_fit: the %s", f->outs[i].name);
+    if (!*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is empty", what);
+    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TB_NAME, "an event file's name in it"))) return rc;
+    return mirror__output_spares(m, f, i);
+}
+
+static int mirror__tb_start(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    mirror__output_file *o = &f->files[i];
+    return mirror__tb_open(m, MIRROR__OUTPUT_PATH(f, i), &o->fd, o->path, sizeof o->path);
+}
+
+static void mirror__tb_take(mirror_model *m, mirror__fit_run *f, size_t i, double x, const mirror_epoch_log *log)
+{
+    mirror__output_file *o = &f->files[i];
+    if (o->fd >= 0)
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD, mirror__tb_point(o->fd, m->steps, x, log, f->classify),
+                              "TensorBoard events", o->path);
+}
+
+static void mirror__tb_release(mirror__fit_run *f, size_t i)
+{
+    if (f->files[i].fd >= 0) close(f->files[i].fd);
+    f->files[i].fd = -1;
+}
+
+/* fit's side outputs, in the order they are checked (a path that two
+   name is told with the earlier one first) and opened. */
+static const mirror__fit_output mirror__outputs[] = {
+    {"history", offsetof(mirror_fit_desc, history), MIRROR_OUTPUT_HISTORY, MIRROR__NEEDS_POINTS | MIRROR__NEEDS_KEPT,
+     mirror__file_output_check, mirror__history_open, NULL, mirror__history_rewrite, NULL, NULL},
+    {"plot", offsetof(mirror_fit_desc, plot), MIRROR_OUTPUT_PLOT, MIRROR__NEEDS_POINTS | MIRROR__NEEDS_KEPT,
+     mirror__file_output_check, mirror__plot_open, NULL, mirror__plot_rewrite, NULL, NULL},
+    {"trace", offsetof(mirror_fit_desc, trace), MIRROR_OUTPUT_TRACE, MIRROR__NEEDS_TIMING, mirror__file_output_check,
+     mirror__trace_open, NULL, NULL, mirror__trace_end, NULL},
+    {"TensorBoard directory", offsetof(mirror_fit_desc, tensorboard), MIRROR_OUTPUT_TENSORBOARD, MIRROR__NEEDS_POINTS,
+     mirror__tb_check, mirror__tb_start, mirror__tb_take, NULL, NULL, mirror__tb_release},
+};
+#endif /* MIRROR_NO_OUTPUTS */
+
 // >>fit ---------------------------------------------------------------------
 /* mirror_fit: the data checked, the fit's defaults, its side outputs
    (progress, history, plot, trace), then epochs of steps, validation,
@@ -14974,616 +15732,6 @@ static mirror_checkpoint_info mirror__fit_cursor(mirror_model *m, const mirror_f
 }
 
 
-/* ---- fit's curves: a CSV history and an SVG plot of the epoch logs ---- */
-
-/* A point of the curves: an epoch's log at x = its epoch, or (curve_every)
-   the epoch's numbers so far at x = epoch - 1 + steps done / steps, with no
-   validation numbers (val_loss -1). */
-typedef struct mirror__curve_point {
-    double x;
-    mirror_epoch_log log;
-} mirror__curve_point;
-
-static const char mirror__history_header[] =
-    "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
-    "samples_per_s\n";
-
-/* The history (CSV) of pts; 0 (errno set) when it cannot be written. */
-static int mirror__write_history(const char *path, const mirror__curve_point *pts, size_t n)
-{
-    mirror__output o;
-    FILE *f;
-    size_t i;
-    if (!mirror__output_open(&o, path)) return 0;
-    f = o.f;
-    fputs(mirror__history_header, f);
-    for (i = 0; i < n; i++) {
-        const mirror_epoch_log *l = &pts[i].log;
-        fprintf(f, "%.9g,%zu,%zu,%.9g,%.9g,", pts[i].x, l->steps, l->samples, l->train_loss, l->train_acc);
-        if (l->val_loss != -1.0) fprintf(f, "%.9g,%.9g,", l->val_loss, l->val_acc);
-        else fprintf(f, ",,");
-        fprintf(f, "%.9g,%.9g,%.9g,%llu,%.6f,%.1f\n", l->lr, l->grad_norm, l->loss_scale, (unsigned long long)l->skipped,
-                l->seconds, l->samples_per_s);
-    }
-    return mirror__output_close(&o, path);
-}
-
-/* A count read back from a history: a whole number that a size_t holds. */
-static int mirror__whole(double v)
-{
-    return v >= 0.0 && v < 1e18 && v == floor(v);
-}
-
-/* One row of a history, as mirror__write_history writes it, into *p; 0 when
-   it is not one (val_loss and val_acc may be empty: no validation). */
-static int mirror__history_row(const char *line, mirror__curve_point *p)
-{
-    double v[13];
-    const char *at = line;
-    char *end;
-    size_t i;
-    for (i = 0; i < 13; i++) {
-        if ((i == 5 || i == 6) && *at == ',') {
-            v[i] = -1.0;
-        } else {
-            v[i] = strtod(at, &end);
-            if (end == at) return 0;
-            at = end;
-        }
-        if (*at++ != (i < 12 ? ',' : '\n')) return 0;
-    }
-    if (*at || !(v[0] > 0.0 && v[0] < 1e18) || !mirror__whole(v[1]) || !mirror__whole(v[2]) || !mirror__whole(v[10]))
-        return 0;
-    memset(p, 0, sizeof *p);
-    p->x = v[0];
-    p->log.epoch = (size_t)ceil(v[0]);
-    p->log.steps = (size_t)v[1], p->log.samples = (size_t)v[2];
-    p->log.train_loss = v[3], p->log.train_acc = v[4], p->log.val_loss = v[5], p->log.val_acc = v[6];
-    p->log.lr = v[7], p->log.grad_norm = v[8], p->log.loss_scale = v[9], p->log.skipped = (uint64_t)v[10];
-    p->log.seconds = v[11], p->log.samples_per_s = v[12];
-    return 1;
-}
-
-/* A line of the plot, drawn point by point: a polyline, or a dot where it
-   has one point (a run of one epoch). Ending it starts the next. */
-typedef struct mirror__svg_line {
-    FILE *f;
-    const char *color;
-    size_t points;
-    double x, y; /* the last point */
-} mirror__svg_line;
-
-static void mirror__svg_line_end(mirror__svg_line *l)
-{
-    if (l->points >= 2) fprintf(l->f, "\"/>\n");
-    if (l->points == 1)
-        fprintf(l->f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", l->x, l->y, l->color);
-    l->points = 0;
-}
-
-static void mirror__svg_line_begin(mirror__svg_line *l, FILE *f, const char *color)
-{
-    l->f = f;
-    l->color = color;
-    l->points = 0;
-    l->x = l->y = 0.0;
-}
-
-static void mirror__svg_line_point(mirror__svg_line *l, double x, double y)
-{
-    if (++l->points == 2) /* a line after all: from the point held */
-        fprintf(l->f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%.1f,%.1f ", l->color, l->x,
-                l->y);
-    if (l->points >= 2) fprintf(l->f, "%.1f,%.1f ", x, y);
-    l->x = x;
-    l->y = y;
-}
-
-/* One panel of the plot at (x0, y0), w x h: a series of training values
-   (and of validation values, where there are), against the epochs. */
-static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title,
-                              const mirror__curve_point *pts, size_t n, int acc)
-{
-    const double left = 56, bottom = 36, top = 28, right = 12;
-    double lo = 1e300, hi = -1e300, px = w - left - right, py = h - top - bottom;
-    double first = n ? pts[0].x : 0, span = n ? pts[n - 1].x - first : 0; /* the epochs shown */
-    size_t i, k, series, labels, e;
-    int validated = 0;
-    for (i = 0; i < n; i++) {
-        const mirror_epoch_log *l = &pts[i].log;
-        double v[2];
-        v[0] = acc ? l->train_acc : l->train_loss;
-        v[1] = acc ? l->val_acc : l->val_loss;
-        validated |= l->val_loss != -1.0;
-        for (k = 0; k < 2; k++)
-            if (v[k] == v[k] && v[k] > -1e300 && v[k] < 1e300 && (k == 0 || l->val_loss != -1.0)) {
-                if (v[k] < lo) lo = v[k];
-                if (v[k] > hi) hi = v[k];
-            }
-    }
-    if (lo > hi) lo = 0, hi = 1;
-    if (hi - lo < 1e-12) lo -= 0.5, hi += 0.5;
-    fprintf(f, "<g transform=\"translate(%.1f,%.1f)\">\n", x0, y0);
-    fprintf(f, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n", left + px / 2, title);
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", left,
-            top, px, py);
-    for (k = 0; k <= 4; k++) { /* value ticks and grid */
-        double v = lo + (hi - lo) * (double)k / 4, y = top + py - py * (double)k / 4;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", left, y, left + px, y);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.4g</text>\n", left - 4, y + 4, v);
-    }
-    labels = (size_t)(span + 1.0); /* epoch ticks at the whole epochs shown, at most about 10 labelled */
-    for (e = (size_t)ceil(first - 1e-9); n && (double)e <= pts[n - 1].x + 1e-9; e++) {
-        double x = left + (span > 1e-9 ? px * ((double)e - first) / span : px / 2);
-        if (labels <= 10 || (e - (size_t)ceil(first - 1e-9)) % ((labels + 9) / 10) == 0)
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%zu</text>\n", x,
-                    top + py + 14, e);
-    }
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", left + px / 2,
-            top + py + 30);
-    for (series = 0; series < 2; series++) {
-        const char *color = series ? "#e6550d" : "#3182bd";
-        mirror__svg_line line;
-        if (series && !validated) break;
-        mirror__svg_line_begin(&line, f, color);
-        for (i = 0; i < n; i++) {
-            const mirror_epoch_log *l = &pts[i].log;
-            double v = series ? (acc ? l->val_acc : l->val_loss) : (acc ? l->train_acc : l->train_loss);
-            double x = left + (span > 1e-9 ? px * (pts[i].x - first) / span : px / 2);
-            int within = pts[i].x != floor(pts[i].x); /* a curve_every point: the epoch's running mean */
-            if (series && l->val_loss == -1.0) continue; /* a point within an epoch */
-            if (!(v == v) || v < lo || v > hi) continue; /* NaN: a gap */
-            if (within && i > 0 && ceil(pts[i - 1].x) != ceil(pts[i].x))
-                mirror__svg_line_end(&line); /* a new epoch's mean starts afresh: a new line */
-            mirror__svg_line_point(&line, x, top + py - py * (v - lo) / (hi - lo));
-        }
-        mirror__svg_line_end(&line);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", left + px - 70,
-                (acc ? top + py - 24 : top + 14) + 14 * (double)series, color, /* where the curves are not */
-                series ? "validation" : "training");
-    }
-    fprintf(f, "</g>\n");
-}
-
-/* Loss (and, for a classifier, accuracy) by epoch, training and validation. */
-static int mirror__write_plot(const char *path, const mirror__curve_point *pts, size_t n, int classify)
-{
-    mirror__output o;
-    FILE *f;
-    double w = 420, h = 300;
-    if (!mirror__output_open(&o, path)) return 0;
-    f = o.f;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n",
-            classify ? 2 * w : w, h);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    mirror__svg_panel(f, 0, 0, w, h, "loss", pts, n, 0);
-    if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", pts, n, 1);
-    fprintf(f, "</svg>\n");
-    return mirror__output_close(&o, path);
-}
-
-/* A point of the curves at x (rank 0), into *pts, grown by doubling; 0 when
-   out of memory. */
-static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log)
-{
-    if (*n == *cap) {
-        mirror__curve_point *grown = (mirror__curve_point *)mirror__alloc(2 * *cap + 8, sizeof *grown);
-        if (!grown) return 0;
-        if (*n) memcpy(grown, *pts, *n * sizeof **pts);
-        MIRROR_FREE(*pts);
-        *pts = grown, *cap = 2 * *cap + 8;
-    }
-    (*pts)[*n].x = x, (*pts)[(*n)++].log = *log;
-    return 1;
-}
-
-/* A resumed fit continues its history (rank 0): the rows of the file at
-   d->history up to its cursor, step initial_step of epoch initial_epoch
-   (of `steps`), into *pts; those after it (the rest of the epoch in
-   progress, and later ones) are dropped, as the run redoes them. A file
-   that is missing, or that is not a history fit wrote, gives none and a
-   notice. Only running out of memory fails. */
-static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, size_t steps, mirror__curve_point **pts,
-                                size_t *n, size_t *cap)
-{
-    /* points lie at whole steps, epoch - 1 + s / steps: half a step beyond the cursor tells them apart */
-    double cursor = (double)d->initial_epoch + ((double)d->initial_step + 0.5) / (double)steps;
-    char line[1024], notice[1200];
-    mirror__curve_point p;
-    struct stat st;
-    size_t row = 1;
-    FILE *f = NULL;
-    int fd = open(d->history, O_RDONLY | O_NOFOLLOW | O_NONBLOCK), good;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "r")))) close(fd);
-    if (!f) {
-        snprintf(notice, sizeof notice, "mirror_fit: %s: no history to continue (%s); it starts at epoch %zu",
-                 d->history, fd < 0 ? strerror(errno) : "not a regular file", d->initial_epoch + 1);
-        mirror__log(MIRROR_LOG_NOTICE, notice);
-        return MIRROR_OK;
-    }
-    good = fgets(line, sizeof line, f) && !strcmp(line, mirror__history_header);
-    while (good && fgets(line, sizeof line, f)) {
-        row++;
-        if (!(good = mirror__history_row(line, &p))) break;
-        if (p.x > cursor) continue; /* after the step resumed at */
-        p.log.epochs = d->epochs;
-        if (!mirror__curve_add(pts, n, cap, p.x, &p.log)) {
-            fclose(f);
-            return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory for the history");
-        }
-    }
-    if (ferror(f)) good = 0;
-    fclose(f);
-    if (!good) {
-        *n = 0;
-        snprintf(notice, sizeof notice,
-                 "mirror_fit: %s: not a history that mirror_fit wrote (line %zu); a new one starts at epoch %zu",
-                 d->history, row, d->initial_epoch + 1);
-        mirror__log(MIRROR_LOG_NOTICE, notice);
-    }
-    return MIRROR_OK;
-}
-
-/* Before the first step (rank 0): the history and the plot, which fail fit
-   if they cannot be written (nothing is lost yet). */
-static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n)
-{
-    if (d->history && !mirror__write_history(d->history, pts, n))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", d->history, strerror(errno));
-    if (d->plot && !mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", d->plot, strerror(errno));
-    return MIRROR_OK;
-}
-
-/* Once training has begun, a side output written (ok) or not: its bit in
-   *failed while its writes fail, and a notice when they start to (errno
-   says why). Training goes on; the file keeps its last complete version. */
-static void mirror__output_result(unsigned *failed, unsigned bit, int ok, const char *what, const char *path)
-{
-    char notice[1200];
-    if (ok) {
-        *failed &= ~bit;
-        return;
-    }
-    if (!(*failed & bit)) {
-        snprintf(notice, sizeof notice,
-                 "mirror_fit: %s: cannot write the %s (%s); the file keeps its last complete version, and the "
-                 "training and its checkpoints go on as if it had been written",
-                 path, what, strerror(errno));
-        mirror__log(MIRROR_LOG_NOTICE, notice);
-    }
-    *failed |= bit;
-}
-
-/* After each epoch (rank 0): the history and the plot, rewritten whole. */
-static void mirror__update_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n,
-                                  unsigned *failed)
-{
-    if (d->history)
-        mirror__output_result(failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(d->history, pts, n), "history",
-                              d->history);
-    if (d->plot)
-        mirror__output_result(failed, MIRROR_OUTPUT_PLOT,
-                              mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE), "plot",
-                              d->plot);
-}
-
-/* The curves' points cannot grow (out of memory): the history and the plot
-   keep what they hold, and are not written again in this fit. */
-static void mirror__curves_lost(const mirror_fit_desc *d, unsigned *failed)
-{
-    mirror__log(MIRROR_LOG_NOTICE, "mirror_fit: out of memory for the curves' points: the history and the plot stay "
-                                   "as they are; training goes on");
-    if (d->history) *failed |= MIRROR_OUTPUT_HISTORY;
-    if (d->plot) *failed |= MIRROR_OUTPUT_PLOT;
-}
-
-/* ---- fit's TensorBoard events ---- */
-/* TensorBoard reads a directory of event files: records framed as
-   TFRecord's (the length as a little-endian uint64, its masked CRC-32C,
-   the bytes, their masked CRC-32C), each an Event protocol buffer. The
-   few fields written are encoded here by hand, field number and wire
-   type first:
-     Event      1 wall_time (double), 2 step (int64), 3 file_version
-                (string), 5 summary (Summary), 7 session_log (SessionLog)
-     Summary    1 value (a Value, repeated)
-     Value      1 tag (string), 2 simple_value (float)
-     SessionLog 1 status (enum; START is 1)
-   A fit starts its own file and opens it with SessionLog START at the
-   step after the model's: TensorBoard then drops what an earlier file of
-   the directory holds from that step on, the steps a resumed run runs
-   again. */
-
-/* A protocol buffer being written into a fixed buffer; `over` once full. */
-typedef struct mirror__pb {
-    unsigned char *p;
-    size_t len, cap;
-    int over;
-} mirror__pb;
-
-static void mirror__pb_byte(mirror__pb *b, unsigned v)
-{
-    if (b->len < b->cap) b->p[b->len++] = (unsigned char)v;
-    else b->over = 1;
-}
-
-static void mirror__pb_varint(mirror__pb *b, uint64_t v)
-{
-    for (; v >= 0x80; v >>= 7) mirror__pb_byte(b, (unsigned)(v & 0x7F) | 0x80);
-    mirror__pb_byte(b, (unsigned)v);
-}
-
-/* Field `field` of wire type 2: a length, then the bytes. */
-static void mirror__pb_bytes(mirror__pb *b, unsigned field, const void *data, size_t n)
-{
-    size_t i;
-    mirror__pb_varint(b, field << 3 | 2);
-    mirror__pb_varint(b, n);
-    for (i = 0; i < n; i++) mirror__pb_byte(b, ((const unsigned char *)data)[i]);
-}
-
-/* Field `field` of wire type 1 (bytes 8) or 5 (bytes 4): v little-endian. */
-static void mirror__pb_fixed(mirror__pb *b, unsigned field, uint64_t v, int bytes)
-{
-    int i;
-    mirror__pb_varint(b, field << 3 | (bytes == 8 ? 1u : 5u));
-    for (i = 0; i < bytes; i++) mirror__pb_byte(b, (unsigned)(v >> (8 * i)) & 0xFF);
-}
-
-/* A Summary's Value: tag and simple_value. */
-static void mirror__tb_value(mirror__pb *summary, const char *tag, double v)
-{
-    unsigned char raw[80];
-    mirror__pb value = {raw, 0, sizeof raw, 0};
-    mirror__pb_bytes(&value, 1, tag, strlen(tag));
-    mirror__pb_fixed(&value, 2, mirror_hd_bits((float)v), 4);
-    mirror__pb_bytes(summary, 1, raw, value.len);
-    summary->over |= value.over;
-}
-
-/* One Event at step, with summary (may be NULL), the file's version (may
-   be NULL) or a session's start, appended to fd as a TFRecord record; -1
-   (errno set) when it cannot be written, and then the file is cut back
-   to where it was, so that it holds whole records only. */
-static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, const char *version, int start)
-{
-    static const unsigned char session_start[] = {0x08, 0x01};
-    unsigned char raw[1024], head[12], tail[4];
-    mirror__pb e = {raw, 0, sizeof raw, 0};
-    struct timespec now;
-    double wall;
-    uint64_t bits;
-    uint32_t crc;
-    off_t at;
-    int i;
-    clock_gettime(CLOCK_REALTIME, &now);
-    wall = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-    memcpy(&bits, &wall, 8);
-    mirror__pb_fixed(&e, 1, bits, 8);
-    mirror__pb_varint(&e, 2 << 3 | 0);
-    mirror__pb_varint(&e, step);
-    if (version) mirror__pb_bytes(&e, 3, version, strlen(version));
-    if (summary) mirror__pb_bytes(&e, 5, summary->p, summary->len);
-    if (start) mirror__pb_bytes(&e, 7, session_start, sizeof session_start);
-    if (e.over || (summary && summary->over)) return errno = EOVERFLOW, -1;
-    for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)e.len >> (8 * i));
-    crc = mirror__masked_crc32c(head, 8);
-    for (i = 0; i < 4; i++) head[8 + i] = (unsigned char)(crc >> (8 * i));
-    crc = mirror__masked_crc32c(raw, e.len);
-    for (i = 0; i < 4; i++) tail[i] = (unsigned char)(crc >> (8 * i));
-    if ((at = lseek(fd, 0, SEEK_END)) < 0) return -1;
-    if (mirror__write_all(fd, head, sizeof head) || mirror__write_all(fd, raw, e.len) ||
-        mirror__write_all(fd, tail, sizeof tail)) {
-        int was = errno;
-        if (ftruncate(fd, at) != 0) {} /* the record's start: what a reader reads stays whole */
-        return errno = was, -1;
-    }
-    return 0;
-}
-
-/* The directory (made when missing, its parent must exist) and a new event
-   file in it, named as TensorBoard looks for them; its first records are
-   the version and the session's start. TensorBoard reads a directory's
-   files in the order of their names, which start with the time in
-   seconds: a file's time is made later than every other file's there, so
-   that a fit started within the same second still comes after. Rank 0,
-   before the first step. */
-/* The most an event file's name adds to its directory: a slash, the
-   prefix, the time, the host's name (63 bytes at most), the process id and
-   a count. */
-#define MIRROR__TB_NAME (sizeof "/events.out.tfevents." - 1 + 20 + 1 + 63 + 1 + 20 + 1 + 2)
-
-static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path, size_t size)
-{
-    static const char prefix[] = "events.out.tfevents.";
-    char host[64];
-    struct stat st;
-    long long now = (long long)time(NULL);
-    DIR *d;
-    struct dirent *e;
-    size_t i;
-    int k;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: the TensorBoard directory %s cannot be made: %s", dir,
-                            strerror(errno));
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the TensorBoard directory %s is not a directory", dir);
-    if ((d = opendir(dir)) != NULL) {
-        while ((e = readdir(d)) != NULL)
-            if (!strncmp(e->d_name, prefix, sizeof prefix - 1)) {
-                long long t = strtoll(e->d_name + sizeof prefix - 1, NULL, 10);
-                if (t >= now && t < now + 1000000) now = t + 1;
-            }
-        closedir(d);
-    }
-    if (gethostname(host, sizeof host) != 0) strcpy(host, "host");
-    host[sizeof host - 1] = '\0';
-    for (i = 0; host[i]; i++)
-        if (host[i] == '/') host[i] = '_';
-    for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
-        int n = snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
-        if (n < 0 || (size_t)n >= size) /* mirror__check_outputs saw to it; never a name cut short */
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
-                                "system's limit of %d bytes for a path (PATH_MAX)",
-                                dir, MIRROR__PATH_MAX - 1);
-        *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-        if (*fd < 0 && errno != EEXIST) break;
-    }
-    if (*fd < 0 || mirror__tb_event(*fd, m->steps, NULL, "brain.Event:2", 0) ||
-        mirror__tb_event(*fd, m->steps + 1, NULL, NULL, 1)) {
-        int was = errno;
-        if (*fd >= 0) close(*fd), unlink(path), *fd = -1;
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: cannot write TensorBoard events in %s: %s", dir,
-                            strerror(was));
-    }
-    return MIRROR_OK;
-}
-
-/* A curve point as one Event at the model's step: the epoch (with a
-   fraction within one), the losses and accuracies, the rate, the gradient
-   norm, the loss scale, the skipped steps, the speed. */
-static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_log *l, int classify)
-{
-    unsigned char raw[768];
-    mirror__pb summary = {raw, 0, sizeof raw, 0};
-    mirror__tb_value(&summary, "epoch", x);
-    mirror__tb_value(&summary, "loss/train", l->train_loss);
-    if (classify) mirror__tb_value(&summary, "accuracy/train", l->train_acc);
-    if (l->val_loss != -1.0) {
-        mirror__tb_value(&summary, "loss/validation", l->val_loss);
-        if (classify) mirror__tb_value(&summary, "accuracy/validation", l->val_acc);
-    }
-    mirror__tb_value(&summary, "learning_rate", l->lr);
-    mirror__tb_value(&summary, "grad_norm", l->grad_norm);
-    mirror__tb_value(&summary, "loss_scale", l->loss_scale);
-    mirror__tb_value(&summary, "skipped_steps", (double)l->skipped);
-    mirror__tb_value(&summary, "samples_per_s", l->samples_per_s);
-    return mirror__tb_event(fd, step, &summary, NULL, 0) == 0;
-}
-
-/* Directory of path (".", "/" or what comes before the last slash) into
-   dir, and where its last name starts; 0 when dir cannot hold it. */
-static int mirror__split_path(const char *path, char *dir, size_t size, const char **name)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n + 2 > size) return 0;
-    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
-    else dir[0] = '.', dir[1] = '\0';
-    *name = slash ? slash + 1 : path;
-    return 1;
-}
-
-/* Whether a and b lie in one directory (the same device and inode, or,
-   where it does not exist, the same text); *na and *nb get their names. */
-static int mirror__same_dir(const char *a, const char *b, const char **na, const char **nb)
-{
-    char da[MIRROR__PATH_MAX], db[MIRROR__PATH_MAX];
-    struct stat sa, sb;
-    if (!mirror__split_path(a, da, sizeof da, na) || !mirror__split_path(b, db, sizeof db, nb)) return 0;
-    if (stat(da, &sa) != 0 || stat(db, &sb) != 0) return !strcmp(da, db);
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* Whether paths a and b name one file: the same file (device and inode)
-   where both exist, else the same name in the same directory. */
-static int mirror__same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    const char *na, *nb;
-    int ea = lstat(a, &sa) == 0, eb = lstat(b, &sb) == 0;
-    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    return !ea && !eb && mirror__same_dir(a, b, &na, &nb) && !strcmp(na, nb);
-}
-
-/* Whether out names one of the files of checkpoint PATH: PATH, PATH.1 ..
-   PATH.(keep - 1) (keep 0: any number) and PATH.lock, by name, or as the
-   same file as one of them that exists. */
-static int mirror__names_checkpoint(const char *out, const char *path, size_t keep)
-{
-    char name[MIRROR__PATH_MAX];
-    const char *no, *np, *rest;
-    struct stat so, sp;
-    size_t i;
-    if (mirror__same_dir(out, path, &no, &np) && !strncmp(no, np, strlen(np))) {
-        rest = no + strlen(np);
-        if (!*rest || !strcmp(rest, ".lock")) return 1;
-        if (rest[0] == '.' && rest[1] >= '1' && rest[1] <= '9' && !rest[1 + strspn(rest + 1, "0123456789")])
-            return !keep || strtoull(rest + 1, NULL, 10) < keep; /* PATH.k (too many digits: the largest value) */
-    }
-    if (lstat(out, &so) != 0) return 0;
-    for (i = 0; !keep || i < keep + 1; i++) { /* PATH.lock, PATH, PATH.1, ... as far as they exist */
-        int n;
-        if (i == 0) n = snprintf(name, sizeof name, "%s.lock", path);
-        else if (i == 1) n = snprintf(name, sizeof name, "%s", path);
-        else n = snprintf(name, sizeof name, "%s.%zu", path, i - 1);
-        if (n < 0 || (size_t)n >= sizeof name || lstat(name, &sp) != 0) { /* missing, or too long to be a file's */
-            if (i >= 2) break;
-            continue;
-        }
-        if (sp.st_dev == so.st_dev && sp.st_ino == so.st_ino) return 1;
-    }
-    return 0;
-}
-
-/* Whether out names the file the model's parameters were loaded from
-   (mirror_weights_source): as the same file, or by name (a checkpoint's
-   kept files too). */
-static int mirror__names_source(const mirror_model *m, const char *out)
-{
-    struct stat so;
-    if (!m->source.told.path) return 0;
-    if (m->source.has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source.dev &&
-        (uint64_t)so.st_ino == m->source.ino)
-        return 1;
-    return m->source.told.checkpoint ? mirror__names_checkpoint(out, m->source.told.path, 0)
-                                : mirror__same_file(out, m->source.told.path);
-}
-
-/* Before the first step (rank 0): each side output has a usable path that
-   names no checkpoint file (fit's, or the one it resumed from), not the
-   file the parameters were loaded from, and no other output. The
-   TensorBoard directory too: made where a checkpoint will be saved, it
-   would fail that save after the whole run. */
-static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
-{
-    const char *paths[4], *names[4] = {"history", "plot", "trace", "TensorBoard directory"};
-    char what[64];
-    size_t i, j, keep = d->checkpoint_keep ? d->checkpoint_keep : 3;
-    int rc;
-    paths[0] = d->history, paths[1] = d->plot, paths[2] = d->trace, paths[3] = d->tensorboard;
-    for (i = 0; i < 4; i++) {
-        if (!paths[i]) continue;
-        snprintf(what, sizeof what, "mirror_fit: the %s", names[i]);
-        if (i < 3 && (rc = mirror__output_path(m, what, paths[i]))) return rc;
-        if (i == 3 && !*paths[i]) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is empty", what);
-        if (i == 3 && (rc = mirror__path_fits(&m->err, what, paths[i], MIRROR__TB_NAME, "an event file's name in it")))
-            return rc;
-        if (d->checkpoint && mirror__names_checkpoint(paths[i], d->checkpoint, keep))
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the %s %s would overwrite the checkpoint %s or one kept beside it; name "
-                                "another path",
-                                names[i], paths[i], d->checkpoint);
-        if (d->resumed_from && mirror__names_checkpoint(paths[i], d->resumed_from, 0))
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
-                                "one kept beside it; name another path",
-                                names[i], paths[i], d->resumed_from);
-        if (mirror__names_source(m, paths[i]))
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the %s %s would overwrite %s, the %s the model's parameters were loaded "
-                                "from; name another path",
-                                names[i], paths[i], m->source.told.path,
-                                m->source.told.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
-        for (j = 0; j < i; j++)
-            if (paths[j] && mirror__same_file(paths[i], paths[j]))
-                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
-                                    names[j], names[i], paths[i]);
-    }
-    return MIRROR_OK;
-}
-
 /* Whether a hook's answer stops fit: with several processes rank 0's answer
    counts for all, so that they stop before the same step. */
 static int mirror__hook_stops(mirror_model *m, int answer)
@@ -15673,6 +15821,13 @@ static int mirror__fit_check(mirror_model *m, const mirror_fit_desc *d, size_t *
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
     if ((int)d->data_on_device < 0 || d->data_on_device > MIRROR_DATA_OFF)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown data_on_device %d", (int)d->data_on_device);
+#ifdef MIRROR_NO_OUTPUTS
+    if (d->history || d->plot || d->trace || d->tensorboard)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the desc asks for a side output (%s), but this mirror.h was built with "
+                            "MIRROR_NO_OUTPUTS, which leaves them out",
+                            d->history ? "history" : d->plot ? "plot" : d->trace ? "trace" : "tensorboard");
+#endif
     *steps = mirror_num_batches(d->train->count, per_step, d->drop_remainder);
     if (!*steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
@@ -15741,36 +15896,77 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     return mirror__processes_agree(m, it, 8, "mirror_fit");
 }
 
-/* A fit in progress: its desc (defaults applied), what its epochs share,
-   and what it must undo at its end. */
-typedef struct mirror__fit_run {
-    mirror_fit_desc d;
-    size_t steps, per_step; /* steps of an epoch, samples of a step */
-    size_t verdict;         /* metrics (and the scaler's verdict) at least every `verdict` steps */
-    size_t ran;             /* steps this fit ran */
-    size_t *perm;           /* the epoch's permutation */
-    mirror_batch *micro;    /* a step's micro-batches */
-    const mirror__resident *data; /* the training set on the device, or NULL */
-    mirror_epoch_log log;   /* the epoch at hand */
-    mirror_metrics *acc;    /* its running sums (NULL between epochs), */
-    double t0;              /* its start (less the time before a resume) */
-    uint64_t skipped_before; /* and the scaler's skipped steps before it */
-    int partial;            /* its sums lack the steps before a resume: a checkpoint does not keep them */
-    mirror__curve_point *logs; /* history and plot: the points so far */
-    size_t nlogs, logs_cap;
-    int curves_lost;        /* rank 0 ran out of memory for them */
-    unsigned failed;        /* rank 0's side outputs whose latest write failed */
-    uint64_t saved, applied; /* the step last saved; the optimizer steps applied before this fit */
-    size_t at_epoch, at_step; /* the cursor: the next step to run (at_step = steps: the epoch's end) */
-    double start;
-    int bar, timed, shows_lr, classify;
-    int timed_here;         /* fit turned timing on, and turns it off */
-    int tb;                 /* rank 0's TensorBoard event file (-1: none) */
-    char tb_path[MIRROR__PATH_MAX];
-} mirror__fit_run;
-
 /* What rank 0 alone does, with the result on every process. */
 #define MIRROR__BY_LEADER(m, call) mirror__from_leader(m, mirror__leads(m) ? (call) : MIRROR_OK)
+
+/* ---- the side outputs, through their list (>>outputs): fit names none ---- */
+
+/* The outputs a fit can write, and what those the desc asks for need. */
+static void mirror__outputs_list(mirror__fit_run *f)
+{
+    size_t i;
+#ifdef MIRROR_NO_OUTPUTS
+    f->outs = NULL, f->nouts = 0;
+#else
+    f->outs = mirror__outputs, f->nouts = sizeof mirror__outputs / sizeof *mirror__outputs;
+#endif
+    for (i = 0; i < MIRROR__FIT_OUTPUTS; i++) f->files[i].fd = -1;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i)) f->asked = 1, f->needs |= f->outs[i].needs;
+}
+
+/* Before the first step (rank 0): each output asked has a usable path
+   (its own check), and no two name one file. */
+static int mirror__outputs_check(mirror_model *m, const mirror__fit_run *f)
+{
+    size_t i, j;
+    int rc;
+    for (i = 0; i < f->nouts; i++) {
+        const char *path = MIRROR__OUTPUT_PATH(f, i);
+        if (!path) continue;
+        if (f->outs[i].check && (rc = f->outs[i].check(m, f, i))) return rc;
+        for (j = 0; j < i; j++)
+            if (MIRROR__OUTPUT_PATH(f, j) && mirror__same_file(path, MIRROR__OUTPUT_PATH(f, j)))
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
+                                    f->outs[j].name, f->outs[i].name, path);
+    }
+    return MIRROR_OK;
+}
+
+/* The outputs asked that are rewritten from the points so far (rank 0). */
+static void mirror__outputs_rewrite(mirror_model *m, mirror__fit_run *f)
+{
+    size_t i;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].rewrite) f->outs[i].rewrite(m, f, i);
+}
+
+/* A point of the curves at x (rank 0), into *pts, grown by doubling; 0 when
+   out of memory. */
+static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log)
+{
+    if (*n == *cap) {
+        mirror__curve_point *grown = (mirror__curve_point *)mirror__alloc(2 * *cap + 8, sizeof *grown);
+        if (!grown) return 0;
+        if (*n) memcpy(grown, *pts, *n * sizeof **pts);
+        MIRROR_FREE(*pts);
+        *pts = grown, *cap = 2 * *cap + 8;
+    }
+    (*pts)[*n].x = x, (*pts)[(*n)++].log = *log;
+    return 1;
+}
+
+/* The curves' points cannot grow (out of memory): the outputs rewritten
+   from them keep what they hold, and are not written again in this fit. */
+static void mirror__points_lost(mirror__fit_run *f)
+{
+    size_t i;
+    f->curves_lost = 1;
+    mirror__log(MIRROR_LOG_NOTICE, "mirror_fit: out of memory for the curves' points: the history and the plot stay "
+                                   "as they are; training goes on");
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].needs & MIRROR__NEEDS_KEPT) f->failed |= f->outs[i].bit;
+}
 
 /* The checkpoint's lock released, the stop flag and the augmentation off:
    validation and later calls see the samples as they are. */
@@ -15788,6 +15984,7 @@ static void mirror__fit_unhold(mirror_model *m)
 /* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
 static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
 {
+    size_t i;
     mirror__fit_unhold(m);
     if (f->timed_here) mirror__timing(m, 0);
     f->timed_here = 0;
@@ -15795,8 +15992,8 @@ static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
     MIRROR_FREE(f->micro);
     MIRROR_FREE(f->logs);
     f->perm = NULL, f->micro = NULL, f->logs = NULL;
-    if (f->tb >= 0) close(f->tb);
-    f->tb = -1;
+    for (i = 0; i < f->nouts; i++)
+        if (f->outs[i].release) f->outs[i].release(f, i);
 }
 
 /* The start of a fit: checks, defaults, the checkpoint's lock, timing, the
@@ -15805,12 +16002,14 @@ static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
 static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirror__fit_run *f)
 {
     mirror_fit_desc *d = &f->d;
+    size_t i;
     int rc;
     memset(f, 0, sizeof *f);
-    f->saved = (uint64_t)-1, f->start = mirror__now(), f->tb = -1;
+    f->saved = (uint64_t)-1, f->start = mirror__now();
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     *d = mirror__fit_defaults(m, *desc);
+    mirror__outputs_list(f);
     /* With several processes: a check that failed on one fails all, what
        they must have alike is compared, then their replicas (resumed from
        the same checkpoint?), before anything else crosses between them. */
@@ -15831,22 +16030,17 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
        training (by rank 0, which writes them). */
     if (d->checkpoint && (rc = MIRROR__BY_LEADER(m, mirror__fit_lock(m, d->checkpoint, d->checkpoint_keep)))) goto fail;
     /* Timing for the trace and the phase lines, when the model has none on. */
-    if ((d->trace || d->phases) && !m->trace.steps) {
+    if ((d->phases || f->needs & MIRROR__NEEDS_TIMING) && !m->trace.steps) {
         if ((rc = mirror__timing(m, 256))) goto fail;
         f->timed_here = 1;
     }
-    /* The side outputs' paths (no checkpoint's, no FIFO), a resumed run's
-       history, then the curves' files and the trace's too (empty until
-       there is more). */
-    if (((d->history || d->plot || d->trace || d->tensorboard) &&
-         (rc = MIRROR__BY_LEADER(m, mirror__check_outputs(m, d)))) ||
-        (d->history && (d->initial_epoch || d->initial_step) &&
-         (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, f->steps, &f->logs, &f->nlogs, &f->logs_cap)))) ||
-        ((d->history || d->plot) && (rc = MIRROR__BY_LEADER(m, mirror__write_curves(m, d, f->logs, f->nlogs)))) ||
-        (d->trace && (rc = MIRROR__BY_LEADER(m, mirror__trace_write(m, d->trace)))) ||
-        (d->tensorboard &&
-         (rc = MIRROR__BY_LEADER(m, mirror__tb_open(m, d->tensorboard, &f->tb, f->tb_path, sizeof f->tb_path)))))
-        goto fail;
+    /* The side outputs' paths (no checkpoint's, no FIFO), then each output
+       opened in turn: a resumed run's history read, the curves' files and
+       the trace's written (empty until there is more), TensorBoard's file. */
+    if (f->asked && (rc = MIRROR__BY_LEADER(m, mirror__outputs_check(m, f)))) goto fail;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].open && (rc = MIRROR__BY_LEADER(m, f->outs[i].open(m, f, i))))
+            goto fail;
     f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
     f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
     if (!f->perm || !f->micro) {
@@ -15868,19 +16062,19 @@ fail:
     return rc;
 }
 
-/* A curve point (rank 0): into the history and the plot (rewritten whole
-   at an epoch's end), and as TensorBoard's event. */
+/* A curve point (rank 0): to each output that takes them as they come
+   (TensorBoard's event), then into the points kept, from which the others
+   are rewritten whole at an epoch's end. */
 static void mirror__add_point(mirror_model *m, mirror__fit_run *f, double x, const mirror_epoch_log *log, int end)
 {
-    const mirror_fit_desc *d = &f->d;
-    if (f->tb >= 0)
-        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD, mirror__tb_point(f->tb, m->steps, x, log, f->classify),
-                              "TensorBoard events", f->tb_path);
-    if (!(d->history || d->plot) || f->curves_lost) return;
+    size_t i;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].point) f->outs[i].point(m, f, i, x, log);
+    if (!(f->needs & MIRROR__NEEDS_KEPT) || f->curves_lost) return;
     if (!mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, x, log))
-        f->curves_lost = 1, mirror__curves_lost(d, &f->failed);
+        mirror__points_lost(f);
     else if (end)
-        mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+        mirror__outputs_rewrite(m, f);
 }
 
 /* The metrics of the steps since the last take into the epoch's sums, and
@@ -15913,8 +16107,8 @@ static int mirror__fit_save(mirror_model *m, mirror__fit_run *f, size_t epoch, s
     }
     rc = mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
     m->fit.saving_sums = NULL;
-    if (rc == MIRROR_OK && at.epoch_step && (d->history || d->plot) && !f->curves_lost && mirror__leads(m))
-        mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+    if (rc == MIRROR_OK && at.epoch_step && f->needs & MIRROR__NEEDS_KEPT && !f->curves_lost && mirror__leads(m))
+        mirror__outputs_rewrite(m, f);
     return rc;
 }
 
@@ -15961,7 +16155,7 @@ static int mirror__fit_after_step(mirror_model *m, mirror__fit_run *f, size_t ep
     *shown = mirror__now();
     f->log.lr = m->lr;
     if (f->bar) mirror__progress_bar(&f->log, step + 1, f->steps, acc, *shown - t0, f->shows_lr, f->classify, NULL);
-    if ((d->history || d->plot || d->tensorboard) && d->curve_every && m->steps % d->curve_every == 0 &&
+    if (f->needs & MIRROR__NEEDS_POINTS && d->curve_every && m->steps % d->curve_every == 0 &&
         step + 1 < f->steps && mirror__leads(m))
         mirror__fit_curve_point(m, f, epoch, step, acc, *shown - t0);
     if (d->on_step && d->log_every && m->steps % d->log_every == 0) {
@@ -16142,6 +16336,7 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
 {
     const mirror_fit_desc *d = &f->d;
     mirror_metrics dropped;
+    size_t i;
     if (rc == MIRROR_OK && f->ran && m->desc.loss_scale.kind != MIRROR_SCALE_DYNAMIC &&
         mirror_optimizer_steps(m) == f->applied)
         rc = mirror__fit_learnt_nothing(m, f->ran);
@@ -16151,8 +16346,8 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
         mirror__fit_save_lost(m, f);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unhold(m);
-    if (d->trace && mirror__leads(m) && m->trace.count)
-        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d->trace), "trace", d->trace);
+    for (i = 0; i < f->nouts && mirror__leads(m); i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].end) f->outs[i].end(m, f, i);
     mirror__fit_release(m, f);
     f->log.failed_outputs = f->failed;
     if (last) *last = f->log;
