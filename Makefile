@@ -394,6 +394,11 @@ $(BUILD)/graphs_%: tests/%.c tests/check.h tests/alloc_count.h tests/files.h tes
 $(BUILD)/noatomics_test_replicas: tests/test_replicas.c tests/check.h tests/alloc_count.h tests/files.h tests/digits.h tests/helpers.h mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_ATOMICS $< -o $@ $(LDLIBS_ALL)
 
+# hello without the file formats (test_bare defines the two itself): make test runs both.
+$(BUILD)/bare_hello: examples/hello.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_LOADERS -DMIRROR_NO_OUTPUTS $< -o $@ $(LDLIBS_ALL)
+test: $(BUILD)/bare_hello
+
 $(BUILD):
 	mkdir -p $@
 

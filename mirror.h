@@ -96,6 +96,15 @@
                               first: add -D_POSIX_C_SOURCE=200809L)
       MIRROR_FREE(p)
       MIRROR_ZLIB             read gzip-compressed files through zlib (-lz)
+      MIRROR_NO_LOADERS       leave out the dataset loaders (IDX, MNIST,
+                              CIFAR-10, .npy: >>loaders) and their
+                              declarations; datasets come from arrays
+      MIRROR_NO_OUTPUTS       leave out the side outputs (mirror_trace_write,
+                              fit's history, plot, trace and TensorBoard:
+                              >>outputs); a fit desc that asks for one then
+                              fails with MIRROR_ERR_ARGUMENT naming it. These
+                              two take away declarations too: define them
+                              wherever mirror.h is included
       MIRROR_MPI              a strategy spans several processes over MPI
                               (compile with mpicc; see PROCESSES)
       MIRROR_CBLAS            use cblas_sgemm from <cblas.h> for every GEMM
@@ -470,7 +479,8 @@
 
       mirror_fit (>>fit) runs these steps epoch by epoch through the same
       internal step (mirror__train), with the data of >>data and the
-      checkpoints of >>checkpoints.
+      checkpoints of >>checkpoints, and writes its side outputs through
+      the list of >>outputs.
 
    DATA ON THE DEVICE (mirror_fit_desc.data_on_device, mirror_keep_data)
 
@@ -748,11 +758,22 @@
         strategy and devices  mirror_strategy_create and its defaults
         processes             several processes (MIRROR_MPI)
         model and pool        layers added, the arenas planned and built
-        inspection            side outputs, timing and trace, replica
-                              checks, metrics, evaluate a batch, predict
-        data                  datasets and the file loaders
+        inspection            timing, replica checks, metrics, evaluate a
+                              batch, predict
+        data                  datasets in memory, the synthetic digits
+        files                 files read and written safely (paths,
+                              bounded reads, gzip, temporary files renamed)
+        loaders               IDX, MNIST, CIFAR-10, .npy (MIRROR_NO_LOADERS
+                              leaves them out)
         checkpoints           safetensors: save, load, resume, rebuild
-        fit                   mirror_fit
+        outputs               the side outputs: trace, history, plot,
+                              TensorBoard, and fit's list of them
+                              (MIRROR_NO_OUTPUTS leaves them out)
+        fit                   mirror_fit; it reaches the side outputs
+                              through their list alone
+
+      No function of loaders or outputs is called from the core
+      (tests/run.sh checks it).
 
       mirror_cuda.h follows the same plan for the GPU: its kernels call the
       shared math; its backend and reducer tables are the CPU's in kind.
