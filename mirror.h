@@ -15540,6 +15540,8 @@ static const mirror__fit_output mirror__outputs[] = {
     {"TensorBoard directory", offsetof(mirror_fit_desc, tensorboard), MIRROR_OUTPUT_TENSORBOARD, MIRROR__NEEDS_POINTS,
      mirror__tb_check, mirror__tb_start, mirror__tb_take, NULL, NULL, mirror__tb_release},
 };
+/* a fit run holds a file for each (a negative size fails the compile) */
+typedef char mirror__outputs_fit[sizeof mirror__outputs / sizeof *mirror__outputs <= MIRROR__FIT_OUTPUTS ? 1 : -1];
 #endif /* MIRROR_NO_OUTPUTS */
 
 // >>fit ---------------------------------------------------------------------
