@@ -15313,7 +15313,7 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
         if (host[i] == '/') host[i] = '_';
     for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
         int n = snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
-        if (n < 0 || (size_t)n >= size) /* mirror__check_outputs saw to it; never a name cut short */
+        if (n < 0 || (size_t)n >= size) /* mirror__tb_check saw to it; never a name cut short */
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
                                 "system's limit of %d bytes for a path (PATH_MAX)",
@@ -15545,9 +15545,9 @@ typedef char mirror__outputs_fit[sizeof mirror__outputs / sizeof *mirror__output
 #endif /* MIRROR_NO_OUTPUTS */
 
 // >>fit ---------------------------------------------------------------------
-/* mirror_fit: the data checked, the fit's defaults, its side outputs
-   (progress, history, plot, trace), then epochs of steps, validation,
-   checkpoints and hooks, and an end that keeps what was done. */
+/* mirror_fit: the data checked, the fit's defaults, its progress and its
+   side outputs (through their list, >>outputs), then epochs of steps,
+   validation, checkpoints and hooks, and an end that keeps what was done. */
 
 /* A dataset's samples must have the model's layout, channels x height x
    width, dimension by dimension: the same size in another layout (channels
