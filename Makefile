@@ -445,6 +445,11 @@ $$(BUILD)/$(1)_%: tests/%.c $$(TEST_HEADERS) | $$(BUILD)
 endef
 $(foreach v,$(TEST_VARIANTS),$(eval $(call TEST_VARIANT_RULE,$(v))))
 
+# hello without the file formats (test_bare defines the two itself): make test runs both.
+$(BUILD)/bare_hello: examples/hello.c mirror.h | $(BUILD)
+	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_LOADERS -DMIRROR_NO_OUTPUTS $< -o $@ $(LDLIBS_ALL)
+test: $(BUILD)/bare_hello
+
 $(BUILD):
 	mkdir -p $@
 

@@ -96,6 +96,15 @@
                               first: add -D_POSIX_C_SOURCE=200809L)
       MIRROR_FREE(p)
       MIRROR_ZLIB             read gzip-compressed files through zlib (-lz)
+      MIRROR_NO_LOADERS       leave out the dataset loaders (IDX, MNIST,
+                              CIFAR-10, .npy: >>loaders) and their
+                              declarations; datasets come from arrays
+      MIRROR_NO_OUTPUTS       leave out the side outputs (mirror_trace_write,
+                              fit's history, plot, trace and TensorBoard:
+                              >>outputs); a fit desc that asks for one then
+                              fails with MIRROR_ERR_ARGUMENT naming it. These
+                              two take away declarations too: define them
+                              wherever mirror.h is included
       MIRROR_MPI              a strategy spans several processes over MPI
                               (compile with mpicc; see PROCESSES)
       MIRROR_CBLAS            use cblas_sgemm from <cblas.h> for every GEMM
@@ -473,7 +482,8 @@
 
       mirror_fit (>>fit) runs these steps epoch by epoch through the same
       internal step (mirror__train), with the data of >>data and the
-      checkpoints of >>checkpoints.
+      checkpoints of >>checkpoints, and writes its side outputs through
+      the list of >>outputs.
 
    DATA ON THE DEVICE (mirror_fit_desc.data_on_device, mirror_keep_data)
 
@@ -772,11 +782,22 @@
         processes             what the core needs across processes: one
                               process's table, and MPI's (MIRROR_MPI)
         model and pool        layers added, the arenas planned and built
-        inspection            side outputs, timing and trace, replica
-                              checks, metrics, evaluate a batch, predict
-        data                  datasets and the file loaders
+        inspection            timing, replica checks, metrics, evaluate a
+                              batch, predict
+        data                  datasets in memory, the synthetic digits
+        files                 files read and written safely (paths,
+                              bounded reads, gzip, temporary files renamed)
+        loaders               IDX, MNIST, CIFAR-10, .npy (MIRROR_NO_LOADERS
+                              leaves them out)
         checkpoints           safetensors: save, load, resume, rebuild
-        fit                   mirror_fit
+        outputs               the side outputs: trace, history, plot,
+                              TensorBoard, and fit's list of them
+                              (MIRROR_NO_OUTPUTS leaves them out)
+        fit                   mirror_fit; it reaches the side outputs
+                              through their list alone
+
+      No function of loaders or outputs is called from the core
+      (tests/run.sh checks it).
 
       mirror_cuda.h follows the same plan for the GPU: its kernels call the
       shared math; its backend and reducer tables are the CPU's in kind.
@@ -1390,11 +1411,13 @@ typedef struct mirror_phase_times {
     double imbalance[MIRROR_PHASE_COUNT];
 } mirror_phase_times;
 MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_phase_times *out);
+#ifndef MIRROR_NO_OUTPUTS
 /* The kept steps as a Chrome trace-event JSON file (chrome://tracing,
    Perfetto): one track per replica, a span per phase with its step.
    Written beside path and renamed over it (see SIDE OUTPUTS): a path that
    exists and is not a regular file is refused (MIRROR_ERR_ARGUMENT). */
 MIRROR_API int mirror_trace_write(mirror_model *m, const char *path);
+#endif
 /* Forward only, split across replicas, in chunks of max_batch. */
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
 /* out [n, outputs]: the last layer's output (logits, not probabilities). */
@@ -1423,6 +1446,7 @@ typedef struct mirror_dataset {
     int borrowed; /* the arrays are the caller's (mirror_dataset_from_arrays): free frees none of them */
 } mirror_dataset;
 
+#ifndef MIRROR_NO_LOADERS
 /* Loads an MNIST-format IDX pair: images (type ubyte, dims n,h,w) scaled to
    [0,1] and labels (ubyte, dims n) in [0, num_classes) (0 means 10). Plain or
    gzip files (gzip needs MIRROR_ZLIB). On error ds is left empty. */
@@ -1453,6 +1477,7 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
    a header of at most 1 MiB. On error ds is left empty. */
 MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, const char *y_path,
                                        mirror_error *err);
+#endif
 /* count (1 to 2^24 = 16777216) 28x28 hand-drawn-style digits, 10 classes,
    balanced, made from seed: random shift, rotation, scale, stroke width
    and noise. */
@@ -3084,6 +3109,98 @@ typedef struct mirror__norm {
     int stale; /* the replicas' evaluation statistics lag the running ones */
 } mirror__norm;
 
+/* The longest path the system opens, its NUL included (PATH_MAX). The
+   library joins names onto a user's path (PATH.lock, PATH.3, a temporary
+   file's 37 characters, DIR/FILE) and never cuts one short: a path whose
+   names would pass the limit is refused before anything is written. */
+#if defined(PATH_MAX) && PATH_MAX > 0
+#define MIRROR__PATH_MAX PATH_MAX
+#else
+#define MIRROR__PATH_MAX 4096
+#endif
+
+/* A point of fit's curves: an epoch's log at x = its epoch, or (curve_every)
+   the epoch's numbers so far at x = epoch - 1 + steps done / steps, with no
+   validation numbers (val_loss -1). */
+typedef struct mirror__curve_point {
+    double x;
+    mirror_epoch_log log;
+} mirror__curve_point;
+
+/* A file a side output holds open through a fit (fd -1: none), and its path. */
+typedef struct mirror__output_file {
+    int fd;
+    char path[MIRROR__PATH_MAX];
+} mirror__output_file;
+
+#define MIRROR__FIT_OUTPUTS 4 /* the most side outputs of a fit */
+
+/* A fit in progress: its desc (defaults applied), what its epochs share,
+   and what it must undo at its end. */
+typedef struct mirror__fit_run {
+    mirror_fit_desc d;
+    size_t steps, per_step; /* steps of an epoch, samples of a step */
+    size_t verdict;         /* metrics (and the scaler's verdict) at least every `verdict` steps */
+    size_t ran;             /* steps this fit ran */
+    size_t *perm;           /* the epoch's permutation */
+    mirror_batch *micro;    /* a step's micro-batches */
+    const mirror__resident *data; /* the training set on the device, or NULL */
+    mirror_epoch_log log;   /* the epoch at hand */
+    mirror_metrics *acc;    /* its running sums (NULL between epochs), */
+    double t0;              /* its start (less the time before a resume) */
+    uint64_t skipped_before; /* and the scaler's skipped steps before it */
+    int partial;            /* its sums lack the steps before a resume: a checkpoint does not keep them */
+    mirror__curve_point *logs; /* the curve points so far, kept for the outputs rewritten from them */
+    size_t nlogs, logs_cap;
+    int curves_lost;        /* rank 0 ran out of memory for them */
+    unsigned failed;        /* rank 0's side outputs whose latest write failed */
+    uint64_t saved, applied; /* the step last saved; the optimizer steps applied before this fit */
+    size_t at_epoch, at_step; /* the cursor: the next step to run (at_step = steps: the epoch's end) */
+    double start;
+    int bar, timed, shows_lr, classify;
+    int timed_here;         /* fit turned timing on, and turns it off */
+    /* The side outputs (>>outputs): their list, what those asked for need
+       (MIRROR__NEEDS_*), and the files they hold open */
+    const struct mirror__fit_output *outs;
+    size_t nouts;
+    int asked;
+    unsigned needs;
+    mirror__output_file files[MIRROR__FIT_OUTPUTS];
+} mirror__fit_run;
+
+
+/* fit's side outputs (>>outputs) as fit sees them: a list of entries that
+   fit calls in turn and never names. An entry is asked for by a path in
+   the fit desc (the member at `at`; NULL: not asked). Before the first
+   step rank 0 checks every entry asked, then opens each (a failure fails
+   fit: nothing is lost yet); then it hands them the curve points
+   (`point`, each as it comes; `rewrite`, all the points so far, which fit
+   keeps while an output asked needs them, at an epoch's end and at a
+   checkpoint saved mid-epoch) and the fit's end (`end`). A write that
+   fails there costs a notice and the entry's bit in failed_outputs, never
+   the fit. `release` runs in every process, whichever way fit ends. Any
+   hook may be NULL. */
+enum { MIRROR__NEEDS_TIMING = 1, MIRROR__NEEDS_POINTS = 2, MIRROR__NEEDS_KEPT = 4 };
+typedef struct mirror__fit_output {
+    const char *name; /* in messages: "history", "TensorBoard directory" */
+    size_t at;        /* offsetof(mirror_fit_desc, its path) */
+    unsigned bit;     /* MIRROR_OUTPUT_* */
+    unsigned needs;   /* MIRROR__NEEDS_*: the steps' timing, the curve points, the points kept */
+    int (*check)(mirror_model *m, const mirror__fit_run *f, size_t i);
+    int (*open)(mirror_model *m, mirror__fit_run *f, size_t i);
+    void (*point)(mirror_model *m, mirror__fit_run *f, size_t i, double x, const mirror_epoch_log *log);
+    void (*rewrite)(mirror_model *m, mirror__fit_run *f, size_t i);
+    void (*end)(mirror_model *m, mirror__fit_run *f, size_t i);
+    void (*release)(mirror__fit_run *f, size_t i);
+} mirror__fit_output;
+
+/* In >>fit: a point into the points fit keeps (a resumed history's rows
+   go there too). */
+static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log);
+
+/* Output i's path in fit run f's desc (NULL: not asked). */
+#define MIRROR__OUTPUT_PATH(f, i) (*(const char *const *)(const void *)((const char *)&(f)->d + (f)->outs[i].at))
+
 /* A model: what its layers make at build, its replicas, how its step runs,
    and what a fit, the timing and batch normalisation keep between steps. */
 struct mirror_model {
@@ -3157,34 +3274,42 @@ struct mirror_model {
     size_t untaken;      /* samples of the steps whose metrics stay on the device */
 
     /* ---- fit: what mirror_fit sets for the steps it runs ---- */
-    int fit_lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
-    int in_fit;             /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
-    volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
-    uint64_t augment_key;   /* fit's augmentation of the training samples this epoch, */
-    size_t augment_pad;     /* off while pad and flip are 0 */
-    int augment_flip;
-    uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+    struct {
+        int lock;           /* fit's lock on its checkpoint path: the descriptor + 1, 0 when none */
+        int running;        /* mirror_fit runs on it: its hooks may not fit, load or destroy it */
+        volatile sig_atomic_t *stop; /* fit's stop flag, which travels with each reduction across processes */
+        uint64_t augment_key;   /* fit's augmentation of the training samples this epoch, */
+        size_t augment_pad;     /* off while pad and flip are 0 */
+        int augment_flip;
+        uint64_t resumed_micro; /* the micro-batch of the checkpoint just loaded, for the next fit (0: none) */
+        const mirror__epoch_sums *saving_sums; /* fit's, while it saves a checkpoint mid-epoch (else NULL) */
+        mirror__epoch_sums resumed_sums;       /* the checkpoint just loaded's, for the next fit (kept 0: none) */
+    } fit;
     /* The file the parameters were last loaded from (mirror_weights_source;
-       path NULL: none), and which file it is (device and inode; has_file 0:
-       not known), for fit's outputs to spare it. */
-    mirror_weights_source source;
-    char *source_path;
-    uint64_t source_dev, source_ino;
-    int source_has_file;
-    const mirror__epoch_sums *saving_sums; /* fit's, while it saves a checkpoint mid-epoch (else NULL) */
-    mirror__epoch_sums resumed_sums;       /* the checkpoint just loaded's, for the next fit (kept 0: none) */
+       its path NULL: none), and which file it is (device and inode; has_file
+       0: not known), for fit's outputs to spare it. */
+    struct {
+        mirror_weights_source told;
+        char *path;
+        uint64_t dev, ino;
+        int has_file;
+    } source;
     /* Data in device memory: fit's training set (0) and the set evaluated
        (1), the one that the steps at hand read (NULL: the host gathers),
        and fit's data_on_device while it runs. */
-    mirror__resident data[2];
-    const mirror__resident *data_at;
-    const mirror__resident *data_kept; /* mirror_keep_data's, or NULL */
-    int data_place;
+    struct {
+        mirror__resident sets[2];
+        const mirror__resident *at;
+        const mirror__resident *kept; /* mirror_keep_data's, or NULL */
+        int place;
+    } resident;
 
-    /* ---- timing: a ring of the last trace_steps steps' phases (off while trace_steps is 0) ---- */
-    struct mirror__span *spans;
-    size_t trace_steps, span_cap, span_next, span_count;
-    double t_origin;
+    /* ---- timing: a ring of the last `steps` steps' phases (off while steps is 0) ---- */
+    struct {
+        struct mirror__span *spans;
+        size_t steps, cap, next, count;
+        double origin;
+    } trace;
 
     mirror__norm bn; /* batch normalisation's statistics */
 };
@@ -7596,7 +7721,7 @@ static int mirror__reduce_processes(mirror_model *m, int rc, int onto, int last)
 {
     mirror_strategy *s = m->s;
     int reduced;
-    s->procs->carry(s, rc, m->stop && *m->stop, m->plan.across && last);
+    s->procs->carry(s, rc, m->fit.stop && *m->fit.stop, m->plan.across && last);
     reduced = m->plan.chunk ? mirror__sum_chunks(m, onto)
               : m->format   ? s->reducer->all_reduce_half(s, m->bufs.grad16, m->nslots, m->format, &m->err)
                             : s->reducer->all_reduce_sum(s, m->bufs.grads, m->nslots, &m->err);
@@ -7614,10 +7739,10 @@ static int mirror__from_leader(mirror_model *m, int rc) { return m->s->procs->sh
    words, for messages that compare processes. */
 static const char *mirror__source_words(const mirror_model *m, char *words, size_t size)
 {
-    if (!m->source.path) snprintf(words, size, "no file");
+    if (!m->source.told.path) snprintf(words, size, "no file");
     else
-        snprintf(words, size, "the %s %s (crc32 %08lx)", m->source.checkpoint ? "checkpoint" : "weights file",
-                 m->source.path, (unsigned long)m->source.crc32);
+        snprintf(words, size, "the %s %s (crc32 %08lx)", m->source.told.checkpoint ? "checkpoint" : "weights file",
+                 m->source.told.path, (unsigned long)m->source.told.crc32);
     return words;
 }
 
@@ -8024,7 +8149,7 @@ static void mirror__gather_slice(mirror_model *m, size_t from, size_t off, size_
 static void mirror__mark_reduce(mirror_model *m, int slot)
 {
     size_t r;
-    for (r = 0; m->trace_steps && !m->plan.in_check && r < m->s->replicas; r++)
+    for (r = 0; m->trace.steps && !m->plan.in_check && r < m->s->replicas; r++)
         m->be->mark(m->rep[r].dev, slot);
 }
 
@@ -8094,7 +8219,7 @@ static void mirror__host_sum_check_job(void *ctx, size_t worker)
     float acc[MIRROR__REDUCE_CHUNK];
     size_t begin, count, end, len;
     int finite = 1;
-    if (m->trace_steps) m->be->mark(r->dev, 4);
+    if (m->trace.steps) m->be->mark(r->dev, 4);
     mirror_shard(m->nslots, m->s->replicas, worker, &begin, &count);
     for (end = begin + count; begin < end; begin += len) {
         len = MIRROR__MIN(MIRROR__REDUCE_CHUNK, end - begin);
@@ -8102,7 +8227,7 @@ static void mirror__host_sum_check_job(void *ctx, size_t worker)
         finite &= mirror__all_finite(acc, len);
     }
     m->update.found[worker] = !finite;
-    if (m->trace_steps) m->be->mark(r->dev, 5);
+    if (m->trace.steps) m->be->mark(r->dev, 5);
 }
 
 /* Then every replica takes the verdict of all slices into its guard or
@@ -8136,9 +8261,9 @@ static void mirror__host_update(mirror_model *m, size_t worker, int clip)
 static void mirror__sharded_host_update_job(void *ctx, size_t worker)
 {
     mirror_model *m = ((const mirror__job *)ctx)->m;
-    if (m->trace_steps) m->be->mark(m->rep[worker].dev, 6);
+    if (m->trace.steps) m->be->mark(m->rep[worker].dev, 6);
     mirror__host_update(m, worker, 1);
-    if (m->trace_steps) m->be->mark(m->rep[worker].dev, 7);
+    if (m->trace.steps) m->be->mark(m->rep[worker].dev, 7);
 }
 
 /* The plan's steps sharded on the host: the check (the slices summed
@@ -8318,7 +8443,7 @@ static void mirror__slice_stats_job(void *ctx, size_t worker)
     mirror__replica *r = &m->rep[worker];
     size_t begin = worker * m->plan.slice;
     m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 6);
+    if (m->trace.steps) m->be->mark(r->dev, 6);
     m->be->slice_stats(r->dev, r->stats, m->format ? NULL : r->grads + begin, m->format ? r->grad16 + begin : NULL,
                        m->plan.slice, m->format, r->scaler, mirror__slice_norm(m));
 }
@@ -8344,7 +8469,7 @@ static void mirror__slice_gathered_job(void *ctx, size_t worker)
     mirror_model *m = ((const mirror__job *)ctx)->m;
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 7);
+    if (m->trace.steps) m->be->mark(r->dev, 7);
 }
 
 /* The plan's steps sharded across devices: the slices' stats summed, the
@@ -8447,11 +8572,11 @@ typedef struct mirror__span {
 
 static void mirror__span_push(mirror_model *m, uint64_t step, size_t replica, int phase, double t0, double t1)
 {
-    mirror__span *sp = &m->spans[m->span_next];
+    mirror__span *sp = &m->trace.spans[m->trace.next];
     sp->step = step, sp->replica = (uint32_t)replica, sp->phase = (uint32_t)phase;
-    sp->t0 = t0 - m->t_origin, sp->t1 = t1 - m->t_origin;
-    m->span_next = (m->span_next + 1) % m->span_cap;
-    if (m->span_count < m->span_cap) m->span_count++;
+    sp->t0 = t0 - m->trace.origin, sp->t1 = t1 - m->trace.origin;
+    m->trace.next = (m->trace.next + 1) % m->trace.cap;
+    if (m->trace.count < m->trace.cap) m->trace.count++;
 }
 
 /* After a compute job: each replica's gather, forward and backward. */
@@ -8459,7 +8584,7 @@ static void mirror__mark_compute(mirror_model *m, uint64_t step)
 {
     double t[MIRROR__MARKS];
     size_t r;
-    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+    for (r = 0; m->trace.steps && r < m->s->replicas; r++) {
         m->be->marks(m->rep[r].dev, t, 4);
         mirror__span_push(m, step, r, MIRROR_PHASE_GATHER, t[0], t[1]);
         mirror__span_push(m, step, r, MIRROR_PHASE_FORWARD, t[1], t[2]);
@@ -8473,7 +8598,7 @@ static void mirror__mark_update(mirror_model *m, uint64_t step)
 {
     double t[MIRROR__MARKS];
     size_t r;
-    for (r = 0; m->trace_steps && r < m->s->replicas; r++) {
+    for (r = 0; m->trace.steps && r < m->s->replicas; r++) {
         m->be->marks(m->rep[r].dev, t, MIRROR__MARKS);
         mirror__span_push(m, step, r, MIRROR_PHASE_ALLREDUCE, t[4], t[5]);
         mirror__span_push(m, step, r, MIRROR_PHASE_UPDATE, t[6], t[7]);
@@ -8499,12 +8624,12 @@ static int mirror__resident_over(const mirror__resident *d, const mirror_batch *
 }
 
 /* The data on the device that batch b reads: what fit or evaluate keeps
-   there (m->data_at), or mirror_keep_data, when b is over its very arrays;
+   there (m->resident.at), or mirror_keep_data, when b is over its very arrays;
    else NULL. */
 static const mirror__resident *mirror__resident_of(const mirror_model *m, const mirror_batch *b)
 {
-    return mirror__resident_over(m->data_at, b)     ? m->data_at
-           : mirror__resident_over(m->data_kept, b) ? m->data_kept
+    return mirror__resident_over(m->resident.at, b)     ? m->resident.at
+           : mirror__resident_over(m->resident.kept, b) ? m->resident.kept
                                                     : NULL;
 }
 
@@ -8727,7 +8852,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
         r->row0 = job->row0 + job->offset + r->begin;
         r->training = job->mode == MIRROR__TRAIN;
         r->bucketing = m->buckets.on && r->training && job->last, r->bucket = 0;
-        if (m->trace_steps) m->be->mark(r->dev, 0);
+        if (m->trace.steps) m->be->mark(r->dev, 0);
         mirror__load_shard(job, r);
         if (r->training && m->pass.dropouts) { /* the update writes its own fields later */
             mirror__tick t;
@@ -8735,11 +8860,11 @@ static void mirror__compute_job(void *ctx, size_t worker)
             t.step = m->steps + 1, t.row0 = r->row0;
             m->be->set(r->dev, r->tick, &t, sizeof t);
         }
-        if (m->trace_steps) m->be->mark(r->dev, 1);
+        if (m->trace.steps) m->be->mark(r->dev, 1);
         r->loss_sum = 0.0;
         r->correct_sum = 0;
     }
-    if (m->pass.graphs && r->training && !m->trace_steps) { /* one job, the whole pass: no batchnorm */
+    if (m->pass.graphs && r->training && !m->trace.steps) { /* one job, the whole pass: no batchnorm */
         mirror__graph_step(m, r, job, MIRROR__PASS_GRAPH);
         if (job->metrics_now) mirror__take_loss(m, r);
         return;
@@ -8747,7 +8872,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     if (!job->backward) {
         mirror__forward(m, r, r->count, job->from, job->stop);
         if (job->stop < m->nlayers) return; /* paused at a batchnorm layer */
-        if (m->trace_steps) m->be->mark(r->dev, 2);
+        if (m->trace.steps) m->be->mark(r->dev, 2);
         if (job->mode == MIRROR__PREDICT) {
             size_t n = r->count * m->sizes.out, i;
             float *dst = job->predict_out + (job->offset + r->begin) * m->sizes.out;
@@ -8765,7 +8890,7 @@ static void mirror__compute_job(void *ctx, size_t worker)
     if (job->mode == MIRROR__TRAIN) mirror__backward(m, r, r->count, job->accumulate, from, job->back_stop);
     /* the metrics, once the pass is done or, training, its backward queued to the end */
     if (job->metrics_now && (job->mode != MIRROR__TRAIN || job->back_stop == (size_t)-1)) mirror__take_loss(m, r);
-    if (m->trace_steps) m->be->mark(r->dev, 3);
+    if (m->trace.steps) m->be->mark(r->dev, 3);
 }
 
 /* Replica `worker` applies the optimizer to its own copy, with the reduced
@@ -8778,13 +8903,13 @@ static void mirror__update_job(void *ctx, size_t worker)
     mirror_model *m = job->m;
     mirror__replica *r = &m->rep[worker];
     m->be->bind(r->dev);
-    if (m->trace_steps) m->be->mark(r->dev, 6);
+    if (m->trace.steps) m->be->mark(r->dev, 6);
     mirror__set_tick(m, r);
-    if (m->pass.graphs && !m->trace_steps)
+    if (m->pass.graphs && !m->trace.steps)
         mirror__graph_step(m, r, job, MIRROR__UPDATE_GRAPH);
     else
         mirror__queue_update(m, r);
-    if (m->trace_steps) m->be->mark(r->dev, 7);
+    if (m->trace.steps) m->be->mark(r->dev, 7);
 }
 
 /* The plan's steps of the plain update: every replica's update job (which
@@ -9076,7 +9201,7 @@ static int mirror__train_micro(mirror_model *m, const mirror_batch *micro, size_
     job.mode = MIRROR__TRAIN;
     job.inv_count = 1.0f / (float)total; /* the gradient of the mean over all k */
     job.metrics_now = out != NULL;
-    job.augment_key = m->augment_key, job.augment_pad = m->augment_pad, job.augment_flip = m->augment_flip;
+    job.augment_key = m->fit.augment_key, job.augment_pad = m->fit.augment_pad, job.augment_flip = m->fit.augment_flip;
     for (j = 0, rc = MIRROR_OK; j < k && rc == MIRROR_OK; j++) {
         job.batch = &micro[j];
         job.data = mirror__resident_of(m, &micro[j]);
@@ -11040,7 +11165,7 @@ static void mirror__graphs_free(mirror_model *m, mirror__replica *r)
 static void mirror__free_replicas(mirror_model *m)
 {
     size_t r, k;
-    for (k = 0; m->rep && k < 2; k++) mirror__resident_free(m, &m->data[k]);
+    for (k = 0; m->rep && k < 2; k++) mirror__resident_free(m, &m->resident.sets[k]);
     for (r = 0; m->rep && r < m->s->replicas; r++) {
         mirror__replica *p = &m->rep[r];
         if (!p->dev) continue;
@@ -11111,15 +11236,15 @@ MIRROR_API void mirror_model_destroy(mirror_model *m)
 {
     mirror_strategy *s;
     if (!m) return;
-    if (m->in_fit) { /* from fit's hook: the fit would go on in freed memory */
+    if (m->fit.running) { /* from fit's hook: the fit would go on in freed memory */
         mirror__fail(m, MIRROR_ERR_STATE, "mirror_model_destroy: called inside mirror_fit on this model (from a hook); "
                                           "not destroyed");
         return;
     }
     s = m->s;
     mirror__free_replicas(m);
-    MIRROR_FREE(m->spans);
-    MIRROR_FREE(m->source_path);
+    MIRROR_FREE(m->trace.spans);
+    MIRROR_FREE(m->source.path);
     MIRROR_FREE(m);
     mirror__strategy_models(s, -1);
 }
@@ -11943,8 +12068,8 @@ static size_t mirror__cpu_free_bytes;
 static void mirror__resident_free(mirror_model *m, mirror__resident *d)
 {
     size_t r;
-    if (m->data_at == d) m->data_at = NULL;
-    if (m->data_kept == d) m->data_kept = NULL;
+    if (m->resident.at == d) m->resident.at = NULL;
+    if (m->resident.kept == d) m->resident.kept = NULL;
     for (r = 0; d->dev && r < m->s->replicas; r++)
         if (d->owner[r] == r && m->rep[r].dev) {
             m->be->release(m->rep[r].dev, d->dev[2 * r]);
@@ -12037,15 +12162,15 @@ static int mirror__resident_holds(const mirror__resident *d, const mirror_datase
 }
 
 /* Where the steps that follow read dataset ds from, as fit's data_on_device
-   (m->data_place) asks: its copy in every replica's device memory (role 0:
+   (m->resident.place) asks: its copy in every replica's device memory (role 0:
    fit's training set, 1: the set evaluated), made now or found there from
    before, or *out NULL: the host gathers each shard, as it does where the
    backend has no gather, or the set does not fit (a notice says so, once
    for a set). A failure of the devices after the copy is an error. */
 static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int role, const mirror__resident **out)
 {
-    mirror__resident *d = &m->data[role];
-    int ce = m->desc.loss != MIRROR_LOSS_MSE, place = m->data_place, quiet;
+    mirror__resident *d = &m->resident.sets[role];
+    int ce = m->desc.loss != MIRROR_LOSS_MSE, place = m->resident.place, quiet;
     size_t r, n = m->s->replicas, e = m->format ? sizeof(uint16_t) : sizeof(float), y = ce ? 1 : m->sizes.out;
     uint64_t hash;
     char why[300] = "", notice[500];
@@ -12054,16 +12179,16 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
         return MIRROR_OK;
     hash = mirror__hash(ds->count, ds->x, ds->count * m->sizes.in * sizeof(float));
     hash = mirror__hash(hash, ce ? (const void *)ds->labels : (const void *)ds->targets, ds->count * y * 4);
-    if (role == 1 && mirror__resident_holds(&m->data[0], ds, hash) && m->data[0].dev) { /* the training set */
-        *out = &m->data[0];
+    if (role == 1 && mirror__resident_holds(&m->resident.sets[0], ds, hash) && m->resident.sets[0].dev) { /* the training set */
+        *out = &m->resident.sets[0];
         return MIRROR_OK;
     }
-    if (role == 0 && mirror__resident_holds(&m->data[1], ds, hash) && m->data[1].dev) { /* evaluated before */
+    if (role == 0 && mirror__resident_holds(&m->resident.sets[1], ds, hash) && m->resident.sets[1].dev) { /* evaluated before */
         mirror__resident_free(m, d); /* the copy moves to training's place */
-        *d = m->data[1];
-        memset(&m->data[1], 0, sizeof m->data[1]);
-        if (m->data_at == &m->data[1]) m->data_at = d;
-        if (m->data_kept == &m->data[1]) m->data_kept = d;
+        *d = m->resident.sets[1];
+        memset(&m->resident.sets[1], 0, sizeof m->resident.sets[1]);
+        if (m->resident.at == &m->resident.sets[1]) m->resident.at = d;
+        if (m->resident.kept == &m->resident.sets[1]) m->resident.kept = d;
     }
     if (mirror__resident_holds(d, ds, hash) && d->dev) {
         *out = d;
@@ -12127,156 +12252,9 @@ host:
 }
 
 // >>inspection --------------------------------------------------------------
-/* Looking at a model without training it: side outputs written safely,
-   the timing of the step's phases and its Chrome trace, the check that
+/* Looking at a model without training it: the timing of the step's
+   phases (its Chrome trace is a side output, >>outputs), the check that
    the replicas agree, metrics taken, evaluation of a batch, prediction. */
-
-/* ---- side outputs (the trace; fit's history and plot): written as a
-   checkpoint is, to a temporary file beside PATH renamed over it, so that
-   PATH is always a complete file (see SIDE OUTPUTS) ---- */
-
-/* The longest path the system opens, its NUL included (PATH_MAX). The
-   library joins names onto a user's path (PATH.lock, PATH.3, a temporary
-   file's 37 characters, DIR/FILE) and never cuts one short: a path whose
-   names would pass the limit is refused before anything is written. */
-#if defined(PATH_MAX) && PATH_MAX > 0
-#define MIRROR__PATH_MAX PATH_MAX
-#else
-#define MIRROR__PATH_MAX 4096
-#endif
-
-/* Whether path with `extra` bytes joined to it (`added`: what they are)
-   stays within MIRROR__PATH_MAX; else MIRROR_ERR_ARGUMENT naming the limit. */
-static int mirror__path_fits(mirror_error *err, const char *what, const char *path, size_t extra, const char *added)
-{
-    size_t n = strlen(path);
-    if (n + extra < (size_t)MIRROR__PATH_MAX) return MIRROR_OK;
-    return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                         "%s: the path is %zu bytes long, and with the %zu of %s it would pass the system's limit "
-                         "of %d bytes for a path (PATH_MAX); name a shorter one",
-                         what, n, extra, added, MIRROR__PATH_MAX - 1);
-}
-
-/* What a file that is not a regular file is, for messages. */
-static const char *mirror__file_kind(mode_t mode)
-{
-    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
-                                                                                            : "a device or socket";
-}
-
-/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
-   the writer's process id and 64 random bits, in lowercase hexadecimal. No
-   user picks such a name, so a save (holding PATH.lock) removes the ones a
-   crash left by their name alone, never by what they hold. */
-#define MIRROR__TMP_MARK ".tmp-mirror-"
-#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
-#define MIRROR__TMP_NAME (sizeof MIRROR__TMP_MARK - 1 + MIRROR__TMP_TAIL) /* what it adds to PATH */
-
-/* A side output's PATH: not empty, not too long for its temporary name, and
-   a regular file if it exists. lstat, never open: a FIFO cannot block. */
-static int mirror__output_path(mirror_model *m, const char *what, const char *path)
-{
-    struct stat st;
-    int rc;
-    if (!path || !*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL or empty", what);
-    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TMP_NAME, "its temporary file's name"))) return rc;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
-                            what, path, mirror__file_kind(st.st_mode));
-    return MIRROR_OK;
-}
-
-/* A side output being written: its temporary file (a path checked by
-   mirror__output_path fits in tmp). */
-typedef struct mirror__output {
-    FILE *f;
-    char tmp[MIRROR__PATH_MAX];
-} mirror__output;
-
-/* write(2) all of it, through short writes and EINTR. */
-static int mirror__write_all(int fd, const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    while (n) {
-        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of the directory holding path, so that a rename survives a crash. */
-static int mirror__sync_dir(const char *path)
-{
-    char dir[MIRROR__PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    int fd, rc;
-    if (n >= sizeof dir) return errno = ENAMETOOLONG, -1;
-    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
-    else dir[0] = '.', dir[1] = '\0';
-    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
-    rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Creates a new temporary file for path (mode: as open's, less the umask),
-   its name in name[size]; returns its descriptor, or -1 with errno set. */
-static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
-{
-    uint32_t pid = (uint32_t)getpid();
-    double now = mirror__now();
-    uint64_t state, bits;
-    int tries, fd = -1;
-    /* never true, but without it gcc -O3 -fsanitize=undefined warns of a null snprintf */
-    if (!name || !size) {
-        errno = EINVAL;
-        return -1;
-    }
-    memcpy(&bits, &now, sizeof bits);
-    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
-    for (tries = 0; tries < 100; tries++) {
-        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
-                     (unsigned long long)mirror__next(&state)) >= (int)size) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
-    }
-    return fd;
-}
-
-/* Makes the temporary file beside path, named as a checkpoint's
-   (mirror__make_tmp); 0 (errno set) on failure. */
-static int mirror__output_open(mirror__output *o, const char *path)
-{
-    int fd, e;
-    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
-    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
-    e = errno;
-    close(fd);
-    unlink(o->tmp);
-    errno = e;
-    return 0;
-}
-
-/* Flushes the temporary file to disk and renames it over path; on failure
-   removes it, leaving path as it was, and returns 0 with errno set. */
-static int mirror__output_close(mirror__output *o, const char *path)
-{
-    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
-    if (ok) ok = fsync(fileno(o->f)) == 0;
-    e = errno;
-    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
-    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
-    if (!ok) unlink(o->tmp);
-    errno = e;
-    return ok;
-}
 
 /* ---- timing ---- */
 
@@ -12287,10 +12265,10 @@ static int mirror__timing(mirror_model *m, size_t steps)
     if (steps > 1u << 16) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_timing: at most 65536 steps");
     if (steps && !(ring = (mirror__span *)mirror__alloc(cap, sizeof *ring))) /* the old ring kept on failure */
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_timing: out of memory for %zu steps", steps);
-    MIRROR_FREE(m->spans);
-    m->spans = ring;
-    m->trace_steps = steps, m->span_cap = steps ? cap : 0, m->span_next = m->span_count = 0;
-    m->t_origin = mirror__now();
+    MIRROR_FREE(m->trace.spans);
+    m->trace.spans = ring;
+    m->trace.steps = steps, m->trace.cap = steps ? cap : 0, m->trace.next = m->trace.count = 0;
+    m->trace.origin = mirror__now();
     return MIRROR_OK;
 }
 
@@ -12312,11 +12290,11 @@ static int mirror__phase_times(mirror_model *m, size_t replica, mirror_phase_tim
     if (replica != (size_t)-1 && replica >= R)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_phase_times_get: replica %zu of %zu", replica, R);
     memset(out, 0, sizeof *out);
-    if (!m->span_count) return MIRROR_OK;
+    if (!m->trace.count) return MIRROR_OK;
     if (!(sum = (double *)mirror__zalloc(R * MIRROR_PHASE_COUNT, sizeof(double))))
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_phase_times_get: out of memory");
-    for (i = 0; i < m->span_count; i++) {
-        const mirror__span *sp = &m->spans[i];
+    for (i = 0; i < m->trace.count; i++) {
+        const mirror__span *sp = &m->trace.spans[i];
         sum[sp->replica * MIRROR_PHASE_COUNT + sp->phase] += sp->t1 - sp->t0;
         if (sp->step < lo) lo = sp->step;
         if (sp->step > hi) hi = sp->step;
@@ -12347,52 +12325,6 @@ MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_ph
 
 static const char *const mirror__phase_names[MIRROR_PHASE_COUNT] = {"gather", "forward", "backward", "all-reduce",
                                                                     "update"};
-
-/* The trace into path; 0 (errno set) when it cannot be written. */
-static int mirror__trace_file(mirror_model *m, const char *path)
-{
-    mirror__output o;
-    FILE *f;
-    size_t i, r, at;
-    if (!mirror__output_open(&o, path)) return 0;
-    f = o.f;
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    for (r = 0; r < m->s->replicas; r++)
-        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
-                   "\"args\":{\"name\":\"replica %zu\"}},\n",
-                m->s->rank, r, m->s->first + r);
-    for (i = 0; i < m->span_count; i++) { /* oldest first */
-        const mirror__span *sp;
-        at = (m->span_next + m->span_cap - m->span_count + i) % m->span_cap;
-        sp = &m->spans[at];
-        fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%zu,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
-                   "\"args\":{\"step\":%llu}},\n",
-                mirror__phase_names[sp->phase], m->s->rank, sp->replica, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
-                (unsigned long long)sp->step);
-    }
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
-            m->s->rank, m->s->rank);
-    return mirror__output_close(&o, path);
-}
-
-static int mirror__trace_write(mirror_model *m, const char *path)
-{
-    int rc;
-    if ((rc = mirror__output_path(m, "mirror_trace_write", path))) return rc;
-    if (!mirror__trace_file(m, path))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write the trace: %s", path,
-                            strerror(errno));
-    return MIRROR_OK;
-}
-
-MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
-{
-    int rc;
-    if ((rc = mirror__check_built(m, "mirror_trace_write"))) return rc;
-    {
-        MIRROR__LOCKED(m, "mirror_trace_write", mirror__trace_write(m, path));
-    }
-}
 
 /* The hash of every local replica's parameters and optimizer state, then
    of every process's replicas (in global order): compared with replica 0's. */
@@ -12659,9 +12591,8 @@ MIRROR_API int mirror_predict_proba(mirror_model *m, const float *x, size_t n, f
 }
 
 // >>data --------------------------------------------------------------------
-/* Datasets: from arrays, split, shuffled; the loaders of IDX (MNIST),
-   CIFAR-10 and .npy files, plain or gzip, each bounded by what its header
-   declares; the built-in synthetic digits. */
+/* Datasets in memory: from arrays, split, shuffled; the built-in
+   synthetic digits. (The files they load from: >>loaders.) */
 
 MIRROR_API void mirror_dataset_free(mirror_dataset *ds)
 {
@@ -12796,6 +12727,225 @@ MIRROR_API int mirror_permutation(size_t *perm, size_t n, uint64_t seed, uint64_
         perm[j] = t;
     }
     return MIRROR_OK;
+}
+
+/* Synthetic digits: each class is a few strokes in a unit box (x right,
+   y down). A sample jitters the control points, then draws the strokes
+   with a random rotation, scale, shift and stroke width, adds noise. */
+
+#define MIRROR__GLYPH_POINTS 14
+typedef struct mirror__stroke {
+    int n;
+    float p[MIRROR__GLYPH_POINTS][2];
+} mirror__stroke;
+
+/* Up to two strokes per digit; ovals are made by mirror__oval. */
+static const mirror__stroke mirror__glyphs[10][2] = {
+    {{0, {{0}}}, {0, {{0}}}}, /* 0: oval */
+    {{3, {{0.35f, 0.28f}, {0.52f, 0.12f}, {0.52f, 0.9f}}}, {0, {{0}}}},
+    {{8, {{0.25f, 0.3f}, {0.35f, 0.15f}, {0.5f, 0.1f}, {0.67f, 0.16f}, {0.72f, 0.32f}, {0.62f, 0.5f},
+          {0.25f, 0.9f}, {0.78f, 0.9f}}},
+     {0, {{0}}}},
+    {{9, {{0.25f, 0.16f}, {0.72f, 0.14f}, {0.45f, 0.45f}, {0.62f, 0.5f}, {0.74f, 0.65f}, {0.7f, 0.8f},
+          {0.55f, 0.9f}, {0.38f, 0.9f}, {0.24f, 0.8f}}},
+     {0, {{0}}}},
+    {{3, {{0.62f, 0.9f}, {0.62f, 0.1f}, {0.2f, 0.64f}}}, {2, {{0.2f, 0.64f}, {0.8f, 0.64f}}}},
+    {{10, {{0.74f, 0.12f}, {0.32f, 0.12f}, {0.28f, 0.46f}, {0.48f, 0.4f}, {0.66f, 0.46f}, {0.74f, 0.64f},
+           {0.68f, 0.82f}, {0.52f, 0.9f}, {0.36f, 0.88f}, {0.24f, 0.8f}}},
+     {0, {{0}}}},
+    {{11, {{0.68f, 0.12f}, {0.46f, 0.24f}, {0.32f, 0.44f}, {0.27f, 0.64f}, {0.33f, 0.84f}, {0.5f, 0.91f},
+           {0.67f, 0.84f}, {0.72f, 0.68f}, {0.62f, 0.54f}, {0.44f, 0.52f}, {0.3f, 0.62f}}},
+     {0, {{0}}}},
+    {{3, {{0.24f, 0.12f}, {0.76f, 0.12f}, {0.42f, 0.9f}}}, {2, {{0.36f, 0.5f}, {0.66f, 0.5f}}}},
+    {{0, {{0}}}, {0, {{0}}}}, /* 8: two ovals */
+    {{0, {{0}}}, {4, {{0.7f, 0.34f}, {0.68f, 0.6f}, {0.62f, 0.78f}, {0.55f, 0.9f}}}}, /* 9: oval + tail */
+};
+
+static void mirror__oval(mirror__stroke *s, float cx, float cy, float rx, float ry)
+{
+    int i;
+    s->n = 13;
+    for (i = 0; i < 13; i++) {
+        float a = 6.28318530718f * (float)i / 12.0f;
+        s->p[i][0] = cx + rx * sinf(a);
+        s->p[i][1] = cy - ry * cosf(a);
+    }
+}
+
+/* The strokes of one digit, jittered; returns how many. */
+static int mirror__digit_strokes(int digit, mirror__stroke *out, uint64_t *rng)
+{
+    int n = 0, i, j;
+    const mirror__stroke *g = mirror__glyphs[digit];
+    if (digit == 0) mirror__oval(&out[n++], 0.5f, 0.5f, 0.26f, 0.38f);
+    if (digit == 8) {
+        mirror__oval(&out[n++], 0.5f, 0.3f, 0.18f, 0.19f);
+        mirror__oval(&out[n++], 0.5f, 0.69f, 0.22f, 0.21f);
+    }
+    if (digit == 9) mirror__oval(&out[n++], 0.5f, 0.33f, 0.2f, 0.2f);
+    for (i = 0; i < 2; i++)
+        if (g[i].n) out[n++] = g[i];
+    for (i = 0; i < n; i++)
+        for (j = 0; j < out[i].n; j++) {
+            out[i].p[j][0] += 0.08f * (mirror__uniform(rng) - 0.5f);
+            out[i].p[j][1] += 0.08f * (mirror__uniform(rng) - 0.5f);
+        }
+    return n;
+}
+
+/* Distance from (x, y) to the segment a-b. */
+static float mirror__segment_distance(float x, float y, const float *a, const float *b)
+{
+    float dx = b[0] - a[0], dy = b[1] - a[1], len2 = dx * dx + dy * dy, t = 0.0f, ex, ey;
+    if (len2 > 0.0f) t = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, ((x - a[0]) * dx + (y - a[1]) * dy) / len2));
+    ex = x - (a[0] + t * dx);
+    ey = y - (a[1] + t * dy);
+    return sqrtf(ex * ex + ey * ey);
+}
+
+static void mirror__draw_digit(float *img, int digit, uint64_t *rng)
+{
+    mirror__stroke strokes[3];
+    int n = mirror__digit_strokes(digit, strokes, rng), s, j;
+    float angle = 0.5f * (mirror__uniform(rng) - 0.5f), scale = 17.0f + 5.0f * mirror__uniform(rng);
+    float shear = 0.3f * (mirror__uniform(rng) - 0.5f);
+    float cx = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f), cy = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f);
+    float half = 0.6f + 0.9f * mirror__uniform(rng), ca = cosf(angle), sa = sinf(angle);
+    float noise = 0.05f + 0.1f * mirror__uniform(rng);
+    size_t i;
+    /* Control points to pixels: centre, shear, rotate, scale, shift. */
+    for (s = 0; s < n; s++)
+        for (j = 0; j < strokes[s].n; j++) {
+            float u = strokes[s].p[j][0] - 0.5f, v = strokes[s].p[j][1] - 0.5f;
+            u += shear * v;
+            strokes[s].p[j][0] = cx + scale * (ca * u - sa * v);
+            strokes[s].p[j][1] = cy + scale * (sa * u + ca * v);
+        }
+    for (i = 0; i < 28 * 28; i++) {
+        float x = (float)(i % 28) + 0.5f, y = (float)(i / 28) + 0.5f, d = 1e9f, v;
+        for (s = 0; s < n; s++)
+            for (j = 0; j + 1 < strokes[s].n; j++)
+                d = MIRROR__MIN(d, mirror__segment_distance(x, y, strokes[s].p[j], strokes[s].p[j + 1]));
+        v = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, half + 0.5f - d)) + noise * mirror__normal(rng);
+        img[i] = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, v));
+    }
+}
+
+MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
+                                               mirror_error *err)
+{
+    uint64_t rng = seed;
+    size_t i;
+    if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
+    memset(ds, 0, sizeof *ds);
+    if (!count || count > ((size_t)1 << 24))
+        return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                             "mirror_dataset_synthetic_digits: count %zu; it makes 1 to %zu samples (2^24)", count,
+                             (size_t)1 << 24);
+    ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
+    ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
+    if (!ds->x || !ds->labels) {
+        mirror_dataset_free(ds);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_synthetic_digits: out of memory");
+    }
+    for (i = 0; i < count; i++) {
+        ds->labels[i] = (int32_t)(i % 10);
+        mirror__draw_digit(ds->x + i * 28 * 28, (int)(i % 10), &rng);
+    }
+    ds->count = count;
+    ds->channels = 1;
+    ds->height = ds->width = 28;
+    ds->num_classes = 10;
+    return MIRROR_OK;
+}
+
+// >>files -------------------------------------------------------------------
+/* Files read and written safely, for checkpoints, the loaders and the side
+   outputs alike: paths within PATH_MAX, regular files alone read and
+   bounded by what their header declares (gzip inflated), temporary files
+   renamed over their path, paths compared. */
+
+/* Whether path with `extra` bytes joined to it (`added`: what they are)
+   stays within MIRROR__PATH_MAX; else MIRROR_ERR_ARGUMENT naming the limit. */
+static int mirror__path_fits(mirror_error *err, const char *what, const char *path, size_t extra, const char *added)
+{
+    size_t n = strlen(path);
+    if (n + extra < (size_t)MIRROR__PATH_MAX) return MIRROR_OK;
+    return mirror__error(err, MIRROR_ERR_ARGUMENT,
+                         "%s: the path is %zu bytes long, and with the %zu of %s it would pass the system's limit "
+                         "of %d bytes for a path (PATH_MAX); name a shorter one",
+                         what, n, extra, added, MIRROR__PATH_MAX - 1);
+}
+
+/* What a file that is not a regular file is, for messages. */
+static const char *mirror__file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
+                                                                                            : "a device or socket";
+}
+
+/* A temporary file beside PATH is named PATH.tmp-mirror-PPPPPPPP-RRRRRRRRRRRRRRRR:
+   the writer's process id and 64 random bits, in lowercase hexadecimal. No
+   user picks such a name, so a save (holding PATH.lock) removes the ones a
+   crash left by their name alone, never by what they hold. */
+#define MIRROR__TMP_MARK ".tmp-mirror-"
+#define MIRROR__TMP_TAIL 25 /* "PPPPPPPP-RRRRRRRRRRRRRRRR" */
+#define MIRROR__TMP_NAME (sizeof MIRROR__TMP_MARK - 1 + MIRROR__TMP_TAIL) /* what it adds to PATH */
+
+/* write(2) all of it, through short writes and EINTR. */
+static int mirror__write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    while (n) {
+        ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync of the directory holding path, so that a rename survives a crash. */
+static int mirror__sync_dir(const char *path)
+{
+    char dir[MIRROR__PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    int fd, rc;
+    if (n >= sizeof dir) return errno = ENAMETOOLONG, -1;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    if ((fd = open(dir, O_RDONLY)) < 0) return -1;
+    rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Creates a new temporary file for path (mode: as open's, less the umask),
+   its name in name[size]; returns its descriptor, or -1 with errno set. */
+static int mirror__make_tmp(const char *path, int mode, char *name, size_t size)
+{
+    uint32_t pid = (uint32_t)getpid();
+    double now = mirror__now();
+    uint64_t state, bits;
+    int tries, fd = -1;
+    /* never true, but without it gcc -O3 -fsanitize=undefined warns of a null snprintf */
+    if (!name || !size) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(&bits, &now, sizeof bits);
+    state = bits ^ (uint64_t)pid << 32 ^ (uint64_t)(uintptr_t)name; /* no shared state: threads may call it */
+    for (tries = 0; tries < 100; tries++) {
+        if (snprintf(name, size, "%s" MIRROR__TMP_MARK "%08lx-%016llx", path, (unsigned long)pid,
+                     (unsigned long long)mirror__next(&state)) >= (int)size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if ((fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, (mode_t)mode)) >= 0 || errno != EEXIST) break;
+    }
+    return fd;
 }
 
 /* The whole file in a new buffer, gunzipped when it is gzip and zlib is in. */
@@ -12940,6 +13090,47 @@ static int mirror__read_file(const char *path, size_t most, mirror__declared_fn 
 {
     return mirror__read_bounded(path, most, "this file can hold (decompressed)", declared, data, size, err);
 }
+
+/* Directory of path (".", "/" or what comes before the last slash) into
+   dir, and where its last name starts; 0 when dir cannot hold it. */
+static int mirror__split_path(const char *path, char *dir, size_t size, const char **name)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n + 2 > size) return 0;
+    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
+    else dir[0] = '.', dir[1] = '\0';
+    *name = slash ? slash + 1 : path;
+    return 1;
+}
+
+/* Whether a and b lie in one directory (the same device and inode, or,
+   where it does not exist, the same text); *na and *nb get their names. */
+static int mirror__same_dir(const char *a, const char *b, const char **na, const char **nb)
+{
+    char da[MIRROR__PATH_MAX], db[MIRROR__PATH_MAX];
+    struct stat sa, sb;
+    if (!mirror__split_path(a, da, sizeof da, na) || !mirror__split_path(b, db, sizeof db, nb)) return 0;
+    if (stat(da, &sa) != 0 || stat(db, &sb) != 0) return !strcmp(da, db);
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Whether paths a and b name one file: the same file (device and inode)
+   where both exist, else the same name in the same directory. */
+static int mirror__same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    const char *na, *nb;
+    int ea = lstat(a, &sa) == 0, eb = lstat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !ea && !eb && mirror__same_dir(a, b, &na, &nb) && !strcmp(na, nb);
+}
+
+#ifndef MIRROR_NO_LOADERS
+// >>loaders -----------------------------------------------------------------
+/* The dataset loaders (left out by MIRROR_NO_LOADERS): IDX (MNIST),
+   CIFAR-10 and .npy files, plain or gzip, each bounded by what its
+   header declares. */
 
 static size_t mirror__be32(const unsigned char *p)
 {
@@ -13620,136 +13811,7 @@ done:
     if (rc) mirror_dataset_free(ds);
     return rc;
 }
-
-/* Synthetic digits: each class is a few strokes in a unit box (x right,
-   y down). A sample jitters the control points, then draws the strokes
-   with a random rotation, scale, shift and stroke width, adds noise. */
-
-#define MIRROR__GLYPH_POINTS 14
-typedef struct mirror__stroke {
-    int n;
-    float p[MIRROR__GLYPH_POINTS][2];
-} mirror__stroke;
-
-/* Up to two strokes per digit; ovals are made by mirror__oval. */
-static const mirror__stroke mirror__glyphs[10][2] = {
-    {{0, {{0}}}, {0, {{0}}}}, /* 0: oval */
-    {{3, {{0.35f, 0.28f}, {0.52f, 0.12f}, {0.52f, 0.9f}}}, {0, {{0}}}},
-    {{8, {{0.25f, 0.3f}, {0.35f, 0.15f}, {0.5f, 0.1f}, {0.67f, 0.16f}, {0.72f, 0.32f}, {0.62f, 0.5f},
-          {0.25f, 0.9f}, {0.78f, 0.9f}}},
-     {0, {{0}}}},
-    {{9, {{0.25f, 0.16f}, {0.72f, 0.14f}, {0.45f, 0.45f}, {0.62f, 0.5f}, {0.74f, 0.65f}, {0.7f, 0.8f},
-          {0.55f, 0.9f}, {0.38f, 0.9f}, {0.24f, 0.8f}}},
-     {0, {{0}}}},
-    {{3, {{0.62f, 0.9f}, {0.62f, 0.1f}, {0.2f, 0.64f}}}, {2, {{0.2f, 0.64f}, {0.8f, 0.64f}}}},
-    {{10, {{0.74f, 0.12f}, {0.32f, 0.12f}, {0.28f, 0.46f}, {0.48f, 0.4f}, {0.66f, 0.46f}, {0.74f, 0.64f},
-           {0.68f, 0.82f}, {0.52f, 0.9f}, {0.36f, 0.88f}, {0.24f, 0.8f}}},
-     {0, {{0}}}},
-    {{11, {{0.68f, 0.12f}, {0.46f, 0.24f}, {0.32f, 0.44f}, {0.27f, 0.64f}, {0.33f, 0.84f}, {0.5f, 0.91f},
-           {0.67f, 0.84f}, {0.72f, 0.68f}, {0.62f, 0.54f}, {0.44f, 0.52f}, {0.3f, 0.62f}}},
-     {0, {{0}}}},
-    {{3, {{0.24f, 0.12f}, {0.76f, 0.12f}, {0.42f, 0.9f}}}, {2, {{0.36f, 0.5f}, {0.66f, 0.5f}}}},
-    {{0, {{0}}}, {0, {{0}}}}, /* 8: two ovals */
-    {{0, {{0}}}, {4, {{0.7f, 0.34f}, {0.68f, 0.6f}, {0.62f, 0.78f}, {0.55f, 0.9f}}}}, /* 9: oval + tail */
-};
-
-static void mirror__oval(mirror__stroke *s, float cx, float cy, float rx, float ry)
-{
-    int i;
-    s->n = 13;
-    for (i = 0; i < 13; i++) {
-        float a = 6.28318530718f * (float)i / 12.0f;
-        s->p[i][0] = cx + rx * sinf(a);
-        s->p[i][1] = cy - ry * cosf(a);
-    }
-}
-
-/* The strokes of one digit, jittered; returns how many. */
-static int mirror__digit_strokes(int digit, mirror__stroke *out, uint64_t *rng)
-{
-    int n = 0, i, j;
-    const mirror__stroke *g = mirror__glyphs[digit];
-    if (digit == 0) mirror__oval(&out[n++], 0.5f, 0.5f, 0.26f, 0.38f);
-    if (digit == 8) {
-        mirror__oval(&out[n++], 0.5f, 0.3f, 0.18f, 0.19f);
-        mirror__oval(&out[n++], 0.5f, 0.69f, 0.22f, 0.21f);
-    }
-    if (digit == 9) mirror__oval(&out[n++], 0.5f, 0.33f, 0.2f, 0.2f);
-    for (i = 0; i < 2; i++)
-        if (g[i].n) out[n++] = g[i];
-    for (i = 0; i < n; i++)
-        for (j = 0; j < out[i].n; j++) {
-            out[i].p[j][0] += 0.08f * (mirror__uniform(rng) - 0.5f);
-            out[i].p[j][1] += 0.08f * (mirror__uniform(rng) - 0.5f);
-        }
-    return n;
-}
-
-/* Distance from (x, y) to the segment a-b. */
-static float mirror__segment_distance(float x, float y, const float *a, const float *b)
-{
-    float dx = b[0] - a[0], dy = b[1] - a[1], len2 = dx * dx + dy * dy, t = 0.0f, ex, ey;
-    if (len2 > 0.0f) t = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, ((x - a[0]) * dx + (y - a[1]) * dy) / len2));
-    ex = x - (a[0] + t * dx);
-    ey = y - (a[1] + t * dy);
-    return sqrtf(ex * ex + ey * ey);
-}
-
-static void mirror__draw_digit(float *img, int digit, uint64_t *rng)
-{
-    mirror__stroke strokes[3];
-    int n = mirror__digit_strokes(digit, strokes, rng), s, j;
-    float angle = 0.5f * (mirror__uniform(rng) - 0.5f), scale = 17.0f + 5.0f * mirror__uniform(rng);
-    float shear = 0.3f * (mirror__uniform(rng) - 0.5f);
-    float cx = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f), cy = 14.0f + 5.0f * (mirror__uniform(rng) - 0.5f);
-    float half = 0.6f + 0.9f * mirror__uniform(rng), ca = cosf(angle), sa = sinf(angle);
-    float noise = 0.05f + 0.1f * mirror__uniform(rng);
-    size_t i;
-    /* Control points to pixels: centre, shear, rotate, scale, shift. */
-    for (s = 0; s < n; s++)
-        for (j = 0; j < strokes[s].n; j++) {
-            float u = strokes[s].p[j][0] - 0.5f, v = strokes[s].p[j][1] - 0.5f;
-            u += shear * v;
-            strokes[s].p[j][0] = cx + scale * (ca * u - sa * v);
-            strokes[s].p[j][1] = cy + scale * (sa * u + ca * v);
-        }
-    for (i = 0; i < 28 * 28; i++) {
-        float x = (float)(i % 28) + 0.5f, y = (float)(i / 28) + 0.5f, d = 1e9f, v;
-        for (s = 0; s < n; s++)
-            for (j = 0; j + 1 < strokes[s].n; j++)
-                d = MIRROR__MIN(d, mirror__segment_distance(x, y, strokes[s].p[j], strokes[s].p[j + 1]));
-        v = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, half + 0.5f - d)) + noise * mirror__normal(rng);
-        img[i] = MIRROR__MAX(0.0f, MIRROR__MIN(1.0f, v));
-    }
-}
-
-MIRROR_API int mirror_dataset_synthetic_digits(mirror_dataset *ds, size_t count, uint64_t seed,
-                                               mirror_error *err)
-{
-    uint64_t rng = seed;
-    size_t i;
-    if (!ds) return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_dataset_synthetic_digits: ds is NULL");
-    memset(ds, 0, sizeof *ds);
-    if (!count || count > ((size_t)1 << 24))
-        return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "mirror_dataset_synthetic_digits: count %zu; it makes 1 to %zu samples (2^24)", count,
-                             (size_t)1 << 24);
-    ds->x = (float *)mirror__alloc(count * 28 * 28, sizeof(float));
-    ds->labels = (int32_t *)mirror__alloc(count, sizeof(int32_t));
-    if (!ds->x || !ds->labels) {
-        mirror_dataset_free(ds);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "mirror_dataset_synthetic_digits: out of memory");
-    }
-    for (i = 0; i < count; i++) {
-        ds->labels[i] = (int32_t)(i % 10);
-        mirror__draw_digit(ds->x + i * 28 * 28, (int)(i % 10), &rng);
-    }
-    ds->count = count;
-    ds->channels = 1;
-    ds->height = ds->width = 28;
-    ds->num_classes = 10;
-    return MIRROR_OK;
-}
+#endif /* MIRROR_NO_LOADERS */
 
 // >>checkpoints -------------------------------------------------------------
 /* Checkpoints: a safetensors file with the run's description in its
@@ -13775,14 +13837,6 @@ static uint32_t mirror__crc(uint32_t poly, uint32_t crc, const unsigned char *p,
 static uint32_t mirror__crc32(uint32_t crc, const unsigned char *p, size_t n)
 {
     return mirror__crc(0xEDB88320u, crc, p, n);
-}
-
-/* CRC-32C (Castagnoli's polynomial, TFRecord's), masked as TFRecord
-   stores it: rotated right by 15 bits, plus a constant. */
-static uint32_t mirror__masked_crc32c(const unsigned char *p, size_t n)
-{
-    uint32_t c = mirror__crc(0x82F63B78u, 0, p, n);
-    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
 /* A growing text buffer for the header; a failed allocation sticks. */
@@ -13947,12 +14001,12 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
                    (unsigned long long)m->steps, (unsigned long long)c->epoch, (unsigned long long)c->epoch_step,
                    (unsigned long long)c->shuffle_seed, (unsigned long long)c->batch, (unsigned long long)c->samples,
                    (unsigned long long)c->drop_remainder, (unsigned long long)c->micro_batch);
-    if (m->saving_sums && c->epoch_step) /* fit's epoch so far; the doubles with digits to read back exactly */
+    if (m->fit.saving_sums && c->epoch_step) /* fit's epoch so far; the doubles with digits to read back exactly */
         mirror__printf(h, ",\"epoch_loss_sum\":\"%.17g\",\"epoch_correct\":\"%llu\",\"epoch_samples\":\"%llu\","
                           "\"epoch_skipped\":\"%llu\",\"epoch_seconds\":\"%.17g\"",
-                       m->saving_sums->acc.loss_sum, (unsigned long long)m->saving_sums->acc.correct,
-                       (unsigned long long)m->saving_sums->acc.count, (unsigned long long)m->saving_sums->skipped,
-                       m->saving_sums->seconds);
+                       m->fit.saving_sums->acc.loss_sum, (unsigned long long)m->fit.saving_sums->acc.correct,
+                       (unsigned long long)m->fit.saving_sums->acc.count, (unsigned long long)m->fit.saving_sums->skipped,
+                       m->fit.saving_sums->seconds);
     if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
         mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
                           "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
@@ -14176,7 +14230,7 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
                                        MIRROR__CKPT_NAMES_ARE)) == MIRROR_OK &&
                (rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
-        m->fit_lock = fd + 1;
+        m->fit.lock = fd + 1;
         if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
         } else {
@@ -14190,8 +14244,8 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
 
 static void mirror__fit_unlock(mirror_model *m)
 {
-    if (m->fit_lock) close(m->fit_lock - 1);
-    m->fit_lock = 0;
+    if (m->fit.lock) close(m->fit.lock - 1);
+    m->fit.lock = 0;
 }
 
 /* Whether fit holds PATH.lock (name: room for it): a save from fit, or
@@ -14201,9 +14255,9 @@ static void mirror__fit_unlock(mirror_model *m)
 static int mirror__holds_lock(mirror_model *m, const char *path, char *name, size_t size)
 {
     struct stat held, st;
-    if (!m->fit_lock) return 0;
+    if (!m->fit.lock) return 0;
     snprintf(name, size, "%s.lock", path);
-    return fstat(m->fit_lock - 1, &held) == 0 && stat(name, &st) == 0 && held.st_dev == st.st_dev &&
+    return fstat(m->fit.lock - 1, &held) == 0 && stat(name, &st) == 0 && held.st_dev == st.st_dev &&
            held.st_ino == st.st_ino;
 }
 
@@ -14976,7 +15030,7 @@ static void mirror__resume_changes(mirror_model *m, const char *path, const mirr
     mirror__text now = {NULL, 0, 0, 0}, line = {NULL, 0, 0, 0};
     mirror__header *h = (mirror__header *)mirror__zalloc(1, sizeof *h);
     size_t i, differ = 0;
-    if (!mirror__meta_u64(saved, "micro_batch", &m->resumed_micro)) m->resumed_micro = 0;
+    if (!mirror__meta_u64(saved, "micro_batch", &m->fit.resumed_micro)) m->fit.resumed_micro = 0;
     mirror__printf(&now, "{\"__metadata__\":{");
     mirror__run_settings(m, &now);
     mirror__printf(&now, "}}");
@@ -15013,9 +15067,9 @@ static uint64_t mirror__micro_cut(const mirror_model *m, size_t batch, size_t ac
    run's says so: the sums then add up in another order. */
 static void mirror__resume_split(mirror_model *m, const mirror_fit_desc *d)
 {
-    uint64_t was = m->resumed_micro, now = mirror__micro_cut(m, d->batch, d->accumulate);
+    uint64_t was = m->fit.resumed_micro, now = mirror__micro_cut(m, d->batch, d->accumulate);
     char notice[300];
-    m->resumed_micro = 0; /* once, for the fit that follows the load */
+    m->fit.resumed_micro = 0; /* once, for the fit that follows the load */
     if (!was || !(d->initial_epoch || d->initial_step) || was == now) return;
     snprintf(notice, sizeof notice,
              "resumed with micro-batches of %llu samples where the checkpoint's run had %llu%s: the run goes on, no "
@@ -15036,13 +15090,13 @@ static int mirror__remember_source(mirror_model *m, const char *path, int checkp
     struct stat st;
     if (!copy) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
     memcpy(copy, path, n);
-    MIRROR_FREE(m->source_path);
-    m->source_path = copy;
-    m->source.path = copy, m->source.checkpoint = checkpoint;
-    m->source.crc32 = mirror__crc32(0, buf, size), m->source.size = size;
-    m->source_has_file = stat(path, &st) == 0;
-    m->source_dev = m->source_has_file ? (uint64_t)st.st_dev : 0;
-    m->source_ino = m->source_has_file ? (uint64_t)st.st_ino : 0;
+    MIRROR_FREE(m->source.path);
+    m->source.path = copy;
+    m->source.told.path = copy, m->source.told.checkpoint = checkpoint;
+    m->source.told.crc32 = mirror__crc32(0, buf, size), m->source.told.size = size;
+    m->source.has_file = stat(path, &st) == 0;
+    m->source.dev = m->source.has_file ? (uint64_t)st.st_dev : 0;
+    m->source.ino = m->source.has_file ? (uint64_t)st.st_ino : 0;
     return MIRROR_OK;
 }
 
@@ -15050,7 +15104,7 @@ MIRROR_API mirror_weights_source mirror_model_weights_source(const mirror_model 
 {
     mirror_weights_source none;
     memset(&none, 0, sizeof none);
-    return m ? m->source : none;
+    return m ? m->source.told : none;
 }
 
 /* A double of the header into *v; 0 when missing or not a number. */
@@ -15121,7 +15175,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
         goto done;
     /* Everything checked: now, and only now, the model changes (an
        earlier checkpoint's epoch sums no longer describe its parameters). */
-    m->resumed_sums.kept = 0;
+    m->fit.resumed_sums.kept = 0;
     {
         mirror__tensor dst[MIRROR__MAX_TENSORS];
         size_t n = mirror__tensors(m, params, state, m->bn.running, dst);
@@ -15155,7 +15209,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     }
     if (!weights_only) {
         mirror__resume_changes(m, path, h);
-        m->resumed_sums = sums, m->resumed_sums.step = m->steps;
+        m->fit.resumed_sums = sums, m->fit.resumed_sums.step = m->steps;
     }
     if (info) *info = got;
 done:
@@ -15172,7 +15226,7 @@ done:
 static int mirror__checkpoint_load_call(mirror_model *m, const char *path, int weights_only,
                                         mirror_checkpoint_info *info)
 {
-    if (m->in_fit && !weights_only)
+    if (m->fit.running && !weights_only)
         return mirror__fail(m, MIRROR_ERR_STATE,
                             "mirror_checkpoint_load: called inside mirror_fit on this model (from a hook): a whole "
                             "checkpoint would change the step count that fit's cursor counts; load weights_only");
@@ -15312,7 +15366,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     int rc;
     if ((rc = mirror__check_built(m, "mirror_load_weights"))) return rc;
     if (!path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_load_weights: path is NULL");
-    if (m->in_fit)
+    if (m->fit.running)
         return mirror__fail(m, MIRROR_ERR_STATE, "mirror_load_weights: called inside mirror_fit on this model (from a "
                                                  "hook): it starts the optimizer afresh under fit's cursor");
     /* a 64 MiB header, and this model's tensors in F64 with a checkpoint's
@@ -15335,7 +15389,7 @@ static int mirror__load_weights(mirror_model *m, const char *path)
         goto done;
     }
     /* Everything checked: now the model changes, and its run starts afresh. */
-    m->resumed_sums.kept = 0; /* a checkpoint's epoch sums describe its parameters, not these */
+    m->fit.resumed_sums.kept = 0; /* a checkpoint's epoch sums describe its parameters, not these */
     if ((rc = mirror__remember_source(m, path, 0, buf, size)) || (rc = mirror__upload_params(m, params))) goto done;
     if (m->bn.nrunning) memcpy(m->bn.running, running, m->bn.nrunning * sizeof(float)); /* none without batchnorm */
     m->bn.stale = 1;
@@ -15602,226 +15656,120 @@ MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path
     return mirror__from_checkpoint(s, path, max_batch, out, info, err);
 }
 
-// >>fit ---------------------------------------------------------------------
-/* mirror_fit: the data checked, the fit's defaults, its side outputs
-   (progress, history, plot, trace), then epochs of steps, validation,
-   checkpoints and hooks, and an end that keeps what was done. */
+#ifndef MIRROR_NO_OUTPUTS
+// >>outputs -----------------------------------------------------------------
+/* The side outputs (left out by MIRROR_NO_OUTPUTS): the Chrome trace, and
+   fit's CSV history, SVG plot and TensorBoard events, written as a
+   checkpoint is, to a temporary file beside PATH renamed over it, so that
+   PATH is always a complete file (see SIDE OUTPUTS); then the entries of
+   fit's list of outputs (mirror__fit_output), through which fit reaches
+   them. */
 
-/* A dataset's samples must have the model's layout, channels x height x
-   width, dimension by dimension: the same size in another layout (channels
-   last) would train on scrambled pixels. A model of flat input (height =
-   width = 1) takes any layout of its size, read in the dataset's order. */
-static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, const char *what)
+/* A side output's PATH: not empty, not too long for its temporary name, and
+   a regular file if it exists. lstat, never open: a FIFO cannot block. */
+static int mirror__output_path(mirror_model *m, const char *what, const char *path)
 {
-    const mirror_model_desc *d = &m->desc;
-    size_t in_size = 0;
-    int flat = d->height == 1 && d->width == 1, same;
-    if (!ds || !ds->x || !ds->count)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dataset is NULL or empty", what);
-    same = mirror__mul(ds->channels, ds->height, &in_size) && mirror__mul(in_size, ds->width, &in_size) &&
-           in_size == m->sizes.in;
-    if (!flat) same &= ds->channels == d->channels && ds->height == d->height && ds->width == d->width;
-    if (!same)
-        return mirror__fail(m, MIRROR_ERR_SHAPE,
-                            "%s: samples of %zux%zux%zu, the model takes %zux%zux%zu (channels x height x width, "
-                            "NCHW)%s",
-                            what, ds->channels, ds->height, ds->width, d->channels, d->height, d->width,
-                            ds->channels == d->height && ds->height == d->width && ds->width == d->channels
-                                ? ": this looks channels-last (N, H, W, C); transpose it to (N, C, H, W)"
-                                : "");
-    if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->sizes.out))
-        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->sizes.out);
-    if (m->desc.loss != MIRROR_LOSS_MSE && !ds->labels) /* float .npy labels load as targets */
+    struct stat st;
+    int rc;
+    if (!path || !*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is NULL or empty", what);
+    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TMP_NAME, "its temporary file's name"))) return rc;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                            ds->targets ? "%s: the dataset holds float targets (for a mean squared error), but the "
-                                          "model's loss is softmax cross-entropy, which needs integer labels (a "
-                                          ".npy y of int32, int64 or uint8)"
-                                        : "%s: the dataset has no labels, which softmax cross-entropy needs",
-                            what);
+                            "%s: %s exists and is not a regular file (%s); a side output only replaces a regular file",
+                            what, path, mirror__file_kind(st.st_mode));
     return MIRROR_OK;
 }
 
-static void mirror__batch_of(mirror_batch *b, const mirror_dataset *ds, const size_t *index, size_t n)
+/* A side output being written: its temporary file (a path checked by
+   mirror__output_path fits in tmp). */
+typedef struct mirror__output {
+    FILE *f;
+    char tmp[MIRROR__PATH_MAX];
+} mirror__output;
+
+/* Makes the temporary file beside path, named as a checkpoint's
+   (mirror__make_tmp); 0 (errno set) on failure. */
+static int mirror__output_open(mirror__output *o, const char *path)
 {
-    memset(b, 0, sizeof *b);
-    b->x = ds->x;
-    b->labels = ds->labels;
-    b->targets = ds->targets;
-    b->index = index;
-    b->rows = ds->count;
-    b->n = n;
+    int fd, e;
+    if ((fd = mirror__make_tmp(path, 0666, o->tmp, sizeof o->tmp)) < 0) return 0; /* as fopen's, less the umask */
+    if ((o->f = fdopen(fd, "w")) != NULL) return 1;
+    e = errno;
+    close(fd);
+    unlink(o->tmp);
+    errno = e;
+    return 0;
 }
 
-static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+/* Flushes the temporary file to disk and renames it over path; on failure
+   removes it, leaving path as it was, and returns 0 with errno set. */
+static int mirror__output_close(mirror__output *o, const char *path)
 {
-    mirror_metrics sum;
-    mirror_batch b;
-    int rc;
-    if ((rc = mirror__check_built(m, "mirror_evaluate")) ||
-        (rc = mirror__check_dataset(m, ds, "mirror_evaluate")))
-        return rc;
-    mirror__batch_of(&b, ds, NULL, ds->count);
-    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1)) ||
-        (rc = mirror__all_agree(m, mirror__resident_use(m, ds, 1, &m->data_at))))
-        return rc;
-    memset(out ? out : &sum, 0, sizeof sum);
-    rc = mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
-    m->data_at = NULL;
-    return rc;
+    int ok = fflush(o->f) == 0 && !ferror(o->f), e;
+    if (ok) ok = fsync(fileno(o->f)) == 0;
+    e = errno;
+    if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) unlink(o->tmp);
+    errno = e;
+    return ok;
 }
 
-MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+/* The trace into path; 0 (errno set) when it cannot be written. */
+static int mirror__trace_file(mirror_model *m, const char *path)
 {
-    MIRROR__LOCKED(m, "mirror_evaluate", mirror__evaluate(m, ds, batch, out));
-}
-
-static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
-{
-    int rc, fits = m ? m->data_place : 0;
-    if (on_device) *on_device = 0;
-    if ((rc = mirror__check_built(m, "mirror_keep_data"))) return rc;
-    m->data_kept = NULL;
-    if (!ds) return MIRROR_OK;
-    if ((int)place < 0 || place > MIRROR_DATA_OFF)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
-    /* the steps take batches of any layout of the model's input size: so does this */
-    if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->sizes.in)
-        return mirror__fail(m, MIRROR_ERR_SHAPE,
-                            "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values", ds->count,
-                            ds->channels, ds->height, ds->width, m->sizes.in);
-    if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->sizes.out : !ds->labels)
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
-                            m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
-    m->data_place = place;
-    rc = mirror__resident_use(m, ds, 0, &m->data_kept);
-    m->data_place = fits; /* a fit's, when a hook keeps data */
-    if (on_device) *on_device = m->data_kept != NULL;
-    return rc;
-}
-
-MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
-{
-    MIRROR__LOCKED(m, "mirror_keep_data", mirror__keep_data(m, ds, place, on_device));
-}
-
-/* The terminal's width in columns (80 where it does not say). */
-static size_t mirror__columns(void)
-{
-    struct winsize ws;
-    if (ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
-    return 80;
-}
-
-/* "1h02m", "3m07s" or "42s". */
-static void mirror__duration(char *out, size_t size, double seconds)
-{
-    unsigned long t = seconds > 0 && seconds < 1e7 ? (unsigned long)(seconds + 0.5) : 0;
-    if (t >= 3600) snprintf(out, size, "%luh%02lum", t / 3600, t / 60 % 60);
-    else if (t >= 60) snprintf(out, size, "%lum%02lus", t / 60, t % 60);
-    else snprintf(out, size, "%lus", t);
-}
-
-/* The bar, redrawn in place on one line that never wraps: its width is what
-   the terminal leaves beside the numbers (at most 30), and the line is cut
-   to the terminal's width. `what` replaces the numbers (validation). */
-static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps, const mirror_metrics *acc,
-                                 double seconds, int show_lr, int classify, const char *what)
-{
-    char line[512], tail[256], eta[32];
-    size_t used = 0, tn = 0, head, width, cols = mirror__columns(), i, fill;
-    mirror__duration(eta, sizeof eta, step ? seconds * (double)(steps - step) / (double)step : 0.0);
-    if (what)
-        mirror__appendf(tail, sizeof tail, &tn, " %s", what);
-    else {
-        mirror__appendf(tail, sizeof tail, &tn, " %zu/%zu  loss %.4f", step, steps,
-                        acc->count ? acc->loss_sum / (double)acc->count : 0.0);
-        if (classify) mirror__appendf(tail, sizeof tail, &tn, "  acc %.4f", acc->count ? (double)acc->correct / (double)acc->count : 0.0);
-        mirror__appendf(tail, sizeof tail, &tn, "  %.0f samples/s  ETA %s", seconds > 0 ? (double)acc->count / seconds : 0.0,
-                        eta);
-        if (log->loss_scale > 0) mirror__appendf(tail, sizeof tail, &tn, "  scale %g", log->loss_scale);
-        if (show_lr) mirror__appendf(tail, sizeof tail, &tn, "  lr %.3g", log->lr);
+    mirror__output o;
+    FILE *f;
+    size_t i, r, at;
+    if (!mirror__output_open(&o, path)) return 0;
+    f = o.f;
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (r = 0; r < m->s->replicas; r++)
+        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":%zu,"
+                   "\"args\":{\"name\":\"replica %zu\"}},\n",
+                m->s->rank, r, m->s->first + r);
+    for (i = 0; i < m->trace.count; i++) { /* oldest first */
+        const mirror__span *sp;
+        at = (m->trace.next + m->trace.cap - m->trace.count + i) % m->trace.cap;
+        sp = &m->trace.spans[at];
+        fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%zu,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
+                   "\"args\":{\"step\":%llu}},\n",
+                mirror__phase_names[sp->phase], m->s->rank, sp->replica, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
+                (unsigned long long)sp->step);
     }
-    mirror__appendf(line, sizeof line, &used, "epoch %zu/%zu [", log->epoch, log->epochs);
-    head = used;
-    width = cols > head + 2 + strlen(tail) + 8 ? MIRROR__MIN(30, cols - head - 2 - strlen(tail)) : 8;
-    fill = steps ? width * step / steps : width;
-    for (i = 0; i < width && used + 1 < sizeof line; i++) line[used++] = i < fill ? '=' : (i == fill ? '>' : '.');
-    line[used] = '\0';
-    mirror__appendf(line, sizeof line, &used, "]%s", tail);
-    if (used >= sizeof line) used = sizeof line - 1;
-    if (used > cols - 1) line[cols - 1] = '\0'; /* never wraps */
-    printf("\r%s\033[K", line);
-    fflush(stdout);
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
+            m->s->rank, m->s->rank);
+    return mirror__output_close(&o, path);
 }
 
-static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr, int classify)
+static int mirror__trace_write(mirror_model *m, const char *path)
 {
-    printf("%sepoch %zu/%zu  loss %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs, log->train_loss);
-    if (classify) printf("  acc %.4f", log->train_acc);
-    if (log->val_loss != -1.0) /* -1: no validation set; NaN and Inf are printed as they are */
-        printf(classify ? "  val_loss %.4f  val_acc %.4f" : "  val_loss %.4f", log->val_loss, log->val_acc);
-    if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
-    if (show_lr) printf("  lr %.3g", log->lr);
-    if (log->grad_norm > 0) printf("  grad_norm %.3g", log->grad_norm);
-    printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
-    fflush(stdout);
-}
-
-/* Mixed precision: the scale and the skipped steps since *skipped_before
-   into the log (waits for the device; fit does it where it reads metrics). */
-static int mirror__log_scaler(mirror_model *m, mirror_epoch_log *log, uint64_t skipped_before)
-{
-    mirror_loss_scale_state st;
     int rc;
-    if (!m->format) return MIRROR_OK;
-    if ((rc = mirror__get_scaler(m, &st))) return rc;
-    log->loss_scale = st.scale;
-    log->skipped = st.skipped - skipped_before;
+    if ((rc = mirror__output_path(m, "mirror_trace_write", path))) return rc;
+    if (!mirror__trace_file(m, path))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write the trace: %s", path,
+                            strerror(errno));
     return MIRROR_OK;
 }
 
-/* A mixed-precision fit of a fixed loss scale (static, or none) whose
-   every step was skipped, its gradients not finite, has changed no
-   parameter, and would do the same again: it fails rather than end as a
-   success, and saves nothing. (A dynamic scale lowers itself as it skips;
-   max_consecutive_skips bounds it.) */
-static int mirror__fit_learnt_nothing(mirror_model *m, size_t ran)
+MIRROR_API int mirror_trace_write(mirror_model *m, const char *path)
 {
-    mirror_loss_scale_state st;
-    int rc = mirror__get_scaler(m, &st);
-    if (rc) return rc;
-    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
-                        "mirror_fit: all %zu steps were skipped, their gradients not finite (loss scale %g, %s): "
-                        "no parameter changed; lower the static scale or make it dynamic",
-                        ran, (double)st.scale, mirror_loss_scaling_name(m->desc.loss_scale.kind));
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_trace_write"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_trace_write", mirror__trace_write(m, path));
+    }
 }
 
-/* A checkpoint's cursor (epoch, step): the next step to run. */
-static mirror_checkpoint_info mirror__fit_cursor(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step,
-                                                 size_t steps)
+/* CRC-32C (Castagnoli's polynomial, TFRecord's), masked as TFRecord
+   stores it: rotated right by 15 bits, plus a constant. */
+static uint32_t mirror__masked_crc32c(const unsigned char *p, size_t n)
 {
-    mirror_checkpoint_info at;
-    at.step = m->steps;
-    at.epoch = step < steps ? epoch : epoch + 1;
-    at.epoch_step = step < steps ? step : 0;
-    at.shuffle_seed = d->shuffle_seed;
-    at.batch = d->batch * d->accumulate; /* the samples of one optimizer step */
-    at.samples = d->train->count;
-    at.drop_remainder = d->drop_remainder != 0;
-    at.micro_batch = mirror__micro_cut(m, d->batch, d->accumulate);
-    return at;
+    uint32_t c = mirror__crc(0x82F63B78u, 0, p, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
-
 
 /* ---- fit's curves: a CSV history and an SVG plot of the epoch logs ---- */
-
-/* A point of the curves: an epoch's log at x = its epoch, or (curve_every)
-   the epoch's numbers so far at x = epoch - 1 + steps done / steps, with no
-   validation numbers (val_loss -1). */
-typedef struct mirror__curve_point {
-    double x;
-    mirror_epoch_log log;
-} mirror__curve_point;
 
 static const char mirror__history_header[] =
     "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
@@ -16001,21 +15949,6 @@ static int mirror__write_plot(const char *path, const mirror__curve_point *pts, 
     return mirror__output_close(&o, path);
 }
 
-/* A point of the curves at x (rank 0), into *pts, grown by doubling; 0 when
-   out of memory. */
-static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log)
-{
-    if (*n == *cap) {
-        mirror__curve_point *grown = (mirror__curve_point *)mirror__alloc(2 * *cap + 8, sizeof *grown);
-        if (!grown) return 0;
-        if (*n) memcpy(grown, *pts, *n * sizeof **pts);
-        MIRROR_FREE(*pts);
-        *pts = grown, *cap = 2 * *cap + 8;
-    }
-    (*pts)[*n].x = x, (*pts)[(*n)++].log = *log;
-    return 1;
-}
-
 /* A resumed fit continues its history (rank 0): the rows of the file at
    d->history up to its cursor, step initial_step of epoch initial_epoch
    (of `steps`), into *pts; those after it (the rest of the epoch in
@@ -16063,17 +15996,6 @@ static int mirror__read_history(mirror_model *m, const mirror_fit_desc *d, size_
     return MIRROR_OK;
 }
 
-/* Before the first step (rank 0): the history and the plot, which fail fit
-   if they cannot be written (nothing is lost yet). */
-static int mirror__write_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n)
-{
-    if (d->history && !mirror__write_history(d->history, pts, n))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", d->history, strerror(errno));
-    if (d->plot && !mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", d->plot, strerror(errno));
-    return MIRROR_OK;
-}
-
 /* Once training has begun, a side output written (ok) or not: its bit in
    *failed while its writes fail, and a notice when they start to (errno
    says why). Training goes on; the file keeps its last complete version. */
@@ -16092,29 +16014,6 @@ static void mirror__output_result(unsigned *failed, unsigned bit, int ok, const 
         mirror__log(MIRROR_LOG_NOTICE, notice);
     }
     *failed |= bit;
-}
-
-/* After each epoch (rank 0): the history and the plot, rewritten whole. */
-static void mirror__update_curves(mirror_model *m, const mirror_fit_desc *d, const mirror__curve_point *pts, size_t n,
-                                  unsigned *failed)
-{
-    if (d->history)
-        mirror__output_result(failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(d->history, pts, n), "history",
-                              d->history);
-    if (d->plot)
-        mirror__output_result(failed, MIRROR_OUTPUT_PLOT,
-                              mirror__write_plot(d->plot, pts, n, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE), "plot",
-                              d->plot);
-}
-
-/* The curves' points cannot grow (out of memory): the history and the plot
-   keep what they hold, and are not written again in this fit. */
-static void mirror__curves_lost(const mirror_fit_desc *d, unsigned *failed)
-{
-    mirror__log(MIRROR_LOG_NOTICE, "mirror_fit: out of memory for the curves' points: the history and the plot stay "
-                                   "as they are; training goes on");
-    if (d->history) *failed |= MIRROR_OUTPUT_HISTORY;
-    if (d->plot) *failed |= MIRROR_OUTPUT_PLOT;
 }
 
 /* ---- fit's TensorBoard events ---- */
@@ -16261,7 +16160,7 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
         if (host[i] == '/') host[i] = '_';
     for (k = 0, *fd = -1; *fd < 0 && k < 100; k++) {
         int n = snprintf(path, size, "%s/%s%010lld.%s.%ld.%d", dir, prefix, now, host, (long)getpid(), k);
-        if (n < 0 || (size_t)n >= size) /* mirror__check_outputs saw to it; never a name cut short */
+        if (n < 0 || (size_t)n >= size) /* mirror__tb_check saw to it; never a name cut short */
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
                                 "system's limit of %d bytes for a path (PATH_MAX)",
@@ -16301,41 +16200,6 @@ static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_
     return mirror__tb_event(fd, step, &summary, NULL, 0) == 0;
 }
 
-/* Directory of path (".", "/" or what comes before the last slash) into
-   dir, and where its last name starts; 0 when dir cannot hold it. */
-static int mirror__split_path(const char *path, char *dir, size_t size, const char **name)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n + 2 > size) return 0;
-    if (slash) memcpy(dir, path, n ? n : 1), dir[n ? n : 1] = '\0';
-    else dir[0] = '.', dir[1] = '\0';
-    *name = slash ? slash + 1 : path;
-    return 1;
-}
-
-/* Whether a and b lie in one directory (the same device and inode, or,
-   where it does not exist, the same text); *na and *nb get their names. */
-static int mirror__same_dir(const char *a, const char *b, const char **na, const char **nb)
-{
-    char da[MIRROR__PATH_MAX], db[MIRROR__PATH_MAX];
-    struct stat sa, sb;
-    if (!mirror__split_path(a, da, sizeof da, na) || !mirror__split_path(b, db, sizeof db, nb)) return 0;
-    if (stat(da, &sa) != 0 || stat(db, &sb) != 0) return !strcmp(da, db);
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* Whether paths a and b name one file: the same file (device and inode)
-   where both exist, else the same name in the same directory. */
-static int mirror__same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    const char *na, *nb;
-    int ea = lstat(a, &sa) == 0, eb = lstat(b, &sb) == 0;
-    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    return !ea && !eb && mirror__same_dir(a, b, &na, &nb) && !strcmp(na, nb);
-}
-
 /* Whether out names one of the files of checkpoint PATH: PATH, PATH.1 ..
    PATH.(keep - 1) (keep 0: any number) and PATH.lock, by name, or as the
    same file as one of them that exists. */
@@ -16372,56 +16236,371 @@ static int mirror__names_checkpoint(const char *out, const char *path, size_t ke
 static int mirror__names_source(const mirror_model *m, const char *out)
 {
     struct stat so;
-    if (!m->source.path) return 0;
-    if (m->source_has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source_dev &&
-        (uint64_t)so.st_ino == m->source_ino)
+    if (!m->source.told.path) return 0;
+    if (m->source.has_file && stat(out, &so) == 0 && (uint64_t)so.st_dev == m->source.dev &&
+        (uint64_t)so.st_ino == m->source.ino)
         return 1;
-    return m->source.checkpoint ? mirror__names_checkpoint(out, m->source.path, 0)
-                                : mirror__same_file(out, m->source.path);
+    return m->source.told.checkpoint ? mirror__names_checkpoint(out, m->source.told.path, 0)
+                                : mirror__same_file(out, m->source.told.path);
 }
 
-/* Before the first step (rank 0): each side output has a usable path that
-   names no checkpoint file (fit's, or the one it resumed from), not the
-   file the parameters were loaded from, and no other output. The
-   TensorBoard directory too: made where a checkpoint will be saved, it
-   would fail that save after the whole run. */
-static int mirror__check_outputs(mirror_model *m, const mirror_fit_desc *d)
+/* ---- fit's list of outputs ---- */
+
+/* Before the first step (rank 0): output i's path names no checkpoint
+   file (fit's, or the one it resumed from) and not the file the
+   parameters were loaded from. The TensorBoard directory neither: made
+   where a checkpoint will be saved, it would fail that save after the
+   whole run. */
+static int mirror__output_spares(mirror_model *m, const mirror__fit_run *f, size_t i)
 {
-    const char *paths[4], *names[4] = {"history", "plot", "trace", "TensorBoard directory"};
-    char what[64];
-    size_t i, j, keep = d->checkpoint_keep ? d->checkpoint_keep : 3;
-    int rc;
-    paths[0] = d->history, paths[1] = d->plot, paths[2] = d->trace, paths[3] = d->tensorboard;
-    for (i = 0; i < 4; i++) {
-        if (!paths[i]) continue;
-        snprintf(what, sizeof what, "mirror_fit: the %s", names[i]);
-        if (i < 3 && (rc = mirror__output_path(m, what, paths[i]))) return rc;
-        if (i == 3 && !*paths[i]) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is empty", what);
-        if (i == 3 && (rc = mirror__path_fits(&m->err, what, paths[i], MIRROR__TB_NAME, "an event file's name in it")))
-            return rc;
-        if (d->checkpoint && mirror__names_checkpoint(paths[i], d->checkpoint, keep))
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the %s %s would overwrite the checkpoint %s or one kept beside it; name "
-                                "another path",
-                                names[i], paths[i], d->checkpoint);
-        if (d->resumed_from && mirror__names_checkpoint(paths[i], d->resumed_from, 0))
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
-                                "one kept beside it; name another path",
-                                names[i], paths[i], d->resumed_from);
-        if (mirror__names_source(m, paths[i]))
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "mirror_fit: the %s %s would overwrite %s, the %s the model's parameters were loaded "
-                                "from; name another path",
-                                names[i], paths[i], m->source.path,
-                                m->source.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
-        for (j = 0; j < i; j++)
-            if (paths[j] && mirror__same_file(paths[i], paths[j]))
-                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
-                                    names[j], names[i], paths[i]);
-    }
+    const mirror_fit_desc *d = &f->d;
+    const char *path = MIRROR__OUTPUT_PATH(f, i), *name = f->outs[i].name;
+    size_t keep = d->checkpoint_keep ? d->checkpoint_keep : 3;
+    if (d->checkpoint && mirror__names_checkpoint(path, d->checkpoint, keep))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the %s %s would overwrite the checkpoint %s or one kept beside it; name "
+                            "another path",
+                            name, path, d->checkpoint);
+    if (d->resumed_from && mirror__names_checkpoint(path, d->resumed_from, 0))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the %s %s would overwrite the checkpoint %s that the run resumed from, or "
+                            "one kept beside it; name another path",
+                            name, path, d->resumed_from);
+    if (mirror__names_source(m, path))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the %s %s would overwrite %s, the %s the model's parameters were loaded "
+                            "from; name another path",
+                            name, path, m->source.told.path,
+                            m->source.told.checkpoint ? "checkpoint (or one kept beside it)" : "weights file");
     return MIRROR_OK;
 }
+
+/* A file that is written whole (history, plot, trace): a usable path (no
+   FIFO), sparing the checkpoints. */
+static int mirror__file_output_check(mirror_model *m, const mirror__fit_run *f, size_t i)
+{
+    char what[64];
+    int rc;
+    snprintf(what, sizeof what, "mirror_fit: the %s", f->outs[i].name);
+    if ((rc = mirror__output_path(m, what, MIRROR__OUTPUT_PATH(f, i)))) return rc;
+    return mirror__output_spares(m, f, i);
+}
+
+/* The history: a resumed run's rows read back, then written (a failure
+   fails fit); rewritten whole from the points at each epoch's end. */
+static int mirror__history_open(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const mirror_fit_desc *d = &f->d;
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    int rc;
+    if ((d->initial_epoch || d->initial_step) &&
+        (rc = mirror__read_history(m, d, f->steps, &f->logs, &f->nlogs, &f->logs_cap)))
+        return rc;
+    if (!mirror__write_history(path, f->logs, f->nlogs))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", path, strerror(errno));
+    return MIRROR_OK;
+}
+
+static void mirror__history_rewrite(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    (void)m;
+    mirror__output_result(&f->failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(path, f->logs, f->nlogs), "history",
+                          path);
+}
+
+/* The plot: written at the start (the points a resumed history holds) and
+   at each epoch's end. */
+static int mirror__plot_open(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    if (!mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", path, strerror(errno));
+    return MIRROR_OK;
+}
+
+static void mirror__plot_rewrite(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    mirror__output_result(&f->failed, MIRROR_OUTPUT_PLOT,
+                          mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE), "plot",
+                          path);
+}
+
+/* The trace: written empty at the start, so that a path that cannot be
+   fails fit then, and at the end, after the checkpoint, which it must
+   never cost. */
+static int mirror__trace_open(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    return mirror__trace_write(m, MIRROR__OUTPUT_PATH(f, i));
+}
+
+static void mirror__trace_end(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    if (m->trace.count)
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, path), "trace", path);
+}
+
+/* TensorBoard: a directory (not empty, room for an event file's name in
+   it), a file of this fit's own there, an event per curve point. */
+static int mirror__tb_check(mirror_model *m, const mirror__fit_run *f, size_t i)
+{
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    char what[64];
+    int rc;
+    snprintf(what, sizeof what, "mirror_fit: the %s", f->outs[i].name);
+    if (!*path) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: the path is empty", what);
+    if ((rc = mirror__path_fits(&m->err, what, path, MIRROR__TB_NAME, "an event file's name in it"))) return rc;
+    return mirror__output_spares(m, f, i);
+}
+
+static int mirror__tb_start(mirror_model *m, mirror__fit_run *f, size_t i)
+{
+    mirror__output_file *o = &f->files[i];
+    return mirror__tb_open(m, MIRROR__OUTPUT_PATH(f, i), &o->fd, o->path, sizeof o->path);
+}
+
+static void mirror__tb_take(mirror_model *m, mirror__fit_run *f, size_t i, double x, const mirror_epoch_log *log)
+{
+    mirror__output_file *o = &f->files[i];
+    if (o->fd >= 0)
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD, mirror__tb_point(o->fd, m->steps, x, log, f->classify),
+                              "TensorBoard events", o->path);
+}
+
+static void mirror__tb_release(mirror__fit_run *f, size_t i)
+{
+    if (f->files[i].fd >= 0) close(f->files[i].fd);
+    f->files[i].fd = -1;
+}
+
+/* fit's side outputs, in the order they are checked (a path that two
+   name is told with the earlier one first) and opened. */
+static const mirror__fit_output mirror__outputs[] = {
+    {"history", offsetof(mirror_fit_desc, history), MIRROR_OUTPUT_HISTORY, MIRROR__NEEDS_POINTS | MIRROR__NEEDS_KEPT,
+     mirror__file_output_check, mirror__history_open, NULL, mirror__history_rewrite, NULL, NULL},
+    {"plot", offsetof(mirror_fit_desc, plot), MIRROR_OUTPUT_PLOT, MIRROR__NEEDS_POINTS | MIRROR__NEEDS_KEPT,
+     mirror__file_output_check, mirror__plot_open, NULL, mirror__plot_rewrite, NULL, NULL},
+    {"trace", offsetof(mirror_fit_desc, trace), MIRROR_OUTPUT_TRACE, MIRROR__NEEDS_TIMING, mirror__file_output_check,
+     mirror__trace_open, NULL, NULL, mirror__trace_end, NULL},
+    {"TensorBoard directory", offsetof(mirror_fit_desc, tensorboard), MIRROR_OUTPUT_TENSORBOARD, MIRROR__NEEDS_POINTS,
+     mirror__tb_check, mirror__tb_start, mirror__tb_take, NULL, NULL, mirror__tb_release},
+};
+/* a fit run holds a file for each (a negative size fails the compile) */
+typedef char mirror__outputs_fit[sizeof mirror__outputs / sizeof *mirror__outputs <= MIRROR__FIT_OUTPUTS ? 1 : -1];
+#endif /* MIRROR_NO_OUTPUTS */
+
+// >>fit ---------------------------------------------------------------------
+/* mirror_fit: the data checked, the fit's defaults, its progress and its
+   side outputs (through their list, >>outputs), then epochs of steps,
+   validation, checkpoints and hooks, and an end that keeps what was done. */
+
+/* A dataset's samples must have the model's layout, channels x height x
+   width, dimension by dimension: the same size in another layout (channels
+   last) would train on scrambled pixels. A model of flat input (height =
+   width = 1) takes any layout of its size, read in the dataset's order. */
+static int mirror__check_dataset(mirror_model *m, const mirror_dataset *ds, const char *what)
+{
+    const mirror_model_desc *d = &m->desc;
+    size_t in_size = 0;
+    int flat = d->height == 1 && d->width == 1, same;
+    if (!ds || !ds->x || !ds->count)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: dataset is NULL or empty", what);
+    same = mirror__mul(ds->channels, ds->height, &in_size) && mirror__mul(in_size, ds->width, &in_size) &&
+           in_size == m->sizes.in;
+    if (!flat) same &= ds->channels == d->channels && ds->height == d->height && ds->width == d->width;
+    if (!same)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "%s: samples of %zux%zux%zu, the model takes %zux%zux%zu (channels x height x width, "
+                            "NCHW)%s",
+                            what, ds->channels, ds->height, ds->width, d->channels, d->height, d->width,
+                            ds->channels == d->height && ds->height == d->width && ds->width == d->channels
+                                ? ": this looks channels-last (N, H, W, C); transpose it to (N, C, H, W)"
+                                : "");
+    if (m->desc.loss == MIRROR_LOSS_MSE && (!ds->targets || ds->target_dim != m->sizes.out))
+        return mirror__fail(m, MIRROR_ERR_SHAPE, "%s: MSE needs targets of width %zu", what, m->sizes.out);
+    if (m->desc.loss != MIRROR_LOSS_MSE && !ds->labels) /* float .npy labels load as targets */
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            ds->targets ? "%s: the dataset holds float targets (for a mean squared error), but the "
+                                          "model's loss is softmax cross-entropy, which needs integer labels (a "
+                                          ".npy y of int32, int64 or uint8)"
+                                        : "%s: the dataset has no labels, which softmax cross-entropy needs",
+                            what);
+    return MIRROR_OK;
+}
+
+static void mirror__batch_of(mirror_batch *b, const mirror_dataset *ds, const size_t *index, size_t n)
+{
+    memset(b, 0, sizeof *b);
+    b->x = ds->x;
+    b->labels = ds->labels;
+    b->targets = ds->targets;
+    b->index = index;
+    b->rows = ds->count;
+    b->n = n;
+}
+
+static int mirror__evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+{
+    mirror_metrics sum;
+    mirror_batch b;
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_evaluate")) ||
+        (rc = mirror__check_dataset(m, ds, "mirror_evaluate")))
+        return rc;
+    mirror__batch_of(&b, ds, NULL, ds->count);
+    if ((rc = mirror__check_batch(m, &b, "mirror_evaluate", 1)) ||
+        (rc = mirror__all_agree(m, mirror__resident_use(m, ds, 1, &m->resident.at))))
+        return rc;
+    memset(out ? out : &sum, 0, sizeof sum);
+    rc = mirror__forward_chunks(m, &b, batch, MIRROR__EVAL, NULL, out ? out : &sum);
+    m->resident.at = NULL;
+    return rc;
+}
+
+MIRROR_API int mirror_evaluate(mirror_model *m, const mirror_dataset *ds, size_t batch, mirror_metrics *out)
+{
+    MIRROR__LOCKED(m, "mirror_evaluate", mirror__evaluate(m, ds, batch, out));
+}
+
+static int mirror__keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
+{
+    int rc, fits = m ? m->resident.place : 0;
+    if (on_device) *on_device = 0;
+    if ((rc = mirror__check_built(m, "mirror_keep_data"))) return rc;
+    m->resident.kept = NULL;
+    if (!ds) return MIRROR_OK;
+    if ((int)place < 0 || place > MIRROR_DATA_OFF)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: unknown place %d", (int)place);
+    /* the steps take batches of any layout of the model's input size: so does this */
+    if (!ds->x || !ds->count || ds->channels * ds->height * ds->width != m->sizes.in)
+        return mirror__fail(m, MIRROR_ERR_SHAPE,
+                            "mirror_keep_data: %zu samples of %zux%zux%zu, the model takes %zu values", ds->count,
+                            ds->channels, ds->height, ds->width, m->sizes.in);
+    if (m->desc.loss == MIRROR_LOSS_MSE ? !ds->targets || ds->target_dim != m->sizes.out : !ds->labels)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_keep_data: the dataset has no %s",
+                            m->desc.loss == MIRROR_LOSS_MSE ? "targets of the model's outputs" : "labels");
+    m->resident.place = place;
+    rc = mirror__resident_use(m, ds, 0, &m->resident.kept);
+    m->resident.place = fits; /* a fit's, when a hook keeps data */
+    if (on_device) *on_device = m->resident.kept != NULL;
+    return rc;
+}
+
+MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirror_data_place place, int *on_device)
+{
+    MIRROR__LOCKED(m, "mirror_keep_data", mirror__keep_data(m, ds, place, on_device));
+}
+
+/* The terminal's width in columns (80 where it does not say). */
+static size_t mirror__columns(void)
+{
+    struct winsize ws;
+    if (ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    return 80;
+}
+
+/* "1h02m", "3m07s" or "42s". */
+static void mirror__duration(char *out, size_t size, double seconds)
+{
+    unsigned long t = seconds > 0 && seconds < 1e7 ? (unsigned long)(seconds + 0.5) : 0;
+    if (t >= 3600) snprintf(out, size, "%luh%02lum", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(out, size, "%lum%02lus", t / 60, t % 60);
+    else snprintf(out, size, "%lus", t);
+}
+
+/* The bar, redrawn in place on one line that never wraps: its width is what
+   the terminal leaves beside the numbers (at most 30), and the line is cut
+   to the terminal's width. `what` replaces the numbers (validation). */
+static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_t steps, const mirror_metrics *acc,
+                                 double seconds, int show_lr, int classify, const char *what)
+{
+    char line[512], tail[256], eta[32];
+    size_t used = 0, tn = 0, head, width, cols = mirror__columns(), i, fill;
+    mirror__duration(eta, sizeof eta, step ? seconds * (double)(steps - step) / (double)step : 0.0);
+    if (what)
+        mirror__appendf(tail, sizeof tail, &tn, " %s", what);
+    else {
+        mirror__appendf(tail, sizeof tail, &tn, " %zu/%zu  loss %.4f", step, steps,
+                        acc->count ? acc->loss_sum / (double)acc->count : 0.0);
+        if (classify) mirror__appendf(tail, sizeof tail, &tn, "  acc %.4f", acc->count ? (double)acc->correct / (double)acc->count : 0.0);
+        mirror__appendf(tail, sizeof tail, &tn, "  %.0f samples/s  ETA %s", seconds > 0 ? (double)acc->count / seconds : 0.0,
+                        eta);
+        if (log->loss_scale > 0) mirror__appendf(tail, sizeof tail, &tn, "  scale %g", log->loss_scale);
+        if (show_lr) mirror__appendf(tail, sizeof tail, &tn, "  lr %.3g", log->lr);
+    }
+    mirror__appendf(line, sizeof line, &used, "epoch %zu/%zu [", log->epoch, log->epochs);
+    head = used;
+    width = cols > head + 2 + strlen(tail) + 8 ? MIRROR__MIN(30, cols - head - 2 - strlen(tail)) : 8;
+    fill = steps ? width * step / steps : width;
+    for (i = 0; i < width && used + 1 < sizeof line; i++) line[used++] = i < fill ? '=' : (i == fill ? '>' : '.');
+    line[used] = '\0';
+    mirror__appendf(line, sizeof line, &used, "]%s", tail);
+    if (used >= sizeof line) used = sizeof line - 1;
+    if (used > cols - 1) line[cols - 1] = '\0'; /* never wraps */
+    printf("\r%s\033[K", line);
+    fflush(stdout);
+}
+
+static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr, int classify)
+{
+    printf("%sepoch %zu/%zu  loss %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs, log->train_loss);
+    if (classify) printf("  acc %.4f", log->train_acc);
+    if (log->val_loss != -1.0) /* -1: no validation set; NaN and Inf are printed as they are */
+        printf(classify ? "  val_loss %.4f  val_acc %.4f" : "  val_loss %.4f", log->val_loss, log->val_acc);
+    if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
+    if (show_lr) printf("  lr %.3g", log->lr);
+    if (log->grad_norm > 0) printf("  grad_norm %.3g", log->grad_norm);
+    printf("  %.0f samples/s  %.1fs\n", log->samples_per_s, log->seconds);
+    fflush(stdout);
+}
+
+/* Mixed precision: the scale and the skipped steps since *skipped_before
+   into the log (waits for the device; fit does it where it reads metrics). */
+static int mirror__log_scaler(mirror_model *m, mirror_epoch_log *log, uint64_t skipped_before)
+{
+    mirror_loss_scale_state st;
+    int rc;
+    if (!m->format) return MIRROR_OK;
+    if ((rc = mirror__get_scaler(m, &st))) return rc;
+    log->loss_scale = st.scale;
+    log->skipped = st.skipped - skipped_before;
+    return MIRROR_OK;
+}
+
+/* A mixed-precision fit of a fixed loss scale (static, or none) whose
+   every step was skipped, its gradients not finite, has changed no
+   parameter, and would do the same again: it fails rather than end as a
+   success, and saves nothing. (A dynamic scale lowers itself as it skips;
+   max_consecutive_skips bounds it.) */
+static int mirror__fit_learnt_nothing(mirror_model *m, size_t ran)
+{
+    mirror_loss_scale_state st;
+    int rc = mirror__get_scaler(m, &st);
+    if (rc) return rc;
+    return mirror__fail(m, MIRROR_ERR_NOT_FINITE,
+                        "mirror_fit: all %zu steps were skipped, their gradients not finite (loss scale %g, %s): "
+                        "no parameter changed; lower the static scale or make it dynamic",
+                        ran, (double)st.scale, mirror_loss_scaling_name(m->desc.loss_scale.kind));
+}
+
+/* A checkpoint's cursor (epoch, step): the next step to run. */
+static mirror_checkpoint_info mirror__fit_cursor(mirror_model *m, const mirror_fit_desc *d, size_t epoch, size_t step,
+                                                 size_t steps)
+{
+    mirror_checkpoint_info at;
+    at.step = m->steps;
+    at.epoch = step < steps ? epoch : epoch + 1;
+    at.epoch_step = step < steps ? step : 0;
+    at.shuffle_seed = d->shuffle_seed;
+    at.batch = d->batch * d->accumulate; /* the samples of one optimizer step */
+    at.samples = d->train->count;
+    at.drop_remainder = d->drop_remainder != 0;
+    at.micro_batch = mirror__micro_cut(m, d->batch, d->accumulate);
+    return at;
+}
+
 
 /* Whether a hook's answer stops fit: with several processes rank 0's answer
    counts for all, so that they stop before the same step. */
@@ -16505,6 +16684,13 @@ static int mirror__fit_check(mirror_model *m, const mirror_fit_desc *d, size_t *
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown progress mode");
     if ((int)d->data_on_device < 0 || d->data_on_device > MIRROR_DATA_OFF)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: unknown data_on_device %d", (int)d->data_on_device);
+#ifdef MIRROR_NO_OUTPUTS
+    if (d->history || d->plot || d->trace || d->tensorboard)
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "mirror_fit: the desc asks for a side output (%s), but this mirror.h was built with "
+                            "MIRROR_NO_OUTPUTS, which leaves them out",
+                            d->history ? "history" : d->plot ? "plot" : d->trace ? "trace" : "tensorboard");
+#endif
     *steps = mirror_num_batches(d->train->count, per_step, d->drop_remainder);
     if (!*steps)
         return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: %zu samples make no batch of %zu",
@@ -16567,57 +16753,99 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL, v[10] = d->tensorboard != NULL;
     mirror__agree_add(&it[6], v, sizeof v);
     mirror__agree_on(&it[7], "the file the parameters were loaded from");
-    v[0] = m->source.path ? 1 + (uint64_t)m->source.checkpoint : 0, v[1] = m->source.crc32, v[2] = m->source.size;
+    v[0] = m->source.told.path ? 1 + (uint64_t)m->source.told.checkpoint : 0, v[1] = m->source.told.crc32, v[2] = m->source.told.size;
     mirror__agree_add(&it[7], v, 3 * sizeof v[0]);
     it[7].told = mirror__source_words(m, words, sizeof words);
     return mirror__processes_agree(m, it, 8, "mirror_fit");
 }
 
-/* A fit in progress: its desc (defaults applied), what its epochs share,
-   and what it must undo at its end. */
-typedef struct mirror__fit_run {
-    mirror_fit_desc d;
-    size_t steps, per_step; /* steps of an epoch, samples of a step */
-    size_t verdict;         /* metrics (and the scaler's verdict) at least every `verdict` steps */
-    size_t ran;             /* steps this fit ran */
-    size_t *perm;           /* the epoch's permutation */
-    mirror_batch *micro;    /* a step's micro-batches */
-    const mirror__resident *data; /* the training set on the device, or NULL */
-    mirror_epoch_log log;   /* the epoch at hand */
-    mirror_metrics *acc;    /* its running sums (NULL between epochs), */
-    double t0;              /* its start (less the time before a resume) */
-    uint64_t skipped_before; /* and the scaler's skipped steps before it */
-    int partial;            /* its sums lack the steps before a resume: a checkpoint does not keep them */
-    mirror__curve_point *logs; /* history and plot: the points so far */
-    size_t nlogs, logs_cap;
-    int curves_lost;        /* rank 0 ran out of memory for them */
-    unsigned failed;        /* rank 0's side outputs whose latest write failed */
-    uint64_t saved, applied; /* the step last saved; the optimizer steps applied before this fit */
-    size_t at_epoch, at_step; /* the cursor: the next step to run (at_step = steps: the epoch's end) */
-    double start;
-    int bar, timed, shows_lr, classify;
-    int timed_here;         /* fit turned timing on, and turns it off */
-    int tb;                 /* rank 0's TensorBoard event file (-1: none) */
-    char tb_path[MIRROR__PATH_MAX];
-} mirror__fit_run;
-
 /* What rank 0 alone does, with the result on every process. */
 #define MIRROR__BY_LEADER(m, call) mirror__from_leader(m, mirror__leads(m) ? (call) : MIRROR_OK)
+
+/* ---- the side outputs, through their list (>>outputs): fit names none ---- */
+
+/* The outputs a fit can write, and what those the desc asks for need. */
+static void mirror__outputs_list(mirror__fit_run *f)
+{
+    size_t i;
+#ifdef MIRROR_NO_OUTPUTS
+    f->outs = NULL, f->nouts = 0;
+#else
+    f->outs = mirror__outputs, f->nouts = sizeof mirror__outputs / sizeof *mirror__outputs;
+#endif
+    for (i = 0; i < MIRROR__FIT_OUTPUTS; i++) f->files[i].fd = -1;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i)) f->asked = 1, f->needs |= f->outs[i].needs;
+}
+
+/* Before the first step (rank 0): each output asked has a usable path
+   (its own check), and no two name one file. */
+static int mirror__outputs_check(mirror_model *m, const mirror__fit_run *f)
+{
+    size_t i, j;
+    int rc;
+    for (i = 0; i < f->nouts; i++) {
+        const char *path = MIRROR__OUTPUT_PATH(f, i);
+        if (!path) continue;
+        if (f->outs[i].check && (rc = f->outs[i].check(m, f, i))) return rc;
+        for (j = 0; j < i; j++)
+            if (MIRROR__OUTPUT_PATH(f, j) && mirror__same_file(path, MIRROR__OUTPUT_PATH(f, j)))
+                return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the %s and the %s are both %s; name two paths",
+                                    f->outs[j].name, f->outs[i].name, path);
+    }
+    return MIRROR_OK;
+}
+
+/* The outputs asked that are rewritten from the points so far (rank 0). */
+static void mirror__outputs_rewrite(mirror_model *m, mirror__fit_run *f)
+{
+    size_t i;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].rewrite) f->outs[i].rewrite(m, f, i);
+}
+
+/* A point of the curves at x (rank 0), into *pts, grown by doubling; 0 when
+   out of memory. */
+static int mirror__curve_add(mirror__curve_point **pts, size_t *n, size_t *cap, double x, const mirror_epoch_log *log)
+{
+    if (*n == *cap) {
+        mirror__curve_point *grown = (mirror__curve_point *)mirror__alloc(2 * *cap + 8, sizeof *grown);
+        if (!grown) return 0;
+        if (*n) memcpy(grown, *pts, *n * sizeof **pts);
+        MIRROR_FREE(*pts);
+        *pts = grown, *cap = 2 * *cap + 8;
+    }
+    (*pts)[*n].x = x, (*pts)[(*n)++].log = *log;
+    return 1;
+}
+
+/* The curves' points cannot grow (out of memory): the outputs rewritten
+   from them keep what they hold, and are not written again in this fit. */
+static void mirror__points_lost(mirror__fit_run *f)
+{
+    size_t i;
+    f->curves_lost = 1;
+    mirror__log(MIRROR_LOG_NOTICE, "mirror_fit: out of memory for the curves' points: the history and the plot stay "
+                                   "as they are; training goes on");
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].needs & MIRROR__NEEDS_KEPT) f->failed |= f->outs[i].bit;
+}
 
 /* The checkpoint's lock released, the stop flag and the augmentation off:
    validation and later calls see the samples as they are. */
 static void mirror__fit_unhold(mirror_model *m)
 {
     mirror__fit_unlock(m);
-    m->stop = NULL;
+    m->fit.stop = NULL;
     m->s->procs->watch(m->s, NULL);
-    m->augment_flip = 0, m->augment_pad = 0;
-    m->data_at = NULL, m->data_place = MIRROR_DATA_AUTO;
+    m->fit.augment_flip = 0, m->fit.augment_pad = 0;
+    m->resident.at = NULL, m->resident.place = MIRROR_DATA_AUTO;
 }
 
 /* Undoes what mirror__fit_begin did (the lock, the timing, the buffers). */
 static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
 {
+    size_t i;
     mirror__fit_unhold(m);
     if (f->timed_here) mirror__timing(m, 0);
     f->timed_here = 0;
@@ -16625,8 +16853,8 @@ static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
     MIRROR_FREE(f->micro);
     MIRROR_FREE(f->logs);
     f->perm = NULL, f->micro = NULL, f->logs = NULL;
-    if (f->tb >= 0) close(f->tb);
-    f->tb = -1;
+    for (i = 0; i < f->nouts; i++)
+        if (f->outs[i].release) f->outs[i].release(f, i);
 }
 
 /* The start of a fit: checks, defaults, the checkpoint's lock, timing, the
@@ -16635,12 +16863,14 @@ static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
 static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirror__fit_run *f)
 {
     mirror_fit_desc *d = &f->d;
+    size_t i;
     int rc;
     memset(f, 0, sizeof *f);
-    f->saved = (uint64_t)-1, f->start = mirror__now(), f->tb = -1;
+    f->saved = (uint64_t)-1, f->start = mirror__now();
     if ((rc = mirror__check_built(m, "mirror_fit"))) return rc;
     if (!desc) return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: desc is NULL");
     *d = mirror__fit_defaults(m, *desc);
+    mirror__outputs_list(f);
     /* With several processes: a check that failed on one fails all, what
        they must have alike is compared, then their replicas (resumed from
        the same checkpoint?), before anything else crosses between them. */
@@ -16661,33 +16891,28 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
        training (by rank 0, which writes them). */
     if (d->checkpoint && (rc = MIRROR__BY_LEADER(m, mirror__fit_lock(m, d->checkpoint, d->checkpoint_keep)))) goto fail;
     /* Timing for the trace and the phase lines, when the model has none on. */
-    if ((d->trace || d->phases) && !m->trace_steps) {
+    if ((d->phases || f->needs & MIRROR__NEEDS_TIMING) && !m->trace.steps) {
         if ((rc = mirror__timing(m, 256))) goto fail;
         f->timed_here = 1;
     }
-    /* The side outputs' paths (no checkpoint's, no FIFO), a resumed run's
-       history, then the curves' files and the trace's too (empty until
-       there is more). */
-    if (((d->history || d->plot || d->trace || d->tensorboard) &&
-         (rc = MIRROR__BY_LEADER(m, mirror__check_outputs(m, d)))) ||
-        (d->history && (d->initial_epoch || d->initial_step) &&
-         (rc = MIRROR__BY_LEADER(m, mirror__read_history(m, d, f->steps, &f->logs, &f->nlogs, &f->logs_cap)))) ||
-        ((d->history || d->plot) && (rc = MIRROR__BY_LEADER(m, mirror__write_curves(m, d, f->logs, f->nlogs)))) ||
-        (d->trace && (rc = MIRROR__BY_LEADER(m, mirror__trace_write(m, d->trace)))) ||
-        (d->tensorboard &&
-         (rc = MIRROR__BY_LEADER(m, mirror__tb_open(m, d->tensorboard, &f->tb, f->tb_path, sizeof f->tb_path)))))
-        goto fail;
+    /* The side outputs' paths (no checkpoint's, no FIFO), then each output
+       opened in turn: a resumed run's history read, the curves' files and
+       the trace's written (empty until there is more), TensorBoard's file. */
+    if (f->asked && (rc = MIRROR__BY_LEADER(m, mirror__outputs_check(m, f)))) goto fail;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].open && (rc = MIRROR__BY_LEADER(m, f->outs[i].open(m, f, i))))
+            goto fail;
     f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
     f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
     if (!f->perm || !f->micro) {
         mirror__fit_release(m, f);
         return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
     }
-    m->data_place = d->data_on_device;
+    m->resident.place = d->data_on_device;
     /* the training data on the device where asked and they fit; a device's failure fails every process */
     if ((rc = mirror__all_agree(m, mirror__resident_use(m, d->train, 0, &f->data)))) goto fail;
-    m->stop = d->stop;
-    m->augment_flip = d->augment_flip != 0, m->augment_pad = d->augment_crop_pad;
+    m->fit.stop = d->stop;
+    m->fit.augment_flip = d->augment_flip != 0, m->fit.augment_pad = d->augment_crop_pad;
     m->s->procs->watch(m->s, d->stop);
     return MIRROR_OK;
 fail:
@@ -16695,19 +16920,19 @@ fail:
     return rc;
 }
 
-/* A curve point (rank 0): into the history and the plot (rewritten whole
-   at an epoch's end), and as TensorBoard's event. */
+/* A curve point (rank 0): to each output that takes them as they come
+   (TensorBoard's event), then into the points kept, from which the others
+   are rewritten whole at an epoch's end. */
 static void mirror__add_point(mirror_model *m, mirror__fit_run *f, double x, const mirror_epoch_log *log, int end)
 {
-    const mirror_fit_desc *d = &f->d;
-    if (f->tb >= 0)
-        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD, mirror__tb_point(f->tb, m->steps, x, log, f->classify),
-                              "TensorBoard events", f->tb_path);
-    if (!(d->history || d->plot) || f->curves_lost) return;
+    size_t i;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].point) f->outs[i].point(m, f, i, x, log);
+    if (!(f->needs & MIRROR__NEEDS_KEPT) || f->curves_lost) return;
     if (!mirror__curve_add(&f->logs, &f->nlogs, &f->logs_cap, x, log))
-        f->curves_lost = 1, mirror__curves_lost(d, &f->failed);
+        mirror__points_lost(f);
     else if (end)
-        mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+        mirror__outputs_rewrite(m, f);
 }
 
 /* The metrics of the steps since the last take into the epoch's sums, and
@@ -16736,12 +16961,12 @@ static int mirror__fit_save(mirror_model *m, mirror__fit_run *f, size_t epoch, s
         if ((rc = mirror__fit_take(m, f))) return rc;
         memset(&sums, 0, sizeof sums);
         sums.acc = *f->acc, sums.skipped = f->log.skipped, sums.seconds = mirror__now() - f->t0;
-        m->saving_sums = &sums;
+        m->fit.saving_sums = &sums;
     }
     rc = mirror_checkpoint_save(m, d->checkpoint, &at, d->checkpoint_keep);
-    m->saving_sums = NULL;
-    if (rc == MIRROR_OK && at.epoch_step && (d->history || d->plot) && !f->curves_lost && mirror__leads(m))
-        mirror__update_curves(m, d, f->logs, f->nlogs, &f->failed);
+    m->fit.saving_sums = NULL;
+    if (rc == MIRROR_OK && at.epoch_step && f->needs & MIRROR__NEEDS_KEPT && !f->curves_lost && mirror__leads(m))
+        mirror__outputs_rewrite(m, f);
     return rc;
 }
 
@@ -16788,7 +17013,7 @@ static int mirror__fit_after_step(mirror_model *m, mirror__fit_run *f, size_t ep
     *shown = mirror__now();
     f->log.lr = m->lr;
     if (f->bar) mirror__progress_bar(&f->log, step + 1, f->steps, acc, *shown - t0, f->shows_lr, f->classify, NULL);
-    if ((d->history || d->plot || d->tensorboard) && d->curve_every && m->steps % d->curve_every == 0 &&
+    if (f->needs & MIRROR__NEEDS_POINTS && d->curve_every && m->steps % d->curve_every == 0 &&
         step + 1 < f->steps && mirror__leads(m))
         mirror__fit_curve_point(m, f, epoch, step, acc, *shown - t0);
     if (d->on_step && d->log_every && m->steps % d->log_every == 0) {
@@ -16818,7 +17043,7 @@ static int mirror__fit_steps(mirror_model *m, mirror__fit_run *f, size_t epoch, 
         for (k = 0, at = step * f->per_step; k < d->accumulate && at < d->train->count; k++, at += d->batch)
             mirror__batch_of(&f->micro[k], d->train, f->perm + at, MIRROR__MIN(d->batch, d->train->count - at));
         /* metrics stay on the device */
-        m->data_at = f->data;
+        m->resident.at = f->data;
         if ((rc = mirror__train(m, f->micro, k, NULL, "mirror_train_steps"))) return rc;
         f->ran++, f->at_step = step + 1;
         if ((rc = mirror__fit_after_step(m, f, epoch, step, acc, t0, &shown))) return rc;
@@ -16882,7 +17107,7 @@ static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epo
    a notice says so. Once, for the fit that follows the load. */
 static void mirror__fit_resume_sums(mirror_model *m, mirror__fit_run *f, size_t epoch, size_t first)
 {
-    mirror__epoch_sums *e = &m->resumed_sums;
+    mirror__epoch_sums *e = &m->fit.resumed_sums;
     char notice[400];
     if (e->kept && e->step == m->steps && e->epoch == epoch && e->epoch_step == first) {
         *f->acc = e->acc;
@@ -16914,7 +17139,7 @@ static int mirror__fit_epoch(mirror_model *m, mirror__fit_run *f, size_t epoch)
     f->log.skipped = 0;
     if (first) mirror__fit_resume_sums(m, f, epoch, first);
     mirror_permutation(f->perm, d->train->count, d->shuffle_seed, epoch);
-    m->augment_key = mirror_hd_key(d->shuffle_seed, 0x61756775ull /* "augu" */, epoch);
+    m->fit.augment_key = mirror_hd_key(d->shuffle_seed, 0x61756775ull /* "augu" */, epoch);
     rc = mirror__fit_steps(m, f, epoch, first, &acc, f->t0);
     if (rc == MIRROR_OK) rc = mirror__fit_epoch_end(m, f, epoch, &acc, f->t0);
     f->acc = NULL;
@@ -16961,6 +17186,7 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
 {
     const mirror_fit_desc *d = &f->d;
     mirror_metrics dropped;
+    size_t i;
     if (rc == MIRROR_OK && f->ran && m->desc.loss_scale.kind != MIRROR_SCALE_DYNAMIC &&
         mirror_optimizer_steps(m) == f->applied)
         rc = mirror__fit_learnt_nothing(m, f->ran);
@@ -16970,8 +17196,8 @@ static int mirror__fit_end(mirror_model *m, mirror__fit_run *f, int rc, mirror_e
         mirror__fit_save_lost(m, f);
     if (mirror__take(m, &dropped, 0) && rc == MIRROR_OK) rc = m->err.code;
     mirror__fit_unhold(m);
-    if (d->trace && mirror__leads(m) && m->span_count)
-        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, d->trace), "trace", d->trace);
+    for (i = 0; i < f->nouts && mirror__leads(m); i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].end) f->outs[i].end(m, f, i);
     mirror__fit_release(m, f);
     f->log.failed_outputs = f->failed;
     if (last) *last = f->log;
@@ -16998,13 +17224,13 @@ static int mirror__fit(mirror_model *m, const mirror_fit_desc *desc, mirror_epoc
 static int mirror__fit_once(mirror_model *m, const mirror_fit_desc *desc, mirror_epoch_log *last)
 {
     int rc;
-    if (m && m->in_fit)
+    if (m && m->fit.running)
         return mirror__fail(m, MIRROR_ERR_STATE,
                             "mirror_fit: this model is already in mirror_fit (called from a hook?); a fit cannot run "
                             "inside another on the same model");
-    if (m) m->in_fit = 1;
+    if (m) m->fit.running = 1;
     rc = mirror__fit(m, desc, last);
-    if (m) m->in_fit = 0;
+    if (m) m->fit.running = 0;
     return rc;
 }
 

@@ -161,11 +161,60 @@ check "mirror.h: no mirror__mpi_ call and no MIRROR_MPI conditional outside >>pr
 check "mirror_cuda.h: no mirror__mpi_ call and no MIRROR_MPI conditional outside >>cuda processes" \
     mpi_walled mirror_cuda.h "cuda processes"
 
+# The wall around the file formats: no function that >>loaders or >>outputs
+# defines is called from the core (>>structs to >>step), so that the two
+# opt-outs below leave the step whole. The names come from the sections.
+formats_walled() {
+    defined=$(awk '/^\/\/ >>/ { sec = $0; sub(/^\/\/ >>/, "", sec); sub(/ -+$/, "", sec); next }
+                   (sec == "loaders" || sec == "outputs") && /^(static|MIRROR_API) [^;]*\(/ && !/;$/ {
+                       if (match($0, /mirror_[A-Za-z0-9_]*\(/)) print substr($0, RSTART, RLENGTH - 1) }' mirror.h |
+              sort -u)
+    [ "$(echo "$defined" | wc -w)" -ge 20 ] || { echo "too few functions found in >>loaders and >>outputs: $defined"; return 1; }
+    awk '/^\/\/ >>structs /, /^\/\/ >>strategy and devices /' mirror.h >"$tmp/core.h"
+    grep -q '^// >>step ' "$tmp/core.h" || { echo "no >>structs ... >>step run of sections"; return 1; }
+    for fn in $defined; do
+        if grep -nE "(^|[^A-Za-z0-9_])$fn[[:space:]]*\(" "$tmp/core.h"; then
+            echo "the core calls $fn, defined in >>loaders or >>outputs"
+            return 1
+        fi
+    done
+}
+check "no function of >>loaders or >>outputs is called from the core sections (>>structs to >>step)" formats_walled
+# The opt-outs: mirror.h without its loaders and side outputs compiles clean
+# as C99 and C++, and a left-out call is not declared (stb's convention: a
+# build that needs it fails to compile, naming it).
+check "mirror.h compiles with MIRROR_NO_LOADERS and MIRROR_NO_OUTPUTS (C99 and C++, -Werror)" sh -c \
+    "$CC -std=c99 -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -DMIRROR_NO_LOADERS -DMIRROR_NO_OUTPUTS -I. -c '$tmp/impl.c' -o '$tmp/bare.o' &&
+     $CXX -Wall -Wextra -Wpedantic -Werror -DMIRROR_QUIET_O0 -DMIRROR_NO_LOADERS -DMIRROR_NO_OUTPUTS -I. -c '$tmp/impl.cpp' -o '$tmp/bare_cpp.o'"
+left_out() {
+    for call in "MIRROR_NO_LOADERS mirror_dataset_load_npy(0, 0, 0, 0)" "MIRROR_NO_LOADERS mirror_dataset_load_mnist(0, 0, 0, 0)" \
+        "MIRROR_NO_OUTPUTS mirror_trace_write(0, 0)"; do
+        macro=${call%% *}
+        fn=${call#* }
+        printf '#define %s\n#include "mirror.h"\nint main(void){return %s;}\n' "$macro" "$fn" >"$tmp/left.c"
+        $CC -std=c99 -Wall -Werror -I. -c "$tmp/left.c" -o "$tmp/left.o" 2>"$tmp/left.err" && { echo "$fn with $macro compiled"; return 1; }
+        grep -q "${fn%%(*}" "$tmp/left.err" || { cat "$tmp/left.err"; return 1; }
+        printf '#include "mirror.h"\nint main(void){return %s;}\n' "$fn" >"$tmp/left.c"
+        $CC -std=c99 -Wall -Werror -I. -c "$tmp/left.c" -o "$tmp/left.o" || return 1
+    done
+}
+check "MIRROR_NO_LOADERS and MIRROR_NO_OUTPUTS leave their calls undeclared (and without them they are declared)" left_out
+
 # nvcc sees the header as CUDA C++; the shared math must compile for the device.
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")}
 if [ -x "$NVCC" ]; then
     check "mirror.h compiles under nvcc with -Werror all-warnings" \
         "$NVCC" -Werror all-warnings -I. -c tests/compile_nvcc.cu -o "$tmp/nvcc.o"
+fi
+
+# examples/hello.c without the file formats (make test builds it so) runs,
+# and says what the whole build's says, line for line.
+if [ -x "$BUILD/bare_hello" ]; then
+    bare_hello() {
+        $TEST_RUNNER "$BUILD/bare_hello" >"$tmp/bare_hello.out" && grep -q '^test accuracy ' "$tmp/bare_hello.out" &&
+            { [ ! -x "$BUILD/hello" ] || $TEST_RUNNER "$BUILD/hello" | cmp - "$tmp/bare_hello.out"; }
+    }
+    check "examples/hello.c built with MIRROR_NO_LOADERS and MIRROR_NO_OUTPUTS runs, its output the whole build's" bare_hello
 fi
 
 # The trainer end to end: a short run must end with the final: line.

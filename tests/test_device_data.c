@@ -117,18 +117,18 @@ static void test_same_bits(const mirror_dataset *train, const mirror_dataset *va
                           mirror_model_error(host));
                     CHECK(mirror_fit(dev, &fv, &lv) == MIRROR_OK, "%s: fit on the device: %s", what,
                           mirror_model_error(dev));
-                    CHECK(!host->data[0].dev && !host->data[1].dev, "%s: off: nothing kept on the device", what);
-                    CHECK(dev->data[0].dev && dev->data[1].dev && dev->data[0].dev[0] != train->x,
+                    CHECK(!host->resident.sets[0].dev && !host->resident.sets[1].dev, "%s: off: nothing kept on the device", what);
+                    CHECK(dev->resident.sets[0].dev && dev->resident.sets[1].dev && dev->resident.sets[0].dev[0] != train->x,
                           "%s: on: the training and validation sets kept on the device, as copies", what);
                     CHECK(same_runs(host, dev, &lh, &lv, val), "%s: the same bits with the data on the device", what);
-                    CHECK(u.replicas == 1 || (dev->data[0].dev && dev->data[0].dev[4] == dev->data[0].dev[0]),
+                    CHECK(u.replicas == 1 || (dev->resident.sets[0].dev && dev->resident.sets[0].dev[4] == dev->resident.sets[0].dev[0]),
                           "%s: replicas on one device (CPU replicas: the host) share one copy", what);
                     /* a second fit on the same data: the same copy, the same bits */
-                    copy = dev->data[0].dev ? dev->data[0].dev[0] : NULL;
+                    copy = dev->resident.sets[0].dev ? dev->resident.sets[0].dev[0] : NULL;
                     fh.initial_epoch = fv.initial_epoch = 3, fh.epochs = fv.epochs = 5;
                     CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK,
                           "%s: second fits: %s %s", what, mirror_model_error(host), mirror_model_error(dev));
-                    CHECK(dev->data[0].dev && dev->data[0].dev[0] == copy, "%s: the second fit found its copy", what);
+                    CHECK(dev->resident.sets[0].dev && dev->resident.sets[0].dev[0] == copy, "%s: the second fit found its copy", what);
                     CHECK(same_runs(host, dev, &lh, &lv, val), "%s: the same bits after a second fit", what);
                     mirror_model_destroy(host);
                     mirror_model_destroy(dev);
@@ -150,7 +150,7 @@ static void test_copy_is_read(const mirror_dataset *train, const mirror_dataset 
         fh.epochs = fv.epochs = 1;
         CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "first fits");
         CHECK(same_runs(host, dev, &lh, &lv, val), "the same bits before the scribble");
-        if (dev->data[0].dev) memset(dev->data[0].dev[0], 0, train->count * 2 * SIDE * SIDE * sizeof(float));
+        if (dev->resident.sets[0].dev) memset(dev->resident.sets[0].dev[0], 0, train->count * 2 * SIDE * SIDE * sizeof(float));
         fh.initial_epoch = fv.initial_epoch = 1, fh.epochs = fv.epochs = 2;
         CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "second fits");
         CHECK(!same_runs(host, dev, &lh, &lv, val), "the second fit read the copy, zeros now");
@@ -175,16 +175,16 @@ static void test_roles(const mirror_dataset *a, const mirror_dataset *b)
         fh.epochs = fv.epochs = 1;
         CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK,
               "validating on the training set");
-        CHECK(dev->data[0].dev && !dev->data[1].dev, "one copy for both");
+        CHECK(dev->resident.sets[0].dev && !dev->resident.sets[1].dev, "one copy for both");
         CHECK(same_runs(host, dev, &lh, &lv, b), "the same bits validating on the training set");
         fh.train = fv.train = b, fh.initial_epoch = fv.initial_epoch = 1, fh.epochs = fv.epochs = 2;
         CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "b, validated on a");
-        copy = dev->data[1].dev ? dev->data[1].dev[0] : NULL;
+        copy = dev->resident.sets[1].dev ? dev->resident.sets[1].dev[0] : NULL;
         fh.train = fv.train = a, fh.validation = fv.validation = b;
         fh.initial_epoch = fv.initial_epoch = 2, fh.epochs = fv.epochs = 3;
         CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "a, validated on b");
-        CHECK(copy && dev->data[0].dev && dev->data[0].dev[0] == copy && dev->data[1].dev &&
-                  dev->data[1].dev[0] != copy,
+        CHECK(copy && dev->resident.sets[0].dev && dev->resident.sets[0].dev[0] == copy && dev->resident.sets[1].dev &&
+                  dev->resident.sets[1].dev[0] != copy,
               "a's copy moved from evaluation's place to training's");
         CHECK(lv.data_on_device == 1 && lh.data_on_device == 0, "the epoch logs say where the data lived");
         CHECK(same_runs(host, dev, &lh, &lv, b), "the same bits after the move");
@@ -211,9 +211,9 @@ static void test_keep_data(const mirror_dataset *train, const mirror_dataset *va
     mirror_permutation(perm, COUNT, 5, 0);
     memset(&b, 0, sizeof b);
     b.x = train->x, b.targets = train->targets, b.labels = train->labels, b.rows = COUNT, b.n = 9;
-    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_AUTO, &on) == MIRROR_OK && on == 0 && !dev->data_kept,
+    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_AUTO, &on) == MIRROR_OK && on == 0 && !dev->resident.kept,
           "auto on CPU replicas: no copy (%d)", on);
-    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 1 && dev->data_kept,
+    CHECK(mirror_keep_data(dev, train, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 1 && dev->resident.kept,
           "on: a copy (%d)", on);
     for (k = 0; k < 4; k++) {
         b.index = perm + 9 * k;
@@ -226,11 +226,11 @@ static void test_keep_data(const mirror_dataset *train, const mirror_dataset *va
               !memcmp(&mh.loss_sum, &mv.loss_sum, sizeof(double)),
           "evaluate_batch on the kept data: the host's loss");
     CHECK(same_runs(host, dev, &none, &none, val), "the same parameters after the steps");
-    if (dev->data_kept) memset(dev->data_kept->dev[0], 0, COUNT * 2 * SIDE * SIDE * sizeof(uint16_t));
+    if (dev->resident.kept) memset(dev->resident.kept->dev[0], 0, COUNT * 2 * SIDE * SIDE * sizeof(uint16_t));
     CHECK(mirror_evaluate_batch(host, &b, &mh) == MIRROR_OK && mirror_evaluate_batch(dev, &b, &mv) == MIRROR_OK &&
               mh.loss_sum != mv.loss_sum,
           "the steps read the copy (scribbled over: another loss)");
-    CHECK(mirror_keep_data(dev, NULL, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 0 && !dev->data_kept,
+    CHECK(mirror_keep_data(dev, NULL, MIRROR_DATA_ON, &on) == MIRROR_OK && on == 0 && !dev->resident.kept,
           "ds NULL: the host gathers again");
     CHECK(mirror_keep_data(dev, train, (mirror_data_place)-1, NULL) == MIRROR_ERR_ARGUMENT, "an unknown place: %s",
           mirror_model_error(dev));
@@ -254,12 +254,12 @@ static void test_changed_and_too_big(mirror_dataset *train, const mirror_dataset
     if (!host || !dev) return;
     fh.epochs = fv.epochs = 1;
     CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "first fits");
-    hash = dev->data[0].hash;
+    hash = dev->resident.sets[0].hash;
     kept = train->x[5];
     train->x[5] = 0.25f; /* the same arrays, other contents */
     fh.initial_epoch = fv.initial_epoch = 1, fh.epochs = fv.epochs = 2;
     CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "fits on changed data");
-    CHECK(dev->data[0].dev && dev->data[0].hash != hash, "changed data copied again");
+    CHECK(dev->resident.sets[0].dev && dev->resident.sets[0].hash != hash, "changed data copied again");
     CHECK(same_runs(host, dev, &lh, &lv, val), "the same bits on changed data");
     train->x[5] = kept;
 
@@ -274,7 +274,7 @@ static void test_changed_and_too_big(mirror_dataset *train, const mirror_dataset
     mirror__cpu_free_bytes = 4096;
     fh.initial_epoch = fv.initial_epoch = 0, fh.epochs = fv.epochs = 3;
     CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "fits that do not fit");
-    CHECK(!dev->data[0].dev && !dev->data[1].dev, "data beyond the free memory stay on the host");
+    CHECK(!dev->resident.sets[0].dev && !dev->resident.sets[1].dev, "data beyond the free memory stay on the host");
     CHECK(notices == 2, "one notice for each set (%zu): %s", notices, last_notice);
     CHECK(strstr(last_notice, "MiB free") != NULL, "the notice says what was free: %s", last_notice);
     CHECK(same_runs(host, dev, &lh, &lv, val), "the same bits with the data on the host");
@@ -286,7 +286,7 @@ static void test_changed_and_too_big(mirror_dataset *train, const mirror_dataset
     train->x[5] = 0.5f;
     fh.initial_epoch = fv.initial_epoch = 4, fh.epochs = fv.epochs = 5;
     CHECK(mirror_fit(host, &fh, &lh) == MIRROR_OK && mirror_fit(dev, &fv, &lv) == MIRROR_OK, "fits that half fit");
-    CHECK(!dev->data[0].dev && dev->data[1].dev, "in 8 KiB the validation set fits, the training set does not");
+    CHECK(!dev->resident.sets[0].dev && dev->resident.sets[1].dev, "in 8 KiB the validation set fits, the training set does not");
     CHECK(notices == 3, "a notice for the changed training set (%zu)", notices);
     CHECK(same_runs(host, dev, &lh, &lv, val), "the same bits, the validation data on the device");
     mirror__cpu_free_bytes = 0;
@@ -301,7 +301,7 @@ static void test_changed_and_too_big(mirror_dataset *train, const mirror_dataset
     mirror_model_destroy(dev);
     dev = model_of(s, &u);
     fv.data_on_device = MIRROR_DATA_AUTO, fv.initial_epoch = 0, fv.epochs = 1;
-    CHECK(dev && mirror_fit(dev, &fv, &lv) == MIRROR_OK && !dev->data[0].dev && !dev->data[1].dev,
+    CHECK(dev && mirror_fit(dev, &fv, &lv) == MIRROR_OK && !dev->resident.sets[0].dev && !dev->resident.sets[1].dev,
           "CPU replicas by default: no copy");
     mirror_model_destroy(host);
     mirror_model_destroy(dev);

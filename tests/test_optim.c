@@ -588,11 +588,11 @@ static void test_timing(void)
         goto out;
     }
     for (k = 0; k < 3; k++) step(m, k);
-    CHECK(mirror_phase_times_get(m, (size_t)-1, &pt) == MIRROR_OK && pt.steps == 0 && m->span_count == 0,
+    CHECK(mirror_phase_times_get(m, (size_t)-1, &pt) == MIRROR_OK && pt.steps == 0 && m->trace.count == 0,
           "timing off: nothing recorded");
     CHECK(mirror_timing(m, 4) == MIRROR_OK, "timing on, 4 steps kept: %s", mirror_model_error(m));
     for (k = 0; k < 10; k++) step(m, k);
-    CHECK(m->span_count == 4 * 2 * MIRROR_PHASE_COUNT, "10 steps, 4 kept: %zu spans of 40", m->span_count);
+    CHECK(m->trace.count == 4 * 2 * MIRROR_PHASE_COUNT, "10 steps, 4 kept: %zu spans of 40", m->trace.count);
     CHECK(mirror_phase_times_get(m, (size_t)-1, &pt) == MIRROR_OK && pt.steps == 4 &&
               mirror_phase_times_get(m, 1, &r1) == MIRROR_OK,
           "phase times over the 4 kept steps (%zu)", pt.steps);
@@ -620,11 +620,11 @@ static void test_timing(void)
               !strcmp(text + strlen(text) - 3, "]}\n"),
           "a Chrome trace: 40 spans on two replica tracks, steps up to 13");
     free(text);
-    CHECK(mirror_timing(m, 0) == MIRROR_OK && m->span_count == 0 && !m->spans, "timing off again: the ring freed");
+    CHECK(mirror_timing(m, 0) == MIRROR_OK && m->trace.count == 0 && !m->trace.spans, "timing off again: the ring freed");
     memset(&fd, 0, sizeof fd);
     fd.train = &data, fd.epochs = 1, fd.batch = 16, fd.progress = MIRROR_PROGRESS_NONE;
     fd.trace = path_in(path, "fit-trace.json");
-    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && access(path, F_OK) == 0 && !m->trace_steps,
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && access(path, F_OK) == 0 && !m->trace.steps,
           "fit writes its trace and leaves timing as it found it: %s", mirror_model_error(m));
     fd.trace = "no/such/dir/t.json";
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 19,
