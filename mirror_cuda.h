@@ -367,8 +367,7 @@
         cuda timing           mirror_timing's events
         cuda buckets          NCCL's all-reduce during backward
         cuda backend          the table, mirror__cuda_backend
-        cuda copy sums        the copy reducer's kernels
-        cuda reducers         nccl and copy
+        cuda reducers         nccl, and the copy reducer with its kernels
         cuda devices          the device list, what CUDA answers, the
                               strategy's setup
         cuda processes        several processes (MIRROR_MPI)
@@ -2366,35 +2365,6 @@ static const mirror__backend mirror__cuda_backend = {
 };
 MIRROR__NAMED_END
 
-// >>cuda copy sums ----------------------------------------------------------
-
-/* The copy reducer's sums over the replicas' buffers, element by element
-   in replica order: in[0][i] + in[1][i] + ... (launched by mirror__copy_sum
-   and mirror__copy_sum_list in >>cuda reducers). */
-__global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
-{
-    MIRROR__FOR_EACH(i, n)
-    {
-        float s = ((const float *)in.p[0])[i];
-        size_t r;
-        for (r = 1; r < count; r++) s += ((const float *)in.p[r])[i];
-        out[i] = s;
-    }
-}
-
-/* 16-bit values: widened, added in fp32, rounded once (as the CPU
-   reducer's mirror__cpu_all_reduce_half_job). */
-__global__ void mirror__k_sum_half(uint16_t *out, mirror__sources in, size_t count, size_t n, int format)
-{
-    MIRROR__FOR_EACH(i, n)
-    {
-        float s = mirror_hd_widen(((const uint16_t *)in.p[0])[i], format);
-        size_t r;
-        for (r = 1; r < count; r++) s += mirror_hd_widen(((const uint16_t *)in.p[r])[i], format);
-        out[i] = mirror_hd_narrow(s, format);
-    }
-}
-
 // >>cuda reducers -----------------------------------------------------------
 
 /* The strategy-level error of a runtime or NCCL call. */
@@ -2589,6 +2559,33 @@ static int mirror__copy_stage(mirror__gpu *g, size_t bytes, mirror_error *err)
         return err ? err->code : MIRROR_ERR_NO_MEMORY;
     g->stage_bytes = bytes;
     return MIRROR_OK;
+}
+
+/* The copy reducer's sums over the replicas' buffers, element by element
+   in replica order: in[0][i] + in[1][i] + ... (launched by mirror__copy_sum
+   below and mirror__copy_sum_list). */
+__global__ void mirror__k_sum(float *out, mirror__sources in, size_t count, size_t n)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float s = ((const float *)in.p[0])[i];
+        size_t r;
+        for (r = 1; r < count; r++) s += ((const float *)in.p[r])[i];
+        out[i] = s;
+    }
+}
+
+/* 16-bit values: widened, added in fp32, rounded once (as the CPU
+   reducer's mirror__cpu_all_reduce_half_job). */
+__global__ void mirror__k_sum_half(uint16_t *out, mirror__sources in, size_t count, size_t n, int format)
+{
+    MIRROR__FOR_EACH(i, n)
+    {
+        float s = mirror_hd_widen(((const uint16_t *)in.p[0])[i], format);
+        size_t r;
+        for (r = 1; r < count; r++) s += mirror_hd_widen(((const uint16_t *)in.p[r])[i], format);
+        out[i] = mirror_hd_narrow(s, format);
+    }
 }
 
 /* The sum of n values of the format (MIRROR_PRECISION_FP32: floats, else

@@ -161,6 +161,52 @@ check "mirror.h: no mirror__mpi_ call and no MIRROR_MPI conditional outside >>pr
 check "mirror_cuda.h: no mirror__mpi_ call and no MIRROR_MPI conditional outside >>cuda processes" \
     mpi_walled mirror_cuda.h "cuda processes"
 
+# The update's mode is the plan chosen at build (mirror__update_plan): the
+# step runs its steps and never asks which mode it is in.
+plan_only() {
+    body=$(awk '/^static int mirror__train_micro\(/, /^}/' mirror.h)
+    [ -n "$body" ] && echo "$body" | grep -q 'm->plan\.reduce' || { echo "mirror__train_micro not found"; return 1; }
+    ! echo "$body" | grep -nE 'plan\.(chunk|sharded|across|slice)|MIRROR__SHARDED_|->(sharded|across|chunk)\b'
+}
+check "mirror__train_micro runs the update's plan without a branch on the mode" plan_only
+# State grouped by role: fewer than 30 top-level fields in the model and in
+# the strategy (a group is a nested struct named for what it is).
+top_fields() {
+    n=$(awk -v name="$1" '
+        $0 ~ "^struct " name " \\{" { on = 1; next }
+        on && /^};/ { on = 0 }
+        on && !/^[ \t]*#/ { text = text " " $0 }
+        END {
+            while (match(text, /\/\*([^*]|\*+[^*\/])*\*+\//)) text = substr(text, 1, RSTART - 1) substr(text, RSTART + RLENGTH)
+            for (i = 1; i <= length(text); i++) {
+                c = substr(text, i, 1)
+                if (c == "{") depth++
+                else if (c == "}") depth--
+                else if (!depth && (c == ";" || c == ",")) n++
+            }
+            print n + 0
+        }' mirror.h)
+    echo "struct $1: $n top-level fields"
+    [ "$n" -gt 5 ] && [ "$n" -lt 30 ]
+}
+check "struct mirror_model has fewer than 30 top-level fields" top_fields mirror_model
+check "struct mirror_strategy has fewer than 30 top-level fields" top_fields mirror_strategy
+# mirror_cuda.h keeps each kernel beside its launcher: the first launch of
+# every __global__ function comes at most 100 lines below it.
+kernels_beside() {
+    awk '
+        match($0, /__global__ void mirror__k_[a-z0-9_]+/) { k = substr($0, RSTART + 16, RLENGTH - 16); at[k] = FNR; order[++n] = k }
+        { for (i = 1; i <= n; i++) if (!(order[i] in first) && index($0, order[i] "<<<")) first[order[i]] = FNR }
+        END {
+            for (i = 1; i <= n; i++) {
+                k = order[i]
+                if (!(k in first) || first[k] - at[k] > 100) { print k ": kernel at line " at[k] ", launched at line " first[k]; bad = 1 }
+            }
+            exit bad || n < 20
+        }' mirror_cuda.h
+}
+check "mirror_cuda.h: each kernel's launcher within 100 lines below it" kernels_beside
+
 # The wall around the file formats: no function that >>loaders or >>outputs
 # defines is called from the core (>>structs to >>step), so that the two
 # opt-outs below leave the step whole. The names come from the sections.
