@@ -11026,10 +11026,10 @@ static void mirror__choose_graphs(mirror_model *m)
     int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
     m->pass.graphs = m->desc.graphs && able && !m->bn.nrunning && !m->plan.chunk;
     if (m->desc.graphs && !m->pass.graphs)
-        mirror__log(MIRROR_LOG_NOTICE, !able     ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
+        mirror__log(MIRROR_LOG_NOTICE, !able           ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
                                        : m->plan.chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
-                                                  : "graphs: off for a model with batchnorm layers (they pause for the "
-                                                    "host at each layer)");
+                                                       : "graphs: off for a model with batchnorm layers (they pause for "
+                                                         "the host at each layer)");
 }
 
 static void mirror__plan(mirror_model *m)
