@@ -6455,7 +6455,10 @@ static void *mirror__layer_input(const mirror_model *m, const mirror__replica *r
    samples (the last may be short), each with a gradient arena of its own;
    otherwise the shard is one chunk, and its arena is r->grads. Chunk q is
    rows [*at, *at + the count returned) of the shard. */
-static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r) { return m->plan.chunk ? r->nchunks : 1; }
+static size_t mirror__nchunks(const mirror_model *m, const mirror__replica *r)
+{
+    return m->plan.chunk ? r->nchunks : 1;
+}
 
 static size_t mirror__chunk_rows(const mirror_model *m, const mirror__replica *r, size_t q, size_t *at)
 {
@@ -7355,8 +7358,8 @@ static void mirror__backward_groups(mirror_model *m, mirror__replica *r, size_t 
         for (i = m->pass.group_layers; i-- > first;) {
             void *gdx = half[gd == half[0]];
             /* after the first group, a convolution adds to its gradients (deterministic mode: each chunk's own) */
-            i -= mirror__layer_backward(m, r, i, s0, MIRROR__MIN(G, S - s0), accumulate || (s0 && !m->plan.chunk), first,
-                                        stop, gd, gdx, &moved) - 1;
+            i -= mirror__layer_backward(m, r, i, s0, MIRROR__MIN(G, S - s0), accumulate || (s0 && !m->plan.chunk),
+                                        first, stop, gd, gdx, &moved) - 1;
             if (moved) gd = gdx;
         }
     }
@@ -7659,7 +7662,8 @@ static int mirror__sum_chunks(mirror_model *m, int onto)
     for (r = 0; r < s->replicas; r++)
         for (q = 0; q < m->rep[r].nchunks; q++)
             m->update.chunk_owner[nin] = r, m->update.chunk_in[nin++] = mirror__chunk_grads(m, &m->rep[r], q);
-    rc = s->procs->sum_list(s, m->update.chunk_in, m->update.chunk_owner, nin, m->bufs.grads, m->nslots, &keep, &len, &m->err);
+    rc = s->procs->sum_list(s, m->update.chunk_in, m->update.chunk_owner, nin, m->bufs.grads, m->nslots, &keep, &len,
+                            &m->err);
     for (r = 0; rc == MIRROR_OK && m->format && r < s->replicas; r++) /* scattered: this process's slice */
         m->be->narrow(m->rep[r].dev, m->rep[r].grad16 + keep, m->rep[r].grads + keep, len, m->format);
     return rc;
@@ -7977,7 +7981,8 @@ static size_t mirror__state_copies(const mirror_model *m) { return m->nslots ? m
    (sharded across devices) its slice's alone. */
 static size_t mirror__state_floats(const mirror_model *m)
 {
-    return m->plan.sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->sizes.nstate / m->nslots * m->plan.slice : m->sizes.nstate;
+    return m->plan.sharded == MIRROR__SHARDED_DEVICES && m->nslots ? m->sizes.nstate / m->nslots * m->plan.slice
+                                                                   : m->sizes.nstate;
 }
 
 /* Replica r's optimizer state, copy c (Adam: 0 the first moment, 1 the
@@ -8079,8 +8084,8 @@ static void mirror__update_mixed(mirror_model *m, mirror__replica *r, size_t off
     const mirror_optimizer_desc *o = &m->desc.optimizer;
     int f = m->format;
     if (o->kind == MIRROR_OPT_SGD)
-        m->be->sgd_mixed(r->dev, r->params + off, m->sizes.nstate ? mirror__state_at(m, r, 0, off) : NULL, r->work16 + off,
-                         r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
+        m->be->sgd_mixed(r->dev, r->params + off, m->sizes.nstate ? mirror__state_at(m, r, 0, off) : NULL,
+                         r->work16 + off, r->grad16 + off, n, f, r->scaler, r->tick, o->momentum, o->weight_decay,
                          o->nesterov);
     else
         m->be->adam_mixed(r->dev, r->params + off, mirror__state_at(m, r, 0, off), mirror__state_at(m, r, 1, off),
@@ -8630,7 +8635,7 @@ static const mirror__resident *mirror__resident_of(const mirror_model *m, const 
 {
     return mirror__resident_over(m->resident.at, b)     ? m->resident.at
            : mirror__resident_over(m->resident.kept, b) ? m->resident.kept
-                                                    : NULL;
+                                                        : NULL;
 }
 
 /* Copies replica r's shard of the job's chunk into its arenas: gathered
@@ -11002,7 +11007,7 @@ static int mirror__choose_plan(mirror_model *m)
     if ((rc = mirror__choose_update(m))) return rc;
     p->each = p->chunk != 0;
     p->in_check = p->sharded == MIRROR__SHARDED_HOST && !m->format && one && !p->chunk;
-    p->reduce = !one                                   ? mirror__reduce_processes
+    p->reduce = !one                                    ? mirror__reduce_processes
                 : p->chunk                              ? mirror__reduce_chunks
                 : p->sharded == MIRROR__SHARDED_DEVICES ? mirror__reduce_slices
                 : p->in_check                           ? mirror__reduce_none
@@ -11026,10 +11031,11 @@ static void mirror__choose_graphs(mirror_model *m)
     int able = m->be->capture_begin != NULL || (m->be == &mirror__cpu_backend && MIRROR_CPU_GRAPHS);
     m->pass.graphs = m->desc.graphs && able && !m->bn.nrunning && !m->plan.chunk;
     if (m->desc.graphs && !m->pass.graphs)
-        mirror__log(MIRROR_LOG_NOTICE, !able           ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
-                                       : m->plan.chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
-                                                       : "graphs: off for a model with batchnorm layers (they pause for "
-                                                         "the host at each layer)");
+        mirror__log(MIRROR_LOG_NOTICE,
+                    !able           ? "graphs: off, these replicas record none (CUDA graphs are GPUs')"
+                    : m->plan.chunk ? "graphs: off in deterministic mode (its chunks are summed apart)"
+                                    : "graphs: off for a model with batchnorm layers (they pause for "
+                                      "the host at each layer)");
 }
 
 static void mirror__plan(mirror_model *m)
@@ -11559,8 +11565,9 @@ static int mirror__replica_buffers(mirror_model *m, size_t r, size_t act_total)
     size_t S = m->shard_max, k;
     p->params = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
     p->grads = (float *)m->be->alloc(p->dev, m->nslots * sizeof(float));
-    p->state = r > 0 && m->plan.sharded == MIRROR__SHARDED_HOST ? m->rep[0].state
-                                   : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
+    p->state = r > 0 && m->plan.sharded == MIRROR__SHARDED_HOST
+                   ? m->rep[0].state
+                   : (float *)m->be->alloc(p->dev, mirror__state_floats(m) * sizeof(float));
     if (m->plan.sharded == MIRROR__SHARDED_DEVICES && !(p->stats = (float *)m->be->alloc(p->dev, 2 * sizeof(float))))
         return 0;
     if (!(p->tick = (mirror__tick *)m->be->alloc(p->dev, sizeof(mirror__tick)))) return 0;
@@ -11741,7 +11748,8 @@ static int mirror__model_build(mirror_model *m)
         if (!m->bn.running || !m->bn.running_before || !m->bn.total) goto oom;
         for (i = 0; i < m->nlayers; i++) /* mean 0, variance 1 */
             for (j = 0; m->layers[i].kind == MIRROR__BATCHNORM && j < m->layers[i].c; j++)
-                m->bn.running[m->layers[i].run_off + j] = 0.0f, m->bn.running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
+                m->bn.running[m->layers[i].run_off + j] = 0.0f,
+                m->bn.running[m->layers[i].run_off + m->layers[i].c + j] = 1.0f;
         m->bn.stale = 1;
     }
     mirror__choose_graphs(m);
@@ -11915,8 +11923,8 @@ static void mirror__download_arena(mirror_model *m, size_t r, void *host, int wh
             continue;
         }
         for (q = 0; q < m->s->replicas; q++)
-            m->be->download(m->rep[q].dev, to + q * m->plan.slice * size, mirror__arena_at(m, q, which, c, q * m->plan.slice),
-                            m->plan.slice * size);
+            m->be->download(m->rep[q].dev, to + q * m->plan.slice * size,
+                            mirror__arena_at(m, q, which, c, q * m->plan.slice), m->plan.slice * size);
     }
 }
 
@@ -12179,11 +12187,13 @@ static int mirror__resident_use(mirror_model *m, const mirror_dataset *ds, int r
         return MIRROR_OK;
     hash = mirror__hash(ds->count, ds->x, ds->count * m->sizes.in * sizeof(float));
     hash = mirror__hash(hash, ce ? (const void *)ds->labels : (const void *)ds->targets, ds->count * y * 4);
-    if (role == 1 && mirror__resident_holds(&m->resident.sets[0], ds, hash) && m->resident.sets[0].dev) { /* the training set */
+    if (role == 1 && mirror__resident_holds(&m->resident.sets[0], ds, hash) &&
+        m->resident.sets[0].dev) { /* the training set */
         *out = &m->resident.sets[0];
         return MIRROR_OK;
     }
-    if (role == 0 && mirror__resident_holds(&m->resident.sets[1], ds, hash) && m->resident.sets[1].dev) { /* evaluated before */
+    if (role == 0 && mirror__resident_holds(&m->resident.sets[1], ds, hash) &&
+        m->resident.sets[1].dev) { /* evaluated before */
         mirror__resident_free(m, d); /* the copy moves to training's place */
         *d = m->resident.sets[1];
         memset(&m->resident.sets[1], 0, sizeof m->resident.sets[1]);
@@ -13972,8 +13982,8 @@ static void mirror__run_settings(const mirror_model *m, mirror__text *h)
                    mirror__schedule_names[o->schedule], (unsigned long long)o->warmup,
                    (unsigned long long)o->step_size, (double)o->gamma, (unsigned long long)o->total_steps,
                    (double)o->min_lr);
-    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"backend\":\"%s\"", m->plan.chunk != 0, m->plan.chunk,
-                   m->be->name);
+    mirror__printf(h, ",\"deterministic\":\"%d\",\"chunk\":\"%zu\",\"backend\":\"%s\"", m->plan.chunk != 0,
+                   m->plan.chunk, m->be->name);
     if (!m->plan.chunk) /* deterministic mode's bits are the same for any: its checkpoints are the same bytes */
         mirror__printf(h, ",\"replicas\":\"%zu\"", m->s->world);
 }
@@ -14005,8 +14015,8 @@ static int mirror__checkpoint_header(const mirror_model *m, const mirror_checkpo
         mirror__printf(h, ",\"epoch_loss_sum\":\"%.17g\",\"epoch_correct\":\"%llu\",\"epoch_samples\":\"%llu\","
                           "\"epoch_skipped\":\"%llu\",\"epoch_seconds\":\"%.17g\"",
                        m->fit.saving_sums->acc.loss_sum, (unsigned long long)m->fit.saving_sums->acc.correct,
-                       (unsigned long long)m->fit.saving_sums->acc.count, (unsigned long long)m->fit.saving_sums->skipped,
-                       m->fit.saving_sums->seconds);
+                       (unsigned long long)m->fit.saving_sums->acc.count,
+                       (unsigned long long)m->fit.saving_sums->skipped, m->fit.saving_sums->seconds);
     if (st) /* the scaler's state; the scale printed with enough digits to read back exactly */
         mirror__printf(h, ",\"loss_scale\":\"%.9g\",\"scaler_good_steps\":\"%lu\",\"scaler_consecutive_skips\":\"%lu\","
                           "\"scaler_skipped\":\"%llu\",\"optimizer_steps\":\"%llu\"",
@@ -16241,7 +16251,7 @@ static int mirror__names_source(const mirror_model *m, const char *out)
         (uint64_t)so.st_ino == m->source.ino)
         return 1;
     return m->source.told.checkpoint ? mirror__names_checkpoint(out, m->source.told.path, 0)
-                                : mirror__same_file(out, m->source.told.path);
+                                     : mirror__same_file(out, m->source.told.path);
 }
 
 /* ---- fit's list of outputs ---- */
@@ -16365,8 +16375,8 @@ static void mirror__tb_take(mirror_model *m, mirror__fit_run *f, size_t i, doubl
 {
     mirror__output_file *o = &f->files[i];
     if (o->fd >= 0)
-        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD, mirror__tb_point(o->fd, m->steps, x, log, f->classify),
-                              "TensorBoard events", o->path);
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD,
+                              mirror__tb_point(o->fd, m->steps, x, log, f->classify), "TensorBoard events", o->path);
 }
 
 static void mirror__tb_release(mirror__fit_run *f, size_t i)
@@ -16524,9 +16534,11 @@ static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_
     else {
         mirror__appendf(tail, sizeof tail, &tn, " %zu/%zu  loss %.4f", step, steps,
                         acc->count ? acc->loss_sum / (double)acc->count : 0.0);
-        if (classify) mirror__appendf(tail, sizeof tail, &tn, "  acc %.4f", acc->count ? (double)acc->correct / (double)acc->count : 0.0);
-        mirror__appendf(tail, sizeof tail, &tn, "  %.0f samples/s  ETA %s", seconds > 0 ? (double)acc->count / seconds : 0.0,
-                        eta);
+        if (classify)
+            mirror__appendf(tail, sizeof tail, &tn, "  acc %.4f",
+                            acc->count ? (double)acc->correct / (double)acc->count : 0.0);
+        mirror__appendf(tail, sizeof tail, &tn, "  %.0f samples/s  ETA %s",
+                        seconds > 0 ? (double)acc->count / seconds : 0.0, eta);
         if (log->loss_scale > 0) mirror__appendf(tail, sizeof tail, &tn, "  scale %g", log->loss_scale);
         if (show_lr) mirror__appendf(tail, sizeof tail, &tn, "  lr %.3g", log->lr);
     }
@@ -16753,7 +16765,8 @@ static int mirror__fit_agree(mirror_model *m, const mirror_fit_desc *d)
     v[8] = d->on_step != NULL, v[9] = d->on_epoch != NULL, v[10] = d->tensorboard != NULL;
     mirror__agree_add(&it[6], v, sizeof v);
     mirror__agree_on(&it[7], "the file the parameters were loaded from");
-    v[0] = m->source.told.path ? 1 + (uint64_t)m->source.told.checkpoint : 0, v[1] = m->source.told.crc32, v[2] = m->source.told.size;
+    v[0] = m->source.told.path ? 1 + (uint64_t)m->source.told.checkpoint : 0, v[1] = m->source.told.crc32,
+    v[2] = m->source.told.size;
     mirror__agree_add(&it[7], v, 3 * sizeof v[0]);
     it[7].told = mirror__source_words(m, words, sizeof words);
     return mirror__processes_agree(m, it, 8, "mirror_fit");

@@ -1375,7 +1375,8 @@ static void mirror__cuda_relu_forward(void *dev, void *y, const void *x, size_t 
 
 __global__ void mirror__k_relu_backward(void *d, const void *y, size_t n, int f)
 {
-    MIRROR__FOR_EACH(i, n) mirror_hd_store(d, i, mirror_hd_relu_grad(mirror_hd_load(y, i, f), mirror_hd_load(d, i, f)), f);
+    MIRROR__FOR_EACH(i, n)
+    mirror_hd_store(d, i, mirror_hd_relu_grad(mirror_hd_load(y, i, f), mirror_hd_load(d, i, f)), f);
 }
 
 static void mirror__cuda_relu_backward(void *dev, void *dd, const void *y, size_t n)
@@ -1434,7 +1435,8 @@ static void mirror__cuda_act_backward(void *dev, int kind, void *dd, const void 
 /* One thread per col entry (mirror_hd_im2col_at). */
 __global__ void mirror__k_im2col(void *col, const void *x, mirror_hd_conv_shape g, int f)
 {
-    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo) mirror_hd_store(col, i, mirror_hd_im2col_at(&g, x, i, f), f);
+    MIRROR__FOR_EACH(i, g.c * g.k * g.k * g.n * g.ho * g.wo)
+    mirror_hd_store(col, i, mirror_hd_im2col_at(&g, x, i, f), f);
 }
 
 static void mirror__cuda_im2col(void *dev, void *col, const void *x, size_t n, size_t c, size_t h, size_t w,
@@ -1525,7 +1527,8 @@ __global__ void mirror__k_avgpool_forward(void *y, const void *x, size_t planes,
     MIRROR__FOR_EACH(i, planes * hwo.d)
     {
         uint64_t p, oy, ox = mirror_hd_divmod(wo, mirror_hd_divmod(hwo, i, &p), &oy);
-        mirror_hd_store(y, i, mirror_hd_window_mean(mirror_hd_skip(x, p * h * w, f), w, kh, kw, oy * stride, ox * stride, f),
+        mirror_hd_store(y, i,
+                        mirror_hd_window_mean(mirror_hd_skip(x, p * h * w, f), w, kh, kw, oy * stride, ox * stride, f),
                         f);
     }
 }
@@ -1550,7 +1553,8 @@ __global__ void mirror__k_avgpool_backward(void *dx, const void *dy, size_t plan
     {
         uint64_t p, iy, ix = mirror_hd_divmod(w, mirror_hd_divmod(hw, i, &p), &iy);
         mirror_hd_store(dx, i,
-                        mirror_hd_window_mean_grad(mirror_hd_skip(dy, p * ho * wo, f), ho, wo, kh, kw, stride, iy, ix, f),
+                        mirror_hd_window_mean_grad(mirror_hd_skip(dy, p * ho * wo, f), ho, wo, kh, kw, stride,
+                                                   iy, ix, f),
                         f);
     }
 }
@@ -1665,8 +1669,8 @@ __global__ void mirror__k_bn_forward(void *y, const void *x, const float *stat, 
     {
         size_t c = mirror_hd_channel(i, inner, channels);
         mirror_hd_store(y, i,
-                        mirror_hd_bn(mirror_hd_load(x, i, f), stat[c], stat[channels.d + c], mirror_hd_load(gamma, c, f),
-                                     mirror_hd_load(beta, c, f)),
+                        mirror_hd_bn(mirror_hd_load(x, i, f), stat[c], stat[channels.d + c],
+                                     mirror_hd_load(gamma, c, f), mirror_hd_load(beta, c, f)),
                         f);
     }
 }
@@ -2097,7 +2101,8 @@ __global__ void mirror__k_check(mirror_loss_scale_state *st, const uint16_t *g, 
         for (int k = 0; k < 8; k++)
             finite &= mirror_hd_finite(mirror_hd_unscale((uint16_t)(word[k / 2] >> 16 * (k % 2)), format, inv_scale));
     }
-    MIRROR__FOR_EACH(i, n - 8 * groups) finite &= mirror_hd_finite(mirror_hd_unscale(g[8 * groups + i], format, inv_scale));
+    MIRROR__FOR_EACH(i, n - 8 * groups)
+    finite &= mirror_hd_finite(mirror_hd_unscale(g[8 * groups + i], format, inv_scale));
     if (!finite) st->found_nonfinite = 1;
 }
 
