@@ -189,6 +189,11 @@ top_fields() {
     echo "struct $1: $n top-level fields"
     [ "$n" -gt 5 ] && [ "$n" -lt 30 ]
 }
+# A layer kind is one entry of mirror__kinds: nothing switches on the kind.
+no_kind_switch() {
+    ! grep -nE 'switch \(([a-z]+->|[a-z]+\.)?kind\)|switch \(m->layers|case MIRROR__(DENSE|CONV2D|RELU|MAXPOOL2D|FLATTEN|TANH|SIGMOID|GELU|AVGPOOL2D|GLOBAL_AVGPOOL|DROPOUT|BATCHNORM|RESIDUAL|RESIDUAL_END):' mirror.h
+}
+check "no switch on the layer kind in mirror.h (the kinds are the table mirror__kinds)" no_kind_switch
 check "struct mirror_model has fewer than 30 top-level fields" top_fields mirror_model
 check "struct mirror_strategy has fewer than 30 top-level fields" top_fields mirror_strategy
 # mirror_cuda.h keeps each kernel beside its launcher: the first launch of
