@@ -795,10 +795,10 @@ fi
 # it names exists (make -n of them all, where make names the one missing),
 # and it names each target the README tells a reader to run and each .PHONY
 # one (the GPU pack's steps aside); each variable it names is one the
-# Makefile reads. Bare make is the default goal, all. The probes are off:
-# what exists does not depend on them.
+# Makefile reads. Bare make is the default goal, all. The probes and the
+# sanitizers are off: what exists does not depend on them.
 help_is_whole() {
-    hmake() { MAKEFLAGS='' make --no-print-directory NO_CUDA=1 NO_MPI=1 NO_ZLIB=1 "$@"; }
+    hmake() { MAKEFLAGS='' make --no-print-directory NO_CUDA=1 NO_MPI=1 NO_ZLIB=1 SAN= BUILD=build "$@"; }
     hmake -s help >"$tmp/help.txt" || return 1
     awk -F '  +' '$2 ~ /^make( |$)/ { n = split($2, w, " "); print (n < 2 || w[2] ~ /=/) ? "all" : w[2] }' \
         "$tmp/help.txt" | sort -u >"$tmp/help.targets"

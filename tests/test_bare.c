@@ -50,7 +50,7 @@ int main(void)
     float a[1024], b[1024];
     size_t i, n;
     int rc;
-    small_digits(&data, 50, 5, 8, 4);
+    small_digits(&data, 50, 5, 8, 3);
     CHECK(mkdtemp(dir) != NULL, "a temporary directory");
     snprintf(path, sizeof path, "%s/out", dir);
     snprintf(ckpt, sizeof ckpt, "%s/bare.ckpt", dir);
