@@ -816,6 +816,32 @@ help_is_whole() {
 }
 check "make help: each target it names exists; it names the README's and the .PHONY ones; its variables are the Makefile's" help_is_whole
 
+# nvcc where the toolkit is not /usr/local/cuda (Ubuntu's nvidia-cuda-toolkit
+# puts it in /usr/bin): the one on the PATH, its folder above bin/ then
+# CUDA_PATH (unless given), and make info says where it looked when there is
+# none. nvcc's warnings are errors in make test (WERROR), not in a user's
+# build. make -n with a stand-in nvcc that passes the probe; nothing built.
+nvcc_found() {
+    mkdir -p "$tmp/cu/bin" "$tmp/nocu" && printf '#!/bin/sh\nexit 0\n' >"$tmp/cu/bin/nvcc" && chmod +x "$tmp/cu/bin/nvcc" || return 1
+    nmake() { MAKEFLAGS='' PATH="$tmp/cu/bin:$PATH" make --no-print-directory NO_MPI=1 SAN= CUDA_ARCH=90 BUILD="$tmp/nb" "$@"; }
+    nmake -n CUDA_PATH=/nonexistent "$tmp/nb/train_cuda" >"$tmp/nvcc.user" &&
+        grep -q "^$tmp/cu/bin/nvcc -O3 .*-c examples/mirror_cuda.cu" "$tmp/nvcc.user" &&
+        ! grep -q 'Werror' "$tmp/nvcc.user" || { echo "make build/train_cuda:"; cat "$tmp/nvcc.user"; return 1; }
+    nmake -n CUDA_PATH=/nonexistent test >"$tmp/nvcc.test" &&
+        grep -q "^$tmp/cu/bin/nvcc -O3 -Werror all-warnings .*-c examples/mirror_cuda.cu" "$tmp/nvcc.test" ||
+        { echo "make test: no nvcc line with -Werror all-warnings"; return 1; }
+    # CUDA_PATH not given and its default without nvcc: the PATH's toolkit's
+    sed 's|^CUDA_PATH ?= /usr/local/cuda$|CUDA_PATH ?= /nonexistent|' Makefile >"$tmp/nvcc.mk"
+    nmake -f "$tmp/nvcc.mk" -n "$tmp/nb/train_cuda" | grep -q -- "-L$tmp/cu/lib64 " ||
+        { echo "CUDA_PATH not taken from the PATH's nvcc"; return 1; }
+    if ! PATH="$tmp/nocu:/usr/bin:/bin" command -v nvcc >/dev/null; then
+        MAKEFLAGS='' PATH="$tmp/nocu:/usr/bin:/bin" make --no-print-directory -s NO_MPI=1 CUDA_PATH=/nonexistent info |
+            tee "$tmp/nvcc.info" | grep -qF 'nvcc=no (none in /nonexistent/bin/nvcc and the PATH)' || { cat "$tmp/nvcc.info"; return 1; }
+    fi
+}
+check "nvcc: CUDA_PATH's, else the PATH's (whose toolkit is CUDA_PATH), make info says where it looked; -Werror in make test only" \
+    nvcc_found
+
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (tests/install.sh; make test-install alone).
 # In the plain run only: it builds nothing under a sanitizer.
