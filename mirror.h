@@ -76,13 +76,15 @@
       -fno-math-errno lets it vectorise sqrtf in the Adam update.
       The GEMM's register tile is written with GCC/Clang vector extensions
       and sized for the widest vectors the flags allow (AVX-512, AVX2,
-      SSE2, NEON): -march=native picks the machine's. The GEMM runs alike
-      with gcc and clang at -O2 and -O3; the rest of a step is left to the
-      compiler's vectoriser, and whole steps differ: on a 2-core AMD EPYC
-      with AVX-512, the README's CNN example ran at 0.59x (gcc 12 -O2),
-      0.81x (gcc -O3) and 0.90x (clang 14 -O2) of clang -O3's speed (the
-      README's table). Use -O3. Bitwise reproducibility is a promise of one
-      build: another compiler or other flags may round otherwise.
+      SSE2, NEON): -march=native picks the machine's. The rest of a step
+      is written for the vectorisers (restrict pointers, whole blocks of
+      16), so gcc and clang at -O2 and -O3 run whole steps at close speeds: on a
+      2-core AMD EPYC with AVX-512 (make bench-peers, 2026-11-27), one
+      replica of the example MLP and CNN ran at 0.97x to 1.05x of clang 14
+      -O3's speed with gcc 12 -O2 and at 1.02x to 1.05x with gcc -O3
+      (bench/RESULTS.md; docs/reference.md, Performance). The Makefile
+      uses -O3. Bitwise reproducibility is a promise of one build: another
+      compiler or other flags may round otherwise.
 
    OPTION MACROS (define before including, in the file that defines
    MIRROR_IMPLEMENTATION or on its compile line)
@@ -378,9 +380,9 @@
       so, after a step has run, rank 0 saves the last complete step to the
       fit's checkpoint path on its own (a failed step changes nothing, so
       that is what every survivor holds) and says so in a notice; the
-      failure stays fit's result. The README gives the mpirun flags that
-      make a lost machine end the job within seconds, and the one case
-      where no survivor can act: a killed peer's reset connections can
+      failure stays fit's result. docs/reference.md gives the mpirun flags
+      that make a lost machine end the job within seconds, and the one
+      case where no survivor can act: a killed peer's reset connections can
       hold a process inside Open MPI 4.1's TCP transport until mpirun
       kills it (then --checkpoint-every's files are the safety net).
 
@@ -1133,8 +1135,10 @@ typedef struct mirror_model_desc {
     mirror_optimizer_desc optimizer;
     mirror_precision precision;
     mirror_loss_scale_desc loss_scale; /* mixed precision only */
-    /* Deterministic mode (1: on; CPU replicas): the parameters are bitwise
-       the same for any replica count and any split of the global batch.
+    /* Deterministic mode (1: on; CPU replicas, and GPU replicas in one
+       process: across processes they are refused): the parameters are
+       bitwise the same for any replica count and any split of the global
+       batch.
        The batch is cut into chunks of `chunk` samples (0: 16), each
        replica takes whole chunks, and the chunks' gradients are added in
        chunk order. See DETERMINISTIC MODE in the manual. */

@@ -23,9 +23,13 @@
 
       The -gencode flags: SASS for each major from Turing (sm_75) to
       Blackwell (sm_100, sm_120), which the later minors of a major run
-      too, and PTX for GPUs newer still (the Makefile's default CUDA_ARCH;
-      the README lists the GPUs). -Xcompiler gives the CPU code, the CPU
-      replicas' included, the flags of a CPU build.
+      too, and PTX for GPUs newer still (the Makefile's default CUDA_ARCH
+      with CUDA 13; the README lists the GPUs). They are CUDA 13's:
+      compute_110 is new there, and sm_100 and sm_120 need CUDA 12.8. Any
+      CUDA 12 takes sm_75, sm_80 and sm_90 with PTX of compute_90; the
+      Makefile asks its nvcc (--list-gpu-code), and -arch=native builds for
+      the GPUs of the building machine. -Xcompiler gives the CPU code, the
+      CPU replicas' included, the flags of a CPU build.
 
       Every other file includes mirror.h alone, from C, without
       MIRROR_IMPLEMENTATION: the same API, now with GPU replicas. Define

@@ -793,7 +793,8 @@ fi
 
 # make help, the Makefile's one list of what to run (its HELP): each target
 # it names exists (make -n of them all, where make names the one missing),
-# and it names each target the README tells a reader to run and each .PHONY
+# and it names each target the README (and docs/reference.md) tells a reader
+# to run and each .PHONY
 # one (the GPU pack's steps aside); each variable it names is one the
 # Makefile reads. Bare make is the default goal, all. The probes and the
 # sanitizers are off: what exists does not depend on them.
@@ -802,7 +803,7 @@ help_is_whole() {
     hmake -s help >"$tmp/help.txt" || return 1
     awk -F '  +' '$2 ~ /^make( |$)/ { n = split($2, w, " "); print (n < 2 || w[2] ~ /=/) ? "all" : w[2] }' \
         "$tmp/help.txt" | sort -u >"$tmp/help.targets"
-    { grep -o '`make[^`]*`' README.md | tr -d '`'; grep -E '^make( |$)' README.md; } |
+    { grep -ho '`make[^`]*`' README.md docs/reference.md | tr -d '`'; grep -hE '^make( |$)' README.md docs/reference.md; } |
         awk '{ print (NF < 2 || $2 ~ /=/) ? "all" : $2 }' | sort -u >"$tmp/readme.targets"
     sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/\\$//' | tr -s ' \t' '\n\n' |
         grep -v -e '^$' -e '^gpu-pack-' | sort -u >"$tmp/phony.targets"
@@ -841,6 +842,93 @@ nvcc_found() {
 }
 check "nvcc: CUDA_PATH's, else the PATH's (whose toolkit is CUDA_PATH), make info says where it looked; -Werror in make test only" \
     nvcc_found
+
+# The README's commands, as printed, each block in a fresh folder: the
+# blocks its source marks <!-- run.sh: NAME --> (a marked block's commands
+# run; what is left out of one is named here). A compile of the
+# implementation runs at -O1 where the README prints -O3: the same flags,
+# macros and link, in a third of the time. nvcc lines run with --dryrun,
+# which checks every flag and architecture; the object they would write is
+# make's own build/mirror_cuda.o (the same examples/mirror_cuda.cu).
+readme_block() {
+    awk -v n="<!-- run.sh: $1 -->" '$0 == n { f = 1; next } f && /^```/ { if (p) exit; p = 1; next } p' README.md
+}
+readme_c() { sed -n '/^## A short example/,/^```$/p' README.md | sed '1,/^```c$/d; /^```$/d'; }
+fresh() {
+    rm -rf "$tmp/fresh" && mkdir -p "$tmp/fresh/home" && cp -R Makefile mirror.h mirror_cuda.h tools "$tmp/fresh/"
+}
+in_fresh() { (cd "$tmp/fresh" && unset MAKEFLAGS MFLAGS MAKELEVEL && HOME="$tmp/fresh/home" PATH="$fresh_path$PATH" sh -e "$@"); }
+fresh_path=
+readme_quick_start() {
+    readme_block quick-start >"$tmp/quick.sh" &&
+        test "$(sed -n '/^```/{n;p;n;p;q;}' README.md | awk '{ print $1, $2 }' | tr '\n' ' ')" = "make run make test " ||
+        { echo "README: the first block does not open with make run, make test (or is not marked quick-start)"; return 1; }
+    fresh && grep '^make help' "$tmp/quick.sh" >"$tmp/fresh/run.sh" && in_fresh run.sh >"$tmp/quick.out" &&
+        grep -q '^  make run ' "$tmp/quick.out"
+}
+check "README: the quick start opens with make run and make test; its make help runs in a fresh folder" readme_quick_start
+readme_short_example() {
+    fresh && readme_c >"$tmp/fresh/app.c" && readme_block short-example | sed 's/ -O3 / -O1 /' >"$tmp/fresh/run.sh" &&
+        grep -q '^cc ' "$tmp/fresh/run.sh" && in_fresh run.sh && test -x "$tmp/fresh/app"
+}
+if printf '#include <zlib.h>\n' | $CC -E -x c - >/dev/null 2>&1; then
+    check "README: the short example builds with the command it prints (-O1), in a fresh folder" readme_short_example
+fi
+# app.c and the CUDA 13 lines: app.c linked to make's mirror_cuda.o and run
+# (CPU replicas without a GPU); the short example linked to it fails as
+# "One implementation in a program" says; the CUDA 12 line's flags.
+readme_cuda() {
+    fresh && cp "$BUILD/mirror_cuda.o" "$tmp/fresh/" || return 1
+    awk '/^<!-- run.sh: cuda-app -->$/ { f = 1; next } f && /^```c$/ { p = 1; next } p && /^```$/ { exit } p' README.md >"$tmp/fresh/app.c"
+    grep -q MIRROR_IMPLEMENTATION "$tmp/fresh/app.c" && { echo "README: the CUDA app.c defines MIRROR_IMPLEMENTATION"; return 1; }
+    for b in cuda-13 cuda-12; do
+        readme_block $b | sed 's/^nvcc /nvcc --dryrun /' >"$tmp/fresh/$b.sh" && grep -q '^nvcc --dryrun ' "$tmp/fresh/$b.sh" || return 1
+        fresh_path="$(dirname "$NVCC"):"
+        in_fresh $b.sh || { fresh_path=; echo "README's $b block failed"; return 1; }
+        fresh_path=
+    done
+    test -x "$tmp/fresh/app" || return 1
+    link=$(readme_block cuda-13 | sed -n '/^cc /,/[^\\]$/p' | tr -d '\\\n' | sed 's/ app\.c / short.o /; s/-o app /-o short /')
+    readme_c >"$tmp/fresh/short.c" && (cd "$tmp/fresh" && $CC -c -DMIRROR_QUIET_O0 short.c -o short.o) &&
+        ! (cd "$tmp/fresh" && eval "$link") >"$tmp/fresh/multiple.out" 2>&1 &&
+        grep -q "multiple definition of .mirror_set_logger'" "$tmp/fresh/multiple.out" &&
+        grep -qF "multiple definition of \`mirror_set_logger'" README.md ||
+        { echo "the short example with mirror_cuda.o: not the README's link error"; head -n 5 "$tmp/fresh/multiple.out"; return 1; }
+}
+if [ -n "$NVCC" ] && [ -z "$SAN" ] && [ -f "$BUILD/mirror_cuda.o" ] &&
+    printf 'int main(void){return 0;}\n' | $CC -x c - -o /dev/null -L/usr/local/cuda/lib64 -lcublas -lnccl >/dev/null 2>&1; then
+    check "README: the CUDA section's nvcc lines (13 and 12, --dryrun), app.c linked to mirror_cuda.o and run, the link error it names" \
+        readme_cuda
+fi
+# make install to a PREFIX pkg-config does not search, PKG_CONFIG_PATH, the
+# short example built with pkg-config's flags, make uninstall.
+readme_install() {
+    fresh && readme_c >"$tmp/fresh/app.c" && readme_block install | sed 's/ -O3 / -O1 /' >"$tmp/fresh/run.sh" &&
+        in_fresh run.sh && test -x "$tmp/fresh/app" && test -d "$tmp/fresh/home/.local/include" &&
+        test -z "$(find "$tmp/fresh/home" ! -type d)"
+}
+if [ -z "$SAN" ] && command -v pkg-config >/dev/null && pkg-config --exists zlib; then
+    check "README: make install to \$HOME/.local, PKG_CONFIG_PATH, the short example with pkg-config, uninstall (fresh folder)" \
+        readme_install
+fi
+# The outputs block with build/train: TensorBoard into runs/cnn, made
+# where missing, and resumed; the export where numpy, safetensors and onnx
+# are (tensorboard's server is not started).
+readme_outputs() {
+    fresh && mkdir "$tmp/fresh/build" && cp "$BUILD/train" "$tmp/fresh/build/" || return 1
+    if python3 -c 'import numpy, safetensors, onnx' 2>/dev/null; then
+        readme_block outputs | grep -v '^tensorboard ' >"$tmp/fresh/run.sh"
+    else
+        echo "README's export: skipped (no numpy, safetensors or onnx for python3)"
+        readme_block outputs | grep -v -e '^tensorboard ' -e '^python3 ' >"$tmp/fresh/run.sh"
+    fi
+    grep -q -- '--tensorboard runs/cnn .*--resume' "$tmp/fresh/run.sh" && in_fresh run.sh </dev/null &&
+        ls "$tmp/fresh/runs/cnn" | grep -q '^events\.out\.tfevents\.' &&
+        { ! grep -q '^python3 ' "$tmp/fresh/run.sh" || test -s "$tmp/fresh/cnn.onnx"; }
+}
+if [ -z "$SAN" ]; then
+    check "README: the outputs' commands in a fresh folder (TensorBoard into runs/cnn, resumed; the export)" readme_outputs
+fi
 
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (tests/install.sh; make test-install alone).
