@@ -929,6 +929,25 @@ readme_outputs() {
 if [ -z "$SAN" ]; then
     check "README: the outputs' commands in a fresh folder (TensorBoard into runs/cnn, resumed; the export)" readme_outputs
 fi
+# The README and docs/reference.md: every link to a file of the repository
+# and to a section (#anchor, as GitHub makes it from the heading) resolves.
+docs_links() {
+    bad=0
+    for doc in README.md docs/reference.md; do
+        dir=$(dirname "$doc")
+        grep -o '](\([^)#]*\)\(#[^)]*\)\?)' "$doc" | sed 's/^](//; s/)$//' | grep -v '^[a-z]*://' | sort -u >"$tmp/links"
+        while read -r link; do
+            file=${link%%#*}
+            [ -n "$file" ] && target="$dir/$file" || target=$doc
+            [ -e "$target" ] || { echo "$doc: $link: no file $target"; bad=1; continue; }
+            case $link in *'#'*) ;; *) continue ;; esac
+            grep '^#' "$target" | sed 's/^#* //' | tr 'A-Z' 'a-z' | sed 's/[^a-z0-9 _-]//g; s/ /-/g' |
+                grep -qx "${link#*#}" || { echo "$doc: $link: no such section in $target"; bad=1; }
+        done <"$tmp/links"
+    done
+    return $bad
+}
+check "README.md and docs/reference.md: each link to a file and a section resolves" docs_links
 
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (tests/install.sh; make test-install alone).
