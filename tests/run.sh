@@ -948,6 +948,14 @@ docs_links() {
     return $bad
 }
 check "README.md and docs/reference.md: each link to a file and a section resolves" docs_links
+# The README's trainer options name every flag that train --help lists.
+readme_flags() {
+    "$BUILD/train" --help 2>&1 | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p' | sort -u >"$tmp/help.flags" &&
+        test -s "$tmp/help.flags" || return 1
+    missing=$(grep -oh -- '--[a-z0-9-]*' README.md | sort -u | comm -13 - "$tmp/help.flags")
+    [ -z "$missing" ] || { echo "not in the README:" $missing; return 1; }
+}
+check "README: the trainer's options name every flag of train --help" readme_flags
 
 # make install into a temporary prefix, a program built with pkg-config's
 # flags alone, make uninstall (tests/install.sh; make test-install alone).
