@@ -1156,9 +1156,10 @@ typedef struct mirror_model_desc {
     mirror_shard_update shard_update;
     /* 1: each replica's forward and backward of a training step, and its
        update, are recorded once per shape (CUDA graphs) and replayed, two
-       launches a step instead of one per kernel. GPUs only; elsewhere, and
-       for models with batchnorm layers or in deterministic mode, the step
-       runs as without (a notice says why). Once the model is built,
+       launches a step instead of one per kernel. GPUs only; elsewhere, for
+       models with batchnorm layers and in deterministic mode, the step
+       runs as without (a notice says why), and so it does while
+       mirror_timing records; a sharded update is not recorded. Once the model is built,
        mirror_model_query_desc reports whether they are in use. See GRAPHS
        in mirror_cuda.h. */
     int graphs;
