@@ -824,7 +824,11 @@ check "make help: each target it names exists; it names the README's and the .PH
 # build. make -n with a stand-in nvcc that passes the probe; nothing built.
 nvcc_found() {
     mkdir -p "$tmp/cu/bin" "$tmp/nocu" && printf '#!/bin/sh\nexit 0\n' >"$tmp/cu/bin/nvcc" && chmod +x "$tmp/cu/bin/nvcc" || return 1
-    nmake() { MAKEFLAGS='' PATH="$tmp/cu/bin:$PATH" make --no-print-directory NO_MPI=1 SAN= CUDA_ARCH=90 BUILD="$tmp/nb" "$@"; }
+    # (make test hands run.sh NVCC, and WERROR=1, in the environment)
+    nmake() {
+        MAKEFLAGS='' PATH="$tmp/cu/bin:$PATH" env -u NVCC -u CUDA_PATH -u NCCL_HOME -u WERROR \
+            make --no-print-directory NO_MPI=1 SAN= CUDA_ARCH=90 BUILD="$tmp/nb" "$@"
+    }
     nmake -n CUDA_PATH=/nonexistent "$tmp/nb/train_cuda" >"$tmp/nvcc.user" &&
         grep -q "^$tmp/cu/bin/nvcc -O3 .*-c examples/mirror_cuda.cu" "$tmp/nvcc.user" &&
         ! grep -q 'Werror' "$tmp/nvcc.user" || { echo "make build/train_cuda:"; cat "$tmp/nvcc.user"; return 1; }
@@ -836,7 +840,7 @@ nvcc_found() {
     nmake -f "$tmp/nvcc.mk" -n "$tmp/nb/train_cuda" | grep -q -- "-L$tmp/cu/lib64 " ||
         { echo "CUDA_PATH not taken from the PATH's nvcc"; return 1; }
     if ! PATH="$tmp/nocu:/usr/bin:/bin" command -v nvcc >/dev/null; then
-        MAKEFLAGS='' PATH="$tmp/nocu:/usr/bin:/bin" make --no-print-directory -s NO_MPI=1 CUDA_PATH=/nonexistent info |
+        MAKEFLAGS='' PATH="$tmp/nocu:/usr/bin:/bin" env -u NVCC make --no-print-directory -s NO_MPI=1 CUDA_PATH=/nonexistent info |
             tee "$tmp/nvcc.info" | grep -qF 'nvcc=no (none in /nonexistent/bin/nvcc and the PATH)' || { cat "$tmp/nvcc.info"; return 1; }
     fi
 }
@@ -904,8 +908,11 @@ fi
 # short example built with pkg-config's flags, make uninstall.
 readme_install() {
     fresh && readme_c >"$tmp/fresh/app.c" && readme_block install | sed 's/ -O3 / -O1 /' >"$tmp/fresh/run.sh" &&
-        in_fresh run.sh && test -x "$tmp/fresh/app" && test -d "$tmp/fresh/home/.local/include" &&
-        test -z "$(find "$tmp/fresh/home" ! -type d)"
+        in_fresh -x run.sh 2>"$tmp/install.trace" && test -x "$tmp/fresh/app" &&
+        test -d "$tmp/fresh/home/.local/include" && test -z "$(find "$tmp/fresh/home" ! -type d)" ||
+        { cat "$tmp/install.trace"; return 1; }
+    # the compile took the installed header's folder from pkg-config
+    grep -q "^+ cc .* -I$tmp/fresh/home/.local/include " "$tmp/install.trace" || { cat "$tmp/install.trace"; return 1; }
 }
 if [ -z "$SAN" ] && command -v pkg-config >/dev/null && pkg-config --exists zlib; then
     check "README: make install to \$HOME/.local, PKG_CONFIG_PATH, the short example with pkg-config, uninstall (fresh folder)" \
