@@ -168,7 +168,8 @@ ifeq ($(HAVE_NVCC),1)
 endif
 # Warnings are errors in make test (WERROR=1, which it sets) and CI, not
 # in a user's make: a newer nvcc or host compiler must not fail the build.
-NVCCFLAGS = -O3 $(if $(filter 1,$(WERROR)),-Werror all-warnings) $(CUDA_GENCODE) -I$(NCCL_HOME)/include $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
+NVCCFLAGS = -O3 $(if $(filter 1,$(WERROR)),-Werror all-warnings) $(CUDA_GENCODE) -I$(NCCL_HOME)/include \
+            $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
 test: export WERROR ?= 1
@@ -239,7 +240,9 @@ endif
 
 all: info $(EXAMPLES)
 
-NVCC_WHY = $(if $(filter 1,$(NO_CUDA)), (NO_CUDA=1),$(if $(NVCC_LOOKED), (none in $(NVCC_LOOKED)), ($(NVCC) failed a probe compile)))
+# (why nvcc=no: NO_CUDA, no nvcc where make looked, or one that failed the probe)
+NVCC_WHY = $(if $(filter 1,$(NO_CUDA)), (NO_CUDA=1),$(if $(NVCC_LOOKED), (none in $(NVCC_LOOKED)), \
+             ($(NVCC) failed a probe compile)))
 info:
 	@echo "mirror: cc=$(CC) zlib=$(if $(HAVE_ZLIB),yes,no) cblas=$(if $(filter 1,$(MIRROR_CBLAS)),yes,no) nvcc=$(if $(HAVE_NVCC),$(NVCC),no$(NVCC_WHY)) nccl=$(if $(HAVE_NCCL),yes,no) mpi=$(if $(HAVE_MPI),$(MPICC),no) build=$(BUILD)"
 

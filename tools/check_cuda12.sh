@@ -79,7 +79,7 @@ knows() {
     echo "known: $archs"
 }
 if [ -x "$dir/bin/nvcc" ] || [ -x "$dir/bin/ptxas" ]; then
-    check "the README's CUDA 12 line: each architecture ($(echo $archs)) known to CUDA $version" knows
+    check "the README's CUDA 12 line: each architecture ($(echo "$archs" | tr '\n' ' ')) known to CUDA $version" knows
 fi
 
 if [ -x "$dir/bin/nvcc" ]; then
