@@ -84,7 +84,7 @@
       2-core AMD EPYC with AVX-512 (make bench-peers, 2026-11-27), one
       replica of the example MLP and CNN ran at 0.97x to 1.05x of clang 14
       -O3's speed with gcc 12 -O2 and at 1.02x to 1.05x with gcc -O3
-      (bench/RESULTS.md; docs/reference.md, Performance). The Makefile
+      (bench/RESULTS.md; tools/reference.md, Performance). The Makefile
       uses -O3. Bitwise reproducibility is a promise of one build: another
       compiler or other flags may round otherwise.
 
@@ -382,7 +382,7 @@
       so, after a step has run, rank 0 saves the last complete step to the
       fit's checkpoint path on its own (a failed step changes nothing, so
       that is what every survivor holds) and says so in a notice; the
-      failure stays fit's result. docs/reference.md gives the mpirun flags
+      failure stays fit's result. tools/reference.md gives the mpirun flags
       that make a lost machine end the job within seconds, and the one
       case where no survivor can act: a killed peer's reset connections can
       hold a process inside Open MPI 4.1's TCP transport until mpirun

@@ -86,7 +86,7 @@ for n in 1 2 3; do
 done
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MIRROR_TIMEOUT=10
-# mpirun over the first n hosts, as docs/reference.md's multi-machine section
+# mpirun over the first n hosts, as tools/reference.md's multi-machine section
 # says: TCP on the hosts' network, a lost host noticed within seconds
 # (TCP keepalive on Open MPI's own connections), time for rank 0 to save
 # between mpirun's SIGTERM and its SIGKILL.

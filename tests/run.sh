@@ -793,7 +793,7 @@ fi
 
 # make help, the Makefile's one list of what to run (its HELP): each target
 # it names exists (make -n of them all, where make names the one missing),
-# and it names each target the README (and docs/reference.md) tells a reader
+# and it names each target the README (and tools/reference.md) tells a reader
 # to run and each .PHONY
 # one (the GPU pack's steps aside); each variable it names is one the
 # Makefile reads. Bare make is the default goal, all. The probes and the
@@ -803,7 +803,7 @@ help_is_whole() {
     hmake -s help >"$tmp/help.txt" || return 1
     awk -F '  +' '$2 ~ /^make( |$)/ { n = split($2, w, " "); print (n < 2 || w[2] ~ /=/) ? "all" : w[2] }' \
         "$tmp/help.txt" | sort -u >"$tmp/help.targets"
-    { grep -ho '`make[^`]*`' README.md docs/reference.md | tr -d '`'; grep -hE '^make( |$)' README.md docs/reference.md; } |
+    { grep -ho '`make[^`]*`' README.md tools/reference.md | tr -d '`'; grep -hE '^make( |$)' README.md tools/reference.md; } |
         awk '{ print (NF < 2 || $2 ~ /=/) ? "all" : $2 }' | sort -u >"$tmp/readme.targets"
     sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/\\$//' | tr -s ' \t' '\n\n' |
         grep -v -e '^$' -e '^gpu-pack-' | sort -u >"$tmp/phony.targets"
@@ -936,11 +936,11 @@ readme_outputs() {
 if [ -z "$SAN" ]; then
     check "README: the outputs' commands in a fresh folder (TensorBoard into runs/cnn, resumed; the export)" readme_outputs
 fi
-# The README and docs/reference.md: every link to a file of the repository
+# The README and tools/reference.md: every link to a file of the repository
 # and to a section (#anchor, as GitHub makes it from the heading) resolves.
 docs_links() {
     bad=0
-    for doc in README.md docs/reference.md; do
+    for doc in README.md tools/reference.md; do
         dir=$(dirname "$doc")
         grep -o '](\([^)#]*\)\(#[^)]*\)\?)' "$doc" | sed 's/^](//; s/)$//' | grep -v '^[a-z]*://' | sort -u >"$tmp/links"
         while read -r link; do
@@ -954,7 +954,7 @@ docs_links() {
     done
     return $bad
 }
-check "README.md and docs/reference.md: each link to a file and a section resolves" docs_links
+check "README.md and tools/reference.md: each link to a file and a section resolves" docs_links
 # The README's trainer options name every flag that train --help lists.
 readme_flags() {
     "$BUILD/train" --help 2>&1 | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p' | sort -u >"$tmp/help.flags" &&

@@ -6,7 +6,7 @@
           --bind-to none: Open MPI would pin each process to one core, which
           its replica threads would share. As root add --allow-run-as-root;
           more processes than cores (-np 3 on 2 cores) need --oversubscribe;
-          on several machines, a hostfile (docs/reference.md: Several machines).
+          on several machines, a hostfile (tools/reference.md: Several machines).
 
    What to look at: the program is SPMD, as with Horovod or torchrun: every
    process runs the same code, loads the data itself, and makes the same
