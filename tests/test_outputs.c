@@ -860,16 +860,25 @@ static void test_made_dirs(void)
     mirror_fit_desc fd = fit_desc(1);
     uint64_t steps;
     struct stat st;
+    mode_t mask;
     int rc;
     path_in(top, "fresh");
     snprintf(ckpt, sizeof ckpt, "%s/ck/a/run.ckpt", top), snprintf(lock, sizeof lock, "%s.lock", ckpt);
     snprintf(hist, sizeof hist, "%s/h//h.csv", top), snprintf(plot, sizeof plot, "%s/p.svg", top);
     snprintf(trace, sizeof trace, "%s/t/t.json", top), snprintf(tb, sizeof tb, "%s/runs/cnn/", top);
     fd.checkpoint = ckpt, fd.history = hist, fd.plot = plot, fd.trace = trace, fd.tensorboard = tb;
+    mask = umask(002);
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && stat(ckpt, &st) == 0 && lines_of(hist) == 2 &&
               stat(plot, &st) == 0 && stat(trace, &st) == 0 && tb_file(tb, 0, below, sizeof below),
           "each output in folders that are missing, the TensorBoard directory's parents too: made as mkdir -p (%s)",
           mirror_model_error(m));
+    /* modes as fopen and mkdir give them, less the umask (002 here) */
+    CHECK(stat(ckpt, &st) == 0 && (st.st_mode & 0777) == 0664 && stat(lock, &st) == 0 && (st.st_mode & 0777) == 0664 &&
+              stat(hist, &st) == 0 && (st.st_mode & 0777) == 0664 && stat(below, &st) == 0 &&
+              (st.st_mode & 0777) == 0664 && stat(tb, &st) == 0 && (st.st_mode & 0777) == 0775 &&
+              stat(ckpt, &st) == 0 && (st.st_mode & 0777) == 0664,
+          "umask 002: the checkpoint, its lock, the history and the event file 0664, the directories made 0775");
+    umask(mask);
 
     /* Refused once the disk is being written (the checkpoint's lock taken,
        the history, plot and trace staged): what it made is gone, what was
