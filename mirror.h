@@ -13155,7 +13155,9 @@ static int mirror__same_file(const char *a, const char *b)
    was missing); those below it are this call's too, and
    mirror__unmake_dirs removes them. A name on the way that is not a
    directory fails with MIRROR_ERR_ARGUMENT, one that cannot be made
-   (no permission, a read-only file system) with MIRROR_ERR_IO, naming it. */
+   (no permission, a read-only file system) with MIRROR_ERR_IO, naming it:
+   "WHAT DIR cannot be made: ..." (what: "mirror_fit: the history's
+   directory"). */
 static int mirror__make_dirs(mirror_error *err, const char *what, const char *path, size_t len, size_t *made)
 {
     char at[MIRROR__PATH_MAX];
@@ -13170,16 +13172,16 @@ static int mirror__make_dirs(mirror_error *err, const char *what, const char *pa
         memcpy(at, path, end), at[end] = '\0';
         if (stat(at, &st) == 0) {
             if (S_ISDIR(st.st_mode)) continue;
-            return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the directory %.*s cannot be made: %s is %s, not a directory",
-                                 what, (int)len, path, at, S_ISREG(st.st_mode) ? "a file" : mirror__file_kind(st.st_mode));
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s %.*s cannot be made: %s is %s, not a directory", what,
+                                 (int)len, path, at, S_ISREG(st.st_mode) ? "a file" : mirror__file_kind(st.st_mode));
         }
         if (errno == ENOENT && mkdir(at, 0777) == 0) {
             if (!*made) *made = end;
             continue;
         }
         if (errno == EEXIST && stat(at, &st) == 0 && S_ISDIR(st.st_mode)) continue; /* made meanwhile by another */
-        return mirror__error(err, MIRROR_ERR_IO, "%s: the directory %.*s cannot be made: %s: %s", what, (int)len, path,
-                             at, strerror(errno));
+        return mirror__error(err, MIRROR_ERR_IO, "%s %.*s cannot be made: %s: %s", what, (int)len, path, at,
+                             strerror(errno));
     }
     return MIRROR_OK;
 }
@@ -14328,8 +14330,8 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep, mirr
     } else if ((rc = mirror__path_fits(&m->err, "mirror_fit: the checkpoint", path, MIRROR__CKPT_NAMES,
                                        MIRROR__CKPT_NAMES_ARE)) == MIRROR_OK &&
                (rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
-               (rc = mirror__make_dirs(&m->err, "mirror_fit: the checkpoint", path, made->dirs, &made->made)) ==
-                   MIRROR_OK &&
+               (rc = mirror__make_dirs(&m->err, "mirror_fit: the checkpoint's directory", path, made->dirs,
+                                       &made->made)) == MIRROR_OK &&
                (rc = mirror__save_lock(m, path, name, size, &fd, &made->file)) == MIRROR_OK) {
         m->fit.lock = fd + 1;
         if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
@@ -16491,9 +16493,10 @@ static int mirror__file_output_check(mirror_model *m, const mirror__fit_run *f, 
    is missing, as mkdir -p makes it, into what the output made. */
 static int mirror__output_dirs(mirror_model *m, mirror__fit_run *f, size_t i, size_t len)
 {
-    char what[64];
+    char what[80];
     mirror__made *made = &f->files[i].made;
-    snprintf(what, sizeof what, "mirror_fit: the %s", f->outs[i].name);
+    snprintf(what, sizeof what, "mirror_fit: the %s%s", f->outs[i].name,
+             len == strlen(MIRROR__OUTPUT_PATH(f, i)) ? "" : "'s directory");
     made->dirs = len;
     return mirror__make_dirs(&m->err, what, MIRROR__OUTPUT_PATH(f, i), len, &made->made);
 }
@@ -17067,7 +17070,8 @@ static void mirror__fit_discard(mirror_model *m, mirror__fit_run *f)
     size_t i;
     for (i = 0; i < f->nouts; i++)
         if (f->files[i].made.file && f->files[i].path[0]) unlink(f->files[i].path);
-    if (f->ckpt_made.file && m->fit.lock && (size_t)snprintf(lock, sizeof lock, "%s.lock", f->d.checkpoint) < sizeof lock)
+    if (f->ckpt_made.file && m->fit.lock &&
+        (size_t)snprintf(lock, sizeof lock, "%s.lock", f->d.checkpoint) < sizeof lock)
         unlink(lock);
     for (i = f->nouts; i-- > 0;)
         if (f->files[i].made.made)

@@ -718,9 +718,11 @@ static void tb_applies(const char *dir)
         int k;
         for (k = 0; k < 13; k++) v[k] = strtod(at, &at), at++;
         same = v[8] > 0 && (float)v[8] == (float)tb_value(&ev[2], "grad_norm") && v[9] > 1 &&
-               (float)v[9] == (float)tb_value(&ev[2], "loss_scale") && (float)v[10] == (float)tb_value(&ev[2], "skipped_steps");
+               (float)v[9] == (float)tb_value(&ev[2], "loss_scale") &&
+               (float)v[10] == (float)tb_value(&ev[2], "skipped_steps");
     }
-    CHECK(n == 3 && i == 1 && same, "fp16 with clipping: grad_norm, loss_scale and skipped_steps, the history's (%d)", n);
+    CHECK(n == 3 && i == 1 && same, "fp16 with clipping: grad_norm, loss_scale and skipped_steps, the history's (%d)",
+          n);
     free(csv);
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
@@ -825,8 +827,8 @@ static void test_tensorboard(void)
           "a TensorBoard directory that is a file: refused before the first step (%s)", mirror_model_error(m));
     snprintf(file, sizeof file, "%s/below", notdir);
     fd.tensorboard = file;
-    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "is a file, not a directory") &&
-              mirror_optimizer_steps(m) == steps,
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(m), "is a file, not a directory") && mirror_optimizer_steps(m) == steps,
           "a TensorBoard directory below a file: refused before the first step, naming the file (%s)",
           mirror_model_error(m));
     path_in(notdir, "no-such/runs/cnn");
@@ -991,7 +993,8 @@ static int ticks_round(const char *svg, double lo, double hi, int *log_scale, in
     double v[32], step;
     int n = 0, i, ok = 1;
     if (!end) end = svg + strlen(svg);
-    *log_scale = label && label < end && strstr(label, "(log scale)") && strstr(label, "(log scale)") < strstr(label, "</text>");
+    *log_scale = label && label < end && strstr(label, "(log scale)") &&
+                 strstr(label, "(log scale)") < strstr(label, "</text>");
     while ((at = strstr(at, "class=\"ytick\"")) != NULL && at < end && n < 32) {
         at = strchr(at, '>') + 1;
         v[n++] = strtod(at, NULL);
