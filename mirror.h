@@ -711,7 +711,41 @@
       (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, a path
       that is not a directory, or one that names a checkpoint's file or
       another output (above: made where a save goes, it would fail that
-      save after the whole run) fails fit before the first step.
+      save after the whole run) fails fit before the first step. The
+      scalars that do not apply to the model are left out, not written as
+      zeros: grad_norm without clipping (clip_norm 0: the step computes the
+      norm for the clipping alone), loss_scale where the loss is not scaled
+      (fp32; bf16, whose scale is 1), skipped_steps in fp32 (a non-finite
+      step fails fp32's fit instead). The history keeps all its columns.
+
+      Directories. fit makes the missing directories of every path it
+      writes, as mkdir -p does (each with 0777 less the umask): the
+      TensorBoard directory itself and its parents, and the directory of
+      the history, the plot, the trace and the checkpoint. A name on the way
+      that is not a directory fails with MIRROR_ERR_ARGUMENT, one that
+      cannot be made (no permission, a read-only file system) with
+      MIRROR_ERR_IO, each naming it. mirror_checkpoint_save and
+      mirror_trace_write, called alone, make none: a missing directory
+      fails them with MIRROR_ERR_IO.
+
+      A fit refused before its first step leaves the disk as it found it.
+      It checks every path (the outputs', the checkpoint's) before it makes
+      anything; only then does it make the directories, take the
+      checkpoint's PATH.lock and write the first versions of the history,
+      the plot and the trace to temporary files, which it renames over
+      their paths once every output is ready (and makes the TensorBoard
+      event file). Where one of those steps fails, what it made is removed:
+      the temporary files, the event file, a PATH.lock it made (removed
+      holding its lock; a saver that locked the old file finds it gone and
+      locks the new one), and the directories it made, innermost first.
+      Files and directories that were there before stay as they were: an
+      old plot at the path is not replaced until every output is ready.
+
+      Modes. Every file fit and the saves make (checkpoints, PATH.1 ..,
+      PATH.lock, the outputs, the event files) gets 0666 less the umask, as
+      fopen gives (0644 under the usual umask 022): a checkpoint is data to
+      share, and the process's umask says with whom (umask 077 keeps them
+      the user's own).
 
    PATHS
 
@@ -1604,10 +1638,11 @@ typedef struct mirror_fit_desc {
     /* Checkpoints (see mirror_checkpoint_save): written to `checkpoint`
        every checkpoint_every steps (0: never during an epoch), after the
        last epoch and when stopped, keeping checkpoint_keep (0: 3). Before
-       its first step fit checks that the path can be saved to and takes
-       its lock for the whole fit: a missing directory, a target that is
-       not a regular file or not a checkpoint (a user's file there), or
-       another process saving there fails at once. */
+       its first step fit checks that the path can be saved to, makes its
+       directory where missing (as mkdir -p) and takes its lock for the
+       whole fit: a directory that cannot be made, a target that is not a
+       regular file or not a checkpoint (a user's file there), or another
+       process saving there fails at once. */
     const char *checkpoint;
     size_t checkpoint_every, checkpoint_keep;
     /* When *stop becomes non-zero (a signal handler may set it), fit saves
@@ -1631,7 +1666,11 @@ typedef struct mirror_fit_desc {
        of the epoch logs (epoch, steps, samples, train_loss, train_acc,
        val_loss, val_acc, lr, grad_norm, loss_scale, skipped, seconds,
        samples_per_s); plot an SVG of loss and accuracy, training and
-       validation, by epoch, that a browser shows. NULL: none. With
+       validation, by epoch, that a browser shows (round ticks, 1, 2 or 5
+       times a power of ten apart; the loss on a log scale, said on its
+       axis, where it spans more than a decade; a legend of line swatches,
+       validation dashed, so that it reads in black and white). NULL: none.
+       Their directories are made where missing (SIDE OUTPUTS). With
        curve_every (steps; 0: none), both also get a point every
        curve_every steps of the run (the model's steps, which a resumed
        run continues) within an epoch, for long epochs: the epoch's
@@ -1665,13 +1704,14 @@ typedef struct mirror_fit_desc {
        not name `checkpoint`'s. The file the parameters were loaded from is
        spared untold (mirror_weights_source). */
     const char *resumed_from;
-    /* TensorBoard's event files in this directory (made when missing; NULL:
-       none), by rank 0, without dependencies: a scalar of each curve point
-       (each epoch, and every curve_every steps within one) at the model's
-       step: epoch, loss/train, accuracy/train, loss/validation,
-       accuracy/validation (the accuracies of the softmax cross-entropy
-       loss), learning_rate, grad_norm, loss_scale, skipped_steps and
-       samples_per_s, the history's numbers. Each fit adds a file of its
+    /* TensorBoard's event files in this directory (made with its missing
+       parents, as mkdir -p; NULL: none), by rank 0, without dependencies:
+       a scalar of each curve point (each epoch, and every curve_every
+       steps within one) at the model's step: epoch, loss/train,
+       accuracy/train, loss/validation, accuracy/validation (the accuracies
+       of the softmax cross-entropy loss), learning_rate, grad_norm (with
+       clipping), loss_scale (fp16's scaled loss), skipped_steps (mixed
+       precision) and samples_per_s, the history's numbers. Each fit adds a file of its
        own that starts with a session's start at the step after the
        model's, so a resumed run continues its run's curves: TensorBoard
        drops what earlier files hold from that step on. A directory that
@@ -1764,7 +1804,8 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
    PATH, and the directory is flushed. Older checkpoints are kept as
    PATH.1 (the previous one), PATH.2, ... up to keep - 1 of them: PATH is
    always the newest. A failed save (no space, I/O error, permission)
-   returns an error and leaves the previous checkpoint as it was.
+   returns an error and leaves the previous checkpoint as it was. The
+   files get 0666 less the umask, as fopen gives (see SIDE OUTPUTS).
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
