@@ -68,9 +68,10 @@ def compare(history, logdir, what, absent=()):
     rows = list(csv.DictReader(open(history)))
     shown, doubled = scalars(logdir)
     check(not doubled, "%s: one point a step (doubled: %s)" % (what, ", ".join(doubled) or "none"))
-    there = sorted(TAGS[c] for c in absent if TAGS[c] in shown)
-    check(not there, "%s: no %s (there: %s)" % (what, ", ".join(TAGS[c] for c in absent) or "tag left out",
-                                                   ", ".join(there) or "none"))
+    if absent:
+        there = sorted(TAGS[c] for c in absent if TAGS[c] in shown)
+        check(not there, "%s: no %s (there: %s)" % (what, ", ".join(TAGS[c] for c in absent),
+                                                       ", ".join(there) or "none"))
     steps, wrong = [], []
     for row in rows:
         x = float(row["epoch"])
