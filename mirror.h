@@ -3226,8 +3226,12 @@ typedef struct mirror__fit_run {
 /* fit's side outputs (>>outputs) as fit sees them: a list of entries that
    fit calls in turn and never names. An entry is asked for by a path in
    the fit desc (the member at `at`; NULL: not asked). Before the first
-   step rank 0 checks every entry asked, then opens each (a failure fails
-   fit: nothing is lost yet); then it hands them the curve points
+   step rank 0 checks every entry asked (making nothing), then opens each
+   (a failure fails fit: nothing is lost yet): an open makes its missing
+   directories and its file, recording them in the fit's files[i].made, a
+   file written whole going to a temporary file (staged) that fit renames
+   over its path once every entry is open; a failure removes what they
+   made (mirror__fit_discard). Then it hands them the curve points
    (`point`, each as it comes; `rewrite`, all the points so far, which fit
    keeps while an output asked needs them, at an epoch's end and at a
    checkpoint saved mid-epoch) and the fit's end (`end`). A write that

@@ -5,8 +5,12 @@
    disk) keeps the previous complete file, the training and the checkpoint;
    a resumed fit continues its history, mid-epoch too (the file the run
    that was not stopped writes); a path of any length is joined whole or
-   refused naming PATH_MAX; and a fit inside fit's hook on the
-   same model is refused. */
+   refused naming PATH_MAX; a fit inside fit's hook on the same model is
+   refused; missing directories are made as mkdir -p makes them, and a fit
+   refused before its first step leaves the disk as it found it; the
+   TensorBoard scalars that do not apply are left out; the plot's ticks
+   are round, its loss on a log scale past a decade, its legend of line
+   swatches, its XML well-formed. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, mkfifo, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
