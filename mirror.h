@@ -17222,7 +17222,7 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
         if ((rc = mirror__timing(m, 256))) goto fail;
         f->timed_here = 1;
     }
-    /* The side outputs' paths (no checkpoint's, no FIFO) */
+    /* The side outputs' paths (no checkpoint's, no FIFO), before anything is made */
     if (f->asked && (rc = MIRROR__BY_LEADER(m, mirror__outputs_check(m, f)))) goto fail;
     f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
     f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
