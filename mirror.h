@@ -715,7 +715,41 @@
       (MIRROR_OUTPUT_TENSORBOARD). A directory that cannot be made, a path
       that is not a directory, or one that names a checkpoint's file or
       another output (above: made where a save goes, it would fail that
-      save after the whole run) fails fit before the first step.
+      save after the whole run) fails fit before the first step. The
+      scalars that do not apply to the model are left out, not written as
+      zeros: grad_norm without clipping (clip_norm 0: the step computes the
+      norm for the clipping alone), loss_scale where the loss is not scaled
+      (fp32; bf16, whose scale is 1), skipped_steps in fp32 (a non-finite
+      step fails fp32's fit instead). The history keeps all its columns.
+
+      Directories. fit makes the missing directories of every path it
+      writes, as mkdir -p does (each with 0777 less the umask): the
+      TensorBoard directory itself and its parents, and the directory of
+      the history, the plot, the trace and the checkpoint. A name on the way
+      that is not a directory fails with MIRROR_ERR_ARGUMENT, one that
+      cannot be made (no permission, a read-only file system) with
+      MIRROR_ERR_IO, each naming it. mirror_checkpoint_save and
+      mirror_trace_write, called alone, make none: a missing directory
+      fails them with MIRROR_ERR_IO.
+
+      A fit refused before its first step leaves the disk as it found it.
+      It checks every path (the outputs', the checkpoint's) before it makes
+      anything; only then does it make the directories, take the
+      checkpoint's PATH.lock and write the first versions of the history,
+      the plot and the trace to temporary files, which it renames over
+      their paths once every output is ready (and makes the TensorBoard
+      event file). Where one of those steps fails, what it made is removed:
+      the temporary files, the event file, a PATH.lock it made (removed
+      holding its lock; a saver that locked the old file finds it gone and
+      locks the new one), and the directories it made, innermost first.
+      Files and directories that were there before stay as they were: an
+      old plot at the path is not replaced until every output is ready.
+
+      Modes. Every file fit and the saves make (checkpoints, PATH.1 ..,
+      PATH.lock, the outputs, the event files) gets 0666 less the umask, as
+      fopen gives (0644 under the usual umask 022): a checkpoint is data to
+      share, and the process's umask says with whom (umask 077 keeps them
+      the user's own).
 
    PATHS
 
@@ -1611,10 +1645,11 @@ typedef struct mirror_fit_desc {
     /* Checkpoints (see mirror_checkpoint_save): written to `checkpoint`
        every checkpoint_every steps (0: never during an epoch), after the
        last epoch and when stopped, keeping checkpoint_keep (0: 3). Before
-       its first step fit checks that the path can be saved to and takes
-       its lock for the whole fit: a missing directory, a target that is
-       not a regular file or not a checkpoint (a user's file there), or
-       another process saving there fails at once. */
+       its first step fit checks that the path can be saved to, makes its
+       directory where missing (as mkdir -p) and takes its lock for the
+       whole fit: a directory that cannot be made, a target that is not a
+       regular file or not a checkpoint (a user's file there), or another
+       process saving there fails at once. */
     const char *checkpoint;
     size_t checkpoint_every, checkpoint_keep;
     /* When *stop becomes non-zero (a signal handler may set it), fit saves
@@ -1638,7 +1673,11 @@ typedef struct mirror_fit_desc {
        of the epoch logs (epoch, steps, samples, train_loss, train_acc,
        val_loss, val_acc, lr, grad_norm, loss_scale, skipped, seconds,
        samples_per_s); plot an SVG of loss and accuracy, training and
-       validation, by epoch, that a browser shows. NULL: none. With
+       validation, by epoch, that a browser shows (round ticks, 1, 2 or 5
+       times a power of ten apart; the loss on a log scale, said on its
+       axis, where it spans more than a decade; a legend of line swatches,
+       validation dashed, so that it reads in black and white). NULL: none.
+       Their directories are made where missing (SIDE OUTPUTS). With
        curve_every (steps; 0: none), both also get a point every
        curve_every steps of the run (the model's steps, which a resumed
        run continues) within an epoch, for long epochs: the epoch's
@@ -1672,13 +1711,14 @@ typedef struct mirror_fit_desc {
        not name `checkpoint`'s. The file the parameters were loaded from is
        spared untold (mirror_weights_source). */
     const char *resumed_from;
-    /* TensorBoard's event files in this directory (made when missing; NULL:
-       none), by rank 0, without dependencies: a scalar of each curve point
-       (each epoch, and every curve_every steps within one) at the model's
-       step: epoch, loss/train, accuracy/train, loss/validation,
-       accuracy/validation (the accuracies of the softmax cross-entropy
-       loss), learning_rate, grad_norm, loss_scale, skipped_steps and
-       samples_per_s, the history's numbers. Each fit adds a file of its
+    /* TensorBoard's event files in this directory (made with its missing
+       parents, as mkdir -p; NULL: none), by rank 0, without dependencies:
+       a scalar of each curve point (each epoch, and every curve_every
+       steps within one) at the model's step: epoch, loss/train,
+       accuracy/train, loss/validation, accuracy/validation (the accuracies
+       of the softmax cross-entropy loss), learning_rate, grad_norm (with
+       clipping), loss_scale (fp16's scaled loss), skipped_steps (mixed
+       precision) and samples_per_s, the history's numbers. Each fit adds a file of its
        own that starts with a session's start at the step after the
        model's, so a resumed run continues its run's curves: TensorBoard
        drops what earlier files hold from that step on. A directory that
@@ -1771,7 +1811,8 @@ MIRROR_API int mirror_keep_data(mirror_model *m, const mirror_dataset *ds, mirro
    PATH, and the directory is flushed. Older checkpoints are kept as
    PATH.1 (the previous one), PATH.2, ... up to keep - 1 of them: PATH is
    always the newest. A failed save (no space, I/O error, permission)
-   returns an error and leaves the previous checkpoint as it was.
+   returns an error and leaves the previous checkpoint as it was. The
+   files get 0666 less the umask, as fopen gives (see SIDE OUTPUTS).
 
    A save replaces only regular files: a PATH (or PATH.1 ..) that is a
    directory, device, FIFO, socket or symbolic link is refused with
@@ -3134,10 +3175,22 @@ typedef struct mirror__curve_point {
     mirror_epoch_log log;
 } mirror__curve_point;
 
-/* A file a side output holds open through a fit (fd -1: none), and its path. */
+/* What fit made on the disk before its first step, removed again when it
+   fails there: a file (`file`), and the directories of the path's first
+   `dirs` bytes from the one `made` bytes long inward (mirror__make_dirs;
+   0: none). */
+typedef struct mirror__made {
+    int file;
+    size_t dirs, made;
+} mirror__made;
+
+/* A file a side output holds open through a fit (fd -1: none), and its
+   path: the event file, or a temporary file written before the first step
+   (`staged`) that fit's start renames over the output's path. */
 typedef struct mirror__output_file {
-    int fd;
+    int fd, staged;
     char path[MIRROR__PATH_MAX];
+    mirror__made made;
 } mirror__output_file;
 
 #define MIRROR__FIT_OUTPUTS 4 /* the most side outputs of a fit */
@@ -3173,14 +3226,19 @@ typedef struct mirror__fit_run {
     int asked;
     unsigned needs;
     mirror__output_file files[MIRROR__FIT_OUTPUTS];
+    mirror__made ckpt_made; /* the checkpoint's directories and PATH.lock */
 } mirror__fit_run;
 
 
 /* fit's side outputs (>>outputs) as fit sees them: a list of entries that
    fit calls in turn and never names. An entry is asked for by a path in
    the fit desc (the member at `at`; NULL: not asked). Before the first
-   step rank 0 checks every entry asked, then opens each (a failure fails
-   fit: nothing is lost yet); then it hands them the curve points
+   step rank 0 checks every entry asked (making nothing), then opens each
+   (a failure fails fit: nothing is lost yet): an open makes its missing
+   directories and its file, recording them in the fit's files[i].made, a
+   file written whole going to a temporary file (staged) that fit renames
+   over its path once every entry is open; a failure removes what they
+   made (mirror__fit_discard). Then it hands them the curve points
    (`point`, each as it comes; `rewrite`, all the points so far, which fit
    keeps while an output asked needs them, at an epoch's end and at a
    checkpoint saved mid-epoch) and the fit's end (`end`). A write that
@@ -13143,6 +13201,66 @@ static int mirror__same_file(const char *a, const char *b)
     return !ea && !eb && mirror__same_dir(a, b, &na, &nb) && !strcmp(na, nb);
 }
 
+/* The directory of path's first len bytes (trailing slashes aside) made
+   as mkdir -p makes it: each missing one, outermost first, 0777 less the
+   umask. *made: the length of the outermost one this call made (0: none
+   was missing); those below it are this call's too, and
+   mirror__unmake_dirs removes them. A name on the way that is not a
+   directory fails with MIRROR_ERR_ARGUMENT, one that cannot be made
+   (no permission, a read-only file system) with MIRROR_ERR_IO, naming it:
+   "WHAT DIR cannot be made: ..." (what: "mirror_fit: the history's
+   directory"). */
+static int mirror__make_dirs(mirror_error *err, const char *what, const char *path, size_t len, size_t *made)
+{
+    char at[MIRROR__PATH_MAX];
+    struct stat st;
+    size_t end;
+    *made = 0;
+    while (len > 1 && path[len - 1] == '/') len--;
+    if (len >= sizeof at) /* mirror__path_fits saw to it */
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the path passes PATH_MAX", what);
+    for (end = 1; end <= len; end++) {
+        if (end < len && !(path[end] == '/' && path[end - 1] != '/')) continue; /* a name ends at a slash */
+        memcpy(at, path, end), at[end] = '\0';
+        if (stat(at, &st) == 0) {
+            if (S_ISDIR(st.st_mode)) continue;
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s %.*s cannot be made: %s is %s, not a directory", what,
+                                 (int)len, path, at, S_ISREG(st.st_mode) ? "a file" : mirror__file_kind(st.st_mode));
+        }
+        if (errno == ENOENT && mkdir(at, 0777) == 0) {
+            if (!*made) *made = end;
+            continue;
+        }
+        if (errno == EEXIST && stat(at, &st) == 0 && S_ISDIR(st.st_mode)) continue; /* made meanwhile by another */
+        return mirror__error(err, MIRROR_ERR_IO, "%s %.*s cannot be made: %s: %s", what, (int)len, path, at,
+                             strerror(errno));
+    }
+    return MIRROR_OK;
+}
+
+/* Removes the directories mirror__make_dirs(path, len) made (made: what it
+   gave), innermost first; rmdir leaves one that is not empty. */
+static void mirror__unmake_dirs(const char *path, size_t len, size_t made)
+{
+    char dir[MIRROR__PATH_MAX];
+    while (len > 1 && path[len - 1] == '/') len--;
+    if (!made || len >= sizeof dir) return;
+    memcpy(dir, path, len), dir[len] = '\0';
+    while (len >= made && rmdir(dir) == 0) {
+        while (len && dir[len - 1] != '/') len--; /* up to the name's slash, */
+        while (len > 1 && dir[len - 1] == '/') len--; /* then past it */
+        dir[len] = '\0';
+    }
+}
+
+/* Where path's directory ends: its last slash (0: none, the working
+   directory; 1: the root). */
+static size_t mirror__dir_length(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) + (slash == path) : 0;
+}
+
 #ifndef MIRROR_NO_LOADERS
 // >>loaders -----------------------------------------------------------------
 /* The dataset loaders (left out by MIRROR_NO_LOADERS): IDX (MNIST),
@@ -14083,7 +14201,7 @@ static int mirror__copy_file(const char *from, const char *to, char *tmp, size_t
     unsigned char buf[1 << 14];
     int in = open(from, O_RDONLY), out = -1, ok = in >= 0;
     ssize_t n;
-    if (ok) ok = (out = mirror__make_tmp(to, 0600, tmp, size)) >= 0;
+    if (ok) ok = (out = mirror__make_tmp(to, 0666, tmp, size)) >= 0; /* as a save's */
     while (ok && (n = read(in, buf, sizeof buf)) != 0) ok = n > 0 && !mirror__write_all(out, buf, (size_t)n);
     if (ok) ok = fsync(out) == 0;
     if (out >= 0 && close(out) != 0) ok = 0;
@@ -14204,49 +14322,69 @@ static int mirror__check_targets(mirror_model *m, const char *path, size_t keep,
    on PATH.lock (made beside PATH and left there) and refuses to start
    while another process holds it. *out gets the lock's descriptor. Record
    locks belong to the process: one process must not save one path from
-   two threads at once. */
-static int mirror__save_lock(mirror_model *m, const char *path, char *name, size_t size, int *out)
+   two threads at once. *made (may be NULL): whether this call made the
+   lock file. A fit refused before its first step removes the file it made,
+   holding its lock: whoever locks the file after that finds it no longer
+   at its name, and locks the one there then. */
+static int mirror__save_lock(mirror_model *m, const char *path, char *name, size_t size, int *out, int *made)
 {
     struct flock fl;
-    struct stat st;
-    int fd;
+    struct stat st, at;
+    int fd, tries, created;
     snprintf(name, size, "%s.lock", path);
-    if ((fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0644)) < 0)
-        return mirror__fail(m, MIRROR_ERR_IO,
-                            "%s: cannot create the lock file %s: %s (is the directory there and writable?)", path, name,
-                            strerror(errno));
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: its lock file %s is not a regular file", path, name);
+    for (tries = 0;; tries++) {
+        created = 0;
+        if ((fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK, 0666)) >= 0) created = 1;
+        else if (errno == EEXIST) fd = open(name, O_RDWR | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0 && errno == ENOENT && tries < 100) continue; /* removed between the two opens */
+        if (fd < 0)
+            return mirror__fail(m, MIRROR_ERR_IO,
+                                "%s: cannot create the lock file %s: %s (is the directory there and writable?)", path,
+                                name, strerror(errno));
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: its lock file %s is not a regular file", path, name);
+        }
+        if (fcntl(fd, F_SETLK, &fl) != 0) {
+            int e = errno;
+            close(fd);
+            return mirror__fail(m, MIRROR_ERR_IO,
+                                "%s: another process is saving checkpoints to this path (it holds %s: %s)", path, name,
+                                strerror(e));
+        }
+        if (stat(name, &at) == 0 && at.st_dev == st.st_dev && at.st_ino == st.st_ino) break;
+        close(fd); /* locked a file that its maker removed: the one at the name now */
+        if (tries == 100)
+            return mirror__fail(m, MIRROR_ERR_IO, "%s: its lock file %s keeps being replaced", path, name);
     }
-    if (fcntl(fd, F_SETLK, &fl) != 0) {
-        int e = errno;
-        close(fd);
-        return mirror__fail(m, MIRROR_ERR_IO, "%s: another process is saving checkpoints to this path (it holds %s: %s)",
-                            path, name, strerror(e));
-    }
+    if (made) *made = created;
     *out = fd;
     return MIRROR_OK;
 }
 
 /* Before fit's first step: PATH can be saved to (its targets are regular
-   files, the lock is free, a file can be made beside it). The lock is
-   kept until fit returns (mirror__fit_unlock). */
-static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep)
+   files, the lock is free, a file can be made beside it), its missing
+   directories made. The lock is kept until fit returns
+   (mirror__fit_unlock); *made: what was made, which a fit refused before
+   its first step removes (mirror__fit_discard). */
+static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep, mirror__made *made)
 {
     size_t size = strlen(path) + 300;
     char *name = (char *)MIRROR_MALLOC(size);
     int rc = MIRROR_OK, fd, probe;
     if (!name) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "mirror_fit: out of memory");
+    made->dirs = mirror__dir_length(path);
     if (!*path) {
         rc = mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the checkpoint path is empty");
     } else if ((rc = mirror__path_fits(&m->err, "mirror_fit: the checkpoint", path, MIRROR__CKPT_NAMES,
                                        MIRROR__CKPT_NAMES_ARE)) == MIRROR_OK &&
                (rc = mirror__check_targets(m, path, keep ? keep : 3, name, size)) == MIRROR_OK &&
-               (rc = mirror__save_lock(m, path, name, size, &fd)) == MIRROR_OK) {
+               (rc = mirror__make_dirs(&m->err, "mirror_fit: the checkpoint's directory", path, made->dirs,
+                                       &made->made)) == MIRROR_OK &&
+               (rc = mirror__save_lock(m, path, name, size, &fd, &made->file)) == MIRROR_OK) {
         m->fit.lock = fd + 1;
         if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
@@ -14331,7 +14469,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     if ((rc = mirror__check_targets(m, path, keep, a, plen + 300))) goto done;
-    if (!mirror__holds_lock(m, path, a, plen + 300) && (rc = mirror__save_lock(m, path, a, plen + 300, &lock)))
+    if (!mirror__holds_lock(m, path, a, plen + 300) && (rc = mirror__save_lock(m, path, a, plen + 300, &lock, NULL)))
         goto done;
     mirror__remove_stale(path, keep, a, b, plen + 300);
     mirror__download_arena(m, 0, params, MIRROR__PARAMS); /* as the arena */
@@ -14346,11 +14484,11 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
         goto done;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if ((fd = mirror__make_tmp(path, 0600, tmp, plen + 300)) < 0) {
+    /* 0666 less the umask, as fopen's: a checkpoint is data to share, and the umask says with whom */
+    if ((fd = mirror__make_tmp(path, 0666, tmp, plen + 300)) < 0) {
         rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;
     }
-    (void)fchmod(fd, 0644); /* made 0600, as by mkstemp */
     if (mirror__write_all(fd, len8, 8) || mirror__write_all(fd, h.p, h.len)) goto write_failed;
     for (i = 0; i < nt; i++)
         if (mirror__write_all(fd, t[i].host, t[i].count * sizeof(float))) goto write_failed;
@@ -15718,22 +15856,26 @@ static int mirror__output_open(mirror__output *o, const char *path)
     return 0;
 }
 
-/* Flushes the temporary file to disk and renames it over path; on failure
-   removes it, leaving path as it was, and returns 0 with errno set. */
-static int mirror__output_close(mirror__output *o, const char *path)
+/* Flushes the temporary file to disk and renames it over path (staged not
+   NULL: leaves it for fit's start to rename, its name in staged, of
+   MIRROR__PATH_MAX bytes); on failure removes it, leaving path as it was,
+   and returns 0 with errno set. */
+static int mirror__output_close(mirror__output *o, const char *path, char *staged)
 {
     int ok = fflush(o->f) == 0 && !ferror(o->f), e;
     if (ok) ok = fsync(fileno(o->f)) == 0;
     e = errno;
     if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
-    if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
+    if (ok && staged) memcpy(staged, o->tmp, sizeof o->tmp);
+    else if (ok && rename(o->tmp, path) != 0) ok = 0, e = errno;
     if (!ok) unlink(o->tmp);
     errno = e;
     return ok;
 }
 
-/* The trace into path; 0 (errno set) when it cannot be written. */
-static int mirror__trace_file(mirror_model *m, const char *path)
+/* The trace into path (staged: see mirror__output_close); 0 (errno set)
+   when it cannot be written. */
+static int mirror__trace_file(mirror_model *m, const char *path, char *staged)
 {
     mirror__output o;
     FILE *f;
@@ -15756,14 +15898,14 @@ static int mirror__trace_file(mirror_model *m, const char *path)
     }
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"mirror, rank %zu\"}}\n]}\n",
             m->s->rank, m->s->rank);
-    return mirror__output_close(&o, path);
+    return mirror__output_close(&o, path, staged);
 }
 
 static int mirror__trace_write(mirror_model *m, const char *path)
 {
     int rc;
     if ((rc = mirror__output_path(m, "mirror_trace_write", path))) return rc;
-    if (!mirror__trace_file(m, path))
+    if (!mirror__trace_file(m, path, NULL))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_trace_write: %s: cannot write the trace: %s", path,
                             strerror(errno));
     return MIRROR_OK;
@@ -15792,8 +15934,9 @@ static const char mirror__history_header[] =
     "epoch,steps,samples,train_loss,train_acc,val_loss,val_acc,lr,grad_norm,loss_scale,skipped,seconds,"
     "samples_per_s\n";
 
-/* The history (CSV) of pts; 0 (errno set) when it cannot be written. */
-static int mirror__write_history(const char *path, const mirror__curve_point *pts, size_t n)
+/* The history (CSV) of pts (staged: see mirror__output_close); 0 (errno
+   set) when it cannot be written. */
+static int mirror__write_history(const char *path, const mirror__curve_point *pts, size_t n, char *staged)
 {
     mirror__output o;
     FILE *f;
@@ -15809,7 +15952,7 @@ static int mirror__write_history(const char *path, const mirror__curve_point *pt
         fprintf(f, "%.9g,%.9g,%.9g,%llu,%.6f,%.1f\n", l->lr, l->grad_norm, l->loss_scale, (unsigned long long)l->skipped,
                 l->seconds, l->samples_per_s);
     }
-    return mirror__output_close(&o, path);
+    return mirror__output_close(&o, path, staged);
 }
 
 /* A count read back from a history: a whole number that a size_t holds. */
@@ -15849,10 +15992,11 @@ static int mirror__history_row(const char *line, mirror__curve_point *p)
 }
 
 /* A line of the plot, drawn point by point: a polyline, or a dot where it
-   has one point (a run of one epoch). Ending it starts the next. */
+   has one point (a run of one epoch). Ending it starts the next. A dashed
+   series (dash: its stroke-dasharray, NULL: solid) has hollow dots. */
 typedef struct mirror__svg_line {
     FILE *f;
-    const char *color;
+    const char *color, *dash;
     size_t points;
     double x, y; /* the last point */
 } mirror__svg_line;
@@ -15861,38 +16005,103 @@ static void mirror__svg_line_end(mirror__svg_line *l)
 {
     if (l->points >= 2) fprintf(l->f, "\"/>\n");
     if (l->points == 1)
-        fprintf(l->f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", l->x, l->y, l->color);
+        fprintf(l->f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\" stroke=\"%s\" stroke-width=\"2\"/>\n", l->x,
+                l->y, l->dash ? "white" : l->color, l->color);
     l->points = 0;
 }
 
-static void mirror__svg_line_begin(mirror__svg_line *l, FILE *f, const char *color)
+static void mirror__svg_line_begin(mirror__svg_line *l, FILE *f, const char *color, const char *dash)
 {
     l->f = f;
     l->color = color;
+    l->dash = dash;
     l->points = 0;
     l->x = l->y = 0.0;
 }
 
 static void mirror__svg_line_point(mirror__svg_line *l, double x, double y)
 {
-    if (++l->points == 2) /* a line after all: from the point held */
-        fprintf(l->f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%.1f,%.1f ", l->color, l->x,
-                l->y);
+    if (++l->points == 2) { /* a line after all: from the point held */
+        fprintf(l->f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"", l->color);
+        if (l->dash) fprintf(l->f, " stroke-dasharray=\"%s\"", l->dash);
+        fprintf(l->f, " points=\"%.1f,%.1f ", l->x, l->y);
+    }
     if (l->points >= 2) fprintf(l->f, "%.1f,%.1f ", x, y);
     l->x = x;
     l->y = y;
 }
 
+/* A panel's value axis: its ends (their log10 on a log scale) and its
+   ticks, at round numbers: on a linear axis every 1, 2 or 5 times a power
+   of ten, the ends the multiples of that step around the data; on a log
+   axis the decades around the data (with their 2 and 5 where they are
+   three or fewer, every k-th where they are more than eight). */
+typedef struct mirror__svg_axis {
+    int log;
+    double lo, hi, step;
+    double tick[32];
+    size_t ticks;
+} mirror__svg_axis;
+
+static void mirror__svg_axis_of(mirror__svg_axis *a, double lo, double hi, int log_scale)
+{
+    static const double mult[3] = {1.0, 2.0, 5.0};
+    double p, k;
+    size_t i;
+    a->log = log_scale, a->ticks = 0;
+    if (log_scale) {
+        double first = floor(log10(lo)), last = ceil(log10(hi)), every = ceil((last - first) / 8.0);
+        a->lo = first, a->hi = last, a->step = every;
+        for (p = first; p <= last + 0.5; p += 1.0)
+            for (i = 0; i < (last - first <= 3.0 ? 3u : 1u); i++) {
+                double v = mult[i] * pow(10.0, p);
+                if ((i || fmod(p - first, every) == 0.0) && log10(v) <= last + 1e-9 && a->ticks < 32)
+                    a->tick[a->ticks++] = v;
+            }
+        return;
+    }
+    /* the smallest step of 1, 2 or 5 x 10^e that cuts the span in at most 5 */
+    for (p = pow(10.0, floor(log10((hi - lo) / 5.0))), i = 0; (hi - lo) / (mult[i] * p) > 5.0 + 1e-9;)
+        if (++i == 3) i = 0, p *= 10.0;
+    a->step = mult[i] * p;
+    a->lo = floor(lo / a->step + 1e-9) * a->step, a->hi = ceil(hi / a->step - 1e-9) * a->step;
+    for (k = floor(lo / a->step + 1e-9); a->ticks < 32 && k * a->step <= a->hi + a->step / 2; k += 1.0)
+        a->tick[a->ticks++] = k * a->step + 0.0; /* + 0.0: never -0 */
+}
+
+/* Where v falls on the axis, 0 at its low end, 1 at its high end. */
+static double mirror__svg_axis_at(const mirror__svg_axis *a, double v)
+{
+    return ((a->log ? log10(v) : v) - a->lo) / (a->hi - a->lo);
+}
+
+/* A tick's label: a log axis's as %g; a linear one's with the decimals of
+   its step (0.05: two), so that 0.1 and 0.15 read alike. */
+static void mirror__svg_tick_label(const mirror__svg_axis *a, double v, char *out, size_t size)
+{
+    int decimals = a->log || a->step >= 1.0 ? 0 : (int)ceil(-log10(a->step) - 1e-9);
+    if (a->log || fabs(v) >= 1e15) snprintf(out, size, "%g", v);
+    else snprintf(out, size, "%.*f", decimals, v);
+}
+
+/* The series of a panel: training solid, validation dashed, so that they
+   are told apart without their colours too. */
+static const char *const mirror__svg_color[2] = {"#3182bd", "#e6550d"};
+static const char *const mirror__svg_dash[2] = {NULL, "6,4"};
+
 /* One panel of the plot at (x0, y0), w x h: a series of training values
-   (and of validation values, where there are), against the epochs. */
+   (and of validation values, where there are), against the epochs. The
+   loss goes on a log scale where it spans more than a decade. */
 static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h, const char *title,
                               const mirror__curve_point *pts, size_t n, int acc)
 {
-    const double left = 56, bottom = 36, top = 28, right = 12;
+    const double left = 64, bottom = 36, top = 28, right = 12;
     double lo = 1e300, hi = -1e300, px = w - left - right, py = h - top - bottom;
     double first = n ? pts[0].x : 0, span = n ? pts[n - 1].x - first : 0; /* the epochs shown */
     size_t i, k, series, labels, e;
     int validated = 0;
+    mirror__svg_axis axis;
+    char label[48];
     for (i = 0; i < n; i++) {
         const mirror_epoch_log *l = &pts[i].log;
         double v[2];
@@ -15907,14 +16116,20 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
     }
     if (lo > hi) lo = 0, hi = 1;
     if (hi - lo < 1e-12) lo -= 0.5, hi += 0.5;
+    mirror__svg_axis_of(&axis, lo, hi, !acc && lo > 0 && hi > 10.0 * lo);
     fprintf(f, "<g transform=\"translate(%.1f,%.1f)\">\n", x0, y0);
     fprintf(f, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n", left + px / 2, title);
+    fprintf(f, "<text class=\"ylabel\" transform=\"rotate(-90 14 %.1f)\" x=\"14\" y=\"%.1f\" text-anchor=\"middle\" "
+               "font-size=\"12\">%s%s</text>\n",
+            top + py / 2, top + py / 2, title, axis.log ? " (log scale)" : "");
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", left,
             top, px, py);
-    for (k = 0; k <= 4; k++) { /* value ticks and grid */
-        double v = lo + (hi - lo) * (double)k / 4, y = top + py - py * (double)k / 4;
+    for (k = 0; k < axis.ticks; k++) { /* value ticks and grid */
+        double y = top + py - py * mirror__svg_axis_at(&axis, axis.tick[k]);
+        mirror__svg_tick_label(&axis, axis.tick[k], label, sizeof label);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", left, y, left + px, y);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%.4g</text>\n", left - 4, y + 4, v);
+        fprintf(f, "<text class=\"ytick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%s</text>\n",
+                left - 4, y + 4, label);
     }
     labels = (size_t)(span + 1.0); /* epoch ticks at the whole epochs shown, at most about 10 labelled */
     for (e = (size_t)ceil(first - 1e-9); n && (double)e <= pts[n - 1].x + 1e-9; e++) {
@@ -15926,10 +16141,9 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", left + px / 2,
             top + py + 30);
     for (series = 0; series < 2; series++) {
-        const char *color = series ? "#e6550d" : "#3182bd";
         mirror__svg_line line;
         if (series && !validated) break;
-        mirror__svg_line_begin(&line, f, color);
+        mirror__svg_line_begin(&line, f, mirror__svg_color[series], mirror__svg_dash[series]);
         for (i = 0; i < n; i++) {
             const mirror_epoch_log *l = &pts[i].log;
             double v = series ? (acc ? l->val_acc : l->val_loss) : (acc ? l->train_acc : l->train_loss);
@@ -15939,18 +16153,32 @@ static void mirror__svg_panel(FILE *f, double x0, double y0, double w, double h,
             if (!(v == v) || v < lo || v > hi) continue; /* NaN: a gap */
             if (within && i > 0 && ceil(pts[i - 1].x) != ceil(pts[i].x))
                 mirror__svg_line_end(&line); /* a new epoch's mean starts afresh: a new line */
-            mirror__svg_line_point(&line, x, top + py - py * (v - lo) / (hi - lo));
+            mirror__svg_line_point(&line, x, top + py - py * mirror__svg_axis_at(&axis, v));
         }
         mirror__svg_line_end(&line);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s</text>\n", left + px - 70,
-                (acc ? top + py - 24 : top + 14) + 14 * (double)series, color, /* where the curves are not */
-                series ? "validation" : "training");
+    }
+    { /* the legend, where the curves are not: a swatch of each series' line (its colour and dashes), its name */
+        size_t shown = validated ? 2 : 1;
+        double lx = left + px - 104, ly = acc ? top + py - 8 - 16 * (double)shown : top + 6;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"98\" height=\"%.1f\" fill=\"white\" fill-opacity=\"0.85\" "
+                   "stroke=\"#ccc\"/>\n",
+                lx, ly, 4 + 16 * (double)shown);
+        for (series = 0; series < shown; series++) {
+            double y = ly + 12 + 16 * (double)series;
+            fprintf(f, "<line class=\"swatch\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                       "stroke-width=\"2\"",
+                    lx + 6, y - 4, lx + 30, y - 4, mirror__svg_color[series]);
+            if (mirror__svg_dash[series]) fprintf(f, " stroke-dasharray=\"%s\"", mirror__svg_dash[series]);
+            fprintf(f, "/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#222\">%s</text>\n", lx + 36, y,
+                    series ? "validation" : "training");
+        }
     }
     fprintf(f, "</g>\n");
 }
 
-/* Loss (and, for a classifier, accuracy) by epoch, training and validation. */
-static int mirror__write_plot(const char *path, const mirror__curve_point *pts, size_t n, int classify)
+/* Loss (and, for a classifier, accuracy) by epoch, training and validation
+   (staged: see mirror__output_close). */
+static int mirror__write_plot(const char *path, const mirror__curve_point *pts, size_t n, int classify, char *staged)
 {
     mirror__output o;
     FILE *f;
@@ -15963,7 +16191,7 @@ static int mirror__write_plot(const char *path, const mirror__curve_point *pts, 
     mirror__svg_panel(f, 0, 0, w, h, "loss", pts, n, 0);
     if (classify) mirror__svg_panel(f, w, 0, w, h, "accuracy", pts, n, 1);
     fprintf(f, "</svg>\n");
-    return mirror__output_close(&o, path);
+    return mirror__output_close(&o, path, staged);
 }
 
 /* A resumed fit continues its history (rank 0): the rows of the file at
@@ -16136,8 +16364,8 @@ static int mirror__tb_event(int fd, uint64_t step, const mirror__pb *summary, co
     return 0;
 }
 
-/* The directory (made when missing, its parent must exist) and a new event
-   file in it, named as TensorBoard looks for them; its first records are
+/* A new event file in the directory (mirror__tb_start made it where it
+   was missing), named as TensorBoard looks for them; its first records are
    the version and the session's start. TensorBoard reads a directory's
    files in the order of their names, which start with the time in
    seconds: a file's time is made later than every other file's there, so
@@ -16152,17 +16380,11 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
 {
     static const char prefix[] = "events.out.tfevents.";
     char host[64];
-    struct stat st;
     long long now = (long long)time(NULL);
     DIR *d;
     struct dirent *e;
     size_t i;
     int k;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: the TensorBoard directory %s cannot be made: %s", dir,
-                            strerror(errno));
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return mirror__fail(m, MIRROR_ERR_ARGUMENT, "mirror_fit: the TensorBoard directory %s is not a directory", dir);
     if ((d = opendir(dir)) != NULL) {
         while ((e = readdir(d)) != NULL)
             if (!strncmp(e->d_name, prefix, sizeof prefix - 1)) {
@@ -16182,7 +16404,7 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
                                 "mirror_fit: the TensorBoard directory %s: an event file's name in it would pass the "
                                 "system's limit of %d bytes for a path (PATH_MAX)",
                                 dir, MIRROR__PATH_MAX - 1);
-        *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+        *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666); /* as fopen's, less the umask */
         if (*fd < 0 && errno != EEXIST) break;
     }
     if (*fd < 0 || mirror__tb_event(*fd, m->steps, NULL, "brain.Event:2", 0) ||
@@ -16195,10 +16417,26 @@ static int mirror__tb_open(mirror_model *m, const char *dir, int *fd, char *path
     return MIRROR_OK;
 }
 
+/* The scalars that apply to a model (MIRROR__TB_*): the gradient's norm
+   where clipping is on (the step computes it for the clipping alone:
+   without, the log holds 0), the loss scale where the loss is scaled
+   (fp16; bf16's scale is 1), the skipped steps in mixed precision (fp32
+   never skips a step: a non-finite one fails it). */
+enum { MIRROR__TB_NORM = 1, MIRROR__TB_SCALE = 2, MIRROR__TB_SKIPS = 4 };
+static unsigned mirror__tb_applies(const mirror_model *m)
+{
+    unsigned which = 0;
+    if (m->desc.optimizer.clip_norm > 0.0f) which |= MIRROR__TB_NORM;
+    if (m->format && m->desc.loss_scale.kind != MIRROR_SCALE_NONE) which |= MIRROR__TB_SCALE;
+    if (m->format) which |= MIRROR__TB_SKIPS;
+    return which;
+}
+
 /* A curve point as one Event at the model's step: the epoch (with a
    fraction within one), the losses and accuracies, the rate, the gradient
-   norm, the loss scale, the skipped steps, the speed. */
-static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_log *l, int classify)
+   norm, the loss scale, the skipped steps (those that apply: `which`), the
+   speed. */
+static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_log *l, int classify, unsigned which)
 {
     unsigned char raw[768];
     mirror__pb summary = {raw, 0, sizeof raw, 0};
@@ -16210,9 +16448,9 @@ static int mirror__tb_point(int fd, uint64_t step, double x, const mirror_epoch_
         if (classify) mirror__tb_value(&summary, "accuracy/validation", l->val_acc);
     }
     mirror__tb_value(&summary, "learning_rate", l->lr);
-    mirror__tb_value(&summary, "grad_norm", l->grad_norm);
-    mirror__tb_value(&summary, "loss_scale", l->loss_scale);
-    mirror__tb_value(&summary, "skipped_steps", (double)l->skipped);
+    if (which & MIRROR__TB_NORM) mirror__tb_value(&summary, "grad_norm", l->grad_norm);
+    if (which & MIRROR__TB_SCALE) mirror__tb_value(&summary, "loss_scale", l->loss_scale);
+    if (which & MIRROR__TB_SKIPS) mirror__tb_value(&summary, "skipped_steps", (double)l->skipped);
     mirror__tb_value(&summary, "samples_per_s", l->samples_per_s);
     return mirror__tb_event(fd, step, &summary, NULL, 0) == 0;
 }
@@ -16303,6 +16541,28 @@ static int mirror__file_output_check(mirror_model *m, const mirror__fit_run *f, 
     return mirror__output_spares(m, f, i);
 }
 
+/* Output i's directory (the first len bytes of its path) made where it
+   is missing, as mkdir -p makes it, into what the output made. */
+static int mirror__output_dirs(mirror_model *m, mirror__fit_run *f, size_t i, size_t len)
+{
+    char what[80];
+    mirror__made *made = &f->files[i].made;
+    snprintf(what, sizeof what, "mirror_fit: the %s%s", f->outs[i].name,
+             len == strlen(MIRROR__OUTPUT_PATH(f, i)) ? "" : "'s directory");
+    made->dirs = len;
+    return mirror__make_dirs(&m->err, what, MIRROR__OUTPUT_PATH(f, i), len, &made->made);
+}
+
+/* A file output's first version, written before the first step into a
+   temporary file (staged) that fit's start renames over its path once
+   every output is ready: a fit refused before its first step leaves
+   nothing (mirror__fit_discard). 0 (errno set) when it cannot be written. */
+static int mirror__staged(mirror__fit_run *f, size_t i, int ok)
+{
+    f->files[i].staged = f->files[i].made.file = ok;
+    return ok;
+}
+
 /* The history: a resumed run's rows read back, then written (a failure
    fails fit); rewritten whole from the points at each epoch's end. */
 static int mirror__history_open(mirror_model *m, mirror__fit_run *f, size_t i)
@@ -16313,7 +16573,8 @@ static int mirror__history_open(mirror_model *m, mirror__fit_run *f, size_t i)
     if ((d->initial_epoch || d->initial_step) &&
         (rc = mirror__read_history(m, d, f->steps, &f->logs, &f->nlogs, &f->logs_cap)))
         return rc;
-    if (!mirror__write_history(path, f->logs, f->nlogs))
+    if ((rc = mirror__output_dirs(m, f, i, mirror__dir_length(path)))) return rc;
+    if (!mirror__staged(f, i, mirror__write_history(path, f->logs, f->nlogs, f->files[i].path)))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the history: %s", path, strerror(errno));
     return MIRROR_OK;
 }
@@ -16322,8 +16583,8 @@ static void mirror__history_rewrite(mirror_model *m, mirror__fit_run *f, size_t 
 {
     const char *path = MIRROR__OUTPUT_PATH(f, i);
     (void)m;
-    mirror__output_result(&f->failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(path, f->logs, f->nlogs), "history",
-                          path);
+    mirror__output_result(&f->failed, MIRROR_OUTPUT_HISTORY, mirror__write_history(path, f->logs, f->nlogs, NULL),
+                          "history", path);
 }
 
 /* The plot: written at the start (the points a resumed history holds) and
@@ -16331,7 +16592,11 @@ static void mirror__history_rewrite(mirror_model *m, mirror__fit_run *f, size_t 
 static int mirror__plot_open(mirror_model *m, mirror__fit_run *f, size_t i)
 {
     const char *path = MIRROR__OUTPUT_PATH(f, i);
-    if (!mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE))
+    int rc;
+    if ((rc = mirror__output_dirs(m, f, i, mirror__dir_length(path)))) return rc;
+    if (!mirror__staged(f, i,
+                        mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE,
+                                           f->files[i].path)))
         return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the plot: %s", path, strerror(errno));
     return MIRROR_OK;
 }
@@ -16340,8 +16605,8 @@ static void mirror__plot_rewrite(mirror_model *m, mirror__fit_run *f, size_t i)
 {
     const char *path = MIRROR__OUTPUT_PATH(f, i);
     mirror__output_result(&f->failed, MIRROR_OUTPUT_PLOT,
-                          mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE), "plot",
-                          path);
+                          mirror__write_plot(path, f->logs, f->nlogs, m->desc.loss == MIRROR_LOSS_SOFTMAX_CE, NULL),
+                          "plot", path);
 }
 
 /* The trace: written empty at the start, so that a path that cannot be
@@ -16349,14 +16614,19 @@ static void mirror__plot_rewrite(mirror_model *m, mirror__fit_run *f, size_t i)
    never cost. */
 static int mirror__trace_open(mirror_model *m, mirror__fit_run *f, size_t i)
 {
-    return mirror__trace_write(m, MIRROR__OUTPUT_PATH(f, i));
+    const char *path = MIRROR__OUTPUT_PATH(f, i);
+    int rc;
+    if ((rc = mirror__output_dirs(m, f, i, mirror__dir_length(path)))) return rc;
+    if (!mirror__staged(f, i, mirror__trace_file(m, path, f->files[i].path)))
+        return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot write the trace: %s", path, strerror(errno));
+    return MIRROR_OK;
 }
 
 static void mirror__trace_end(mirror_model *m, mirror__fit_run *f, size_t i)
 {
     const char *path = MIRROR__OUTPUT_PATH(f, i);
     if (m->trace.count)
-        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, path), "trace", path);
+        mirror__output_result(&f->failed, MIRROR_OUTPUT_TRACE, mirror__trace_file(m, path, NULL), "trace", path);
 }
 
 /* TensorBoard: a directory (not empty, room for an event file's name in
@@ -16372,10 +16642,17 @@ static int mirror__tb_check(mirror_model *m, const mirror__fit_run *f, size_t i)
     return mirror__output_spares(m, f, i);
 }
 
+/* The directory made where it is missing (with its parents, as mkdir -p),
+   and the event file in it. */
 static int mirror__tb_start(mirror_model *m, mirror__fit_run *f, size_t i)
 {
     mirror__output_file *o = &f->files[i];
-    return mirror__tb_open(m, MIRROR__OUTPUT_PATH(f, i), &o->fd, o->path, sizeof o->path);
+    const char *dir = MIRROR__OUTPUT_PATH(f, i);
+    int rc;
+    if ((rc = mirror__output_dirs(m, f, i, strlen(dir)))) return rc;
+    if ((rc = mirror__tb_open(m, dir, &o->fd, o->path, sizeof o->path))) return rc;
+    o->made.file = 1;
+    return MIRROR_OK;
 }
 
 static void mirror__tb_take(mirror_model *m, mirror__fit_run *f, size_t i, double x, const mirror_epoch_log *log)
@@ -16383,7 +16660,8 @@ static void mirror__tb_take(mirror_model *m, mirror__fit_run *f, size_t i, doubl
     mirror__output_file *o = &f->files[i];
     if (o->fd >= 0)
         mirror__output_result(&f->failed, MIRROR_OUTPUT_TENSORBOARD,
-                              mirror__tb_point(o->fd, m->steps, x, log, f->classify), "TensorBoard events", o->path);
+                              mirror__tb_point(o->fd, m->steps, x, log, f->classify, mirror__tb_applies(m)),
+                              "TensorBoard events", o->path);
 }
 
 static void mirror__tb_release(mirror__fit_run *f, size_t i)
@@ -16816,6 +17094,43 @@ static int mirror__outputs_check(mirror_model *m, const mirror__fit_run *f)
     return MIRROR_OK;
 }
 
+/* Once every output is ready (rank 0): the first versions of the files
+   written whole, staged, renamed over their paths; nothing is left to
+   remove from here on. */
+static int mirror__outputs_place(mirror_model *m, mirror__fit_run *f)
+{
+    size_t i;
+    for (i = 0; i < f->nouts; i++) {
+        mirror__output_file *o = &f->files[i];
+        if (o->staged && rename(o->path, MIRROR__OUTPUT_PATH(f, i)) != 0)
+            return mirror__fail(m, MIRROR_ERR_IO, "mirror_fit: %s: cannot rename the %s into place: %s",
+                                MIRROR__OUTPUT_PATH(f, i), f->outs[i].name, strerror(errno));
+        o->staged = 0, o->path[0] = '\0';
+    }
+    for (i = 0; i < f->nouts; i++) memset(&f->files[i].made, 0, sizeof f->files[i].made);
+    memset(&f->ckpt_made, 0, sizeof f->ckpt_made);
+    return MIRROR_OK;
+}
+
+/* A fit refused before its first step (rank 0) removes what it made: the
+   outputs' files (a staged one, the event file) and the checkpoint's
+   PATH.lock, the lock still held, then the directories it made, the
+   latest first. What was there before stays as it was. */
+static void mirror__fit_discard(mirror_model *m, mirror__fit_run *f)
+{
+    char lock[MIRROR__PATH_MAX];
+    size_t i;
+    for (i = 0; i < f->nouts; i++)
+        if (f->files[i].made.file && f->files[i].path[0]) unlink(f->files[i].path);
+    if (f->ckpt_made.file && m->fit.lock &&
+        (size_t)snprintf(lock, sizeof lock, "%s.lock", f->d.checkpoint) < sizeof lock)
+        unlink(lock);
+    for (i = f->nouts; i-- > 0;)
+        if (f->files[i].made.made)
+            mirror__unmake_dirs(MIRROR__OUTPUT_PATH(f, i), f->files[i].made.dirs, f->files[i].made.made);
+    if (f->ckpt_made.made) mirror__unmake_dirs(f->d.checkpoint, f->ckpt_made.dirs, f->ckpt_made.made);
+}
+
 /* The outputs asked that are rewritten from the points so far (rank 0). */
 static void mirror__outputs_rewrite(mirror_model *m, mirror__fit_run *f)
 {
@@ -16877,9 +17192,11 @@ static void mirror__fit_release(mirror_model *m, mirror__fit_run *f)
         if (f->outs[i].release) f->outs[i].release(f, i);
 }
 
-/* The start of a fit: checks, defaults, the checkpoint's lock, timing, the
-   side outputs (a failure here fails fit, as nothing is lost yet), the
-   buffers. On failure nothing is left held. */
+/* The start of a fit: checks, defaults, timing, the side outputs' paths,
+   the buffers, the data on the device; then, all checked, the disk: the
+   checkpoint's lock, the side outputs (a failure here fails fit, as
+   nothing is lost yet). On failure nothing is left held, and nothing made
+   on the disk is left there. */
 static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirror__fit_run *f)
 {
     mirror_fit_desc *d = &f->d;
@@ -16907,21 +17224,13 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     f->timed = f->bar && m->s->processes == 1;
     f->verdict = m->format ? (size_t)m->desc.loss_scale.max_consecutive_skips / 2 + 1 : 32;
     mirror__resume_split(m, d);
-    /* A checkpoint that cannot be written is found now, not after the
-       training (by rank 0, which writes them). */
-    if (d->checkpoint && (rc = MIRROR__BY_LEADER(m, mirror__fit_lock(m, d->checkpoint, d->checkpoint_keep)))) goto fail;
     /* Timing for the trace and the phase lines, when the model has none on. */
     if ((d->phases || f->needs & MIRROR__NEEDS_TIMING) && !m->trace.steps) {
         if ((rc = mirror__timing(m, 256))) goto fail;
         f->timed_here = 1;
     }
-    /* The side outputs' paths (no checkpoint's, no FIFO), then each output
-       opened in turn: a resumed run's history read, the curves' files and
-       the trace's written (empty until there is more), TensorBoard's file. */
+    /* The side outputs' paths (no checkpoint's, no FIFO), before anything is made */
     if (f->asked && (rc = MIRROR__BY_LEADER(m, mirror__outputs_check(m, f)))) goto fail;
-    for (i = 0; i < f->nouts; i++)
-        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].open && (rc = MIRROR__BY_LEADER(m, f->outs[i].open(m, f, i))))
-            goto fail;
     f->perm = (size_t *)mirror__alloc(d->train->count, sizeof(size_t));
     f->micro = (mirror_batch *)mirror__alloc(d->accumulate, sizeof(mirror_batch));
     if (!f->perm || !f->micro) {
@@ -16931,11 +17240,24 @@ static int mirror__fit_begin(mirror_model *m, const mirror_fit_desc *desc, mirro
     m->resident.place = d->data_on_device;
     /* the training data on the device where asked and they fit; a device's failure fails every process */
     if ((rc = mirror__all_agree(m, mirror__resident_use(m, d->train, 0, &f->data)))) goto fail;
+    /* The disk, by rank 0, each directory missing made: a checkpoint that
+       cannot be written found now, not after the training; each output
+       opened in turn (a resumed run's history read, the curves' files and
+       the trace's written, staged, TensorBoard's file), then the staged
+       files renamed into place. */
+    if (d->checkpoint &&
+        (rc = MIRROR__BY_LEADER(m, mirror__fit_lock(m, d->checkpoint, d->checkpoint_keep, &f->ckpt_made))))
+        goto fail;
+    for (i = 0; i < f->nouts; i++)
+        if (MIRROR__OUTPUT_PATH(f, i) && f->outs[i].open && (rc = MIRROR__BY_LEADER(m, f->outs[i].open(m, f, i))))
+            goto fail;
+    if (f->asked && (rc = MIRROR__BY_LEADER(m, mirror__outputs_place(m, f)))) goto fail;
     m->fit.stop = d->stop;
     m->fit.augment_flip = d->augment_flip != 0, m->fit.augment_pad = d->augment_crop_pad;
     m->s->procs->watch(m->s, d->stop);
     return MIRROR_OK;
 fail:
+    if (mirror__leads(m)) mirror__fit_discard(m, f);
     mirror__fit_release(m, f);
     return rc;
 }

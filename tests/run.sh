@@ -431,8 +431,28 @@ if [ -x "$BUILD/train" ]; then
         "$BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --plot '$tmp/one.svg' >/dev/null && test \$(grep -c '<circle' '$tmp/one.svg') -eq 4 && ! grep -q '<polyline' '$tmp/one.svg'"
     check "build/train --curve-every 4: a point every 4 steps within the epochs too, at fractions of an epoch (a training line per epoch)" sh -c \
         "$BUILD/train --model mlp --epochs 2 --synthetic 600 --batch 50 --history '$tmp/hc.csv' --plot '$tmp/cc.svg' --curve-every 4 >/dev/null && test \$(wc -l <'$tmp/hc.csv') -eq 7 && grep -q '^0.333333333,4,200,[0-9.]*,[0-9.]*,,,' '$tmp/hc.csv' && grep -q '^1.66666667,8,400,' '$tmp/hc.csv' && grep -q '^2,12,600,[0-9.]*,[0-9.]*,[0-9.]' '$tmp/hc.csv' && test \$(grep -c '<polyline' '$tmp/cc.svg') -eq 6 && grep -q '</svg>' '$tmp/cc.svg'"
-    check "build/train --plot into a missing directory fails before training" sh -c \
-        "$BUILD/train --model mlp --epochs 3 --synthetic 600 --plot '$tmp/no/dir/c.svg' >'$tmp/plot.out' 2>&1; test \$? -eq 1 && grep -q 'cannot write the plot' '$tmp/plot.out' && ! grep -q '^epoch' '$tmp/plot.out'"
+    # Outputs in folders that do not exist: made as mkdir -p makes them. A
+    # run refused before its first step leaves nothing: in a fresh folder,
+    # refused by a check (two outputs on one path) or once it writes (the
+    # TensorBoard directory below a file), the folder holds what it held.
+    outputs_fresh() {
+        f=$tmp/fresh
+        $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --save "$f/ck/run.ckpt" --history "$f/h/h.csv" \
+            --plot "$f/p/c.svg" --trace "$f/t/t.json" --tensorboard "$f/runs/cnn" >/dev/null 2>&1 &&
+            test -s "$f/ck/run.ckpt" && test -s "$f/h/h.csv" && test -s "$f/p/c.svg" && test -s "$f/t/t.json" &&
+            ls "$f/runs/cnn" | grep -q '^events.out.tfevents.' || { echo "not made: $(ls -R "$f")"; return 1; }
+        rm -rf "$f" && mkdir "$f" || return 1
+        for args in "--history $f/o/x.csv --plot $f/o/x.csv --tensorboard $f/runs/cnn" \
+            "--history $f/h/h.csv --plot $f/p/c.svg --trace $f/t/t.json --tensorboard $f/blocker/tb"; do
+            : >"$f/blocker"
+            $BUILD/train --model mlp --epochs 1 --synthetic 600 --batch 50 --save "$f/ck/run.ckpt" $args \
+                >"$tmp/fresh.out" 2>&1
+            test $? -eq 1 && ! grep -q '^epoch' "$tmp/fresh.out" && test "$(ls -A "$f")" = blocker ||
+                { echo "left behind by $args: $(ls -AR "$f")"; cat "$tmp/fresh.out"; return 1; }
+        done
+        grep -q 'blocker is a file, not a directory' "$tmp/fresh.out"
+    }
+    check "build/train: outputs in folders that do not exist are made (mkdir -p); a run refused before its first step leaves the folder as it was" outputs_fresh
     check "build/train's bar stays one line in 80 columns (a pseudo-terminal of 80)" sh -c \
         "! command -v script >/dev/null || { script -qc 'stty cols 80; $BUILD/train --model mlp --epochs 1 --synthetic 3000 --batch 50 --lr-schedule cosine' /dev/null | tr '\\r' '\\n' | grep '\\[[=>.]*\\]' | sed 's/\\x1b\\[K//g' | awk 'length(\$0) > 79 { bad = 1 } END { exit bad }'; }"
     check "build/train --trace t.json --phases: a trace of every replica's phases, a phase line per epoch" sh -c \

@@ -1111,18 +1111,22 @@ static void test_targets(void)
     CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK, "once it exits the save goes ahead: %s",
           mirror_model_error(m));
 
-    /* fit: a path that cannot be written fails at once, not after the training. */
-    path_in(path, "no-such-dir/run.ckpt");
+    /* fit: a path that cannot be written fails at once, not after the
+       training; a directory that is missing is made, as mkdir -p makes it. */
+    path_in(path, "elsewhere/run.ckpt");
     fd.checkpoint = path;
-    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 0 &&
-              strstr(mirror_model_error(m), "no-such-dir"),
-          "fit with a checkpoint in a missing directory fails before its first step (%s)", mirror_model_error(m));
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(m) == 0 &&
+              strstr(mirror_model_error(m), "elsewhere is a file, not a directory"),
+          "fit with a checkpoint below a file fails before its first step, naming it (%s)", mirror_model_error(m));
     path_in(path, "fifo.ckpt");
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(m) == 0,
           "fit with a FIFO as its checkpoint fails before its first step (%s)", mirror_model_error(m));
     path_in(path, "fit.ckpt");
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && mirror_optimizer_steps(m) == 5 && access(path, F_OK) == 0,
           "fit with a good path trains and saves: %s", mirror_model_error(m));
+    path_in(path, "no-such-dir/below/run.ckpt");
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && mirror_optimizer_steps(m) == 10 && access(path, F_OK) == 0,
+          "fit with a checkpoint in missing directories: made, trained and saved (%s)", mirror_model_error(m));
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
 }
@@ -1793,6 +1797,34 @@ static void test_not_finite_save(void)
     mirror_strategy_destroy(s);
 }
 
+/* A checkpoint's files are made 0666 less the umask, as fopen makes a
+   file: a checkpoint is data to share, and the umask says with whom. */
+static void test_file_mode(void)
+{
+    static const mode_t masks[3] = {022, 077, 002};
+    char path[256], kept[270], lock[270];
+    mirror_strategy *s = new_strategy(NULL, 1);
+    mirror_model *m = model(s, 0, MIRROR_OPT_SGD);
+    struct stat st, sk, sl;
+    mode_t old = umask(022), want;
+    int i;
+    path_in(path, "mode.ckpt");
+    snprintf(kept, sizeof kept, "%s.1", path), snprintf(lock, sizeof lock, "%s.lock", path);
+    for (i = 0; i < 3; i++) {
+        umask(masks[i]), want = 0666 & ~masks[i];
+        unlink(path), unlink(kept), unlink(lock);
+        CHECK(mirror_checkpoint_save(m, path, NULL, 3) == MIRROR_OK && mirror_checkpoint_save(m, path, NULL, 3) == 0 &&
+                  stat(path, &st) == 0 && stat(kept, &sk) == 0 && stat(lock, &sl) == 0 && (st.st_mode & 0777) == want &&
+                  (sk.st_mode & 0777) == want && (sl.st_mode & 0777) == want,
+              "umask %03o: the checkpoint, PATH.1 and PATH.lock are %03o (%03o %03o %03o)", (unsigned)masks[i],
+              (unsigned)want, (unsigned)(st.st_mode & 0777), (unsigned)(sk.st_mode & 0777),
+              (unsigned)(sl.st_mode & 0777));
+    }
+    umask(old);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -1811,6 +1843,7 @@ int main(void)
     test_not_files();
     test_edges();
     test_targets();
+    test_file_mode();
     test_from_checkpoint(MIRROR_PRECISION_FP32);
     test_from_checkpoint(MIRROR_PRECISION_FP16);
     test_from_checkpoint_refused();

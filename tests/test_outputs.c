@@ -5,8 +5,12 @@
    disk) keeps the previous complete file, the training and the checkpoint;
    a resumed fit continues its history, mid-epoch too (the file the run
    that was not stopped writes); a path of any length is joined whole or
-   refused naming PATH_MAX; and a fit inside fit's hook on the
-   same model is refused. */
+   refused naming PATH_MAX; a fit inside fit's hook on the same model is
+   refused; missing directories are made as mkdir -p makes them, and a fit
+   refused before its first step leaves the disk as it found it; the
+   TensorBoard scalars that do not apply are left out; the plot's ticks
+   are round, its loss on a log scale past a decade, its legend of line
+   swatches, its XML well-formed. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, mkfifo, setrlimit; mirror.h is not the first include */
 #include "alloc_count.h"
 #define MIRROR_IMPLEMENTATION
@@ -16,6 +20,7 @@
 #include "digits.h"
 #include "files.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -688,6 +693,45 @@ static int tb_file(const char *dir, int k, char *path, size_t size)
 
 static char tb_dir[256];
 
+/* The scalars that apply where they apply: fp16 (a loss scale, steps it may
+   skip) with clipping (the gradient's norm computed): all three at each
+   point, as the history holds them. */
+static void tb_applies(const char *dir)
+{
+    char sub[300], hist[256], file[600], *csv, *row;
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 3);
+    mirror_fit_desc fd = fit_desc(1);
+    mirror_model *m;
+    tb_event ev[16];
+    int n, i, same = 1;
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.0f);
+    d.optimizer.clip_norm = 0.5f;
+    d.precision = MIRROR_PRECISION_FP16;
+    m = build_model(&d, NULL, "flatten, dense 8, relu, dense 10");
+    snprintf(sub, sizeof sub, "%s/fp16", dir);
+    path_in(hist, "tb16.csv");
+    fd.tensorboard = sub, fd.history = hist;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK, "fp16, clipped: %s", mirror_model_error(m));
+    n = tb_file(sub, 0, file, sizeof file) ? tb_read(file, ev, 16) : -1;
+    csv = slurp(hist);
+    row = csv ? strchr(csv, '\n') : NULL;
+    for (i = 0; row && row[1] && n == 3 && i < 1; i++, row = strchr(row + 1, '\n')) {
+        double v[13];
+        char *at = row + 1;
+        int k;
+        for (k = 0; k < 13; k++) v[k] = strtod(at, &at), at++;
+        same = v[8] > 0 && (float)v[8] == (float)tb_value(&ev[2], "grad_norm") && v[9] > 1 &&
+               (float)v[9] == (float)tb_value(&ev[2], "loss_scale") &&
+               (float)v[10] == (float)tb_value(&ev[2], "skipped_steps");
+    }
+    CHECK(n == 3 && i == 1 && same, "fp16 with clipping: grad_norm, loss_scale and skipped_steps, the history's (%d)",
+          n);
+    free(csv);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* Epoch 1: a file size limit just past the event file (its next record
    then fails part-written, as on a full disk); epoch 2 sees the failure
    and lifts it. */
@@ -733,19 +777,22 @@ static void test_tensorboard(void)
         else at += 2; /* no validation numbers: ",," */
         lr = strtod(at + 1, &at), norm = strtod(at + 1, &at), scale = strtod(at + 1, &at);
         skipped = strtoull(at + 1, &at, 10), sec = strtod(at + 1, &at), speed = strtod(at + 1, &at);
-        (void)samples, (void)sec;
+        (void)samples, (void)sec, (void)norm, (void)scale, (void)skipped;
         same &= e->step == (uint64_t)(ceil(x) - 1) * 5 + steps_in && (float)x == (float)tb_value(e, "epoch") &&
                 (float)loss == (float)tb_value(e, "loss/train") && (float)acc == (float)tb_value(e, "accuracy/train") &&
                 (isnan(vloss) ? isnan(tb_value(e, "loss/validation")) && isnan(tb_value(e, "accuracy/validation"))
                               : (float)vloss == (float)tb_value(e, "loss/validation") &&
                                     (float)vacc == (float)tb_value(e, "accuracy/validation")) &&
-                (float)lr == (float)tb_value(e, "learning_rate") && (float)norm == (float)tb_value(e, "grad_norm") &&
-                (float)scale == (float)tb_value(e, "loss_scale") &&
-                (float)skipped == (float)tb_value(e, "skipped_steps") &&
+                (float)lr == (float)tb_value(e, "learning_rate") &&
+                /* fp32, no clipping: none of these applies, and none is written */
+                isnan(tb_value(e, "grad_norm")) && isnan(tb_value(e, "loss_scale")) &&
+                isnan(tb_value(e, "skipped_steps")) &&
                 fabs(speed - tb_value(e, "samples_per_s")) <= 0.05 + 1e-7 * speed; /* %.1f there, a float here */
     }
-    CHECK(i == 6 && same, "each history row's numbers, as floats, at its step (%d rows)", i);
+    CHECK(i == 6 && same, "each history row's numbers, as floats, at its step, and no grad_norm, loss_scale or "
+          "skipped_steps in fp32 without clipping (%d rows)", i);
     free(csv);
+    tb_applies(tb_dir);
 
     /* A second fit: a file of its own, whose session starts after the model's step. */
     steps = mirror_optimizer_steps(m);
@@ -782,13 +829,247 @@ static void test_tensorboard(void)
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "not a directory") &&
               mirror_optimizer_steps(m) == steps,
           "a TensorBoard directory that is a file: refused before the first step (%s)", mirror_model_error(m));
-    path_in(notdir, "no-such/tb");
-    fd.tensorboard = notdir;
-    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == steps,
-          "a TensorBoard directory whose parent is missing: refused before the first step (%s)",
+    snprintf(file, sizeof file, "%s/below", notdir);
+    fd.tensorboard = file;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT &&
+              strstr(mirror_model_error(m), "is a file, not a directory") && mirror_optimizer_steps(m) == steps,
+          "a TensorBoard directory below a file: refused before the first step, naming the file (%s)",
           mirror_model_error(m));
+    path_in(notdir, "no-such/runs/cnn");
+    fd.tensorboard = notdir;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && tb_file(notdir, 0, file, sizeof file),
+          "a TensorBoard directory whose parents are missing: made, as mkdir -p makes it (%s)", mirror_model_error(m));
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
+}
+
+/* ---- missing directories made, as mkdir -p; a refused fit leaves nothing ---- */
+
+/* Entries of dir, . and .. aside (-1: it cannot be read). */
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static void test_made_dirs(void)
+{
+    char top[256], ckpt[300], lock[310], hist[300], plot[300], trace[300], tb[300], blocker[300], below[320];
+    char *saved;
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s);
+    mirror_fit_desc fd = fit_desc(1);
+    uint64_t steps;
+    struct stat st;
+    mode_t mask;
+    int rc;
+    path_in(top, "fresh");
+    snprintf(ckpt, sizeof ckpt, "%s/ck/a/run.ckpt", top), snprintf(lock, sizeof lock, "%s.lock", ckpt);
+    snprintf(hist, sizeof hist, "%s/h//h.csv", top), snprintf(plot, sizeof plot, "%s/p.svg", top);
+    snprintf(trace, sizeof trace, "%s/t/t.json", top), snprintf(tb, sizeof tb, "%s/runs/cnn/", top);
+    fd.checkpoint = ckpt, fd.history = hist, fd.plot = plot, fd.trace = trace, fd.tensorboard = tb;
+    mask = umask(002);
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && stat(ckpt, &st) == 0 && lines_of(hist) == 2 &&
+              stat(plot, &st) == 0 && stat(trace, &st) == 0 && tb_file(tb, 0, below, sizeof below),
+          "each output in folders that are missing, the TensorBoard directory's parents too: made as mkdir -p (%s)",
+          mirror_model_error(m));
+    /* modes as fopen and mkdir give them, less the umask (002 here) */
+    CHECK(stat(ckpt, &st) == 0 && (st.st_mode & 0777) == 0664 && stat(lock, &st) == 0 && (st.st_mode & 0777) == 0664 &&
+              stat(hist, &st) == 0 && (st.st_mode & 0777) == 0664 && stat(below, &st) == 0 &&
+              (st.st_mode & 0777) == 0664 && stat(tb, &st) == 0 && (st.st_mode & 0777) == 0775 &&
+              stat(ckpt, &st) == 0 && (st.st_mode & 0777) == 0664,
+          "umask 002: the checkpoint, its lock, the history and the event file 0664, the directories made 0775");
+    umask(mask);
+
+    /* Refused once the disk is being written (the checkpoint's lock taken,
+       the history, plot and trace staged): what it made is gone, what was
+       there is as it was, PATH.lock included. */
+    remove_tree(top);
+    path_in(blocker, "fresh/blocker");
+    CHECK(mkdir(top, 0777) == 0 && write_file(blocker, (const unsigned char *)"x", 1) &&
+              write_file(plot, (const unsigned char *)"old plot", 8),
+          "a folder holding a file and an old plot");
+    snprintf(below, sizeof below, "%s/tb", blocker);
+    fd.tensorboard = below;
+    steps = mirror_optimizer_steps(m);
+    rc = mirror_fit(m, &fd, NULL);
+    CHECK(rc == MIRROR_ERR_ARGUMENT && strstr(mirror_model_error(m), "blocker is a file, not a directory") &&
+              mirror_optimizer_steps(m) == steps,
+          "a TensorBoard directory below a file: refused before the first step, naming the file (%s)",
+          mirror_model_error(m));
+    CHECK(entries(top) == 2 && holds(plot, "old plot") && holds(blocker, "x"),
+          "nothing left of it: no directory, lock, staged or event file, the old plot unchanged (%d entries)",
+          entries(top));
+    fd.tensorboard = tb;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && access(lock, F_OK) == 0 && (saved = slurp(ckpt)) != NULL,
+          "a fit that saves: %s", mirror_model_error(m));
+    fd.tensorboard = below;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && access(lock, F_OK) == 0 && holds(ckpt, saved) &&
+              tb_file(tb, 0, below, sizeof below) && !tb_file(tb, 1, below, sizeof below),
+          "refused again: the PATH.lock and checkpoint there before stay, no event file added");
+    free(saved);
+
+    /* Refused by a check: nothing is made at all. */
+    remove_tree(top);
+    fd.tensorboard = tb, fd.plot = hist;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && access(top, F_OK) != 0,
+          "history and plot on one path: refused before any directory is made (%s)", mirror_model_error(m));
+    fd.plot = plot;
+
+    /* No permission (root has every one: not tested as root). */
+    if (geteuid() != 0) {
+        CHECK(mkdir(top, 0500) == 0, "a folder without write permission");
+        rc = mirror_fit(m, &fd, NULL);
+        CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(m), "cannot be made") &&
+                  strstr(mirror_model_error(m), strerror(EACCES)),
+              "a directory that cannot be made: MIRROR_ERR_IO, the system's reason (%s)", mirror_model_error(m));
+        chmod(top, 0700);
+        CHECK(entries(top) == 0, "nothing left in it");
+    }
+    remove_tree(top);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
+/* ---- the plot: round ticks, a log scale for a loss that spans a decade, line swatches ---- */
+
+/* Whether text is well-formed XML as the plot writes it: one root element,
+   every element closed in order, every attribute quoted, no '<' or '&' in
+   a value, no '<' loose in the text. */
+static int well_formed(const char *text)
+{
+    const char *open[64], *p = text, *q;
+    size_t len[64], n;
+    int depth = 0, roots = 0;
+    while ((p = strchr(p, '<')) != NULL) {
+        int closing = p[1] == '/';
+        const char *name = p + 1 + closing;
+        for (q = name; isalnum((unsigned char)*q) || *q == '-'; q++) {}
+        n = (size_t)(q - name);
+        if (!n) return 0;
+        if (closing) {
+            if (!depth || len[depth - 1] != n || strncmp(open[depth - 1], name, n) || *q != '>') return 0;
+            depth--, p = q + 1;
+            continue;
+        }
+        for (;;) {
+            while (*q == ' ' || *q == '\n') q++;
+            if (*q == '>' || (q[0] == '/' && q[1] == '>')) break;
+            while (isalnum((unsigned char)*q) || *q == '-' || *q == ':') q++;
+            if (q[0] != '=' || q[1] != '"') return 0;
+            for (q += 2; *q && *q != '"'; q++)
+                if (*q == '<' || *q == '&') return 0;
+            if (!*q++) return 0;
+        }
+        roots += depth == 0;
+        if (*q == '>') {
+            if (depth == 64) return 0;
+            open[depth] = name, len[depth++] = n, q++;
+        } else {
+            q += 2;
+        }
+        p = q;
+        for (q = p; *q && *q != '<'; q++)
+            if (*q == '>' || *q == '&') return 0;
+    }
+    return depth == 0 && roots == 1;
+}
+
+/* Whether v is 1, 2 or 5 times a power of ten. */
+static int round125(double v)
+{
+    double e = floor(log10(v) + 1e-9), f = v / pow(10.0, e);
+    return v > 0 && (fabs(f - 1) < 1e-6 || fabs(f - 2) < 1e-6 || fabs(f - 5) < 1e-6 || fabs(f - 10) < 1e-5);
+}
+
+/* The value ticks of the panel that starts at svg (up to the next panel):
+   round (linear: a 1-2-5 step apart, each a multiple of it; log: each 1, 2
+   or 5 times a power of ten), 3 to 12 of them, from at most lo to at least
+   hi; *log: whether the axis says it is a log scale. */
+static int ticks_round(const char *svg, double lo, double hi, int *log_scale, int *count)
+{
+    const char *end = strstr(svg + 1, "<g "), *at = svg, *label = strstr(svg, "class=\"ylabel\"");
+    double v[32], step;
+    int n = 0, i, ok = 1;
+    if (!end) end = svg + strlen(svg);
+    *log_scale = label && label < end && strstr(label, "(log scale)") &&
+                 strstr(label, "(log scale)") < strstr(label, "</text>");
+    while ((at = strstr(at, "class=\"ytick\"")) != NULL && at < end && n < 32) {
+        at = strchr(at, '>') + 1;
+        v[n++] = strtod(at, NULL);
+    }
+    *count = n;
+    if (n < 3 || n > 12 || v[0] > lo + 1e-12 || v[n - 1] < hi - 1e-12) return 0;
+    step = v[1] - v[0];
+    for (i = 0; i < n; i++)
+        ok &= *log_scale ? round125(v[i]) && (i == 0 || v[i] > v[i - 1])
+                         : round125(step) && fabs(v[i] - v[0] - i * step) < 1e-6 * step &&
+                               fabs(v[i] / step - floor(v[i] / step + 0.5)) < 1e-6;
+    return ok;
+}
+
+static int count_of(const char *text, const char *part)
+{
+    int n = 0;
+    for (; text && (text = strstr(text, part)) != NULL; text++) n++;
+    return n;
+}
+
+static void test_plot(void)
+{
+    static const double linear[5] = {0.4069, 0.3948, 0.3851, 0.3790, 0.3748}, wide[5] = {2.3, 0.9, 0.3, 0.1, 0.05};
+    mirror__curve_point pts[5];
+    char path[256], *svg, *acc;
+    int i, log_scale, n, ok;
+    path_in(path, "plot.svg");
+    memset(pts, 0, sizeof pts);
+    for (i = 0; i < 5; i++) {
+        pts[i].x = i + 1, pts[i].log.epoch = (size_t)i + 1, pts[i].log.epochs = 5;
+        pts[i].log.train_loss = linear[i], pts[i].log.val_loss = linear[i] + 0.01;
+        pts[i].log.train_acc = 0.8 + 0.02 * i, pts[i].log.val_acc = 0.79 + 0.02 * i;
+    }
+    CHECK(mirror__write_plot(path, pts, 5, 1, NULL) && (svg = slurp(path)) != NULL, "a plot of 5 epochs");
+    acc = strstr(svg, "<g transform=\"translate(420");
+    CHECK(well_formed(svg) && !strncmp(svg, "<svg ", 5), "well-formed XML, an <svg> element");
+    ok = ticks_round(strstr(svg, "<g "), 0.3748, 0.4169, &log_scale, &n);
+    CHECK(ok && !log_scale && !strstr(svg, ">0.4069<"),
+          "loss 0.3748 to 0.4169 (1.1x): linear, %d ticks at a round step, none at the data's extremes", n);
+    ok = acc && ticks_round(acc, 0.79, 0.88, &log_scale, &n);
+    CHECK(ok && !log_scale, "accuracy: linear, %d round ticks", n);
+    CHECK(count_of(svg, "class=\"swatch\"") == 4 && count_of(svg, "<line class=\"swatch\" ") == 4 &&
+              count_of(svg, "stroke=\"#e6550d\" stroke-width=\"2\" stroke-dasharray=\"6,4\"") == 4 &&
+              count_of(svg, "stroke=\"#3182bd\" stroke-width=\"2\"") == 4 &&
+              count_of(svg, "stroke=\"#3182bd\" stroke-width=\"2\" stroke-dasharray") == 0,
+          "a line swatch for each series in each panel, in its colour and dashes: validation's dashed, training's "
+          "solid, as their lines");
+    free(svg);
+
+    for (i = 0; i < 5; i++) pts[i].log.train_loss = wide[i], pts[i].log.val_loss = -1.0;
+    CHECK(mirror__write_plot(path, pts, 5, 0, NULL) && (svg = slurp(path)) != NULL && well_formed(svg),
+          "a plot of a loss from 2.3 to 0.05, without validation");
+    ok = ticks_round(strstr(svg, "<g "), 0.05, 2.3, &log_scale, &n);
+    CHECK(ok && log_scale, "a loss spanning 46x: a log scale, said on the axis, %d ticks at 1, 2 and 5 x 10^k", n);
+    CHECK(count_of(svg, "class=\"swatch\"") == 1 && !strstr(svg, "validation") && !strstr(svg, "dasharray"),
+          "one swatch, training's, without validation");
+    free(svg);
+
+    for (i = 0; i < 5; i++) pts[i].log.train_loss = 1.0 - 0.2 * i;
+    pts[4].log.train_loss = 0.1; /* 1 to 0.1: a decade, not more */
+    CHECK(mirror__write_plot(path, pts, 5, 0, NULL) && (svg = slurp(path)) != NULL &&
+              ticks_round(strstr(svg, "<g "), 0.1, 1.0, &log_scale, &n) && !log_scale,
+          "a loss spanning exactly 10x: linear, round ticks (%d)", n);
+    free(svg);
+    pts[4].log.train_loss = 0.099;
+    CHECK(mirror__write_plot(path, pts, 5, 0, NULL) && (svg = slurp(path)) != NULL &&
+              ticks_round(strstr(svg, "<g "), 0.099, 1.0, &log_scale, &n) && log_scale,
+          "a loss spanning 10.1x: a log scale (%d ticks)", n);
+    free(svg);
+    unlink(path);
 }
 
 /* ---- paths of any length: joined whole, or refused naming the limit ---- */
@@ -1000,6 +1281,8 @@ int main(void)
     test_resume();
     test_resume_skipped();
     test_tensorboard();
+    test_made_dirs();
+    test_plot();
     test_long_paths();
     test_nested();
     CHECK(live_allocs == live, "nothing leaked (%ld)", live_allocs - live);

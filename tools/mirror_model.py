@@ -11,11 +11,15 @@ whatever precision the model trained in, so every export is fp32.
 Command line:
   python3 tools/mirror_model.py info CKPT
       the layers, their output shapes and parameter counts
-  python3 tools/mirror_model.py export CKPT [--onnx OUT.onnx] [--torch OUT.pt]
-                                           [--state-dict OUT.safetensors]
+  python3 tools/mirror_model.py export CKPT [--onnx OUT.onnx] [--pt2 OUT.pt2]
+                                           [--torch OUT.pt] [--state-dict OUT.safetensors]
       --onnx        ONNX (opset 17), input "input" [batch, C, H, W], output
                     "logits" [batch, outputs]; needs the onnx package only
-      --torch       TorchScript (torch.jit.load opens it without this file)
+      --pt2         torch.export's ExportedProgram (torch.export.load(path)
+                    .module() runs it without this file, any batch size):
+                    PyTorch's format of choice from 2.x on
+      --torch       TorchScript (torch.jit.load opens it without this file),
+                    which PyTorch 2.15 marks deprecated when it loads it
       --state-dict  the torch module's state_dict (safetensors), whose names
                     are mirror's: train.c --init-weights loads it back
 
@@ -39,6 +43,7 @@ error is one line on stderr, exit 1 (argparse's usage errors: 2).
 import argparse
 import contextlib
 import importlib
+import io
 import json
 import math
 import os
@@ -510,6 +515,25 @@ def save_torchscript(ckpt, path):
         _replace(path, lambda tmp: torch.jit.save(traced, tmp))
 
 
+def save_exported(ckpt, path):
+    """The module through torch.export, saved as a .pt2 archive: torch.export.load(path).module() runs it
+    without this file, on any batch size (the batch is a dynamic dimension). torch.export traces with fake
+    tensors: nothing runs on data, so no activation is allocated."""
+    torch = _torch_modules()[0]
+    net = to_torch(ckpt)
+    example = (torch.rand(2, *ckpt.input_shape),)
+    batch = torch.export.Dim("batch", min=1)
+    with torch.no_grad():
+        program = torch.export.export(net, example, dynamic_shapes=({0: batch},))
+    buffer = io.BytesIO()  # torch.export.save wants a name ending in .pt2, or a buffer: the temporary's is not
+    torch.export.save(program, buffer)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+    _replace(path, write)
+
+
 def save_state_dict(ckpt, path):
     """The module's state_dict as safetensors, under mirror's names (mirror_load_weights reads it)."""
     _torch_modules()
@@ -619,10 +643,11 @@ def main(argv=None):
                                      "PyTorch and ONNX.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="the layers, shapes and parameter counts").add_argument("ckpt")
-    ex = sub.add_parser("export", help="write the model as ONNX, TorchScript or a state_dict")
+    ex = sub.add_parser("export", help="write the model as ONNX, a torch.export program, TorchScript or a state_dict")
     ex.add_argument("ckpt")
     ex.add_argument("--onnx", metavar="OUT.onnx")
-    ex.add_argument("--torch", metavar="OUT.pt", help="TorchScript (torch.jit.trace)")
+    ex.add_argument("--pt2", metavar="OUT.pt2", help="torch.export's ExportedProgram (torch.export.load)")
+    ex.add_argument("--torch", metavar="OUT.pt", help="TorchScript (torch.jit.trace; deprecated by PyTorch 2.15)")
     ex.add_argument("--state-dict", metavar="OUT.safetensors", help="the torch module's state_dict")
     args = parser.parse_args(argv)
     step = "reading"
@@ -631,14 +656,15 @@ def main(argv=None):
         if args.command == "info":
             print("\n".join(info(ckpt)))
             return 0
-        outputs = {o: p for o, p in (("--onnx", args.onnx), ("--torch", args.torch),
+        outputs = {o: p for o, p in (("--onnx", args.onnx), ("--pt2", args.pt2), ("--torch", args.torch),
                                      ("--state-dict", args.state_dict)) if p is not None}
         if not outputs:
-            raise MirrorModelError("export: nothing to write (give --onnx, --torch or --state-dict)")
+            raise MirrorModelError("export: nothing to write (give --onnx, --pt2, --torch or --state-dict)")
         check_outputs(args.ckpt, outputs)
         for option, path in outputs.items():
             step = f"{option} {path}"
-            {"--onnx": to_onnx, "--torch": save_torchscript, "--state-dict": save_state_dict}[option](ckpt, path)
+            {"--onnx": to_onnx, "--pt2": save_exported, "--torch": save_torchscript,
+             "--state-dict": save_state_dict}[option](ckpt, path)
             print(f"wrote {path}")
     except MirrorModelError as e:
         print(f"mirror_model: {e}", file=sys.stderr)

@@ -5,9 +5,11 @@ Trains small checkpoints with BUILD_DIR/train (mlp, cnn, cnn-bn, resnet in
 fp32; cnn-bn in bf16, whose export is its fp32 master weights), writes one
 by hand of the layers those lack (LAYERS), gets mirror's logits for random
 inputs from BUILD_DIR/interop_predict (tests/interop/predict.c) and
-compares them with onnxruntime's on the ONNX export and, where torch is
-installed, with the torch module's and the TorchScript file's: at most 1e-5
-apart. Checks that broken checkpoints are refused in one line, and, with
+compares them with onnxruntime's on the ONNX export and, where torch
+imports, with the torch module's, the torch.export program's (.pt2) and the
+TorchScript file's, each file loaded by a Python that has never seen
+mirror_model: at most 1e-5 apart (a torch that is missing or fails to
+import skips those checks, saying why). Checks that broken checkpoints are refused in one line, and, with
 torch, that the module's state_dict loads back into mirror
 (mirror_load_weights) to bitwise the same logits.
 Ends with "interop: N passed, N failed"; exit 1 when any failed.
@@ -35,8 +37,9 @@ import mirror_model  # noqa: E402
 
 try:
     import torch
-except ImportError:
-    torch = None
+    TORCH_WHY = None
+except Exception as e:  # missing, or broken: its failure is not mirror's, so its checks skip with the reason
+    torch, TORCH_WHY = None, " ".join(f"{type(e).__name__}: {e}".split())[:300]
 
 TOLERANCE = 1e-5
 # The layers build/train has no model for: tanh, sigmoid, gelu, avgpool2d,
@@ -120,9 +123,10 @@ def predict(build, tmp, ckpt, weights=None):
 
 def compare(name, tmp, ckpt, want, x, scripts):
     """The exports of ckpt against mirror's logits `want`; returns what was measured."""
-    onnx_path, pt_path = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + ".pt")
+    onnx_path, pt_path, pt2_path = (os.path.join(tmp, name + e) for e in (".onnx", ".pt", ".pt2"))
     with contextlib.redirect_stdout(io.StringIO()):  # its "wrote ..." lines
-        rc = mirror_model.main(["export", ckpt, "--onnx", onnx_path] + (["--torch", pt_path] if torch else []))
+        rc = mirror_model.main(["export", ckpt, "--onnx", onnx_path] +
+                               (["--torch", pt_path, "--pt2", pt2_path] if torch else []))
     if not check(rc == 0, f"{name}: export: exit {rc}"):
         return ""
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
@@ -138,25 +142,32 @@ def compare(name, tmp, ckpt, want, x, scripts):
         check(names == set(load_file(ckpt)) - {"optimizer.m", "optimizer.v"},
               f"{name}: the state_dict's names are not the checkpoint's: {sorted(names)[:4]}...")
         line += f", torch {d:.2g}"
-        scripts.append((name, pt_path, want))
+        scripts.append((name, pt_path, pt2_path, want))
     return line
 
 
 def torchscript(tmp, x, scripts):
-    """The TorchScript files, loaded by a Python that has never seen mirror_model."""
+    """The TorchScript and torch.export files, loaded by a Python that has never seen mirror_model: the
+    .pt2 program on the whole input and on one sample (its batch is dynamic)."""
     if not scripts:
         return {}
     np.save(os.path.join(tmp, "x.npy"), x)
     code = ("import sys, numpy as np, torch\nx = torch.from_numpy(np.load(sys.argv[1]))\n"
-            "for p in sys.argv[2:]:\n    np.save(p + '.npy', torch.jit.load(p)(x).detach().numpy())\n")
+            "for p in sys.argv[2:]:\n"
+            "    if p.endswith('.pt2'):\n"
+            "        net = torch.export.load(p).module()\n"
+            "        np.save(p + '.npy', torch.cat([net(x[:1]), net(x[1:])]).detach().numpy())\n"
+            "    else:\n"
+            "        np.save(p + '.npy', torch.jit.load(p)(x).detach().numpy())\n")
     rc, _, err = run(sys.executable, "-I", "-W", "ignore", "-c", code, os.path.join(tmp, "x.npy"),
-                     *[p for _, p, _ in scripts])
-    if not check(rc == 0, f"torch.jit.load of the TorchScript files: exit {rc}: {err.strip()[-300:]}"):
+                     *[p for _, pt, pt2, _ in scripts for p in (pt, pt2)])
+    if not check(rc == 0, f"torch.jit.load and torch.export.load of the files: exit {rc}: {err.strip()[-300:]}"):
         return {}
     diffs = {}
-    for name, p, want in scripts:
-        diffs[name] = d = max_diff(np.load(p + ".npy"), want)
+    for name, pt, pt2, want in scripts:
+        diffs[name] = d, d2 = max_diff(np.load(pt + ".npy"), want), max_diff(np.load(pt2 + ".npy"), want)
         check(d <= TOLERANCE, f"{name}: the TorchScript file's logits {d:.3g} from mirror's")
+        check(d2 <= TOLERANCE, f"{name}: the torch.export program's logits {d2:.3g} from mirror's")
     return diffs
 
 
@@ -211,9 +222,10 @@ def main():
         diffs = torchscript(tmp, x, scripts)
         for name, line in lines.items():
             ts = diffs.get(name)
-            print(f"{name}: {line}" + (f", torchscript {ts:.2g}" if ts is not None else ""))
+            print(f"{name}: {line}" + (f", torchscript {ts[0]:.2g}, torch.export {ts[1]:.2g}" if ts else ""))
         if not torch:
-            print("torch not installed: the torch checks skipped")
+            print(f"skipped: the torch checks (the module, TorchScript, torch.export, the state_dict): torch does "
+                  f"not import ({TORCH_WHY})")
 
         if ckpts["cnn"]:
             def truncate(t, meta):

@@ -167,7 +167,7 @@ def descriptions(tmp):
         one_line(f"info on {model[:70]}", ("info", path), says)
     # The exports check too: --torch and --state-dict once died with a traceback here.
     path = write(os.path.join(tmp, "bad.ckpt"), flat + "batchnorm(0.1,5,0);dense(2);loss(softmax_ce)", {})
-    for option in ("--onnx", "--torch", "--state-dict"):
+    for option in ("--onnx", "--pt2", "--torch", "--state-dict"):
         one_line(f"export {option} of batchnorm(0.1,5,0) (python3 tools/mirror_model.py)",
                  ("export", path, option, os.path.join(tmp, "x")), "momentum 0.1 and eps 5", process=True)
     check(not os.path.exists(os.path.join(tmp, "x")), "a refused export wrote its output")
@@ -229,6 +229,7 @@ def outputs(tmp):
     cases = [
         (["--onnx", ckpt], "that is the checkpoint"),
         (["--torch", ckpt], "that is the checkpoint"),
+        (["--pt2", ckpt], "that is the checkpoint"),
         (["--state-dict", ckpt], "that is the checkpoint"),
         (["--onnx", j(".", "m.ckpt")], "that is the checkpoint"),
         (["--onnx", j("link.onnx")], "that is the checkpoint"),
@@ -244,7 +245,7 @@ def outputs(tmp):
     ]
     for i, (args, says) in enumerate(cases):
         one_line(f"export {' '.join(os.path.relpath(a, tmp) if a.startswith(tmp) else a for a in args)}",
-                 ("export", ckpt, *args), says, process=i in (0, 12))
+                 ("export", ckpt, *args), says, process=i in (0, 13))
     check(open(ckpt, "rb").read() == before and open(ckpt + ".1", "rb").read() == before,
           "the checkpoint or its kept copy changed")
     check(sorted(os.listdir(tmp)) == ["dir.onnx", "hard.onnx", "link.onnx", "m.ckpt", "m.ckpt.1"],
