@@ -673,7 +673,8 @@ static int infer(run *r)
     say("model: %s, step %llu, %zu parameters, %zu outputs, precision %s\n", ckpt, (unsigned long long)r->at.step,
         mirror_num_parameters(r->m), mirror_num_outputs(r->m), mirror_precision_name(md.precision));
     if (o->predict) {
-        inputs[0] = o->data, inputs[1] = NULL;
+        inputs[0] = o->data;
+        inputs[1] = NULL;
         if ((rc = mirror_predict_write(r->m, r->test.x, r->test.count, o->probabilities, o->out, inputs))) {
             complain(rc, mirror_model_error(r->m));
             return rc;
@@ -687,7 +688,8 @@ static int infer(run *r)
         return rc;
     }
     say("evaluate: set=test samples=%zu test_loss=%.4f", got.count, got.count ? got.loss_sum / (double)got.count : 0.0);
-    if (md.loss == MIRROR_LOSS_SOFTMAX_CE) say(" test_acc=%.4f", got.count ? (double)got.correct / (double)got.count : 0.0);
+    if (md.loss == MIRROR_LOSS_SOFTMAX_CE) /* an accuracy of classes: not of an MSE model's */
+        say(" test_acc=%.4f", got.count ? (double)got.correct / (double)got.count : 0.0);
     say("\n");
     return 0;
 }
