@@ -13,7 +13,9 @@
 
    Without --data it trains on mirror's built-in synthetic digits. It prints a
    progress bar on a terminal, one line per epoch, and a closing line
-   "final: key=value ...".
+   "final: key=value ...". A saved model, without training:
+                    ./build/train --evaluate run.ckpt           (test_loss, test_acc)
+                    ./build/train --predict run.ckpt --data x.npy --out logits.npy
 
    Exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, with
    the final line, but --history, --plot, --trace or --tensorboard could not be written
@@ -276,13 +278,15 @@ typedef struct run {
 
 /* --resume PATH: the model the checkpoint holds, told by its description
    (mirror_checkpoint_describe) among the trainer's own, and its dropout;
-   the load then checks every layer. A --model that is not it is refused
-   here, by name. 0, or 1 (the exit status) with a message. */
+   the load then checks every layer. A --model or --dropout that is not
+   the checkpoint's is refused here, by name. 0, or 1 (the exit status)
+   with a message. */
 static int model_of_checkpoint(options *o)
 {
     static char desc[16384];
     const char *path = o->fd.resumed_from, *kind, *drop;
     mirror_error err = {0, ""};
+    double p;
     if (!path) return 0;
     if (mirror_checkpoint_describe(path, desc, sizeof desc, &err)) {
         fprintf(stderr, "train: %s\n", err.message);
@@ -296,7 +300,13 @@ static int model_of_checkpoint(options *o)
         return 1;
     }
     o->model = kind;
-    if (o->dropout < 0.0) o->dropout = (drop = strstr(desc, ";dropout(")) ? strtod(drop + 9, NULL) : 0.0;
+    p = (drop = strstr(desc, ";dropout(")) ? strtod(drop + 9, NULL) : 0.0;
+    if (o->dropout >= 0.0 && (float)o->dropout != (float)p) {
+        fprintf(stderr, "train: leave --dropout out to resume %s with its own: --dropout %g is not its %g\n", path,
+                o->dropout, p);
+        return 1;
+    }
+    o->dropout = p;
     return 0;
 }
 

@@ -980,6 +980,18 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
             test "$(ls "$tmp/tbmpi" | grep -c tfevents)" -eq 1
     }
     check "mpirun -np 2 build/train_mpi --tensorboard: rank 0 alone writes events, one file" mpi_tensorboard
+    # --val-split and --evaluate across processes: one process's numbers.
+    mpi_val_evaluate() {
+        $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --val-split 0.25 --save "$tmp/mpiv.ckpt" \
+            >"$tmp/mpiv2.out" 2>&1 && "$BUILD/train" $small --replicas 2 --epochs 1 --val-split 0.25 >"$tmp/onev.out" 2>&1 &&
+            test -n "$(final "$tmp/onev.out")" && test "$(final "$tmp/mpiv2.out")" = "$(final "$tmp/onev.out")" || return 1
+        $mpi -np 2 "$BUILD/train_mpi" --replicas 1 --synthetic 600 --evaluate "$tmp/mpiv.ckpt" >"$tmp/mpie.out" 2>&1 &&
+            "$BUILD/train" --synthetic 600 --evaluate "$tmp/mpiv.ckpt" >"$tmp/onee.out" 2>&1 &&
+            test "$(grep -c '^evaluate: ' "$tmp/mpie.out")" -eq 1 &&
+            test "$(grep '^evaluate: ' "$tmp/mpie.out")" = "$(grep '^evaluate: ' "$tmp/onee.out")"
+    }
+    check "mpirun -np 2 build/train_mpi --val-split, then --evaluate: the final and evaluate lines of one process of 2 replicas" \
+        mpi_val_evaluate
     mpi_resume_on_three() {
         $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --save "$tmp/p2.ckpt" >/dev/null 2>&1 &&
             $mpi -np 3 "$BUILD/train_mpi" $small --replicas 1 --epochs 2 --resume "$tmp/p2.ckpt" >"$tmp/p3.out" 2>&1 &&
