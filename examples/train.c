@@ -536,9 +536,12 @@ static int resume(run *r)
     if (at->batch && (at->batch != fd->batch * fd->accumulate || at->samples != r->train.count || at->drop_remainder)) {
         if (where.rank == 0)
             fprintf(stderr,
-                    "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
+                    "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu%s\n",
                     (unsigned long long)at->batch, (unsigned long long)at->samples, fd->batch * fd->accumulate,
-                    r->train.count);
+                    r->train.count,
+                    at->samples != r->train.count ? " (the same --data, --synthetic and --val-split as the "
+                                                    "checkpoint's run give its training samples)"
+                                                  : "");
         return 1;
     }
     if (r->o.val_split && at->shuffle_seed != r->o.md.seed) { /* the split is the seed's */
