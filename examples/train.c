@@ -120,7 +120,7 @@ static void usage(FILE *f)
                "                      its test_loss and test_acc\n"
                "  --predict CKPT      no training: the checkpoint's model's outputs for every sample of --data\n"
                "                      (a .npy file of samples, or a DIR's test set) into --out FILE.npy\n"
-               "  --out FILE.npy      --predict's outputs: float32, one row of logits per sample, in order\n"
+               "  --out FILE.npy      --predict's outputs: float32, a row per sample, in order (logits by default)\n"
                "  --probabilities     --predict: softmax probabilities instead of logits\n"
                "  --init-weights FILE start from the weights of a safetensors file (a state_dict saved from\n"
                "                      PyTorch, a checkpoint rewritten by another tool): optimizer and step afresh\n"
