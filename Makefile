@@ -557,7 +557,7 @@ test-interop: info $(BUILD)/train $(BUILD)/interop_predict $(BUILD)/interop_resn
 	@python3 -c 'import numpy, safetensors, onnx, onnxruntime, tensorboard' 2>/dev/null || \
 	 python3 -m pip install -q $(INTEROP_PACKAGES)
 	python3 tests/interop/test_export.py $(BUILD)
-	python3 tests/interop/test_tool.py
+	python3 tests/interop/test_tool.py $(BUILD)
 	python3 tests/interop/test_tensorboard.py $(BUILD)
 	python3 tests/interop/test_resnet.py $(BUILD)
 

@@ -199,6 +199,8 @@
                             progress       MIRROR_PROGRESS_AUTO: a bar on a
                                            terminal, one line per epoch otherwise
                             shuffle_seed   the model's seed
+                            validation_name "val" (the epoch line's
+                                           val_loss, val_acc)
                             checkpoint     none; checkpoint_keep 3, and
                                            checkpoint_every 0 (the end only)
                             data_on_device MIRROR_DATA_AUTO: GPUs keep the
@@ -240,6 +242,7 @@
                   mirror_get_replica_metrics (each replica's own part of
                   the last step, with desc.replica_values)
       timing      mirror_timing, mirror_phase_times_get, mirror_trace_write
+      outputs     mirror_predict_write (predictions as a .npy file)
       data        mirror_dataset_load_idx, mirror_dataset_load_mnist,
                   mirror_dataset_load_cifar10, mirror_dataset_load_npy,
                   mirror_dataset_synthetic_digits,
@@ -249,7 +252,8 @@
                   dataset in device memory for the steps)
       checkpoints mirror_checkpoint_save, mirror_checkpoint_load,
                   mirror_load_weights (from a safetensors file of any origin),
-                  mirror_model_weights_source (the file they came from)
+                  mirror_model_weights_source (the file they came from),
+                  mirror_checkpoint_describe (the model a file holds)
 
    OWNERSHIP
 
@@ -1458,6 +1462,20 @@ MIRROR_API int mirror_phase_times_get(mirror_model *m, size_t replica, mirror_ph
    Written beside path and renamed over it (see SIDE OUTPUTS): a path that
    exists and is not a regular file is refused (MIRROR_ERR_ARGUMENT). */
 MIRROR_API int mirror_trace_write(mirror_model *m, const char *path);
+/* The model's outputs for the n samples of x ([n, C, H, W]) as a NumPy
+   .npy file at path: float32, shape (n, outputs), little-endian; the
+   logits (mirror_predict), or with probabilities 1 the softmax
+   probabilities (mirror_predict_proba). Written as a side output is, to
+   a temporary file beside path renamed over it (see SIDE OUTPUTS): path
+   is then the whole array, or as it was. Before any pass, refused with
+   MIRROR_ERR_ARGUMENT: a path that exists and is not a regular file,
+   one that names the file the model's parameters were loaded from
+   (mirror_model_weights_source; a checkpoint's kept PATH.1, PATH.2, ...
+   and PATH.lock too), or one of inputs (may be NULL; a NULL-terminated
+   list: the files x was read from). With several processes every
+   process calls it and rank 0 writes. */
+MIRROR_API int mirror_predict_write(mirror_model *m, const float *x, size_t n, int probabilities, const char *path,
+                                    const char *const *inputs);
 #endif
 /* Forward only, split across replicas, in chunks of max_batch. */
 MIRROR_API int mirror_evaluate_batch(mirror_model *m, const mirror_batch *b, mirror_metrics *out);
@@ -1624,6 +1642,10 @@ typedef enum mirror_data_place {
 typedef struct mirror_fit_desc {
     const mirror_dataset *train;      /* required */
     const mirror_dataset *validation; /* optional */
+    /* What the epoch line calls the validation numbers: "NAME_loss",
+       "NAME_acc" (NULL: "val"); a program that validates on its test set
+       says "test". The history, plot and TensorBoard keep their names. */
+    const char *validation_name;
     size_t epochs;        /* in all, counting initial_epoch */
     /* Resuming from C: load the checkpoint with a cursor
        (mirror_checkpoint_load(m, path, 0, &at)) and set initial_epoch =
@@ -1903,6 +1925,17 @@ MIRROR_API int mirror_load_weights(mirror_model *m, const char *path, mirror_err
    failure *out is NULL. */
 MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path, size_t max_batch, mirror_model **out,
                                             mirror_checkpoint_info *info, mirror_error *err);
+/* The model a checkpoint holds, as its header describes it: "input(C,H,W);"
+   then each layer ("conv2d(16,3,1,1);relu;maxpool2d(2,2);...", dropout(p)
+   with its rate) and the loss ("loss(softmax_ce)" or "loss(mse)"), the
+   string a load compares with the model's own. Into buf, NUL-terminated;
+   a description longer than size - 1 bytes is not cut:
+   MIRROR_ERR_ARGUMENT gives the size it needs (16384 holds any model
+   mirror builds: 64 layers at most). Reads the header alone, checked as
+   mirror_model_from_checkpoint checks it (format, checksum); nothing is
+   built. For a program that builds the model itself from a kind's name
+   (examples/train.c's --resume without --model). */
+MIRROR_API int mirror_checkpoint_describe(const char *path, char *buf, size_t size, mirror_error *err);
 /* The file the model's parameters were last loaded from, by
    mirror_checkpoint_load (mirror_model_from_checkpoint too) or
    mirror_load_weights: path NULL when none was (the seed's parameters).
@@ -15811,6 +15844,39 @@ MIRROR_API int mirror_model_from_checkpoint(mirror_strategy *s, const char *path
     return mirror__from_checkpoint(s, path, max_batch, out, info, err);
 }
 
+MIRROR_API int mirror_checkpoint_describe(const char *path, char *buf, size_t size, mirror_error *err)
+{
+    mirror__header *h = NULL;
+    const char *format, *model;
+    char *text = NULL;
+    uint64_t data_size = 0;
+    int rc;
+    if (!path || !buf || !size)
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "mirror_checkpoint_describe: NULL argument");
+    buf[0] = '\0';
+    if ((rc = mirror__read_header_text(path, &text, &data_size, err))) return rc;
+    if (!(h = (mirror__header *)mirror__zalloc(1, sizeof *h))) {
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    } else if (!mirror__parse_header(text, strlen(text), h)) {
+        rc = mirror__error(err, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
+                           "%s: the header is not the JSON of a checkpoint: %s", path, h->why);
+    } else if (!(format = mirror__meta(h, "format")) || strcmp(format, "mirror") != 0) {
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a mirror checkpoint (no \"format\": \"mirror\")", path);
+    } else if ((rc = mirror__check_header_crc(path, text, strlen(text), h, err)) == MIRROR_OK) {
+        if (!(model = mirror__meta(h, "model")))
+            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: no model description (input(C,H,W);...)", path);
+        else if (strlen(model) >= size)
+            rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the model description is %zu bytes, buf holds %zu", path,
+                               strlen(model) + 1, size);
+        else
+            memcpy(buf, model, strlen(model) + 1);
+    }
+    MIRROR_FREE(text);
+    if (h) mirror__header_free(h);
+    MIRROR_FREE(h);
+    return rc;
+}
+
 #ifndef MIRROR_NO_OUTPUTS
 // >>outputs -----------------------------------------------------------------
 /* The side outputs (left out by MIRROR_NO_OUTPUTS): the Chrome trace, and
@@ -16499,6 +16565,80 @@ static int mirror__names_source(const mirror_model *m, const char *out)
                                      : mirror__same_file(out, m->source.told.path);
 }
 
+/* ---- predictions as a .npy file ---- */
+
+/* The .npy preamble of a float32 array of shape (n, k): magic, version
+   1.0, the header's length, and its dict padded with spaces to a multiple
+   of 64 bytes, ending in a newline (NumPy's own layout). */
+static size_t mirror__npy_preamble(unsigned char *p, size_t size, size_t n, size_t k)
+{
+    int len = snprintf((char *)p + 10, size - 10, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }",
+                       n, k);
+    size_t total = 10 + (size_t)len + 1, padded = (total + 63) / 64 * 64;
+    memcpy(p, "\x93NUMPY\x01\x00", 8);
+    p[8] = (unsigned char)((padded - 10) & 0xff), p[9] = (unsigned char)((padded - 10) >> 8);
+    memset(p + 10 + len, ' ', padded - total);
+    p[padded - 1] = '\n';
+    return padded;
+}
+
+static int mirror__predict_write(mirror_model *m, const float *x, size_t n, int probabilities, const char *path,
+                                 const char *const *inputs)
+{
+    static const char what[] = "mirror_predict_write";
+    unsigned char head[192], le[4 * 256];
+    size_t k, i, j;
+    float *out;
+    mirror__output o;
+    int rc, ok;
+    if ((rc = mirror__check_built(m, what)) || (rc = mirror__output_path(m, what, path))) return rc;
+    if (mirror__names_source(m, path))
+        return mirror__fail(m, MIRROR_ERR_ARGUMENT,
+                            "%s: %s would overwrite %s, the %s the model's parameters were loaded from; name another "
+                            "path",
+                            what, path, m->source.told.path, m->source.told.checkpoint ? "checkpoint" : "weights file");
+    for (i = 0; inputs && inputs[i]; i++)
+        if (mirror__same_file(path, inputs[i]))
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: %s would overwrite the input %s; name another path", what,
+                                path, inputs[i]);
+    k = m->sizes.out;
+    if (!(out = (float *)mirror__alloc(n, k * sizeof(float))))
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", what);
+    rc = probabilities ? mirror__predict_proba(m, x, n, out) : mirror__predict(m, x, n, out);
+    if (rc == MIRROR_OK && mirror__leads(m)) { /* every process holds every row; one writes them */
+        ok = mirror__output_open(&o, path);
+        if (ok) {
+            ok = fwrite(head, 1, mirror__npy_preamble(head, sizeof head, n, k), o.f) > 0;
+            for (i = 0; ok && i < n * k; i += 256) { /* little-endian whatever the host */
+                size_t c = MIRROR__MIN(256, n * k - i);
+                for (j = 0; j < c; j++) {
+                    uint32_t b;
+                    memcpy(&b, out + i + j, 4);
+                    le[4 * j] = (unsigned char)b, le[4 * j + 1] = (unsigned char)(b >> 8);
+                    le[4 * j + 2] = (unsigned char)(b >> 16), le[4 * j + 3] = (unsigned char)(b >> 24);
+                }
+                ok = fwrite(le, 4, c, o.f) == c;
+            }
+            ok = mirror__output_close(&o, path) && ok;
+        }
+        if (!ok)
+            rc = mirror__fail(m, MIRROR_ERR_IO, "%s: %s: cannot write the predictions: %s", what, path,
+                              strerror(errno));
+    }
+    MIRROR_FREE(out);
+    return rc;
+}
+
+MIRROR_API int mirror_predict_write(mirror_model *m, const float *x, size_t n, int probabilities, const char *path,
+                                    const char *const *inputs)
+{
+    int rc;
+    if ((rc = mirror__check_built(m, "mirror_predict_write"))) return rc;
+    {
+        MIRROR__LOCKED(m, "mirror_predict_write", mirror__predict_write(m, x, n, probabilities, path, inputs));
+    }
+}
+
 /* ---- fit's list of outputs ---- */
 
 /* Before the first step (rank 0): output i's path names no checkpoint
@@ -16840,12 +16980,14 @@ static void mirror__progress_bar(const mirror_epoch_log *log, size_t step, size_
     fflush(stdout);
 }
 
-static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr, int classify)
+static void mirror__epoch_line(const mirror_epoch_log *log, int bar, int show_lr, int classify, const char *val)
 {
+    if (!val) val = "val";
     printf("%sepoch %zu/%zu  loss %.4f", bar ? "\r\033[K" : "", log->epoch, log->epochs, log->train_loss);
     if (classify) printf("  acc %.4f", log->train_acc);
     if (log->val_loss != -1.0) /* -1: no validation set; NaN and Inf are printed as they are */
-        printf(classify ? "  val_loss %.4f  val_acc %.4f" : "  val_loss %.4f", log->val_loss, log->val_acc);
+        printf(classify ? "  %.32s_loss %.4f  %.32s_acc %.4f" : "  %.32s_loss %.4f", val, log->val_loss, val,
+               log->val_acc);
     if (log->loss_scale > 0) printf("  scale %g  skipped %llu", log->loss_scale, (unsigned long long)log->skipped);
     if (show_lr) printf("  lr %.3g", log->lr);
     if (log->grad_norm > 0) printf("  grad_norm %.3g", log->grad_norm);
@@ -17432,7 +17574,8 @@ static int mirror__fit_epoch_end(mirror_model *m, mirror__fit_run *f, size_t epo
     log->elapsed = mirror__now() - f->start;
     log->lr = m->lr;
     log->grad_norm = mirror_last_grad_norm(m);
-    if (d->progress != MIRROR_PROGRESS_NONE) mirror__epoch_line(log, f->bar, f->shows_lr, f->classify);
+    if (d->progress != MIRROR_PROGRESS_NONE)
+        mirror__epoch_line(log, f->bar, f->shows_lr, f->classify, d->validation_name);
     if (d->phases && mirror__leads(m)) mirror__phase_line(m);
     if (mirror__leads(m)) mirror__add_point(m, f, (double)log->epoch, log, 1); /* rank 0 writes; a failure costs no step */
     log->failed_outputs = f->failed;

@@ -31,9 +31,14 @@ typedef struct options {
     const char *data_on_device; /* --data-on-device auto|on|off */
     const char *init_weights; /* --init-weights FILE: parameters from a safetensors file (mirror_load_weights) */
     const char *progress;     /* --progress bar|lines|none */
+    /* --evaluate CKPT, --predict CKPT (with --out FILE.npy and
+       --probabilities): a checkpoint's model, no training */
+    const char *evaluate, *predict, *out;
+    int probabilities;
     size_t synthetic, lr_step;
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
-    double lr, clip_norm, dropout;
+    double lr, clip_norm, dropout; /* dropout -1: not given (a --resume's checkpoint tells, else 0) */
+    double val_split; /* --val-split F: the validation set's share of the training data; 0: none */
     char why[256]; /* the usage error, when options_parse returns one */
 } options;
 
@@ -47,7 +52,8 @@ enum {
 static void options_defaults(options *o)
 {
     memset(o, 0, sizeof *o);
-    o->model = "cnn";
+    o->model = NULL; /* "cnn", or with --resume the checkpoint's (the trainer sets it) */
+    o->dropout = -1.0;
     o->optimizer = "adam";
     o->precision = "fp32"; /* lr_schedule NULL: the model's */
     o->fd.epochs = 3;
@@ -127,6 +133,9 @@ static int options_flag(options *o, const char *a, const char *v)
     if (!strcmp(a, "--optimizer")) return options_text(o, a, v, &o->optimizer);
     if (!strcmp(a, "--save")) return options_text(o, a, v, &fd->checkpoint);
     if (!strcmp(a, "--resume")) return options_text(o, a, v, &fd->resumed_from); /* the outputs must not overwrite it */
+    if (!strcmp(a, "--evaluate")) return options_text(o, a, v, &o->evaluate);
+    if (!strcmp(a, "--predict")) return options_text(o, a, v, &o->predict);
+    if (!strcmp(a, "--out")) return options_text(o, a, v, &o->out);
     if (!strcmp(a, "--init-weights")) return options_text(o, a, v, &o->init_weights);
     if (!strcmp(a, "--precision")) return options_text(o, a, v, &o->precision);
     if (!strcmp(a, "--loss-scale")) return options_text(o, a, v, &o->loss_scale);
@@ -158,6 +167,13 @@ static int options_flag(options *o, const char *a, const char *v)
         return options_number(o, a, v, FLT_MIN, 1e6, "a positive number between 1.2e-38 and 1e6", &o->lr);
     if (!strcmp(a, "--dropout"))
         return options_number(o, a, v, 0.0, 0.99, "a probability from 0 to 0.99", &o->dropout);
+    if (!strcmp(a, "--val-split")) { /* both parts need samples: 0 and 1 are no split */
+        if ((rc = options_number(o, a, v, 0.0, 1.0, "a fraction between 0 and 1, both excluded", &o->val_split)))
+            return rc;
+        return o->val_split > 0.0 && o->val_split < 1.0
+                   ? OPTIONS_RUN
+                   : options_bad(o, a, "a fraction between 0 and 1, both excluded", v);
+    }
     if (!strcmp(a, "--clip-norm"))
         return options_number(o, a, v, FLT_MIN, FLT_MAX, "a positive number between 1.2e-38 and 3.4e38",
                               &o->clip_norm);
@@ -185,6 +201,25 @@ static int options_flag(options *o, const char *a, const char *v)
     return OPTIONS_UNKNOWN;
 }
 
+/* --evaluate and --predict: a checkpoint's model (its architecture and
+   settings), so no --model, and no training to resume or save. */
+static int options_infer(options *o)
+{
+    const char *clash = NULL;
+    if (o->out && !o->predict) clash = "--out needs --predict";
+    else if (o->probabilities && !o->predict) clash = "--probabilities needs --predict";
+    else if (!o->evaluate && !o->predict) return OPTIONS_RUN;
+    else if (o->evaluate && o->predict) clash = "--evaluate and --predict: one at a time";
+    else if (o->predict && !o->out) clash = "--predict needs --out FILE.npy, where its outputs go";
+    else if (o->predict && !o->data) clash = "--predict needs --data, the samples to predict";
+    else if (o->model) clash = "--evaluate and --predict take the model from the checkpoint: no --model";
+    else if (o->fd.resumed_from || o->init_weights || o->fd.checkpoint || o->val_split > 0.0)
+        clash = "--evaluate and --predict train nothing: not with --resume, --init-weights, --save or --val-split";
+    if (!clash) return OPTIONS_RUN;
+    snprintf(o->why, sizeof o->why, "%s", clash);
+    return OPTIONS_BAD;
+}
+
 /* The names and the flags that go together, into the descs. */
 static int options_check(options *o)
 {
@@ -192,7 +227,10 @@ static int options_check(options *o)
     mirror_fit_desc *fd = &o->fd;
     mirror_loss_scale_desc *ls = &md->loss_scale;
     double scale;
-    int rc, resnet;
+    int rc, resnet, infer = o->evaluate || o->predict;
+    if ((rc = options_infer(o))) return rc;
+    if (!o->model) o->model = "cnn";
+    if (o->dropout < 0.0) o->dropout = 0.0;
     if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn") && strcmp(o->model, "cnn-bn") && strcmp(o->model, "resnet"))
         return options_bad(o, "--model", "mlp, cnn, cnn-bn or resnet", o->model);
     if (!strcmp(o->optimizer, "sgd")) md->optimizer.kind = MIRROR_OPT_SGD;
@@ -207,7 +245,7 @@ static int options_check(options *o)
        of 32, Adam at 2e-3 with a cosine schedule (5 epochs of
        Fashion-MNIST: 0.925, bench/RESULTS.md); the others: batches of 64. */
     resnet = !strcmp(o->model, "resnet");
-    if (!fd->batch) fd->batch = resnet ? 32 : 64;
+    if (!fd->batch && !infer) fd->batch = resnet ? 32 : 64; /* inference: 0, the library's 256 */
     if (!o->lr_schedule) o->lr_schedule = resnet ? "cosine" : "constant";
     md->optimizer.lr = (float)o->lr;
     if (resnet && o->lr == 0.0 && md->optimizer.kind != MIRROR_OPT_SGD) md->optimizer.lr = 0.002f;
@@ -267,8 +305,10 @@ static int options_check(options *o)
     return OPTIONS_RUN;
 }
 
-/* argv[1..argc-1] into o (defaults first): OPTIONS_RUN, or what stopped it. */
-static int options_parse(int argc, char **argv, options *o)
+/* argv[1..argc-1] into o (defaults first), each flag on its own:
+   OPTIONS_RUN, or what stopped it. options_check then takes them together
+   (the trainer first finds a --resume checkpoint's model). */
+static int options_read(int argc, char **argv, options *o)
 {
     int i, rc;
     options_defaults(o);
@@ -291,12 +331,24 @@ static int options_parse(int argc, char **argv, options *o)
             o->md.graphs = 1;
             continue;
         }
+        if (!strcmp(a, "--probabilities")) {
+            o->probabilities = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             snprintf(o->why, sizeof o->why, "%.80s needs a value (or is unknown)", a);
             return OPTIONS_UNKNOWN;
         }
         if ((rc = options_flag(o, a, argv[++i]))) return rc;
     }
-    return options_check(o);
+    return OPTIONS_RUN;
+}
+
+/* options_read and options_check: the whole command line into o (inline:
+   the trainer calls the two itself). */
+static inline int options_parse(int argc, char **argv, options *o)
+{
+    int rc = options_read(argc, argv, o);
+    return rc ? rc : options_check(o);
 }
 #endif

@@ -13,7 +13,9 @@
 
    Without --data it trains on mirror's built-in synthetic digits. It prints a
    progress bar on a terminal, one line per epoch, and a closing line
-   "final: key=value ...".
+   "final: key=value ...". A saved model, without training:
+                    ./build/train --evaluate run.ckpt           (test_loss, test_acc)
+                    ./build/train --predict run.ckpt --data x.npy --out logits.npy
 
    Exit status: 0 done; 1 failed; 2 bad options; 3 trained and saved, with
    the final line, but --history, --plot, --trace or --tensorboard could not be written
@@ -65,6 +67,9 @@ static void usage(FILE *f)
                "  --data DIR          MNIST-format IDX files (plain or .gz), or CIFAR-10's binary batches\n"
                "                      (data_batch_1.bin ... test_batch.bin); default: synthetic digits\n"
                "  --synthetic N       synthetic training samples (default 10000; test set N/5)\n"
+               "  --val-split F       validate each epoch on the last F of the training samples (0 < F < 1;\n"
+               "                      shuffled once by --seed, never trained on); the test set then gives the\n"
+               "                      final line alone (default: each epoch's test_* numbers are the test set's)\n"
                "  --model NAME        mlp: 784-256-128-10; cnn: two conv-relu-pool blocks + dense head;\n"
                "                      cnn-bn: the cnn with SyncBatchNorm; resnet: 3 residual blocks (32-64-128),\n"
                "                      batchnorm, global average pooling (default cnn)\n"
@@ -108,7 +113,15 @@ static void usage(FILE *f)
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM), the two\n"
                "                      before it kept as PATH.1, PATH.2; a file there that is not one is refused\n"
                "  --checkpoint-every N  also every N steps (needs --save)\n"
-               "  --resume PATH       continue from a checkpoint; --epochs counts the total\n"
+               "  --resume PATH       continue from a checkpoint, its model (--model, if given, must be it);\n"
+               "                      --epochs counts the total, the checkpoint's epochs included\n"
+               "  --evaluate CKPT     no training: the checkpoint's model (its architecture, settings and\n"
+               "                      weights) on the test set of --data DIR (or of the synthetic digits):\n"
+               "                      its test_loss and test_acc\n"
+               "  --predict CKPT      no training: the checkpoint's model's outputs for every sample of --data\n"
+               "                      (a .npy file of samples, or a DIR's test set) into --out FILE.npy\n"
+               "  --out FILE.npy      --predict's outputs: float32, a row per sample, in order (logits by default)\n"
+               "  --probabilities     --predict: softmax probabilities instead of logits\n"
                "  --init-weights FILE start from the weights of a safetensors file (a state_dict saved from\n"
                "                      PyTorch, a checkpoint rewritten by another tool): optimizer and step afresh\n"
                "  --precision P       fp32 | fp16 | bf16 (mixed: fp32 master weights; default fp32)\n"
@@ -167,7 +180,7 @@ static int there(const char *dir, const char *name)
 /* --data DIR: CIFAR-10's binary batches when DIR holds data_batch_1.bin
    (data_batch_1.bin ... data_batch_5.bin for training, test_batch.bin for
    the test), else MNIST's IDX files; a directory with neither's first file
-   gets a message naming both. */
+   gets a message naming both. train NULL: the test set alone. */
 static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test, mirror_error *err)
 {
     static const char *const names[6] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
@@ -195,7 +208,7 @@ static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test
         snprintf(err->message, sizeof err->message, "out of memory");
     } else {
         for (i = 0; i < 5; i++) batches[i] = paths[i];
-        if ((rc = mirror_dataset_load_cifar10(train, batches, 5, err)) == MIRROR_OK) {
+        if (!train || (rc = mirror_dataset_load_cifar10(train, batches, 5, err)) == MIRROR_OK) {
             batches[0] = paths[5];
             if ((rc = mirror_dataset_load_cifar10(test, batches, 1, err))) mirror_dataset_free(train);
         }
@@ -256,18 +269,61 @@ typedef struct run {
     options o;
     mirror_error err;
     mirror_strategy *s;
-    mirror_dataset train, test;
+    mirror_dataset train, val, test; /* val: --val-split's, else empty */
     mirror_model *m;
     mirror_checkpoint_info at; /* where a resumed run starts; all zero for a fresh one */
     totals sums;
     mirror_epoch_log log;
 } run;
 
+/* --resume PATH: the model the checkpoint holds, told by its description
+   (mirror_checkpoint_describe) among the trainer's own, and its dropout;
+   the load then checks every layer. A --model or --dropout that is not
+   the checkpoint's is refused here, by name. 0, or 1 (the exit status)
+   with a message. */
+static int model_of_checkpoint(options *o)
+{
+    static char desc[16384];
+    const char *path = o->fd.resumed_from, *kind, *drop;
+    mirror_error err = {0, ""};
+    double p;
+    if (!path) return 0;
+    if (mirror_checkpoint_describe(path, desc, sizeof desc, &err)) {
+        fprintf(stderr, "train: %s\n", err.message);
+        return 1;
+    }
+    kind = strstr(desc, ";residual") ? "resnet" : strstr(desc, ";batchnorm") ? "cnn-bn"
+         : strstr(desc, ";conv2d")   ? "cnn"    : "mlp";
+    if (o->model && strcmp(o->model, kind)) {
+        fprintf(stderr, "train: leave --model out to resume %s with its own model: --model %s is not the one it holds "
+                        "(%s)\n", path, o->model, desc);
+        return 1;
+    }
+    o->model = kind;
+    p = (drop = strstr(desc, ";dropout(")) ? strtod(drop + 9, NULL) : 0.0;
+    if (o->dropout >= 0.0 && (float)o->dropout != (float)p) {
+        fprintf(stderr, "train: leave --dropout out to resume %s with its own: --dropout %g is not its %g\n", path,
+                o->dropout, p);
+        return 1;
+    }
+    o->dropout = p;
+    return 0;
+}
+
 /* The command line into o: -1 to run, else the exit status (--help: 0,
-   a usage error: 2). */
+   a usage error: 2; 1: a --resume checkpoint that cannot be read). */
 static int read_options(int argc, char **argv, options *o)
 {
-    switch (options_parse(argc, argv, o)) {
+    options first;
+    int rc = options_read(argc, argv, o);
+    if (rc == OPTIONS_RUN) { /* a usage error before the checkpoint is read: exit 2 whatever the file */
+        first = *o;
+        if ((rc = options_check(&first)) == OPTIONS_RUN && !(o->evaluate || o->predict) && model_of_checkpoint(o))
+            return 1;
+        if (rc == OPTIONS_RUN) rc = options_check(o);
+        else memcpy(o->why, first.why, sizeof o->why);
+    }
+    switch (rc) {
     case OPTIONS_RUN: return -1;
     case OPTIONS_HELP: usage(stdout); return 0;
     case OPTIONS_UNKNOWN: fprintf(stderr, "train: %s\n", o->why); usage(stderr); return 2;
@@ -322,7 +378,31 @@ static int start_strategy(run *r)
     return 0;
 }
 
-/* --data DIR, or the synthetic digits (a test set of a fifth). */
+/* --val-split F: the last F of the training samples (at least one, and
+   one left to train on) in a permutation of the seed's, fixed for the
+   run and its resumes, become the validation set: mirror_dataset_split,
+   the rest staying the training set in the permutation's order (fit
+   shuffles it each epoch as any other). The same split for any replica
+   or process count: every process makes it alike. */
+static int split_validation(run *r)
+{
+    mirror_dataset all = r->train;
+    size_t val = (size_t)((double)all.count * r->o.val_split);
+    int rc;
+    if (!r->o.val_split) return MIRROR_OK;
+    if (!val) val = 1;
+    memset(&r->train, 0, sizeof r->train);
+    rc = mirror_dataset_split(&all, val, r->o.md.seed ^ 0x76616c69ull /* "vali" */, &r->train, &r->val, &r->err);
+    mirror_dataset_free(&all);
+    return rc;
+}
+
+/* The synthetic digits' test set: a fifth of the training samples' count
+   (at least one), from a seed of its own. */
+static size_t synthetic_test_count(size_t train) { return train / 5 ? train / 5 : 1; }
+
+/* --data DIR, or the synthetic digits (a test set of a fifth); with
+   --val-split, the validation set cut from the training samples. */
 static int load_data(run *r)
 {
     const options *o = &r->o;
@@ -330,13 +410,20 @@ static int load_data(run *r)
     if (o->data)
         rc = load_dir(o->data, &r->train, &r->test, &r->err);
     else if ((rc = mirror_dataset_synthetic_digits(&r->train, o->synthetic, o->md.seed, &r->err)) == MIRROR_OK)
-        rc = mirror_dataset_synthetic_digits(&r->test, o->synthetic / 5 + 1, o->md.seed + 7919, &r->err);
+        rc = mirror_dataset_synthetic_digits(&r->test, synthetic_test_count(o->synthetic), o->md.seed + 7919, &r->err);
+    if (rc == MIRROR_OK) rc = split_validation(r);
     if ((rc = mirror_agree(r->s, rc, &r->err))) {
         complain(rc, r->err.message);
         return rc;
     }
-    say("data: %s, %zu train and %zu test samples of %zux%zu\n", o->data ? o->data : "synthetic digits",
-        r->train.count, r->test.count, r->train.height, r->train.width);
+    if (o->val_split)
+        say("data: %s, %zu train, %zu validation (--val-split %g of the training samples) and %zu test samples of "
+            "%zux%zu\n",
+            o->data ? o->data : "synthetic digits", r->train.count, r->val.count, o->val_split, r->test.count,
+            r->train.height, r->train.width);
+    else
+        say("data: %s, %zu train and %zu test samples of %zux%zu\n", o->data ? o->data : "synthetic digits",
+            r->train.count, r->test.count, r->train.height, r->train.width);
     say("strategy: %s\n", mirror_strategy_describe(r->s));
     return 0;
 }
@@ -439,6 +526,9 @@ static int resume(run *r)
     if (!fd->resumed_from) return 0;
     if ((rc = mirror_checkpoint_load(r->m, fd->resumed_from, 0, at))) {
         complain(rc, mirror_model_error(r->m));
+        if (rc == MIRROR_ERR_SHAPE && where.rank == 0) /* the layers told one of the trainer's models, wrongly */
+            fprintf(stderr, "train: %s holds a model the trainer does not build (mlp, cnn, cnn-bn, resnet): "
+                            "--evaluate and --predict take any checkpoint's\n", fd->resumed_from);
         return rc;
     }
     say("resume: %s, step %llu, epoch %llu step %llu\n", fd->resumed_from, (unsigned long long)at->step,
@@ -446,20 +536,38 @@ static int resume(run *r)
     if (at->batch && (at->batch != fd->batch * fd->accumulate || at->samples != r->train.count || at->drop_remainder)) {
         if (where.rank == 0)
             fprintf(stderr,
-                    "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu\n",
+                    "train: the checkpoint counts batches of %llu over %llu samples; this run has %zu over %zu%s\n",
                     (unsigned long long)at->batch, (unsigned long long)at->samples, fd->batch * fd->accumulate,
-                    r->train.count);
+                    r->train.count,
+                    at->samples != r->train.count ? " (the same --data, --synthetic and --val-split as the "
+                                                    "checkpoint's run give its training samples)"
+                                                  : "");
+        return 1;
+    }
+    if (r->o.val_split && at->shuffle_seed != r->o.md.seed) { /* the split is the seed's */
+        if (where.rank == 0)
+            fprintf(stderr,
+                    "train: resume with --seed %llu: --val-split takes its validation samples by the seed, and "
+                    "with --seed %llu they would be samples the checkpoint's run trained on\n",
+                    (unsigned long long)at->shuffle_seed, (unsigned long long)r->o.md.seed);
         return 1;
     }
     return 0;
 }
 
-/* A checkpoint that has trained every epoch asked for leaves nothing to do. */
+/* A checkpoint that has trained every epoch asked for leaves nothing to
+   do: said on stderr (the run has no final: line) with what would train
+   more, and exit 0, as the run that trained them ended: resuming a
+   finished run again (a job requeued after its end) is no failure. */
 static int trained_already(const run *r)
 {
-    if (r->at.epoch < r->o.fd.epochs) return 0;
-    say("the checkpoint has trained %llu epochs already; --epochs is %zu\n", (unsigned long long)r->at.epoch,
-        r->o.fd.epochs);
+    unsigned long long done = r->at.epoch;
+    if (done < r->o.fd.epochs) return 0;
+    if (where.rank == 0)
+        fprintf(stderr,
+                "train: nothing to train: %s has trained %llu epoch%s and --epochs is %zu (--epochs counts every "
+                "epoch, the checkpoint's included: --epochs %llu trains one more; --evaluate %s gives its numbers)\n",
+                r->o.fd.resumed_from, done, done == 1 ? "" : "s", r->o.fd.epochs, done + 1, r->o.fd.resumed_from);
     return 1;
 }
 
@@ -470,7 +578,8 @@ static int fit(run *r)
     mirror_fit_desc *fd = &r->o.fd;
     int rc;
     fd->train = &r->train;
-    fd->validation = &r->test;
+    fd->validation = r->o.val_split ? &r->val : &r->test; /* without --val-split, as Keras' validation_data */
+    fd->validation_name = r->o.val_split ? "val" : "test";
     fd->initial_epoch = (size_t)r->at.epoch; /* a resumed run: where the checkpoint left it */
     fd->initial_step = (size_t)r->at.epoch_step;
     fd->shuffle_seed = r->at.shuffle_seed;
@@ -485,17 +594,31 @@ static int fit(run *r)
 }
 
 /* The final line, then a warning for each side output not written: 3 if
-   any, else 0. */
-static int report(const run *r)
+   any, else 0 (1: the test set's evaluation failed). train_* are the last
+   epoch's running means as it trained; with --val-split, val_* the
+   validation set's after it and test_* the test set's, evaluated here
+   once; without, test_* are the last epoch's validation, on the test set. */
+static int report(run *r)
 {
     const options *o = &r->o;
     const mirror_epoch_log *log = &r->log;
     mirror_loss_scale_state scaler;
-    say("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f test_loss=%.4f "
-        "test_acc=%.4f samples_per_s=%.0f seconds=%.1f precision=%s",
-        mirror_num_replicas(r->s), o->fd.epochs, o->model, log->train_loss, log->train_acc, log->val_loss,
-        log->val_acc, r->sums.seconds > 0 ? (double)r->sums.samples / r->sums.seconds : 0.0, log->elapsed,
-        o->precision);
+    mirror_metrics test = {0.0, 0, 0};
+    double test_loss = log->val_loss, test_acc = log->val_acc;
+    int rc;
+    if (o->val_split) {
+        if ((rc = mirror_evaluate(r->m, &r->test, o->fd.batch, &test))) {
+            complain(rc, mirror_model_error(r->m));
+            return 1;
+        }
+        test_loss = test.count ? test.loss_sum / (double)test.count : 0.0;
+        test_acc = test.count ? (double)test.correct / (double)test.count : 0.0;
+    }
+    say("final: replicas=%zu epochs=%zu model=%s train_loss=%.4f train_acc=%.4f ", mirror_num_replicas(r->s),
+        o->fd.epochs, o->model, log->train_loss, log->train_acc);
+    if (o->val_split) say("val_loss=%.4f val_acc=%.4f ", log->val_loss, log->val_acc);
+    say("test_loss=%.4f test_acc=%.4f samples_per_s=%.0f seconds=%.1f precision=%s", test_loss, test_acc,
+        r->sums.seconds > 0 ? (double)r->sums.samples / r->sums.seconds : 0.0, log->elapsed, o->precision);
     if (mirror_model_query_desc(r->m).precision != MIRROR_PRECISION_FP32 &&
         mirror_loss_scale_get(r->m, &scaler) == MIRROR_OK)
         say(" loss_scale=%g skipped=%llu", (double)scaler.scale, (unsigned long long)scaler.skipped);
@@ -508,7 +631,80 @@ static void end_run(run *r)
     mirror_model_destroy(r->m);
     mirror_strategy_destroy(r->s);
     mirror_dataset_free(&r->train);
+    mirror_dataset_free(&r->val);
     mirror_dataset_free(&r->test);
+}
+
+/* --evaluate and --predict's samples: --data's (a directory's test set,
+   or for --predict a .npy file of samples), else the synthetic test set
+   that a run of the same --synthetic and --seed tests on. */
+static int load_samples(run *r)
+{
+    const options *o = &r->o;
+    struct stat st;
+    int rc, dir = o->data && stat(o->data, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!o->data) {
+        rc = mirror_dataset_synthetic_digits(&r->test, synthetic_test_count(o->synthetic), o->md.seed + 7919, &r->err);
+    } else if (dir) {
+        rc = load_dir(o->data, NULL, &r->test, &r->err);
+    } else if (o->predict) {
+        rc = mirror_dataset_load_npy(&r->test, o->data, NULL, &r->err);
+    } else {
+        r->err.code = rc = MIRROR_ERR_ARGUMENT;
+        snprintf(r->err.message, sizeof r->err.message,
+                 "--evaluate --data %.80s: not a directory; --evaluate takes one of MNIST's or CIFAR-10's files "
+                 "(their test set, labelled)",
+                 o->data);
+    }
+    if ((rc = mirror_agree(r->s, rc, &r->err))) {
+        complain(rc, r->err.message);
+        return rc;
+    }
+    say("data: %s, %zu %s of %zux%zux%zu\n", o->data ? o->data : "synthetic digits", r->test.count,
+        o->data && !dir ? "samples" : "test samples", r->test.channels, r->test.height, r->test.width);
+    say("strategy: %s\n", mirror_strategy_describe(r->s));
+    return 0;
+}
+
+/* --evaluate CKPT or --predict CKPT: the model the checkpoint holds,
+   rebuilt (mirror_model_from_checkpoint), on the samples; no training.
+   Its evaluation's line names the set; --predict's outputs go to --out
+   (mirror_predict_write: never over the checkpoint or the data). */
+static int infer(run *r)
+{
+    const options *o = &r->o;
+    const char *ckpt = o->evaluate ? o->evaluate : o->predict, *inputs[2];
+    mirror_metrics got = {0.0, 0, 0};
+    mirror_model_desc md;
+    int rc;
+    if ((rc = start_strategy(r)) || (rc = load_samples(r))) return rc;
+    if ((rc = mirror_model_from_checkpoint(r->s, ckpt, o->fd.batch, &r->m, &r->at, &r->err))) {
+        complain(rc, r->err.message);
+        return rc;
+    }
+    md = mirror_model_query_desc(r->m);
+    say("model: %s, step %llu, %zu parameters, %zu outputs, precision %s\n", ckpt, (unsigned long long)r->at.step,
+        mirror_num_parameters(r->m), mirror_num_outputs(r->m), mirror_precision_name(md.precision));
+    if (o->predict) {
+        inputs[0] = o->data;
+        inputs[1] = NULL;
+        if ((rc = mirror_predict_write(r->m, r->test.x, r->test.count, o->probabilities, o->out, inputs))) {
+            complain(rc, mirror_model_error(r->m));
+            return rc;
+        }
+        say("predict: %zu samples, %s of %zu classes, into %s\n", r->test.count,
+            o->probabilities ? "probabilities" : "logits", mirror_num_outputs(r->m), o->out);
+        return 0;
+    }
+    if ((rc = mirror_evaluate(r->m, &r->test, 0, &got))) {
+        complain(rc, mirror_model_error(r->m));
+        return rc;
+    }
+    say("evaluate: set=test samples=%zu test_loss=%.4f", got.count, got.count ? got.loss_sum / (double)got.count : 0.0);
+    if (md.loss == MIRROR_LOSS_SOFTMAX_CE) /* an accuracy of classes: not of an MSE model's */
+        say(" test_acc=%.4f", got.count ? (double)got.correct / (double)got.count : 0.0);
+    say("\n");
+    return 0;
 }
 
 /* The trainer in steps: the options, the strategy, the data, the model,
@@ -519,6 +715,10 @@ int main(int argc, char **argv)
     int rc, unsaved = 0; /* 3: a side output was not written */
     catch_signals();
     if ((rc = read_options(argc, argv, &r.o)) >= 0) return rc; /* --help, or a usage error */
+    if (r.o.evaluate || r.o.predict) {
+        rc = infer(&r);
+        goto out;
+    }
     if ((rc = start_strategy(&r)) || (rc = load_data(&r))) goto out;
     fit_batch_to_data(&r.o.fd, r.train.count);
     warn_batchnorm_accumulation(&r.o);

@@ -579,6 +579,90 @@ if [ -x "$BUILD/train" ]; then
     else
         echo "skipped: build/train on a full disk (needs root and a tmpfs mount)"
     fi
+    # A checkpoint's model without training: --evaluate gives the numbers of
+    # the run's final line (on 1 and 3 replicas alike), --predict a .npy of
+    # float32 rows, never over the checkpoint or the data; --resume without
+    # --model takes the checkpoint's (its dropout too), bitwise the run that
+    # was not stopped, and a --model that is not it is refused naming it.
+    tiny="--synthetic 300 --batch 50"
+    # npy_u8 N PATH: N 28x28 samples of random bytes as a uint8 .npy file
+    npy_u8() {
+        dict="{'descr': '|u1', 'fortran_order': False, 'shape': ($1, 28, 28), }"
+        pad=$((64 - (10 + ${#dict} + 1) % 64))
+        { printf '\223NUMPY\001\000'; printf "\\$(printf %03o $(((${#dict} + pad + 1) % 256)))\\000"
+          printf '%s%*s\n' "$dict" $pad ''; head -c $(($1 * 784)) /dev/urandom; } >"$2"
+    }
+    evaluate_same() {
+        $BUILD/train --model mlp $tiny --epochs 1 --save "$tmp/ev.ckpt" >"$tmp/ev.out" 2>&1 || return 1
+        want=$(sed -n 's/^final: .* \(test_loss=[^ ]* test_acc=[^ ]*\) .*/\1/p' "$tmp/ev.out")
+        for r in 1 3; do
+            $BUILD/train --evaluate "$tmp/ev.ckpt" --synthetic 300 --replicas $r >"$tmp/ev$r.out" 2>&1 &&
+                grep -q "^evaluate: set=test samples=60 $want\$" "$tmp/ev$r.out" && ! grep -q '^epoch' "$tmp/ev$r.out" ||
+                { echo "evaluate on $r replicas: not $want"; cat "$tmp/ev$r.out"; return 1; }
+        done
+        head -c 300 "$tmp/ev.ckpt" >"$tmp/ev.cut"
+        $BUILD/train --evaluate "$tmp/ev.cut" --synthetic 300 >"$tmp/evc.out" 2>&1
+        test $? -eq 1 && grep -q 'ev.cut: ' "$tmp/evc.out" && ! grep -q '^evaluate:' "$tmp/evc.out"
+    }
+    check "build/train --evaluate CKPT: the final line's test_loss and test_acc, on 1 and 3 replicas; a file cut short: exit 1" \
+        evaluate_same
+    predict_npy() {
+        [ -f "$tmp/ev.ckpt" ] || $BUILD/train --model mlp $tiny --epochs 1 --save "$tmp/ev.ckpt" >/dev/null 2>&1 || return 1
+        npy_u8 3 "$tmp/x.npy" && cp "$tmp/ev.ckpt" "$tmp/ev.copy" && cp "$tmp/x.npy" "$tmp/x.copy" || return 1
+        $BUILD/train --predict "$tmp/ev.ckpt" --data "$tmp/x.npy" --out "$tmp/p.npy" >"$tmp/p.out" 2>&1 &&
+            grep -q '^predict: 3 samples, logits of 10 classes' "$tmp/p.out" && test "$(wc -c <"$tmp/p.npy")" -eq 248 &&
+            head -c 128 "$tmp/p.npy" | grep -q "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 10), }" || return 1
+        $BUILD/train --predict "$tmp/ev.ckpt" --data "$tmp/x.npy" --out "$tmp/q.npy" --probabilities >/dev/null 2>&1 &&
+            test "$(wc -c <"$tmp/q.npy")" -eq 248 && ! cmp -s "$tmp/p.npy" "$tmp/q.npy" || return 1
+        for out in "$tmp/ev.ckpt" "$tmp/./ev.ckpt.lock" "$tmp/x.npy"; do
+            $BUILD/train --predict "$tmp/ev.ckpt" --data "$tmp/x.npy" --out "$out" >"$tmp/p.out" 2>&1
+            test $? -eq 1 && grep -q 'would overwrite' "$tmp/p.out" && cmp -s "$tmp/ev.ckpt" "$tmp/ev.copy" &&
+                cmp -s "$tmp/x.npy" "$tmp/x.copy" || { echo "--out $out: not refused"; cat "$tmp/p.out"; return 1; }
+        done
+        ! ls "$tmp" | grep -q 'tmp-mirror'
+    }
+    check "build/train --predict CKPT --data X.npy --out P.npy: float32 (3, 10), logits or --probabilities; --out onto the checkpoint, its lock or the data: exit 1, both unchanged" \
+        predict_npy
+    for bad in "--predict c.ckpt --data x.npy:--out" "--predict c.ckpt --out p.npy:--data" "--out p.npy:--out" \
+        "--probabilities:--probabilities" "--evaluate c.ckpt --model mlp:--model" "--evaluate c.ckpt --predict c.ckpt:--predict" \
+        "--evaluate c.ckpt --save s.ckpt:--save" "--val-split 0:--val-split" "--val-split 1:--val-split" \
+        "--val-split 1.5:--val-split" "--val-split -0.2:--val-split"; do
+        check "build/train ${bad%%:*}: exit 2 naming ${bad##*:}" sh -c \
+            "$BUILD/train ${bad%%:*} >/dev/null 2>'$tmp/bad.err'; test \$? -eq 2 && grep -q -- '${bad##*:}' '$tmp/bad.err'"
+    done
+    resume_model() {
+        $BUILD/train --model mlp --dropout 0.3 $tiny --epochs 2 --save "$tmp/rm_a.ckpt" >/dev/null 2>&1 &&
+            $BUILD/train --model mlp --dropout 0.3 $tiny --epochs 1 --save "$tmp/rm_b.ckpt" >/dev/null 2>&1 &&
+            $BUILD/train $tiny --epochs 2 --resume "$tmp/rm_b.ckpt" --save "$tmp/rm_b.ckpt" >"$tmp/rm.out" 2>&1 &&
+            grep -q '^model: mlp, ' "$tmp/rm.out" && grep -q '^epoch 2/2 ' "$tmp/rm.out" &&
+            cmp -s "$tmp/rm_a.ckpt" "$tmp/rm_b.ckpt" || { cat "$tmp/rm.out"; return 1; }
+        $BUILD/train --model cnn $tiny --epochs 3 --resume "$tmp/rm_b.ckpt" >"$tmp/rm.out" 2>&1
+        test $? -eq 1 && grep -q 'leave --model out to resume .*rm_b.ckpt with its own model: --model cnn is not the one it holds (input(1,28,28);flatten;dense(256)' "$tmp/rm.out" &&
+            ! grep -q '^epoch' "$tmp/rm.out" || return 1
+        $BUILD/train $tiny --epochs 2 --resume "$tmp/rm_b.ckpt" >"$tmp/rm.out" 2>"$tmp/rm.err"
+        test $? -eq 0 && grep -q 'nothing to train: .*rm_b.ckpt has trained 2 epochs and --epochs is 2 (.*--epochs 3 trains one more' "$tmp/rm.err" &&
+            ! grep -q '^final:' "$tmp/rm.out"
+    }
+    check "build/train --resume without --model: the checkpoint's model and dropout, bitwise the straight run; another --model refused; --epochs already done: said, exit 0" \
+        resume_model
+    val_split() {
+        $BUILD/train --model mlp $tiny --epochs 2 --val-split 0.25 --progress lines >"$tmp/vs.out" 2>&1 &&
+            grep -q '^data: synthetic digits, 225 train, 75 validation (--val-split 0.25 of the training samples) and 60 test samples' "$tmp/vs.out" &&
+            test "$(grep -c '^epoch [12]/2 .* val_loss [0-9.]* *val_acc [0-9.]* ' "$tmp/vs.out")" -eq 2 &&
+            grep -q '^final: .* train_loss=[0-9.]* train_acc=[0-9.]* val_loss=[0-9.]* val_acc=[0-9.]* test_loss=[0-9.]* test_acc=[0-9.]* ' "$tmp/vs.out" || return 1
+        $BUILD/train --model mlp $tiny --epochs 1 --progress lines >"$tmp/vs.out" 2>&1 &&
+            grep -q '^epoch 1/1 .* test_loss [0-9.]* *test_acc [0-9.]* ' "$tmp/vs.out" && ! grep -q 'val_' "$tmp/vs.out" &&
+            $BUILD/train --model mlp --synthetic 1000 --epochs 1 --batch 100 | grep -q '^data: synthetic digits, 1000 train and 200 test samples' || return 1
+        $BUILD/train --model mlp $tiny --epochs 1 --val-split 0.25 --save "$tmp/vs.ckpt" >/dev/null 2>&1 &&
+            $BUILD/train --model mlp $tiny --epochs 2 --val-split 0.25 --resume "$tmp/vs.ckpt" --seed 2 >/dev/null 2>"$tmp/vs.err"
+        test $? -eq 1 && grep -q 'resume with --seed 1: --val-split takes its validation samples by the seed' "$tmp/vs.err"
+    }
+    check "build/train --val-split 0.25: the split on the data line, val_* each epoch, val_* and test_* on the final line (without: test_*); the test set a fifth; a resume of another --seed refused" \
+        val_split
+    check "build/train --val-split 0.3 --dropout 0.3 --augment: 1 and 3 replicas byte-identical (final: line and checkpoint)" \
+        same_runs "--model cnn-bn $det --val-split 0.3 --dropout 0.3 --augment --replicas 1" "--model cnn-bn $det --val-split 0.3 --dropout 0.3 --augment --replicas 3"
+    check "build/train --help lists --evaluate, --predict, --out, --probabilities and --val-split" sh -c \
+        "$BUILD/train --help >'$tmp/help.out' && for f in --evaluate --predict --out --probabilities --val-split; do grep -q -- \"^  \$f \" '$tmp/help.out' || exit 1; done"
     check "build/train rejects --precision fp64 and --loss-scale x with exit 2" sh -c \
         "$BUILD/train --precision fp64 >/dev/null 2>&1; a=\$?; $BUILD/train --precision fp16 --loss-scale x >/dev/null 2>&1; test \$a -eq 2 -a \$? -eq 2"
 fi
@@ -1000,7 +1084,7 @@ fi
 # exports against mirror's logits: make test-interop.
 if [ -z "$SAN" ]; then
     if python3 -c 'import numpy, safetensors' 2>/dev/null; then
-        python3 tests/interop/test_tool.py >"$BUILD/tool.out" 2>&1
+        python3 tests/interop/test_tool.py "$BUILD" >"$BUILD/tool.out" 2>&1
         tally tool "$BUILD/tool.out" $?
         grep -E 'not installed' "$BUILD/tool.out"
     else
@@ -1064,6 +1148,18 @@ if [ -n "$MPIRUN" ] && [ -x "$BUILD/test_mpi" ] && [ -x "$BUILD/train_mpi" ]; th
             test "$(ls "$tmp/tbmpi" | grep -c tfevents)" -eq 1
     }
     check "mpirun -np 2 build/train_mpi --tensorboard: rank 0 alone writes events, one file" mpi_tensorboard
+    # --val-split and --evaluate across processes: one process's numbers.
+    mpi_val_evaluate() {
+        $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --val-split 0.25 --save "$tmp/mpiv.ckpt" \
+            >"$tmp/mpiv2.out" 2>&1 && "$BUILD/train" $small --replicas 2 --epochs 1 --val-split 0.25 >"$tmp/onev.out" 2>&1 &&
+            test -n "$(final "$tmp/onev.out")" && test "$(final "$tmp/mpiv2.out")" = "$(final "$tmp/onev.out")" || return 1
+        $mpi -np 2 "$BUILD/train_mpi" --replicas 1 --synthetic 600 --evaluate "$tmp/mpiv.ckpt" >"$tmp/mpie.out" 2>&1 &&
+            "$BUILD/train" --synthetic 600 --evaluate "$tmp/mpiv.ckpt" >"$tmp/onee.out" 2>&1 &&
+            test "$(grep -c '^evaluate: ' "$tmp/mpie.out")" -eq 1 &&
+            test "$(grep '^evaluate: ' "$tmp/mpie.out")" = "$(grep '^evaluate: ' "$tmp/onee.out")"
+    }
+    check "mpirun -np 2 build/train_mpi --val-split, then --evaluate: the final and evaluate lines of one process of 2 replicas" \
+        mpi_val_evaluate
     mpi_resume_on_three() {
         $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 --save "$tmp/p2.ckpt" >/dev/null 2>&1 &&
             $mpi -np 3 "$BUILD/train_mpi" $small --replicas 1 --epochs 2 --resume "$tmp/p2.ckpt" >"$tmp/p3.out" 2>&1 &&

@@ -1188,6 +1188,51 @@ out:
     mirror_strategy_destroy(s2), mirror_strategy_destroy(s3);
 }
 
+/* mirror_checkpoint_describe: the description the header stores, read
+   without building anything; a buffer too small is refused, not cut; a
+   header changed after the save (its checksum) and a file that is not a
+   checkpoint are refused. */
+static void test_checkpoint_describe(void)
+{
+    static const char want_head[] = "input(1,8,8);conv2d(4,3,1,1);gelu;maxpool2d(2,1);conv2d(4,3,1,0);tanh;";
+    static const char want_tail[] = ";dropout(0.25);dense(8);sigmoid;dense(10);relu;loss(softmax_ce)";
+    char path[256], other[256], desc[4096], small[16] = "unchanged";
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = every_layer(s, MIRROR_PRECISION_FP32);
+    mirror_error err = {0, ""};
+    unsigned char *file;
+    char *at;
+    size_t n, len;
+    path_in(path, "described.ckpt");
+    CHECK(m && mirror_checkpoint_save(m, path, NULL, 1) == MIRROR_OK, "describe: a checkpoint saved");
+    CHECK(mirror_checkpoint_describe(path, desc, sizeof desc, &err) == MIRROR_OK, "describe: %s", err.message);
+    len = strlen(desc);
+    CHECK(!strncmp(desc, want_head, strlen(want_head)) && len > strlen(want_tail) &&
+              !strcmp(desc + len - strlen(want_tail), want_tail),
+          "describe: the model's layers, input to loss: %s", desc);
+    CHECK(mirror_checkpoint_describe(path, small, sizeof small, &err) == MIRROR_ERR_ARGUMENT && small[0] == '\0' &&
+              strstr(err.message, "buf holds 16"),
+          "describe: a buffer of 16 bytes refused, nothing cut into it: %s", err.message);
+    file = slurp(path, &n);
+    at = strstr((char *)file + 8, "gelu");
+    CHECK(at != NULL, "describe: the header names gelu");
+    if (at) memcpy(at, "relu", 4); /* the same length: only the checksum can tell */
+    path_in(other, "described_changed.ckpt");
+    put_file(other, (const char *)file, n);
+    CHECK(mirror_checkpoint_describe(other, desc, sizeof desc, &err) == MIRROR_ERR_CHECKSUM &&
+              strstr(err.message, "checksum"),
+          "describe: a header changed after the save refused by its checksum: %s", err.message);
+    put_file(other, "not a checkpoint at all", 23);
+    CHECK(mirror_checkpoint_describe(other, desc, sizeof desc, &err) == MIRROR_ERR_FORMAT,
+          "describe: a file that is no checkpoint refused: %s", err.message);
+    CHECK(mirror_checkpoint_describe(NULL, desc, sizeof desc, &err) == MIRROR_ERR_ARGUMENT &&
+              mirror_checkpoint_describe(path, NULL, 0, &err) == MIRROR_ERR_ARGUMENT,
+          "describe: NULL arguments refused");
+    free(file);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* A checkpoint's header that describes a large model in a small file, as
    a crafted file can: refused before the model is built, with nothing of
    the model's size allocated (the largest allocation under 1 MiB, where
@@ -1848,6 +1893,7 @@ int main(void)
     test_from_checkpoint(MIRROR_PRECISION_FP16);
     test_from_checkpoint_refused();
     test_from_checkpoint_small_file();
+    test_checkpoint_describe();
     test_load_weights();
     mirror_dataset_free(&data);
     remove_tree(root);

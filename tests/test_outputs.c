@@ -305,6 +305,103 @@ static void test_loaded_from(void)
     mirror_strategy_destroy(s);
 }
 
+/* ---- predictions as a .npy file ---- */
+
+/* The n x k floats of the .npy file at path, checked as NumPy would read
+   it: magic, version 1.0, a header padded to 64 bytes ending in a newline,
+   '<f4', C order, shape (n, k); NULL otherwise. */
+static float *npy_floats(const char *path, size_t n, size_t k)
+{
+    unsigned char *p = (unsigned char *)slurp(path);
+    char want[96];
+    size_t hlen, size;
+    float *x = NULL;
+    if (!p) return NULL;
+    file_crc(path, &size);
+    hlen = (size_t)p[8] | (size_t)p[9] << 8;
+    snprintf(want, sizeof want, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", n, k);
+    if (!memcmp(p, "\x93NUMPY\x01\x00", 8) && (10 + hlen) % 64 == 0 && p[10 + hlen - 1] == '\n' &&
+        !strncmp((char *)p + 10, want, strlen(want)) && size == 10 + hlen + 4 * n * k &&
+        (x = (float *)malloc(4 * n * k + 1)) != NULL)
+        memcpy(x, p + 10 + hlen, 4 * n * k); /* little-endian, as this host */
+    free(p);
+    return x;
+}
+
+/* mirror_predict_write: mirror_predict's (or mirror_predict_proba's)
+   floats, bitwise, in a .npy file; never over the file the parameters
+   came from (a checkpoint's kept copy and a second name of it too) nor an
+   input, a directory, or past a missing directory, each refused before
+   any pass with the file unchanged and no temporary file left. */
+static void test_predict_write(void)
+{
+    char ckpt[256], out[256], input[256], name[300];
+    const char *inputs[2];
+    mirror_strategy *s = new_strategy(NULL, 2);
+    mirror_model *m = model(s), *fresh = model(s);
+    mirror_fit_desc fd = fit_desc(1);
+    float want[50 * 10], *got;
+    uint32_t crc;
+    size_t size, now, k;
+    int rc;
+    path_in(ckpt, "pred.ckpt");
+    fd.checkpoint = ckpt;
+    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && mirror_checkpoint_load(fresh, ckpt, 1, NULL) == MIRROR_OK,
+          "predict_write: a checkpoint saved and loaded: %s", mirror_model_error(fresh));
+    crc = file_crc(ckpt, &size);
+    k = mirror_num_outputs(fresh);
+    path_in(out, "pred.npy");
+    CHECK(mirror_predict_write(fresh, data.x, 50, 0, out, NULL) == MIRROR_OK, "predict_write: logits: %s",
+          mirror_model_error(fresh));
+    got = npy_floats(out, 50, k);
+    CHECK(mirror_predict(fresh, data.x, 50, want) == MIRROR_OK && got && !memcmp(got, want, sizeof want),
+          "predict_write: a .npy of shape (50, %zu), mirror_predict's floats bitwise", k);
+    free(got);
+    CHECK(mirror_predict_write(fresh, data.x, 50, 1, out, NULL) == MIRROR_OK, "predict_write: probabilities: %s",
+          mirror_model_error(fresh));
+    got = npy_floats(out, 50, k);
+    CHECK(mirror_predict_proba(fresh, data.x, 50, want) == MIRROR_OK && got && !memcmp(got, want, sizeof want),
+          "predict_write: probabilities, mirror_predict_proba's floats bitwise (replacing the logits)");
+    free(got);
+    path_in(input, "pred_input.bin");
+    {
+        FILE *f = fopen(input, "w");
+        if (f) fputs("the samples' file\n", f), fclose(f);
+    }
+    inputs[0] = input, inputs[1] = NULL;
+    path_in(name, "pred_input.link");
+    CHECK(link(input, name) == 0, "predict_write: a hard link to the input");
+    {
+        const char *cases[5];
+        char kept[300], dir[256], missing[300];
+        size_t i;
+        snprintf(kept, sizeof kept, "%s.lock", ckpt);
+        path_in(dir, "pred_dir");
+        mkdir(dir, 0700);
+        snprintf(missing, sizeof missing, "%s/no/such.npy", dir);
+        cases[0] = ckpt, cases[1] = kept, cases[2] = input, cases[3] = name, cases[4] = dir;
+        for (i = 0; i < 5; i++) {
+            rc = mirror_predict_write(fresh, data.x, 50, 0, cases[i], inputs);
+            CHECK(rc == MIRROR_ERR_ARGUMENT, "predict_write onto %s: refused (rc %d: %s)", cases[i], rc,
+                  mirror_model_error(fresh));
+        }
+        CHECK(strstr(mirror_model_error(fresh), "not a regular file") != NULL, "predict_write: a directory named so");
+        rc = mirror_predict_write(fresh, data.x, 50, 0, missing, inputs);
+        CHECK(rc == MIRROR_ERR_IO && strstr(mirror_model_error(fresh), "cannot write the predictions"),
+              "predict_write into a missing directory: MIRROR_ERR_IO (%s)", mirror_model_error(fresh));
+    }
+    CHECK(file_crc(ckpt, &now) == crc && now == size && holds(input, "the samples' file\n"),
+          "predict_write: the checkpoint and the input unchanged");
+    CHECK(files_with(".tmp-mirror-") == 0, "predict_write: no temporary file left");
+    CHECK(mirror_predict_write(NULL, data.x, 50, 0, out, NULL) == MIRROR_ERR_ARGUMENT &&
+              mirror_predict_write(fresh, data.x, 50, 0, NULL, NULL) == MIRROR_ERR_ARGUMENT,
+          "predict_write: a NULL model or path refused");
+    unlink(name);
+    mirror_model_destroy(fresh);
+    mirror_model_destroy(m);
+    mirror_strategy_destroy(s);
+}
+
 /* ---- a failed write mid-run costs nothing but that output ---- */
 
 static struct rlimit fsize_old;
@@ -1277,6 +1374,7 @@ int main(void)
     live = live_allocs;
     test_refused();
     test_loaded_from();
+    test_predict_write();
     test_full();
     test_resume();
     test_resume_skipped();

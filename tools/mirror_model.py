@@ -22,12 +22,20 @@ Command line:
                     which PyTorch 2.15 marks deprecated when it loads it
       --state-dict  the torch module's state_dict (safetensors), whose names
                     are mirror's: train.c --init-weights loads it back
+  python3 tools/mirror_model.py predict CKPT DATA.npy --out OUT.npy [--probabilities]
+      the model's outputs for every sample of DATA.npy (float32, or uint8
+      scaled to [0, 1] as mirror's loader does; shaped (n, C, H, W), (n, H, W)
+      or (n, features)) as float32 (n, outputs): logits, or softmax
+      probabilities; numpy alone runs the network (forward), in float64,
+      what build/train --predict writes within 1e-5. OUT never replaces the
+      checkpoint or DATA.
 
 As a module (tools/ on sys.path):
   import mirror_model
   ckpt = mirror_model.load("model.ckpt")      # parsed and checked
   net = mirror_model.to_torch(ckpt)           # a torch.nn.Module in eval mode
   mirror_model.to_onnx(ckpt, "model.onnx")
+  logits = mirror_model.forward(ckpt, x)      # numpy: x [n, C, H, W] -> [n, outputs]
 
 The outputs are the last layer's (logits: no softmax). Needs numpy and
 safetensors; torch and onnx are imported only by what uses them.
@@ -391,6 +399,116 @@ def _replace(path, write):
             os.close(d)
 
 
+# ---- numpy -------------------------------------------------------------------
+
+def _erf(x):
+    """erf elementwise (numpy has none; math's, vectorised), for gelu."""
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def _windows(x, k, s, pad=0):
+    """The k x k windows of planes x [N, C, H, W] at stride s, zero-padded: [N, C, Ho, Wo, k, k]."""
+    if pad:
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    return np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::s, ::s]
+
+
+def _forward_chunk(ckpt, x):
+    """The network on x [n, C, H, W] (float64), as mirror runs it in inference: dropout passes its input,
+    batchnorm normalises with the running statistics."""
+    t, block_in = ckpt.tensors, None
+    for layer in ckpt.layers:
+        k, a, p = layer.kind, layer.args, f"layers.{layer.index}."
+        x = x.reshape((len(x),) + tuple(layer.in_shape))  # a flat [n, F] as [n, F, 1, 1]
+        if k == "dense":
+            x = x.reshape(len(x), -1) @ t[p + "weight"].astype(np.float64).T + t[p + "bias"]
+        elif k == "conv2d":
+            win = _windows(x, a[1], a[2], a[3])
+            x = np.einsum("nchwij,ocij->nohw", win, t[p + "weight"].astype(np.float64), optimize=True)
+            x = x + t[p + "bias"].astype(np.float64)[None, :, None, None]
+        elif k == "maxpool2d":
+            x = _windows(x, a[0], a[1]).max(axis=(4, 5))
+        elif k == "avgpool2d":
+            x = _windows(x, a[0], a[1]).mean(axis=(4, 5))
+        elif k == "global_avgpool":
+            x = x.mean(axis=(2, 3))
+        elif k == "batchnorm":
+            shape = (1, -1, 1, 1)
+            scale = t[p + "weight"].astype(np.float64) / np.sqrt(t[p + "running_var"].astype(np.float64) + a[1])
+            x = (x - t[p + "running_mean"].reshape(shape)) * scale.reshape(shape) + t[p + "bias"].reshape(shape)
+        elif k == "relu":
+            x = np.maximum(x, 0.0)
+        elif k == "tanh":
+            x = np.tanh(x)
+        elif k == "sigmoid":
+            x = 1.0 / (1.0 + np.exp(-x))
+        elif k == "gelu":
+            x = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+        elif k == "residual":
+            block_in = x
+        elif k == "residual_end":
+            add = block_in
+            if p + "weight" in t:  # the block's input projected: a strided 1x1 convolution
+                w = t[p + "weight"].astype(np.float64)[:, :, 0, 0]
+                add = np.einsum("nchw,oc->nohw", add[:, :, ::layer.stride, ::layer.stride], w)
+                add = add + t[p + "bias"].astype(np.float64)[None, :, None, None]
+            x = x + add.reshape(x.shape)
+        # flatten and dropout (inference) change no value
+    return x.reshape(len(x), -1)
+
+
+def forward(ckpt, x, probabilities=False, chunk=256):
+    """The model's outputs for x [n, C, H, W] (or any shape of n x C*H*W values) as float32 [n, outputs]:
+    logits, or softmax probabilities. numpy only, in float64 (mirror's float32 sums differ by rounding)."""
+    x = np.asarray(x)
+    size = int(np.prod(ckpt.input_shape))
+    if x.ndim < 1 or x.size != len(x) * size:
+        raise MirrorModelError(f"the samples have shape {list(x.shape)}; the model takes "
+                               f"{'x'.join(map(str, ckpt.input_shape))} = {size} values each")
+    x = x.reshape((len(x),) + tuple(ckpt.input_shape)).astype(np.float64)
+    out = np.concatenate([_forward_chunk(ckpt, x[i:i + chunk]) for i in range(0, len(x), chunk)]) \
+        if len(x) else np.zeros((0, ckpt.outputs))
+    if probabilities:
+        if ckpt.loss != "softmax_ce":
+            raise MirrorModelError(f"{ckpt.path}: --probabilities: the model's loss is {ckpt.loss}, its outputs "
+                                   "are no logits")
+        out = np.exp(out - out.max(axis=1, keepdims=True))
+        out /= out.sum(axis=1, keepdims=True)
+    return out.astype(np.float32)
+
+
+def load_samples(path):
+    """A .npy file of samples as mirror_dataset_load_npy reads one: float32 as it is, uint8 scaled to [0, 1]."""
+    try:
+        x = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise MirrorModelError(f"{path}: not a .npy file numpy reads ({e})") from None
+    if x.dtype == np.uint8:
+        return x.astype(np.float32) * np.float32(1.0 / 255.0)
+    if x.dtype != np.float32:
+        raise MirrorModelError(f"{path}: dtype {x.dtype}; samples are float32 or uint8, as mirror reads them")
+    return x
+
+
+def save_predictions(ckpt, data_path, out_path, probabilities=False):
+    """forward() of DATA's samples into out_path (.npy, float32), written whole or not at all; out_path is
+    never the checkpoint nor DATA (check_outputs's care, and DATA's by path, device and inode)."""
+    check_outputs(ckpt.path, {"--out": out_path})
+    with contextlib.suppress(OSError):
+        a, b = os.stat(data_path), os.stat(out_path)
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            raise MirrorModelError(f"--out {out_path}: that is DATA {data_path}, which predict never replaces")
+    if os.path.realpath(data_path) == os.path.realpath(out_path):
+        raise MirrorModelError(f"--out {out_path}: that is DATA {data_path}, which predict never replaces")
+    y = forward(ckpt, load_samples(data_path), probabilities)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to a name
+            np.save(f, y)
+    _replace(out_path, write)
+    return y
+
+
 # ---- PyTorch -----------------------------------------------------------------
 
 _torch_classes = None
@@ -649,12 +767,23 @@ def main(argv=None):
     ex.add_argument("--pt2", metavar="OUT.pt2", help="torch.export's ExportedProgram (torch.export.load)")
     ex.add_argument("--torch", metavar="OUT.pt", help="TorchScript (torch.jit.trace; deprecated by PyTorch 2.15)")
     ex.add_argument("--state-dict", metavar="OUT.safetensors", help="the torch module's state_dict")
+    pr = sub.add_parser("predict", help="the model's outputs for a .npy of samples, by numpy alone")
+    pr.add_argument("ckpt")
+    pr.add_argument("data", metavar="DATA.npy")
+    pr.add_argument("--out", metavar="OUT.npy", required=True, help="float32 [n, outputs]")
+    pr.add_argument("--probabilities", action="store_true", help="softmax probabilities instead of logits")
     args = parser.parse_args(argv)
     step = "reading"
     try:
         ckpt = load(args.ckpt)
         if args.command == "info":
             print("\n".join(info(ckpt)))
+            return 0
+        if args.command == "predict":
+            step = f"--out {args.out}"
+            y = save_predictions(ckpt, args.data, args.out, args.probabilities)
+            print(f"wrote {args.out}: {len(y)} samples, {'probabilities' if args.probabilities else 'logits'} "
+                  f"of {y.shape[1]} outputs")
             return 0
         outputs = {o: p for o, p in (("--onnx", args.onnx), ("--pt2", args.pt2), ("--torch", args.torch),
                                      ("--state-dict", args.state_dict)) if p is not None}

@@ -15,7 +15,8 @@ enum { MOST_ARGS = 64 };
 static void check_accepted(const options *o)
 {
     const mirror_loss_scale_desc *ls = &o->md.loss_scale;
-    int ok = o->model && o->optimizer && o->precision && o->fd.epochs >= 1 && o->fd.batch >= 1 && o->synthetic >= 1;
+    int ok = o->model && o->optimizer && o->precision && o->fd.epochs >= 1 && o->synthetic >= 1;
+    ok &= o->fd.batch >= 1 || ((o->evaluate || o->predict) && !o->fd.batch); /* inference: 0, the library's */
     ok &= !strcmp(o->model, "mlp") || !strcmp(o->model, "cnn") || !strcmp(o->model, "cnn-bn") ||
           !strcmp(o->model, "resnet");
     ok &= o->lr == 0.0 || (o->lr >= FLT_MIN && o->lr <= FLT_MAX && o->md.optimizer.lr > 0.0f);
@@ -31,6 +32,8 @@ static void check_accepted(const options *o)
     ok &= o->md.optimizer.warmup <= UINT32_MAX;
     ok &= o->fd.accumulate >= 1 && o->fd.accumulate <= 1 << 20;
     ok &= o->dropout >= 0.0 && o->dropout <= 0.99;
+    ok &= o->val_split == 0.0 || (o->val_split > 0.0 && o->val_split < 1.0);
+    ok &= !o->predict || (o->out && o->data);
     ok &= (!o->fd.history || o->fd.history[0]) && (!o->fd.plot || o->fd.plot[0]) && (!o->fd.trace || o->fd.trace[0]);
     ok &= o->fd.phases == 0 || o->fd.phases == 1;
     ok &= o->md.graphs == 0 || o->md.graphs == 1;

@@ -133,6 +133,9 @@ def compare(name, tmp, ckpt, want, x, scripts):
     d = max_diff(session.run(["logits"], {"input": x})[0], want)
     check(d <= TOLERANCE, f"{name}: onnxruntime's logits {d:.3g} from mirror's")
     line = f"logits up to {np.abs(want).max():.2g}, max |difference| from mirror's: onnxruntime {d:.2g}"
+    d = max_diff(mirror_model.forward(mirror_model.load(ckpt), x), want)  # the tool's predict, numpy alone
+    check(d <= TOLERANCE, f"{name}: mirror_model.forward's (numpy) logits {d:.3g} from mirror's")
+    line += f", numpy {d:.2g}"
     if torch:
         net = mirror_model.to_torch(mirror_model.load(ckpt))
         with torch.no_grad():

@@ -14,13 +14,19 @@ checkpoint (by name, through a symlink or a hard link), onto a kept copy
 two outputs naming one file are refused before anything is written; a
 write that fails leaves the older file whole and no temporary file. Where
 onnx is installed, --onnx replaces an older file whole (skipped, saying
-so, without it).
+so, without it). predict: where BUILD_DIR/train is (the first argument,
+else build/), the tool's numpy forward pass gives what train --predict
+writes, logits and probabilities, within 1e-5, on checkpoints the trainer
+saves (mlp, cnn-bn with dropout, resnet), from float32 samples (and the
+mlp from uint8 ones);
+an --out that is the checkpoint or the data is refused, both unchanged.
 Ends with "tool: N passed, N failed"; exit 1 when any failed. Run by
 tests/run.sh (make test) and make test-interop.
 """
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -287,6 +293,48 @@ def outputs(tmp):
     wanted(j("old.onnx"), "--onnx", "onnx")  # the others write through the same _replace (test_export.py)
 
 
+def predict(tmp):
+    """tools/mirror_model.py predict against build/train --predict: the same numbers within 1e-5."""
+    build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+    train = os.path.join(build, "train")
+    if not os.access(train, os.X_OK):
+        print(f"predict: skipped: no {train} to compare with (make {train})")
+        return
+    j = lambda name: os.path.join(tmp, name)  # noqa: E731
+    rng = np.random.default_rng(5)
+    np.save(j("x.npy"), rng.random((37, 1, 28, 28), dtype=np.float32))
+    np.save(j("u8.npy"), rng.integers(0, 256, (37, 28, 28), dtype=np.uint8))
+    for model, extra in (("mlp", ()), ("cnn-bn", ("--dropout", "0.25")), ("resnet", ())):
+        ckpt = j(model + ".ckpt")
+        p = subprocess.run([train, "--model", model, "--synthetic", "60", "--batch", "20", "--epochs", "1",
+                            "--progress", "none", "--save", ckpt, *extra], capture_output=True, text=True)
+        if not check(p.returncode == 0, f"predict: train --model {model}: exit {p.returncode}: {p.stderr}"):
+            continue
+        cases = [("x.npy", ()), ("x.npy", ("--probabilities",))] + ([("u8.npy", ())] if model == "mlp" else [])
+        for data, probs in cases:
+            mine, theirs = j("tool.npy"), j("train.npy")
+            rc, _, err = tool("predict", ckpt, j(data), "--out", mine, *probs)
+            p = subprocess.run([train, "--predict", ckpt, "--data", j(data), "--out", theirs, *probs],
+                               capture_output=True, text=True)
+            what = f"predict {model} {data} {' '.join(probs) or 'logits'}"
+            if check(rc == 0 and p.returncode == 0, f"{what}: exit {rc} ({err.strip()}), train exit "
+                     f"{p.returncode} ({p.stderr.strip()})"):
+                a, b = np.load(mine), np.load(theirs)
+                d = float(np.abs(a - b).max()) if a.shape == b.shape else math.inf
+                check(a.dtype == b.dtype == np.float32 and a.shape == b.shape == (37, 10) and d <= 1e-5,
+                      f"{what}: the tool's outputs within 1e-5 of train --predict's ({a.shape}, {b.shape}, {d})")
+    ckpt = j("mlp.ckpt")
+    if os.path.exists(ckpt):
+        def read(name):
+            with open(j(name), "rb") as f:
+                return f.read()
+        before = {n: read(n) for n in ("mlp.ckpt", "x.npy")}
+        one_line("predict --out the checkpoint", ["predict", ckpt, j("x.npy"), "--out", ckpt], "the checkpoint")
+        one_line("predict --out the data", ["predict", ckpt, j("x.npy"), "--out", j("x.npy")], "that is DATA")
+        check(all(read(n) == b for n, b in before.items()),
+              "predict: the checkpoint and the data unchanged after the refusals")
+
+
 def kinds(tmp):
     """The tool knows every layer kind of mirror.h's table (mirror__kinds), with the arguments its description
     writes: a kind added to mirror.h and not to the tool fails here."""
@@ -304,7 +352,7 @@ def main():
     start = time.time()
     tmp = tempfile.mkdtemp(prefix="mirror_tool_")
     try:
-        for part in (kinds, descriptions, tensors, outputs):
+        for part in (kinds, descriptions, tensors, outputs, predict):
             os.mkdir(os.path.join(tmp, part.__name__))
             try:
                 part(os.path.join(tmp, part.__name__))
