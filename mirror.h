@@ -16619,7 +16619,7 @@ static int mirror__predict_write(mirror_model *m, const float *x, size_t n, int 
                 }
                 ok = fwrite(le, 4, c, o.f) == c;
             }
-            ok = mirror__output_close(&o, path) && ok;
+            ok = mirror__output_close(&o, path, NULL) && ok;
         }
         if (!ok)
             rc = mirror__fail(m, MIRROR_ERR_IO, "%s: %s: cannot write the predictions: %s", what, path,
