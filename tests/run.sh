@@ -583,9 +583,26 @@ if [ -x "$BUILD/train_cuda" ]; then
             grep -q '^strategy: 2 CUDA replicas' "$tmp/cuda.out"
     else
         check "build/train_cuda without a GPU: exactly one notice line, saying what happened (no driver, or no GPU)" \
-            sh -c "test \$(grep -cE '^mirror: no NVIDIA (driver|GPU) found: training on 2 CPU replicas\$' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
+            sh -c "test \$(grep -cE '^mirror: no NVIDIA (driver found \\(the CUDA runtime finds no libcuda\\.so\\.1\\)|GPU found): training on 2 CPU replicas\$' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
         check "build/train_cuda without a GPU: CPU replicas, same results as build/train" sh -c \
             "grep -q '^strategy: 2 CPU replicas' '$tmp/cuda.out' && $BUILD/train --model mlp --epochs 1 --synthetic 1000 --batch 50 --replicas 2 | grep '^final:' | cut -d' ' -f1-8 >'$tmp/cpu.final' && grep '^final:' '$tmp/cuda.out' | cut -d' ' -f1-8 | cmp -s - '$tmp/cpu.final'"
+        # gpu_info (the GPU pack's first word) says why in the trainer's words:
+        # the same reason where there is no driver, the same plain words
+        # (CUDA's after them) where there is no GPU.
+        info=$BUILD/gpu_info
+        [ -x "$info" ] || info=${PACK:-$BUILD/none}/gpu_info
+        same_words() {
+            "$info" >"$tmp/info.out" 2>&1
+            r=$(sed -n 's/^gpus: 0 (\(.*\))$/\1/p' "$tmp/info.out")
+            t=$(sed -n 's/^mirror: \(.*\): training on 2 CPU replicas$/\1/p' "$tmp/cuda.err")
+            echo "gpu_info: $r; train_cuda: $t"
+            case $r in
+            "no NVIDIA driver found"*) test "$r" = "$t" ;;
+            *) test -n "$t" && case $r in "$t ("*) true ;; *) false ;; esac ;;
+            esac
+        }
+        [ ! -x "$info" ] || check "gpu_info and build/train_cuda without a GPU: the same words for why (no driver, or no GPU)" \
+            same_words
         check "build/train_cuda --devices cuda:0 without a GPU: exit 1, saying why" sh -c \
             "$BUILD/train_cuda --devices cuda:0 --synthetic 100 >/dev/null 2>'$tmp/dev.err'; test \$? -eq 1 && grep -qE 'devices \"cuda:0\": no NVIDIA (driver|GPU) found' '$tmp/dev.err'"
     fi
@@ -655,6 +672,7 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
             ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' || [ -e /proc/driver/nvidia/version ] || want="no driver"
             echo "run.sh without a GPU: exit $rc after $took s, expecting \"$want\""
             test $rc -ne 0 && test $took -le 10 && test "$(grep -c "^$want: " "$tmp/pack-nogpu.out")" -eq 1 &&
+                { [ "$want" = "no GPU" ] || grep -q '^no driver: no NVIDIA driver found (the CUDA runtime finds no libcuda\.so\.1); ' "$tmp/pack-nogpu.out"; } &&
                 grep -q '^date: ' "$r" && grep -q '^commit: [0-9a-f]' "$r" && grep -q '^cublas: [0-9]' "$r" &&
                 grep -q '^flavour: nccl' "$r" && grep -q "^== end: $want; " "$r" &&
                 grep -q '^host memory: MIRROR_HOST_MEMORY=advisory ' "$r"
