@@ -266,10 +266,10 @@
       mirror_result. Calls on a model record the detail (what failed, where)
       in the model, readable with mirror_model_error(); calls without an
       object take an optional mirror_error* that receives the code and the
-      message (up to 2047 characters: a path, a name, a list or a model's
-      description in it is shown cut inside itself, with "...", so that
-      what follows it, what to do, is always there; a message that is cut
-      at its end still, which the library's are not, ends in "...").
+      message (up to 2047 bytes: a path, a name, a list or a model's
+      description in it is cut inside itself, with "...", so that what
+      follows it, what to do, is always there; a message cut at its end,
+      which the library's longest are not, ends in "...").
       mirror_result_string() names each code. A logger set with
       mirror_set_logger() sees every error message as it happens (and
       notices, such as a backend falling back). The library never exits or

@@ -34,7 +34,7 @@ typedef struct options {
     size_t synthetic, lr_step;
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
     double lr, clip_norm, dropout;
-    char why[256]; /* the usage error, when options_parse returns one */
+    char why[512]; /* the usage error, when options_parse returns one: each value in it cut to 80 bytes, with "..." */
 } options;
 
 enum {
@@ -181,7 +181,7 @@ static int options_flag(options *o, const char *a, const char *v)
         md->loss_scale.report_nonfinite = (int)n;
         return rc;
     }
-    snprintf(o->why, sizeof o->why, "unknown option %.80s", a);
+    snprintf(o->why, sizeof o->why, "unknown option %.80s%s", a, strlen(a) > 80 ? "..." : "");
     return OPTIONS_UNKNOWN;
 }
 
@@ -292,7 +292,7 @@ static int options_parse(int argc, char **argv, options *o)
             continue;
         }
         if (i + 1 >= argc) {
-            snprintf(o->why, sizeof o->why, "%.80s needs a value (or is unknown)", a);
+            snprintf(o->why, sizeof o->why, "%.80s%s needs a value (or is unknown)", a, strlen(a) > 80 ? "..." : "");
             return OPTIONS_UNKNOWN;
         }
         if ((rc = options_flag(o, a, argv[++i]))) return rc;
