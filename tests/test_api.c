@@ -1104,8 +1104,9 @@ static void test_message_bounds(void)
     CHECK(!strcmp(part, "01...efghij"), "a part over its bound: its first third and last two thirds (%s)", part);
     snprintf(part, sizeof part, MIRROR__CUT_F, MIRROR__CUT("0123456789a", 11));
     CHECK(!strcmp(part, "0123456789a"), "a part within its bound: whole (%s)", part);
-    snprintf(part, sizeof part, MIRROR__CUT_F, MIRROR__CUT("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 11));
-    CHECK(!strcmp(part, "\xc3\xa9...\xc3\xa9\xc3\xa9\xc3\xa9"), "a part cut between UTF-8 characters (%s)", part);
+    snprintf(part, sizeof part, MIRROR__CUT_F, MIRROR__CUT("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 13));
+    CHECK(!strcmp(part, "\xc3\xa9...\xc3\xa9\xc3\xa9\xc3\xa9"), "a part cut between UTF-8 characters, at both ends (%s)",
+          part);
     memset(&d, 0, sizeof d);
     memcpy(spec, "cpu:", 4), memset(spec + 4, '9', sizeof spec - 6), spec[sizeof spec - 2] = 'x';
     d.devices = spec;

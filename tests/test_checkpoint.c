@@ -1881,6 +1881,10 @@ static void test_long_messages(void)
               strstr(e, "; this model's: input(1,8,8);relu;flatten;dense(100);"),
           "long messages: another model's checkpoint at a long path: whole, the path and both models cut inside "
           "(%zu bytes): %s", strlen(e), e);
+    {
+        const char *p = strstr(e, "The checkpoint's: "), *q = p ? strstr(p, "; this model's: ") : NULL;
+        CHECK(p && q && q - p - 18 == 500 && strstr(p, "...") < q, "long messages: the checkpoint's model cut to 500 bytes");
+    }
 
     /* A module's own names, three of them mirror's but of another shape. */
     path_in(shortp, "long-weights.ckpt");
