@@ -269,7 +269,8 @@
       message (up to 2047 bytes: a path, a name, a list or a model's
       description in it is cut inside itself, with "...", so that what
       follows it, what to do, is always there; a message cut at its end,
-      which the library's longest are not, ends in "...").
+      as one naming a side output's path of thousands of bytes can be,
+      ends in "...").
       mirror_result_string() names each code. A logger set with
       mirror_set_logger() sees every error message as it happens (and
       notices, such as a backend falling back). The library never exits or
@@ -15521,9 +15522,9 @@ static void mirror__tell_weight_problems(mirror__weight_problems *wp, mirror__te
         mirror__printf(why, "%zu of the file's tensors %s this model does not know: %s", n[MIRROR__UNPLACED],
                        n[MIRROR__UNPLACED] > 1 ? "have names" : "has a name", wp->list[MIRROR__UNPLACED].p);
         mirror__more(why, n[MIRROR__UNPLACED]);
-        mirror__printf(why, ". It reads mirror's names (layers.0.weight) or those of an nn.Sequential's state_dict, "
-                            "which number the layers in order (0.weight, 3.bias): rename the tensors for this "
-                            "model's layers, or save the state_dict of an nn.Sequential of the same layers");
+        mirror__printf(why, ". mirror reads its own names (layers.0.weight) or those of an nn.Sequential's "
+                            "state_dict, which number the layers in order (0.weight, 3.bias): rename the tensors "
+                            "for this model's layers, or save the state_dict of an nn.Sequential of the same layers");
     }
     if (n[MIRROR__MISSING]) {
         mirror__printf(why, "%s%zu of this model's tensors %s missing (layers.<i>.<what> or <i>.<what>): %s",

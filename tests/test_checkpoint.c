@@ -1652,7 +1652,7 @@ static void test_load_weights(void)
         static const char *const missing[] = {"1 of this model's tensors is missing (layers.<i>.<what> or <i>.<what>): "
                                               "11.bias", NULL};
         static const char *const extra[] = {"1 of the file's tensors has a name this model does not know: head.weight. "
-                                            "It reads mirror's names", NULL};
+                                            "mirror reads its own names", NULL};
         static const char *const dtype[] = {"layers.1.running_var: dtype I32", NULL};
         static const char *const nans[] = {"layers.11.weight: element 3 is NaN", NULL};
         static const char *const inf[] = {"layers.4.weight: element 0 is infinite as a float", NULL};
@@ -1907,9 +1907,9 @@ static void test_long_messages(void)
     {
         const char *names = strstr(e, "pytorch-module.safetensors: 15 of the file's tensors have names this model "
                                       "does not know: features.stage"),
-                   *advice = strstr(e, "_name.running_var (and 12 more). It reads mirror's names (layers.0.weight) or those of an nn.Sequential's "
-                                      "state_dict, which number the layers in order (0.weight, 3.bias): rename the "
-                                      "tensors"),
+                   *advice = strstr(e, "_name.running_var (and 12 more). mirror reads its own names (layers.0.weight) "
+                                       "or those of an nn.Sequential's state_dict, which number the layers in order "
+                                       "(0.weight, 3.bias): rename the tensors"),
                    *missing = strstr(e, ". 15 of this model's tensors are missing (layers.<i>.<what> or <i>.<what>): "
                                         "1.bias, 1.running_mean, 1.running_var (and 12 more). tensor layers.0.weight: "
                                         "shape [4, 9] in the file, [4, 1, 3, 3] in this model; tensor layers.0.bias: ");
