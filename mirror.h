@@ -13230,8 +13230,7 @@ static int mirror__idx_header(const char *path, const unsigned char *p, size_t s
                              "a 4-byte magic number", MIRROR__PATH(path), size);
     if (p[0] != 0 || p[1] != 0)
         return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": bad magic %02x %02x (not an IDX file)",
-                             MIRROR__PATH(path),
-                             p[0], p[1]);
+                             MIRROR__PATH(path), p[0], p[1]);
     if (p[2] != 0x08)
         return mirror__error(err, MIRROR_ERR_FORMAT,
                              MIRROR__CUT_F ": element type 0x%02x, expected 0x08 (unsigned byte)",
@@ -13250,12 +13249,10 @@ static int mirror__idx_header(const char *path, const unsigned char *p, size_t s
     }
     if (payload > size - header)
         return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated data: %zu of %zu bytes",
-                             MIRROR__PATH(path),
-                             size - header, payload);
+                             MIRROR__PATH(path), size - header, payload);
     if (payload < size - header)
         return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": %zu trailing bytes after the data",
-                             MIRROR__PATH(path),
-                             size - header - payload);
+                             MIRROR__PATH(path), size - header - payload);
     return MIRROR_OK;
 }
 
@@ -13281,8 +13278,7 @@ static int mirror__parse_idx(mirror_dataset *ds, const unsigned char *img, size_
     for (i = 0; i < ldim[0]; i++)
         if (lab[8 + i] >= num_classes)
             return mirror__error(err, MIRROR_ERR_LABEL, MIRROR__CUT_F ": label %u of sample %zu is outside [0, %zu)",
-                                 MIRROR__PATH(labels_path),
-                                 lab[8 + i], i, num_classes);
+                                 MIRROR__PATH(labels_path), lab[8 + i], i, num_classes);
     pixels = idim[0] * idim[1] * idim[2]; /* fits: the file holds them */
     ds->x = (float *)mirror__alloc(pixels, sizeof(float));
     ds->labels = (int32_t *)mirror__alloc(idim[0], sizeof(int32_t));
@@ -13397,21 +13393,18 @@ static int mirror__cifar10_check(const unsigned char *p, size_t size, const char
     if (size < MIRROR__CIFAR_RECORD)
         return mirror__error(err, MIRROR_ERR_FORMAT,
                              MIRROR__CUT_F ": size %zu, less than one %d-byte CIFAR-10 record (cut short, or not a "
-                             "CIFAR-10 "
-                             "batch)", MIRROR__PATH(name), size, MIRROR__CIFAR_RECORD);
+                             "CIFAR-10 batch)", MIRROR__PATH(name), size, MIRROR__CIFAR_RECORD);
     if (size % MIRROR__CIFAR_RECORD) /* cut short or with bytes added: the size cannot tell which */
         return mirror__error(err, MIRROR_ERR_FORMAT,
                              MIRROR__CUT_F ": size %zu is not a multiple of the %d-byte CIFAR-10 record: %zu records "
-                             "and %zu "
-                             "bytes over (expected %zu or %zu bytes)",
+                             "and %zu bytes over (expected %zu or %zu bytes)",
                              MIRROR__PATH(name), size, MIRROR__CIFAR_RECORD, size / MIRROR__CIFAR_RECORD,
                              size % MIRROR__CIFAR_RECORD, size - size % MIRROR__CIFAR_RECORD,
                              size - size % MIRROR__CIFAR_RECORD + MIRROR__CIFAR_RECORD);
     for (i = 0; i < size / MIRROR__CIFAR_RECORD; i++)
         if (p[i * MIRROR__CIFAR_RECORD] > 9)
             return mirror__error(err, MIRROR_ERR_LABEL, MIRROR__CUT_F ": label %u of record %zu is outside [0, 10)",
-                                 MIRROR__PATH(name),
-                                 p[i * MIRROR__CIFAR_RECORD], i);
+                                 MIRROR__PATH(name), p[i * MIRROR__CIFAR_RECORD], i);
     return MIRROR_OK;
 }
 
@@ -13492,8 +13485,7 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
     } else {
         if (!(all = (unsigned char *)mirror__alloc(total, 1))) {
             rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": no memory for %zu bytes of batches",
-                               MIRROR__PATH(paths[0]),
-                               total);
+                               MIRROR__PATH(paths[0]), total);
             goto done;
         }
         for (i = 0; i < npaths; i++) {
@@ -13635,8 +13627,7 @@ static int mirror__npy_header(const unsigned char *p, size_t size, const char *n
     if (hlen > size - pre) {
         *total = 0;
         return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated header: %zu of %zu bytes",
-                             MIRROR__PATH(name),
-                             size - pre, hlen);
+                             MIRROR__PATH(name), size - pre, hlen);
     }
     s = p + pre;
     n = hlen;
@@ -13649,8 +13640,7 @@ static int mirror__npy_header(const unsigned char *p, size_t size, const char *n
         if (mirror__npy_eat(s, n, &i, '}')) break;
         if (!mirror__npy_string(s, n, &i, key, sizeof key))
             return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: expected a quoted key at byte %zu",
-                                 MIRROR__PATH(name),
-                                 pre + i);
+                                 MIRROR__PATH(name), pre + i);
         for (k = 0; k < 3 && strcmp(key, keys[k]) != 0; k++) continue;
         if (k == 3) return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: unexpected key '%s'",
                                          MIRROR__PATH(name), key);
@@ -13854,8 +13844,7 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
             goto done;
         } else if (y.ndim != 1) {
             rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": shape of %zu dimension(s); labels are (n,)",
-                               MIRROR__PATH(y_path),
-                               y.ndim);
+                               MIRROR__PATH(y_path), y.ndim);
             goto done;
         }
         if (targets && y.shape[0] != x.shape[0]) {
@@ -14329,8 +14318,7 @@ static int mirror__check_targets(mirror_model *m, const char *path, size_t keep,
         if (!mirror__ours(i ? name : path, &why))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
                                 MIRROR__CUT_F " exists and is not a mirror checkpoint (%s); a save replaces or "
-                                "rotates away only "
-                                "the checkpoints it wrote: move the file or name another path",
+                                "rotates away only the checkpoints it wrote: move the file or name another path",
                                 MIRROR__PATH(i ? name : path), why);
     }
     return MIRROR_OK;
@@ -14523,8 +14511,7 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
 write_failed:
     rc = mirror__fail(m, MIRROR_ERR_IO,
                       MIRROR__CUT_F ": writing the checkpoint failed (%s); the previous one is intact",
-                      MIRROR__PATH(path),
-                      strerror(errno));
+                      MIRROR__PATH(path), strerror(errno));
     if (fd >= 0) close(fd);
     unlink(tmp);
 done:
@@ -15053,8 +15040,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     if (!(s = mirror__meta(h, "format")) || strcmp(s, "mirror") != 0) {
         rc = mirror__fail(m, MIRROR_ERR_FORMAT,
                           MIRROR__CUT_F ": not a mirror checkpoint (no \"format\": \"mirror\"); to start from its "
-                          "weights, load "
-                          "them with mirror_load_weights (the trainer's --init-weights)",
+                          "weights, load them with mirror_load_weights (the trainer's --init-weights)",
                           MIRROR__PATH(path));
         goto done;
     }
@@ -15090,8 +15076,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     if (!weights_only && (!(s = mirror__meta(h, "optimizer")) || strcmp(s, mirror__opt_names[m->desc.optimizer.kind]))) {
         rc = mirror__fail(m, MIRROR_ERR_SHAPE,
                           MIRROR__CUT_F ": optimizer \"%s\", this model's is \"%s\" (load weights only?)",
-                          MIRROR__PATH(path),
-                          s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
+                          MIRROR__PATH(path), s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
         goto done;
     }
     /* Offsets: inside the data, no overlap (the tensors in the order of
@@ -15125,8 +15110,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         }
     if (covered != data_size) {
         rc = mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": the tensors cover %llu of %llu data bytes",
-                          MIRROR__PATH(path),
-                          (unsigned long long)covered, (unsigned long long)data_size);
+                          MIRROR__PATH(path), (unsigned long long)covered, (unsigned long long)data_size);
         goto done;
     }
     /* Every tensor this model needs: present, same shape, checksum right. */
@@ -15180,8 +15164,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         if (bad) {
             rc = mirror__fail(m, MIRROR_ERR_FORMAT,
                               MIRROR__CUT_F ": tensor %s: element %zu is %s (%g): a value no run of this model gives "
-                              "(a checkpoint "
-                              "this library saves never holds it)",
+                              "(a checkpoint this library saves never holds it)",
                               MIRROR__PATH(path), want[i].name, k - 1, bad, (double)f);
             goto done;
         }
