@@ -5031,7 +5031,8 @@ static int mirror__device_status(mirror_model *m)
 {
     size_t r;
     int rc = MIRROR_OK, one;
-    mirror_error e = {0, ""};
+    mirror_error e; /* each step's: not its 2 KiB zeroed, only what a status reads */
+    e.code = 0, e.message[0] = '\0';
     for (r = 0; m->rep && r < m->s->replicas; r++)
         if (m->rep[r].dev && (one = m->be->status(m->rep[r].dev, &e)) != MIRROR_OK && rc == MIRROR_OK) {
             rc = one;
