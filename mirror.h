@@ -274,7 +274,12 @@
       mirror_result. Calls on a model record the detail (what failed, where)
       in the model, readable with mirror_model_error(); calls without an
       object take an optional mirror_error* that receives the code and the
-      message. mirror_result_string() names each code. A logger set with
+      message (up to 2047 bytes: a path, a name, a list or a model's
+      description in it is cut inside itself, with "...", so that what
+      follows it, what to do, is always there; a message cut at its end,
+      as one naming a side output's path of thousands of bytes can be,
+      ends in "...").
+      mirror_result_string() names each code. A logger set with
       mirror_set_logger() sees every error message as it happens (and
       notices, such as a backend falling back). The library never exits or
       aborts on bad input; a failed call changes nothing the caller can
@@ -923,10 +928,13 @@ typedef enum mirror_result {
 } mirror_result;
 
 /* The code of a failure and its detail ("conv2d (layer 2): kernel 5 larger
-   than the padded input 4x4"). Zero-initialise before use. */
+   than the padded input 4x4"). Zero-initialise before use. The message has
+   room for the longest the library writes, each path, name, list and
+   description in it cut to a bound of its own; one cut at its end ends
+   in "...". */
 typedef struct mirror_error {
     int code;
-    char message[256];
+    char message[2048];
 } mirror_error;
 
 /* The text of a result code ("invalid argument" for MIRROR_ERR_ARGUMENT),
@@ -3637,12 +3645,49 @@ static void mirror__log(int level, const char *message)
    reports. Never written, so threads may share it. */
 static mirror_error mirror__silent;
 
-/* Records code and message in err (which may be NULL), logs it, returns code. */
+/* A part of a message of any length (a path, a name, a list, a model's
+   description) in at most n bytes (n >= 8): its first third and last two
+   thirds around "...", cut between UTF-8 characters. The longest part
+   of a message is bounded, so that the rest of it, what to do, survives:
+   MIRROR__CUT_F ("%.*s%s%s") takes the four arguments of MIRROR__CUT(s, n). */
+#define MIRROR__CUT_F "%.*s%s%s"
+#define MIRROR__CUT(s, n) mirror__cut_head(s, n), (s), mirror__cut_mark(s, n), mirror__cut_tail(s, n)
+/* The bounds of a path and of a tensor's or a layer's name in a message. */
+#define MIRROR__SHOWN_PATH 400
+#define MIRROR__SHOWN_NAME 64
+#define MIRROR__PATH(p) MIRROR__CUT(p, MIRROR__SHOWN_PATH)
+
+static int mirror__cut_head(const char *s, size_t n)
+{
+    size_t len = strlen(s), head = (n - 3) / 3;
+    if (len <= n) return (int)len;
+    while (head && (s[head] & 0xC0) == 0x80) head--; /* not inside a character */
+    return (int)head;
+}
+
+static const char *mirror__cut_mark(const char *s, size_t n) { return strlen(s) <= n ? "" : "..."; }
+
+static const char *mirror__cut_tail(const char *s, size_t n)
+{
+    size_t len = strlen(s);
+    const char *tail = s + len - (n - 3 - (n - 3) / 3);
+    if (len <= n) return "";
+    while ((*tail & 0xC0) == 0x80) tail++;
+    return tail;
+}
+
+/* Records code and message in err (which may be NULL), logs it, returns
+   code. A message longer than the buffer ends in "..." (between UTF-8
+   characters), so that a reader knows it was cut. */
 static int mirror__verror(mirror_error *err, int code, const char *fmt, va_list ap)
 {
     char message[sizeof(err->message)];
+    size_t at = sizeof message - 4;
     if (err == &mirror__silent) return code;
-    vsnprintf(message, sizeof message, fmt, ap);
+    if (vsnprintf(message, sizeof message, fmt, ap) >= (int)sizeof message) {
+        while (at && (message[at] & 0xC0) == 0x80) at--;
+        memcpy(message + at, "...", 4);
+    }
     if (err) {
         err->code = code;
         memcpy(err->message, message, sizeof message);
@@ -5084,7 +5129,8 @@ static int mirror__device_status(mirror_model *m)
 {
     size_t r;
     int rc = MIRROR_OK, one;
-    mirror_error e = {0, ""};
+    mirror_error e; /* each step's: not its 2 KiB zeroed, only what a status reads */
+    e.code = 0, e.message[0] = '\0';
     for (r = 0; m->rep && r < m->s->replicas; r++)
         if (m->rep[r].dev && (one = m->be->status(m->rep[r].dev, &e)) != MIRROR_OK && rc == MIRROR_OK) {
             rc = one;
@@ -9389,12 +9435,12 @@ static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *
     char *end;
     if (strncmp(p, "cuda", 4) == 0)
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
-                             "devices \"%s\": this program was built without CUDA "
+                             "devices \"" MIRROR__CUT_F "\": this program was built without CUDA "
                              "(compile one .cu file with mirror_cuda.h)",
-                             spec);
+                             MIRROR__CUT(spec, 128));
     if (strncmp(p, "cpu", 3) != 0)
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
+                             "devices \"" MIRROR__CUT_F "\": expected \"cpu\" or \"cpu:N\"", MIRROR__CUT(spec, 128));
     p += 3;
     if (*p == '\0') {
         *count = 0;
@@ -9402,18 +9448,20 @@ static int mirror__parse_devices(const char *spec, size_t *count, mirror_error *
     }
     if (*p != ':' || p[1] < '0' || p[1] > '9')
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": expected \"cpu\" or \"cpu:N\"", spec);
+                             "devices \"" MIRROR__CUT_F "\": expected \"cpu\" or \"cpu:N\"", MIRROR__CUT(spec, 128));
     errno = 0;
     v = strtoul(p + 1, &end, 10);
     if (*end != '\0')
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": \"%s\" after the replica count: CPU replicas are \"cpu:N\", one "
-                             "count of threads (a list such as 0,1 names GPUs: \"cuda:0,1\")",
-                             spec, end);
+                             "devices \"" MIRROR__CUT_F "\": \"" MIRROR__CUT_F "\" after the replica count: CPU "
+                             "replicas are \"cpu:N\", one count of threads (a list such as 0,1 names GPUs: "
+                             "\"cuda:0,1\")",
+                             MIRROR__CUT(spec, 128), MIRROR__CUT(end, 64));
     if (errno || v < 1 || v > 4096)
         return mirror__error(err, MIRROR_ERR_ARGUMENT,
-                             "devices \"%s\": %.*s replicas: the replica count must be 1 to 4096", spec,
-                             (int)(end - p - 1), p + 1);
+                             "devices \"" MIRROR__CUT_F "\": %.*s%s replicas: the replica count must be 1 to 4096",
+                             MIRROR__CUT(spec, 128), (int)MIRROR__MIN(end - p - 1, 24), p + 1,
+                             end - p - 1 > 24 ? "..." : "");
     *count = (size_t)v;
     return MIRROR_OK;
 }
@@ -9445,7 +9493,8 @@ static int mirror__reducer_kind(mirror_reducer asked, mirror_reducer *out, mirro
     if (!strcmp(env, "nccl")) *out = MIRROR_REDUCER_NCCL;
     else if (!strcmp(env, "copy")) *out = MIRROR_REDUCER_COPY;
     else
-        return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_REDUCER=\"%s\": expected nccl or copy", env);
+        return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_REDUCER=\"" MIRROR__CUT_F "\": expected nccl or copy",
+                             MIRROR__CUT(env, 64));
     return MIRROR_OK;
 }
 
@@ -9492,8 +9541,8 @@ static int mirror__timeout(const mirror_strategy_desc *d, double *timeout, mirro
     if (*timeout == 0.0 && env && *env) {
         *timeout = strtod(env, &end);
         if (*end || !(*timeout >= 1e-3 && *timeout <= DBL_MAX))
-            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"%s\": expected a number of seconds, from "
-                                 "0.001", env);
+            return mirror__error(err, MIRROR_ERR_ARGUMENT, "MIRROR_TIMEOUT=\"" MIRROR__CUT_F "\": expected a number of "
+                                 "seconds, from 0.001", MIRROR__CUT(env, 64));
     }
     if (*timeout == 0.0) *timeout = 300.0;
     return MIRROR_OK;
@@ -9556,8 +9605,8 @@ static MIRROR__MAYBE_UNUSED mirror__gpus mirror__cuda_verdict(mirror__cuda_answe
                                                               size_t size)
 {
     if (answer == MIRROR__CUDA_COUNTED && count > 0) return MIRROR__GPUS_USE;
-    if (driver <= 0) {
-        snprintf(why, size, "no NVIDIA driver found");
+    if (driver <= 0) { /* CUDA's words for it, "driver version is insufficient", would send one to update a driver */
+        snprintf(why, size, "no NVIDIA driver found (the CUDA runtime finds no libcuda.so.1)");
         return MIRROR__GPUS_NONE;
     }
     if (answer == MIRROR__CUDA_COUNTED || answer == MIRROR__CUDA_NO_DEVICE) {
@@ -9634,8 +9683,9 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
 #endif
     if ((rc = mirror__parse_devices(explicit_list ? d.devices : "cpu", &count, err)) != MIRROR_OK) goto fail;
     if (count && d.num_replicas && count != d.num_replicas) {
-        rc = mirror__error(err, MIRROR_ERR_ARGUMENT, "devices \"%s\" gives %zu replicas but num_replicas is %zu",
-                           d.devices, count, d.num_replicas);
+        rc = mirror__error(err, MIRROR_ERR_ARGUMENT,
+                           "devices \"" MIRROR__CUT_F "\" gives %zu replicas but num_replicas is %zu",
+                           MIRROR__CUT(d.devices, 128), count, d.num_replicas);
         goto fail;
     }
     if (s->reducer_kind == MIRROR_REDUCER_NCCL) { /* asked for, by the desc or the environment */
@@ -9655,8 +9705,8 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
     if (!count) count = 1;
     count = MIRROR__MIN(count, 4096);
     if (why_cpu[0]) { /* a CUDA build on a machine without a driver or a GPU */
-        char notice[160];
-        snprintf(notice, sizeof notice, "%.60s: training on %zu CPU replica%s", no_gpu, count, count == 1 ? "" : "s");
+        char notice[sizeof no_gpu + 60];
+        snprintf(notice, sizeof notice, "%s: training on %zu CPU replica%s", no_gpu, count, count == 1 ? "" : "s");
         mirror__log(MIRROR_LOG_NOTICE, notice);
     }
     if (count > cores && online > 0 && cores < (size_t)online) { /* bound to fewer cores than it has replicas */
@@ -10639,7 +10689,7 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
                                const char *note, mirror_error *err)
 {
     enum { TOLD = 160 };
-    char list[sizeof err->message], *told;
+    char list[sizeof err->message / 2], *told; /* half: the advice after it survives */
     uint64_t *all;
     int64_t *met;
     MPI_Comm comm = mirror__mpi_of(s)->comm;
@@ -10677,11 +10727,12 @@ static int mirror__mpi_compare(mirror_strategy *s, const mirror__agreed *items, 
                               &req, what, err);
         told[TOLD - 1] = told[told_rank * TOLD + TOLD - 1] = '\0';
         if (rc == MIRROR_OK)
-            snprintf(list + len, sizeof list - len, ": rank 0's is %s, rank %zu's %s", told, told_rank,
-                     told + told_rank * TOLD);
+            len += (size_t)snprintf(list + len, sizeof list - len, ": rank 0's is %s, rank %zu's %s", told, told_rank,
+                                    told + told_rank * TOLD);
         MIRROR_FREE(told);
         if (rc) return rc;
     }
+    if (len >= sizeof list) memcpy(list + sizeof list - 4, "...", 4); /* a list cut says so */
     return mirror__error(err, MIRROR_ERR_ARGUMENT, "%s: the processes differ from rank 0 in %s: they must be started "
                          "alike to train together", what, list);
 }
@@ -13079,19 +13130,20 @@ static int mirror__open_regular(const char *path, mirror_error *err)
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
-        mirror__error(err, MIRROR_ERR_IO, "%s: cannot open: %s%s", path, strerror(e),
+        mirror__error(err, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot open: %s%s", MIRROR__PATH(path), strerror(e),
                       e == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? " (a symbolic link to nothing)"
                                                                                    : "");
         return -1;
     }
     if (fstat(fd, &st) != 0) {
-        mirror__error(err, MIRROR_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        mirror__error(err, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot stat: %s", MIRROR__PATH(path), strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        mirror__error(err, MIRROR_ERR_IO, "%s: not a regular file but %s: give the path of a file", path,
+        mirror__error(err, MIRROR_ERR_IO, MIRROR__CUT_F ": not a regular file but %s: give the path of a file",
+                      MIRROR__PATH(path),
                       S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
         return -1;
     }
@@ -13121,7 +13173,7 @@ static int mirror__read_bounded(const char *path, size_t most, const char *most_
     if (fd < 0) return err ? err->code : MIRROR_ERR_IO;
     if (!f) {
         close(fd);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory to open", path);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory to open", MIRROR__PATH(path));
     }
     most = MIRROR__MIN(most, MIRROR__MAX_FILE);
     for (;;) {
@@ -13135,9 +13187,11 @@ static int mirror__read_bounded(const char *path, size_t most, const char *most_
                 fclose(f);
 #endif
                 if (len > most)
-                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: more than the %zu bytes %s", path, most,
+                    return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": more than the %zu bytes %s",
+                                         MIRROR__PATH(path), most,
                                          bound && bound <= most ? "its header declares (decompressed)" : most_is);
-                return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: too large to read into memory", path);
+                return mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": too large to read into memory",
+                                     MIRROR__PATH(path));
             }
             if (len) memcpy(grown, buf, len);
             MIRROR_FREE(buf);
@@ -13167,7 +13221,8 @@ static int mirror__read_bounded(const char *path, size_t most, const char *most_
             snprintf(what, sizeof what, "%s", msg ? msg : "read error");
             gzclose(f);
             MIRROR_FREE(buf);
-            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: cannot decompress: %s", path, what);
+            return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": cannot decompress: %s", MIRROR__PATH(path),
+                                 what);
         }
         gzclose(f);
     }
@@ -13177,15 +13232,16 @@ static int mirror__read_bounded(const char *path, size_t most, const char *most_
         fclose(f);
         if (failed) {
             MIRROR_FREE(buf);
-            return mirror__error(err, MIRROR_ERR_IO, "%s: read error", path);
+            return mirror__error(err, MIRROR_ERR_IO, MIRROR__CUT_F ": read error", MIRROR__PATH(path));
         }
     }
     if (mirror__is_gzip(buf, len)) {
         MIRROR_FREE(buf);
         return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
-                             "%s: gzip file, and this build has no zlib: define MIRROR_ZLIB in the file that defines "
+                             MIRROR__CUT_F ": gzip file, and this build has no zlib: define MIRROR_ZLIB in the file "
+                             "that defines "
                              "MIRROR_IMPLEMENTATION (a CUDA build: on nvcc's line) and link -lz, or gunzip the file",
-                             path);
+                             MIRROR__PATH(path));
     }
 #endif
     *data = buf;
@@ -13329,30 +13385,33 @@ static int mirror__idx_header(const char *path, const unsigned char *p, size_t s
 {
     size_t i, payload = 1, header = 4 + 4 * dims;
     if (size < 4)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, an IDX file starts with "
-                             "a 4-byte magic number", path, size);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated: %zu bytes, an IDX file starts with "
+                             "a 4-byte magic number", MIRROR__PATH(path), size);
     if (p[0] != 0 || p[1] != 0)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: bad magic %02x %02x (not an IDX file)", path,
-                             p[0], p[1]);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": bad magic %02x %02x (not an IDX file)",
+                             MIRROR__PATH(path), p[0], p[1]);
     if (p[2] != 0x08)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: element type 0x%02x, expected 0x08 (unsigned byte)",
-                             path, p[2]);
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             MIRROR__CUT_F ": element type 0x%02x, expected 0x08 (unsigned byte)",
+                             MIRROR__PATH(path), p[2]);
     if (p[3] != dims)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: %u dimensions, expected %zu", path, p[3], dims);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": %u dimensions, expected %zu", MIRROR__PATH(path),
+                             p[3], dims);
     if (size < header)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated header: %zu of %zu bytes", path, size,
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated header: %zu of %zu bytes",
+                             MIRROR__PATH(path), size,
                              header);
     for (i = 0; i < dims; i++) {
         dim[i] = mirror__be32(p + 4 + 4 * i);
         if (!mirror__mul(payload, dim[i], &payload))
-            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: dimensions overflow", path);
+            return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": dimensions overflow", MIRROR__PATH(path));
     }
     if (payload > size - header)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", path,
-                             size - header, payload);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated data: %zu of %zu bytes",
+                             MIRROR__PATH(path), size - header, payload);
     if (payload < size - header)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", path,
-                             size - header - payload);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": %zu trailing bytes after the data",
+                             MIRROR__PATH(path), size - header - payload);
     return MIRROR_OK;
 }
 
@@ -13369,21 +13428,23 @@ static int mirror__parse_idx(mirror_dataset *ds, const unsigned char *img, size_
         (rc = mirror__idx_header(labels_path, lab, lab_size, 1, ldim, err)))
         return rc;
     if (idim[0] != ldim[0])
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s has %zu images but %s has %zu labels", images_path, idim[0],
-                             labels_path, ldim[0]);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F " has %zu images but " MIRROR__CUT_F " has %zu labels",
+                             MIRROR__PATH(images_path), idim[0], MIRROR__PATH(labels_path), ldim[0]);
     if (!idim[0] || !idim[1] || !idim[2])
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: empty (%zu images of %zux%zu)", images_path, idim[0],
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": empty (%zu images of %zux%zu)",
+                             MIRROR__PATH(images_path), idim[0],
                              idim[1], idim[2]);
     for (i = 0; i < ldim[0]; i++)
         if (lab[8 + i] >= num_classes)
-            return mirror__error(err, MIRROR_ERR_LABEL, "%s: label %u of sample %zu is outside [0, %zu)", labels_path,
-                                 lab[8 + i], i, num_classes);
+            return mirror__error(err, MIRROR_ERR_LABEL, MIRROR__CUT_F ": label %u of sample %zu is outside [0, %zu)",
+                                 MIRROR__PATH(labels_path), lab[8 + i], i, num_classes);
     pixels = idim[0] * idim[1] * idim[2]; /* fits: the file holds them */
     ds->x = (float *)mirror__alloc(pixels, sizeof(float));
     ds->labels = (int32_t *)mirror__alloc(idim[0], sizeof(int32_t));
     if (!ds->x || !ds->labels) {
         mirror_dataset_free(ds);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: no memory for %zu images", images_path, idim[0]);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": no memory for %zu images",
+                             MIRROR__PATH(images_path), idim[0]);
     }
     for (i = 0; i < pixels; i++) ds->x[i] = (float)img[16 + i] * (1.0f / 255.0f);
     for (i = 0; i < idim[0]; i++) ds->labels[i] = lab[8 + i];
@@ -13428,8 +13489,9 @@ static int mirror__find(char *out, size_t size, const char *dir, const char *nam
     if (lstat(out, &st) == 0) return MIRROR_OK;
     snprintf(out, size, "%s/%s.gz", dir, name);
     if (lstat(out, &st) == 0) return MIRROR_OK;
-    return mirror__error(err, MIRROR_ERR_IO, "%s: neither %s nor %s.gz is there (the MNIST files, plain or gzip)",
-                         dir, name, name);
+    return mirror__error(err, MIRROR_ERR_IO,
+                         MIRROR__CUT_F ": neither %s nor %s.gz is there (the MNIST files, plain or gzip)",
+                         MIRROR__PATH(dir), name, name);
 }
 
 MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *test, const char *dir,
@@ -13454,10 +13516,12 @@ MIRROR_API int mirror_dataset_load_mnist(mirror_dataset *train, mirror_dataset *
                                 "a file's name in it")))
         return rc;
     if (stat(dir, &st) != 0)
-        return mirror__error(err, MIRROR_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
+        return mirror__error(err, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot open the directory: %s", MIRROR__PATH(dir),
+                             strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return mirror__error(err, MIRROR_ERR_IO, "%s: not a directory: give the directory that holds the MNIST files",
-                             dir);
+        return mirror__error(err, MIRROR_ERR_IO,
+                             MIRROR__CUT_F ": not a directory: give the directory that holds the MNIST files",
+                             MIRROR__PATH(dir));
     for (i = 0; i < 2; i++) {
         if (!out[i]) continue;
         if ((rc = mirror__find(img, sizeof img, dir, names[2 * i], err)) != MIRROR_OK ||
@@ -13482,23 +13546,24 @@ static int mirror__cifar10_check(const unsigned char *p, size_t size, const char
 {
     size_t i;
     if (!size)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: empty file (a CIFAR-10 batch is records of %d bytes)",
-                             name, MIRROR__CIFAR_RECORD);
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             MIRROR__CUT_F ": empty file (a CIFAR-10 batch is records of %d bytes)",
+                             MIRROR__PATH(name), MIRROR__CIFAR_RECORD);
     if (size < MIRROR__CIFAR_RECORD)
         return mirror__error(err, MIRROR_ERR_FORMAT,
-                             "%s: size %zu, less than one %d-byte CIFAR-10 record (cut short, or not a CIFAR-10 "
-                             "batch)", name, size, MIRROR__CIFAR_RECORD);
+                             MIRROR__CUT_F ": size %zu, less than one %d-byte CIFAR-10 record (cut short, or not a "
+                             "CIFAR-10 batch)", MIRROR__PATH(name), size, MIRROR__CIFAR_RECORD);
     if (size % MIRROR__CIFAR_RECORD) /* cut short or with bytes added: the size cannot tell which */
         return mirror__error(err, MIRROR_ERR_FORMAT,
-                             "%s: size %zu is not a multiple of the %d-byte CIFAR-10 record: %zu records and %zu "
-                             "bytes over (expected %zu or %zu bytes)",
-                             name, size, MIRROR__CIFAR_RECORD, size / MIRROR__CIFAR_RECORD,
+                             MIRROR__CUT_F ": size %zu is not a multiple of the %d-byte CIFAR-10 record: %zu records "
+                             "and %zu bytes over (expected %zu or %zu bytes)",
+                             MIRROR__PATH(name), size, MIRROR__CIFAR_RECORD, size / MIRROR__CIFAR_RECORD,
                              size % MIRROR__CIFAR_RECORD, size - size % MIRROR__CIFAR_RECORD,
                              size - size % MIRROR__CIFAR_RECORD + MIRROR__CIFAR_RECORD);
     for (i = 0; i < size / MIRROR__CIFAR_RECORD; i++)
         if (p[i * MIRROR__CIFAR_RECORD] > 9)
-            return mirror__error(err, MIRROR_ERR_LABEL, "%s: label %u of record %zu is outside [0, 10)", name,
-                                 p[i * MIRROR__CIFAR_RECORD], i);
+            return mirror__error(err, MIRROR_ERR_LABEL, MIRROR__CUT_F ": label %u of record %zu is outside [0, 10)",
+                                 MIRROR__PATH(name), p[i * MIRROR__CIFAR_RECORD], i);
     return MIRROR_OK;
 }
 
@@ -13516,7 +13581,8 @@ static int mirror__parse_cifar10(mirror_dataset *ds, const unsigned char *p, siz
     ds->labels = (int32_t *)mirror__alloc(n, sizeof(int32_t));
     if (!ds->x || !ds->labels) {
         mirror_dataset_free(ds);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: no memory for %zu images", name, n);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": no memory for %zu images", MIRROR__PATH(name),
+                             n);
     }
     for (i = 0; i < n; i++) {
         const unsigned char *r = p + i * MIRROR__CIFAR_RECORD;
@@ -13566,7 +13632,8 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
             (rc = mirror__cifar10_check(buf[i], size[i], paths[i], err)) != MIRROR_OK)
             goto done;
         if (size[i] > (size_t)-1 - total) {
-            rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: the batches together are too large", paths[i]);
+            rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": the batches together are too large",
+                               MIRROR__PATH(paths[i]));
             goto done;
         }
         total += size[i];
@@ -13576,8 +13643,8 @@ MIRROR_API int mirror_dataset_load_cifar10(mirror_dataset *ds, const char *const
         buf[0] = NULL;
     } else {
         if (!(all = (unsigned char *)mirror__alloc(total, 1))) {
-            rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: no memory for %zu bytes of batches", paths[0],
-                               total);
+            rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": no memory for %zu bytes of batches",
+                               MIRROR__PATH(paths[0]), total);
             goto done;
         }
         for (i = 0; i < npaths; i++) {
@@ -13692,31 +13759,34 @@ static int mirror__npy_header(const unsigned char *p, size_t size, const char *n
     *total = MIRROR__BAD_HEADER;
     for (i = 0; i < 6 && i < size; i++)
         if (p[i] != (unsigned char)"\x93NUMPY"[i])
-            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: bad magic (not a .npy file)", name);
+            return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": bad magic (not a .npy file)",
+                                 MIRROR__PATH(name));
     if (size < 8) {
         *total = 0;
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, a .npy file starts with "
-                             "a 10-byte preamble", name, size);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated: %zu bytes, a .npy file starts with "
+                             "a 10-byte preamble", MIRROR__PATH(name), size);
     }
     major = p[6];
     minor = p[7];
     if (major < 1 || major > 3 || minor != 0)
-        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: .npy format version %u.%u (only 1.0, 2.0 and 3.0)",
-                             name, major, minor);
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                             MIRROR__CUT_F ": .npy format version %u.%u (only 1.0, 2.0 and 3.0)",
+                             MIRROR__PATH(name), major, minor);
     pre = major == 1 ? 10 : 12;
     if (size < pre) {
         *total = 0;
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated: %zu bytes, a version %u.0 .npy file "
-                             "starts with a %zu-byte preamble", name, size, major, pre);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated: %zu bytes, a version %u.0 .npy file "
+                             "starts with a %zu-byte preamble", MIRROR__PATH(name), size, major, pre);
     }
     hlen = major == 1 ? (size_t)p[8] | (size_t)p[9] << 8 : (size_t)mirror__le32(p + 8);
     if (hlen > MIRROR__NPY_MAX_HEADER) /* a bound on what a gzip file inflates before its header is read */
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: a header of %zu bytes (numpy writes a few hundred; at "
-                             "most %d)", name, hlen, MIRROR__NPY_MAX_HEADER);
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             MIRROR__CUT_F ": a header of %zu bytes (numpy writes a few hundred; at "
+                             "most %d)", MIRROR__PATH(name), hlen, MIRROR__NPY_MAX_HEADER);
     if (hlen > size - pre) {
         *total = 0;
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated header: %zu of %zu bytes", name,
-                             size - pre, hlen);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated header: %zu of %zu bytes",
+                             MIRROR__PATH(name), size - pre, hlen);
     }
     s = p + pre;
     n = hlen;
@@ -13724,81 +13794,93 @@ static int mirror__npy_header(const unsigned char *p, size_t size, const char *n
     /* The dict: quoted keys, each of the three exactly once, in any order,
        entries separated by commas, a trailing comma allowed. */
     if (!mirror__npy_eat(s, n, &i, '{'))
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: the header is not a dict", name);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": the header is not a dict", MIRROR__PATH(name));
     for (;;) {
         if (mirror__npy_eat(s, n, &i, '}')) break;
         if (!mirror__npy_string(s, n, &i, key, sizeof key))
-            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: expected a quoted key at byte %zu", name,
-                                 pre + i);
+            return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: expected a quoted key at byte %zu",
+                                 MIRROR__PATH(name), pre + i);
         for (k = 0; k < 3 && strcmp(key, keys[k]) != 0; k++) continue;
-        if (k == 3) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: unexpected key '%s'", name, key);
-        if (seen[k]) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: key '%s' twice", name, key);
+        if (k == 3) return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: unexpected key '%s'",
+                                         MIRROR__PATH(name), key);
+        if (seen[k]) return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: key '%s' twice",
+                                          MIRROR__PATH(name), key);
         seen[k] = 1;
         if (!mirror__npy_eat(s, n, &i, ':'))
-            return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: expected ':' after '%s'", name, key);
+            return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: expected ':' after '%s'",
+                                 MIRROR__PATH(name), key);
         if (k == 0) {
             if (mirror__npy_eat(s, n, &i, '['))
-                return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: structured dtype (a list of fields) is "
-                                     "not supported", name);
+                return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                                     MIRROR__CUT_F ": structured dtype (a list of fields) is "
+                                     "not supported", MIRROR__PATH(name));
             if (!mirror__npy_string(s, n, &i, out->descr, sizeof out->descr))
-                return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: 'descr' is not a short quoted string",
-                                     name);
+                return mirror__error(err, MIRROR_ERR_FORMAT,
+                                     MIRROR__CUT_F ": header: 'descr' is not a short quoted string",
+                                     MIRROR__PATH(name));
         } else if (k == 1) {
             if (mirror__npy_word(s, n, &i, "True"))
                 fortran = 1;
             else if (!mirror__npy_word(s, n, &i, "False"))
-                return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: 'fortran_order' is not True or False",
-                                     name);
+                return mirror__error(err, MIRROR_ERR_FORMAT,
+                                     MIRROR__CUT_F ": header: 'fortran_order' is not True or False",
+                                     MIRROR__PATH(name));
         } else {
             /* A tuple of non-negative decimal integers: (), (5,), (5, 6),
                (5, 6,); (5) is a number, not a tuple. Python 2 longs (5L)
                appear in 1.0 and 2.0 headers. */
             int comma = 1;
             if (!mirror__npy_eat(s, n, &i, '('))
-                return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: 'shape' is not a tuple", name);
+                return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: 'shape' is not a tuple",
+                                     MIRROR__PATH(name));
             for (;;) {
                 size_t d = 0, digits = 0;
                 if (mirror__npy_eat(s, n, &i, ')')) break;
                 if (!comma)
-                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: expected ',' or ')' in 'shape'",
-                                         name);
+                    return mirror__error(err, MIRROR_ERR_FORMAT,
+                                         MIRROR__CUT_F ": header: expected ',' or ')' in 'shape'",
+                                         MIRROR__PATH(name));
                 if (mirror__npy_eat(s, n, &i, '-'))
-                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: negative dimension in 'shape'",
-                                         name);
+                    return mirror__error(err, MIRROR_ERR_FORMAT,
+                                         MIRROR__CUT_F ": header: negative dimension in 'shape'",
+                                         MIRROR__PATH(name));
                 for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, digits++) {
                     if (digits == 1 && d == 0)
-                        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: dimension with a leading "
-                                             "zero in 'shape'", name);
+                        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: dimension with a leading "
+                                             "zero in 'shape'", MIRROR__PATH(name));
                     if (d > ((size_t)-1 - (size_t)(s[i] - '0')) / 10)
-                        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: dimension too large in "
-                                             "'shape'", name);
+                        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: dimension too large in "
+                                             "'shape'", MIRROR__PATH(name));
                     d = 10 * d + (size_t)(s[i] - '0');
                 }
                 if (!digits)
-                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: 'shape' is not a tuple of "
-                                         "integers", name);
+                    return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: 'shape' is not a tuple of "
+                                         "integers", MIRROR__PATH(name));
                 if (major <= 2 && i < n && s[i] == 'L') i++;
                 if (ndim < MIRROR__NPY_MAX_DIMS) out->shape[ndim] = d;
                 ndim++;
                 if (!mirror__mul(count, d, &count))
-                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: the element count of 'shape' "
-                                         "overflows", name);
+                    return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: the element count of 'shape' "
+                                         "overflows", MIRROR__PATH(name));
                 comma = mirror__npy_eat(s, n, &i, ',');
                 if (ndim == 1 && !comma)
-                    return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: 'shape' (%zu) is not a tuple "
-                                         "(a one-element tuple is (%zu,))", name, d, d);
+                    return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: 'shape' (%zu) is not a tuple "
+                                         "(a one-element tuple is (%zu,))", MIRROR__PATH(name), d, d);
             }
         }
         if (mirror__npy_eat(s, n, &i, ',')) continue;
         if (mirror__npy_eat(s, n, &i, '}')) break;
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: expected ',' or '}' at byte %zu", name, pre + i);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header: expected ',' or '}' at byte %zu",
+                             MIRROR__PATH(name), pre + i);
     }
     mirror__npy_space(s, n, &i);
     if (i != n)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header: unexpected text after the dict at byte %zu",
-                             name, pre + i);
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             MIRROR__CUT_F ": header: unexpected text after the dict at byte %zu",
+                             MIRROR__PATH(name), pre + i);
     for (k = 0; k < 3; k++)
-        if (!seen[k]) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: header lacks '%s'", name, keys[k]);
+        if (!seen[k]) return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": header lacks '%s'",
+                                           MIRROR__PATH(name), keys[k]);
 
     /* What the dict says, checked against what this loader reads. */
     if (!strcmp(out->descr, "<f4"))
@@ -13810,16 +13892,19 @@ static int mirror__npy_header(const unsigned char *p, size_t size, const char *n
     else if (!strcmp(out->descr, "|u1") || !strcmp(out->descr, "<u1"))
         out->dtype = MIRROR__NPY_U1, elem = 1;
     else
-        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: %sdtype '%s' is not supported (<f4, |u1, <i4 or "
-                             "<i8)", name, out->descr[0] == '>' ? "big-endian " : "", out->descr);
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                             MIRROR__CUT_F ": %sdtype '%s' is not supported (<f4, |u1, <i4 or "
+                             "<i8)", MIRROR__PATH(name), out->descr[0] == '>' ? "big-endian " : "", out->descr);
     if (fortran)
-        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: fortran_order True is not supported (save a "
-                             "C-ordered array)", name);
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, MIRROR__CUT_F ": fortran_order True is not supported (save a "
+                             "C-ordered array)", MIRROR__PATH(name));
     if (ndim > MIRROR__NPY_MAX_DIMS)
-        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: %zu dimensions (at most %d)", name, ndim,
+        return mirror__error(err, MIRROR_ERR_UNSUPPORTED, MIRROR__CUT_F ": %zu dimensions (at most %d)",
+                             MIRROR__PATH(name), ndim,
                              MIRROR__NPY_MAX_DIMS);
     if (!mirror__mul(count, elem, &bytes) || bytes >= MIRROR__BAD_HEADER - pre - hlen)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: the data size of 'shape' overflows", name);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": the data size of 'shape' overflows",
+                             MIRROR__PATH(name));
     out->ndim = ndim;
     out->count = count;
     out->data = p + pre + hlen;
@@ -13847,9 +13932,11 @@ static int mirror__parse_npy(const unsigned char *p, size_t size, const char *na
     rest = size - (size_t)(out->data - p);
     bytes = total - (size_t)(out->data - p);
     if (bytes > rest) {
-        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: truncated data: %zu of %zu bytes", name, rest, bytes);
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": truncated data: %zu of %zu bytes",
+                           MIRROR__PATH(name), rest, bytes);
     } else if (bytes < rest) {
-        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: %zu trailing bytes after the data", name, rest - bytes);
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": %zu trailing bytes after the data",
+                           MIRROR__PATH(name), rest - bytes);
     }
     if (rc != MIRROR_OK) memset(out, 0, sizeof *out);
     return rc;
@@ -13883,17 +13970,19 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         (rc = mirror__parse_npy(xb, xs, x_path, &x, err)) != MIRROR_OK)
         goto done;
     if (x.dtype != MIRROR__NPY_F4 && x.dtype != MIRROR__NPY_U1) {
-        rc = mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: dtype '%s' is not supported for x (<f4 or |u1)",
-                           x_path, x.descr);
+        rc = mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                           MIRROR__CUT_F ": dtype '%s' is not supported for x (<f4 or |u1)",
+                           MIRROR__PATH(x_path), x.descr);
         goto done;
     }
     if (x.ndim < 2 || x.ndim > 4) {
-        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: shape of %zu dimension(s); x is (n, features), (n, "
-                           "height, width) or (n, channels, height, width)", x_path, x.ndim);
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": shape of %zu dimension(s); x is (n, features), (n, "
+                           "height, width) or (n, channels, height, width)", MIRROR__PATH(x_path), x.ndim);
         goto done;
     }
     if (!x.count) {
-        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: empty (a dimension of 'shape' is 0)", x_path);
+        rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": empty (a dimension of 'shape' is 0)",
+                           MIRROR__PATH(x_path));
         goto done;
     }
     if (y_path) {
@@ -13903,21 +13992,23 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
         if (y.dtype == MIRROR__NPY_F4 && (y.ndim == 1 || (y.ndim == 2 && y.shape[1]))) {
             targets = y.ndim == 1 ? 1 : y.shape[1]; /* float targets, for MSE */
         } else if (y.dtype == MIRROR__NPY_F4) {
-            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: shape of %zu dimension(s); float targets are (n,) or "
-                               "(n, d) with d >= 1", y_path, y.ndim);
+            rc = mirror__error(err, MIRROR_ERR_FORMAT,
+                               MIRROR__CUT_F ": shape of %zu dimension(s); float targets are (n,) or "
+                               "(n, d) with d >= 1", MIRROR__PATH(y_path), y.ndim);
             goto done;
         } else if (y.dtype != MIRROR__NPY_I4 && y.dtype != MIRROR__NPY_I8 && y.dtype != MIRROR__NPY_U1) {
-            rc = mirror__error(err, MIRROR_ERR_UNSUPPORTED, "%s: dtype '%s' is not supported for labels (<i4, "
-                               "<i8 or |u1) or targets (<f4)", y_path, y.descr);
+            rc = mirror__error(err, MIRROR_ERR_UNSUPPORTED,
+                               MIRROR__CUT_F ": dtype '%s' is not supported for labels (<i4, "
+                               "<i8 or |u1) or targets (<f4)", MIRROR__PATH(y_path), y.descr);
             goto done;
         } else if (y.ndim != 1) {
-            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: shape of %zu dimension(s); labels are (n,)", y_path,
-                               y.ndim);
+            rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": shape of %zu dimension(s); labels are (n,)",
+                               MIRROR__PATH(y_path), y.ndim);
             goto done;
         }
         if (targets && y.shape[0] != x.shape[0]) {
-            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s has %zu samples but %s has %zu targets", x_path,
-                               x.shape[0], y_path, y.shape[0]);
+            rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F " has %zu samples but " MIRROR__CUT_F " has %zu targets",
+                               MIRROR__PATH(x_path), x.shape[0], MIRROR__PATH(y_path), y.shape[0]);
             goto done;
         }
         for (i = 0; targets && i < y.count; i++) {
@@ -13925,19 +14016,21 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
             uint32_t bits = mirror__le32(y.data + 4 * i);
             memcpy(&t, &bits, sizeof t);
             if (!mirror_hd_finite(t)) {
-                rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: target %zu is not finite", y_path, i);
+                rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": target %zu is not finite",
+                                   MIRROR__PATH(y_path), i);
                 goto done;
             }
         }
         if (!targets && y.shape[0] != x.shape[0]) {
-            rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s has %zu samples but %s has %zu labels", x_path,
-                               x.shape[0], y_path, y.shape[0]);
+            rc = mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F " has %zu samples but " MIRROR__CUT_F " has %zu labels",
+                               MIRROR__PATH(x_path), x.shape[0], MIRROR__PATH(y_path), y.shape[0]);
             goto done;
         }
         for (i = 0; !targets && i < y.count; i++) {
             long long v = mirror__npy_int(&y, i);
             if (v < 0 || v > 65535) {
-                rc = mirror__error(err, MIRROR_ERR_LABEL, "%s: label %lld of sample %zu %s", y_path, v, i,
+                rc = mirror__error(err, MIRROR_ERR_LABEL, MIRROR__CUT_F ": label %lld of sample %zu %s",
+                                   MIRROR__PATH(y_path), v, i,
                                    v < 0           ? "is negative"
                                    : v > INT32_MAX ? "does not fit int32"
                                                    : "is above 65535 (at most 65536 classes)");
@@ -13950,7 +14043,8 @@ MIRROR_API int mirror_dataset_load_npy(mirror_dataset *ds, const char *x_path, c
     ds->labels = y_path && !targets ? (int32_t *)mirror__alloc(x.shape[0], sizeof(int32_t)) : NULL;
     ds->targets = targets ? (float *)mirror__alloc(y.count, sizeof(float)) : NULL;
     if (!ds->x || (y_path && !ds->labels && !ds->targets)) {
-        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: no memory for %zu samples", x_path, x.shape[0]);
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": no memory for %zu samples",
+                           MIRROR__PATH(x_path), x.shape[0]);
         goto done;
     }
     if (x.dtype == MIRROR__NPY_U1)
@@ -14057,6 +14151,44 @@ static void mirror__describe_model(const mirror_model *m, mirror__text *t)
         mirror__printf(t, ";%s%s", k->name, args);
     }
     mirror__printf(t, ";loss(%s)", m->desc.loss == MIRROR_LOSS_MSE ? "mse" : "softmax_ce");
+}
+
+/* A checkpoint of another model than m (its description theirs, NULL
+   when it has none; m's ours), refused: where the two part first (the
+   input, a layer and what each has there, the loss), what to do, then
+   both descriptions, each cut to a bound. */
+static int mirror__model_differs(mirror_model *m, const char *path, const char *theirs, const char *ours)
+{
+    const char *a = theirs ? theirs : "", *b = ours;
+    size_t item = 0, na = 1, nb = 1, la, lb;
+    char where[3 * MIRROR__SHOWN_NAME + 160];
+    for (la = 0; a[la]; la++) na += a[la] == ';';
+    for (lb = 0; b[lb]; lb++) nb += b[lb] == ';';
+    for (;; item++) { /* the items' counts and the first that differs */
+        la = strcspn(a, ";"), lb = strcspn(b, ";");
+        if (la != lb || memcmp(a, b, la) || !a[la] || !b[lb]) break;
+        a += la + 1, b += lb + 1;
+    }
+    {
+        char x[MIRROR__SHOWN_NAME + 1], y[MIRROR__SHOWN_NAME + 1]; /* the differing items, each cut */
+        snprintf(x, sizeof x, "%.*s", (int)la, a), snprintf(y, sizeof y, "%.*s", (int)lb, b);
+        if (la > MIRROR__SHOWN_NAME) memcpy(x + MIRROR__SHOWN_NAME - 3, "...", 3);
+        if (lb > MIRROR__SHOWN_NAME) memcpy(y + MIRROR__SHOWN_NAME - 3, "...", 3);
+        if (!theirs)
+            snprintf(where, sizeof where, "it describes no model");
+        else if (item == 0 || (item + 1 == na && item + 1 == nb))
+            snprintf(where, sizeof where, "the checkpoint's %s is %s, this model's %s", item ? "loss" : "input", x, y);
+        else
+            snprintf(where, sizeof where,
+                     "at layer %zu the checkpoint has %s, this model %s (%zu layers in the checkpoint, %zu in this model)",
+                     item - 1, item + 1 == na ? "none" : x, item + 1 == nb ? "none" : y, na >= 2 ? na - 2 : 0, nb - 2);
+    }
+    return mirror__fail(m, MIRROR_ERR_SHAPE,
+                        MIRROR__CUT_F ": a checkpoint of another model: %s. To load it, build the model it describes "
+                        "(mirror_model_from_checkpoint builds it). The checkpoint's: " MIRROR__CUT_F
+                        "; this model's: " MIRROR__CUT_F,
+                        MIRROR__PATH(path), where, MIRROR__CUT(theirs ? theirs : "(none)", 500),
+                        MIRROR__CUT(ours, 500));
 }
 
 static const char *const mirror__opt_names[] = {"default", "sgd", "adam", "adamw"};
@@ -14339,13 +14471,14 @@ static int mirror__check_targets(mirror_model *m, const char *path, size_t keep,
         }
         if (!S_ISREG(st.st_mode))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "%s exists and is not a regular file (%s); a checkpoint only replaces a regular file",
-                                i ? name : path, mirror__file_kind(st.st_mode));
+                                MIRROR__CUT_F " exists and is not a regular file (%s); a checkpoint only replaces a "
+                                "regular file",
+                                MIRROR__PATH(i ? name : path), mirror__file_kind(st.st_mode));
         if (!mirror__ours(i ? name : path, &why))
             return mirror__fail(m, MIRROR_ERR_ARGUMENT,
-                                "%s exists and is not a mirror checkpoint (%s); a save replaces or rotates away only "
-                                "the checkpoints it wrote: move the file or name another path",
-                                i ? name : path, why);
+                                MIRROR__CUT_F " exists and is not a mirror checkpoint (%s); a save replaces or "
+                                "rotates away only the checkpoints it wrote: move the file or name another path",
+                                MIRROR__PATH(i ? name : path), why);
     }
     return MIRROR_OK;
 }
@@ -14372,26 +14505,29 @@ static int mirror__save_lock(mirror_model *m, const char *path, char *name, size
         if (fd < 0 && errno == ENOENT && tries < 100) continue; /* removed between the two opens */
         if (fd < 0)
             return mirror__fail(m, MIRROR_ERR_IO,
-                                "%s: cannot create the lock file %s: %s (is the directory there and writable?)", path,
-                                name, strerror(errno));
+                                MIRROR__CUT_F ": cannot create the lock file " MIRROR__CUT_F
+                                ": %s (is the directory there and writable?)",
+                                MIRROR__PATH(path), MIRROR__PATH(name), strerror(errno));
         memset(&fl, 0, sizeof fl);
         fl.l_type = F_WRLCK;
         fl.l_whence = SEEK_SET;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
-            return mirror__fail(m, MIRROR_ERR_ARGUMENT, "%s: its lock file %s is not a regular file", path, name);
+            return mirror__fail(m, MIRROR_ERR_ARGUMENT, MIRROR__CUT_F ": its lock file " MIRROR__CUT_F
+                                " is not a regular file", MIRROR__PATH(path), MIRROR__PATH(name));
         }
         if (fcntl(fd, F_SETLK, &fl) != 0) {
             int e = errno;
             close(fd);
             return mirror__fail(m, MIRROR_ERR_IO,
-                                "%s: another process is saving checkpoints to this path (it holds %s: %s)", path, name,
-                                strerror(e));
+                                MIRROR__CUT_F ": another process is saving checkpoints to this path (it holds "
+                                MIRROR__CUT_F ": %s)", MIRROR__PATH(path), MIRROR__PATH(name), strerror(e));
         }
         if (stat(name, &at) == 0 && at.st_dev == st.st_dev && at.st_ino == st.st_ino) break;
         close(fd); /* locked a file that its maker removed: the one at the name now */
         if (tries == 100)
-            return mirror__fail(m, MIRROR_ERR_IO, "%s: its lock file %s keeps being replaced", path, name);
+            return mirror__fail(m, MIRROR_ERR_IO, MIRROR__CUT_F ": its lock file " MIRROR__CUT_F " keeps being replaced",
+                                MIRROR__PATH(path), MIRROR__PATH(name));
     }
     if (made) *made = created;
     *out = fd;
@@ -14420,7 +14556,8 @@ static int mirror__fit_lock(mirror_model *m, const char *path, size_t keep, mirr
                (rc = mirror__save_lock(m, path, name, size, &fd, &made->file)) == MIRROR_OK) {
         m->fit.lock = fd + 1;
         if ((probe = mirror__make_tmp(path, 0600, name, size)) < 0) {
-            rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
+            rc = mirror__fail(m, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot create a file beside it: %s",
+                              MIRROR__PATH(path), strerror(errno));
         } else {
             close(probe);
             unlink(name);
@@ -14519,7 +14656,8 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     /* 0666 less the umask, as fopen's: a checkpoint is data to share, and the umask says with whom */
     if ((fd = mirror__make_tmp(path, 0666, tmp, plen + 300)) < 0) {
-        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        rc = mirror__fail(m, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot create a temporary file beside it: %s",
+                          MIRROR__PATH(path), strerror(errno));
         goto done;
     }
     if (mirror__write_all(fd, len8, 8) || mirror__write_all(fd, h.p, h.len)) goto write_failed;
@@ -14532,12 +14670,14 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     }
     fd = -1;
     if (mirror__rotate(path, keep, a, b, plen + 300) != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot keep the previous checkpoints: %s", path, strerror(errno));
+        rc = mirror__fail(m, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot keep the previous checkpoints: %s",
+                          MIRROR__PATH(path), strerror(errno));
         unlink(tmp);
         goto done;
     }
     if (rename(tmp, path) != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_IO, "%s: cannot rename the new checkpoint into place: %s", path, strerror(errno));
+        rc = mirror__fail(m, MIRROR_ERR_IO, MIRROR__CUT_F ": cannot rename the new checkpoint into place: %s",
+                          MIRROR__PATH(path), strerror(errno));
         unlink(tmp);
         goto done;
     }
@@ -14548,8 +14688,9 @@ static int mirror__checkpoint_save(mirror_model *m, const char *path, const mirr
     }
     goto done;
 write_failed:
-    rc = mirror__fail(m, MIRROR_ERR_IO, "%s: writing the checkpoint failed (%s); the previous one is intact", path,
-                      strerror(errno));
+    rc = mirror__fail(m, MIRROR_ERR_IO,
+                      MIRROR__CUT_F ": writing the checkpoint failed (%s); the previous one is intact",
+                      MIRROR__PATH(path), strerror(errno));
     if (fd >= 0) close(fd);
     unlink(tmp);
 done:
@@ -14938,12 +15079,14 @@ static int mirror__check_precision(mirror_model *m, const char *path, const mirr
     int known = 0;
     for (i = 0; i < 3 && p; i++) known |= !strcmp(p, mirror_precision_name((mirror_precision)i));
     if (!known)
-        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: precision \"%s\", this mirror reads fp32, fp16 and bf16",
-                            path, p ? p : "(none)");
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
+                            MIRROR__CUT_F ": precision \"%s\", this mirror reads fp32, fp16 and bf16",
+                            MIRROR__PATH(path), p ? p : "(none)");
     for (i = 0, known = 0; i < 3 && k; i++) known |= !strcmp(k, scalers[i]);
     if (!known)
-        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: loss scaler \"%s\", this mirror knows dynamic, static and none",
-                            path, k ? k : "(none)");
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
+                            MIRROR__CUT_F ": loss scaler \"%s\", this mirror knows dynamic, static and none",
+                            MIRROR__PATH(path), k ? k : "(none)");
     memset(st, 0, sizeof *st);
     *has_st = !strcmp(p, "fp32") ? 0 : 1;
     if (!*has_st) return MIRROR_OK;
@@ -14953,7 +15096,8 @@ static int mirror__check_precision(mirror_model *m, const char *path, const mirr
         !mirror__meta_u64(h, "scaler_consecutive_skips", &consecutive) || good > UINT32_MAX ||
         consecutive > UINT32_MAX || !mirror__meta_u64(h, "scaler_skipped", &st->skipped) ||
         !mirror__meta_u64(h, "optimizer_steps", &st->applied))
-        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: a %s checkpoint without a valid loss scaler state", path, p);
+        return mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": a %s checkpoint without a valid loss scaler state",
+                            MIRROR__PATH(path), p);
     st->last_scale = st->scale;
     st->good_steps = (uint32_t)good;
     st->consecutive_skips = (uint32_t)consecutive;
@@ -14983,7 +15127,8 @@ static int mirror__check_counters(mirror_model *m, const char *path, const mirro
     else if (st && m->format && d->kind == MIRROR_SCALE_DYNAMIC && (st->scale < d->min_scale || st->scale > d->max_scale))
         bad = "a loss scale outside this model's [min_scale, max_scale]";
     if (!bad) return MIRROR_OK;
-    return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %s: not a checkpoint this library wrote for this model", path, bad);
+    return mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": %s: not a checkpoint this library wrote for this model",
+                        MIRROR__PATH(path), bad);
 }
 
 /* The header of a safetensors file in memory (buf, size bytes), parsed
@@ -14996,22 +15141,26 @@ static int mirror__safetensors_header(mirror_model *m, const char *path, const u
     size_t i;
     *text = NULL;
     memset(h, 0, sizeof *h);
-    if (size < 8) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %zu bytes: not a safetensors file", path, size);
+    if (size < 8) return mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": %zu bytes: not a safetensors file",
+                                      MIRROR__PATH(path), size);
     for (i = 0; i < 8; i++) hlen |= (uint64_t)buf[i] << (8 * i);
     if (hlen < 2 || hlen > size - 8)
-        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: header length %llu does not fit the file of %zu bytes", path,
+        return mirror__fail(m, MIRROR_ERR_FORMAT,
+                            MIRROR__CUT_F ": header length %llu does not fit the file of %zu bytes", MIRROR__PATH(path),
                             (unsigned long long)hlen, size);
     if (hlen > MIRROR__MAX_HEADER)
-        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: a header of %llu bytes; this library reads headers of up "
-                            "to 64 MiB", path, (unsigned long long)hlen);
+        return mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
+                            MIRROR__CUT_F ": a header of %llu bytes; this library reads headers of up "
+                            "to 64 MiB", MIRROR__PATH(path), (unsigned long long)hlen);
     *data_size = size - 8 - hlen;
     if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1)))
-        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        return mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
     memcpy(*text, buf + 8, (size_t)hlen);
     (*text)[hlen] = '\0';
     if (memchr(*text, '\0', (size_t)hlen))
-        return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: a NUL byte in the header: not the JSON of a safetensors file",
-                            path);
+        return mirror__fail(m, MIRROR_ERR_FORMAT,
+                            MIRROR__CUT_F ": a NUL byte in the header: not the JSON of a safetensors file",
+                            MIRROR__PATH(path));
     if (!mirror__parse_header(*text, (size_t)hlen, h))
         return mirror__fail(m, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
                             "%s: the header is not the JSON of a safetensors file: %s", path, h->why);
@@ -15069,22 +15218,26 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     hlen = size - 8 - data_size;
     if (!(s = mirror__meta(h, "format")) || strcmp(s, "mirror") != 0) {
         rc = mirror__fail(m, MIRROR_ERR_FORMAT,
-                          "%s: not a mirror checkpoint (no \"format\": \"mirror\"); to start from its weights, load "
-                          "them with mirror_load_weights (the trainer's --init-weights)",
-                          path);
+                          MIRROR__CUT_F ": not a mirror checkpoint (no \"format\": \"mirror\"); to start from its "
+                          "weights, load them with mirror_load_weights (the trainer's --init-weights)",
+                          MIRROR__PATH(path));
         goto done;
     }
     if ((rc = mirror__check_header_crc(path, text, (size_t)hlen, h, &m->err))) goto done;
     if (!(s = mirror__meta(h, "version")) || strcmp(s, "1") != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED, "%s: checkpoint version \"%s\", this mirror reads version 1", path,
+        rc = mirror__fail(m, MIRROR_ERR_UNSUPPORTED,
+                          MIRROR__CUT_F ": checkpoint version \"%s\", this mirror reads version 1", MIRROR__PATH(path),
                           s ? s : "(none)");
         goto done;
     }
     if ((rc = mirror__check_precision(m, path, h, st, has_st))) goto done;
     mirror__describe_model(m, &model);
-    if (model.failed || !(s = mirror__meta(h, "model")) || strcmp(s, model.p) != 0) {
-        rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: a checkpoint of %s, not of this model (%s)", path,
-                          s ? s : "(no model)", model.p ? model.p : "");
+    if (model.failed) {
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
+        goto done;
+    }
+    if (!(s = mirror__meta(h, "model")) || strcmp(s, model.p) != 0) {
+        rc = mirror__model_differs(m, path, s, model.p);
         goto done;
     }
     memset(info, 0, sizeof *info);
@@ -15093,14 +15246,16 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         !mirror__meta_u64(h, "shuffle_seed", &info->shuffle_seed) || !mirror__meta_u64(h, "batch", &info->batch) ||
         !mirror__meta_u64(h, "samples", &info->samples) ||
         !mirror__meta_u64(h, "drop_remainder", &info->drop_remainder)) {
-        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the step or the data cursor is missing or not a number", path);
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT,
+                          MIRROR__CUT_F ": the step or the data cursor is missing or not a number", MIRROR__PATH(path));
         goto done;
     }
     if (!mirror__meta_u64(h, "micro_batch", &info->micro_batch)) info->micro_batch = 0; /* older files: not known */
     if ((rc = mirror__check_counters(m, path, info, *has_st ? st : NULL))) goto done;
     if (!weights_only && (!(s = mirror__meta(h, "optimizer")) || strcmp(s, mirror__opt_names[m->desc.optimizer.kind]))) {
-        rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: optimizer \"%s\", this model's is \"%s\" (load weights only?)", path,
-                          s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
+        rc = mirror__fail(m, MIRROR_ERR_SHAPE,
+                          MIRROR__CUT_F ": optimizer \"%s\", this model's is \"%s\" (load weights only?)",
+                          MIRROR__PATH(path), s ? s : "(none)", mirror__opt_names[m->desc.optimizer.kind]);
         goto done;
     }
     /* Offsets: inside the data, no overlap (the tensors in the order of
@@ -15110,15 +15265,16 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         const mirror__entry *t = &h->t[i];
         if (strcmp(t->dtype, "F32") != 0 || t->end < t->begin || t->end > data_size || t->count > data_size / 4 ||
             t->end - t->begin != (uint64_t)t->count * 4) {
-            rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensor %s: dtype %s, %zu elements at bytes [%llu, %llu) of %llu",
-                              path, t->name, t->dtype, t->count, (unsigned long long)t->begin,
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT,
+                              MIRROR__CUT_F ": tensor %s: dtype %s, %zu elements at bytes [%llu, %llu) of %llu",
+                              MIRROR__PATH(path), t->name, t->dtype, t->count, (unsigned long long)t->begin,
                               (unsigned long long)t->end, (unsigned long long)data_size);
             goto done;
         }
         covered += t->end - t->begin;
     }
     if (!(by_begin = (const mirror__entry **)mirror__alloc(h->nt, sizeof *by_begin))) {
-        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
         goto done;
     }
     for (i = k = 0; i < h->nt; i++)
@@ -15126,20 +15282,21 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
     if (k) qsort((void *)by_begin, k, sizeof *by_begin, mirror__begin_order);
     for (i = 1; i < k; i++)
         if (by_begin[i]->begin < by_begin[i - 1]->end) {
-            rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: tensors %s and %s overlap", path, by_begin[i - 1]->name,
+            rc = mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": tensors %s and %s overlap", MIRROR__PATH(path),
+                              by_begin[i - 1]->name,
                               by_begin[i]->name);
             goto done;
         }
     if (covered != data_size) {
-        rc = mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the tensors cover %llu of %llu data bytes", path,
-                          (unsigned long long)covered, (unsigned long long)data_size);
+        rc = mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": the tensors cover %llu of %llu data bytes",
+                          MIRROR__PATH(path), (unsigned long long)covered, (unsigned long long)data_size);
         goto done;
     }
     /* Every tensor this model needs: present, same shape, checksum right. */
     memset(want, 0, sizeof want);
     nwant = mirror__tensors(m, NULL, NULL, NULL, want);
     if (!(mine = (mirror__entry *)mirror__zalloc(nwant, sizeof *mine))) {
-        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
         goto done;
     }
     for (i = 0; i < nwant; i++) {
@@ -15149,7 +15306,7 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         if (optimizer && weights_only) continue;
         t = mirror__find_tensor(h, want[i].name);
         if (!t || t->rank != want[i].rank || memcmp(t->shape, want[i].shape, t->rank * sizeof(size_t))) {
-            rc = mirror__fail(m, MIRROR_ERR_SHAPE, "%s: tensor %s %s", path, want[i].name,
+            rc = mirror__fail(m, MIRROR_ERR_SHAPE, MIRROR__CUT_F ": tensor %s %s", MIRROR__PATH(path), want[i].name,
                               t ? "has another shape than the model's" : "is missing");
             goto done;
         }
@@ -15185,9 +15342,9 @@ static int mirror__check_checkpoint(mirror_model *m, const char *path, const uns
         }
         if (bad) {
             rc = mirror__fail(m, MIRROR_ERR_FORMAT,
-                              "%s: tensor %s: element %zu is %s (%g): a value no run of this model gives (a checkpoint "
-                              "this library saves never holds it)",
-                              path, want[i].name, k - 1, bad, (double)f);
+                              MIRROR__CUT_F ": tensor %s: element %zu is %s (%g): a value no run of this model gives "
+                              "(a checkpoint this library saves never holds it)",
+                              MIRROR__PATH(path), want[i].name, k - 1, bad, (double)f);
             goto done;
         }
     }
@@ -15276,7 +15433,7 @@ static int mirror__remember_source(mirror_model *m, const char *path, int checkp
     size_t n = strlen(path) + 1;
     char *copy = (char *)MIRROR_MALLOC(n);
     struct stat st;
-    if (!copy) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+    if (!copy) return mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
     memcpy(copy, path, n);
     MIRROR_FREE(m->source.path);
     m->source.path = copy;
@@ -15322,9 +15479,10 @@ static int mirror__epoch_sums_of(mirror_model *m, const char *path, const mirror
         !c->epoch_step || !(e->acc.loss_sum >= 0.0) || !(e->seconds >= 0.0 && e->seconds < 1e300) || !count ||
         correct > count || (c->samples && count > c->samples) || skipped > c->epoch_step)
         return mirror__fail(m, MIRROR_ERR_FORMAT,
-                            "%s: the epoch's running numbers (epoch_loss_sum, epoch_correct, epoch_samples, "
+                            MIRROR__CUT_F ": the epoch's running numbers (epoch_loss_sum, epoch_correct, "
+                            "epoch_samples, "
                             "epoch_skipped, epoch_seconds) are not a run's: not a checkpoint this library wrote",
-                            path);
+                            MIRROR__PATH(path));
     e->acc.correct = (size_t)correct, e->acc.count = (size_t)count, e->skipped = skipped;
     e->epoch = c->epoch, e->epoch_step = c->epoch_step, e->kept = 1;
     return MIRROR_OK;
@@ -15354,7 +15512,7 @@ static int mirror__checkpoint_load(mirror_model *m, const char *path, int weight
     params = (float *)mirror__zalloc(m->nslots, sizeof(float));            /* as the arena */
     state = (float *)mirror__zalloc(2 * m->sizes.nstate + 1, sizeof(float)); /* packed, then as the arena */
     if (!h || !params || !state) {
-        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
         goto done;
     }
     if ((rc = mirror__check_checkpoint(m, path, buf, size, weights_only, h, &got, &st, &has_st)) ||
@@ -15484,6 +15642,65 @@ static int mirror__ignored_weight(const char *name)
     return !strncmp(name, "optimizer.", 10) || (n > tail && !strcmp(name + n - tail, ".num_batches_tracked"));
 }
 
+/* The problems of a weights file, gathered for one message: the file's
+   tensors with no place in the model (a module's own names, most often),
+   this model's tensors missing from it, and the rest (shapes, dtypes,
+   bytes, values), each list its first MIRROR__LISTED and a count. */
+#define MIRROR__LISTED 3
+typedef struct mirror__weight_problems {
+    size_t count[3];
+    mirror__text list[3];
+} mirror__weight_problems;
+enum { MIRROR__UNPLACED, MIRROR__MISSING, MIRROR__OTHER };
+
+/* The next problem of a kind: a text for the list (fmt), while it is short. */
+static void mirror__weight_problem(mirror__weight_problems *wp, int kind, const char *fmt, ...)
+{
+    mirror__text *t = &wp->list[kind];
+    va_list ap;
+    char one[240]; /* the longest: a name and two shapes of rank 5 and more */
+    if (wp->count[kind]++ >= MIRROR__LISTED) return;
+    va_start(ap, fmt);
+    if (vsnprintf(one, sizeof one, fmt, ap) >= (int)sizeof one) memcpy(one + sizeof one - 4, "...", 4);
+    va_end(ap);
+    mirror__printf(t, "%s%s", t->len ? (kind == MIRROR__OTHER ? "; " : ", ") : "", one);
+}
+
+/* " (and 3 more)" after a list that was cut, else "". */
+static void mirror__more(mirror__text *why, size_t count)
+{
+    if (count > MIRROR__LISTED) mirror__printf(why, " (and %zu more)", count - MIRROR__LISTED);
+}
+
+/* The message of a file's problems, what to do first: names that are
+   not the model's come with the names it reads and how to give them. */
+static void mirror__tell_weight_problems(mirror__weight_problems *wp, mirror__text *why)
+{
+    size_t *n = wp->count;
+    int i;
+    for (i = 0; i < 3; i++)
+        if (wp->list[i].failed) why->failed = 1;
+    if (n[MIRROR__UNPLACED]) {
+        mirror__printf(why, "%zu of the file's tensors %s this model does not know: %s", n[MIRROR__UNPLACED],
+                       n[MIRROR__UNPLACED] > 1 ? "have names" : "has a name", wp->list[MIRROR__UNPLACED].p);
+        mirror__more(why, n[MIRROR__UNPLACED]);
+        mirror__printf(why, ". mirror reads its own names (layers.0.weight) or those of an nn.Sequential's "
+                            "state_dict, which number the layers in order (0.weight, 3.bias): rename the tensors "
+                            "for this model's layers, or save the state_dict of an nn.Sequential of the same layers");
+    }
+    if (n[MIRROR__MISSING]) {
+        mirror__printf(why, "%s%zu of this model's tensors %s missing (layers.<i>.<what> or <i>.<what>): %s",
+                       n[MIRROR__UNPLACED] ? ". " : "", n[MIRROR__MISSING], n[MIRROR__MISSING] > 1 ? "are" : "is",
+                       wp->list[MIRROR__MISSING].p);
+        mirror__more(why, n[MIRROR__MISSING]);
+    }
+    if (n[MIRROR__OTHER]) {
+        mirror__printf(why, "%s%s", n[MIRROR__UNPLACED] || n[MIRROR__MISSING] ? ". " : "", wp->list[MIRROR__OTHER].p);
+        mirror__more(why, n[MIRROR__OTHER]);
+    }
+    for (i = 0; i < 3; i++) MIRROR_FREE(wp->list[i].p);
+}
+
 /* Checks every tensor of the weights file in buf against m and converts
    the model's into params (shaped as the arena) and running; the problems
    found, each with the tensor's name, go to *why. */
@@ -15491,53 +15708,65 @@ static int mirror__convert_weights(mirror_model *m, const unsigned char *data, u
                                    const mirror__header *h, float *params, float *running, mirror__text *why)
 {
     mirror__tensor want[MIRROR__MAX_TENSORS];
+    mirror__weight_problems wp;
     unsigned char *used = (unsigned char *)mirror__zalloc(h->nt, 1);
-    size_t i, j, k, nwant = mirror__tensors(m, params, NULL, running, want), problems = 0;
+    size_t i, j, k, nwant = mirror__tensors(m, params, NULL, running, want);
+    mirror__text a = {NULL, 0, 0, 0}, b = {NULL, 0, 0, 0};
     if (!used) return why->failed = 1, MIRROR_ERR_NO_MEMORY;
+    memset(&wp, 0, sizeof wp);
     for (i = 0; i < nwant; i++) {
         const mirror__entry *t;
         size_t size;
         if (!strncmp(want[i].name, "optimizer.", 10)) continue;
         if (!(t = mirror__find_weight(h, want[i].name, &k))) {
-            mirror__printf(why, "%stensor %s (or %s) is missing", problems++ ? "; " : "", want[i].name,
-                           want[i].name + 7);
+            mirror__weight_problem(&wp, MIRROR__MISSING, "%s", want[i].name + 7);
             continue;
         }
         used[k] = 1;
         size = mirror__dtype_size(t->dtype);
         if (t->rank != want[i].rank || memcmp(t->shape, want[i].shape, t->rank * sizeof(size_t))) {
-            mirror__printf(why, "%stensor %s: shape ", problems++ ? "; " : "", t->name);
-            mirror__print_shape(why, t->shape, t->rank);
-            mirror__printf(why, " in the file, ");
-            mirror__print_shape(why, want[i].shape, want[i].rank);
-            mirror__printf(why, " in this model");
+            a.len = b.len = 0;
+            mirror__print_shape(&a, t->shape, t->rank);
+            mirror__print_shape(&b, want[i].shape, want[i].rank);
+            mirror__weight_problem(&wp, MIRROR__OTHER,
+            "tensor " MIRROR__CUT_F ": shape %s in the file, %s in this model",
+                                   MIRROR__CUT(t->name, MIRROR__SHOWN_NAME), a.failed ? "?" : a.p,
+                                   b.failed ? "?" : b.p);
         } else if (!size) {
-            mirror__printf(why, "%stensor %s: dtype %s (weights convert from F32, F16, BF16 and F64)",
-                           problems++ ? "; " : "", t->name, t->dtype);
+            mirror__weight_problem(&wp, MIRROR__OTHER,
+                                   "tensor " MIRROR__CUT_F ": dtype " MIRROR__CUT_F
+                                   " (weights convert from F32, F16, BF16 and F64)",
+                                   MIRROR__CUT(t->name, MIRROR__SHOWN_NAME), MIRROR__CUT(t->dtype, 16));
         } else if (t->end < t->begin || t->end > data_size || t->end - t->begin != (uint64_t)t->count * size) {
-            mirror__printf(why, "%stensor %s: %zu elements of %s at bytes [%llu, %llu) of %llu",
-                           problems++ ? "; " : "", t->name, t->count, t->dtype, (unsigned long long)t->begin,
-                           (unsigned long long)t->end, (unsigned long long)data_size);
+            mirror__weight_problem(&wp, MIRROR__OTHER,
+            "tensor " MIRROR__CUT_F ": %zu elements of %s at bytes [%llu, %llu) of %llu",
+                                   MIRROR__CUT(t->name, MIRROR__SHOWN_NAME), t->count, t->dtype,
+                                   (unsigned long long)t->begin, (unsigned long long)t->end,
+                                   (unsigned long long)data_size);
         } else {
             float *dst = (float *)want[i].host;
             for (j = 0; j < t->count; j++) dst[j] = mirror__element(data + t->begin, size, t->dtype, j);
             for (j = 0; j < t->count && mirror_hd_finite(dst[j]); j++) {}
             if (j < t->count)
-                mirror__printf(why, "%stensor %s: element %zu is %s%s", problems++ ? "; " : "", t->name, j,
-                               mirror_hd_isnan(dst[j]) ? "NaN" : "infinite", size == 8 ? " as a float" : "");
+                mirror__weight_problem(&wp, MIRROR__OTHER, "tensor " MIRROR__CUT_F ": element %zu is %s%s",
+                                       MIRROR__CUT(t->name, MIRROR__SHOWN_NAME), j,
+                                       mirror_hd_isnan(dst[j]) ? "NaN" : "infinite", size == 8 ? " as a float" : "");
         }
     }
     for (k = 0; k < h->nt; k++)
         if (!used[k] && !mirror__ignored_weight(h->t[k].name))
-            mirror__printf(why, "%stensor %s: this model has no tensor of that name", problems++ ? "; " : "",
-                           h->t[k].name);
+            mirror__weight_problem(&wp, MIRROR__UNPLACED, MIRROR__CUT_F, MIRROR__CUT(h->t[k].name, MIRROR__SHOWN_NAME));
         else if (!used[k] && (h->t[k].end < h->t[k].begin || h->t[k].end > data_size)) /* a file cut short */
-            mirror__printf(why, "%stensor %s: bytes [%llu, %llu) of %llu", problems++ ? "; " : "", h->t[k].name,
-                           (unsigned long long)h->t[k].begin, (unsigned long long)h->t[k].end,
-                           (unsigned long long)data_size);
+            mirror__weight_problem(&wp, MIRROR__OTHER, "tensor " MIRROR__CUT_F ": bytes [%llu, %llu) of %llu",
+                                   MIRROR__CUT(h->t[k].name, MIRROR__SHOWN_NAME), (unsigned long long)h->t[k].begin,
+                                   (unsigned long long)h->t[k].end, (unsigned long long)data_size);
     MIRROR_FREE(used);
+    MIRROR_FREE(a.p);
+    MIRROR_FREE(b.p);
+    if (a.failed || b.failed) why->failed = 1;
+    mirror__tell_weight_problems(&wp, why);
     if (why->failed) return MIRROR_ERR_NO_MEMORY;
-    return problems ? MIRROR_ERR_SHAPE : MIRROR_OK;
+    return wp.count[0] + wp.count[1] + wp.count[2] ? MIRROR_ERR_SHAPE : MIRROR_OK;
 }
 
 static int mirror__load_weights(mirror_model *m, const char *path)
@@ -15568,12 +15797,13 @@ static int mirror__load_weights(mirror_model *m, const char *path)
     running = (float *)mirror__zalloc(m->bn.nrunning + 1, sizeof(float));
     state = (float *)mirror__zalloc(mirror__state_copies(m) * m->nslots + 1, sizeof(float));
     if (!h || !params || !running || !state) {
-        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        rc = mirror__fail(m, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
         goto done;
     }
     if ((rc = mirror__safetensors_header(m, path, buf, size, h, &text, &data_size))) goto done;
     if ((rc = mirror__convert_weights(m, buf + (size - data_size), data_size, h, params, running, &why))) {
-        rc = mirror__fail(m, rc, "%s: %s", path, why.failed ? "out of memory" : why.p);
+        rc = mirror__fail(m, rc, MIRROR__CUT_F ": %s", MIRROR__PATH(path),
+                          why.failed ? "out of memory" : why.p);
         goto done;
     }
     /* Everything checked: now the model changes, and its run starts afresh. */
@@ -15634,12 +15864,13 @@ static int mirror__read_header_text(const char *path, char **text, uint64_t *dat
     if (got < 8 || hlen < 2 || hlen > MIRROR__MAX_HEADER || fstat(fd, &st) != 0 || st.st_size < 8 ||
         hlen > (uint64_t)st.st_size - 8) {
         close(fd);
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a checkpoint (no header of a sensible length)", path);
+        return mirror__error(err, MIRROR_ERR_FORMAT,
+                             MIRROR__CUT_F ": not a checkpoint (no header of a sensible length)", MIRROR__PATH(path));
     }
     *data_size = (uint64_t)st.st_size - 8 - hlen;
     if (!(*text = (char *)MIRROR_MALLOC((size_t)hlen + 1))) {
         close(fd);
-        return mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        return mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
     }
     for (got = 0; got < hlen && (n = read(fd, *text + got, (size_t)hlen - got)) > 0;) got += (size_t)n;
     close(fd);
@@ -15647,7 +15878,7 @@ static int mirror__read_header_text(const char *path, char **text, uint64_t *dat
     if (got < hlen || memchr(*text, '\0', got)) {
         MIRROR_FREE(*text);
         *text = NULL;
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: the header is cut short", path);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": the header is cut short", MIRROR__PATH(path));
     }
     return MIRROR_OK;
 }
@@ -15695,14 +15926,20 @@ static int mirror__add_described(mirror_model *m, const char *p, const char *pat
     int rc = MIRROR_OK;
     while (*p && rc == MIRROR_OK) {
         if (!mirror__arch_entry(&p, name, sizeof name, a, &n)) break;
-        if (n == (size_t)-1) return *p ? mirror__fail(m, MIRROR_ERR_FORMAT, "%s: layers after the loss", path) : rc;
+        if (n == (size_t)-1) return *p ? mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": layers after the loss",
+                                                      MIRROR__PATH(path)) : rc;
         for (i = 0; i < n; i++)
-            if (!(a[i] >= 0 && a[i] <= 1e9)) return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: %s(...) out of range", path, name);
+            if (!(a[i] >= 0 && a[i] <= 1e9)) return mirror__fail(m, MIRROR_ERR_FORMAT,
+                                                                 MIRROR__CUT_F ": %s(...) out of range",
+                                                                 MIRROR__PATH(path), name);
         for (k = 1; k < MIRROR__KINDS && strcmp(name, mirror__kinds[k].name); k++) {}
         if (k == MIRROR__KINDS || n != mirror__kinds[k].nargs || (rc = mirror__kinds[k].described(m, a)) > 0)
-            return mirror__fail(m, MIRROR_ERR_FORMAT, "%s: unknown layer \"%s\" with %zu arguments", path, name, n);
+            return mirror__fail(m, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": unknown layer \"%s\" with %zu arguments",
+                                MIRROR__PATH(path), name, n);
     }
-    return rc ? rc : mirror__fail(m, MIRROR_ERR_FORMAT, "%s: the model description is malformed or has no loss", path);
+    return rc ? rc : mirror__fail(m, MIRROR_ERR_FORMAT,
+                                  MIRROR__CUT_F ": the model description is malformed or has no loss",
+                                  MIRROR__PATH(path));
 }
 
 /* A float of the header's metadata (absent: 0). */
@@ -15726,16 +15963,19 @@ static int mirror__described_desc(const mirror__header *h, const char *path, mir
     uint64_t v;
     mirror_optimizer_desc *o = &d->optimizer;
     if (!model || !mirror__arch_entry(&model, name, sizeof name, a, &n) || strcmp(name, "input") || n != 3)
-        return mirror__error(err, MIRROR_ERR_FORMAT, "%s: no model description (input(C,H,W);...)", path);
+        return mirror__error(err, MIRROR_ERR_FORMAT, MIRROR__CUT_F ": no model description (input(C,H,W);...)",
+                             MIRROR__PATH(path));
     for (i = 0; i < 3; i++)
-        if (!(a[i] >= 1 && a[i] <= 1e9)) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: input out of range", path);
+        if (!(a[i] >= 1 && a[i] <= 1e9)) return mirror__error(err, MIRROR_ERR_FORMAT,
+                                                              MIRROR__CUT_F ": input out of range", MIRROR__PATH(path));
     d->channels = (size_t)a[0], d->height = (size_t)a[1], d->width = (size_t)a[2];
     d->loss = strstr(model, ";loss(mse)") || !strncmp(model, "loss(mse)", 9) ? MIRROR_LOSS_MSE : MIRROR_LOSS_SOFTMAX_CE;
     *layers = model;
     s = mirror__meta(h, "optimizer");
     for (i = 1; i < sizeof mirror__opt_names / sizeof *mirror__opt_names; i++)
         if (s && !strcmp(s, mirror__opt_names[i])) o->kind = (mirror_optimizer_kind)i;
-    if (o->kind == MIRROR_OPT_DEFAULT) return mirror__error(err, MIRROR_ERR_FORMAT, "%s: unknown optimizer", path);
+    if (o->kind == MIRROR_OPT_DEFAULT) return mirror__error(err, MIRROR_ERR_FORMAT,
+                                                            MIRROR__CUT_F ": unknown optimizer", MIRROR__PATH(path));
     o->lr = mirror__meta_float(h, "lr"), o->momentum = mirror__meta_float(h, "momentum");
     o->nesterov = mirror__meta_float(h, "nesterov") != 0.0f, o->weight_decay = mirror__meta_float(h, "weight_decay");
     o->beta1 = mirror__meta_float(h, "beta1"), o->beta2 = mirror__meta_float(h, "beta2");
@@ -15781,10 +16021,12 @@ static int mirror__described_size(mirror_model *m, const char *path, uint64_t da
     need = 4 * (params * (1 + copies) + running);
     if (need == data_size) return MIRROR_OK;
     return mirror__fail(m, MIRROR_ERR_FORMAT,
-                        "%s: %llu bytes of tensors where the model its header describes needs %llu (%llu parameters, "
+                        MIRROR__CUT_F ": %llu bytes of tensors where the model its header describes needs %llu (%llu "
+                        "parameters, "
                         "%llu of optimizer state, %llu running statistics): cut short, or not the checkpoint its "
                         "header says",
-                        path, (unsigned long long)data_size, (unsigned long long)need, (unsigned long long)params,
+                        MIRROR__PATH(path), (unsigned long long)data_size, (unsigned long long)need,
+                        (unsigned long long)params,
                         (unsigned long long)(params * copies), (unsigned long long)running);
 }
 
@@ -15805,12 +16047,13 @@ static int mirror__from_checkpoint(mirror_strategy *s, const char *path, size_t 
        model is built: a few hundred crafted bytes must not make it
        allocate gigabytes. */
     if (!(h = (mirror__header *)mirror__zalloc(1, sizeof *h))) {
-        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, "%s: out of memory", path);
+        rc = mirror__error(err, MIRROR_ERR_NO_MEMORY, MIRROR__CUT_F ": out of memory", MIRROR__PATH(path));
     } else if (!mirror__parse_header(text, strlen(text), h)) {
         rc = mirror__error(err, strstr(h->why, "out of memory") ? MIRROR_ERR_NO_MEMORY : MIRROR_ERR_FORMAT,
                            "%s: the header is not the JSON of a checkpoint: %s", path, h->why);
     } else if (!(format = mirror__meta(h, "format")) || strcmp(format, "mirror") != 0) {
-        rc = mirror__error(err, MIRROR_ERR_FORMAT, "%s: not a mirror checkpoint (no \"format\": \"mirror\")", path);
+        rc = mirror__error(err, MIRROR_ERR_FORMAT,
+                           MIRROR__CUT_F ": not a mirror checkpoint (no \"format\": \"mirror\")", MIRROR__PATH(path));
     } else if ((rc = mirror__check_header_crc(path, text, strlen(text), h, err)) == MIRROR_OK &&
                (rc = mirror__described_desc(h, path, &d, &layers, err)) == MIRROR_OK) {
         d.strategy = s;

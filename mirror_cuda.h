@@ -84,8 +84,11 @@
       device list, what CUDA answers decides (mirror__cuda_verdict):
 
         no NVIDIA driver      CPU replicas, one per core, and one notice:
-                              "no NVIDIA driver found: training on 2 CPU
-                              replicas"
+                              "no NVIDIA driver found (the CUDA runtime
+                              finds no libcuda.so.1): training on 2 CPU
+                              replicas" (CUDA's own words for it, "driver
+                              version is insufficient", are not quoted:
+                              no driver is there to update)
         a driver, no GPU      the same, "no NVIDIA GPU found: ..." (also
                               where CUDA_VISIBLE_DEVICES hides every GPU)
         a driver too old      an error (MIRROR_ERR_DEVICE) naming the
@@ -102,7 +105,8 @@
       /dev/shm in a container) gives way to the copy reducer, with a
       notice; asked for, it is an error. An explicit "cuda..." list where
       no GPU can be used is an error (MIRROR_ERR_DEVICE) with the same
-      reason: devices "cuda:0": no NVIDIA driver found.
+      reason: devices "cuda:0": no NVIDIA driver found (the CUDA runtime
+      finds no libcuda.so.1).
 
    REDUCERS
 
@@ -525,7 +529,8 @@ static void mirror__cuda_record(mirror__cuda_dev *d, int code, const char *what,
 {
     if (d->code) return;
     d->code = code;
-    snprintf(d->message, sizeof d->message, "GPU %d: %s: %s", d->device, what, why);
+    if (snprintf(d->message, sizeof d->message, "GPU %d: %s: %s", d->device, what, why) >= (int)sizeof d->message)
+        memcpy(d->message + sizeof d->message - 4, "...", 4); /* a cut message says so, as mirror__verror's */
 }
 
 /* Records a failed runtime call; returns whether it succeeded. The runtime

@@ -39,7 +39,7 @@ typedef struct options {
     int deterministic; /* --deterministic 1, --no-deterministic 0; -1: the trainer's default (CPU replicas: on) */
     double lr, clip_norm, dropout; /* dropout -1: not given (a --resume's checkpoint tells, else 0) */
     double val_split; /* --val-split F: the validation set's share of the training data; 0: none */
-    char why[256]; /* the usage error, when options_parse returns one */
+    char why[512]; /* the usage error, when options_parse returns one: each value in it cut to 80 bytes, with "..." */
 } options;
 
 enum {
@@ -197,7 +197,7 @@ static int options_flag(options *o, const char *a, const char *v)
         md->loss_scale.report_nonfinite = (int)n;
         return rc;
     }
-    snprintf(o->why, sizeof o->why, "unknown option %.80s", a);
+    snprintf(o->why, sizeof o->why, "unknown option %.80s%s", a, strlen(a) > 80 ? "..." : "");
     return OPTIONS_UNKNOWN;
 }
 
@@ -336,7 +336,7 @@ static int options_read(int argc, char **argv, options *o)
             continue;
         }
         if (i + 1 >= argc) {
-            snprintf(o->why, sizeof o->why, "%.80s needs a value (or is unknown)", a);
+            snprintf(o->why, sizeof o->why, "%.80s%s needs a value (or is unknown)", a, strlen(a) > 80 ? "..." : "");
             return OPTIONS_UNKNOWN;
         }
         if ((rc = options_flag(o, a, argv[++i]))) return rc;

@@ -194,9 +194,9 @@ static int load_dir(const char *dir, mirror_dataset *train, mirror_dataset *test
             !there(dir, "train-images-idx3-ubyte.gz")) {
             err->code = MIRROR_ERR_IO;
             snprintf(err->message, sizeof err->message,
-                     "%.80s: neither MNIST's IDX files (train-images-idx3-ubyte[.gz] ...) nor CIFAR-10's binary "
+                     "%.200s%s: neither MNIST's IDX files (train-images-idx3-ubyte[.gz] ...) nor CIFAR-10's binary "
                      "batches (data_batch_1.bin ... data_batch_5.bin, test_batch.bin) are there",
-                     dir);
+                     dir, strlen(dir) > 200 ? "..." : "");
             return err->code;
         }
         return mirror_dataset_load_mnist(train, test, dir, err);

@@ -337,7 +337,35 @@ if [ -x "$BUILD/train" ]; then
     }
     check "build/train --epochs 9223372036854775809 --lr-schedule cosine: epoch 2 still at the full rate" huge_cosine
     check "build/train --init-weights: a checkpoint's weights, a run from its first step; another model's named, exit 1" sh -c \
-        "$BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --save '$tmp/w.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/w.ckpt' >'$tmp/w.out' && grep -q '^init-weights: ' '$tmp/w.out' && grep -q '^epoch 1/1 ' '$tmp/w.out'; ok=\$?; $BUILD/train --model cnn --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/w.ckpt' >/dev/null 2>'$tmp/w.err'; test \$? -eq 1 && test \$ok -eq 0 && grep -q 'tensor layers.0.weight (or 0.weight) is missing' '$tmp/w.err'"
+        "$BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --save '$tmp/w.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/w.ckpt' >'$tmp/w.out' && grep -q '^init-weights: ' '$tmp/w.out' && grep -q '^epoch 1/1 ' '$tmp/w.out'; ok=\$?; $BUILD/train --model cnn --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/w.ckpt' >/dev/null 2>'$tmp/w.err'; test \$? -eq 1 && test \$ok -eq 0 && grep -qF \"6 of this model's tensors are missing (layers.<i>.<what> or <i>.<what>): 0.weight, 0.bias, 7.weight (and 3 more)\" '$tmp/w.err'"
+    # A state_dict of a PyTorch module with its own names (conv1.weight, ...),
+    # as safetensors.torch.save_file writes it (keys sorted, F32, zeros),
+    # written here without Python: NAME=D1xD2... for each tensor.
+    safetensors_zeros() {
+        f=$1 json="{" off=0 sep=
+        shift
+        for t in "$@"; do
+            n=1
+            for d in $(echo "${t#*=}" | tr x ' '); do n=$((n * d)); done
+            json="$json$sep\"${t%%=*}\":{\"dtype\":\"F32\",\"shape\":[$(echo "${t#*=}" | tr x ,)],\"data_offsets\":[$off,$((off + 4 * n))]}"
+            off=$((off + 4 * n)) sep=,
+        done
+        json="$json}"
+        while [ $((${#json} % 8)) -ne 0 ]; do json="$json "; done
+        {
+            i=0
+            while [ $i -lt 8 ]; do
+                printf "\\$(printf %03o $((${#json} >> (8 * i) & 255)))"
+                i=$((i + 1))
+            done
+            printf '%s' "$json"
+            head -c $off /dev/zero
+        } >"$f"
+    }
+    safetensors_zeros "$tmp/module.safetensors" conv1.bias=16 conv1.weight=16x1x3x3 conv2.bias=32 \
+        conv2.weight=32x16x3x3 fc1.bias=128 fc1.weight=128x1568 fc2.bias=10 fc2.weight=10x128
+    check "build/train --init-weights, a module's own names (conv1.weight, ...): exit 1, one line, whole: the names and what to do, then what is missing" sh -c \
+        "$BUILD/train --model cnn --epochs 1 --synthetic 300 --batch 50 --init-weights '$tmp/module.safetensors' >/dev/null 2>'$tmp/module.err'; test \$? -eq 1 && test \$(wc -l <'$tmp/module.err') -eq 1 && grep -qxF \"train: $tmp/module.safetensors: 8 of the file's tensors have names this model does not know: conv1.bias, conv1.weight, conv2.bias (and 5 more). mirror reads its own names (layers.0.weight) or those of an nn.Sequential's state_dict, which number the layers in order (0.weight, 3.bias): rename the tensors for this model's layers, or save the state_dict of an nn.Sequential of the same layers. 8 of this model's tensors are missing (layers.<i>.<what> or <i>.<what>): 0.weight, 0.bias, 3.weight (and 5 more)\" '$tmp/module.err'"
     check "build/train --resume with another --lr and --seed: one notice naming both, no longer bitwise" sh -c \
         "$BUILD/train --model mlp --epochs 1 --synthetic 300 --batch 50 --save '$tmp/chg.ckpt' >/dev/null && $BUILD/train --model mlp --epochs 2 --synthetic 300 --batch 50 --resume '$tmp/chg.ckpt' --lr 0.002 --seed 9 2>'$tmp/chg.err' >/dev/null && test \$(grep -c 'resumed with lr 0.00200000009 (the checkpoint.s: 0.00100000005), seed 9 (the checkpoint.s: 1): the run goes on, no longer bitwise' '$tmp/chg.err') -eq 1"
     # A build beyond the memory there is (here ulimit -v: 3.6 GiB of arenas
@@ -423,6 +451,11 @@ if [ -x "$BUILD/train" ]; then
         "mkdir -p '$tmp/dangling' && ln -sf '$tmp/nowhere' '$tmp/dangling/data_batch_1.bin' && ! $BUILD/train --data '$tmp/dangling' --epochs 1 >/dev/null 2>'$tmp/dangling.err' && grep -q 'data_batch_1.bin: cannot open: .*symbolic link to nothing' '$tmp/dangling.err' && ! grep -q MNIST '$tmp/dangling.err'"
     check "build/train --data DIR of neither format: the message names MNIST's files and CIFAR-10's" sh -c \
         "mkdir -p '$tmp/neither' && ! $BUILD/train --data '$tmp/neither' --epochs 1 >/dev/null 2>'$tmp/neither.err' && grep -q 'neither MNIST.s IDX files (train-images-idx3-ubyte.* nor CIFAR-10.s binary batches (data_batch_1.bin' '$tmp/neither.err'"
+    # The trainer's own messages cut a value at 80 bytes and a directory at
+    # 200, each with "...", what follows it whole.
+    long=$(printf '%0200d' 0)
+    check "build/train with a directory of 400 bytes or an option of 300: each cut with \"...\", the message whole" sh -c \
+        "mkdir -p '$tmp/$long/$long' && ! $BUILD/train --data '$tmp/$long/$long' >/dev/null 2>'$tmp/long.err' && grep -qx 'train: $tmp/0*\.\.\.: neither MNIST.s IDX files (train-images-idx3-ubyte.* are there' '$tmp/long.err' && $BUILD/train --$long$long 1 2>&1 >/dev/null | head -n 1 | grep -qx 'train: unknown option --0\{78\}\.\.\.'"
     check "build/train --synthetic beyond the generator's limit: the message gives the limit" sh -c \
         "! $BUILD/train --synthetic 30000000 --epochs 1 >/dev/null 2>'$tmp/synth.err' && grep -q '30000000.*1 to 16777216' '$tmp/synth.err'"
     check "build/train --history h.csv --plot c.svg: a header and a row per epoch, an SVG with both curves" sh -c \
@@ -687,9 +720,26 @@ if [ -x "$BUILD/train_cuda" ]; then
             grep -q '^strategy: 2 CUDA replicas' "$tmp/cuda.out"
     else
         check "build/train_cuda without a GPU: exactly one notice line, saying what happened (no driver, or no GPU)" \
-            sh -c "test \$(grep -cE '^mirror: no NVIDIA (driver|GPU) found: training on 2 CPU replicas\$' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
+            sh -c "test \$(grep -cE '^mirror: no NVIDIA (driver found \\(the CUDA runtime finds no libcuda\\.so\\.1\\)|GPU found): training on 2 CPU replicas\$' '$tmp/cuda.err') -eq 1 && test \$(wc -l <'$tmp/cuda.err') -eq 1"
         check "build/train_cuda without a GPU: CPU replicas, same results as build/train" sh -c \
             "grep -q '^strategy: 2 CPU replicas' '$tmp/cuda.out' && $BUILD/train --model mlp --epochs 1 --synthetic 1000 --batch 50 --replicas 2 | grep '^final:' | cut -d' ' -f1-8 >'$tmp/cpu.final' && grep '^final:' '$tmp/cuda.out' | cut -d' ' -f1-8 | cmp -s - '$tmp/cpu.final'"
+        # gpu_info (the GPU pack's first word) says why in the trainer's words:
+        # the same reason where there is no driver, the same plain words
+        # (CUDA's after them) where there is no GPU.
+        info=$BUILD/gpu_info
+        [ -x "$info" ] || info=${PACK:-$BUILD/none}/gpu_info
+        same_words() {
+            "$info" >"$tmp/info.out" 2>&1
+            r=$(sed -n 's/^gpus: 0 (\(.*\))$/\1/p' "$tmp/info.out")
+            t=$(sed -n 's/^mirror: \(.*\): training on 2 CPU replicas$/\1/p' "$tmp/cuda.err")
+            echo "gpu_info: $r; train_cuda: $t"
+            case $r in
+            "no NVIDIA driver found"*) test "$r" = "$t" ;;
+            *) test -n "$t" && case $r in "$t ("*) true ;; *) false ;; esac ;;
+            esac
+        }
+        [ ! -x "$info" ] || check "gpu_info and build/train_cuda without a GPU: the same words for why (no driver, or no GPU)" \
+            same_words
         check "build/train_cuda --devices cuda:0 without a GPU: exit 1, saying why" sh -c \
             "$BUILD/train_cuda --devices cuda:0 --synthetic 100 >/dev/null 2>'$tmp/dev.err'; test \$? -eq 1 && grep -qE 'devices \"cuda:0\": no NVIDIA (driver|GPU) found' '$tmp/dev.err'"
     fi
@@ -759,6 +809,7 @@ if [ -n "${PACK:-}" ] && [ -x "$PACK/run.sh" ]; then
             ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' || [ -e /proc/driver/nvidia/version ] || want="no driver"
             echo "run.sh without a GPU: exit $rc after $took s, expecting \"$want\""
             test $rc -ne 0 && test $took -le 10 && test "$(grep -c "^$want: " "$tmp/pack-nogpu.out")" -eq 1 &&
+                { [ "$want" = "no GPU" ] || grep -q '^no driver: no NVIDIA driver found (the CUDA runtime finds no libcuda\.so\.1); ' "$tmp/pack-nogpu.out"; } &&
                 grep -q '^date: ' "$r" && grep -q '^commit: [0-9a-f]' "$r" && grep -q '^cublas: [0-9]' "$r" &&
                 grep -q '^flavour: nccl' "$r" && grep -q "^== end: $want; " "$r" &&
                 grep -q '^host memory: MIRROR_HOST_MEMORY=advisory ' "$r"

@@ -24,7 +24,7 @@ static char sentinel_byte;
 // >>logger ---------------------------------------------------------------------
 
 static int log_errors, log_notices, log_user_ok;
-static char log_last[256];
+static char log_last[sizeof ((mirror_error *)0)->message];
 static void test_logger(void *user, int level, const char *message)
 {
     log_user_ok = user == (void *)&log_errors;
@@ -1075,6 +1075,49 @@ static void test_logger_hook(mirror_strategy *s)
     CHECK(log_errors == before, "after mirror_set_logger(NULL, NULL) the logger is no longer called");
 }
 
+/* A message longer than mirror_error's buffer ends in "...", between
+   UTF-8 characters, the logger seeing the same; a part of a message cut
+   to a bound keeps its head and tail around "..." and whole characters;
+   a device list of 5000 bytes leaves its message whole, what to do at its
+   end. */
+static void test_message_bounds(void)
+{
+    static char big[3 * sizeof ((mirror_error *)0)->message], spec[5000];
+    mirror_error err = {0, ""};
+    mirror_strategy_desc d;
+    mirror_strategy *s = NULL;
+    char part[64];
+    size_t n = sizeof err.message, i, len;
+    memset(big, 'a', sizeof big - 1);
+    mirror_set_logger(test_logger, &log_errors);
+    CHECK(mirror__error(&err, MIRROR_ERR_IO, "%s: the end", big) == MIRROR_ERR_IO && err.code == MIRROR_ERR_IO &&
+              strlen(err.message) == n - 1 && !strcmp(err.message + n - 4, "...") && !strcmp(log_last, err.message),
+          "a message cut by the buffer ends in \"...\", in err and to the logger (%zu bytes)", strlen(err.message));
+    for (i = 0; i + 2 < sizeof big; i += 2) big[i] = (char)0xC3, big[i + 1] = (char)0xA9; /* U+00E9, two bytes */
+    mirror__error(&err, MIRROR_ERR_IO, "x%s", big); /* the cut falls inside a character: it backs off */
+    len = strlen(err.message);
+    CHECK(len == n - 2 && !strcmp(err.message + len - 3, "...") && (unsigned char)err.message[len - 5] == 0xC3 &&
+              (unsigned char)err.message[len - 4] == 0xA9,
+          "a message cut inside a UTF-8 character ends in \"...\" after the whole one before (%zu bytes)", len);
+    mirror_set_logger(NULL, NULL);
+    snprintf(part, sizeof part, MIRROR__CUT_F, MIRROR__CUT("0123456789abcdefghij", 11));
+    CHECK(!strcmp(part, "01...efghij"), "a part over its bound: its first third and last two thirds (%s)", part);
+    snprintf(part, sizeof part, MIRROR__CUT_F, MIRROR__CUT("0123456789a", 11));
+    CHECK(!strcmp(part, "0123456789a"), "a part within its bound: whole (%s)", part);
+    snprintf(part, sizeof part, MIRROR__CUT_F, MIRROR__CUT("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 13));
+    CHECK(!strcmp(part, "\xc3\xa9...\xc3\xa9\xc3\xa9\xc3\xa9"), "a part cut between UTF-8 characters, at both ends (%s)",
+          part);
+    memset(&d, 0, sizeof d);
+    memcpy(spec, "cpu:", 4), memset(spec + 4, '9', sizeof spec - 6), spec[sizeof spec - 2] = 'x';
+    d.devices = spec;
+    CHECK(mirror_strategy_create(&d, &s, &err) == MIRROR_ERR_ARGUMENT && strlen(err.message) < 300 &&
+              strstr(err.message, "devices \"cpu:99999999") && strstr(err.message, "...") &&
+              strstr(err.message, "99x\": \"x\" after the replica count: CPU replicas are \"cpu:N\"") &&
+              strstr(err.message, "names GPUs: \"cuda:0,1\")"),
+          "devices of 5000 bytes: the list cut inside, the message whole: %s", err.message);
+    mirror_strategy_destroy(s);
+}
+
 static void test_memory_report(mirror_strategy *s)
 {
     static const struct {
@@ -1628,6 +1671,7 @@ int main(void)
     test_destroy_order();
     test_results();
     test_logger_hook(s3);
+    test_message_bounds();
     test_memory_report(s3);
     test_destroy_null();
     mirror_strategy_destroy(s3);

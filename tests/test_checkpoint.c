@@ -504,6 +504,15 @@ static void test_hostile(void)
     other = model(s, 0, MIRROR_OPT_ADAM);
     path_in(path, "good.ckpt");
     CHECK(mirror_checkpoint_load(other, path, 0, NULL) == MIRROR_ERR_SHAPE, "a checkpoint of another model: MIRROR_ERR_SHAPE");
+    {
+        const char *e = mirror_model_error(other), *at = strstr(e, "a checkpoint of another model: at layer 0 the "
+                                                                   "checkpoint has conv2d(3,3,1,1), this model flatten "
+                                                                   "(7 layers in the checkpoint, 4 in this model). To load "
+                                                                   "it, build the model it describes");
+        CHECK(at && strstr(at, "The checkpoint's: input(1,8,8);conv2d(3,3,1,1);relu;") &&
+                  strstr(at, "; this model's: input(1,8,8);flatten;dense(8);relu;dense(10);loss(softmax_ce)"),
+              "a checkpoint of another model: the first layer that differs, what to do, then both models: %s", e);
+    }
     mirror_model_destroy(other);
     free(good), free(victim_before);
     mirror_model_destroy(src), mirror_model_destroy(victim);
@@ -1689,8 +1698,10 @@ static void test_load_weights(void)
     victim_steps = (long)mirror_optimizer_steps(victim);
     {
         static const char *const shape[] = {"layers.0.weight", "[4, 9]", "[4, 1, 3, 3]", NULL};
-        static const char *const missing[] = {"layers.11.bias (or 11.bias) is missing", NULL};
-        static const char *const extra[] = {"tensor head.weight: this model has no tensor of that name", NULL};
+        static const char *const missing[] = {"1 of this model's tensors is missing (layers.<i>.<what> or <i>.<what>): "
+                                              "11.bias", NULL};
+        static const char *const extra[] = {"1 of the file's tensors has a name this model does not know: head.weight. "
+                                            "mirror reads its own names", NULL};
         static const char *const dtype[] = {"layers.1.running_var: dtype I32", NULL};
         static const char *const nans[] = {"layers.11.weight: element 3 is NaN", NULL};
         static const char *const inf[] = {"layers.4.weight: element 0 is infinite as a float", NULL};
@@ -1870,6 +1881,125 @@ static void test_file_mode(void)
     mirror_strategy_destroy(s);
 }
 
+/* dir/name under a directory of about `deep` bytes (components of 200),
+   made; NULL when the system refuses. */
+static char *deep_path(size_t deep, const char *name)
+{
+    char *p = (char *)malloc(deep + 300), part[201];
+    memset(part, 'd', 200), part[200] = '\0';
+    strcpy(p, root);
+    while (strlen(p) + 201 <= deep) {
+        strcat(p, "/"), strcat(p, part);
+        if (mkdir(p, 0700) != 0 && access(p, F_OK) != 0) return free(p), (char *)NULL;
+    }
+    strcat(p, "/"), strcat(p, name);
+    return p;
+}
+
+/* Whether message is whole: shorter than mirror_error's buffer, so that
+   nothing was cut at its end, and ending with end. */
+static int whole(const char *message, const char *end)
+{
+    size_t n = strlen(message), e = strlen(end);
+    return n < sizeof(((mirror_error *)0)->message) - 1 && n >= e && !strcmp(message + n - e, end);
+}
+
+/* A model of 62 layers (flatten, 30 dense-relu pairs, dense 10), after
+   `first` (a layer list, may be ""): a description of over 500 bytes. */
+static mirror_model *hundred_layers(const mirror_model_desc *d, const char *first)
+{
+    mirror_model *m = NULL;
+    size_t i;
+    if (*first) m = new_model(d, NULL, "%s", first);
+    else if (mirror_model_create(d, &m, NULL)) m = NULL;
+    if (!m) return NULL;
+    mirror_flatten(m);
+    for (i = 0; i < 30; i++) mirror_dense(m, 100), mirror_relu(m);
+    mirror_dense(m, 10);
+    return built(m);
+}
+
+/* The longest messages of a load: a path of 3000 bytes, models of 62
+   layers, a weights file whose every list runs over. Each is
+   whole; the path and the descriptions are cut inside themselves, the
+   file's name, what went wrong and what to do all there, in that order. */
+static void test_long_messages(void)
+{
+    char *ckpt = deep_path(3000, "run-with-a-long-name.ckpt"),
+         *wpath = deep_path(3000, "pytorch-module.safetensors"), shortp[256];
+    mirror_strategy *s = new_strategy(NULL, 1);
+    mirror_model_desc d = model_desc(s, 1, 8, 8, 12, 3);
+    mirror_model *a, *b, *v = bn_model(s, 7);
+    mirror_error err = {0, ""};
+    weight t[64], u[64];
+    unsigned char *bytes = NULL, *file;
+    size_t i, n, nt, fn;
+    const char *e;
+    if (!ckpt || !wpath || !v) {
+        CHECK(0, "long messages: a directory of 3000 bytes (%s) and a model", ckpt ? "made" : "refused");
+        free(ckpt), free(wpath), mirror_model_destroy(v), mirror_strategy_destroy(s);
+        return;
+    }
+    d.optimizer = optimizer_of(MIRROR_OPT_ADAM, 0.01f);
+    a = hundred_layers(&d, "");
+    b = hundred_layers(&d, "relu");
+    path_in(shortp, "long.ckpt");
+    CHECK(a && b && mirror_checkpoint_save(a, shortp, NULL, 1) == MIRROR_OK && (bytes = slurp(shortp, &n)) &&
+              write_file(ckpt, bytes, n),
+          "long messages: a checkpoint of 62 layers at a path of 3000 bytes");
+    free(bytes);
+    CHECK(b && mirror_checkpoint_load(b, ckpt, 0, NULL) == MIRROR_ERR_SHAPE, "long messages: another model's: refused");
+    e = b ? mirror_model_error(b) : "";
+    CHECK(whole(e, "dense(100);relu;dense(10);loss(softmax_ce)") && !strncmp(e, root, strlen(root)) &&
+              strstr(e, "d...d") && strstr(e, "d/run-with-a-long-name.ckpt: a checkpoint of another model: at layer 0 "
+                                           "the checkpoint has flatten, this model relu (62 layers in the checkpoint, "
+                                           "63 in this model). To load it, build the model it describes") &&
+              strstr(e, "The checkpoint's: input(1,8,8);flatten;dense(100);relu;") && strstr(e, "...") &&
+              strstr(e, "; this model's: input(1,8,8);relu;flatten;dense(100);"),
+          "long messages: another model's checkpoint at a long path: whole, the path and both models cut inside "
+          "(%zu bytes): %s", strlen(e), e);
+    {
+        const char *p = strstr(e, "The checkpoint's: "), *q = p ? strstr(p, "; this model's: ") : NULL;
+        CHECK(p && q && q - p - 18 == 500 && strstr(p, "...") < q, "long messages: the checkpoint's model cut to 500 bytes");
+    }
+
+    /* A module's own names, three of them mirror's but of another shape. */
+    path_in(shortp, "long-weights.ckpt");
+    bytes = NULL;
+    CHECK(mirror_checkpoint_save(v, shortp, NULL, 1) == MIRROR_OK && (bytes = slurp(shortp, &n)),
+          "long messages: a checkpoint of every kind of tensor");
+    nt = weights_of(bytes, n, t);
+    for (i = fn = 0; i < nt; i++)
+        if (strncmp(t[i].name, "optimizer.", 10)) u[fn++] = t[i];
+    for (i = 0; i < fn; i++)
+        if (i < 3)
+            u[i].shape[1] = u[i].count / u[i].shape[0], u[i].rank = 2;
+        else
+            snprintf(u[i].name, sizeof u[i].name, "features.stage%u.residual_block_with_a_long_name.%.12s",
+                     (unsigned)i % 100, strrchr(t[i].name, '.') + 1);
+    file = safetensors_of(u, fn, &n);
+    CHECK(write_file(wpath, file, n) && mirror_load_weights(v, wpath, &err) == MIRROR_ERR_SHAPE,
+          "long messages: a module's own names: refused");
+    e = err.message;
+    {
+        const char *names = strstr(e, "pytorch-module.safetensors: 15 of the file's tensors have names this model "
+                                      "does not know: features.stage"),
+                   *advice = strstr(e, "_name.running_var (and 12 more). mirror reads its own names (layers.0.weight) "
+                                       "or those of an nn.Sequential's state_dict, which number the layers in order "
+                                       "(0.weight, 3.bias): rename the tensors"),
+                   *missing = strstr(e, ". 15 of this model's tensors are missing (layers.<i>.<what> or <i>.<what>): "
+                                        "1.bias, 1.running_mean, 1.running_var (and 12 more). tensor layers.0.weight: "
+                                        "shape [4, 9] in the file, [4, 1, 3, 3] in this model; tensor layers.0.bias: ");
+        CHECK(whole(e, "in this model") && !strncmp(e, root, strlen(root)) && strstr(e, "d...d") && names &&
+                  advice && missing && names < advice && advice < missing,
+              "long messages: a module's names at a long path: whole, the path cut inside, the names and what to "
+              "do first, then the tensors missing and the shapes, each list cut to 3 (%zu bytes): %s", strlen(e), e);
+    }
+    free(bytes), free(file), free(ckpt), free(wpath);
+    mirror_model_destroy(a), mirror_model_destroy(b), mirror_model_destroy(v);
+    mirror_strategy_destroy(s);
+}
+
 int main(void)
 {
     if (!make_root("test_checkpoint")) return 1;
@@ -1895,6 +2025,7 @@ int main(void)
     test_from_checkpoint_small_file();
     test_checkpoint_describe();
     test_load_weights();
+    test_long_messages();
     mirror_dataset_free(&data);
     remove_tree(root);
     return check_done("test_checkpoint");

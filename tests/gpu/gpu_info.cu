@@ -145,10 +145,10 @@ int main(int argc, char **argv)
     printf("code: %s\n", GPU_INFO_CODES[0] ? GPU_INFO_CODES : "unknown (built without -gencode flags)");
     e = cudaGetDeviceCount(&count);
     /* The runtime answers "insufficient driver" with no driver at all too:
-       the driver's version tells the two apart. */
+       the driver's version tells the two apart. The words are the CUDA
+       trainer's (mirror__cuda_verdict), which tests/run.sh compares. */
     if (driver == 0) {
-        printf("gpus: 0 (no NVIDIA driver: the CUDA runtime finds no libcuda.so.1 (it says: %s))\n",
-               cudaGetErrorString(e));
+        printf("gpus: 0 (no NVIDIA driver found (the CUDA runtime finds no libcuda.so.1))\n");
         return 1;
     }
     if (driver / 1000 < runtime / 1000 || e == cudaErrorInsufficientDriver) {
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
         return 3;
     }
     if (e != cudaSuccess || count == 0) {
-        printf("gpus: 0 (no NVIDIA GPU: %s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        printf("gpus: 0 (no NVIDIA GPU found (%s))\n", e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
         return 1;
     }
     printf("gpus: %d\n", count);

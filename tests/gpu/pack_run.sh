@@ -320,8 +320,8 @@ if [ $mode = gpu ]; then
     0 | 2) ;;
     1)
         case $reason in
-        "no NVIDIA driver: "*) stop "no driver" "no driver: ${reason#no NVIDIA driver: }; $cpu_hint" ;;
-        *) stop "no GPU" "no GPU: ${reason#no NVIDIA GPU: }; $cpu_hint" ;;
+        "no NVIDIA driver found"*) stop "no driver" "no driver: $reason; $cpu_hint" ;;
+        *) stop "no GPU" "no GPU: $reason; $cpu_hint" ;;
         esac
         ;;
     3) stop "driver too old" "driver too old: $reason" ;;

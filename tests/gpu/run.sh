@@ -9,16 +9,16 @@
 # $BUILD/gpu-run/gpu-results.txt (make gpu-report RESULTS=$BUILD/gpu-run).
 # Ends with "N passed, N failed"; on a machine with no GPU at all (the
 # driver lists none and the CUDA runtime counts none), one line that says
-# so ("no NVIDIA driver" where the runtime finds no driver, though it
-# answers "insufficient driver" then too), and exit 0. A GPU the driver
+# so in the words of gpu_info and the CUDA trainer ("no NVIDIA driver
+# found" where the runtime finds no driver, though it answers "insufficient
+# driver" then too), and exit 0. A GPU the driver
 # lists but the programs cannot use (a driver older than the runtime, say)
 # runs, and fails, saying which driver would do.
 BUILD=${BUILD:-build}
 if ! { nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; }; then
     info=$(timeout 20 "$BUILD/gpu_info" 2>&1)
     if [ $? -eq 1 ] && echo "$info" | grep -q '^gpus: 0'; then
-        echo "$info" | grep -q '^cuda driver: none' && what="no NVIDIA driver" || what="no NVIDIA GPU"
-        echo "make test-gpu: skipped, $what on this machine"
+        echo "make test-gpu: skipped, $(echo "$info" | sed -n 's/^gpus: 0 (\(.*\))$/\1/p')"
         exit 0
     fi
 fi
