@@ -107,7 +107,7 @@ static void usage(FILE *f)
                "                      replicas gather in place; on: CPU replicas too, a copy)\n"
                "  --shard-update M    auto | on | off: each replica updates a slice and keeps its optimizer state\n"
                "                      (ZeRO stage 1; auto: on for CPU replicas, off on GPUs); on, with CPU\n"
-               "                      replicas under mpirun: across the processes too (see the README)\n"
+               "                      replicas under mpirun: across the processes too (see tools/reference.md)\n"
                "  --optimizer NAME    sgd | momentum | adam | adamw (default adam)\n"
                "  --seed N            (default 1)\n"
                "  --save PATH         write a checkpoint to PATH at the end (and on Ctrl-C or SIGTERM), the two\n"

@@ -49,7 +49,7 @@ awk -v src="$res" '
     END {
         print "# GPU results"
         print ""
-        print "The GPU pack'"'"'s last run (`build/gpu-pack/run.sh OUTDIR SECONDS`, see the README), made into"
+        print "The GPU pack'"'"'s last run (`build/gpu-pack/run.sh OUTDIR SECONDS`, see tools/reference.md), made into"
         print "this page by `make gpu-report RESULTS=OUTDIR` from its `gpu-results.txt`."
         if (head["mode"] ~ /^cpu/)
             print "This run used CPU replicas (`run.sh --cpu`): it shows the checks'"'"' logic, not a GPU'"'"'s figures."
