@@ -2955,7 +2955,7 @@ typedef struct mirror__kind_info {
     mirror__kind kind; /* its own place in the table (test_layers checks it) */
     /* In messages and the summary, and the layer's word in the model's
        description, which a checkpoint keeps ("model") and from which
-       tools/mirror_model.py exports (ONNX, TorchScript, a state_dict). */
+       tools/mirror_model.py exports (ONNX, torch.export, TorchScript, a state_dict). */
     const char *name;
     /* Checks layer n (l: its arguments and its input shape) and sets its
        output shape and parameter counts; an error's code (with m's
