@@ -306,8 +306,8 @@ $(BUILD)/gpu_info.o: tests/gpu/gpu_info.cu | $(BUILD)
 # for x86-64-v3, the default build's GPU code (PACK_CUDA_ARCH: SASS for
 # the first architecture of each major from sm_75, whose sm_80 SASS also
 # runs on 8.6 and 8.9, and PTX of the newest; SASS of sm_86 and sm_89
-# would add 4.4 MiB and about a minute of CPU to every make test,
-# which builds the pack), no MPI, the CUDA runtime and
+# would add 4.4 MiB and about a minute of CPU to every make gpu-pack and
+# make test-pack), no MPI, the CUDA runtime and
 # libstdc++ linked in (cuBLAS and NCCL stay shared: hundreds of MB; so does
 # libgcc_s, whose static unwinder would ask for glibc 2.35); a second
 # flavour without NCCL in nonccl/; the run script (tests/gpu/pack_run.sh)
