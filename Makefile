@@ -433,9 +433,9 @@ test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(BUILD)/gpu_info $(if $(H
 # (layouts, the update's mode, no atomics, no zlib), which the checks see
 # alike at any optimisation, while -O1 compiles in a third of -O3's time
 # (8 s of CPU against 24 for test_replicas.c here) and runs their checks
-# in about as long (1.5 s against 1.1). Seventeen of them: two minutes
-# of make test on 2 cores. The plain test programs stay at OPT (-O3), and
-# the sanitizer builds take -O1 anyway.
+# in about as long (1.5 s against 1.1). Seventeen of them: 140 s of CPU
+# against 416, over a minute of make test on 2 cores. The plain test
+# programs stay at OPT (-O3); the sanitizer builds take -O1 anyway.
 VARIANT_CFLAGS = $(if $(filter file,$(origin OPT)),$(filter-out -O%,$(CFLAGS_ALL)) -O1,$(CFLAGS_ALL))
 
 $(BUILD)/nozlib_test_loaders: tests/test_loaders.c $(TEST_HEADERS) | $(BUILD)
@@ -507,9 +507,9 @@ test: info
 
 # The GPU pack checked on this machine (tests/pack_test.sh): its programs'
 # code and size, its script without a GPU and on CPU replicas (--cpu), the
-# GPU page made from those results. Out of make test, whose time it more
-# than doubled (nvcc for every architecture in two flavours, and the --cpu
-# run); CI runs it once.
+# GPU page made from those results. Out of make test (nvcc for every
+# architecture in two flavours, 5 minutes of CPU, and the --cpu run, about
+# 100 s: over a quarter of make test's time on 2 cores); CI runs it once.
 test-pack: info
 	+@$(BUILD_ON_EVERY_CORE) gpu-pack
 	@BUILD="$(BUILD)" PACK="$(PACK)" sh tests/pack_test.sh
