@@ -481,7 +481,8 @@ RUN_WHY = $(if $(RUN_GPU),$(if $(HAVE_NVCC),the CUDA trainer for $(if $(RUN_NATI
             trainer: no NVIDIA GPU here (nvidia-smi lists none$(comma) the driver's /proc none))
 run: info
 	@echo "make run: $(RUN_TRAINER), $(RUN_WHY)"
-	+@$(MAKE) --no-print-directory $(if $(filter %/native/train_cuda,$(RUN_TRAINER)),BUILD=$(BUILD)/native CUDA_ARCH=native) $(RUN_TRAINER)
+	+@$(MAKE) --no-print-directory HAVE_NVCC=$(HAVE_NVCC) HAVE_NCCL=$(HAVE_NCCL) HAVE_MPI=$(HAVE_MPI) HAVE_ZLIB=$(HAVE_ZLIB) \
+	  $(if $(filter %/native/train_cuda,$(RUN_TRAINER)),BUILD=$(BUILD)/native CUDA_ARCH=native) $(RUN_TRAINER)
 	./$(RUN_TRAINER) $(RUN_ARGS)
 
 # Every test binary, the header compile checks and the examples; the last
