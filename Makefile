@@ -25,6 +25,8 @@ For contributors:
   make test SAN=address       the suite under ASan and UBSan (thread: TSan; valgrind: memcheck)
   make build/test_layers      one test program (build/chunked_test_layers: a variant's macros)
   make test-targets           GEMM, thread, API tests for other x86-64 levels, clang, arm64
+  make test-programs          builds what make test runs, runs nothing
+  make test-pack              builds the GPU pack and checks it here: its script on CPU replicas
   make test-crash             kills the trainer 20 times while it checkpoints; it resumes
   make test-install           install to a temporary prefix, build with pkg-config, uninstall
   make test-interop           exports against ONNX Runtime and PyTorch; TensorBoard's reader
@@ -172,7 +174,7 @@ NVCCFLAGS = -O3 $(if $(filter 1,$(WERROR)),-Werror all-warnings) $(CUDA_GENCODE)
             $(if $(HAVE_ZLIB),-DMIRROR_ZLIB) \
             -Xcompiler $(subst $(eval) ,$(comma),$(strip $(ARCH) -ffp-contract=fast -fno-math-errno $(SAN_FLAGS))) \
             $(if $(HAVE_NCCL),,-DMIRROR_NO_NCCL)
-test: export WERROR ?= 1
+test test-pack: export WERROR ?= 1
 CUDA_STDCXX ?= -lstdc++
 CUDA_LIBS = -L$(CUDA_PATH)/lib64 -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 \
             -Wl,-rpath,$(CUDA_PATH)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lcudart_static -lcublasLt -lcublas \
@@ -324,8 +326,8 @@ $(BUILD)/gpu_info.o: tests/gpu/gpu_info.cu | $(BUILD)
 # for x86-64-v3, the default build's GPU code (PACK_CUDA_ARCH: SASS for
 # the first architecture of each major from sm_75, whose sm_80 SASS also
 # runs on 8.6 and 8.9, and PTX of the newest; SASS of sm_86 and sm_89
-# would add 4.4 MiB and about a minute of CPU to every make test,
-# which builds the pack), no MPI, the CUDA runtime and
+# would add 4.4 MiB and about a minute of CPU to every make gpu-pack and
+# make test-pack), no MPI, the CUDA runtime and
 # libstdc++ linked in (cuBLAS and NCCL stay shared: hundreds of MB; so does
 # libgcc_s, whose static unwinder would ask for glibc 2.35); a second
 # flavour without NCCL in nonccl/; the run script (tests/gpu/pack_run.sh)
@@ -446,8 +448,18 @@ GPU_SECONDS ?= 900
 test-gpu: info $(BUILD)/test_cuda $(BUILD)/train_cuda $(BUILD)/gpu_info $(if $(HAVE_MPI),$(BUILD)/train_cuda_mpi)
 	@BUILD="$(BUILD)" CUDA_PATH="$(CUDA_PATH)" GPU_SECONDS="$(GPU_SECONDS)" sh tests/gpu/run.sh
 
+# The variants below (a test program built again with option macros) at
+# -O1 unless OPT is given: their macros choose which paths of the code run
+# (layouts, the update's mode, no atomics, no zlib), which the checks see
+# alike at any optimisation, while -O1 compiles in a third of -O3's time
+# (8 s of CPU against 24 for test_replicas.c here) and runs their checks
+# in about as long (1.5 s against 1.1). Seventeen of them: 140 s of CPU
+# against 416, over a minute of make test on 2 cores. The plain test
+# programs stay at OPT (-O3); the sanitizer builds take -O1 anyway.
+VARIANT_CFLAGS = $(if $(filter file,$(origin OPT)),$(filter-out -O%,$(CFLAGS_ALL)) -O1,$(CFLAGS_ALL))
+
 $(BUILD)/nozlib_test_loaders: tests/test_loaders.c $(TEST_HEADERS) | $(BUILD)
-	$(CC) $(filter-out -DMIRROR_ZLIB,$(CFLAGS_ALL)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
+	$(CC) $(filter-out -DMIRROR_ZLIB,$(VARIANT_CFLAGS)) $< -o $@ $(filter-out -lz,$(LDLIBS_ALL))
 
 # The test programs built again with option macros (the TESTS list above
 # says which, and why): build/VARIANT_NAME from tests/NAME.c with
@@ -461,36 +473,67 @@ TEST_VARIANT_graphs    = -DMIRROR_CPU_GRAPHS=1
 TEST_VARIANT_noatomics = -DMIRROR_NO_ATOMICS
 define TEST_VARIANT_RULE
 $$(BUILD)/$(1)_%: tests/%.c $$(TEST_HEADERS) | $$(BUILD)
-	$$(CC) $$(CFLAGS_ALL) $$(TEST_VARIANT_$(1)) $$< -o $$@ $$(LDLIBS_ALL)
+	$$(CC) $$(VARIANT_CFLAGS) $$(TEST_VARIANT_$(1)) $$< -o $$@ $$(LDLIBS_ALL)
 endef
 $(foreach v,$(TEST_VARIANTS),$(eval $(call TEST_VARIANT_RULE,$(v))))
 
 # hello without the file formats (test_bare defines the two itself): make test runs both.
 $(BUILD)/bare_hello: examples/hello.c mirror.h | $(BUILD)
 	$(CC) $(CFLAGS_ALL) -DMIRROR_NO_LOADERS -DMIRROR_NO_OUTPUTS $< -o $@ $(LDLIBS_ALL)
-test: $(BUILD)/bare_hello
 
 $(BUILD):
 	mkdir -p $@
 
+# make run trains with the trainer it builds, and builds no other: the CUDA
+# trainer where this machine has an NVIDIA driver with a GPU (nvidia-smi
+# lists one, or the driver's /proc has one) and nvcc, built for this GPU
+# alone (CUDA_ARCH=native, in $(BUILD)/native: the default build's
+# build/train_cuda for every GPU stays as it is) unless CUDA_ARCH is given;
+# else the CPU trainer, nvcc never run. Its first line says which, and why.
+# RUN_GPU=1 or RUN_GPU= stands for the answer (tests/run.sh's make -n).
 RUN_ARGS ?= --model cnn --epochs 3
-TRAINER = $(if $(HAVE_NVCC),train_cuda,train)
-run: info $(BUILD)/$(TRAINER)
-	./$(BUILD)/$(TRAINER) $(RUN_ARGS)
+RUN_GPU = $(eval RUN_GPU := $(shell { nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || ls /proc/driver/nvidia/gpus/* ; } \
+            >/dev/null 2>&1 && echo 1))$(RUN_GPU)
+RUN_NATIVE  = $(if $(strip $(CUDA_ARCH)),,1)
+RUN_TRAINER = $(if $(and $(RUN_GPU),$(HAVE_NVCC)),$(if $(RUN_NATIVE),$(BUILD)/native/train_cuda,$(BUILD)/train_cuda),$(BUILD)/train)
+RUN_WHY = $(if $(RUN_GPU),$(if $(HAVE_NVCC),the CUDA trainer for $(if $(RUN_NATIVE),this machine's GPU (CUDA_ARCH=native),CUDA_ARCH=$(strip \
+            $(CUDA_ARCH))): an NVIDIA GPU is here,the CPU trainer: an NVIDIA GPU is here but no nvcc (or NO_CUDA=1)),the CPU \
+            trainer: no NVIDIA GPU here (nvidia-smi lists none$(comma) the driver's /proc none))
+run: info
+	@echo "make run: $(RUN_TRAINER), $(RUN_WHY)"
+	+@$(MAKE) --no-print-directory HAVE_NVCC=$(HAVE_NVCC) HAVE_NCCL=$(HAVE_NCCL) HAVE_MPI=$(HAVE_MPI) HAVE_ZLIB=$(HAVE_ZLIB) \
+	  $(if $(filter %/native/train_cuda,$(RUN_TRAINER)),BUILD=$(BUILD)/native CUDA_ARCH=native) $(RUN_TRAINER)
+	./$(RUN_TRAINER) $(RUN_ARGS)
 
 # Every test binary, the header compile checks and the examples; the last
 # line is "N passed, N failed". TEST_RUNNER wraps each binary (valgrind).
-# The plain run where nvcc is also builds the GPU pack, whose programs
-# are the GPU programs compiled for every architecture the pack holds
-# (the default CUDA_ARCH: every major), and
-# runs the pack's script on CPU replicas; the CUDA trainer is built for
-# the default CUDA_ARCH as an example. The sanitizer runs build none of
-# the GPU programs (nothing runs them there: the CUDA trainer's fallback
-# is tested).
-PACK_TESTED = $(and $(HAVE_NVCC),$(if $(SAN),,1))
-test: info $(TESTS) $(EXAMPLES) $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(PACK_TESTED),gpu-pack) $(if $(SAN),,$(LABS))
+# The CUDA trainer is built for the default CUDA_ARCH as an example (the
+# sanitizer runs: PTX of one architecture, see CUDA_GENCODE); the GPU pack,
+# the GPU programs for every architecture in two flavours, is make
+# test-pack's. The programs build on every core (NPROC) unless make was
+# given -j: the recipe calls make again with -j, as GNU make 4.3 ignores a
+# -j that a Makefile adds to MAKEFLAGS; the tests run one at a time (each
+# one's replicas take every core).
+NPROC := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+TEST_PROGRAMS = $(TESTS) $(EXAMPLES) $(BUILD)/bare_hello $(if $(HAVE_MPI),$(BUILD)/test_mpi) $(if $(SAN),,$(LABS))
+# make again for PROGRAMS, on every core unless make was given -j, with
+# what the probes found here (the sub-make probes nothing again).
+BUILD_ON_EVERY_CORE = $(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) HAVE_NVCC=$(HAVE_NVCC) \
+                      HAVE_NCCL=$(HAVE_NCCL) HAVE_MPI=$(HAVE_MPI) HAVE_ZLIB=$(HAVE_ZLIB)
+test-programs: $(TEST_PROGRAMS)
+test: info
+	+@$(BUILD_ON_EVERY_CORE) test-programs
 	@CC="$(CC)" CXX="$(CXX)" NVCC="$(if $(HAVE_NVCC),$(NVCC))" MPIRUN="$(if $(HAVE_MPI),$(MPIRUN))" BUILD="$(BUILD)" \
-	 SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" PACK="$(if $(PACK_TESTED),$(PACK))" sh tests/run.sh $(TESTS)
+	 SAN="$(SAN)" TEST_RUNNER="$(TEST_RUNNER)" sh tests/run.sh $(TESTS)
+
+# The GPU pack checked on this machine (tests/pack_test.sh): its programs'
+# code and size, its script without a GPU and on CPU replicas (--cpu), the
+# GPU page made from those results. Out of make test (nvcc for every
+# architecture in two flavours, 5 minutes of CPU, and the --cpu run, about
+# 100 s: over a quarter of make test's time on 2 cores); CI runs it once.
+test-pack: info
+	+@$(BUILD_ON_EVERY_CORE) gpu-pack
+	@BUILD="$(BUILD)" PACK="$(PACK)" sh tests/pack_test.sh
 
 bench: info $(BUILD)/bench_train $(if $(HAVE_OPENBLAS),$(BUILD)/bench_gemm)
 	./$(BUILD)/bench_train
@@ -581,6 +624,6 @@ test-targets:
 clean:
 	rm -rf build
 
-.PHONY: all info help labs run test test-crash test-gpu test-targets test-interop bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
+.PHONY: all info help labs run test test-programs test-pack test-crash test-gpu test-targets test-interop bench bench-guard bench-peers bench-mpi bench-gpu bench-fused fuzz clean \
         gpu-pack gpu-pack-nccl gpu-pack-nonccl gpu-pack-programs gpu-report install uninstall test-install
 .PRECIOUS: $(BUILD)/%

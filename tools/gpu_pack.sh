@@ -5,7 +5,7 @@
 # commit, the code in it, and what the pack needs where it runs: the
 # driver its CUDA runtime asks for, glibc, the shared libraries); then the
 # checks below.
-# tools/gpu_pack.sh --check PACK - the checks alone (make test): every
+# tools/gpu_pack.sh --check PACK - the checks alone (make test-pack): every
 # program present, none with an AVX-512 instruction (a zmm register: the
 # GPU machine's CPU is unknown), none that needs libcudart.so (the runtime
 # is linked in), none in nonccl/ that needs libnccl, at most 48 MiB in all.

@@ -43,7 +43,18 @@
 # advice to mirror's check, never a refusal.
 #
 # --cpu: every stage's logic on CPU replicas (cpu:1, cpu:4 for cuda:0 and
-# cuda:0,0,0,0; the GPU-only programs skipped), the check make test runs.
+# cuda:0,0,0,0; the GPU-only programs skipped), the check make test-pack
+# runs. It runs mirror's programs alone: the peers' benchmarks (PyTorch's
+# eager, graphs and torch.compile) are skipped, so that no state of a
+# PyTorch install can fail it; they run on a GPU, and make bench-peers runs
+# them on the CPU.
+#
+# PyTorch's Inductor (torch.compile) keeps its compiled kernels in a cache
+# that every process of a user shares (/tmp/torchinductor_$USER), where one
+# that another process left broken (a zero-byte .so: "file too short")
+# fails the compile. A GPU run gives PyTorch a cache of its own
+# (TORCHINDUCTOR_CACHE_DIR, a temporary directory removed at the end)
+# unless the caller set one; the results header says which.
 # GPU_BIN (the programs) and GPU_SCRIPTS (the benchmarks' scripts) default
 # to the pack's layout; GPU_SKIP lists stages to leave out; GPU_FLAVOUR=nonccl
 # takes the no-NCCL flavour whatever is found.
@@ -86,6 +97,14 @@ host_memory="MIRROR_HOST_MEMORY=${MIRROR_HOST_MEMORY:-advisory} ($([ -n "${MIRRO
     echo "run.sh's: physical memory is advice, never a refusal"))"
 MIRROR_HOST_MEMORY=${MIRROR_HOST_MEMORY:-advisory}
 export MIRROR_HOST_MEMORY
+if [ $mode = gpu ] && [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mirror-torchinductor.XXXXXX") || exit 2
+    torch_cache="TORCHINDUCTOR_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR (run.sh's own, removed at the end: no other process's cache)"
+    trap 'rm -rf "$TORCHINDUCTOR_CACHE_DIR"' EXIT
+    export TORCHINDUCTOR_CACHE_DIR
+elif [ $mode = gpu ]; then
+    torch_cache="TORCHINDUCTOR_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR (the caller's)"
+fi
 passed=0 failed=0 skipped=0 cut=0 peers=0
 rm -rf "$out/smoke" "$out/trainer"
 rm -f "$out"/bench_gpu.txt "$out"/bench_torch.txt "$out"/bench_torch_compile.txt "$out"/bench_fused_cuda.txt \
@@ -236,6 +255,7 @@ say "mode: $mode$([ $mode = cpu ] && echo ' (CPU replicas: the logic of every st
 say "host: $(uname -n), $(getconf _NPROCESSORS_ONLN 2>/dev/null) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1), $(getconf GNU_LIBC_VERSION 2>/dev/null)"
 say "deadline: $total s"
 say "host memory: $host_memory"
+[ $mode = cpu ] || say "torch cache: $torch_cache"
 
 # The programs need cuBLAS and (but for nonccl/) NCCL at start. Where the
 # rpath and the ld cache do not find them: the CUDA toolkit's lib64, then
@@ -444,19 +464,20 @@ table() {
     while IFS= read -r l; do say "$l"; done <"$out/bench-table.txt"
 }
 torch=
+# the reason the peers' benchmarks are not run with --cpu
+no_peers="--cpu runs mirror's programs alone; PyTorch's benchmarks run on a GPU, and in make bench-peers"
 if stage bench; then
-    if [ $mode = cpu ]; then
-        gargs="--quick --devices cpu:2" targs="cpu --quick --modes eager"
-    else
-        gargs='' targs="--modes eager,graphs"
-    fi
+    gargs=$([ $mode = cpu ] && echo "--quick --devices cpu:2")
+    targs="--modes eager,graphs"
     run "bench_gpu${gargs:+ $gargs}: mirror in fp32, fp16 and bf16, eager and graphs; the CNN on 1 to 8 replicas" 240 \
         "$out/bench_gpu.txt" has_mirror "$bin/bench_gpu" $gargs --out "$out"
     rc=1
     : >"$out/torch_version.txt"
-    [ "$(room)" -lt 10 ] || bounded 90 "$out/torch_version.txt" python3 -c \
+    [ $mode = cpu ] || [ "$(room)" -lt 10 ] || bounded 90 "$out/torch_version.txt" python3 -c \
         'import torch, numpy; print("torch:", torch.__version__, "CUDA", torch.version.cuda, "with a GPU" if torch.cuda.is_available() else "no GPU")'
-    if [ $rc -eq 0 ]; then
+    if [ $mode = cpu ]; then
+        skipped "bench_torch.py ($no_peers)"
+    elif [ $rc -eq 0 ]; then
         torch=1
         say "$(last_words "$out/torch_version.txt")"
         peer_run PyTorch anything "bench_torch.py $targs" 240 "$out/bench_torch.txt" has_torch python3 "$scripts/bench_torch.py" $targs \
@@ -590,14 +611,15 @@ fi
 # Last: a dozen Inductor compiles take minutes and add PyTorch's side only.
 # What it measured before the deadline still enters the table.
 if stage compile; then
-    if [ -z "$torch" ]; then
+    if [ $mode = cpu ]; then
+        skipped "bench_torch.py --modes compile ($no_peers)"
+    elif [ -z "$torch" ]; then
         skipped "bench_torch.py --modes compile (PyTorch not importable, or no bench stage)"
     elif [ "$(room)" -lt 60 ]; then
         skipped "bench_torch.py --modes compile (under 60 s left)"
     else
-        cargs=$([ $mode = cpu ] && echo "cpu --quick")
-        peer_run PyTorch anything "bench_torch.py${cargs:+ $cargs} --modes compile" 3600 "$out/bench_torch_compile.txt" has_torch \
-            python3 "$scripts/bench_torch.py" $cargs --modes compile --dir "$out"
+        peer_run PyTorch anything "bench_torch.py --modes compile" 3600 "$out/bench_torch_compile.txt" has_torch \
+            python3 "$scripts/bench_torch.py" --modes compile --dir "$out"
         if grep -q '^torch ' "$out/bench_torch_compile.txt" 2>/dev/null; then
             say "the table again, with torch.compile:"
             table

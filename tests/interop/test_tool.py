@@ -13,12 +13,13 @@ checkpoint (by name, through a symlink or a hard link), onto a kept copy
 (another mirror checkpoint), onto a directory, into a missing directory, or
 two outputs naming one file are refused before anything is written; a
 write that fails leaves the older file whole and no temporary file. Where
-onnx is installed, --onnx replaces an older file whole (skipped, saying
-so, without it). predict: where BUILD_DIR/train is (the first argument,
-else build/), the tool's numpy forward pass gives what train --predict
-writes, logits and probabilities, within 1e-5, on checkpoints the trainer
-saves (mlp, cnn-bn with dropout, resnet), from float32 samples (and the
-mlp from uint8 ones);
+onnx is installed, --onnx replaces an older file whole ("skipped:", with the
+reason, where onnx is not installed or fails on its own: its import or a
+small model of its own; a failure of the package is not mirror's).
+predict: where BUILD_DIR/train is (the first argument, else build/), the
+tool's numpy forward pass gives what train --predict writes, logits and
+probabilities, within 1e-5, on checkpoints the trainer saves (mlp, cnn-bn
+with dropout, resnet), from float32 samples (and the mlp from uint8 ones);
 an --out that is the checkpoint or the data is refused, both unchanged.
 Ends with "tool: N passed, N failed"; exit 1 when any failed. Run by
 tests/run.sh (make test) and make test-interop.
@@ -276,10 +277,9 @@ def outputs(tmp):
 
     def wanted(path, option, package):
         """An export onto an older file: exit 0, the file replaced, no temporary file, a new file's mode."""
-        try:
-            __import__(package)
-        except ImportError:
-            print(f"{package} not installed: {option}'s write skipped")
+        why = package_fails(package)
+        if why:
+            print(f"skipped: {option}'s write ({why})")
             return
         with open(path, "w") as f:
             f.write("older\n")
@@ -333,6 +333,28 @@ def predict(tmp):
         one_line("predict --out the data", ["predict", ckpt, j("x.npy"), "--out", j("x.npy")], "that is DATA")
         check(all(read(n) == b for n, b in before.items()),
               "predict: the checkpoint and the data unchanged after the refusals")
+
+
+# What each optional package must do on its own before a check leans on it: an import, and a small use.
+PACKAGE_PROBES = {
+    "onnx": "import onnx, onnx.helper as h; h.make_model(h.make_graph([], 'g', [], [])).SerializeToString()",
+}
+
+
+def package_fails(package):
+    """Why the package cannot serve here (not installed, or failing on its own: an exception or a crash in a
+    process of its own), or None. A failure of the package is a skip, never a failure of mirror's."""
+    try:
+        p = subprocess.run([sys.executable, "-c", PACKAGE_PROBES[package]], capture_output=True, text=True,
+                           timeout=300)
+    except subprocess.TimeoutExpired:
+        return f"{package} did not import within 300 s"
+    if p.returncode == 0:
+        return None
+    last = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][-200:]
+    if "ModuleNotFoundError" in last and f"'{package}'" in last:
+        return f"{package} not installed: python3 -m pip install {package}"
+    return f"{package} fails on its own, not mirror: {last}"
 
 
 def kinds(tmp):
