@@ -9678,7 +9678,10 @@ MIRROR_API int mirror_strategy_create(const mirror_strategy_desc *desc, mirror_s
             goto fail;
         }
     } else {
-        snprintf(why_cpu, sizeof why_cpu, " (%.60s)", no_gpu); /* the verdict's few words */
+        /* the verdict's plain words, before CUDA's detail in parentheses (the notice below gives it whole) */
+        size_t words = strcspn(no_gpu, "(");
+        while (words && no_gpu[words - 1] == ' ') words--;
+        snprintf(why_cpu, sizeof why_cpu, " (%.*s)", (int)MIRROR__MIN(words, 50), no_gpu); /* a few words */
     }
 #endif
     if ((rc = mirror__parse_devices(explicit_list ? d.devices : "cpu", &count, err)) != MIRROR_OK) goto fail;

@@ -270,8 +270,8 @@ if [ -x "$BUILD/train" ]; then
         "$run --save '$tmp/ref.ckpt' >/dev/null 2>&1 && { $run --save '$tmp/term.ckpt' --checkpoint-every 25 >'$tmp/term.out' 2>&1 & pid=\$!; while kill -0 \$pid 2>/dev/null && [ ! -e '$tmp/term.ckpt' ]; do sleep 0.05; done; sleep 0.2; kill -TERM \$pid; wait \$pid; } ; test \$? -eq 143 && grep -q 'stopped before step .* checkpoint saved' '$tmp/term.out' && $run --resume '$tmp/term.ckpt' --save '$tmp/term.ckpt' >/dev/null 2>&1 && cmp '$tmp/ref.ckpt' '$tmp/term.ckpt'"
     check "build/train: a closed output pipe does not end the run (the checkpoint is written)" sh -c \
         "$BUILD/train --model mlp --synthetic 600 --epochs 3 --batch 50 --save '$tmp/pipe.ckpt' | head -n 1 >/dev/null; test -f '$tmp/pipe.ckpt'"
-    check "build/train: a --save path that cannot be written fails before training" sh -c \
-        "$BUILD/train --model mlp --synthetic 600 --epochs 1000 --save '$tmp/no/such/dir/run.ckpt' >'$tmp/nodir.out' 2>&1; test \$? -eq 1 && grep -q 'no/such/dir' '$tmp/nodir.out' && ! grep -q '^epoch' '$tmp/nodir.out'"
+    check "build/train: a --save path that cannot be written (below a file) fails before training" sh -c \
+        ": >'$tmp/afile'; $BUILD/train --model mlp --synthetic 600 --epochs 1000 --save '$tmp/afile/dir/run.ckpt' >'$tmp/nodir.out' 2>&1; test \$? -eq 1 && grep -q 'afile is a file, not a directory' '$tmp/nodir.out' && ! grep -q '^epoch' '$tmp/nodir.out' && test ! -e '$tmp/afile.lock'"
     # Every malformed, out-of-range or overflowing number, empty path and unknown
     # name: exit 2, naming the flag.
     for bad in "--replicas zero" "--replicas 0" "--epochs -1" "--epochs ' 3'" "--epochs +3" "--epochs 1.5" \
@@ -718,7 +718,7 @@ if [ -x "$BUILD/train_cuda" ]; then
     fi
     # Every GPU hidden (on a machine with one, too): CPU replicas and the notice.
     check "CUDA_VISIBLE_DEVICES= build/train_cuda: the no-GPU notice, CPU replicas, a final: line" sh -c \
-        "CUDA_VISIBLE_DEVICES= $BUILD/train_cuda --model mlp --epochs 1 --synthetic 500 --replicas 2 >'$tmp/hidden.out' 2>'$tmp/hidden.err'; grep -qE '^mirror: no NVIDIA (driver|GPU) found: training on 2 CPU replicas' '$tmp/hidden.err' && grep -q '^strategy: 2 CPU replicas' '$tmp/hidden.out' && grep -q '^final:' '$tmp/hidden.out'"
+        "CUDA_VISIBLE_DEVICES= $BUILD/train_cuda --model mlp --epochs 1 --synthetic 500 --replicas 2 >'$tmp/hidden.out' 2>'$tmp/hidden.err'; grep -qE '^mirror: no NVIDIA (driver|GPU) found( \\(.*\\))?: training on 2 CPU replicas' '$tmp/hidden.err' && grep -qE '^strategy: 2 CPU replicas \\(threads\\) \\(no NVIDIA (driver|GPU) found\\), ' '$tmp/hidden.out' && grep -q '^final:' '$tmp/hidden.out'"
     # The CUDA runtime is linked in, so a machine without it starts the
     # program (and falls back); cuBLAS and NCCL are shared (mirror_cuda.h, BUILDING).
     if command -v ldd >/dev/null 2>&1; then
@@ -1342,7 +1342,7 @@ is the checkpoint $tmp/l1.ckpt $crc, rank 1's the checkpoint $tmp/l2.ckpt $crc"
         mpi_cuda_fallback() {
             $mpi -np 2 "$BUILD/train_cuda_mpi" $small --replicas 1 --epochs 1 >"$tmp/cmpi.out" 2>"$tmp/cmpi.err" &&
                 $mpi -np 2 "$BUILD/train_mpi" $small --replicas 1 --epochs 1 >"$tmp/mpi1.out" 2>&1 &&
-                test "$(grep -cE '^mirror: no NVIDIA (driver|GPU) found: training on 1 CPU replica$' "$tmp/cmpi.err")" -eq 2 &&
+                test "$(grep -cE '^mirror: no NVIDIA (driver|GPU) found( \(.*\))?: training on 1 CPU replica$' "$tmp/cmpi.err")" -eq 2 &&
                 test -n "$(final "$tmp/mpi1.out")" && test "$(final "$tmp/cmpi.out")" = "$(final "$tmp/mpi1.out")"
         }
         check "mpirun -np 2 build/train_cuda_mpi without a GPU: each process says so, CPU replicas, train_mpi's final: line" \
