@@ -626,9 +626,15 @@ static void test_timing(void)
     fd.trace = path_in(path, "fit-trace.json");
     CHECK(mirror_fit(m, &fd, NULL) == MIRROR_OK && access(path, F_OK) == 0 && !m->trace.steps,
           "fit writes its trace and leaves timing as it found it: %s", mirror_model_error(m));
-    fd.trace = "no/such/dir/t.json";
-    CHECK(mirror_fit(m, &fd, NULL) == MIRROR_ERR_IO && mirror_optimizer_steps(m) == 19,
-          "a trace that cannot be written fails before the first step");
+    {
+        char below[300];
+        FILE *f = fopen(path_in(path, "a-file"), "w"); /* a directory that cannot be made: below a file */
+        if (f) fclose(f);
+        snprintf(below, sizeof below, "%s/t.json", path);
+        fd.trace = below;
+        CHECK(f && mirror_fit(m, &fd, NULL) == MIRROR_ERR_ARGUMENT && mirror_optimizer_steps(m) == 19,
+              "a trace that cannot be written (below a file) fails before the first step: %s", mirror_model_error(m));
+    }
 out:
     mirror_model_destroy(m);
     mirror_strategy_destroy(s);
