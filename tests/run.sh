@@ -853,7 +853,8 @@ help_is_whole() {
     awk -F '  +' '$2 ~ /^make( |$)/ { n = split($2, w, " "); print (n < 2 || w[2] ~ /=/) ? "all" : w[2] }' \
         "$tmp/help.txt" | sort -u >"$tmp/help.targets"
     { grep -ho '`make[^`]*`' README.md tools/reference.md | tr -d '`'; grep -hE '^make( |$)' README.md tools/reference.md; } |
-        awk '{ print (NF < 2 || $2 ~ /=/) ? "all" : $2 }' | sort -u >"$tmp/readme.targets"
+        awk '{ t = "all"; for (i = 2; i <= NF; i++) if ($i !~ /=/ && $i !~ /^-/) { t = $i; break }; print t }' |
+        sort -u >"$tmp/readme.targets"
     sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/\\$//' | tr -s ' \t' '\n\n' |
         grep -v -e '^$' -e '^gpu-pack-' | sort -u >"$tmp/phony.targets"
     awk '/^Variables:/ { v = 1; next } v && NF { split($0, f, "  +"); print f[2] }' "$tmp/help.txt" |
