@@ -969,14 +969,14 @@ if [ -z "$SAN" ] && command -v pkg-config >/dev/null && pkg-config --exists zlib
         readme_install
 fi
 # The outputs block with build/train: TensorBoard into runs/cnn, made
-# where missing, and resumed; the export where numpy, safetensors and onnx
-# are (tensorboard's server is not started).
+# where missing, and resumed; the export where numpy, safetensors, onnx and
+# torch import (tensorboard's server is not started).
 readme_outputs() {
     fresh && mkdir "$tmp/fresh/build" && cp "$BUILD/train" "$tmp/fresh/build/" || return 1
-    if python3 -c 'import numpy, safetensors, onnx' 2>/dev/null; then
+    if python3 -c 'import numpy, safetensors, onnx, torch' 2>/dev/null; then # the export's (--state-dict: torch's)
         readme_block outputs | grep -v '^tensorboard ' >"$tmp/fresh/run.sh"
     else
-        echo "README's export: skipped (no numpy, safetensors or onnx for python3)"
+        echo "README's export: skipped (no numpy, safetensors, onnx or torch for python3)"
         readme_block outputs | grep -v -e '^tensorboard ' -e '^python3 ' >"$tmp/fresh/run.sh"
     fi
     grep -q -- '--tensorboard runs/cnn .*--resume' "$tmp/fresh/run.sh" && in_fresh run.sh </dev/null &&
